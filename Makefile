@@ -1,0 +1,65 @@
+# The two commands a user needs are `make demo` and `make test`; everything else is a step of those.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.deps-stamp
+WHEEL_STAMP := dist/.installed-stamp
+RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml Cargo.lock
+PY_SOURCES := $(shell find python -type f -not -path '*/__pycache__/*') pyproject.toml
+
+.PHONY: test demo wheel install bench lint fmt cargo-test pytest clean
+
+# The virtual environment with what the tests, the benchmarks and the linters need.
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet "maturin>=1.7,<2" numpy
+	$(VPY) -m pip install --quiet $$($(VPY) -c 'import tomllib; d=tomllib.load(open("pyproject.toml","rb"))["project"]["optional-dependencies"]; print(" ".join(sorted(set(d["test"]+d["bench"]+d["dev"]))))')
+	touch $@
+
+# Release, abi3: one wheel for every CPython >= 3.9.
+wheel: $(STAMP)
+	rm -f dist/memstrata-*.whl
+	$(VENV)/bin/maturin build --release --quiet --out dist
+
+$(WHEEL_STAMP): $(STAMP) $(RUST_SOURCES) $(PY_SOURCES)
+	$(MAKE) wheel
+	$(VPY) -m pip install --quiet --force-reinstall --no-deps dist/memstrata-*.whl
+	touch $@
+
+install: $(WHEEL_STAMP)
+
+cargo-test:
+	cargo test --quiet
+
+# Runs against the installed wheel: the source package lives in python/, which is never on
+# sys.path, and tests/test_package.py checks that the imported module is the installed one.
+pytest: install
+	$(VPY) -m pytest -q --benchmark-disable tests
+
+lint: $(STAMP)
+	cargo fmt --check
+	cargo clippy --quiet --all-targets --features python -- -D warnings
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/mypy
+
+fmt: $(STAMP)
+	cargo fmt
+	$(VENV)/bin/ruff format --quiet .
+	$(VENV)/bin/ruff check --quiet --fix .
+
+test: install cargo-test pytest lint
+
+demo: install
+	$(VPY) -m memstrata.demo
+
+bench: install
+	$(VPY) -m pytest -q -s --benchmark-only --benchmark-columns=min,median,mean,ops benches
+
+clean:
+	rm -rf target dist $(VENV)

@@ -1,0 +1,15 @@
+"""memstrata: memory layers for LLM agents, with a Rust core.
+
+The kernels (``deep_merge``, ``estimate_tokens``, ``cosine_top_k``...) are pure functions on
+plain data; none mutates its inputs.
+"""
+
+from __future__ import annotations
+
+from memstrata import exceptions
+from memstrata._core import __version__
+
+__all__ = [
+    "__version__",
+    "exceptions",
+]

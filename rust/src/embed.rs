@@ -1,0 +1,1 @@
+//! embed kernel: see the module docs once implemented.

@@ -1,0 +1,1 @@
+//! merge kernel: see the module docs once implemented.

@@ -1,0 +1,1 @@
+//! prune kernel: see the module docs once implemented.

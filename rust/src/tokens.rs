@@ -1,0 +1,1 @@
+//! tokens kernel: see the module docs once implemented.

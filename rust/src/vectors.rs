@@ -1,0 +1,1 @@
+//! vectors kernel: see the module docs once implemented.
