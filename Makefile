@@ -11,7 +11,7 @@ WHEEL_STAMP := dist/.installed-stamp
 RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml Cargo.lock
 PY_SOURCES := $(shell find python -type f -not -path '*/__pycache__/*') pyproject.toml
 
-.PHONY: test demo wheel install bench lint fmt cargo-test pytest clean
+.PHONY: test demo wheel install bench lint fmt cargo-test pytest wheel-smoke clean
 
 # The virtual environment with what the tests, the benchmarks and the linters need.
 $(STAMP): pyproject.toml
@@ -53,7 +53,14 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format --quiet .
 	$(VENV)/bin/ruff check --quiet --fix .
 
-test: install cargo-test pytest lint
+# The wheel as a user gets it: a brand-new virtual environment, `pip install` of the file alone.
+wheel-smoke: install
+	rm -rf target/wheel-smoke
+	$(PYTHON) -m venv target/wheel-smoke
+	target/wheel-smoke/bin/python -m pip install --quiet dist/memstrata-*.whl
+	cd target && wheel-smoke/bin/python -c 'import memstrata; assert "site-packages" in memstrata.__file__; print("wheel imports:", memstrata.__version__, memstrata.deep_merge({"a": {"b": 1}}, {"a": {"c": 2}}))'
+
+test: install cargo-test pytest wheel-smoke lint
 
 demo: install
 	$(VPY) -m memstrata.demo

@@ -11,8 +11,13 @@ keeps working::
     │   ├── InvalidJSONError                  bytes/str that do not parse as JSON
     │   ├── InvalidOptionError                an option outside its allowed set
     │   ├── DimensionMismatchError            vectors of different lengths
-    │   └── ZeroVectorError                   a zero vector where a direction is needed
-    └── UnsupportedTypeError (TypeError)      a value that is not JSON data (set, bytes, object)
+    │   ├── ZeroVectorError                   a zero vector where a direction is needed
+    │   ├── SchemaViolationError              a state that fails the layer's schema
+    │   └── BudgetExceededError               a write past a layer's token budget
+    ├── UnsupportedTypeError (TypeError)      a value that is not JSON data (set, bytes, object)
+    ├── ReadOnlyError                         a write to a read-only layer
+    └── ToolError                             a model's tool call that cannot be carried out;
+                                              Run.call_tool returns it as an error payload
 
 Errors raised by the Rust core are mapped to these classes in one place
 (``rust/src/python/errors.rs``). Errors that concern a position inside a value carry it in
@@ -22,11 +27,15 @@ Errors raised by the Rust core are mapped to these classes in one place
 from __future__ import annotations
 
 __all__ = [
+    "BudgetExceededError",
     "DimensionMismatchError",
     "InvalidInputError",
     "InvalidJSONError",
     "InvalidOptionError",
     "MemstrataError",
+    "ReadOnlyError",
+    "SchemaViolationError",
+    "ToolError",
     "NestingTooDeepError",
     "NonFiniteNumberError",
     "UnsupportedTypeError",
@@ -104,3 +113,49 @@ class UnsupportedTypeError(MemstrataError, TypeError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ToolError(MemstrataError):
+    """A tool call the model made cannot be carried out; ``Run.call_tool`` turns it into an
+    error payload the model can read, never an exception.
+
+    Attributes:
+        code: A stable machine-readable reason (``unknown_tool``, ``invalid_arguments``,
+            ``schema_violation``, ``budget_exceeded``, ``read_only``, ``internal_error``).
+        details: Specific problems, one readable line each (e.g. each schema violation).
+    """
+
+    def __init__(self, message: str, *, code: str = "tool_error", details: list[str] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.details = list(details or [])
+
+
+class ReadOnlyError(MemstrataError):
+    """A write to a layer configured ``read_only=True``."""
+
+
+class SchemaViolationError(InvalidInputError):
+    """A state that does not satisfy the layer's schema.
+
+    Attributes:
+        violations: One readable line per violation, each naming its path.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, violations: list[str] | None = None):
+        super().__init__(message, path=path)
+        self.violations = list(violations or [])
+
+
+class BudgetExceededError(InvalidInputError):
+    """A write that would push a layer's prompt block past its token budget.
+
+    Attributes:
+        tokens: The size the block would have had.
+        limit: The layer's maximum.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, tokens: int = 0, limit: int = 0):
+        super().__init__(message, path=path)
+        self.tokens = tokens
+        self.limit = limit

@@ -1,0 +1,7 @@
+"""Memory layers: one file per layer, each knowing nothing of the others."""
+
+from __future__ import annotations
+
+from memstrata.layers.working_memory import WorkingMemory, WorkingMemoryHandle
+
+__all__ = ["WorkingMemory", "WorkingMemoryHandle"]

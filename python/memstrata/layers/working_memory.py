@@ -1,0 +1,539 @@
+"""WorkingMemory: the scratchpad the model reads every turn and updates with a tool.
+
+Implements seed 000 (noetic: ``working-memory/update``, legacy ``updateWorkingMemory`` calls,
+deep merge with prototype-key stripping, thread/resource scope, schema checked on the merged
+state) and seed 002 (VoltAgent: markdown templates, append/replace modes, conversation/user
+scope, ``get_working_memory``/``update_working_memory``/``clear_working_memory``).
+
+Decisions where the seeds are silent or disagree:
+
+* State kinds: free-form text (no schema, no template), markdown (``template``), structured
+  (``schema``: a pydantic model or a JSON Schema dict; ``{"type": "object"}`` for structured
+  state with no constraints).
+* Append is the default everywhere, as both documents say (VoltAgent's code defaults its
+  programmatic path to replace; we don't). Structured append deep-merges with
+  ``arrays="replace"`` (seed 000) unless ``arrays="union"`` (seed 002); text append adds the new
+  text after a blank line.
+* Persisted state that fails the schema at load is moved aside under ``quarantine/<time>`` in
+  the same namespace (retrievable with ``handle.quarantined()``), never silently dropped, and
+  the layer starts empty with a logged warning.
+* A write that would push the rendered block past ``budget.max`` tokens is refused, stating the
+  size and the limit, so the model compacts instead of bloating every prompt.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import orjson
+
+from memstrata._core import deep_merge, strip_unsafe_keys
+from memstrata.exceptions import (
+    BudgetExceededError,
+    InvalidInputError,
+    ReadOnlyError,
+    SchemaViolationError,
+    ToolError,
+)
+from memstrata.stack import Budget, Message, RunContext
+from memstrata.stores import Item, Namespace
+from memstrata.tools import Tool
+
+logger = logging.getLogger("memstrata.working_memory")
+
+Scope = Literal["thread", "resource", "conversation", "user"]
+Mode = Literal["append", "replace"]
+State = str | dict[str, Any]
+
+_SCOPE_ALIASES = {"thread": "thread", "conversation": "thread", "resource": "resource", "user": "resource"}
+STATE_KEY = "state"
+QUARANTINE_PREFIX = "quarantine/"
+LEGACY_TOOL = "updateWorkingMemory"
+
+GUIDELINES_NOETIC = (
+    "This is your working memory: notes that persist across turns. Keep it current and "
+    "compact. To change it, call `working-memory/update` with only the fields that changed; "
+    "they are merged into what is there."
+)
+GUIDELINES_VOLTAGENT = (
+    "This is your working memory: context that persists across turns. Call "
+    "`update_working_memory` when you learn something worth keeping (mode 'append' adds, "
+    "'replace' rewrites everything), `clear_working_memory` to start over."
+)
+
+
+class WorkingMemory:
+    """The working-memory layer.
+
+    Args:
+        scope: ``"thread"`` (one state per conversation) or ``"resource"`` (one per user,
+            shared by their conversations); ``"conversation"``/``"user"`` are VoltAgent's names.
+        schema: A pydantic model class or a JSON Schema dict: structured state, checked on the
+            merged result of every update.
+        template: Markdown the state starts from (markdown state).
+        read_only: Blocks every write path; tools are not offered.
+        arrays: ``"replace"`` (seed 000) or ``"union"`` (seed 002) for structured appends.
+        nulls: ``"keep"``, ``"delete"`` or ``"ignore"`` null values in a patch.
+        tools: ``"noetic"`` offers ``working-memory/update``; ``"voltagent"`` offers
+            ``get_working_memory``, ``update_working_memory`` and ``clear_working_memory``.
+        budget: ``(min, max)`` tokens of prompt; writes past ``max`` are refused.
+        slot: Order among the layers' prompt items.
+        name: The layer's name, also the first label of its store namespace.
+    """
+
+    def __init__(
+        self,
+        *,
+        scope: Scope = "thread",
+        schema: Any = None,
+        template: str | None = None,
+        read_only: bool = False,
+        arrays: Literal["replace", "union"] = "replace",
+        nulls: Literal["keep", "delete", "ignore"] = "keep",
+        tools: Literal["noetic", "voltagent"] = "noetic",
+        budget: tuple[int, int] | Budget = (200, 1500),
+        slot: int = 100,
+        name: str = "working-memory",
+    ) -> None:
+        if scope not in _SCOPE_ALIASES:
+            raise InvalidInputError(
+                f"scope must be one of {sorted(_SCOPE_ALIASES)}, got {scope!r}"
+            )
+        if tools not in ("noetic", "voltagent"):
+            raise InvalidInputError(f"tools must be 'noetic' or 'voltagent', got {tools!r}")
+        if arrays not in ("replace", "union"):
+            raise InvalidInputError(f"arrays must be 'replace' or 'union', got {arrays!r}")
+        if nulls not in ("keep", "delete", "ignore"):
+            raise InvalidInputError(f"nulls must be 'keep', 'delete' or 'ignore', got {nulls!r}")
+        if template is not None and not isinstance(template, str):
+            raise InvalidInputError(f"template must be str, got {type(template).__name__}")
+        if schema is not None and template is not None:
+            raise InvalidInputError("give a schema (structured state) or a template (markdown), not both")
+        self.name = name
+        self.slot = slot
+        self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
+        self.scope: Literal["thread", "resource"] = _SCOPE_ALIASES[scope]  # type: ignore[assignment]
+        self.schema = schema
+        self.template = template
+        self.read_only = read_only
+        self.arrays = arrays
+        self.nulls = nulls
+        self.tool_flavor = tools
+        self._validator = _make_validator(schema)
+
+    @property
+    def format(self) -> Literal["markdown", "json"] | None:
+        """``"json"`` with a schema, ``"markdown"`` with a template, None for free-form text."""
+        if self.schema is not None:
+            return "json"
+        return "markdown" if self.template is not None else None
+
+    @property
+    def structured(self) -> bool:
+        return self.schema is not None
+
+    def empty_state(self) -> State:
+        return {} if self.structured else ""
+
+    # Layer protocol ---------------------------------------------------------------------------
+
+    def init(self, ctx: RunContext) -> WorkingMemoryHandle:
+        scope_id = ctx.thread_id if self.scope == "thread" else ctx.resource_id
+        if not scope_id:
+            needed = "thread_id" if self.scope == "thread" else "resource_id"
+            raise InvalidInputError(
+                f"working memory with scope {self.scope!r} needs stack.run({needed}=...)"
+            )
+        handle = WorkingMemoryHandle(self, ctx, (self.name, self.scope, scope_id))
+        handle.load()
+        return handle
+
+    def recall(self, handle: WorkingMemoryHandle, budget: int) -> list[Message]:
+        block = handle.render()
+        if not block:
+            return []
+        guidelines = GUIDELINES_VOLTAGENT if self.tool_flavor == "voltagent" else GUIDELINES_NOETIC
+        if self.read_only:
+            guidelines = "This is your working memory (read-only): context that persists across turns."
+        return [{"content": f"{block}\n{guidelines}"}]
+
+    def observe(self, handle: WorkingMemoryHandle, message: Message) -> None:
+        """Applies every legacy ``updateWorkingMemory`` call in a response, in order. A call that
+        cannot be applied is dropped (prior state untouched); the others still apply, and the
+        failures are reported together afterwards."""
+        if self.read_only:
+            return
+        failures = []
+        for index, arguments in enumerate(_legacy_calls(message)):
+            try:
+                patch = orjson.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments
+                handle.update(patch)
+            except (orjson.JSONDecodeError, InvalidInputError, ToolError, TypeError) as exc:
+                failures.append(f"call {index + 1}: {exc}")
+        if failures:
+            raise ToolError(
+                f"{len(failures)} {LEGACY_TOOL} call(s) dropped: " + "; ".join(failures),
+                code="invalid_arguments",
+                details=failures,
+            )
+
+    def tools(self, handle: WorkingMemoryHandle) -> list[Tool]:
+        if self.read_only:
+            return []
+        if self.tool_flavor == "voltagent":
+            return _voltagent_tools(self, handle)
+        return [_noetic_update_tool(self, handle)]
+
+    def on_spawn(self, handle: WorkingMemoryHandle, child: RunContext) -> WorkingMemoryHandle:
+        """Resource scope: the child starts from a deep clone of the parent's state. Thread
+        scope: children do not inherit working memory."""
+        if self.scope == "thread":
+            return self.init(child)
+        scope_id = child.resource_id or handle.namespace[2]
+        clone = WorkingMemoryHandle(self, child, (self.name, self.scope, scope_id))
+        clone.state = copy.deepcopy(handle.state)
+        clone.version = handle.version
+        return clone
+
+    def close(self, handle: WorkingMemoryHandle, error: BaseException | None) -> None:
+        """Nothing to flush: every accepted update is already committed."""
+
+
+class WorkingMemoryHandle:
+    """The working memory of one run (``run.layer("working-memory")``): the seed's
+    ``ctx.memory['working-memory']``."""
+
+    def __init__(self, layer: WorkingMemory, ctx: RunContext, namespace: Namespace) -> None:
+        self.layer = layer
+        self.ctx = ctx
+        self.namespace = namespace
+        self.state: State = layer.empty_state()
+        self.version = 0
+
+    # Introspection (VoltAgent's getWorkingMemoryFormat/Template/Schema) ------------------------
+
+    @property
+    def format(self) -> Literal["markdown", "json"] | None:
+        return self.layer.format
+
+    @property
+    def template(self) -> str | None:
+        return self.layer.template
+
+    @property
+    def schema(self) -> Any:
+        return self.layer.schema
+
+    @property
+    def snapshot(self) -> State:
+        """A copy of the current state; changing it changes nothing stored."""
+        return copy.deepcopy(self.state)
+
+    # Reading ----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        item = self.ctx.store.get(self.namespace, STATE_KEY)
+        if item is None:
+            self.state = self.layer.template if self.layer.template is not None else self.layer.empty_state()
+            self.version = 0
+            return
+        try:
+            self.state = self._checked(item.value)
+            self.version = item.version
+        except (SchemaViolationError, InvalidInputError, TypeError) as exc:
+            self._quarantine(item, exc)
+
+    def _quarantine(self, item: Item, reason: Exception) -> None:
+        moved_at = time.time()
+        key = f"{QUARANTINE_PREFIX}{moved_at:.6f}"
+        violations = getattr(reason, "violations", None) or [str(reason)]
+        # Copy first, then delete: a crash between the two leaves a duplicate, never a loss.
+        self.ctx.store.put(
+            self.namespace,
+            key,
+            {"state": item.value, "version": item.version, "moved_at": moved_at, "violations": violations},
+        )
+        self.ctx.store.delete(self.namespace, STATE_KEY)
+        logger.warning(
+            "working memory %s failed its schema at load and was moved aside to %r: %s",
+            "/".join(self.namespace),
+            key,
+            "; ".join(violations),
+        )
+        self.state = self.layer.empty_state()
+        self.version = 0
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        """States moved aside because they failed the schema at load, oldest first."""
+        items = self.ctx.store.list(self.namespace, limit=10_000)
+        return [
+            {"key": i.key, **i.value} for i in items if i.key.startswith(QUARANTINE_PREFIX)
+        ]
+
+    def render(self) -> str:
+        """The ``<working_memory>`` block the model sees; empty when there is nothing to show."""
+        return _render(self.state)
+
+    # Writing ----------------------------------------------------------------------------------
+
+    def update(self, patch: Any, mode: Mode = "append") -> State:
+        """Merges (append) or writes (replace) ``patch`` and commits it; returns the new state.
+
+        Raises:
+            ReadOnlyError: The layer is read-only.
+            SchemaViolationError: The merged state fails the schema (nothing is written).
+            BudgetExceededError: The block would exceed the layer's max tokens (nothing written).
+            InvalidInputError: The patch has the wrong shape for this state, or bad data.
+        """
+        if self.layer.read_only:
+            raise ReadOnlyError("working memory is read-only")
+        if mode not in ("append", "replace"):
+            raise InvalidInputError(f"mode must be 'append' or 'replace', got {mode!r}")
+        patch = self._coerce_patch(patch)
+
+        def combine(current: Any) -> State:
+            base = self._checked(current) if current is not None else self._initial()
+            return self._checked(self._combine(base, patch, mode), budget=True)
+
+        item = self.ctx.store.update(self.namespace, STATE_KEY, combine)
+        self.state, self.version = item.value, item.version
+        return self.state
+
+    def clear(self) -> None:
+        """Empties the state (a template does not come back; the model cleared it on purpose)."""
+        if self.layer.read_only:
+            raise ReadOnlyError("working memory is read-only")
+        item = self.ctx.store.put(self.namespace, STATE_KEY, self.layer.empty_state())
+        self.state, self.version = item.value, item.version
+
+    def _initial(self) -> State:
+        return self.layer.template if self.layer.template is not None else self.layer.empty_state()
+
+    def _coerce_patch(self, patch: Any) -> State:
+        if self.layer.structured:
+            if isinstance(patch, (str, bytes)):
+                try:
+                    patch = orjson.loads(patch)
+                except orjson.JSONDecodeError as exc:
+                    raise InvalidInputError(f"update is not valid JSON: {exc}") from None
+            if not isinstance(patch, Mapping):
+                raise InvalidInputError(
+                    f"this working memory holds a JSON object; the update must be an object, "
+                    f"got {type(patch).__name__}"
+                )
+            return dict(patch)
+        if not isinstance(patch, str):
+            raise InvalidInputError(
+                f"this working memory holds text; the update must be a string, got {type(patch).__name__}"
+            )
+        return patch
+
+    def _combine(self, base: State, patch: State, mode: Mode) -> State:
+        if isinstance(patch, dict):
+            if mode == "replace":
+                return dict(strip_unsafe_keys(patch))
+            merged: dict[str, Any] = deep_merge(base, patch, arrays=self.layer.arrays, nulls=self.layer.nulls)
+            return merged
+        if mode == "replace" or not isinstance(base, str) or not base.strip():
+            return patch
+        return f"{base.rstrip()}\n\n{patch}"
+
+    def _checked(self, state: Any, *, budget: bool = False) -> State:
+        """Strips unsafe keys, checks kind and schema and (for writes) the token budget."""
+        if self.layer.structured:
+            if not isinstance(state, dict):
+                raise InvalidInputError(
+                    f"stored working memory is {type(state).__name__}, but the layer is structured"
+                )
+            state = strip_unsafe_keys(state)
+            violations = self.layer._validator(state)
+            if violations:
+                raise SchemaViolationError(
+                    "working memory would not match its schema: " + "; ".join(violations[:5]),
+                    violations=violations,
+                )
+        elif not isinstance(state, str):
+            raise InvalidInputError(
+                f"stored working memory is {type(state).__name__}, but the layer holds text"
+            )
+        if budget:
+            tokens = self.ctx.tokens.count(_render(state))
+            if tokens > self.layer.budget.max:
+                raise BudgetExceededError(
+                    f"working memory would be {tokens} tokens, over this layer's limit of "
+                    f"{self.layer.budget.max}; compact it (mode 'replace' with a shorter state) "
+                    "instead of adding",
+                    tokens=tokens,
+                    limit=self.layer.budget.max,
+                )
+        return state
+
+
+def _render(state: State) -> str:
+    if not state:
+        return ""
+    body = state if isinstance(state, str) else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode()
+    return f"<working_memory>\n{body}\n</working_memory>"
+
+
+def _make_validator(schema: Any) -> Any:
+    """A function ``state -> [violation, ...]`` for a pydantic model or a JSON Schema dict."""
+    if schema is None:
+        return lambda state: []
+    if isinstance(schema, Mapping):
+        import jsonschema
+
+        try:
+            validator_cls = jsonschema.validators.validator_for(schema)
+            validator_cls.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise InvalidInputError(f"schema is not a valid JSON Schema: {exc.message}") from None
+        validator = validator_cls(schema)
+
+        def check_json_schema(state: Any) -> list[str]:
+            return [
+                f"{_json_path(err.absolute_path)}: {err.message}"
+                for err in sorted(validator.iter_errors(state), key=lambda e: list(e.absolute_path))
+            ]
+
+        return check_json_schema
+    validate = getattr(schema, "model_validate", None)
+    if validate is None:
+        raise InvalidInputError(
+            f"schema must be a pydantic model class or a JSON Schema dict, got {schema!r}"
+        )
+
+    def check_pydantic(state: Any) -> list[str]:
+        try:
+            validate(state)
+        except Exception as exc:  # pydantic.ValidationError, without importing pydantic
+            errors = getattr(exc, "errors", None)
+            if errors is None:
+                return [str(exc)]
+            return [f"{_json_path(e['loc'])}: {e['msg']}" for e in errors()]
+        return []
+
+    return check_pydantic
+
+
+def _json_path(parts: Any) -> str:
+    out = "$"
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _legacy_calls(message: Message) -> list[Any]:
+    """Arguments of every ``updateWorkingMemory`` call in a response, OpenAI or Anthropic style."""
+    if not isinstance(message, Mapping):
+        return []
+    found: list[Any] = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping) and function.get("name") == LEGACY_TOOL:
+            found.append(function.get("arguments"))
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping) and legacy.get("name") == LEGACY_TOOL:
+        found.append(legacy.get("arguments"))
+    content = message.get("content")
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, Mapping) and block.get("type") == "tool_use" and block.get("name") == LEGACY_TOOL:
+                found.append(block.get("input"))
+    return found
+
+
+def _patch_schema(layer: WorkingMemory) -> dict[str, Any]:
+    """Parameters of the update tool: the schema's fields, all optional (a patch is partial)."""
+    schema = layer.schema
+    if schema is None:
+        return {
+            "type": "object",
+            "properties": {
+                "content": {"type": "string", "description": "Text to add (or to write, with mode 'replace')."},
+                "mode": {"type": "string", "enum": ["append", "replace"]},
+            },
+            "required": ["content"],
+            "additionalProperties": False,
+        }
+    full = schema if isinstance(schema, Mapping) else schema.model_json_schema()
+    partial = {k: v for k, v in full.items() if k not in ("required", "title")}
+    partial["type"] = "object"
+    return partial
+
+
+def _noetic_update_tool(layer: WorkingMemory, handle: WorkingMemoryHandle) -> Tool:
+    def update(args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            if layer.structured:
+                handle.update(args)
+            else:
+                handle.update(args["content"], args.get("mode", "append"))
+        except SchemaViolationError as exc:
+            raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
+        except BudgetExceededError as exc:
+            raise ToolError(str(exc), code="budget_exceeded") from None
+        return {"ok": True, "version": handle.version}
+
+    what = "only the fields that changed; they are deep-merged" if layer.structured else "text to add"
+    return Tool(
+        name="working-memory/update",
+        description=f"Update your working memory: pass {what}.",
+        parameters=_patch_schema(layer),
+        handler=update,
+        # A structured patch is checked after merging, against the full schema.
+        validate=not layer.structured,
+    )
+
+
+def _voltagent_tools(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
+    def get(_args: dict[str, Any]) -> dict[str, Any]:
+        return {"content": handle.snapshot, "format": layer.format}
+
+    def update(args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            handle.update(args["content"], args.get("mode", "append"))
+        except SchemaViolationError as exc:
+            raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
+        except BudgetExceededError as exc:
+            raise ToolError(str(exc), code="budget_exceeded") from None
+        return {"ok": True, "version": handle.version}
+
+    def clear(_args: dict[str, Any]) -> dict[str, Any]:
+        handle.clear()
+        return {"ok": True}
+
+    content_schema: dict[str, Any] = (
+        {"type": ["object", "string"], "description": "Fields to merge (or a JSON string of them)."}
+        if layer.structured
+        else {"type": "string", "description": "Markdown or text to add."}
+    )
+    return [
+        Tool(
+            "get_working_memory",
+            "Retrieve the current working memory content.",
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            get,
+        ),
+        Tool(
+            "update_working_memory",
+            "Update the working memory. mode 'append' (default) merges/adds; 'replace' overwrites everything.",
+            {
+                "type": "object",
+                "properties": {"content": content_schema, "mode": {"type": "string", "enum": ["append", "replace"]}},
+                "required": ["content"],
+                "additionalProperties": False,
+            },
+            update,
+        ),
+        Tool(
+            "clear_working_memory",
+            "Clear the working memory content.",
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            clear,
+        ),
+    ]

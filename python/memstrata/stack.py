@@ -1,0 +1,424 @@
+"""MemoryStack and Run: compose layers into one agent turn.
+
+A :class:`MemoryStack` is configuration: the layers, the store, the token counter and the total
+prompt budget. ``stack.run(thread_id=..., resource_id=..., agent=...)`` opens a :class:`Run`,
+one agent turn or task, as a context manager::
+
+    stack = MemoryStack([WorkingMemory(schema=Profile)], store="sqlite:///agent.db")
+    with stack.run(thread_id="t1", resource_id="user-42") as run:
+        messages = run.prepare(messages)              # layer blocks injected, by slot
+        response = client.chat.completions.create(
+            model="gpt-4o", messages=messages, tools=run.tool_specs("openai"))
+        for call in response.choices[0].message.tool_calls or []:
+            result = run.call_tool(call.function.name, call.function.arguments)
+        run.observe(response.choices[0].message.model_dump())
+    # leaving the block closes the run: layers flush (an exception inside = an error close)
+
+Layers know nothing of each other; the run only orders them by slot, splits the token budget
+and routes tool calls to the layer that offered them.
+
+Writing a layer: anything with the attributes and methods of :class:`Layer`. A minimal one that
+shows the time to the model::
+
+    class Clock:
+        name, slot, budget = "clock", 50, Budget(10, 20)
+        def init(self, ctx): return None
+        def recall(self, handle, budget):
+            return [{"role": "system", "content": f"Now: {datetime.now():%Y-%m-%d %H:%M}"}]
+        def observe(self, handle, message): pass
+        def tools(self, handle): return []
+        def on_spawn(self, handle, child): return None
+        def close(self, handle, error): pass
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+from memstrata.exceptions import InvalidInputError, MemstrataError, ToolError
+from memstrata.stores import Store, open_store
+from memstrata.tokens import EstimatingCounter, TokenCounter
+from memstrata.tools import (
+    Tool,
+    ToolFormat,
+    error_payload,
+    parse_arguments,
+    tool_spec,
+    validate_arguments,
+)
+
+logger = logging.getLogger("memstrata")
+
+Message = dict[str, Any]
+
+# Where the embedded default lives when no store is given; MEMSTRATA_STORE overrides it.
+DEFAULT_STORE_URL = "sqlite:///memstrata.db"
+DEFAULT_TOTAL_BUDGET = 4000
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A layer's share of the prompt, in tokens: it is guaranteed ``min`` and may use up to ``max``."""
+
+    min: int
+    max: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.min, int) and isinstance(self.max, int)):
+            raise InvalidInputError(f"budget bounds must be ints, got {self.min!r}, {self.max!r}")
+        if not 0 <= self.min <= self.max:
+            raise InvalidInputError(
+                f"budget needs 0 <= min <= max, got min={self.min}, max={self.max}"
+            )
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a layer knows about the run it serves: its scope and the shared services."""
+
+    store: Store
+    tokens: TokenCounter
+    thread_id: str | None = None
+    resource_id: str | None = None
+    agent: str | None = None
+    parent: RunContext | None = None
+
+
+@runtime_checkable
+class Layer(Protocol):
+    """The contract between the stack and a memory layer.
+
+    A layer object is configuration; whatever it needs per run lives in the *handle* its
+    ``init`` returns, which the run passes back to every other method and hands to users as
+    ``run.layer(name)``.
+    """
+
+    name: str
+    slot: int
+    budget: Budget
+
+    def init(self, ctx: RunContext) -> Any:
+        """Loads what the run needs (e.g. the stored state) and returns the run's handle."""
+
+    def recall(self, handle: Any, budget: int) -> list[Message]:
+        """The prompt items to inject, within ``budget`` tokens; ``[]`` for none."""
+
+    def observe(self, handle: Any, message: Message) -> None:
+        """Store hook: sees each model response passed to ``run.observe``."""
+
+    def tools(self, handle: Any) -> list[Tool]:
+        """The tools this layer offers the model in this run."""
+
+    def on_spawn(self, handle: Any, child: RunContext) -> Any:
+        """The child run's handle, derived from the parent's (e.g. a cloned state)."""
+
+    def close(self, handle: Any, error: BaseException | None) -> None:
+        """Flushes at the end of the run; ``error`` is set when the run failed."""
+
+
+def allocate_budgets(layers: Sequence[Layer], total: int) -> dict[str, int]:
+    """Splits ``total`` tokens: every layer's minimum first (in slot order while tokens last),
+    then what remains in proportion to each layer's headroom (``max - min``), never past max."""
+    ordered = sorted(layers, key=lambda layer: layer.slot)
+    shares: dict[str, int] = {}
+    left = total
+    for layer in ordered:
+        shares[layer.name] = min(layer.budget.min, left)
+        left -= shares[layer.name]
+    headroom = {layer.name: layer.budget.max - shares[layer.name] for layer in ordered}
+    room = sum(headroom.values())
+    if left > 0 and room > 0:
+        extra_total = min(left, room)
+        given = 0
+        for layer in ordered:
+            extra = headroom[layer.name] * extra_total // room
+            shares[layer.name] += extra
+            given += extra
+        # Integer division leaves a few tokens; hand them out in slot order, within max.
+        for layer in ordered:
+            if given >= extra_total:
+                break
+            spare = min(layer.budget.max - shares[layer.name], extra_total - given)
+            shares[layer.name] += spare
+            given += spare
+    return shares
+
+
+class MemoryStack:
+    """The layers, the store and the token counter an agent's runs share.
+
+    Args:
+        layers: Layer objects; names must be unique. Their order does not matter: prompt items
+            are injected by slot.
+        store: A :class:`~memstrata.stores.Store`, a store URL, or None for the embedded default
+            (``$MEMSTRATA_STORE``, else ``sqlite:///memstrata.db`` in the working directory).
+        tokens: The counter layers use to stay within budget; the native estimator by default.
+        total_budget: Tokens for all layers' prompt items together.
+        prompt_role: Role of injected prompt items (``"system"``, or ``"developer"`` for models
+            that use it).
+    """
+
+    def __init__(
+        self,
+        layers: Iterable[Layer],
+        *,
+        store: Store | str | None = None,
+        tokens: TokenCounter | None = None,
+        total_budget: int = DEFAULT_TOTAL_BUDGET,
+        prompt_role: str = "system",
+    ) -> None:
+        self.layers: list[Layer] = sorted(layers, key=lambda layer: layer.slot)
+        names = [layer.name for layer in self.layers]
+        for layer in self.layers:
+            if not isinstance(layer, Layer):
+                raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise InvalidInputError(f"layer names must be unique; repeated: {duplicates}")
+        if isinstance(total_budget, bool) or not isinstance(total_budget, int) or total_budget < 0:
+            raise InvalidInputError(f"total_budget must be a non-negative int, got {total_budget!r}")
+        if store is None:
+            store = os.environ.get("MEMSTRATA_STORE", DEFAULT_STORE_URL)
+        self.store: Store = open_store(store) if isinstance(store, str) else store
+        self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
+        self.total_budget = total_budget
+        self.prompt_role = prompt_role
+        self.budgets = allocate_budgets(self.layers, total_budget)
+
+    def run(
+        self,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        agent: str | None = None,
+    ) -> Run:
+        """A run for one agent turn or task; use it as a context manager."""
+        ctx = RunContext(self.store, self.tokens, thread_id, resource_id, agent)
+        return Run(self, ctx)
+
+    def arun(
+        self,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        agent: str | None = None,
+    ) -> Run:
+        """The same run for ``async with``: opening and closing happen off the event loop."""
+        return self.run(thread_id=thread_id, resource_id=resource_id, agent=agent)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class Run:
+    """One agent turn or task. Create it with :meth:`MemoryStack.run`."""
+
+    def __init__(
+        self, stack: MemoryStack, ctx: RunContext, parent: tuple[Run, dict[str, Any]] | None = None
+    ) -> None:
+        self.stack = stack
+        self.context = ctx
+        self._parent = parent
+        self._handles: dict[str, Any] = {}
+        self._tools: dict[str, tuple[str, Tool]] = {}
+        self._opened = False
+        self._closed = False
+
+    # Lifecycle -------------------------------------------------------------------------------
+
+    def open(self) -> Run:
+        """Initialises every layer (done by ``with``); a layer failing closes those before it."""
+        if self._opened:
+            return self
+        self._opened = True
+        try:
+            for layer in self.stack.layers:
+                if self._parent is not None:
+                    parent_handle = self._parent[1][layer.name]
+                    self._handles[layer.name] = layer.on_spawn(parent_handle, self.context)
+                else:
+                    self._handles[layer.name] = layer.init(self.context)
+            self._index_tools()
+        except BaseException as exc:
+            self.close(exc)
+            raise
+        return self
+
+    def _index_tools(self) -> None:
+        for layer in self.stack.layers:
+            for tool in layer.tools(self._handles[layer.name]):
+                for key in {tool.name, tool.wire_name}:
+                    if key in self._tools and self._tools[key][1].name != tool.name:
+                        raise InvalidInputError(
+                            f"tool name {key!r} is offered by both layer"
+                            f" {self._tools[key][0]!r} and layer {layer.name!r}"
+                        )
+                    self._tools[key] = (layer.name, tool)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Closes every opened layer, last slot first; idempotent. Re-raises a layer's failure
+        only after all layers had their chance to flush."""
+        if self._closed:
+            return
+        self._closed = True
+        failures: list[BaseException] = []
+        for layer in reversed(self.stack.layers):
+            if layer.name not in self._handles:
+                continue
+            try:
+                layer.close(self._handles[layer.name], error)
+            except Exception as exc:
+                logger.exception("layer %r failed to close", layer.name)
+                failures.append(exc)
+        if failures and error is None:
+            raise failures[0]
+
+    def __enter__(self) -> Run:
+        return self.open()
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.close(exc)
+
+    async def __aenter__(self) -> Run:
+        return await asyncio.to_thread(self.open)
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        await asyncio.to_thread(self.close, exc)
+
+    def _require_open(self) -> None:
+        if not self._opened:
+            self.open()
+        if self._closed:
+            raise InvalidInputError("this run is closed; start a new one with stack.run()")
+
+    # The model's side ------------------------------------------------------------------------
+
+    def prepare(self, messages: Sequence[Message]) -> list[Message]:
+        """The messages with each layer's prompt items injected, in slot order, right after the
+        leading system/developer messages. The input list and its messages are not changed."""
+        self._require_open()
+        if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+            raise InvalidInputError(f"messages must be a list of dicts, got {type(messages).__name__}")
+        injected: list[Message] = []
+        for layer in self.stack.layers:
+            for item in layer.recall(self._handles[layer.name], self.stack.budgets[layer.name]):
+                injected.append({**item, "role": item.get("role", self.stack.prompt_role)})
+        head = 0
+        while head < len(messages) and isinstance(messages[head], dict) and messages[head].get(
+            "role"
+        ) in ("system", "developer"):
+            head += 1
+        return [*messages[:head], *injected, *messages[head:]]
+
+    def tool_specs(self, fmt: ToolFormat = "openai") -> list[dict[str, Any]]:
+        """Every layer's tools as JSON Schema, for ``openai``, ``anthropic`` or ``mcp``."""
+        self._require_open()
+        seen: set[str] = set()
+        specs = []
+        for _layer, tool in self._tools.values():
+            if tool.name not in seen:
+                seen.add(tool.name)
+                specs.append(tool_spec(tool, fmt))
+        return specs
+
+    def call_tool(self, name: str, arguments: Any = None) -> dict[str, Any]:
+        """Runs a tool call the model made; never raises for anything the model sent.
+
+        Args:
+            name: The seed's tool name or its wire-safe form.
+            arguments: A dict, or the JSON text the model sent.
+
+        Returns:
+            The tool's JSON result, or ``{"ok": False, "tool": name, "error": {...}}`` naming
+            what was wrong (unknown tool, malformed JSON, wrong types, schema violation...).
+        """
+        shown = name if isinstance(name, str) else repr(name)
+        try:
+            if self._closed:
+                raise ToolError("this run is closed", code="run_closed")
+            self._require_open()
+            entry = self._tools.get(name) if isinstance(name, str) else None
+            if entry is None:
+                available = ", ".join(sorted({t.name for _, t in self._tools.values()}))
+                raise ToolError(
+                    f"unknown tool {shown}; available: {available or 'none'}", code="unknown_tool"
+                )
+            tool = entry[1]
+            args = parse_arguments(arguments)
+            if tool.validate:
+                validate_arguments(tool.parameters, args)
+            result = tool.handler(args)
+            return result if isinstance(result, dict) else {"ok": True, "result": result}
+        except ToolError as exc:
+            return error_payload(shown, exc)
+        except MemstrataError as exc:
+            return error_payload(shown, ToolError(str(exc), code="invalid_arguments"))
+        except (ValueError, TypeError, RecursionError) as exc:
+            return error_payload(
+                shown, ToolError(f"{type(exc).__name__}: {exc}", code="invalid_arguments")
+            )
+        except Exception as exc:
+            logger.exception("tool %s failed", shown)
+            return error_payload(
+                shown, ToolError(f"the tool failed: {type(exc).__name__}", code="internal_error")
+            )
+
+    def observe(self, message: Message) -> list[str]:
+        """Runs every layer's store hook on a model response. A layer that cannot apply what the
+        model wrote logs a diagnostic and leaves its state as it was; the diagnostics are also
+        returned, one line each."""
+        self._require_open()
+        diagnostics: list[str] = []
+        for layer in self.stack.layers:
+            try:
+                layer.observe(self._handles[layer.name], message)
+            except Exception as exc:
+                text = f"{layer.name}: {type(exc).__name__}: {exc}"
+                logger.warning("observe dropped an update: %s", text)
+                diagnostics.append(text)
+        return diagnostics
+
+    async def acall_tool(self, name: str, arguments: Any = None) -> dict[str, Any]:
+        return await asyncio.to_thread(self.call_tool, name, arguments)
+
+    async def aobserve(self, message: Message) -> list[str]:
+        return await asyncio.to_thread(self.observe, message)
+
+    async def aprepare(self, messages: Sequence[Message]) -> list[Message]:
+        return await asyncio.to_thread(self.prepare, messages)
+
+    # Composition -----------------------------------------------------------------------------
+
+    def spawn(
+        self,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        agent: str | None = None,
+    ) -> Run:
+        """A child run (a sub-agent): each layer's ``on_spawn`` derives the child's handle.
+        Unset scope ids are inherited from this run."""
+        self._require_open()
+        ctx = replace(
+            self.context,
+            thread_id=thread_id if thread_id is not None else self.context.thread_id,
+            resource_id=resource_id if resource_id is not None else self.context.resource_id,
+            agent=agent if agent is not None else self.context.agent,
+            parent=self.context,
+        )
+        return Run(self.stack, ctx, parent=(self, self._handles))
+
+    def layer(self, name: str) -> Any:
+        """A layer's handle bound to this run, e.g. ``run.layer("working-memory").snapshot``."""
+        self._require_open()
+        try:
+            return self._handles[name]
+        except KeyError:
+            raise InvalidInputError(
+                f"no layer named {name!r}; layers: {', '.join(self._handles) or 'none'}"
+            ) from None

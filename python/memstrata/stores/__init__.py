@@ -1,0 +1,46 @@
+"""Stores: where memory lives. ``open_store(url)`` picks the backend from a URL.
+
+| URL | backend |
+|---|---|
+| ``memory://`` | :class:`InMemoryStore`, gone with the process |
+| ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db`` | :class:`SQLiteStore`, the default |
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote, urlsplit
+
+from memstrata.exceptions import InvalidInputError
+from memstrata.stores.base import Item, Namespace, Store
+from memstrata.stores.memory import InMemoryStore
+from memstrata.stores.sqlite import SQLiteStore
+
+__all__ = ["InMemoryStore", "Item", "Namespace", "SQLiteStore", "Store", "open_store"]
+
+
+def open_store(url: str) -> Store:
+    """Opens the store a URL names.
+
+    ``sqlite:///x.db`` is relative to the working directory and ``sqlite:////tmp/x.db`` absolute,
+    as in SQLAlchemy.
+
+    Raises:
+        InvalidInputError: The URL's scheme is not one memstrata knows, or it has no path.
+    """
+    if not isinstance(url, str):
+        raise InvalidInputError(f"store URL must be str, got {type(url).__name__}")
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        return InMemoryStore()
+    if parts.scheme == "sqlite":
+        if parts.netloc:
+            raise InvalidInputError(
+                f"sqlite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////abs.db"
+            )
+        path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        if not path:
+            raise InvalidInputError(f"sqlite URL {url!r} names no file")
+        return SQLiteStore(path)
+    raise InvalidInputError(
+        f"unknown store URL scheme {parts.scheme!r} in {url!r}; expected memory:// or sqlite:///"
+    )

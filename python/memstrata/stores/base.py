@@ -1,0 +1,205 @@
+"""The store protocol: a namespaced JSON document store with an atomic read-modify-write.
+
+Namespaces are tuples of labels (``("mind", "research-agent")``); values are JSON data. Every
+backend (``InMemoryStore``, ``SQLiteStore``, and later ``PostgresStore``) implements
+:class:`Store` and passes the same conformance suite (``tests/test_stores.py``).
+
+Semantics every backend guarantees:
+
+* Values are copied in and out: mutating a value after ``put`` or after ``get`` never changes
+  what is stored.
+* ``update(namespace, key, fn)`` runs ``fn(current_value_or_None)`` and stores its result in one
+  transaction: two processes updating the same record never lose each other's edits. If ``fn``
+  raises, nothing is written and the exception propagates.
+* An item whose TTL has passed is never returned (``get``, ``list``, and ``update`` treat it as
+  absent); ``purge_expired`` deletes such rows.
+* Timestamps are Unix seconds (float); ``version`` starts at 1 and grows by 1 on every write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memstrata.exceptions import InvalidInputError
+
+Namespace = tuple[str, ...]
+JSONValue = Any
+Updater = Callable[[JSONValue], JSONValue]
+
+# Labels are joined with the unit separator into one indexable text column, so it (and NUL,
+# which some drivers truncate at) cannot appear inside a label.
+NAMESPACE_SEPARATOR = "\x1f"
+MAX_NAMESPACE_DEPTH = 16
+MAX_LABEL_LENGTH = 256
+MAX_KEY_LENGTH = 1024
+
+
+@dataclass(frozen=True)
+class Item:
+    """One stored value and its bookkeeping."""
+
+    namespace: Namespace
+    key: str
+    value: JSONValue
+    version: int
+    created_at: float
+    updated_at: float
+    expires_at: float | None = None
+
+
+def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -> Namespace:
+    """Returns the namespace as a tuple, or raises InvalidInputError naming the bad label."""
+    if not isinstance(namespace, (tuple, list)):
+        raise InvalidInputError(
+            f"namespace must be a tuple of str, got {type(namespace).__name__}"
+        )
+    if not namespace and not allow_empty:
+        raise InvalidInputError("namespace must have at least one label")
+    if len(namespace) > MAX_NAMESPACE_DEPTH:
+        raise InvalidInputError(
+            f"namespace has {len(namespace)} labels; the limit is {MAX_NAMESPACE_DEPTH}"
+        )
+    for i, label in enumerate(namespace):
+        if not isinstance(label, str):
+            raise InvalidInputError(
+                f"namespace label {i} must be str, got {type(label).__name__}"
+            )
+        if not label:
+            raise InvalidInputError(f"namespace label {i} is empty")
+        if len(label) > MAX_LABEL_LENGTH:
+            raise InvalidInputError(
+                f"namespace label {i} is {len(label)} characters; the limit is {MAX_LABEL_LENGTH}"
+            )
+        if NAMESPACE_SEPARATOR in label or "\x00" in label:
+            raise InvalidInputError(
+                f"namespace label {i} contains a NUL or unit-separator (\\x1f) character"
+            )
+    return tuple(namespace)
+
+
+def validate_key(key: str) -> str:
+    """Returns the key, or raises InvalidInputError saying what is wrong with it."""
+    if not isinstance(key, str):
+        raise InvalidInputError(f"key must be str, got {type(key).__name__}")
+    if not key:
+        raise InvalidInputError("key is empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidInputError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
+    if "\x00" in key:
+        raise InvalidInputError("key contains a NUL character")
+    return key
+
+
+def validate_ttl(ttl: float | None) -> float | None:
+    """TTL in seconds: a positive finite number, or None for no expiry."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise InvalidInputError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidInputError(f"ttl must be a positive finite number of seconds, got {ttl!r}")
+    return float(ttl)
+
+
+def validate_page(limit: int, offset: int) -> None:
+    for name, value in (("limit", limit), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
+
+
+def encode_namespace(namespace: Namespace) -> str:
+    """``("a", "b")`` → ``"a\\x1fb\\x1f"``: every prefix of a namespace encodes to a text prefix."""
+    return "".join(label + NAMESPACE_SEPARATOR for label in namespace)
+
+
+def decode_namespace(text: str) -> Namespace:
+    return tuple(text.split(NAMESPACE_SEPARATOR)[:-1])
+
+
+def prefix_upper_bound(prefix_text: str) -> str:
+    """The smallest text greater than every text starting with ``prefix_text``.
+
+    Encoded namespaces end with the separator, so the bound replaces that last separator with the
+    next code point; for the empty prefix every namespace is below U+10FFFF.
+    """
+    if not prefix_text:
+        return "\U0010ffff"
+    return prefix_text[:-1] + chr(ord(NAMESPACE_SEPARATOR) + 1)
+
+
+class Store(ABC):
+    """A namespaced JSON document store. See the module docstring for the guarantees."""
+
+    @abstractmethod
+    def get(self, namespace: Namespace, key: str) -> Item | None:
+        """Returns the item, or None when it is absent or expired."""
+
+    @abstractmethod
+    def put(
+        self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
+    ) -> Item:
+        """Creates or overwrites the item (``created_at`` is kept on overwrite)."""
+
+    @abstractmethod
+    def delete(self, namespace: Namespace, key: str) -> bool:
+        """Deletes the item; returns whether a live item was there."""
+
+    @abstractmethod
+    def list(
+        self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
+    ) -> list[Item]:
+        """Live items whose namespace starts with the prefix, ordered by namespace then key."""
+
+    @abstractmethod
+    def update(
+        self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
+    ) -> Item:
+        """Atomically stores ``fn(current value or None)``; ``fn`` may run once per attempt."""
+
+    @abstractmethod
+    def purge_expired(self) -> int:
+        """Deletes expired rows; returns how many."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook; in-memory stores hold nothing
+        """Releases connections. The store must not be used afterwards."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Async twins. Embedded backends do blocking work in a worker thread so an event loop is
+    # never stalled; a networked backend overrides these with native async I/O.
+
+    async def aget(self, namespace: Namespace, key: str) -> Item | None:
+        return await asyncio.to_thread(self.get, namespace, key)
+
+    async def aput(
+        self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
+    ) -> Item:
+        return await asyncio.to_thread(self.put, namespace, key, value, ttl=ttl)
+
+    async def adelete(self, namespace: Namespace, key: str) -> bool:
+        return await asyncio.to_thread(self.delete, namespace, key)
+
+    async def alist(
+        self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
+    ) -> list[Item]:
+        return await asyncio.to_thread(self.list, namespace_prefix, limit=limit, offset=offset)
+
+    async def aupdate(
+        self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
+    ) -> Item:
+        return await asyncio.to_thread(self.update, namespace, key, fn, ttl=ttl)
+
+    async def apurge_expired(self) -> int:
+        return await asyncio.to_thread(self.purge_expired)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)

@@ -1,0 +1,38 @@
+"""JSON encoding of stored values: the one place that turns values into bytes and back.
+
+Values are validated before encoding, because orjson would silently write NaN as ``null`` and
+a value that changes on its way into storage is data lost. Validation reuses the Rust walker
+(``strip_unsafe_keys`` with no keys), which names the offending path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from memstrata._core import strip_unsafe_keys
+from memstrata.exceptions import InvalidInputError, NestingTooDeepError
+
+# orjson refuses to serialise past this depth; deeper values get a clear error rather than
+# orjson's bare "Recursion limit reached".
+MAX_STORED_DEPTH = 254
+
+
+def dumps(value: Any) -> bytes:
+    """Validates ``value`` as JSON data and encodes it; raises a memstrata error naming the path."""
+    strip_unsafe_keys(value, keys=())
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        if "Recursion" in str(exc):
+            raise NestingTooDeepError(
+                f"value nests deeper than {MAX_STORED_DEPTH} levels, the storage limit",
+                path="$",
+                limit=MAX_STORED_DEPTH,
+            ) from None
+        raise InvalidInputError(f"value cannot be stored as JSON: {exc}") from None
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)

@@ -1,0 +1,128 @@
+"""InMemoryStore: the store protocol in a process's memory, for tests and throwaway agents.
+
+Values are kept encoded (JSON bytes), exactly as the SQLite backend keeps them, so a caller
+mutating a value it put or got can never change what is stored, and both backends behave alike.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+from dataclasses import dataclass
+
+from memstrata.stores import codec
+from memstrata.stores.base import (
+    Item,
+    JSONValue,
+    Namespace,
+    Store,
+    Updater,
+    validate_key,
+    validate_namespace,
+    validate_page,
+    validate_ttl,
+)
+
+
+@dataclass
+class _Row:
+    data: bytes
+    version: int
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+
+    def live(self, now: float) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+class InMemoryStore(Store):
+    """A thread-safe in-process store; nothing survives the process."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[Namespace, str], _Row] = {}
+        self._lock = threading.Lock()
+
+    def _item(self, namespace: Namespace, key: str, row: _Row) -> Item:
+        return Item(
+            namespace,
+            key,
+            codec.loads(row.data),
+            row.version,
+            row.created_at,
+            row.updated_at,
+            row.expires_at,
+        )
+
+    def _write(
+        self, namespace: Namespace, key: str, data: bytes, ttl: float | None, now: float
+    ) -> _Row:
+        old = self._rows.get((namespace, key))
+        live_old = old if old is not None and old.live(now) else None
+        row = _Row(
+            data,
+            (live_old.version + 1) if live_old else 1,
+            live_old.created_at if live_old else now,
+            now,
+            now + ttl if ttl is not None else None,
+        )
+        self._rows[(namespace, key)] = row
+        return row
+
+    def get(self, namespace: Namespace, key: str) -> Item | None:
+        namespace, key = validate_namespace(namespace), validate_key(key)
+        with self._lock:
+            row = self._rows.get((namespace, key))
+            if row is None or not row.live(time.time()):
+                return None
+            return self._item(namespace, key, row)
+
+    def put(
+        self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
+    ) -> Item:
+        namespace, key, ttl = validate_namespace(namespace), validate_key(key), validate_ttl(ttl)
+        data = codec.dumps(value)
+        with self._lock:
+            row = self._write(namespace, key, data, ttl, time.time())
+            return self._item(namespace, key, row)
+
+    def delete(self, namespace: Namespace, key: str) -> bool:
+        namespace, key = validate_namespace(namespace), validate_key(key)
+        with self._lock:
+            row = self._rows.pop((namespace, key), None)
+            return row is not None and row.live(time.time())
+
+    def list(
+        self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
+    ) -> builtins.list[Item]:
+        prefix = validate_namespace(namespace_prefix, allow_empty=True)
+        validate_page(limit, offset)
+        now = time.time()
+        with self._lock:
+            matches = sorted(
+                (ns, key)
+                for (ns, key), row in self._rows.items()
+                if ns[: len(prefix)] == prefix and row.live(now)
+            )
+            page = matches[offset : offset + limit]
+            return [self._item(ns, key, self._rows[(ns, key)]) for ns, key in page]
+
+    def update(
+        self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
+    ) -> Item:
+        namespace, key, ttl = validate_namespace(namespace), validate_key(key), validate_ttl(ttl)
+        with self._lock:
+            now = time.time()
+            row = self._rows.get((namespace, key))
+            current = codec.loads(row.data) if row is not None and row.live(now) else None
+            data = codec.dumps(fn(current))
+            return self._item(namespace, key, self._write(namespace, key, data, ttl, now))
+
+    def purge_expired(self) -> int:
+        with self._lock:
+            now = time.time()
+            dead = [k for k, row in self._rows.items() if not row.live(now)]
+            for k in dead:
+                del self._rows[k]
+            return len(dead)

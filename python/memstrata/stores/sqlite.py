@@ -1,0 +1,222 @@
+"""SQLiteStore: the embedded default. One file, WAL journal, nothing to start.
+
+Several processes may open the same file: ``update`` takes SQLite's write lock up front
+(``BEGIN IMMEDIATE``) before reading, so concurrent read-modify-writes serialise instead of
+overwriting each other, and ``busy_timeout`` makes a waiting writer wait rather than fail.
+With WAL and ``synchronous=NORMAL`` a killed process never leaves a half-written record: a
+transaction is in the file whole or not at all.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from memstrata.stores import codec
+from memstrata.stores.base import (
+    Item,
+    JSONValue,
+    Namespace,
+    Store,
+    Updater,
+    decode_namespace,
+    encode_namespace,
+    prefix_upper_bound,
+    validate_key,
+    validate_namespace,
+    validate_page,
+    validate_ttl,
+)
+
+SCHEMA_VERSION = 1
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS items (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value BLOB NOT NULL,
+            version INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            expires_at REAL,
+            PRIMARY KEY (namespace, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX IF NOT EXISTS items_expires_at ON items (expires_at)"
+        " WHERE expires_at IS NOT NULL",
+    ),
+}
+
+_COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > ?)"
+
+
+class SQLiteStore(Store):
+    """A store in one SQLite file.
+
+    Args:
+        path: The database file; created with its directory if missing. ``":memory:"`` works
+            for a private throwaway database.
+        busy_timeout: Seconds a writer waits for another process's lock before failing.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.path = os.fspath(path)
+        if self.path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(parent, exist_ok=True)
+        # One connection per store, used under a lock: sqlite3 objects are not thread-safe, and
+        # the async twins call in from worker threads.
+        self._conn = sqlite3.connect(
+            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        self._lock = threading.RLock()
+        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._transaction():
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS memstrata_schema (version INTEGER NOT NULL)"
+            )
+            row = self._conn.execute("SELECT max(version) FROM memstrata_schema").fetchone()
+            current = row[0] or 0
+            if current > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.path} has schema version {current}; this memstrata knows up to "
+                    f"{SCHEMA_VERSION}: upgrade memstrata to open it"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
+                    self._conn.execute(statement)
+                self._conn.execute("INSERT INTO memstrata_schema (version) VALUES (?)", (version,))
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction holding the database lock from its first statement."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @staticmethod
+    def _item(row: tuple[str, str, bytes, int, float, float, float | None]) -> Item:
+        ns, key, data, version, created_at, updated_at, expires_at = row
+        return Item(
+            decode_namespace(ns),
+            key,
+            codec.loads(data),
+            version,
+            created_at,
+            updated_at,
+            expires_at,
+        )
+
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        ns: str,
+        key: str,
+        data: bytes,
+        ttl: float | None,
+        now: float,
+    ) -> Item:
+        """Upserts inside the caller's transaction; an expired row counts as absent."""
+        expires_at = now + ttl if ttl is not None else None
+        row = conn.execute(
+            f"""INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, 1, ?, ?, ?)
+            ON CONFLICT (namespace, key) DO UPDATE SET
+                value = excluded.value,
+                version = CASE WHEN {_LIVE_OLD} THEN items.version + 1 ELSE 1 END,
+                created_at = CASE WHEN {_LIVE_OLD} THEN items.created_at
+                                  ELSE excluded.created_at END,
+                updated_at = excluded.updated_at,
+                expires_at = excluded.expires_at
+            RETURNING {_COLUMNS}""",
+            (ns, key, data, now, now, expires_at, now, now),
+        ).fetchone()
+        return self._item(row)
+
+    def get(self, namespace: Namespace, key: str) -> Item | None:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (ns, key, time.time()),
+            ).fetchone()
+        return None if row is None else self._item(row)
+
+    def put(
+        self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
+    ) -> Item:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        ttl = validate_ttl(ttl)
+        data = codec.dumps(value)
+        with self._transaction() as conn:
+            return self._write(conn, ns, key, data, ttl, time.time())
+
+    def delete(self, namespace: Namespace, key: str) -> bool:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        with self._transaction() as conn:
+            row = conn.execute(
+                f"DELETE FROM items WHERE namespace = ? AND key = ? RETURNING {_LIVE}",
+                (ns, key, time.time()),
+            ).fetchone()
+        return bool(row and row[0])
+
+    def list(
+        self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
+    ) -> builtins.list[Item]:
+        prefix = encode_namespace(validate_namespace(namespace_prefix, allow_empty=True))
+        validate_page(limit, offset)
+        with self._lock:
+            rows = self._conn.execute(
+                f"""SELECT {_COLUMNS} FROM items
+                WHERE namespace >= ? AND namespace < ? AND {_LIVE}
+                ORDER BY namespace, key LIMIT ? OFFSET ?""",
+                (prefix, prefix_upper_bound(prefix), time.time(), limit, offset),
+            ).fetchall()
+        return [self._item(row) for row in rows]
+
+    def update(
+        self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
+    ) -> Item:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        ttl = validate_ttl(ttl)
+        with self._transaction() as conn:
+            now = time.time()
+            row = conn.execute(
+                f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (ns, key, now),
+            ).fetchone()
+            current = codec.loads(row[0]) if row is not None else None
+            data = codec.dumps(fn(current))
+            return self._write(conn, ns, key, data, ttl, now)
+
+    def purge_expired(self) -> int:
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                (time.time(),),
+            )
+            return cursor.rowcount
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,205 @@
+"""Tools the layers offer the model: one definition, rendered for every SDK.
+
+A :class:`Tool` holds the seed's own name (``working-memory/update``), a description, a JSON
+Schema for its arguments and the handler. ``tool_spec`` renders it as OpenAI chat tools,
+Anthropic tools or MCP tools. OpenAI and Anthropic accept only ``[A-Za-z0-9_-]{1,64}`` as a tool
+name, so ``wire_name`` maps seed names to a safe form (``working-memory_update``); the stack
+accepts either form in ``call_tool``.
+
+``parse_arguments`` and ``validate_arguments`` turn whatever the model sent into a dict or a
+:class:`~memstrata.exceptions.ToolError` that says exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from memstrata.exceptions import ToolError
+
+ToolFormat = Literal["openai", "anthropic", "mcp"]
+
+# A model can send anything; these bound what one call may cost before any layer sees it.
+MAX_ARGUMENT_BYTES = 1 << 20
+MAX_WIRE_NAME = 64
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool a layer offers the model.
+
+    Attributes:
+        name: The seed's name for it, the contract with the model (``mind_recall``).
+        description: What the model reads to decide when to call it.
+        parameters: JSON Schema of the arguments (an ``object`` schema).
+        handler: Called with the validated arguments; returns JSON data or raises ToolError.
+        validate: Whether ``parameters`` is enforced before the handler runs. A layer that
+            validates the effect instead (a working-memory patch is checked after merging) turns
+            it off.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    handler: Callable[[dict[str, Any]], Any] = field(compare=False)
+    validate: bool = True
+
+    @property
+    def wire_name(self) -> str:
+        return wire_name(self.name)
+
+
+def wire_name(name: str) -> str:
+    """The name as OpenAI and Anthropic accept it: ``[A-Za-z0-9_-]{1,64}``.
+
+    Unsafe characters become ``_``; a name that is still too long keeps a prefix and a short hash
+    of the full name, so distinct long names stay distinct.
+    """
+    safe = _UNSAFE_NAME_CHARS.sub("_", name) or "_"
+    if len(safe) <= MAX_WIRE_NAME:
+        return safe
+    digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
+    return f"{safe[: MAX_WIRE_NAME - 9]}_{digest}"
+
+
+def tool_spec(tool: Tool, fmt: ToolFormat = "openai") -> dict[str, Any]:
+    """Renders one tool for an SDK."""
+    parameters = dict(tool.parameters)
+    if fmt == "openai":
+        return {
+            "type": "function",
+            "function": {
+                "name": tool.wire_name,
+                "description": tool.description,
+                "parameters": parameters,
+            },
+        }
+    if fmt == "anthropic":
+        return {"name": tool.wire_name, "description": tool.description, "input_schema": parameters}
+    if fmt == "mcp":
+        return {"name": tool.name, "description": tool.description, "inputSchema": parameters}
+    raise ToolError(
+        f"unknown tool format {fmt!r}; expected 'openai', 'anthropic' or 'mcp'",
+        code="invalid_arguments",
+    )
+
+
+def parse_arguments(arguments: Any) -> dict[str, Any]:
+    """Accepts a dict, or the JSON text a model sent (``None`` or ``""`` mean no arguments)."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, (str, bytes, bytearray)):
+        size = len(arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else arguments)
+        if size > MAX_ARGUMENT_BYTES:
+            raise ToolError(
+                f"arguments are {size:,} bytes; the limit is {MAX_ARGUMENT_BYTES:,}",
+                code="invalid_arguments",
+            )
+        if not arguments.strip():
+            return {}
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError as exc:
+            raise ToolError(f"arguments are not valid JSON: {exc}", code="invalid_arguments") from None
+    if not isinstance(arguments, dict):
+        raise ToolError(
+            f"arguments must be a JSON object, got {_json_type(arguments)}",
+            code="invalid_arguments",
+        )
+    return arguments
+
+
+def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
+    """Checks arguments against a tool's parameter schema; raises ToolError listing every problem.
+
+    Supports the JSON Schema keywords tool definitions use: ``type`` (or a list of types),
+    ``properties``, ``required``, ``additionalProperties`` (bool or schema), ``enum``, ``items``,
+    ``minLength``/``maxLength``, ``minimum``/``maximum``, ``minItems``/``maxItems``.
+    """
+    problems: list[str] = []
+    _check(schema, arguments, "$", problems)
+    if problems:
+        raise ToolError(
+            "arguments do not match the tool's schema: " + "; ".join(problems[:5]),
+            code="invalid_arguments",
+            details=problems,
+        )
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
+    or (isinstance(v, float) and v.is_integer()),
+    "number": lambda v: isinstance(v, (int, float))
+    and not isinstance(v, bool)
+    and math.isfinite(v),
+}
+
+
+def _json_type(value: Any) -> str:
+    for name in ("null", "boolean", "integer", "number", "string", "array", "object"):
+        if _TYPE_CHECKS[name](value):
+            return name
+    return type(value).__name__
+
+
+def _check(schema: Mapping[str, Any], value: Any, path: str, problems: list[str]) -> None:
+    expected = schema.get("type")
+    if expected is not None:
+        types = [expected] if isinstance(expected, str) else list(expected)
+        if not any(_TYPE_CHECKS.get(t, lambda _v: True)(value) for t in types):
+            problems.append(f"{path}: expected {' or '.join(types)}, got {_json_type(value)}")
+            return
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(repr(v) for v in schema["enum"])
+        problems.append(f"{path}: {value!r} is not one of {allowed}")
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            problems.append(f"{path}: shorter than {schema['minLength']} characters")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            problems.append(f"{path}: {len(value)} characters, the limit is {schema['maxLength']}")
+    if _TYPE_CHECKS["number"](value):
+        if "minimum" in schema and value < schema["minimum"]:
+            problems.append(f"{path}: {value} is below the minimum {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            problems.append(f"{path}: {value} is above the maximum {schema['maximum']}")
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            problems.append(f"{path}: fewer than {schema['minItems']} items")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            problems.append(f"{path}: {len(value)} items, the limit is {schema['maxItems']}")
+        if isinstance(schema.get("items"), Mapping):
+            for i, item in enumerate(value):
+                _check(schema["items"], item, f"{path}[{i}]", problems)
+    if isinstance(value, dict):
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        for name in schema.get("required", ()):
+            if name not in value:
+                problems.append(f"{path}: missing required field {name!r}")
+        extra = schema.get("additionalProperties", True)
+        for name, item in value.items():
+            if name in properties:
+                _check(properties[name], item, f"{path}.{name}", problems)
+            elif extra is False:
+                problems.append(f"{path}: unexpected field {name!r}")
+            elif isinstance(extra, Mapping):
+                _check(extra, item, f"{path}.{name}", problems)
+
+
+def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
+    """What the model reads when a call fails: the tool, a reason code and each problem."""
+    payload: dict[str, Any] = {"code": error.code, "message": str(error)}
+    if error.details:
+        payload["details"] = error.details
+    return {"ok": False, "tool": tool_name, "error": payload}

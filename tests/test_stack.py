@@ -1,0 +1,197 @@
+"""MemoryStack and Run: lifecycle, budgets, prompt injection, tool routing, spawn."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from memstrata.exceptions import InvalidInputError, ToolError
+from memstrata.stack import Budget, Layer, MemoryStack, RunContext, allocate_budgets
+from memstrata.stores import InMemoryStore
+from memstrata.tools import Tool
+
+
+@dataclass
+class RecordingLayer:
+    """A layer that records every hook the run calls, in order."""
+
+    name: str
+    slot: int
+    budget: Budget = field(default_factory=lambda: Budget(10, 100))
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    fail_close: bool = False
+
+    def init(self, ctx: RunContext) -> dict[str, Any]:
+        self.events.append(("init", ctx.thread_id))
+        return {"ctx": ctx, "calls": []}
+
+    def recall(self, handle: dict[str, Any], budget: int) -> list[dict[str, Any]]:
+        self.events.append(("recall", budget))
+        return [{"content": f"<{self.name}>"}]
+
+    def observe(self, handle: dict[str, Any], message: dict[str, Any]) -> None:
+        self.events.append(("observe", message.get("content")))
+        if message.get("content") == "explode":
+            raise ToolError("cannot apply", code="invalid_arguments")
+
+    def tools(self, handle: dict[str, Any]) -> list[Tool]:
+        def echo(args: dict[str, Any]) -> dict[str, Any]:
+            handle["calls"].append(args)
+            if args.get("crash"):
+                raise RuntimeError("bug")
+            return {"ok": True, "echo": args}
+
+        return [
+            Tool(
+                f"{self.name}/echo",
+                "Echo.",
+                {
+                    "type": "object",
+                    "properties": {"n": {"type": "integer"}, "crash": {"type": "boolean"}},
+                    "additionalProperties": False,
+                },
+                echo,
+            )
+        ]
+
+    def on_spawn(self, handle: dict[str, Any], child: RunContext) -> dict[str, Any]:
+        self.events.append(("spawn", child.thread_id))
+        return {"ctx": child, "calls": [], "parent": handle}
+
+    def close(self, handle: dict[str, Any], error: BaseException | None) -> None:
+        self.events.append(("close", type(error).__name__ if error else None))
+        if self.fail_close:
+            raise RuntimeError(f"{self.name} flush failed")
+
+
+def make_stack(*layers: RecordingLayer, total: int = 1000) -> MemoryStack:
+    return MemoryStack(list(layers), store=InMemoryStore(), total_budget=total)
+
+
+def test_recording_layer_satisfies_the_protocol() -> None:
+    assert isinstance(RecordingLayer("a", 1), Layer)
+
+
+def test_budgets_give_minimums_first_then_headroom() -> None:
+    a = RecordingLayer("a", 1, Budget(100, 300))
+    b = RecordingLayer("b", 2, Budget(200, 1500))
+    shares = allocate_budgets([a, b], 1000)
+    assert shares["a"] >= 100 and shares["b"] >= 200
+    assert shares["a"] <= 300 and shares["b"] <= 1500
+    assert sum(shares.values()) == 1000
+    # Headroom 200 vs 1300: the extra 700 splits in that proportion.
+    assert (shares["a"], shares["b"]) == (100 + 700 * 200 // 1500, 1000 - 100 - 700 * 200 // 1500)
+    assert allocate_budgets([a, b], 150) == {"a": 100, "b": 50}
+    assert allocate_budgets([a, b], 10_000) == {"a": 300, "b": 1500}
+
+
+def test_prepare_injects_by_slot_after_system_messages() -> None:
+    late, early = RecordingLayer("late", 200), RecordingLayer("early", 50)
+    stack = make_stack(late, early)
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    with stack.run(thread_id="t") as run:
+        out = run.prepare(messages)
+    assert [m["content"] for m in out] == ["sys", "<early>", "<late>", "hi"]
+    assert out[1]["role"] == "system"
+    assert messages == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+
+
+def test_tools_are_routed_by_seed_or_wire_name() -> None:
+    layer = RecordingLayer("wm", 1)
+    with make_stack(layer).run(thread_id="t") as run:
+        specs = run.tool_specs("openai")
+        assert [s["function"]["name"] for s in specs] == ["wm_echo"]
+        assert run.call_tool("wm/echo", {"n": 1}) == {"ok": True, "echo": {"n": 1}}
+        assert run.call_tool("wm_echo", '{"n": 2}')["echo"] == {"n": 2}
+        assert [s["name"] for s in run.tool_specs("anthropic")] == ["wm_echo"]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "code", "fragment"),
+    [
+        ("nope", {}, "unknown_tool", "available: wm/echo"),
+        ("wm/echo", "{bad json", "invalid_arguments", "not valid JSON"),
+        ("wm/echo", {"n": "one"}, "invalid_arguments", "$.n: expected integer"),
+        ("wm/echo", {"zzz": 1}, "invalid_arguments", "unexpected field 'zzz'"),
+        ("wm/echo", {"crash": True}, "internal_error", "RuntimeError"),
+        (None, {}, "unknown_tool", "unknown tool None"),
+    ],
+)
+def test_bad_calls_come_back_as_error_payloads(
+    name: Any, arguments: Any, code: str, fragment: str
+) -> None:
+    with make_stack(RecordingLayer("wm", 1)).run(thread_id="t") as run:
+        result = run.call_tool(name, arguments)
+    assert result["ok"] is False
+    assert result["error"]["code"] == code
+    assert fragment in result["error"]["message"]
+
+
+def test_call_tool_after_close_is_an_error_payload() -> None:
+    with make_stack(RecordingLayer("wm", 1)).run(thread_id="t") as run:
+        pass
+    assert run.call_tool("wm/echo", {})["error"]["code"] == "run_closed"
+
+
+def test_observe_reports_a_layer_failure_without_raising() -> None:
+    a, b = RecordingLayer("a", 1), RecordingLayer("b", 2)
+    with make_stack(a, b).run(thread_id="t") as run:
+        diagnostics = run.observe({"role": "assistant", "content": "explode"})
+    assert len(diagnostics) == 2 and "cannot apply" in diagnostics[0]
+    assert ("observe", "explode") in b.events
+
+
+def test_exception_inside_the_block_is_an_error_close() -> None:
+    a, b = RecordingLayer("a", 1), RecordingLayer("b", 2)
+    with pytest.raises(KeyError), make_stack(a, b).run(thread_id="t"):
+        raise KeyError("boom")
+    assert a.events[-1] == ("close", "KeyError")
+    assert b.events[-1] == ("close", "KeyError")
+
+
+def test_every_layer_closes_even_if_one_fails() -> None:
+    a, b = RecordingLayer("a", 1), RecordingLayer("b", 2, fail_close=True)
+    with pytest.raises(RuntimeError, match="b flush failed"), make_stack(a, b).run(thread_id="t"):
+        pass
+    assert a.events[-1] == ("close", None)
+
+
+def test_spawn_calls_on_spawn_and_inherits_scope() -> None:
+    layer = RecordingLayer("a", 1)
+    with make_stack(layer).run(thread_id="parent", resource_id="user") as run:
+        with run.spawn(thread_id="child") as child:
+            handle = child.layer("a")
+            assert handle["ctx"].thread_id == "child"
+            assert handle["ctx"].resource_id == "user"
+            assert handle["ctx"].parent is run.context
+            assert handle["parent"] is run.layer("a")
+    assert ("spawn", "child") in layer.events
+
+
+def test_layer_lookup_names_the_layers() -> None:
+    with make_stack(RecordingLayer("a", 1)).run(thread_id="t") as run:
+        with pytest.raises(InvalidInputError, match="no layer named 'b'; layers: a"):
+            run.layer("b")
+
+
+def test_stack_configuration_errors() -> None:
+    with pytest.raises(InvalidInputError, match="unique"):
+        make_stack(RecordingLayer("a", 1), RecordingLayer("a", 2))
+    with pytest.raises(InvalidInputError, match="Layer protocol"):
+        MemoryStack([object()], store=InMemoryStore())  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match="min <= max"):
+        Budget(10, 5)
+
+
+def test_async_run() -> None:
+    layer = RecordingLayer("a", 1)
+
+    async def scenario() -> dict[str, Any]:
+        async with make_stack(layer).arun(thread_id="t") as run:
+            return await run.acall_tool("a/echo", {"n": 3})
+
+    assert asyncio.run(scenario()) == {"ok": True, "echo": {"n": 3}}
+    assert layer.events[0] == ("init", "t") and layer.events[-1] == ("close", None)

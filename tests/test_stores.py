@@ -1,0 +1,259 @@
+"""The store conformance suite: every backend must pass all of it.
+
+A new backend joins by adding a factory to ``BACKENDS``; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from memstrata import deep_merge
+from memstrata.exceptions import (
+    InvalidInputError,
+    NonFiniteNumberError,
+    UnsupportedTypeError,
+)
+from memstrata.stores import InMemoryStore, SQLiteStore, Store, open_store
+
+StoreFactory = Callable[[pathlib.Path], Store]
+
+BACKENDS: dict[str, StoreFactory] = {
+    "memory": lambda _tmp: InMemoryStore(),
+    "sqlite": lambda tmp: SQLiteStore(tmp / "memstrata.db"),
+}
+
+NS = ("agents", "alice")
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
+    s = BACKENDS[request.param](tmp_path)
+    yield s
+    s.close()
+
+
+def test_put_then_get_round_trips_json(store: Store) -> None:
+    value = {"name": "Ada", "tags": ["a", "b"], "n": 1.5, "ok": True, "none": None, "u": "日本"}
+    item = store.put(NS, "profile", value)
+    assert (item.namespace, item.key, item.value, item.version) == (NS, "profile", value, 1)
+    got = store.get(NS, "profile")
+    assert got is not None and got.value == value and got.version == 1
+    assert got.created_at == item.created_at == got.updated_at
+
+
+def test_overwrite_bumps_version_and_keeps_created_at(store: Store) -> None:
+    first = store.put(NS, "k", 1)
+    time.sleep(0.002)
+    second = store.put(NS, "k", 2)
+    assert second.version == 2 and second.value == 2
+    assert second.created_at == first.created_at
+    assert second.updated_at > first.updated_at
+
+
+def test_missing_item_is_none(store: Store) -> None:
+    assert store.get(NS, "nope") is None
+    assert store.get(("other",), "k") is None
+
+
+def test_values_are_copied_in_and_out(store: Store) -> None:
+    value: dict[str, Any] = {"list": [1, 2]}
+    store.put(NS, "k", value)
+    value["list"].append(3)
+    got = store.get(NS, "k")
+    assert got is not None and got.value == {"list": [1, 2]}
+    got.value["list"].append(4)
+    again = store.get(NS, "k")
+    assert again is not None and again.value == {"list": [1, 2]}
+
+
+def test_delete_reports_whether_an_item_was_there(store: Store) -> None:
+    store.put(NS, "k", "v")
+    assert store.delete(NS, "k") is True
+    assert store.delete(NS, "k") is False
+    assert store.get(NS, "k") is None
+
+
+def test_list_by_prefix_is_ordered_and_paged(store: Store) -> None:
+    for ns, key in [
+        (("a", "x"), "2"),
+        (("a", "x"), "1"),
+        (("a", "y", "z"), "1"),
+        (("ab",), "1"),
+        (("b",), "1"),
+    ]:
+        store.put(ns, key, f"{ns}/{key}")
+    under_a = [(i.namespace, i.key) for i in store.list(("a",))]
+    # ("ab",) shares the text prefix "a" but not the label: it must not be listed under ("a",).
+    assert under_a == [(("a", "x"), "1"), (("a", "x"), "2"), (("a", "y", "z"), "1")]
+    assert [i.key for i in store.list(("a",), limit=1, offset=1)] == ["2"]
+    assert len(store.list()) == 5
+    assert store.list(("a", "y")) == store.list(("a", "y", "z"))
+    assert store.list(("missing",)) == []
+
+
+def test_expired_items_are_never_returned(store: Store) -> None:
+    store.put(NS, "short", "v", ttl=0.05)
+    store.put(NS, "long", "v", ttl=60)
+    assert store.get(NS, "short") is not None
+    time.sleep(0.08)
+    assert store.get(NS, "short") is None
+    assert [i.key for i in store.list(NS)] == ["long"]
+    updated = store.update(NS, "short", lambda current: {"was": current})
+    assert updated.value == {"was": None} and updated.version == 1
+    store.put(NS, "gone", "v", ttl=0.01)
+    time.sleep(0.03)
+    assert store.purge_expired() == 1
+    assert store.delete(NS, "gone") is False
+
+
+def test_update_is_read_modify_write(store: Store) -> None:
+    seen: list[Any] = []
+
+    def add_key(current: Any) -> Any:
+        seen.append(current)
+        return deep_merge(current or {}, {"count": len(seen)})
+
+    first = store.update(NS, "state", add_key)
+    second = store.update(NS, "state", add_key)
+    assert seen == [None, {"count": 1}]
+    assert (first.version, second.version, second.value) == (1, 2, {"count": 2})
+
+
+def test_failed_update_writes_nothing(store: Store) -> None:
+    store.put(NS, "state", {"keep": 1})
+
+    def boom(current: Any) -> Any:
+        raise RuntimeError("model sent garbage")
+
+    with pytest.raises(RuntimeError, match="garbage"):
+        store.update(NS, "state", boom)
+    with pytest.raises(UnsupportedTypeError):
+        store.update(NS, "state", lambda current: {"bad": {1, 2}})
+    got = store.get(NS, "state")
+    assert got is not None and got.value == {"keep": 1} and got.version == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "where"),
+    [
+        ({"a": {"b": float("nan")}}, NonFiniteNumberError, "$.a.b"),
+        ({"a": [1, math.inf]}, NonFiniteNumberError, "$.a[1]"),
+        ({"a": b"bytes"}, UnsupportedTypeError, "$.a"),
+        ({"a": object()}, UnsupportedTypeError, "$.a"),
+        ({1: "int key"}, UnsupportedTypeError, "$"),
+    ],
+)
+def test_non_json_values_are_refused_and_nothing_changes(
+    store: Store, value: Any, error: type[Exception], where: str
+) -> None:
+    store.put(NS, "k", "old")
+    with pytest.raises(error) as info:
+        store.put(NS, "k", value)
+    assert where in str(info.value)
+    got = store.get(NS, "k")
+    assert got is not None and got.value == "old" and got.version == 1
+
+
+@pytest.mark.parametrize(
+    ("namespace", "key", "message"),
+    [
+        ((), "k", "at least one label"),
+        (("a", ""), "k", "label 1 is empty"),
+        (("a\x1fb",), "k", "unit-separator"),
+        (("a", 3), "k", "label 1 must be str"),
+        ("agents", "k", "must be a tuple"),
+        (("a",), "", "key is empty"),
+        (("a",), "x" * 5000, "limit is 1024"),
+        (("a",), "k\x00", "NUL"),
+    ],
+)
+def test_bad_namespaces_and_keys_are_named(
+    store: Store, namespace: Any, key: Any, message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        store.put(namespace, key, 1)
+
+
+def test_bad_ttl_and_paging_are_refused(store: Store) -> None:
+    for ttl in (0, -1, math.nan, "1d"):
+        with pytest.raises(InvalidInputError, match="ttl"):
+            store.put(NS, "k", 1, ttl=ttl)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="limit"):
+        store.list(NS, limit=-1)
+
+
+def test_sql_looking_strings_are_plain_data(store: Store) -> None:
+    ns = ("x'; DROP TABLE items; --",)
+    store.put(ns, "' OR 1=1 --", {"q": "'; DELETE FROM items"})
+    store.put(("y",), "k", 1)
+    assert [i.key for i in store.list(ns)] == ["' OR 1=1 --"]
+    assert len(store.list()) == 2
+
+
+def test_async_twins(store: Store) -> None:
+    async def scenario() -> None:
+        await store.aput(NS, "k", {"a": 1})
+        await store.aupdate(NS, "k", lambda v: deep_merge(v, {"b": 2}))
+        item = await store.aget(NS, "k")
+        assert item is not None and item.value == {"a": 1, "b": 2} and item.version == 2
+        assert [i.key for i in await store.alist(NS)] == ["k"]
+        assert await store.adelete(NS, "k") is True
+        assert await store.apurge_expired() == 0
+
+    asyncio.run(scenario())
+
+
+def test_sqlite_survives_reopen(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "nested" / "dir" / "m.db"
+    with SQLiteStore(path) as s:
+        s.put(NS, "k", {"persisted": True})
+    with SQLiteStore(path) as s:
+        got = s.get(NS, "k")
+        assert got is not None and got.value == {"persisted": True}
+
+
+def test_open_store_urls(tmp_path: pathlib.Path) -> None:
+    assert isinstance(open_store("memory://"), InMemoryStore)
+    s = open_store(f"sqlite:///{tmp_path}/u.db")
+    assert isinstance(s, SQLiteStore) and s.path == f"/{tmp_path}/u.db".replace("//", "/")
+    s.close()
+    for bad in ("redis://x", "sqlite://host/x.db", "sqlite:///", 42):
+        with pytest.raises(InvalidInputError):
+            open_store(bad)  # type: ignore[arg-type]
+
+
+# Each worker is a separate interpreter (not a fork), as separate agent servers would be.
+_MERGE_WORKER = """
+import sys
+from memstrata import deep_merge
+from memstrata.stores import SQLiteStore
+path, worker, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with SQLiteStore(path) as s:
+    for j in range(count):
+        s.update(("agents", "alice"), "shared",
+                 lambda v, j=j: deep_merge(v or {}, {f"w{worker}-{j}": j}))
+"""
+
+
+def test_two_processes_merging_into_one_record_lose_nothing(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "concurrent.db")
+    SQLiteStore(path).close()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _MERGE_WORKER, path, str(w), "250"])
+        for w in range(2)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    with SQLiteStore(path) as s:
+        item = s.get(NS, "shared")
+    assert item is not None
+    assert sorted(item.value) == sorted(f"w{w}-{j}" for w in range(2) for j in range(250))
+    assert item.version == 500

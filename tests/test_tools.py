@@ -1,0 +1,115 @@
+"""Tool definitions: wire names, spec formats, argument parsing and validation."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from memstrata.exceptions import ToolError
+from memstrata.tools import (
+    MAX_ARGUMENT_BYTES,
+    Tool,
+    parse_arguments,
+    tool_spec,
+    validate_arguments,
+    wire_name,
+)
+
+WIRE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("working-memory/update", "working-memory_update"),
+        ("mind_recall", "mind_recall"),
+        ("a.b c", "a_b_c"),
+        ("", "_"),
+    ],
+)
+def test_wire_names_are_safe(name: str, expected: str) -> None:
+    assert wire_name(name) == expected
+    assert WIRE.match(wire_name(name))
+
+
+def test_long_names_stay_distinct_and_safe() -> None:
+    a, b = "x" * 70 + "/a", "x" * 70 + "/b"
+    assert wire_name(a) != wire_name(b)
+    assert all(WIRE.match(wire_name(n)) for n in (a, b))
+
+
+def test_one_definition_three_formats() -> None:
+    tool = Tool("working-memory/update", "Update it.", {"type": "object"}, lambda a: a)
+    assert tool_spec(tool, "openai") == {
+        "type": "function",
+        "function": {
+            "name": "working-memory_update",
+            "description": "Update it.",
+            "parameters": {"type": "object"},
+        },
+    }
+    assert tool_spec(tool, "anthropic")["input_schema"] == {"type": "object"}
+    assert tool_spec(tool, "mcp")["name"] == "working-memory/update"
+    with pytest.raises(ToolError, match="unknown tool format"):
+        tool_spec(tool, "gemini")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ('{"a": 1', "not valid JSON"),
+        ("[1, 2]", "must be a JSON object, got array"),
+        ("42", "got integer"),
+        (7, "got integer"),
+        ('"\\ud800"', "must be a JSON object"),
+        ("[" * 5000 + "]" * 5000, "not valid JSON"),
+    ],
+)
+def test_bad_arguments_are_named(raw: Any, message: str) -> None:
+    with pytest.raises(ToolError, match=message) as info:
+        parse_arguments(raw)
+    assert info.value.code == "invalid_arguments"
+
+
+def test_oversized_arguments_are_refused_before_parsing() -> None:
+    with pytest.raises(ToolError, match="limit is"):
+        parse_arguments('{"a": "' + "x" * MAX_ARGUMENT_BYTES + '"}')
+
+
+def test_empty_arguments_mean_none() -> None:
+    assert parse_arguments(None) == {} == parse_arguments("") == parse_arguments("  ")
+    assert parse_arguments('{"a": [1]}') == {"a": [1]}
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "minLength": 1},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+        "type": {"type": "string", "enum": ["belief", "goal"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+def test_validation_lists_every_problem_with_its_path() -> None:
+    with pytest.raises(ToolError) as info:
+        validate_arguments(
+            SCHEMA, {"limit": 0, "type": "rumour", "tags": ["ok", 3], "extra": True}
+        )
+    details = info.value.details
+    assert "$: missing required field 'query'" in details
+    assert "$.limit: 0 is below the minimum 1" in details
+    assert any(d.startswith("$.type: 'rumour' is not one of") for d in details)
+    assert "$.tags[1]: expected string, got integer" in details
+    assert "$: unexpected field 'extra'" in details
+
+
+def test_valid_arguments_pass() -> None:
+    validate_arguments(SCHEMA, {"query": "q", "limit": 5, "type": "goal", "tags": []})
+    with pytest.raises(ToolError, match="expected integer, got boolean"):
+        validate_arguments(SCHEMA, {"query": "q", "limit": True})
