@@ -82,8 +82,8 @@ def test_budgets_give_minimums_first_then_headroom() -> None:
     assert shares["a"] >= 100 and shares["b"] >= 200
     assert shares["a"] <= 300 and shares["b"] <= 1500
     assert sum(shares.values()) == 1000
-    # Headroom 200 vs 1300: the extra 700 splits in that proportion.
-    assert (shares["a"], shares["b"]) == (100 + 700 * 200 // 1500, 1000 - 100 - 700 * 200 // 1500)
+    # Headroom 200 vs 1300: the extra 700 splits in that proportion (to the nearest token).
+    assert abs(shares["a"] - (100 + 700 * 200 / 1500)) < 1
     assert allocate_budgets([a, b], 150) == {"a": 100, "b": 50}
     assert allocate_budgets([a, b], 10_000) == {"a": 300, "b": 1500}
 

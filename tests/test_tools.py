@@ -63,7 +63,9 @@ def test_one_definition_three_formats() -> None:
         ("[1, 2]", "must be a JSON object, got array"),
         ("42", "got integer"),
         (7, "got integer"),
-        ('"\\ud800"', "must be a JSON object"),
+        ('{"a": "\\ud800"}', "no low surrogate"),
+        ('{"a": "\ud800"}', "not valid JSON"),
+        (b'{"a": "\xff"}', "not valid JSON"),
         ("[" * 5000 + "]" * 5000, "not valid JSON"),
     ],
 )

@@ -172,11 +172,12 @@ class MemoryStack:
         total_budget: int = DEFAULT_TOTAL_BUDGET,
         prompt_role: str = "system",
     ) -> None:
-        self.layers: list[Layer] = sorted(layers, key=lambda layer: layer.slot)
-        names = [layer.name for layer in self.layers]
-        for layer in self.layers:
+        given = list(layers)
+        for layer in given:
             if not isinstance(layer, Layer):
                 raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
+        self.layers: list[Layer] = sorted(given, key=lambda layer: layer.slot)
+        names = [layer.name for layer in self.layers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise InvalidInputError(f"layer names must be unique; repeated: {duplicates}")

@@ -172,12 +172,15 @@ class SQLiteStore(Store):
     def delete(self, namespace: Namespace, key: str) -> bool:
         ns = encode_namespace(validate_namespace(namespace))
         validate_key(key)
+        # Read, then delete, in one transaction: SQLite 3.40's DELETE ... RETURNING evaluates
+        # expressions over a WITHOUT ROWID table's deleted row as NULL.
         with self._transaction() as conn:
-            row = conn.execute(
-                f"DELETE FROM items WHERE namespace = ? AND key = ? RETURNING {_LIVE}",
-                (ns, key, time.time()),
+            live = conn.execute(
+                f"SELECT {_LIVE} FROM items WHERE namespace = ? AND key = ?",
+                (time.time(), ns, key),
             ).fetchone()
-        return bool(row and row[0])
+            conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
+        return bool(live and live[0])
 
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
