@@ -128,6 +128,19 @@ def test_update_is_read_modify_write(store: Store) -> None:
     assert (first.version, second.version, second.value) == (1, 2, {"count": 2})
 
 
+def test_put_if_version_writes_only_over_the_expected_version(store: Store) -> None:
+    created = store.put_if_version(NS, "k", {"v": 1}, expected_version=0)
+    assert created is not None and created.version == 1
+    assert store.put_if_version(NS, "k", {"v": "lost"}, expected_version=0) is None
+    second = store.put_if_version(NS, "k", {"v": 2}, expected_version=1)
+    assert second is not None and second.version == 2
+    assert store.put_if_version(NS, "k", {"v": "stale"}, expected_version=1) is None
+    got = store.get(NS, "k")
+    assert got is not None and got.value == {"v": 2} and got.version == 2
+    with pytest.raises(InvalidInputError, match="expected_version"):
+        store.put_if_version(NS, "k", 1, expected_version=-1)
+
+
 def test_failed_update_writes_nothing(store: Store) -> None:
     store.put(NS, "state", {"keep": 1})
 

@@ -78,6 +78,18 @@ def test_update_tool_deep_merges_and_persists(store: SQLiteStore) -> None:
         assert run.layer("working-memory").snapshot["goals"] == ["b"]
 
 
+def test_concurrent_runs_merge_into_each_others_writes(store: SQLiteStore) -> None:
+    stack = stack_with(store, schema={"type": "object"})
+    with stack.run(thread_id="t") as first, stack.run(thread_id="t") as second:
+        call(first, "working-memory/update", {"from_first": 1})
+        # `second` loaded before that write: its cached state is stale, and its update must
+        # merge into the stored state instead of overwriting it.
+        assert call(second, "working-memory/update", {"from_second": 2}) == {"ok": True, "version": 2}
+        assert second.layer("working-memory").snapshot == {"from_first": 1, "from_second": 2}
+    item = store.get(("working-memory", "thread", "t"), "state")
+    assert item is not None and item.value == {"from_first": 1, "from_second": 2}
+
+
 def test_state_survives_reopening_the_file(db: pathlib.Path) -> None:
     with SQLiteStore(db) as s1, stack_with(s1, schema=PROFILE_SCHEMA).run(thread_id="t") as run:
         call(run, "working-memory/update", {"profile": {"name": "Bob"}})

@@ -294,13 +294,22 @@ class WorkingMemoryHandle:
         if mode not in ("append", "replace"):
             raise InvalidInputError(f"mode must be 'append' or 'replace', got {mode!r}")
         patch = self._coerce_patch(patch)
+        # Fast path: the run holds the state it loaded, already checked; if nobody wrote since,
+        # merge into it and write without reading the stored value back.
+        new_state = self._checked(self._combine(self.state, patch, mode), strip=False, budget=True)
+        item = self.ctx.store.put_if_version(
+            self.namespace, STATE_KEY, new_state, expected_version=self.version
+        )
+        if item is None:
+            # Another writer got there first: merge into theirs, atomically.
+            def combine(current: Any) -> State:
+                base = self._checked(current) if current is not None else self._initial()
+                merged = self._combine(base, patch, mode)
+                return self._checked(merged, strip=False, budget=True)
 
-        def combine(current: Any) -> State:
-            base = self._checked(current) if current is not None else self._initial()
-            return self._checked(self._combine(base, patch, mode), budget=True)
-
-        item = self.ctx.store.update(self.namespace, STATE_KEY, combine)
-        self.state, self.version = item.value, item.version
+            item = self.ctx.store.update(self.namespace, STATE_KEY, combine)
+            new_state = item.value
+        self.state, self.version = new_state, item.version
         return self.state
 
     def clear(self) -> None:
@@ -342,14 +351,17 @@ class WorkingMemoryHandle:
             return patch
         return f"{base.rstrip()}\n\n{patch}"
 
-    def _checked(self, state: Any, *, budget: bool = False) -> State:
-        """Strips unsafe keys, checks kind and schema and (for writes) the token budget."""
+    def _checked(self, state: Any, *, strip: bool = True, budget: bool = False) -> State:
+        """Checks kind and schema, and for writes the token budget. ``strip`` removes unsafe
+        keys from a state that came from outside; a merge result is already clean (deep_merge
+        strips everything it brings in, and the base it merged into was checked)."""
         if self.layer.structured:
             if not isinstance(state, dict):
                 raise InvalidInputError(
                     f"stored working memory is {type(state).__name__}, but the layer is structured"
                 )
-            state = strip_unsafe_keys(state)
+            if strip:
+                state = strip_unsafe_keys(state)
             violations = self.layer._validator(state)
             if violations:
                 raise SchemaViolationError(
@@ -385,19 +397,20 @@ def _make_validator(schema: Any) -> Any:
     if schema is None:
         return lambda state: []
     if isinstance(schema, Mapping):
-        import jsonschema
+        # jsonschema-rs validates the Python objects directly, in Rust: the check runs on every
+        # update, so it must not cost more than the merge it guards.
+        import jsonschema_rs
 
         try:
-            validator_cls = jsonschema.validators.validator_for(schema)
-            validator_cls.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise InvalidInputError(f"schema is not a valid JSON Schema: {exc.message}") from None
-        validator = validator_cls(schema)
+            validator = jsonschema_rs.validator_for(dict(schema))
+        except jsonschema_rs.ValidationError as exc:
+            first_line = str(exc).splitlines()[0]
+            raise InvalidInputError(f"schema is not a valid JSON Schema: {first_line}") from None
 
         def check_json_schema(state: Any) -> list[str]:
             return [
-                f"{_json_path(err.absolute_path)}: {err.message}"
-                for err in sorted(validator.iter_errors(state), key=lambda e: list(e.absolute_path))
+                f"{_json_path(err.instance_path)}: {err.message}"
+                for err in validator.iter_errors(state)
             ]
 
         return check_json_schema

@@ -106,6 +106,18 @@ def validate_ttl(ttl: float | None) -> float | None:
     return float(ttl)
 
 
+def validate_version(expected_version: int) -> int:
+    if (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or expected_version < 0
+    ):
+        raise InvalidInputError(
+            f"expected_version must be a non-negative int, got {expected_version!r}"
+        )
+    return expected_version
+
+
 def validate_page(limit: int, offset: int) -> None:
     for name, value in (("limit", limit), ("offset", offset)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -162,6 +174,23 @@ class Store(ABC):
         """Atomically stores ``fn(current value or None)``; ``fn`` may run once per attempt."""
 
     @abstractmethod
+    def put_if_version(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: JSONValue,
+        *,
+        expected_version: int,
+        ttl: float | None = None,
+    ) -> Item | None:
+        """Writes only if the live item is still at ``expected_version`` (0: absent); returns
+        None, writing nothing, when another writer got there first.
+
+        A caller that already holds the current value (a run caches its state) writes without
+        reading the stored value back, and falls back to ``update`` on a conflict.
+        """
+
+    @abstractmethod
     def purge_expired(self) -> int:
         """Deletes expired rows; returns how many."""
 
@@ -197,6 +226,19 @@ class Store(ABC):
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
         return await asyncio.to_thread(self.update, namespace, key, fn, ttl=ttl)
+
+    async def aput_if_version(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: JSONValue,
+        *,
+        expected_version: int,
+        ttl: float | None = None,
+    ) -> Item | None:
+        return await asyncio.to_thread(
+            self.put_if_version, namespace, key, value, expected_version=expected_version, ttl=ttl
+        )
 
     async def apurge_expired(self) -> int:
         return await asyncio.to_thread(self.purge_expired)

@@ -22,6 +22,7 @@ from memstrata.stores.base import (
     validate_namespace,
     validate_page,
     validate_ttl,
+    validate_version,
 )
 
 
@@ -117,6 +118,26 @@ class InMemoryStore(Store):
             row = self._rows.get((namespace, key))
             current = codec.loads(row.data) if row is not None and row.live(now) else None
             data = codec.dumps(fn(current))
+            return self._item(namespace, key, self._write(namespace, key, data, ttl, now))
+
+    def put_if_version(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: JSONValue,
+        *,
+        expected_version: int,
+        ttl: float | None = None,
+    ) -> Item | None:
+        namespace, key, ttl = validate_namespace(namespace), validate_key(key), validate_ttl(ttl)
+        expected_version = validate_version(expected_version)
+        data = codec.dumps(value)
+        with self._lock:
+            now = time.time()
+            row = self._rows.get((namespace, key))
+            current = row.version if row is not None and row.live(now) else 0
+            if current != expected_version:
+                return None
             return self._item(namespace, key, self._write(namespace, key, data, ttl, now))
 
     def purge_expired(self) -> int:

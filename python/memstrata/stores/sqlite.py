@@ -31,6 +31,7 @@ from memstrata.stores.base import (
     validate_namespace,
     validate_page,
     validate_ttl,
+    validate_version,
 )
 
 SCHEMA_VERSION = 1
@@ -210,6 +211,30 @@ class SQLiteStore(Store):
             ).fetchone()
             current = codec.loads(row[0]) if row is not None else None
             data = codec.dumps(fn(current))
+            return self._write(conn, ns, key, data, ttl, now)
+
+    def put_if_version(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: JSONValue,
+        *,
+        expected_version: int,
+        ttl: float | None = None,
+    ) -> Item | None:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        ttl = validate_ttl(ttl)
+        expected_version = validate_version(expected_version)
+        data = codec.dumps(value)
+        with self._transaction() as conn:
+            now = time.time()
+            row = conn.execute(
+                f"SELECT version FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (ns, key, now),
+            ).fetchone()
+            if (row[0] if row else 0) != expected_version:
+                return None
             return self._write(conn, ns, key, data, ttl, now)
 
     def purge_expired(self) -> int:
