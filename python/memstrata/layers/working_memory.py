@@ -213,6 +213,8 @@ class WorkingMemoryHandle:
         self.namespace = namespace
         self.state: State = layer.empty_state()
         self.version = 0
+        # prepare() runs every turn; the block only changes when the state object does.
+        self._rendered: tuple[State, str] | None = None
 
     # Introspection (VoltAgent's getWorkingMemoryFormat/Template/Schema) ------------------------
 
@@ -276,7 +278,9 @@ class WorkingMemoryHandle:
 
     def render(self) -> str:
         """The ``<working_memory>`` block the model sees; empty when there is nothing to show."""
-        return _render(self.state)
+        if self._rendered is None or self._rendered[0] is not self.state:
+            self._rendered = (self.state, _render(self.state))
+        return self._rendered[1]
 
     # Writing ----------------------------------------------------------------------------------
 

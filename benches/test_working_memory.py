@@ -1,0 +1,189 @@
+"""WorkingMemory hot paths: a model's update tool call on SQLite, and run.prepare().
+
+Peer: the same update done the plain way a Python developer would write it (load the JSON from
+SQLite, merge in Python, validate with `jsonschema`, save) in the same run, on the same state.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+from conftest import compare, fmt_seconds, record
+
+from memstrata import MemoryStack, SQLiteStore, WorkingMemory
+
+UNSAFE = ("__proto__", "constructor")
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "user": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "timezone": {"type": "string"}},
+        },
+        "projects": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "status": {"type": "string", "enum": ["todo", "doing", "done", "blocked"]},
+                    "owner": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "team": {"type": "string"}},
+                    },
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "estimate_days": {"type": "number", "minimum": 0},
+                },
+                "required": ["name", "status"],
+            },
+        },
+    },
+}
+
+
+def make_state(projects: int = 90) -> dict[str, Any]:
+    """About 1,000 nodes: 90 projects of 11 nodes each, plus the user."""
+    return {
+        "user": {"name": "Priya", "timezone": "Europe/Oslo"},
+        "projects": {
+            f"p{i:03d}": {
+                "name": f"Project {i}",
+                "status": "doing",
+                "owner": {"name": f"dev{i}", "team": "payments"},
+                "tags": ["backend", f"q{i % 4 + 1}"],
+                "estimate_days": i % 13,
+            }
+            for i in range(projects)
+        },
+    }
+
+
+def count_nodes(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(count_nodes(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(count_nodes(v) for v in value)
+    return 1
+
+
+def python_merge(base: Any, patch: Any) -> Any:
+    if not isinstance(base, dict) or not isinstance(patch, dict):
+        return strip(patch)
+    out = dict(base)
+    for key, value in patch.items():
+        if key in UNSAFE:
+            continue
+        out[key] = python_merge(out[key], value) if key in out else strip(value)
+    return out
+
+
+def strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: strip(v) for k, v in value.items() if k not in UNSAFE}
+    if isinstance(value, list):
+        return [strip(v) for v in value]
+    return value
+
+
+def per_call(fn: Callable[[], Any], n: int = 1500) -> tuple[float, float]:
+    for _ in range(50):
+        fn()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    samples.sort()
+    return statistics.median(samples), samples[int(n * 0.99)]
+
+
+PATCHES = [
+    json.dumps({"projects": {f"p{i:03d}": {"status": "done", "tags": ["backend", "shipped"]}}})
+    for i in range(0, 90, 7)
+]
+
+
+def test_update_tool_call_on_sqlite(benchmark: Any, tmp_path: pathlib.Path) -> None:
+    state = make_state()
+    assert 950 <= count_nodes(state) <= 1100
+
+    store = SQLiteStore(tmp_path / "ours.db")
+    stack = MemoryStack(
+        [WorkingMemory(schema=SCHEMA, budget=(200, 100_000))], store=store, total_budget=100_000
+    )
+    run = stack.run(thread_id="bench").open()
+    run.layer("working-memory").update(state, mode="replace")
+    ours_i = iter(range(10**9))
+
+    def ours() -> None:
+        result = run.call_tool("working-memory/update", PATCHES[next(ours_i) % len(PATCHES)])
+        assert result["ok"], result
+
+    conn = sqlite3.connect(tmp_path / "plain.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE wm (id TEXT PRIMARY KEY, value TEXT)")
+    conn.execute("INSERT INTO wm VALUES ('bench', ?)", (json.dumps(state),))
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    plain_i = iter(range(10**9))
+
+    def plain() -> None:
+        patch = json.loads(PATCHES[next(plain_i) % len(PATCHES)])
+        conn.execute("BEGIN IMMEDIATE")
+        (text,) = conn.execute("SELECT value FROM wm WHERE id = 'bench'").fetchone()
+        merged = python_merge(json.loads(text), patch)
+        validator.validate(merged)
+        conn.execute("UPDATE wm SET value = ? WHERE id = 'bench'", (json.dumps(merged),))
+        conn.execute("COMMIT")
+
+    ratios = compare(
+        benchmark,
+        "working-memory/update via call_tool, 1k-node state, SQLite",
+        ours,
+        {"plain Python (json + merge + jsonschema + sqlite3)": plain},
+        target=">= 3x plain Python",
+    )
+    ours_p50, ours_p99 = per_call(ours)
+    plain_p50, plain_p99 = per_call(plain)
+    print(
+        f"  per call: memstrata p50 {fmt_seconds(ours_p50)} p99 {fmt_seconds(ours_p99)}; "
+        f"plain p50 {fmt_seconds(plain_p50)} p99 {fmt_seconds(plain_p99)}"
+    )
+    record(
+        {
+            "title": "working-memory/update per-call percentiles",
+            "ours_p50": ours_p50,
+            "ours_p99": ours_p99,
+            "plain_p50": plain_p50,
+            "plain_p99": plain_p99,
+        }
+    )
+    final = store.get(("working-memory", "thread", "bench"), "state")
+    (plain_text,) = conn.execute("SELECT value FROM wm").fetchone()
+    assert final is not None and final.value == json.loads(plain_text)
+    run.close()
+    store.close()
+    assert ratios
+
+
+def test_prepare_with_working_memory(benchmark: Any, tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "prepare.db")
+    stack = MemoryStack([WorkingMemory(schema=SCHEMA, budget=(200, 100_000))], store=store)
+    with stack.run(thread_id="bench") as run:
+        run.layer("working-memory").update(make_state(20))
+        messages = [{"role": "system", "content": "You are helpful."}] + [
+            {"role": "user" if i % 2 else "assistant", "content": f"message {i}"} for i in range(40)
+        ]
+        benchmark(run.prepare, messages)
+        p50, p99 = per_call(lambda: run.prepare(messages), n=5000)
+        print(f"\n[run.prepare, WorkingMemory only, 220-node state] p50 {fmt_seconds(p50)} p99 {fmt_seconds(p99)}")
+        record({"title": "run.prepare with WorkingMemory", "p50": p50, "p99": p99})
+    store.close()
