@@ -2,7 +2,7 @@
 
 The model's side is recorded (assistant messages and tool calls as data, in
 ``demo_conversation.json``), exactly as a server would feed memstrata, so no LLM is needed. Each
-turn prints what the model would see: the system prompt with the ``<working_memory>`` block, the
+turn prints what the model would see: the system prompt, the ``<working_memory>`` block injected by ``run.prepare``, the
 conversation (older tool results pruned to placeholders), and token counts. The conversation is
 split across two processes: the second starts from what the first left in the SQLite file,
 showing that the working memory survives a restart.
@@ -14,15 +14,15 @@ import argparse
 import json
 import subprocess
 import sys
-import textwrap
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from memstrata import (
+    MemoryStack,
     VectorSet,
+    WorkingMemory,
     count_tokens,
-    deep_merge,
     estimate_messages,
     estimate_tokens,
     hash_embed,
@@ -30,22 +30,35 @@ from memstrata import (
 )
 from memstrata.stores import SQLiteStore
 
-NAMESPACE = ("working-memory", "thread", "demo-release-thread")
+THREAD = "demo-release-thread"
 DEFAULT_DB = Path("demo-data") / "memstrata-demo.db"
 RULE = "─" * 78
+
+# What the release assistant's working memory may hold; updates are checked on the merged state.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "user": {"type": "object", "additionalProperties": {"type": "string"}},
+        "release": {
+            "type": "object",
+            "properties": {
+                "checklist": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "enum": ["pending", "passed", "done", "scheduled", "blocked"]
+                    },
+                },
+            },
+        },
+        "blockers": {"type": "array", "items": {"type": "string"}},
+    },
+}
 
 
 def load_script() -> dict[str, Any]:
     text = resources.files("memstrata").joinpath("demo_conversation.json").read_text("utf-8")
     script: dict[str, Any] = json.loads(text)
     return script
-
-
-def working_memory_block(state: dict[str, Any]) -> str:
-    if not state:
-        return ""
-    body = json.dumps(state, indent=2, ensure_ascii=False)
-    return f"<working_memory>\n{body}\n</working_memory>"
 
 
 def tool_result_text(spec: dict[str, Any]) -> str:
@@ -60,61 +73,72 @@ def show(title: str, text: str, *, width: int = 78, max_lines: int = 14) -> None
     print(f"  ┌ {title}")
     lines = text.splitlines() or [""]
     for line in lines[:max_lines]:
-        print("  │ " + textwrap.shorten(line, width=width, placeholder=" …") if line else "  │")
+        print("  │ " + (line if len(line) <= width else line[: width - 2] + " …"))
     if len(lines) > max_lines:
         print(f"  │ … {len(lines) - max_lines} more lines")
     print("  └")
 
 
+def make_stack(store: SQLiteStore) -> MemoryStack:
+    return MemoryStack([WorkingMemory(schema=SCHEMA, budget=(200, 1500))], store=store)
+
+
 def run_turns(store: SQLiteStore, script: dict[str, Any], turns: range) -> None:
+    """One ``stack.run`` per turn, as an agent server does it."""
+    stack = make_stack(store)
     history: list[dict[str, Any]] = []
     for index in turns:
         turn = script["turns"][index]
-        item = store.get(NAMESPACE, "state")
-        state = item.value if item else {}
-        block = working_memory_block(state)
-        system = script["system"] + ("\n\n" + block if block else "")
-        history.append({"role": "user", "content": turn["user"]})
-        history, pruned = prune_sliding_window(history, keep_recent=1)
-        prompt = [{"role": "system", "content": system}, *history]
+        with stack.run(thread_id=THREAD) as run:
+            memory = run.layer("working-memory")
+            history.append({"role": "user", "content": turn["user"]})
+            history, pruned = prune_sliding_window(history, keep_recent=1)
+            prompt = run.prepare([{"role": "system", "content": script["system"]}, *history])
 
-        print(RULE)
-        print(f"Turn {index + 1}: what the model sees ({len(prompt)} messages)")
-        if item:
-            print(f"  working memory v{item.version}, stored in {store.path}")
-        show("system", system)
-        for message in history[-3:]:
-            content = message.get("content") or json.dumps(message.get("tool_calls"))
-            show(message["role"], content, max_lines=3)
-        exact = count_tokens(block) if block else 0
-        print(
-            f"  tokens: prompt ≈ {estimate_messages(prompt)} (native estimate); working-memory"
-            f" block {estimate_tokens(block)} estimated / {exact} exact (o200k)"
-            + (f"; {pruned} old tool result(s) pruned to placeholders" if pruned else "")
-        )
+            print(RULE)
+            print(f"Turn {index + 1}: what the model sees ({len(prompt)} messages)")
+            if memory.render():
+                print(f"  working memory v{memory.version}, loaded from {store.path}")
+            elif not history[:-1]:
+                print("  working memory is empty: a new conversation")
+            for message in prompt[: len(prompt) - len(history)]:
+                show(message["role"], message["content"])
+            for message in history[-3:]:
+                content = message.get("content") or json.dumps(message.get("tool_calls"))
+                show(message["role"], content, max_lines=3)
+            block = memory.render()
+            print(
+                f"  tokens: prompt ≈ {estimate_messages(prompt)} (native estimate); working-memory"
+                f" block {estimate_tokens(block)} estimated / {count_tokens(block)} exact (o200k)"
+                + (f"; {pruned} old tool result(s) pruned to placeholders" if pruned else "")
+            )
+            print(f"  tools offered: {[t['function']['name'] for t in run.tool_specs('openai')]}")
 
-        assistant = turn["assistant"]
-        history.append(assistant)
-        print(f"  model: {assistant['content']}")
-        for call in assistant.get("tool_calls", []):
-            name, arguments = call["function"]["name"], call["function"]["arguments"]
-            if name != "updateWorkingMemory":
-                print(f"  tool call {name}({arguments})")
-                continue
-            patch = json.loads(arguments)
-            updated = store.update(NAMESPACE, "state", lambda cur, p=patch: deep_merge(cur or {}, p))
-            stripped = sorted(set(patch) - set(updated.value))
-            print(
-                f"  tool call updateWorkingMemory: merged {len(patch)} top-level key(s) into"
-                f" v{updated.version}" + (f"; stripped unsafe key(s) {stripped}" if stripped else "")
-            )
-        for result in turn["tool_results"]:
-            text = tool_result_text(result)
-            history.append({"role": "tool", "tool_call_id": result["tool_call_id"], "content": text})
-            print(
-                f"  tool result {result['tool_call_id']}: {len(text):,} chars,"
-                f" {estimate_tokens(text):,} tokens (estimate), {count_tokens(text):,} exact"
-            )
+            assistant = turn["assistant"]
+            history.append(assistant)
+            print(f"  model: {assistant['content']}")
+            for call in assistant.get("tool_calls", []):
+                name, arguments = call["function"]["name"], call["function"]["arguments"]
+                if name == "working-memory_update":
+                    result = run.call_tool(name, arguments)
+                    print(f"  tool call {name}({arguments})\n    -> {json.dumps(result)}")
+                elif name == "updateWorkingMemory":
+                    print(f"  legacy {name}({arguments}) in the response, applied by observe()")
+                else:
+                    print(f"  tool call {name}({arguments}), answered by the agent's own tool")
+            diagnostics = run.observe(assistant)
+            for line in diagnostics:
+                print(f"  observe dropped: {line}")
+            for result in turn["tool_results"]:
+                text = tool_result_text(result)
+                history.append(
+                    {"role": "tool", "tool_call_id": result["tool_call_id"], "content": text}
+                )
+                print(
+                    f"  tool result {result['tool_call_id']}: {len(text):,} chars,"
+                    f" {estimate_tokens(text):,} tokens (estimate), {count_tokens(text):,} exact"
+                )
+            print(f"  working memory is now v{memory.version}")
 
 
 def dedup_beliefs(script: dict[str, Any]) -> None:
@@ -142,18 +166,22 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.resume:
         print(RULE)
-        print("Process restarted: a new interpreter opens the same SQLite file")
+        print(
+            "Process restarted: a new interpreter opens the same SQLite file. The chat history"
+            " is gone; the working memory is not."
+        )
         with SQLiteStore(args.db) as store:
             run_turns(store, script, range(half, len(script["turns"])))
-            final = store.get(NAMESPACE, "state")
-        print(RULE)
-        assert final is not None
-        show(f"final working memory (v{final.version})", json.dumps(final.value, indent=2))
+            with make_stack(store).run(thread_id=THREAD) as run:
+                final = run.layer("working-memory")
+                print(RULE)
+                show(f"final working memory (v{final.version})", final.render(), max_lines=40)
         dedup_beliefs(script)
         return 0
 
     with SQLiteStore(args.db) as store:
-        store.delete(NAMESPACE, "state")  # each demo starts a fresh conversation
+        with make_stack(store).run(thread_id=THREAD) as run:
+            run.layer("working-memory").clear()  # each demo starts a fresh conversation
         run_turns(store, script, range(half))
     # The second half runs in a new process: nothing but the SQLite file carries the memory over.
     return subprocess.call([sys.executable, "-m", "memstrata.demo", "--db", str(args.db), "--resume"])
