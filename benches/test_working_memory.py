@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jsonschema
+import jsonschema_rs
 from conftest import compare, fmt_seconds, record
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory
@@ -49,8 +50,8 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def make_state(projects: int = 90) -> dict[str, Any]:
-    """About 1,000 nodes: 90 projects of 11 nodes each, plus the user."""
+def make_state(projects: int = 100) -> dict[str, Any]:
+    """About 1,000 nodes: 100 projects of 10 nodes each, plus the user."""
     return {
         "user": {"name": "Priya", "timezone": "Europe/Oslo"},
         "projects": {
@@ -107,7 +108,7 @@ def per_call(fn: Callable[[], Any], n: int = 1500) -> tuple[float, float]:
 
 PATCHES = [
     json.dumps({"projects": {f"p{i:03d}": {"status": "done", "tags": ["backend", "shipped"]}}})
-    for i in range(0, 90, 7)
+    for i in range(0, 100, 7)
 ]
 
 
@@ -144,11 +145,28 @@ def test_update_tool_call_on_sqlite(benchmark: Any, tmp_path: pathlib.Path) -> N
         conn.execute("UPDATE wm SET value = ? WHERE id = 'bench'", (json.dumps(merged),))
         conn.execute("COMMIT")
 
+    fast_validator = jsonschema_rs.validator_for(SCHEMA)
+    conn.execute("CREATE TABLE wm_fast (id TEXT PRIMARY KEY, value TEXT)")
+    conn.execute("INSERT INTO wm_fast VALUES ('bench', ?)", (json.dumps(state),))
+    fast_i = iter(range(10**9))
+
+    def plain_fast_validator() -> None:
+        patch = json.loads(PATCHES[next(fast_i) % len(PATCHES)])
+        conn.execute("BEGIN IMMEDIATE")
+        (text,) = conn.execute("SELECT value FROM wm_fast WHERE id = 'bench'").fetchone()
+        merged = python_merge(json.loads(text), patch)
+        fast_validator.validate(merged)
+        conn.execute("UPDATE wm_fast SET value = ? WHERE id = 'bench'", (json.dumps(merged),))
+        conn.execute("COMMIT")
+
     ratios = compare(
         benchmark,
         "working-memory/update via call_tool, 1k-node state, SQLite",
         ours,
-        {"plain Python (json + merge + jsonschema + sqlite3)": plain},
+        {
+            "plain Python (json + merge + jsonschema + sqlite3)": plain,
+            "plain Python with the jsonschema-rs validator memstrata uses": plain_fast_validator,
+        },
         target=">= 3x plain Python",
     )
     ours_p50, ours_p99 = per_call(ours)

@@ -7,7 +7,8 @@ backend (``InMemoryStore``, ``SQLiteStore``, and later ``PostgresStore``) implem
 Semantics every backend guarantees:
 
 * Values are copied in and out: mutating a value after ``put`` or after ``get`` never changes
-  what is stored.
+  what is stored. The item a write returns holds the value that was written (the caller's
+  object, not a decoded copy: decoding it again would cost as much as the write).
 * ``update(namespace, key, fn)`` runs ``fn(current_value_or_None)`` and stores its result in one
   transaction: two processes updating the same record never lose each other's edits. If ``fn``
   raises, nothing is written and the exception propagates.

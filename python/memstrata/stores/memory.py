@@ -45,11 +45,14 @@ class InMemoryStore(Store):
         self._rows: dict[tuple[Namespace, str], _Row] = {}
         self._lock = threading.Lock()
 
-    def _item(self, namespace: Namespace, key: str, row: _Row) -> Item:
+    def _item(
+        self, namespace: Namespace, key: str, row: _Row, value: JSONValue = None, *, fresh: bool = False
+    ) -> Item:
+        """``fresh``: the item of a write, holding the written value rather than a decoded copy."""
         return Item(
             namespace,
             key,
-            codec.loads(row.data),
+            value if fresh else codec.loads(row.data),
             row.version,
             row.created_at,
             row.updated_at,
@@ -86,7 +89,7 @@ class InMemoryStore(Store):
         data = codec.dumps(value)
         with self._lock:
             row = self._write(namespace, key, data, ttl, time.time())
-            return self._item(namespace, key, row)
+            return self._item(namespace, key, row, value, fresh=True)
 
     def delete(self, namespace: Namespace, key: str) -> bool:
         namespace, key = validate_namespace(namespace), validate_key(key)
@@ -117,8 +120,10 @@ class InMemoryStore(Store):
             now = time.time()
             row = self._rows.get((namespace, key))
             current = codec.loads(row.data) if row is not None and row.live(now) else None
-            data = codec.dumps(fn(current))
-            return self._item(namespace, key, self._write(namespace, key, data, ttl, now))
+            value = fn(current)
+            data = codec.dumps(value)
+            row = self._write(namespace, key, data, ttl, now)
+            return self._item(namespace, key, row, value, fresh=True)
 
     def put_if_version(
         self,
@@ -138,7 +143,8 @@ class InMemoryStore(Store):
             current = row.version if row is not None and row.live(now) else 0
             if current != expected_version:
                 return None
-            return self._item(namespace, key, self._write(namespace, key, data, ttl, now))
+            row = self._write(namespace, key, data, ttl, now)
+            return self._item(namespace, key, row, value, fresh=True)
 
     def purge_expired(self) -> int:
         with self._lock:

@@ -128,13 +128,18 @@ class SQLiteStore(Store):
     def _write(
         self,
         conn: sqlite3.Connection,
-        ns: str,
+        namespace: Namespace,
         key: str,
+        value: JSONValue,
         data: bytes,
         ttl: float | None,
         now: float,
     ) -> Item:
-        """Upserts inside the caller's transaction; an expired row counts as absent."""
+        """Upserts ``data`` (``value`` encoded) inside the caller's transaction; an expired row counts as absent.
+
+        The returned item holds ``value`` itself: decoding what was just encoded would cost as
+        much as the write, and the stored copy is already independent of it.
+        """
         expires_at = now + ttl if ttl is not None else None
         row = conn.execute(
             f"""INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, 1, ?, ?, ?)
@@ -145,10 +150,11 @@ class SQLiteStore(Store):
                                   ELSE excluded.created_at END,
                 updated_at = excluded.updated_at,
                 expires_at = excluded.expires_at
-            RETURNING {_COLUMNS}""",
-            (ns, key, data, now, now, expires_at, now, now),
+            RETURNING version, created_at, updated_at""",
+            (encode_namespace(namespace), key, data, now, now, expires_at, now, now),
         ).fetchone()
-        return self._item(row)
+        version, created_at, updated_at = row
+        return Item(namespace, key, value, version, created_at, updated_at, expires_at)
 
     def get(self, namespace: Namespace, key: str) -> Item | None:
         ns = encode_namespace(validate_namespace(namespace))
@@ -163,12 +169,12 @@ class SQLiteStore(Store):
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
-        ns = encode_namespace(validate_namespace(namespace))
+        namespace = validate_namespace(namespace)
         validate_key(key)
         ttl = validate_ttl(ttl)
-        data = codec.dumps(value)
+        data = codec.dumps(value)  # bad data is refused before the write lock is taken
         with self._transaction() as conn:
-            return self._write(conn, ns, key, data, ttl, time.time())
+            return self._write(conn, namespace, key, value, data, ttl, time.time())
 
     def delete(self, namespace: Namespace, key: str) -> bool:
         ns = encode_namespace(validate_namespace(namespace))
@@ -200,7 +206,8 @@ class SQLiteStore(Store):
     def update(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
-        ns = encode_namespace(validate_namespace(namespace))
+        namespace = validate_namespace(namespace)
+        ns = encode_namespace(namespace)
         validate_key(key)
         ttl = validate_ttl(ttl)
         with self._transaction() as conn:
@@ -210,8 +217,8 @@ class SQLiteStore(Store):
                 (ns, key, now),
             ).fetchone()
             current = codec.loads(row[0]) if row is not None else None
-            data = codec.dumps(fn(current))
-            return self._write(conn, ns, key, data, ttl, now)
+            value = fn(current)
+            return self._write(conn, namespace, key, value, codec.dumps(value), ttl, now)
 
     def put_if_version(
         self,
@@ -222,11 +229,12 @@ class SQLiteStore(Store):
         expected_version: int,
         ttl: float | None = None,
     ) -> Item | None:
-        ns = encode_namespace(validate_namespace(namespace))
+        namespace = validate_namespace(namespace)
+        ns = encode_namespace(namespace)
         validate_key(key)
         ttl = validate_ttl(ttl)
         expected_version = validate_version(expected_version)
-        data = codec.dumps(value)
+        data = codec.dumps(value)  # bad data is refused before the write lock is taken
         with self._transaction() as conn:
             now = time.time()
             row = conn.execute(
@@ -235,7 +243,7 @@ class SQLiteStore(Store):
             ).fetchone()
             if (row[0] if row else 0) != expected_version:
                 return None
-            return self._write(conn, ns, key, data, ttl, now)
+            return self._write(conn, namespace, key, value, data, ttl, now)
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
