@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 import jsonschema_rs
-from conftest import compare, fmt_seconds, record
+from benchkit import compare, fmt_seconds, record
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory
 

@@ -1,4 +1,4 @@
-"""Shared benchmark plumbing: time our kernel and its peers in the same run and print ratios.
+"""Shared benchmark plumbing: time our code and its peers in the same run and print ratios.
 
 Every benchmark calls :func:`compare`: pytest-benchmark times our function (so its table and
 ``--benchmark-json`` work as usual), the peers are timed here with the same method (median of
