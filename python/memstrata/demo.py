@@ -142,18 +142,25 @@ def run_turns(store: SQLiteStore, script: dict[str, Any], turns: range) -> None:
 
 
 def dedup_beliefs(script: dict[str, Any]) -> None:
+    """What AgentMind's dedup will do on insert: nearest stored belief, duplicate at ≥ 0.85."""
     print(RULE)
     print("Belief dedup with the offline hashing embedder (cosine ≥ 0.85 counts as a duplicate)")
     beliefs: list[str] = script["beliefs"]
     vectors = hash_embed(beliefs)
     kept = VectorSet(vectors.shape[1])
     for i, text in enumerate(beliefs):
+        nearest = kept.top_k(vectors[i], 1) if len(kept) else []
         duplicate = kept.find_duplicate(vectors[i], 0.85)
         if duplicate is None:
             kept.add([f"belief-{i}"], vectors[i : i + 1])
-            print(f"  new      {text}")
+            closest = f" (nearest {nearest[0][0]} at {nearest[0][1]:.2f})" if nearest else ""
+            print(f"  new      belief-{i}: {text}{closest}")
         else:
             print(f"  dup of {duplicate[0]} ({duplicate[1]:.2f}): {text}")
+    print(
+        "  A hashing embedder matches wording, not meaning: the paraphrase stays separate."
+        " AgentMind takes any embedder for that."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
