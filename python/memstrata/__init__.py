@@ -8,8 +8,22 @@ from __future__ import annotations
 
 from memstrata import exceptions
 from memstrata._core import __version__
+from memstrata._core import (  # merge
+    DEFAULT_UNSAFE_KEYS,
+    MAX_DEPTH,
+    deep_merge,
+    merge_json,
+    strip_unsafe_keys,
+)
+from memstrata._core import prune_sliding_window  # prune
 
 __all__ = [
+    "DEFAULT_UNSAFE_KEYS",
+    "MAX_DEPTH",
     "__version__",
+    "deep_merge",
     "exceptions",
+    "merge_json",
+    "prune_sliding_window",
+    "strip_unsafe_keys",
 ]

@@ -33,6 +33,14 @@ impl<K> Trace<K> {
         self
     }
 
+    /// The same path with another kind of error, for front ends that add their own failures.
+    pub fn map_kind<L>(self, f: impl FnOnce(K) -> L) -> Trace<L> {
+        Trace {
+            kind: f(self.kind),
+            reversed: self.reversed,
+        }
+    }
+
     pub fn path(&self) -> String {
         let mut path = JsonPath::new();
         for segment in self.reversed.iter().rev() {

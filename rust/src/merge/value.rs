@@ -98,9 +98,8 @@ fn merge_node(base: Value, patch: Value, options: &MergeOptions, depth: usize) -
                     continue;
                 }
                 let merged = match base.get_mut(&key) {
-                    Some(slot) => {
-                        merge_node(slot.take(), value, options, depth + 1).map_err(|t| t.at_key(&key))?
-                    }
+                    Some(slot) => merge_node(slot.take(), value, options, depth + 1)
+                        .map_err(|t| t.at_key(&key))?,
                     None => copy_in(value, options, depth + 1).map_err(|t| t.at_key(&key))?,
                 };
                 base.insert(key, merged);
@@ -366,20 +365,35 @@ mod tests {
         let base = json!({"a": 1, "b": {"c": 2, "d": 3}});
         let patch = json!({"a": null, "b": {"c": null}, "n": {"x": null, "y": [null]}});
         assert_eq!(
-            merge(base.clone(), patch.clone(), &opts(ArrayMode::Replace, NullMode::Keep)),
+            merge(
+                base.clone(),
+                patch.clone(),
+                &opts(ArrayMode::Replace, NullMode::Keep)
+            ),
             json!({"a": null, "b": {"c": null, "d": 3}, "n": {"x": null, "y": [null]}})
         );
         assert_eq!(
-            merge(base.clone(), patch.clone(), &opts(ArrayMode::Replace, NullMode::Delete)),
+            merge(
+                base.clone(),
+                patch.clone(),
+                &opts(ArrayMode::Replace, NullMode::Delete)
+            ),
             json!({"b": {"d": 3}, "n": {"y": [null]}})
         );
         assert_eq!(
-            merge(base.clone(), patch, &opts(ArrayMode::Replace, NullMode::Ignore)),
+            merge(
+                base.clone(),
+                patch,
+                &opts(ArrayMode::Replace, NullMode::Ignore)
+            ),
             json!({"a": 1, "b": {"c": 2, "d": 3}, "n": {"y": [null]}})
         );
         let ignore = opts(ArrayMode::Replace, NullMode::Ignore);
         assert_eq!(merge(base.clone(), Value::Null, &ignore), base);
-        assert_eq!(merge(base, Value::Null, &MergeOptions::default()), Value::Null);
+        assert_eq!(
+            merge(base, Value::Null, &MergeOptions::default()),
+            Value::Null
+        );
     }
 
     #[test]
@@ -390,13 +404,18 @@ mod tests {
             json!({"t": [1.0, true, {"j": 0.0, "k": [1, 2]}, [true], [1], "a", "b", "b"]}),
             &o,
         );
-        assert_eq!(out, json!({"t": [1, "a", {"k": [1, 2], "j": 0}, [true], true, [1], "b"]}));
+        assert_eq!(
+            out,
+            json!({"t": [1, "a", {"k": [1, 2], "j": 0}, [true], true, [1], "b"]})
+        );
     }
 
     #[test]
     fn union_of_long_arrays_uses_the_index() {
         let o = opts(ArrayMode::Union, NullMode::Keep);
-        let base: Vec<Value> = (0..500).map(|i| json!({"id": i, "tags": [i % 7]})).collect();
+        let base: Vec<Value> = (0..500)
+            .map(|i| json!({"id": i, "tags": [i % 7]}))
+            .collect();
         let patch: Vec<Value> = (250..750)
             .map(|i| json!({"tags": [i % 7], "id": f64::from(i)}))
             .collect();
@@ -485,7 +504,13 @@ mod tests {
         assert!(!json_equal(&json!(1), &json!(true), 0).unwrap());
         assert!(!json_equal(&json!(1.5), &json!(1), 0).unwrap());
         assert!(json_equal(&json!(u64::MAX), &json!(u64::MAX), 0).unwrap());
-        assert_eq!(json_hash(&json!(3), 0).unwrap(), json_hash(&json!(3.0), 0).unwrap());
-        assert_ne!(json_hash(&json!(1), 0).unwrap(), json_hash(&json!(true), 0).unwrap());
+        assert_eq!(
+            json_hash(&json!(3), 0).unwrap(),
+            json_hash(&json!(3.0), 0).unwrap()
+        );
+        assert_ne!(
+            json_hash(&json!(1), 0).unwrap(),
+            json_hash(&json!(true), 0).unwrap()
+        );
     }
 }

@@ -1,5 +1,140 @@
-use pyo3::prelude::*;
+//! `prune_sliding_window` for Python: the policy is `crate::prune`; this walks the message dicts.
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+
+use super::errors::{new_error, IntoPyResult};
+use crate::prune::{keep_recent as check_keep_recent, outside_window, Placeholder};
+
+static NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+
+/// The dict keys and the role value, interned once: lookups with interned keys hit the
+/// pointer-equality fast path of dict lookup.
+fn names(py: Python<'_>) -> &[Py<PyString>; 4] {
+    NAMES.get_or_init(py, || {
+        ["role", "tool", "tool_call_id", "content"].map(|s| PyString::intern(py, s).unbind())
+    })
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// Replaces the content of older tool messages by a placeholder; ``messages`` is not mutated.
+///
+/// The ``keep_recent`` most recent ``role == "tool"`` messages (by position, pruned or not)
+/// stay verbatim. Each older one becomes a new dict with the same keys whose ``content`` is
+/// ``placeholder`` with ``{call_id}`` replaced by its ``tool_call_id`` (only ``{call_id}`` is
+/// substituted; other braces are literal). A message whose content already equals its
+/// placeholder is left as it is and not counted, so pruning twice prunes nothing more. Every
+/// other message is the same object in the returned (new) list.
+///
+/// Args:
+///     messages: OpenAI-style chat messages.
+///     keep_recent: How many of the latest tool messages to keep verbatim (``>= 0``).
+///     placeholder: Template of the replacement content; must contain ``{call_id}``.
+///
+/// Returns:
+///     The new list and how many messages were replaced.
+///
+/// Raises:
+///     UnsupportedTypeError: ``messages`` is not a list, or a message is not a dict.
+///     InvalidInputError: ``keep_recent < 0``, ``placeholder`` lacks ``{call_id}``, or a tool
+///         message to replace has no str ``tool_call_id`` (``.path`` names it).
+#[pyfunction]
+#[pyo3(
+    signature = (messages, *, keep_recent=3, placeholder=None),
+    text_signature = "(messages, *, keep_recent=3, placeholder='[summarized: call_id={call_id}]')"
+)]
+fn prune_sliding_window<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    keep_recent: i64,
+    placeholder: Option<String>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let keep = check_keep_recent(keep_recent).into_py_result(py)?;
+    let template = Placeholder::parse(
+        placeholder
+            .as_deref()
+            .unwrap_or(crate::prune::DEFAULT_PLACEHOLDER),
+    )
+    .into_py_result(py)?;
+    let messages = messages.cast::<PyList>().map_err(|_| {
+        new_error(
+            py,
+            "UnsupportedTypeError",
+            format!(
+                "messages must be a list of message dicts, got {}",
+                type_name(messages)
+            ),
+            &[("path", PyString::new(py, "$").into_any())],
+        )
+    })?;
+    let [role, tool, tool_call_id, content] = names(py);
+    let (role, tool) = (role.bind(py), tool.bind(py));
+
+    let mut tools: Vec<usize> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let Ok(message) = message.cast::<PyDict>() else {
+            return Err(new_error(
+                py,
+                "UnsupportedTypeError",
+                format!(
+                    "$[{i}]: messages[{i}] must be a message dict, got {}",
+                    type_name(&message)
+                ),
+                &[("path", PyString::new(py, &format!("$[{i}]")).into_any())],
+            ));
+        };
+        if let Some(r) = message.get_item(role)? {
+            if r.is(tool) || r.eq(tool)? {
+                tools.push(i);
+            }
+        }
+    }
+
+    let out = messages.get_slice(0, messages.len());
+    let mut pruned = 0usize;
+    for &i in &tools[..outside_window(tools.len(), keep)] {
+        let item = out.get_item(i)?;
+        // SAFETY: every message was checked to be a dict above, and `out` is our own copy.
+        let message = unsafe { item.cast_unchecked::<PyDict>() };
+        let call_id = message
+            .get_item(tool_call_id)?
+            .and_then(|id| id.cast_into::<PyString>().ok())
+            .ok_or_else(|| {
+                let path = format!("$[{i}].tool_call_id");
+                new_error(
+                    py,
+                    "InvalidInputError",
+                    format!(
+                        "{path}: tool message {i} must have a str tool_call_id to be replaced by a placeholder"
+                    ),
+                    &[("path", PyString::new(py, &path).into_any())],
+                )
+            })?;
+        let rendered = PyString::new(py, &template.render(&call_id.to_cow()?));
+        let already = match message.get_item(content)? {
+            Some(c) => c.is_instance_of::<PyString>() && c.eq(&rendered)?,
+            None => false,
+        };
+        if already {
+            continue;
+        }
+        let replaced = message.copy()?;
+        replaced.set_item(content, rendered)?;
+        out.set_item(i, replaced)?;
+        pruned += 1;
+    }
+    PyTuple::new(py, [out.into_any(), pruned.into_pyobject(py)?.into_any()])
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(prune_sliding_window, m)?)?;
     Ok(())
 }
