@@ -38,6 +38,11 @@ impl Placeholder {
         })
     }
 
+    /// The text around the markers: `render` puts the call id between consecutive pieces.
+    pub fn pieces(&self) -> &[String] {
+        &self.pieces
+    }
+
     pub fn render(&self, call_id: &str) -> String {
         let mut out = String::with_capacity(
             self.pieces.iter().map(String::len).sum::<usize>()

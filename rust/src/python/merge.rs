@@ -336,6 +336,14 @@ impl<'py> Walker<'_, 'py> {
             Kind::Dict => {
                 // SAFETY: classify() saw a dict (or subclass).
                 let patch = unsafe { patch.cast_unchecked::<PyDict>() };
+                if base.is_exact_instance_of::<PyDict>() {
+                    // SAFETY: checked just above; the exact check skips PyType_GetFlags.
+                    return self.merge_dicts(
+                        unsafe { base.cast_unchecked::<PyDict>() },
+                        patch,
+                        depth,
+                    );
+                }
                 match base.cast::<PyDict>() {
                     Ok(base) => self.merge_dicts(base, patch, depth),
                     Err(_) => self.copy_dict(patch, depth),

@@ -1,5 +1,6 @@
 //! `prune_sliding_window` for Python: the policy is `crate::prune`; this walks the message dicts.
 
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -75,6 +76,13 @@ fn prune_sliding_window<'py>(
             &[("path", PyString::new(py, "$").into_any())],
         )
     })?;
+    // The template's pieces as Python strings: rendering is then str concatenation, with no
+    // UTF-8 round trip of the call id.
+    let pieces: Vec<Bound<'py, PyString>> = template
+        .pieces()
+        .iter()
+        .map(|piece| PyString::new(py, piece))
+        .collect();
     let [role, tool, tool_call_id, content] = names(py);
     let (role, tool) = (role.bind(py), tool.bind(py));
 
@@ -118,7 +126,7 @@ fn prune_sliding_window<'py>(
                     &[("path", PyString::new(py, &path).into_any())],
                 )
             })?;
-        let rendered = PyString::new(py, &template.render(&call_id.to_cow()?));
+        let rendered = render(py, &pieces, &call_id)?;
         let already = match message.get_item(content)? {
             Some(c) => c.is_instance_of::<PyString>() && c.eq(&rendered)?,
             None => false,
@@ -132,6 +140,37 @@ fn prune_sliding_window<'py>(
         pruned += 1;
     }
     PyTuple::new(py, [out.into_any(), pruned.into_pyobject(py)?.into_any()])
+}
+
+/// `pieces` joined with `call_id` between consecutive pieces.
+fn render<'py>(
+    py: Python<'py>,
+    pieces: &[Bound<'py, PyString>],
+    call_id: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyString>> {
+    let concat = |a: &Bound<'py, PyString>,
+                  b: &Bound<'py, PyString>|
+     -> PyResult<Bound<'py, PyString>> {
+        if a.len()? == 0 {
+            return Ok(b.clone());
+        }
+        if b.len()? == 0 {
+            return Ok(a.clone());
+        }
+        // SAFETY: both arguments are str objects; PyUnicode_Concat returns a new reference or NULL.
+        unsafe {
+            Ok(
+                Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_Concat(a.as_ptr(), b.as_ptr()))?
+                    .cast_into_unchecked::<PyString>(),
+            )
+        }
+    };
+    let mut out = pieces[0].clone();
+    for piece in &pieces[1..] {
+        out = concat(&out, call_id)?;
+        out = concat(&out, piece)?;
+    }
+    Ok(out)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
