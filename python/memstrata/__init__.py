@@ -7,15 +7,15 @@ plain data; none mutates its inputs.
 from __future__ import annotations
 
 from memstrata import exceptions
-from memstrata._core import __version__
-from memstrata._core import (  # merge
+from memstrata._core import (
     DEFAULT_UNSAFE_KEYS,
     MAX_DEPTH,
+    __version__,
     deep_merge,
     merge_json,
+    prune_sliding_window,
     strip_unsafe_keys,
 )
-from memstrata._core import prune_sliding_window  # prune
 
 __all__ = [
     "DEFAULT_UNSAFE_KEYS",
