@@ -23,14 +23,23 @@ impl<K> Trace<K> {
 
     #[must_use]
     pub fn at_key(mut self, key: &str) -> Self {
-        self.reversed.push(Segment::Key(key.to_owned()));
+        self.push_key(key);
         self
     }
 
     #[must_use]
     pub fn at_index(mut self, index: usize) -> Self {
-        self.reversed.push(Segment::Index(index));
+        self.push_index(index);
         self
+    }
+
+    /// In-place [`Self::at_key`], for errors kept behind a pointer.
+    pub fn push_key(&mut self, key: &str) {
+        self.reversed.push(Segment::Key(key.to_owned()));
+    }
+
+    pub fn push_index(&mut self, index: usize) {
+        self.reversed.push(Segment::Index(index));
     }
 
     /// The same path with another kind of error, for front ends that add their own failures.

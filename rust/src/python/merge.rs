@@ -24,20 +24,34 @@ enum Fail {
     Walk(WalkError),
 }
 
-type Walk<T> = Result<T, Trace<Fail>>;
+/// Boxed so that a `Walk<Bound>` is two words: the walk recurses once per nesting level, and
+/// small frames are what let MAX_DEPTH levels fit in a thread's stack.
+type Failure = Box<Trace<Fail>>;
+type Walk<T> = Result<T, Failure>;
 
+#[cold]
+#[inline(never)]
 fn fail<T>(error: WalkError) -> Walk<T> {
-    Err(Trace::new(Fail::Walk(error)))
+    Err(Box::new(Trace::new(Fail::Walk(error))))
 }
 
-fn py_fail(error: PyErr) -> Trace<Fail> {
-    Trace::new(Fail::Py(error))
+#[cold]
+#[inline(never)]
+fn py_fail(error: PyErr) -> Failure {
+    Box::new(Trace::new(Fail::Py(error)))
+}
+
+#[cold]
+#[inline(never)]
+fn at_index(mut failure: Failure, index: usize) -> Failure {
+    failure.push_index(index);
+    failure
 }
 
 fn finish<T>(py: Python<'_>, result: Walk<T>) -> PyResult<T> {
     result.map_err(|trace| {
         let mut kind = None;
-        let trace = trace.map_kind(|k| match k {
+        let trace = (*trace).map_kind(|k| match k {
             Fail::Py(e) => {
                 kind = Some(e);
                 WalkError::TooDeep
@@ -54,8 +68,14 @@ fn key_segment(key: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".to_owned())
 }
 
-fn at_key<'a>(key: &'a Bound<'_, PyAny>) -> impl FnOnce(Trace<Fail>) -> Trace<Fail> + 'a {
-    move |t| t.at_key(&key_segment(key))
+fn at_key<'a>(key: &'a Bound<'_, PyAny>) -> impl FnOnce(Failure) -> Failure + 'a {
+    #[cold]
+    #[inline(never)]
+    fn add(mut failure: Failure, key: &Bound<'_, PyAny>) -> Failure {
+        failure.push_key(&key_segment(key));
+        failure
+    }
+    move |t| add(t, key)
 }
 
 fn check_depth(depth: usize) -> Walk<()> {
@@ -277,6 +297,65 @@ fn null_mode(py: Python<'_>, value: Option<&Bound<'_, PyAny>>) -> PyResult<NullM
     }
 }
 
+/// What one patch entry does, decided by `Walker::entry`.
+enum Entry<'py> {
+    Skip,
+    Set(Bound<'py, PyAny>),
+    /// Recurse: into the existing value if there is one, else copy the patch value in.
+    Descend(Option<Bound<'py, PyAny>>, Kind),
+}
+
+#[inline(never)]
+fn store<'py>(
+    out: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyAny>,
+    value: Bound<'py, PyAny>,
+) -> Walk<()> {
+    out.set_item(key, value).map_err(py_fail)
+}
+
+#[inline(never)]
+fn new_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Walk<Bound<'py, PyAny>> {
+    Ok(PyList::new(py, items).map_err(py_fail)?.into_any())
+}
+
+/// What `strip` must change in one dict. The pushes are out of line to keep the recursive
+/// frame small.
+#[derive(Default)]
+struct Edits<'py> {
+    dropped: Vec<Bound<'py, PyAny>>,
+    changed: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+}
+
+impl<'py> Edits<'py> {
+    #[inline(never)]
+    fn drop_key(&mut self, key: Bound<'py, PyAny>) {
+        self.dropped.push(key);
+    }
+
+    #[inline(never)]
+    fn change(&mut self, key: Bound<'py, PyAny>, value: Bound<'py, PyAny>) {
+        self.changed.push((key, value));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.dropped.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// A copy of `d` without the dropped keys and with the changed values.
+#[inline(never)]
+fn rebuild_dict<'py>(d: &Bound<'py, PyDict>, edits: Edits<'py>) -> Walk<Bound<'py, PyAny>> {
+    let out = d.copy().map_err(py_fail)?;
+    for key in edits.dropped {
+        out.del_item(key).map_err(py_fail)?;
+    }
+    for (key, new) in edits.changed {
+        out.set_item(key, new).map_err(py_fail)?;
+    }
+    Ok(out.into_any())
+}
+
 /// One merge or strip call: the options and the Python-side key set.
 struct Walker<'a, 'py> {
     py: Python<'py>,
@@ -294,6 +373,11 @@ impl<'py> Walker<'_, 'py> {
                 type_name(key)
             )))
         })
+    }
+
+    #[inline(never)]
+    fn key_is_unsafe(&self, key: &Bound<'py, PyAny>) -> Walk<bool> {
+        self.is_unsafe(self.str_key(key)?)
     }
 
     fn is_unsafe(&self, key: &Bound<'py, PyString>) -> Walk<bool> {
@@ -363,44 +447,77 @@ impl<'py> Walker<'_, 'py> {
         depth: usize,
     ) -> Walk<Bound<'py, PyAny>> {
         check_depth(depth)?;
-        let py = self.py;
-        // PyDict_Copy: a plain dict even when base is a subclass, and a memcpy for the common case.
+        let out = self.copy_stripped(base)?;
+        for (key, value) in patch.iter() {
+            let merged = match self.entry(&out, &key, &value, true)? {
+                Entry::Skip => continue,
+                Entry::Set(v) => v,
+                Entry::Descend(Some(existing), kind) => self
+                    .merge(&existing, &value, kind, depth + 1)
+                    .map_err(at_key(&key))?,
+                Entry::Descend(None, kind) => self
+                    .copy_in(&value, kind, depth + 1)
+                    .map_err(at_key(&key))?,
+            };
+            store(&out, &key, merged)?;
+        }
+        Ok(out.into_any())
+    }
+
+    /// PyDict_Copy (a plain dict even when base is a subclass, and a memcpy for the common case)
+    /// without the unsafe keys.
+    #[inline(never)]
+    fn copy_stripped(&self, base: &Bound<'py, PyDict>) -> Walk<Bound<'py, PyDict>> {
         let out = base.copy().map_err(py_fail)?;
         for (_, key) in &self.keys.keys {
-            let key = key.bind(py);
+            let key = key.bind(self.py);
             if out.contains(key).map_err(py_fail)? {
                 out.del_item(key).map_err(py_fail)?;
             }
         }
-        for (key, value) in patch.iter() {
-            let skey = self.str_key(&key)?;
-            if self.is_unsafe(skey)? {
-                continue;
-            }
-            let kind = classify(&value);
-            let merged = match kind {
-                Kind::Null => {
-                    match self.nulls {
-                        NullMode::Keep => out.set_item(&key, &value).map_err(py_fail)?,
-                        NullMode::Delete => {
-                            if out.contains(&key).map_err(py_fail)? {
-                                out.del_item(&key).map_err(py_fail)?;
-                            }
-                        }
-                        NullMode::Ignore => {}
-                    }
-                    continue;
-                }
-                Kind::Dict | Kind::Seq => match out.get_item(&key).map_err(py_fail)? {
-                    Some(existing) => self.merge(&existing, &value, kind, depth + 1),
-                    None => self.copy_in(&value, kind, depth + 1),
-                },
-                _ => self.scalar(&value, kind),
-            }
-            .map_err(at_key(&key))?;
-            out.set_item(&key, merged).map_err(py_fail)?;
+        Ok(out)
+    }
+
+    /// Decides what one patch entry does to `out` (applying nulls and scalars directly). Kept
+    /// out of line: its frame is gone before the walk recurses, so each nesting level costs
+    /// only the small frame of the loop.
+    #[inline(never)]
+    fn entry(
+        &self,
+        out: &Bound<'py, PyDict>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        merging: bool,
+    ) -> Walk<Entry<'py>> {
+        if self.is_unsafe(self.str_key(key)?)? {
+            return Ok(Entry::Skip);
         }
-        Ok(out.into_any())
+        let kind = classify(value);
+        match kind {
+            Kind::Null => {
+                let delete = match (self.nulls, merging) {
+                    (NullMode::Keep, _) => {
+                        out.set_item(key, value).map_err(py_fail)?;
+                        false
+                    }
+                    (NullMode::Delete, true) => out.contains(key).map_err(py_fail)?,
+                    _ => false,
+                };
+                if delete {
+                    out.del_item(key).map_err(py_fail)?;
+                }
+                Ok(Entry::Skip)
+            }
+            Kind::Dict | Kind::Seq => {
+                let existing = if merging {
+                    out.get_item(key).map_err(py_fail)?
+                } else {
+                    None
+                };
+                Ok(Entry::Descend(existing, kind))
+            }
+            _ => Ok(Entry::Set(self.scalar(value, kind).map_err(at_key(key))?)),
+        }
     }
 
     /// A patch value entering the result with nothing to merge into: copied, stripped, with
@@ -414,46 +531,43 @@ impl<'py> Walker<'_, 'py> {
         match kind {
             // SAFETY: classify() saw a dict (or subclass).
             Kind::Dict => self.copy_dict(unsafe { value.cast_unchecked::<PyDict>() }, depth),
-            Kind::Seq => {
-                check_depth(depth)?;
-                let items = seq_items(value)?;
-                let mut out = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    out.push(
-                        self.copy_in(item, classify(item), depth + 1)
-                            .map_err(|t| t.at_index(i))?,
-                    );
-                }
-                Ok(PyList::new(self.py, out).map_err(py_fail)?.into_any())
-            }
+            Kind::Seq => self.copy_seq(value, depth),
             _ => self.scalar(value, kind),
         }
+    }
+
+    #[inline(never)]
+    fn copy_seq(&self, value: &Bound<'py, PyAny>, depth: usize) -> Walk<Bound<'py, PyAny>> {
+        check_depth(depth)?;
+        let items = seq_items(value)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            out.push(
+                self.copy_in(item, classify(item), depth + 1)
+                    .map_err(|t| at_index(t, i))?,
+            );
+        }
+        new_list(self.py, out)
     }
 
     fn copy_dict(&self, patch: &Bound<'py, PyDict>, depth: usize) -> Walk<Bound<'py, PyAny>> {
         check_depth(depth)?;
         let out = PyDict::new(self.py);
         for (key, value) in patch.iter() {
-            let skey = self.str_key(&key)?;
-            if self.is_unsafe(skey)? {
-                continue;
-            }
-            let kind = classify(&value);
-            if kind == Kind::Null {
-                if self.nulls == NullMode::Keep {
-                    out.set_item(&key, &value).map_err(py_fail)?;
-                }
-                continue;
-            }
-            let copied = self
-                .copy_in(&value, kind, depth + 1)
-                .map_err(at_key(&key))?;
-            out.set_item(&key, copied).map_err(py_fail)?;
+            let copied = match self.entry(&out, &key, &value, false)? {
+                Entry::Skip => continue,
+                Entry::Set(v) => v,
+                Entry::Descend(_, kind) => self
+                    .copy_in(&value, kind, depth + 1)
+                    .map_err(at_key(&key))?,
+            };
+            store(&out, &key, copied)?;
         }
         Ok(out.into_any())
     }
 
     /// `arrays="union"`: base items as they are, then the patch items not already present.
+    #[inline(never)]
     fn union(
         &self,
         base: &Bound<'py, PyAny>,
@@ -469,11 +583,11 @@ impl<'py> Walker<'_, 'py> {
         if !pairwise {
             index = UnionIndex::with_capacity(base_len + patch_items.len());
             for (i, item) in out.iter().enumerate() {
-                index.insert(self.hash(item, depth + 1).map_err(|t| t.at_index(i))?, i);
+                index.insert(self.hash(item, depth + 1).map_err(|t| at_index(t, i))?, i);
             }
         }
         for (i, item) in patch_items.iter().enumerate() {
-            let at = |t: Trace<Fail>| t.at_index(base_len + i);
+            let at = |t: Failure| at_index(t, base_len + i);
             let item = self.copy_in(item, classify(item), depth + 1).map_err(at)?;
             let present = if pairwise {
                 let mut seen = false;
@@ -593,55 +707,56 @@ impl<'py> Walker<'_, 'py> {
     /// The value without unsafe keys, or `None` when it can be shared as it is.
     fn strip(&self, value: &Bound<'py, PyAny>, depth: usize) -> Walk<Option<Bound<'py, PyAny>>> {
         match classify(value) {
-            Kind::Dict => {
-                check_depth(depth)?;
-                // SAFETY: classified as a dict.
-                let d = unsafe { value.cast_unchecked::<PyDict>() };
-                let mut dropped = Vec::new();
-                let mut changed = Vec::new();
-                for (key, child) in d.iter() {
-                    if self.is_unsafe(self.str_key(&key)?)? {
-                        dropped.push(key);
-                        continue;
-                    }
-                    if let Some(new) = self.strip(&child, depth + 1).map_err(at_key(&key))? {
-                        changed.push((key, new));
-                    }
-                }
-                if dropped.is_empty()
-                    && changed.is_empty()
-                    && value.is_exact_instance_of::<PyDict>()
-                {
-                    return Ok(None);
-                }
-                let out = d.copy().map_err(py_fail)?;
-                for key in dropped {
-                    out.del_item(key).map_err(py_fail)?;
-                }
-                for (key, new) in changed {
-                    out.set_item(key, new).map_err(py_fail)?;
-                }
-                Ok(Some(out.into_any()))
-            }
-            Kind::Seq => {
-                check_depth(depth)?;
-                let mut items = seq_items(value)?;
-                let mut any = !value.is_exact_instance_of::<PyList>();
-                for (i, item) in items.iter_mut().enumerate() {
-                    if let Some(new) = self.strip(item, depth + 1).map_err(|t| t.at_index(i))? {
-                        *item = new;
-                        any = true;
-                    }
-                }
-                if !any {
-                    return Ok(None);
-                }
-                Ok(Some(
-                    PyList::new(self.py, items).map_err(py_fail)?.into_any(),
-                ))
-            }
+            Kind::Dict => self.strip_dict(value, depth),
+            Kind::Seq => self.strip_seq(value, depth),
             kind => self.scalar(value, kind).map(|_| None),
         }
+    }
+
+    #[inline(never)]
+    fn strip_dict(
+        &self,
+        value: &Bound<'py, PyAny>,
+        depth: usize,
+    ) -> Walk<Option<Bound<'py, PyAny>>> {
+        check_depth(depth)?;
+        // SAFETY: classified as a dict by the caller.
+        let d = unsafe { value.cast_unchecked::<PyDict>() };
+        let mut edits = Edits::default();
+        for (key, child) in d.iter() {
+            if self.key_is_unsafe(&key)? {
+                edits.drop_key(key);
+                continue;
+            }
+            if let Some(new) = self.strip(&child, depth + 1).map_err(at_key(&key))? {
+                edits.change(key, new);
+            }
+        }
+        if edits.is_empty() && value.is_exact_instance_of::<PyDict>() {
+            return Ok(None);
+        }
+        rebuild_dict(d, edits).map(Some)
+    }
+
+    #[inline(never)]
+    fn strip_seq(
+        &self,
+        value: &Bound<'py, PyAny>,
+        depth: usize,
+    ) -> Walk<Option<Bound<'py, PyAny>>> {
+        check_depth(depth)?;
+        let mut items = seq_items(value)?;
+        let mut any = !value.is_exact_instance_of::<PyList>();
+        for (i, item) in items.iter_mut().enumerate() {
+            if let Some(new) = self.strip(item, depth + 1).map_err(|t| at_index(t, i))? {
+                *item = new;
+                any = true;
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        new_list(self.py, items).map(Some)
     }
 }
 
