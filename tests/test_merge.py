@@ -6,6 +6,8 @@ import copy
 import importlib.util
 import json
 import pathlib
+import subprocess
+import sys
 from collections import OrderedDict
 from typing import Any
 
@@ -366,3 +368,32 @@ def test_inputs_are_not_mutated_by_any_mode() -> None:
             b, p = copy.deepcopy(base), copy.deepcopy(patch)
             deep_merge(b, p, arrays=arrays, nulls=nulls)  # type: ignore[arg-type]
             assert b == base and p == patch
+
+
+def test_max_depth_fits_in_a_small_thread_stack() -> None:
+    """Nesting at the limit must not overflow a 512 KiB thread stack (macOS' default for
+    secondary threads outside Python); run in a subprocess so a crash fails the test cleanly."""
+    code = """
+import threading, memstrata as m
+def nested(depth):
+    v = 1
+    for _ in range(depth):
+        v = {"a": [v]}
+    return v
+ok = nested(m.MAX_DEPTH // 2)
+def run():
+    m.deep_merge(ok, ok)
+    m.deep_merge({}, ok, arrays="union")
+    m.strip_unsafe_keys(ok)
+    m.merge_json(b"{}", b"[" * m.MAX_DEPTH + b"]" * m.MAX_DEPTH)
+    print("done")
+threading.stack_size(512 * 1024)
+t = threading.Thread(target=run)
+t.start()
+t.join()
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done"

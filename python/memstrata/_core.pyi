@@ -10,7 +10,12 @@ __version__: str
 # --- merge (deep_merge, merge_json, strip_unsafe_keys) ---
 
 MAX_DEPTH: int
-"""The deepest nesting of objects and arrays the merge kernels accept (``[[1]]`` nests 2)."""
+"""The deepest nesting of objects and arrays the merge kernels accept (``[[1]]`` nests 2).
+
+Deeper input raises ``NestingTooDeepError``. A walk at the limit needs under 400 KiB of the
+calling thread's stack (tested with 512 KiB threads); ``merge_json`` parses deep text on a
+thread of its own.
+"""
 
 DEFAULT_UNSAFE_KEYS: tuple[str, ...]
 """``("__proto__", "constructor")``: keys that pollute JavaScript prototypes."""
