@@ -367,6 +367,10 @@ struct Walker<'a, 'py> {
 
 impl<'py> Walker<'_, 'py> {
     fn str_key<'k>(&self, key: &'k Bound<'py, PyAny>) -> Walk<&'k Bound<'py, PyString>> {
+        if key.is_exact_instance_of::<PyString>() {
+            // SAFETY: checked just above; under abi3 the subclass check is a function call.
+            return Ok(unsafe { key.cast_unchecked::<PyString>() });
+        }
         key.cast::<PyString>().or_else(|_| {
             fail(WalkError::UnsupportedType(format!(
                 "{} (as an object key; JSON keys are str)",

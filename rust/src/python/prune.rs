@@ -126,20 +126,72 @@ fn prune_sliding_window<'py>(
                     &[("path", PyString::new(py, &path).into_any())],
                 )
             })?;
-        let rendered = render(py, &pieces, &call_id)?;
-        let already = match message.get_item(content)? {
-            Some(c) => c.is_instance_of::<PyString>() && c.eq(&rendered)?,
-            None => false,
-        };
-        if already {
-            continue;
+        if let Some(current) = message.get_item(content)? {
+            if is_rendered(&current, &pieces, &call_id)? {
+                continue;
+            }
         }
+        let rendered = render(py, &pieces, &call_id)?;
         let replaced = message.copy()?;
         replaced.set_item(content, rendered)?;
         out.set_item(i, replaced)?;
         pruned += 1;
     }
     PyTuple::new(py, [out.into_any(), pruned.into_pyobject(py)?.into_any()])
+}
+
+/// Whether `content` is exactly `pieces` joined with `call_id`, compared in place: already
+/// pruned messages are the common case on every later turn, and this costs no allocation.
+fn is_rendered(
+    content: &Bound<'_, PyAny>,
+    pieces: &[Bound<'_, PyString>],
+    call_id: &Bound<'_, PyString>,
+) -> PyResult<bool> {
+    let Ok(content) = content.cast::<PyString>() else {
+        return Ok(false);
+    };
+    let id_len = call_id.len()?;
+    let mut expected = id_len * (pieces.len() - 1);
+    for piece in pieces {
+        expected += piece.len()?;
+    }
+    if content.len()? != expected {
+        return Ok(false);
+    }
+    let mut at = 0usize;
+    let matches_at = |part: &Bound<'_, PyString>, at: usize, len: usize| -> PyResult<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        // SAFETY: both are str objects; a prefix match (-1) of `part` within content[at..at+len].
+        let found = unsafe {
+            ffi::PyUnicode_Tailmatch(
+                content.as_ptr(),
+                part.as_ptr(),
+                at as ffi::Py_ssize_t,
+                (at + len) as ffi::Py_ssize_t,
+                -1,
+            )
+        };
+        if found < 0 {
+            return Err(PyErr::fetch(content.py()));
+        }
+        Ok(found == 1)
+    };
+    for (i, piece) in pieces.iter().enumerate() {
+        if i > 0 {
+            if !matches_at(call_id, at, id_len)? {
+                return Ok(false);
+            }
+            at += id_len;
+        }
+        let len = piece.len()?;
+        if !matches_at(piece, at, len)? {
+            return Ok(false);
+        }
+        at += len;
+    }
+    Ok(true)
 }
 
 /// `pieces` joined with `call_id` between consecutive pieces.
