@@ -76,31 +76,43 @@ fn prune_sliding_window<'py>(
             &[("path", PyString::new(py, "$").into_any())],
         )
     })?;
-    // The template's pieces as Python strings: rendering is then str concatenation, with no
-    // UTF-8 round trip of the call id.
-    let pieces: Vec<Bound<'py, PyString>> = template
-        .pieces()
-        .iter()
-        .map(|piece| PyString::new(py, piece))
-        .collect();
+    let template = PyTemplate::new(py, &template);
     let [role, tool, tool_call_id, content] = names(py);
     let (role, tool) = (role.bind(py), tool.bind(py));
+    let tool_hash = tool.hash()?;
 
     let mut tools: Vec<usize> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
-        let Ok(message) = message.cast::<PyDict>() else {
-            return Err(new_error(
-                py,
-                "UnsupportedTypeError",
-                format!(
-                    "$[{i}]: messages[{i}] must be a message dict, got {}",
-                    type_name(&message)
-                ),
-                &[("path", PyString::new(py, &format!("$[{i}]")).into_any())],
-            ));
+        let message = if message.is_exact_instance_of::<PyDict>() {
+            // SAFETY: checked just above; under abi3 the subclass check is a function call.
+            unsafe { message.cast_into_unchecked::<PyDict>() }
+        } else {
+            match message.cast_into::<PyDict>() {
+                Ok(message) => message,
+                Err(e) => {
+                    let message = e.into_inner();
+                    return Err(new_error(
+                        py,
+                        "UnsupportedTypeError",
+                        format!(
+                            "$[{i}]: messages[{i}] must be a message dict, got {}",
+                            type_name(&message)
+                        ),
+                        &[("path", PyString::new(py, &format!("$[{i}]")).into_any())],
+                    ));
+                }
+            }
         };
         if let Some(r) = message.get_item(role)? {
-            if r.is(tool) || r.eq(tool)? {
+            // Roles are short str: a differing cached hash rules most of them out without a
+            // string comparison.
+            let is_tool = r.is(tool)
+                || if r.is_exact_instance_of::<PyString>() {
+                    r.hash()? == tool_hash && r.eq(tool)?
+                } else {
+                    r.eq(tool)?
+                };
+            if is_tool {
                 tools.push(i);
             }
         }
@@ -126,12 +138,13 @@ fn prune_sliding_window<'py>(
                     &[("path", PyString::new(py, &path).into_any())],
                 )
             })?;
+        let id_len = call_id.len()?;
         if let Some(current) = message.get_item(content)? {
-            if is_rendered(&current, &pieces, &call_id)? {
+            if template.is_rendered(&current, &call_id, id_len)? {
                 continue;
             }
         }
-        let rendered = render(py, &pieces, &call_id)?;
+        let rendered = template.render(py, &call_id, id_len)?;
         let replaced = message.copy()?;
         replaced.set_item(content, rendered)?;
         out.set_item(i, replaced)?;
@@ -140,89 +153,103 @@ fn prune_sliding_window<'py>(
     PyTuple::new(py, [out.into_any(), pruned.into_pyobject(py)?.into_any()])
 }
 
-/// Whether `content` is exactly `pieces` joined with `call_id`, compared in place: already
-/// pruned messages are the common case on every later turn, and this costs no allocation.
-fn is_rendered(
-    content: &Bound<'_, PyAny>,
-    pieces: &[Bound<'_, PyString>],
-    call_id: &Bound<'_, PyString>,
-) -> PyResult<bool> {
-    let Ok(content) = content.cast::<PyString>() else {
-        return Ok(false);
-    };
-    let id_len = call_id.len()?;
-    let mut expected = id_len * (pieces.len() - 1);
-    for piece in pieces {
-        expected += piece.len()?;
-    }
-    if content.len()? != expected {
-        return Ok(false);
-    }
-    let mut at = 0usize;
-    let matches_at = |part: &Bound<'_, PyString>, at: usize, len: usize| -> PyResult<bool> {
-        if len == 0 {
-            return Ok(true);
-        }
-        // SAFETY: both are str objects; a prefix match (-1) of `part` within content[at..at+len].
-        let found = unsafe {
-            ffi::PyUnicode_Tailmatch(
-                content.as_ptr(),
-                part.as_ptr(),
-                at as ffi::Py_ssize_t,
-                (at + len) as ffi::Py_ssize_t,
-                -1,
-            )
-        };
-        if found < 0 {
-            return Err(PyErr::fetch(content.py()));
-        }
-        Ok(found == 1)
-    };
-    for (i, piece) in pieces.iter().enumerate() {
-        if i > 0 {
-            if !matches_at(call_id, at, id_len)? {
-                return Ok(false);
-            }
-            at += id_len;
-        }
-        let len = piece.len()?;
-        if !matches_at(piece, at, len)? {
-            return Ok(false);
-        }
-        at += len;
-    }
-    Ok(true)
+/// The placeholder's pieces as Python strings with their lengths (in code points): rendering
+/// is str concatenation, with no UTF-8 round trip of the call id, and recognising an already
+/// rendered placeholder is an in-place comparison.
+struct PyTemplate<'py> {
+    pieces: Vec<(Bound<'py, PyString>, usize)>,
+    fixed_len: usize,
 }
 
-/// `pieces` joined with `call_id` between consecutive pieces.
-fn render<'py>(
-    py: Python<'py>,
-    pieces: &[Bound<'py, PyString>],
-    call_id: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyString>> {
-    let concat = |a: &Bound<'py, PyString>,
-                  b: &Bound<'py, PyString>|
-     -> PyResult<Bound<'py, PyString>> {
-        if a.len()? == 0 {
-            return Ok(b.clone());
-        }
-        if b.len()? == 0 {
-            return Ok(a.clone());
-        }
-        // SAFETY: both arguments are str objects; PyUnicode_Concat returns a new reference or NULL.
-        unsafe {
-            Ok(
-                Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_Concat(a.as_ptr(), b.as_ptr()))?
-                    .cast_into_unchecked::<PyString>(),
-            )
-        }
-    };
-    let mut out = pieces[0].clone();
-    for piece in &pieces[1..] {
-        out = concat(&out, call_id)?;
-        out = concat(&out, piece)?;
+impl<'py> PyTemplate<'py> {
+    fn new(py: Python<'py>, template: &Placeholder) -> Self {
+        let pieces: Vec<_> = template
+            .pieces()
+            .iter()
+            .map(|piece| (PyString::new(py, piece), piece.chars().count()))
+            .collect();
+        let fixed_len = pieces.iter().map(|(_, len)| len).sum();
+        Self { pieces, fixed_len }
     }
-    Ok(out)
+
+    /// Whether `content` is exactly the placeholder for `call_id`. Already pruned messages are
+    /// the common case on every later turn, and this check allocates nothing.
+    fn is_rendered(
+        &self,
+        content: &Bound<'py, PyAny>,
+        call_id: &Bound<'py, PyString>,
+        id_len: usize,
+    ) -> PyResult<bool> {
+        let Ok(content) = content.cast::<PyString>() else {
+            return Ok(false);
+        };
+        if content.len()? != self.fixed_len + id_len * (self.pieces.len() - 1) {
+            return Ok(false);
+        }
+        let matches_at = |part: &Bound<'py, PyString>, at: usize, len: usize| -> PyResult<bool> {
+            if len == 0 {
+                return Ok(true);
+            }
+            // SAFETY: both are str objects; -1 asks whether `part` is a prefix of
+            // content[at..at + len], which has exactly its length.
+            let found = unsafe {
+                ffi::PyUnicode_Tailmatch(
+                    content.as_ptr(),
+                    part.as_ptr(),
+                    at as ffi::Py_ssize_t,
+                    (at + len) as ffi::Py_ssize_t,
+                    -1,
+                )
+            };
+            if found < 0 {
+                return Err(PyErr::fetch(content.py()));
+            }
+            Ok(found == 1)
+        };
+        let mut at = 0usize;
+        for (i, (piece, len)) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                if !matches_at(call_id, at, id_len)? {
+                    return Ok(false);
+                }
+                at += id_len;
+            }
+            if !matches_at(piece, at, *len)? {
+                return Ok(false);
+            }
+            at += len;
+        }
+        Ok(true)
+    }
+
+    /// The pieces joined with `call_id` between consecutive pieces.
+    fn render(
+        &self,
+        py: Python<'py>,
+        call_id: &Bound<'py, PyString>,
+        id_len: usize,
+    ) -> PyResult<Bound<'py, PyString>> {
+        let concat = |acc: Option<Bound<'py, PyString>>, next: &Bound<'py, PyString>| {
+            let Some(acc) = acc else {
+                return Ok(next.clone());
+            };
+            // SAFETY: both are str objects; PyUnicode_Concat returns a new reference or NULL.
+            unsafe {
+                Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_Concat(acc.as_ptr(), next.as_ptr()))
+                    .map(|s| s.cast_into_unchecked::<PyString>())
+            }
+        };
+        let mut acc: Option<Bound<'py, PyString>> = None;
+        for (i, (piece, len)) in self.pieces.iter().enumerate() {
+            if i > 0 && id_len > 0 {
+                acc = Some(concat(acc, call_id)?);
+            }
+            if *len > 0 {
+                acc = Some(concat(acc, piece)?);
+            }
+        }
+        Ok(acc.unwrap_or_else(|| PyString::new(py, "")))
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
