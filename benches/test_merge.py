@@ -59,19 +59,19 @@ deepmerger = Merger([(dict, ["merge"]), (list, ["override"])], ["override"], ["o
 
 
 def make_state(fanout: int = 6, depth: int = 5, seed: int = 7) -> dict[str, Any]:
-    """A state of about 10k nodes, nested ``depth`` deep, with strings, numbers and short lists."""
+    """About 10k JSON values (objects, arrays, scalars), nested ``depth`` deep."""
     rng = random.Random(seed)
 
     def node(level: int) -> Any:
         if level == depth:
-            kind = rng.randrange(4)
-            if kind == 0:
+            kind = rng.randrange(12)
+            if kind < 4:
                 return rng.randrange(1000)
-            if kind == 1:
+            if kind < 8:
                 return f"value-{rng.randrange(10**6)}"
-            if kind == 2:
+            if kind < 11:
                 return rng.random()
-            return [rng.randrange(100) for _ in range(3)]
+            return [rng.randrange(100) for _ in range(2)]
         return {f"k{level}_{i}": node(level + 1) for i in range(fanout)}
 
     return node(0)  # type: ignore[no-any-return]
