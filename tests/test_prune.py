@@ -127,3 +127,25 @@ def test_error_paths_are_attributes() -> None:
     with pytest.raises(UnsupportedTypeError) as err:
         prune_sliding_window([{"role": "tool"}, "x"])
     assert err.value.path == "$[1]"
+
+
+def test_roles_that_are_not_plain_str_compare_by_value() -> None:
+    class Role(str):
+        pass
+
+    messages = [
+        {"role": None, "content": "x"},
+        {"role": 5, "content": "x"},
+        {"content": "no role"},
+        {"role": Role("tool"), "tool_call_id": "a", "content": "A"},
+        {"role": "".join(["to", "ol"]), "tool_call_id": "b", "content": "B"},
+    ]
+    out, pruned = prune_sliding_window(messages, keep_recent=0)
+    assert pruned == 2
+    assert [m.get("content") for m in out] == [
+        "x",
+        "x",
+        "no role",
+        "[summarized: call_id=a]",
+        "[summarized: call_id=b]",
+    ]

@@ -4,6 +4,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::Borrowed;
 
 use super::errors::{new_error, IntoPyResult};
 use crate::prune::{keep_recent as check_keep_recent, outside_window, Placeholder};
@@ -81,41 +82,53 @@ fn prune_sliding_window<'py>(
     let (role, tool) = (role.bind(py), tool.bind(py));
     let tool_hash = tool.hash()?;
 
+    // Borrowed references throughout this scan: it touches every message, and nothing in it
+    // runs Python code except comparing a role that is not an exact str, for which the role is
+    // held by a strong reference. The length is re-read each step for the same reason.
     let mut tools: Vec<usize> = Vec::new();
-    for (i, message) in messages.iter().enumerate() {
-        let message = if message.is_exact_instance_of::<PyDict>() {
-            // SAFETY: checked just above; under abi3 the subclass check is a function call.
-            unsafe { message.cast_into_unchecked::<PyDict>() }
-        } else {
-            match message.cast_into::<PyDict>() {
-                Ok(message) => message,
-                Err(e) => {
-                    let message = e.into_inner();
-                    return Err(new_error(
-                        py,
-                        "UnsupportedTypeError",
-                        format!(
-                            "$[{i}]: messages[{i}] must be a message dict, got {}",
-                            type_name(&message)
-                        ),
-                        &[("path", PyString::new(py, &format!("$[{i}]")).into_any())],
-                    ));
-                }
-            }
+    let mut i = 0usize;
+    while i < messages.len() {
+        // SAFETY: `i` is in bounds; the borrowed item lives as long as the list holds it.
+        let message = unsafe {
+            Borrowed::from_ptr_or_err(
+                py,
+                ffi::PyList_GetItem(messages.as_ptr(), i as ffi::Py_ssize_t),
+            )?
         };
-        if let Some(r) = message.get_item(role)? {
+        if !message.is_exact_instance_of::<PyDict>() && !message.is_instance_of::<PyDict>() {
+            return Err(new_error(
+                py,
+                "UnsupportedTypeError",
+                format!(
+                    "$[{i}]: messages[{i}] must be a message dict, got {}",
+                    type_name(&message)
+                ),
+                &[("path", PyString::new(py, &format!("$[{i}]")).into_any())],
+            ));
+        }
+        // SAFETY: `message` is a dict and `role` a str; the result is borrowed or NULL.
+        let found = unsafe { ffi::PyDict_GetItemWithError(message.as_ptr(), role.as_ptr()) };
+        if found.is_null() {
+            if let Some(error) = PyErr::take(py) {
+                return Err(error);
+            }
+        } else if found == tool.as_ptr() {
+            tools.push(i);
+        } else {
+            // SAFETY: a live value of `message`, used before any Python code runs.
+            let r = unsafe { Borrowed::from_ptr(py, found) };
             // Roles are short str: a differing cached hash rules most of them out without a
             // string comparison.
-            let is_tool = r.is(tool)
-                || if r.is_exact_instance_of::<PyString>() {
-                    r.hash()? == tool_hash && r.eq(tool)?
-                } else {
-                    r.eq(tool)?
-                };
+            let is_tool = if r.is_exact_instance_of::<PyString>() {
+                r.hash()? == tool_hash && r.eq(tool)?
+            } else {
+                r.to_owned().eq(tool)?
+            };
             if is_tool {
                 tools.push(i);
             }
         }
+        i += 1;
     }
 
     let out = messages.get_slice(0, messages.len());
