@@ -259,13 +259,20 @@ def test_a_patch_nested_100000_deep_is_a_clean_error() -> None:
     with pytest.raises(NestingTooDeepError):
         merge_json(b"{}", b"[" * 100_000)
     with pytest.raises(NestingTooDeepError) as err:
-        merge_json(b'{"x": {"y": [0, ' + b"{" * 2000, b"{}")
+        merge_json(b'{"x": {"y": [0, ' + b"[" * 2000, b"{}")
     assert err.value.path is not None and err.value.path.startswith("$.x.y[1]")
 
 
 def test_merge_json_handles_max_depth_text() -> None:
     text = "[" * MAX_DEPTH + "]" * MAX_DEPTH
     assert merge_json("{}", text) == text.encode()
+    # Past serde_json's own limit of 128 the text is re-parsed on a deep stack; still invalid
+    # JSON must say so.
+    with pytest.raises(InvalidJSONError, match=r"^patch is not valid JSON"):
+        merge_json("{}", "[" * 500 + "]" * 499)
+    deep = '{"a":' * 300 + '{"__proto__": 1, "b": [1]}' + "}" * 300
+    assert merge_json(deep, '{"a": {"c": 2}}').startswith(b'{"a":{"a":{')
+    assert b"__proto__" not in merge_json(deep, "{}")
     with pytest.raises(NestingTooDeepError):
         merge_json("{}", "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
 

@@ -13,9 +13,8 @@ use crate::{CoreError, CoreResult};
 
 type Walk<T> = Result<T, Trace<WalkError>>;
 
-/// Depth at which parsing moves to a thread with a stack sized for [`MAX_DEPTH`]: shallow
-/// documents (nearly all of them) pay nothing for it.
-const SHALLOW: usize = 96;
+/// The stack of the thread that parses text nested past serde_json's own limit: ample for
+/// [`MAX_DEPTH`] levels, and only reserved, not committed, until used.
 const DEEP_STACK_BYTES: usize = 256 << 20;
 
 /// Merges `patch` into `base` (both JSON text) and returns compact JSON text.
@@ -23,17 +22,16 @@ const DEEP_STACK_BYTES: usize = 256 << 20;
 /// Both texts are parsed in full, so unlike the Python-object merge the whole result is
 /// stripped of unsafe keys, base included. Key order is preserved; new keys come last.
 pub fn merge_json(base: &[u8], patch: &[u8], options: &MergeOptions) -> CoreResult<Vec<u8>> {
-    let depth = nesting_depth(base)?.max(nesting_depth(patch)?);
-    let work = || -> CoreResult<Vec<u8>> {
-        let mut base = parse(base, "base")?;
-        let patch = parse(patch, "patch")?;
-        strip_in_place(&mut base, &options.unsafe_keys, 0).map_err(Trace::into_core)?;
-        let merged = merge_values(base, patch, options)?;
-        serde_json::to_vec(&merged).map_err(|e| CoreError::InvalidArgument(e.to_string()))
-    };
-    if depth <= SHALLOW {
-        return work();
+    // Nearly every document nests less than serde_json's own limit (128), which its parser
+    // enforces safely on any stack; only when that limit is hit does the text get scanned for
+    // its real depth and parsed without the limit on a thread with a stack sized for it.
+    match merge_texts(base, patch, options, Depth::Shallow) {
+        Err(CoreError::InvalidJson { detail, .. }) if detail.starts_with(RECURSION_LIMIT) => {}
+        done => return done,
     }
+    nesting_depth(base)?;
+    nesting_depth(patch)?;
+    let work = || merge_texts(base, patch, options, Depth::UpToMax);
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("memstrata-merge-json".into())
@@ -49,14 +47,43 @@ pub fn merge_json(base: &[u8], patch: &[u8], options: &MergeOptions) -> CoreResu
     })
 }
 
+/// serde_json's message when its recursion limit stops a parse.
+const RECURSION_LIMIT: &str = "recursion limit exceeded";
+
+/// Whether the parser keeps serde_json's recursion limit or relies on a prior depth scan.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    Shallow,
+    UpToMax,
+}
+
+fn merge_texts(
+    base: &[u8],
+    patch: &[u8],
+    options: &MergeOptions,
+    depth: Depth,
+) -> CoreResult<Vec<u8>> {
+    let mut base = parse_with(base, "base", depth)?;
+    let patch = parse_with(patch, "patch", depth)?;
+    strip_in_place(&mut base, &options.unsafe_keys, 0).map_err(Trace::into_core)?;
+    let merged = merge_values(base, patch, options)?;
+    serde_json::to_vec(&merged).map_err(|e| CoreError::InvalidArgument(e.to_string()))
+}
+
 /// Parses JSON text nested up to [`MAX_DEPTH`] (the caller has checked the depth).
 pub fn parse(text: &[u8], what: &str) -> CoreResult<Value> {
+    parse_with(text, what, Depth::UpToMax)
+}
+
+fn parse_with(text: &[u8], what: &str, depth: Depth) -> CoreResult<Value> {
     let invalid = |e: serde_json::Error| CoreError::InvalidJson {
         what: what.to_owned(),
         detail: e.to_string(),
     };
     let mut de = serde_json::Deserializer::from_slice(text);
-    de.disable_recursion_limit();
+    if depth == Depth::UpToMax {
+        de.disable_recursion_limit();
+    }
     let value = Value::deserialize(&mut de).map_err(invalid)?;
     de.end().map_err(invalid)?;
     Ok(value)
