@@ -8,13 +8,23 @@ plain data; none mutates its inputs. The stack (``MemoryStack``) composes layers
 from __future__ import annotations
 
 from memstrata import exceptions
-from memstrata._core import __version__
+from memstrata._core import (
+    DEFAULT_UNSAFE_KEYS,
+    MAX_DEPTH,
+    __version__,
+    deep_merge,
+    merge_json,
+    prune_sliding_window,
+    strip_unsafe_keys,
+)
 from memstrata.layers import WorkingMemory
 from memstrata.stack import Budget, Layer, MemoryStack, Run, RunContext
 from memstrata.stores import InMemoryStore, Item, SQLiteStore, Store, open_store
 from memstrata.tools import Tool
 
 __all__ = [
+    "DEFAULT_UNSAFE_KEYS",
+    "MAX_DEPTH",
     "Budget",
     "InMemoryStore",
     "Item",
@@ -27,6 +37,10 @@ __all__ = [
     "Tool",
     "WorkingMemory",
     "__version__",
+    "deep_merge",
     "exceptions",
+    "merge_json",
     "open_store",
+    "prune_sliding_window",
+    "strip_unsafe_keys",
 ]

@@ -1,1 +1,0 @@
-//! merge kernel: see the module docs once implemented.
