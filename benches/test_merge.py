@@ -15,7 +15,6 @@ import random
 from typing import Any
 
 import pytest
-
 from benchkit import compare
 from deepmerge import Merger
 from memstrata import deep_merge, merge_json

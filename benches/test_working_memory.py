@@ -17,7 +17,6 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 from benchkit import compare, fmt_seconds, record
-
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory
 
 UNSAFE = ("__proto__", "constructor")
@@ -202,6 +201,9 @@ def test_prepare_with_working_memory(benchmark: Any, tmp_path: pathlib.Path) -> 
         ]
         benchmark(run.prepare, messages)
         p50, p99 = per_call(lambda: run.prepare(messages), n=5000)
-        print(f"\n[run.prepare, WorkingMemory only, 220-node state] p50 {fmt_seconds(p50)} p99 {fmt_seconds(p99)}")
+        print(
+            f"\n[run.prepare, WorkingMemory only, 220-node state] p50 {fmt_seconds(p50)}"
+            f" p99 {fmt_seconds(p99)}"
+        )
         record({"title": "run.prepare with WorkingMemory", "p50": p50, "p99": p99})
     store.close()

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
 from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.stack import Budget, Layer, MemoryStack, RunContext, allocate_budgets
 from memstrata.stores import InMemoryStore
@@ -161,20 +160,25 @@ def test_every_layer_closes_even_if_one_fails() -> None:
 
 def test_spawn_calls_on_spawn_and_inherits_scope() -> None:
     layer = RecordingLayer("a", 1)
-    with make_stack(layer).run(thread_id="parent", resource_id="user") as run:
-        with run.spawn(thread_id="child") as child:
-            handle = child.layer("a")
-            assert handle["ctx"].thread_id == "child"
-            assert handle["ctx"].resource_id == "user"
-            assert handle["ctx"].parent is run.context
-            assert handle["parent"] is run.layer("a")
+    stack = make_stack(layer)
+    with (
+        stack.run(thread_id="parent", resource_id="user") as run,
+        run.spawn(thread_id="child") as child,
+    ):
+        handle = child.layer("a")
+        assert handle["ctx"].thread_id == "child"
+        assert handle["ctx"].resource_id == "user"
+        assert handle["ctx"].parent is run.context
+        assert handle["parent"] is run.layer("a")
     assert ("spawn", "child") in layer.events
 
 
 def test_layer_lookup_names_the_layers() -> None:
-    with make_stack(RecordingLayer("a", 1)).run(thread_id="t") as run:
-        with pytest.raises(InvalidInputError, match="no layer named 'b'; layers: a"):
-            run.layer("b")
+    with (
+        make_stack(RecordingLayer("a", 1)).run(thread_id="t") as run,
+        pytest.raises(InvalidInputError, match="no layer named 'b'; layers: a"),
+    ):
+        run.layer("b")
 
 
 def test_stack_configuration_errors() -> None:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
 from memstrata import deep_merge
 from memstrata.exceptions import (
     InvalidInputError,

@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 import pytest
-
 from memstrata.exceptions import ToolError
 from memstrata.tools import (
     MAX_ARGUMENT_BYTES,
@@ -100,9 +99,7 @@ SCHEMA = {
 
 def test_validation_lists_every_problem_with_its_path() -> None:
     with pytest.raises(ToolError) as info:
-        validate_arguments(
-            SCHEMA, {"limit": 0, "type": "rumour", "tags": ["ok", 3], "extra": True}
-        )
+        validate_arguments(SCHEMA, {"limit": 0, "type": "rumour", "tags": ["ok", 3], "extra": True})
     details = info.value.details
     assert "$: missing required field 'query'" in details
     assert "$.limit: 0 is below the minimum 1" in details

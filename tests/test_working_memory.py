@@ -10,7 +10,6 @@ from typing import Any
 
 import pydantic
 import pytest
-
 from memstrata.exceptions import (
     BudgetExceededError,
     InvalidInputError,
@@ -84,7 +83,10 @@ def test_concurrent_runs_merge_into_each_others_writes(store: SQLiteStore) -> No
         call(first, "working-memory/update", {"from_first": 1})
         # `second` loaded before that write: its cached state is stale, and its update must
         # merge into the stored state instead of overwriting it.
-        assert call(second, "working-memory/update", {"from_second": 2}) == {"ok": True, "version": 2}
+        assert call(second, "working-memory/update", {"from_second": 2}) == {
+            "ok": True,
+            "version": 2,
+        }
         assert second.layer("working-memory").snapshot == {"from_first": 1, "from_second": 2}
     item = store.get(("working-memory", "thread", "t"), "state")
     assert item is not None and item.value == {"from_first": 1, "from_second": 2}
@@ -220,7 +222,11 @@ def test_voltagent_json_content_accepts_object_or_json_string(store: SQLiteStore
         assert run.layer("working-memory").snapshot == {
             "goals": ["Learn TypeScript", "Build an API"]
         }
-        call(run, "update_working_memory", {"content": {"profile": {"name": "Bob"}}, "mode": "replace"})
+        call(
+            run,
+            "update_working_memory",
+            {"content": {"profile": {"name": "Bob"}}, "mode": "replace"},
+        )
         assert run.layer("working-memory").snapshot == {"profile": {"name": "Bob"}}
         assert run.layer("working-memory").format == "json"
 
@@ -246,7 +252,7 @@ def test_thread_and_resource_scopes(store: SQLiteStore) -> None:
         call(run, "working-memory/update", {"tz": "UTC"})
     with per_user.run(thread_id="b", resource_id="u") as run:
         assert run.layer("working-memory").snapshot == {"tz": "UTC"}
-    with pytest.raises(InvalidInputError, match="needs stack.run\\(resource_id=...\\)"):
+    with pytest.raises(InvalidInputError, match=r"needs stack\.run\(resource_id=\.\.\.\)"):
         per_user.run(thread_id="a").open()
 
 
@@ -255,10 +261,22 @@ def test_observe_applies_every_legacy_call_in_order(store: SQLiteStore) -> None:
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": "1", "type": "function", "function": {"name": "updateWorkingMemory", "arguments": '{"a": 1}'}},
+            {
+                "id": "1",
+                "type": "function",
+                "function": {"name": "updateWorkingMemory", "arguments": '{"a": 1}'},
+            },
             {"id": "2", "type": "function", "function": {"name": "other", "arguments": '{"a": 9}'}},
-            {"id": "3", "type": "function", "function": {"name": "updateWorkingMemory", "arguments": "{bad"}},
-            {"id": "4", "type": "function", "function": {"name": "updateWorkingMemory", "arguments": '{"a": 2, "b": 3}'}},
+            {
+                "id": "3",
+                "type": "function",
+                "function": {"name": "updateWorkingMemory", "arguments": "{bad"},
+            },
+            {
+                "id": "4",
+                "type": "function",
+                "function": {"name": "updateWorkingMemory", "arguments": '{"a": 2, "b": 3}'},
+            },
         ],
     }
     with stack_with(store, schema={"type": "object"}).run(thread_id="t") as run:
@@ -288,7 +306,14 @@ def test_read_only_blocks_every_write_path(store: SQLiteStore) -> None:
     with stack.run(thread_id="t") as run:
         assert run.tool_specs() == []
         assert call(run, "working-memory/update", {"x": 1})["error"]["code"] == "unknown_tool"
-        run.observe({"role": "assistant", "tool_calls": [{"function": {"name": "updateWorkingMemory", "arguments": '{"x": 1}'}}]})
+        run.observe(
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"function": {"name": "updateWorkingMemory", "arguments": '{"x": 1}'}}
+                ],
+            }
+        )
         with pytest.raises(ReadOnlyError):
             run.layer("working-memory").update({"x": 1})
         with pytest.raises(ReadOnlyError):
@@ -301,9 +326,10 @@ def test_state_failing_the_schema_at_load_is_moved_aside(
     store: SQLiteStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     store.put(("working-memory", "thread", "t"), "state", {"age": "old-format"})
-    with caplog.at_level(logging.WARNING), stack_with(store, schema=PROFILE_SCHEMA).run(
-        thread_id="t"
-    ) as run:
+    with (
+        caplog.at_level(logging.WARNING),
+        stack_with(store, schema=PROFILE_SCHEMA).run(thread_id="t") as run,
+    ):
         handle = run.layer("working-memory")
         assert handle.snapshot == {}
         kept = handle.quarantined()
@@ -314,7 +340,9 @@ def test_state_failing_the_schema_at_load_is_moved_aside(
 
 
 def test_spawn_clones_resource_scope_but_not_thread_scope(store: SQLiteStore) -> None:
-    resource = MemoryStack([WorkingMemory(schema={"type": "object"}, scope="resource")], store=store)
+    resource = MemoryStack(
+        [WorkingMemory(schema={"type": "object"}, scope="resource")], store=store
+    )
     with resource.run(thread_id="p", resource_id="u") as run:
         call(run, "working-memory/update", {"plan": ["a"]})
         with run.spawn(thread_id="child") as child:

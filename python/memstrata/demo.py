@@ -2,10 +2,10 @@
 
 The model's side is recorded (assistant messages and tool calls as data, in
 ``demo_conversation.json``), exactly as a server would feed memstrata, so no LLM is needed. Each
-turn prints what the model would see: the system prompt, the ``<working_memory>`` block injected by ``run.prepare``, the
-conversation (older tool results pruned to placeholders), and token counts. The conversation is
-split across two processes: the second starts from what the first left in the SQLite file,
-showing that the working memory survives a restart.
+turn prints what the model would see: the system prompt, the ``<working_memory>`` block that
+``run.prepare`` injects, the conversation (older tool results pruned to placeholders), and
+token counts. The conversation is split across two processes: the second starts from what the
+first left in the SQLite file, showing that the working memory survives a restart.
 """
 
 from __future__ import annotations
@@ -191,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             run.layer("working-memory").clear()  # each demo starts a fresh conversation
         run_turns(store, script, range(half))
     # The second half runs in a new process: nothing but the SQLite file carries the memory over.
-    return subprocess.call([sys.executable, "-m", "memstrata.demo", "--db", str(args.db), "--resume"])
+    return subprocess.call(
+        [sys.executable, "-m", "memstrata.demo", "--db", str(args.db), "--resume"]
+    )
 
 
 if __name__ == "__main__":

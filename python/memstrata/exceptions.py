@@ -33,11 +33,11 @@ __all__ = [
     "InvalidJSONError",
     "InvalidOptionError",
     "MemstrataError",
+    "NestingTooDeepError",
+    "NonFiniteNumberError",
     "ReadOnlyError",
     "SchemaViolationError",
     "ToolError",
-    "NestingTooDeepError",
-    "NonFiniteNumberError",
     "UnsupportedTypeError",
     "ZeroVectorError",
 ]
@@ -142,7 +142,9 @@ class SchemaViolationError(InvalidInputError):
         violations: One readable line per violation, each naming its path.
     """
 
-    def __init__(self, message: str, *, path: str | None = None, violations: list[str] | None = None):
+    def __init__(
+        self, message: str, *, path: str | None = None, violations: list[str] | None = None
+    ):
         super().__init__(message, path=path)
         self.violations = list(violations or [])
 

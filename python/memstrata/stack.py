@@ -63,7 +63,7 @@ DEFAULT_TOTAL_BUDGET = 4000
 
 @dataclass(frozen=True)
 class Budget:
-    """A layer's share of the prompt, in tokens: it is guaranteed ``min`` and may use up to ``max``."""
+    """A layer's share of the prompt in tokens: guaranteed ``min``, at most ``max``."""
 
     min: int
     max: int
@@ -182,7 +182,9 @@ class MemoryStack:
         if duplicates:
             raise InvalidInputError(f"layer names must be unique; repeated: {duplicates}")
         if isinstance(total_budget, bool) or not isinstance(total_budget, int) or total_budget < 0:
-            raise InvalidInputError(f"total_budget must be a non-negative int, got {total_budget!r}")
+            raise InvalidInputError(
+                f"total_budget must be a non-negative int, got {total_budget!r}"
+            )
         if store is None:
             store = os.environ.get("MEMSTRATA_STORE", DEFAULT_STORE_URL)
         self.store: Store = open_store(store) if isinstance(store, str) else store
@@ -304,15 +306,19 @@ class Run:
         leading system/developer messages. The input list and its messages are not changed."""
         self._require_open()
         if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
-            raise InvalidInputError(f"messages must be a list of dicts, got {type(messages).__name__}")
+            raise InvalidInputError(
+                f"messages must be a list of dicts, got {type(messages).__name__}"
+            )
         injected: list[Message] = []
         for layer in self.stack.layers:
             for item in layer.recall(self._handles[layer.name], self.stack.budgets[layer.name]):
                 injected.append({**item, "role": item.get("role", self.stack.prompt_role)})
         head = 0
-        while head < len(messages) and isinstance(messages[head], dict) and messages[head].get(
-            "role"
-        ) in ("system", "developer"):
+        while (
+            head < len(messages)
+            and isinstance(messages[head], dict)
+            and messages[head].get("role") in ("system", "developer")
+        ):
             head += 1
         return [*messages[:head], *injected, *messages[head:]]
 

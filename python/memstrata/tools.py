@@ -96,7 +96,9 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
     if arguments is None:
         return {}
     if isinstance(arguments, (str, bytes, bytearray)):
-        size = len(arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else arguments)
+        size = len(
+            arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else arguments
+        )
         if size > MAX_ARGUMENT_BYTES:
             raise ToolError(
                 f"arguments are {size:,} bytes; the limit is {MAX_ARGUMENT_BYTES:,}",
@@ -107,7 +109,9 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
         try:
             arguments = orjson.loads(arguments)
         except orjson.JSONDecodeError as exc:
-            raise ToolError(f"arguments are not valid JSON: {exc}", code="invalid_arguments") from None
+            raise ToolError(
+                f"arguments are not valid JSON: {exc}", code="invalid_arguments"
+            ) from None
     if not isinstance(arguments, dict):
         raise ToolError(
             f"arguments must be a JSON object, got {_json_type(arguments)}",
@@ -139,11 +143,13 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
-    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
-    or (isinstance(v, float) and v.is_integer()),
-    "number": lambda v: isinstance(v, (int, float))
-    and not isinstance(v, bool)
-    and math.isfinite(v),
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and v.is_integer())
+    ),
+    "number": lambda v: (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ),
 }
 
 

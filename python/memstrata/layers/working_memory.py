@@ -49,7 +49,12 @@ Scope = Literal["thread", "resource", "conversation", "user"]
 Mode = Literal["append", "replace"]
 State = str | dict[str, Any]
 
-_SCOPE_ALIASES = {"thread": "thread", "conversation": "thread", "resource": "resource", "user": "resource"}
+_SCOPE_ALIASES = {
+    "thread": "thread",
+    "conversation": "thread",
+    "resource": "resource",
+    "user": "resource",
+}
 STATE_KEY = "state"
 QUARANTINE_PREFIX = "quarantine/"
 LEGACY_TOOL = "updateWorkingMemory"
@@ -100,9 +105,7 @@ class WorkingMemory:
         name: str = "working-memory",
     ) -> None:
         if scope not in _SCOPE_ALIASES:
-            raise InvalidInputError(
-                f"scope must be one of {sorted(_SCOPE_ALIASES)}, got {scope!r}"
-            )
+            raise InvalidInputError(f"scope must be one of {sorted(_SCOPE_ALIASES)}, got {scope!r}")
         if tools not in ("noetic", "voltagent"):
             raise InvalidInputError(f"tools must be 'noetic' or 'voltagent', got {tools!r}")
         if arrays not in ("replace", "union"):
@@ -112,7 +115,9 @@ class WorkingMemory:
         if template is not None and not isinstance(template, str):
             raise InvalidInputError(f"template must be str, got {type(template).__name__}")
         if schema is not None and template is not None:
-            raise InvalidInputError("give a schema (structured state) or a template (markdown), not both")
+            raise InvalidInputError(
+                "give a schema (structured state) or a template (markdown), not both"
+            )
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
@@ -158,7 +163,9 @@ class WorkingMemory:
             return []
         guidelines = GUIDELINES_VOLTAGENT if self.tool_flavor == "voltagent" else GUIDELINES_NOETIC
         if self.read_only:
-            guidelines = "This is your working memory (read-only): context that persists across turns."
+            guidelines = (
+                "This is your working memory (read-only): context that persists across turns."
+            )
         return [{"content": f"{block}\n{guidelines}"}]
 
     def observe(self, handle: WorkingMemoryHandle, message: Message) -> None:
@@ -170,7 +177,9 @@ class WorkingMemory:
         failures = []
         for index, arguments in enumerate(_legacy_calls(message)):
             try:
-                patch = orjson.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments
+                patch = (
+                    orjson.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments
+                )
                 handle.update(patch)
             except (orjson.JSONDecodeError, InvalidInputError, ToolError, TypeError) as exc:
                 failures.append(f"call {index + 1}: {exc}")
@@ -240,7 +249,9 @@ class WorkingMemoryHandle:
     def load(self) -> None:
         item = self.ctx.store.get(self.namespace, STATE_KEY)
         if item is None:
-            self.state = self.layer.template if self.layer.template is not None else self.layer.empty_state()
+            self.state = (
+                self.layer.template if self.layer.template is not None else self.layer.empty_state()
+            )
             self.version = 0
             return
         try:
@@ -257,7 +268,12 @@ class WorkingMemoryHandle:
         self.ctx.store.put(
             self.namespace,
             key,
-            {"state": item.value, "version": item.version, "moved_at": moved_at, "violations": violations},
+            {
+                "state": item.value,
+                "version": item.version,
+                "moved_at": moved_at,
+                "violations": violations,
+            },
         )
         self.ctx.store.delete(self.namespace, STATE_KEY)
         logger.warning(
@@ -272,9 +288,7 @@ class WorkingMemoryHandle:
     def quarantined(self) -> list[dict[str, Any]]:
         """States moved aside because they failed the schema at load, oldest first."""
         items = self.ctx.store.list(self.namespace, limit=10_000)
-        return [
-            {"key": i.key, **i.value} for i in items if i.key.startswith(QUARANTINE_PREFIX)
-        ]
+        return [{"key": i.key, **i.value} for i in items if i.key.startswith(QUARANTINE_PREFIX)]
 
     def render(self) -> str:
         """The ``<working_memory>`` block the model sees; empty when there is nothing to show."""
@@ -341,7 +355,8 @@ class WorkingMemoryHandle:
             return dict(patch)
         if not isinstance(patch, str):
             raise InvalidInputError(
-                f"this working memory holds text; the update must be a string, got {type(patch).__name__}"
+                "this working memory holds text; the update must be a string, "
+                f"got {type(patch).__name__}"
             )
         return patch
 
@@ -349,7 +364,9 @@ class WorkingMemoryHandle:
         if isinstance(patch, dict):
             if mode == "replace":
                 return dict(strip_unsafe_keys(patch))
-            merged: dict[str, Any] = deep_merge(base, patch, arrays=self.layer.arrays, nulls=self.layer.nulls)
+            merged: dict[str, Any] = deep_merge(
+                base, patch, arrays=self.layer.arrays, nulls=self.layer.nulls
+            )
             return merged
         if mode == "replace" or not isinstance(base, str) or not base.strip():
             return patch
@@ -392,7 +409,11 @@ class WorkingMemoryHandle:
 def _render(state: State) -> str:
     if not state:
         return ""
-    body = state if isinstance(state, str) else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode()
+    body = (
+        state
+        if isinstance(state, str)
+        else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode()
+    )
     return f"<working_memory>\n{body}\n</working_memory>"
 
 
@@ -459,7 +480,11 @@ def _legacy_calls(message: Message) -> list[Any]:
     content = message.get("content")
     if isinstance(content, list):
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "tool_use" and block.get("name") == LEGACY_TOOL:
+            if (
+                isinstance(block, Mapping)
+                and block.get("type") == "tool_use"
+                and block.get("name") == LEGACY_TOOL
+            ):
                 found.append(block.get("input"))
     return found
 
@@ -471,7 +496,10 @@ def _patch_schema(layer: WorkingMemory) -> dict[str, Any]:
         return {
             "type": "object",
             "properties": {
-                "content": {"type": "string", "description": "Text to add (or to write, with mode 'replace')."},
+                "content": {
+                    "type": "string",
+                    "description": "Text to add (or to write, with mode 'replace').",
+                },
                 "mode": {"type": "string", "enum": ["append", "replace"]},
             },
             "required": ["content"],
@@ -496,7 +524,9 @@ def _noetic_update_tool(layer: WorkingMemory, handle: WorkingMemoryHandle) -> To
             raise ToolError(str(exc), code="budget_exceeded") from None
         return {"ok": True, "version": handle.version}
 
-    what = "only the fields that changed; they are deep-merged" if layer.structured else "text to add"
+    what = (
+        "only the fields that changed; they are deep-merged" if layer.structured else "text to add"
+    )
     return Tool(
         name="working-memory/update",
         description=f"Update your working memory: pass {what}.",
@@ -538,10 +568,14 @@ def _voltagent_tools(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[
         ),
         Tool(
             "update_working_memory",
-            "Update the working memory. mode 'append' (default) merges/adds; 'replace' overwrites everything.",
+            "Update the working memory. mode 'append' (default) merges or adds; "
+            "'replace' overwrites everything.",
             {
                 "type": "object",
-                "properties": {"content": content_schema, "mode": {"type": "string", "enum": ["append", "replace"]}},
+                "properties": {
+                    "content": content_schema,
+                    "mode": {"type": "string", "enum": ["append", "replace"]},
+                },
                 "required": ["content"],
                 "additionalProperties": False,
             },

@@ -56,9 +56,7 @@ class Item:
 def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -> Namespace:
     """Returns the namespace as a tuple, or raises InvalidInputError naming the bad label."""
     if not isinstance(namespace, (tuple, list)):
-        raise InvalidInputError(
-            f"namespace must be a tuple of str, got {type(namespace).__name__}"
-        )
+        raise InvalidInputError(f"namespace must be a tuple of str, got {type(namespace).__name__}")
     if not namespace and not allow_empty:
         raise InvalidInputError("namespace must have at least one label")
     if len(namespace) > MAX_NAMESPACE_DEPTH:
@@ -67,9 +65,7 @@ def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -
         )
     for i, label in enumerate(namespace):
         if not isinstance(label, str):
-            raise InvalidInputError(
-                f"namespace label {i} must be str, got {type(label).__name__}"
-            )
+            raise InvalidInputError(f"namespace label {i} must be str, got {type(label).__name__}")
         if not label:
             raise InvalidInputError(f"namespace label {i} is empty")
         if len(label) > MAX_LABEL_LENGTH:

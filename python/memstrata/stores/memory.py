@@ -46,7 +46,13 @@ class InMemoryStore(Store):
         self._lock = threading.Lock()
 
     def _item(
-        self, namespace: Namespace, key: str, row: _Row, value: JSONValue = None, *, fresh: bool = False
+        self,
+        namespace: Namespace,
+        key: str,
+        row: _Row,
+        value: JSONValue = None,
+        *,
+        fresh: bool = False,
     ) -> Item:
         """``fresh``: the item of a write, holding the written value rather than a decoded copy."""
         return Item(

@@ -135,7 +135,8 @@ class SQLiteStore(Store):
         ttl: float | None,
         now: float,
     ) -> Item:
-        """Upserts ``data`` (``value`` encoded) inside the caller's transaction; an expired row counts as absent.
+        """Upserts ``data`` (``value`` encoded) in the caller's transaction; an expired row is
+        treated as absent.
 
         The returned item holds ``value`` itself: decoding what was just encoded would cost as
         much as the write, and the stored copy is already independent of it.
