@@ -403,7 +403,8 @@ class WorkingMemoryHandle:
                     tokens=tokens,
                     limit=self.layer.budget.max,
                 )
-        return state
+        checked: State = state
+        return checked
 
 
 def _render(state: State) -> str:

@@ -20,17 +20,19 @@ Semantics every backend guarantees:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from memstrata.exceptions import InvalidInputError
 
 Namespace = tuple[str, ...]
 JSONValue = Any
 Updater = Callable[[JSONValue], JSONValue]
+_StoreT = TypeVar("_StoreT", bound="Store")
 
 # Labels are joined with the unit separator into one indexable text column, so it (and NUL,
 # which some drivers truncate at) cannot appear inside a label.
@@ -194,7 +196,7 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook; in-memory stores hold nothing
         """Releases connections. The store must not be used afterwards."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self: _StoreT) -> _StoreT:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -216,7 +218,7 @@ class Store(ABC):
 
     async def alist(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
-    ) -> list[Item]:
+    ) -> builtins.list[Item]:
         return await asyncio.to_thread(self.list, namespace_prefix, limit=limit, offset=offset)
 
     async def aupdate(
