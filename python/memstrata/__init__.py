@@ -7,9 +7,12 @@ plain data; none mutates its inputs.
 from __future__ import annotations
 
 from memstrata import exceptions
-from memstrata._core import __version__
+from memstrata._core import VectorSet, __version__, cosine_top_k, hash_embed
 
 __all__ = [
+    "VectorSet",
     "__version__",
+    "cosine_top_k",
     "exceptions",
+    "hash_embed",
 ]

@@ -82,7 +82,11 @@ pub fn embed_into(text: &str, row: &mut [f32]) {
             }
         }
     }
-    let norm: f64 = row.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
+    let norm: f64 = row
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
     if norm > 0.0 {
         for x in row.iter_mut() {
             *x = (f64::from(*x) / norm) as f32;
@@ -137,7 +141,11 @@ mod tests {
         let row = |i: usize| &v[i * 384..(i + 1) * 384];
         assert!(cosine(row(0), row(1)) >= 0.7, "{}", cosine(row(0), row(1)));
         for (a, b) in [(0, 2), (0, 3), (1, 2), (2, 3)] {
-            assert!(cosine(row(a), row(b)).abs() < 0.3, "{a} {b} {}", cosine(row(a), row(b)));
+            assert!(
+                cosine(row(a), row(b)).abs() < 0.3,
+                "{a} {b} {}",
+                cosine(row(a), row(b))
+            );
         }
     }
 

@@ -39,7 +39,10 @@ pub(crate) fn unit_query(query: &[f32], dim: usize, what: &str) -> CoreResult<Ve
             what: what.to_string(),
         });
     }
-    Ok(query.iter().map(|&x| (f64::from(x) / norm) as f32).collect())
+    Ok(query
+        .iter()
+        .map(|&x| (f64::from(x) / norm) as f32)
+        .collect())
 }
 
 /// The L2 norm in f64, or an error naming the first non-finite element.
@@ -82,10 +85,14 @@ pub fn cosine_top_k(
     threshold: Option<f64>,
 ) -> CoreResult<Vec<Scored>> {
     if k == 0 {
-        return Err(CoreError::InvalidArgument("k must be at least 1, got 0".into()));
+        return Err(CoreError::InvalidArgument(
+            "k must be at least 1, got 0".into(),
+        ));
     }
     if threshold.is_some_and(f64::is_nan) {
-        return Err(CoreError::InvalidArgument("threshold must be a number, got NaN".into()));
+        return Err(CoreError::InvalidArgument(
+            "threshold must be a number, got NaN".into(),
+        ));
     }
     if rows.checked_mul(dim) != Some(matrix.len()) {
         return Err(CoreError::InvalidArgument(format!(
@@ -95,7 +102,8 @@ pub fn cosine_top_k(
     }
     let q = unit_query(query, dim, "query")?;
     let level = simd::float_level();
-    let scan = |start: usize, end: usize| scan_rows(level, matrix, dim, &q, start, end, k, threshold);
+    let scan =
+        |start: usize, end: usize| scan_rows(level, matrix, dim, &q, start, end, k, threshold);
     let top = if rows * dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1 {
         let chunks = chunk_bounds(rows, dim);
         let parts: Vec<CoreResult<topk::TopK>> =
@@ -170,7 +178,11 @@ fn slow_row_score(row: &[f32], q: &[f32], index: usize) -> CoreResult<Option<f32
     if norm == 0.0 {
         return Ok(None);
     }
-    let dot: f64 = row.iter().zip(q).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+    let dot: f64 = row
+        .iter()
+        .zip(q)
+        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+        .sum();
     Ok(Some(((dot / norm) as f32).clamp(-1.0, 1.0)))
 }
 
@@ -186,7 +198,11 @@ mod tests {
             .filter_map(|(i, r)| {
                 let n: f64 = r.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
                 (n > 0.0).then(|| {
-                    let d: f64 = r.iter().zip(q).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                    let d: f64 = r
+                        .iter()
+                        .zip(q)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum();
                     (d / n / qn, i)
                 })
             })
@@ -200,7 +216,9 @@ mod tests {
         let mut s = seed;
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
             })
             .collect()
@@ -249,7 +267,10 @@ mod tests {
     fn errors_name_what_was_wrong() {
         let m = [1.0, 2.0, 3.0, f32::NAN];
         let err = cosine_top_k(&m, 2, 2, &[1.0, 0.0], 1, None).unwrap_err();
-        assert_eq!(err.to_string(), "matrix[1, 1] is NaN; vectors must hold finite numbers");
+        assert_eq!(
+            err.to_string(),
+            "matrix[1, 1] is NaN; vectors must hold finite numbers"
+        );
         let err = cosine_top_k(&m[..2], 1, 2, &[1.0, 0.0, 0.0], 1, None).unwrap_err();
         assert_eq!(
             err,
@@ -262,7 +283,10 @@ mod tests {
         let err = cosine_top_k(&m[..2], 1, 2, &[0.0, 0.0], 1, None).unwrap_err();
         assert!(matches!(err, CoreError::ZeroVector { .. }));
         let err = cosine_top_k(&m[..2], 1, 2, &[f32::INFINITY, 0.0], 1, None).unwrap_err();
-        assert_eq!(err.to_string(), "query[0] is inf; vectors must hold finite numbers");
+        assert_eq!(
+            err.to_string(),
+            "query[0] is inf; vectors must hold finite numbers"
+        );
         assert!(cosine_top_k(&m[..2], 1, 2, &[1.0, 0.0], 0, None).is_err());
         assert!(cosine_top_k(&m[..2], 1, 2, &[1.0, 0.0], 1, Some(f64::NAN)).is_err());
     }
@@ -274,6 +298,9 @@ mod tests {
         m[3900 * dim + 5] = f32::NAN;
         m[1200 * dim + 7] = f32::NEG_INFINITY;
         let err = cosine_top_k(&m, rows, dim, &random(dim, 1), 3, None).unwrap_err();
-        assert_eq!(err.to_string(), "matrix[1200, 7] is -inf; vectors must hold finite numbers");
+        assert_eq!(
+            err.to_string(),
+            "matrix[1200, 7] is -inf; vectors must hold finite numbers"
+        );
     }
 }

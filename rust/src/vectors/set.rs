@@ -218,10 +218,14 @@ impl VectorSet {
         threshold: Option<f64>,
     ) -> CoreResult<Vec<(&str, f32)>> {
         if k == 0 {
-            return Err(CoreError::InvalidArgument("k must be at least 1, got 0".into()));
+            return Err(CoreError::InvalidArgument(
+                "k must be at least 1, got 0".into(),
+            ));
         }
         if threshold.is_some_and(f64::is_nan) {
-            return Err(CoreError::InvalidArgument("threshold must be a number, got NaN".into()));
+            return Err(CoreError::InvalidArgument(
+                "threshold must be a number, got NaN".into(),
+            ));
         }
         let q = unit_query(query, self.dim, "query")?;
         let hits = self.search(&q, k, threshold, simd::float_level(), true);
@@ -235,7 +239,11 @@ impl VectorSet {
     ///
     /// # Errors
     /// As [`VectorSet::top_k`].
-    pub fn find_duplicate(&self, vector: &[f32], threshold: f64) -> CoreResult<Option<(&str, f32)>> {
+    pub fn find_duplicate(
+        &self,
+        vector: &[f32],
+        threshold: f64,
+    ) -> CoreResult<Option<(&str, f32)>> {
         Ok(self.top_k(vector, 1, Some(threshold))?.into_iter().next())
     }
 
@@ -257,7 +265,10 @@ impl VectorSet {
         if !prefilter {
             let scan = |(s, e): (usize, usize)| self.exact_scan(q, s, e, k, threshold, level);
             let mut top = if parallel {
-                let parts: Vec<TopK> = chunk_bounds(n, self.dim).into_par_iter().map(scan).collect();
+                let parts: Vec<TopK> = chunk_bounds(n, self.dim)
+                    .into_par_iter()
+                    .map(scan)
+                    .collect();
                 let mut merged = TopK::new(k, threshold);
                 parts.into_iter().for_each(|p| merged.merge(p));
                 merged
@@ -267,17 +278,34 @@ impl VectorSet {
             return std::mem::replace(&mut top, TopK::new(1, None)).into_sorted();
         }
         let qq = quantize(q, self.stride);
-        let q_u8: Vec<u8> = qq.codes.iter().map(|&c| (i16::from(c) + 128) as u8).collect();
+        let q_u8: Vec<u8> = qq
+            .codes
+            .iter()
+            .map(|&c| (i16::from(c) + 128) as u8)
+            .collect();
         let q_norm = checked_norm(q, |_| String::new()).unwrap_or(1.0) as f32;
         // f32 dot of two unit vectors: rounding error at most ~dim·ε; the approximate score adds
         // a few ulps. Doubled for headroom.
         let margin = 2.0 * (self.dim as f32 + 8.0) * f32::EPSILON;
         let probe = |(s, e): (usize, usize)| {
-            self.int8_candidates(&q_u8, qq.scale, qq.residual, q_norm, margin, s, e, k, threshold)
+            self.int8_candidates(
+                &q_u8,
+                qq.scale,
+                qq.residual,
+                q_norm,
+                margin,
+                s,
+                e,
+                k,
+                threshold,
+            )
         };
         let parts: Vec<(KthLargest, Vec<(usize, f32)>)> = if parallel {
             // The int8 rows are a quarter of the f32 bytes.
-            chunk_bounds(n, self.stride / 4).into_par_iter().map(probe).collect()
+            chunk_bounds(n, self.stride / 4)
+                .into_par_iter()
+                .map(probe)
+                .collect()
         } else {
             vec![probe((0, n))]
         };
@@ -287,7 +315,9 @@ impl VectorSet {
             kth.merge(part_kth);
             candidates.extend(part_candidates);
         }
-        let floor = kth.kth().max(threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - margin));
+        let floor = kth
+            .kth()
+            .max(threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - margin));
         let mut top = TopK::new(k, threshold);
         for (index, upper) in candidates {
             if upper >= floor {
@@ -355,7 +385,8 @@ impl VectorSet {
                 let product = i64::from(r) - 128 * i64::from(self.code_sums[row]);
                 let approx = self.scales[row] * q_scale * product as f32;
                 // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
-                let bound = q_norm * self.residuals[row] + q_residual * self.code_norms[row] + margin;
+                let bound =
+                    q_norm * self.residuals[row] + q_residual * self.code_norms[row] + margin;
                 let upper = approx + bound;
                 kth.push(approx - bound);
                 if upper >= min_upper && upper >= kth.kth() {
@@ -376,7 +407,9 @@ mod tests {
         let mut s = seed;
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
             })
             .collect()
@@ -410,8 +443,10 @@ mod tests {
                 let level = simd::float_level();
                 let fast = set.search(&qn, k, t, level, true);
                 let exact = set.search(&qn, k, t, level, false);
-                let f: Vec<(usize, u32)> = fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
-                let e: Vec<(usize, u32)> = exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                let f: Vec<(usize, u32)> =
+                    fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                let e: Vec<(usize, u32)> =
+                    exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
                 assert_eq!(f, e, "seed {seed} k {k} t {t:?}");
             }
         }
@@ -420,7 +455,8 @@ mod tests {
     #[test]
     fn add_replace_remove() {
         let mut set = VectorSet::new(2).unwrap();
-        set.add(&ids(0..3), &[1.0, 0.0, 0.0, 2.0, 1.0, 1.0]).unwrap();
+        set.add(&ids(0..3), &[1.0, 0.0, 0.0, 2.0, 1.0, 1.0])
+            .unwrap();
         assert_eq!(set.len(), 3);
         let top = set.top_k(&[0.0, 1.0], 3, None).unwrap();
         assert_eq!(top[0].0, "id1");
@@ -431,7 +467,10 @@ mod tests {
         assert_eq!(set.remove(&["id0", "nope"]), 1);
         assert_eq!(set.len(), 2);
         assert!(!set.contains("id0") && set.contains("id2") && set.contains("id1"));
-        assert_eq!(set.get("id2").unwrap(), &[std::f32::consts::FRAC_1_SQRT_2; 2]);
+        assert_eq!(
+            set.get("id2").unwrap(),
+            &[std::f32::consts::FRAC_1_SQRT_2; 2]
+        );
         let dup = set.find_duplicate(&[-1.0, 0.01], 0.99).unwrap();
         assert_eq!(dup.map(|d| d.0), Some("id1"));
         assert_eq!(set.find_duplicate(&[0.0, -1.0], 0.5).unwrap(), None);
@@ -443,21 +482,26 @@ mod tests {
     #[test]
     fn failed_add_changes_nothing_and_names_the_id() {
         let mut set = VectorSet::new(2).unwrap();
-        let err = set
-            .add(&ids(0..2), &[1.0, 0.0, 0.0, 0.0])
-            .unwrap_err();
+        let err = set.add(&ids(0..2), &[1.0, 0.0, 0.0, 0.0]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "the vector for id \"id1\" (vectors[1]) is a zero vector; cosine similarity is undefined for it"
         );
         let err = set.add(&ids(0..2), &[1.0, 0.0, 0.0, f32::NAN]).unwrap_err();
-        assert_eq!(err.to_string(), "vectors[1, 1] (id \"id1\") is NaN; vectors must hold finite numbers");
+        assert_eq!(
+            err.to_string(),
+            "vectors[1, 1] (id \"id1\") is NaN; vectors must hold finite numbers"
+        );
         assert!(set.is_empty());
         assert!(set.add(&ids(0..2), &[1.0, 0.0]).is_err());
         assert!(VectorSet::new(0).is_err());
         assert!(matches!(
             set.top_k(&[1.0], 1, None),
-            Err(CoreError::DimensionMismatch { expected: 2, got: 1, .. })
+            Err(CoreError::DimensionMismatch {
+                expected: 2,
+                got: 1,
+                ..
+            })
         ));
     }
 
@@ -467,14 +511,17 @@ mod tests {
         let mut set = VectorSet::new(dim).unwrap();
         let data = random(2000 * dim, 9);
         set.add(&ids(0..2000), &data).unwrap();
-        let gone: Vec<String> = (0..2000).filter(|i| i % 3 == 0).map(|i| format!("id{i}")).collect();
+        let gone: Vec<String> = (0..2000)
+            .filter(|i: &usize| i.is_multiple_of(3))
+            .map(|i| format!("id{i}"))
+            .collect();
         assert_eq!(set.remove(&gone), gone.len());
         let q = random(dim, 4);
         let top = set.top_k(&q, 2000, None).unwrap();
         assert_eq!(top.len(), 2000 - gone.len());
         for (id, score) in top.iter().take(50) {
             let i: usize = id[2..].parse().unwrap();
-            assert!(i % 3 != 0);
+            assert!(!i.is_multiple_of(3));
             let want = cosine(&data[i * dim..(i + 1) * dim], &q);
             assert!((f64::from(*score) - want).abs() < 1e-5);
         }
@@ -487,7 +534,11 @@ mod tests {
     }
 
     fn cosine(a: &[f32], b: &[f32]) -> f64 {
-        let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+        let d: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum();
         let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         d / na / nb

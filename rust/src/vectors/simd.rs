@@ -172,7 +172,7 @@ pub fn has_fast_int8() -> bool {
 /// The query is offset to unsigned (`code + 128`) because `vpdpbusd` multiplies unsigned by
 /// signed bytes; callers subtract `128 · Σ codes` to recover the signed product.
 pub fn i8_dot_rows(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
-    assert!(stride % 64 == 0 && q_u8.len() == stride && codes.len() == out.len() * stride);
+    assert!(stride.is_multiple_of(64) && q_u8.len() == stride && codes.len() == out.len() * stride);
     #[cfg(target_arch = "x86_64")]
     if cpu().vnni {
         // SAFETY: the CPU reports avx512f, avx512bw and avx512vnni; lengths checked above.
@@ -461,7 +461,9 @@ mod tests {
         let mut s = seed;
         (0..n * dim)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
             })
             .collect()
@@ -483,8 +485,14 @@ mod tests {
                     let d: f64 = row.iter().zip(&q).map(|(a, b)| f64::from(a * b)).sum();
                     let s: f64 = row.iter().map(|a| f64::from(a * a)).sum();
                     assert!((f64::from(dots[i]) - d).abs() < 1e-4, "{level:?} dim {dim}");
-                    assert!((f64::from(plain[i]) - d).abs() < 1e-4, "{level:?} dim {dim}");
-                    assert!((f64::from(norms[i]) - s).abs() < 1e-4, "{level:?} dim {dim}");
+                    assert!(
+                        (f64::from(plain[i]) - d).abs() < 1e-4,
+                        "{level:?} dim {dim}"
+                    );
+                    assert!(
+                        (f64::from(norms[i]) - s).abs() < 1e-4,
+                        "{level:?} dim {dim}"
+                    );
                     assert_eq!(dot(level, row, &q).to_bits(), plain[i].to_bits());
                 }
             }

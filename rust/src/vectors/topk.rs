@@ -61,7 +61,9 @@ impl TopK {
         if self.heap.len() < self.k {
             f32::NEG_INFINITY
         } else {
-            self.heap.peek().map_or(f32::NEG_INFINITY, |worst| worst.score)
+            self.heap
+                .peek()
+                .map_or(f32::NEG_INFINITY, |worst| worst.score)
         }
     }
 
@@ -129,7 +131,9 @@ impl KthLargest {
         if self.heap.len() < self.k {
             f32::NEG_INFINITY
         } else {
-            self.heap.peek().map_or(f32::NEG_INFINITY, |smallest| smallest.0 .0)
+            self.heap
+                .peek()
+                .map_or(f32::NEG_INFINITY, |smallest| smallest.0 .0)
         }
     }
 
@@ -205,7 +209,11 @@ mod tests {
         top.push(0.8, 2);
         assert_eq!(top.floor(), 0.6);
         top.push(0.7, 3);
-        let got: Vec<(usize, f32)> = top.into_sorted().iter().map(|e| (e.index, e.score)).collect();
+        let got: Vec<(usize, f32)> = top
+            .into_sorted()
+            .iter()
+            .map(|e| (e.index, e.score))
+            .collect();
         assert_eq!(got, vec![(2, 0.8), (3, 0.7)]);
     }
 
