@@ -152,20 +152,31 @@ fn scan_rows(
         let len = BLOCK_ROWS.min(end - block);
         let rows = &matrix[block * dim..(block + len) * dim];
         simd::fused_dot_norm2(level, rows, dim, q, &mut dots[..len], &mut norms2[..len]);
+        // Branch-free first, so the compiler vectorises the square roots and divisions.
+        let mut any_slow = false;
+        let mut scores = [0.0_f32; BLOCK_ROWS];
         for i in 0..len {
             let (dot, n2) = (dots[i], norms2[i]);
-            // Outside this range f32 lost the answer (overflow, underflow, NaN): redo the row
-            // in f64, which also finds the offending element.
-            let score = if (1e-30..=1e30).contains(&n2) && dot.is_finite() {
-                (dot / n2.sqrt()).clamp(-1.0, 1.0)
-            } else {
-                match slow_row_score(&rows[i * dim..(i + 1) * dim], q, block + i)? {
-                    Some(score) => score,
-                    None => continue,
+            // Outside this range f32 lost the answer (overflow, underflow, NaN): such rows are
+            // redone in f64 below, which also finds the offending element.
+            any_slow |= !((1e-30..=1e30).contains(&n2) && dot.is_finite());
+            scores[i] = (dot / n2.sqrt()).clamp(-1.0, 1.0);
+        }
+        if any_slow {
+            for i in 0..len {
+                let (dot, n2) = (dots[i], norms2[i]);
+                if !((1e-30..=1e30).contains(&n2) && dot.is_finite()) {
+                    let row = &rows[i * dim..(i + 1) * dim];
+                    scores[i] = slow_row_score(row, q, block + i)?.unwrap_or(f32::NAN);
                 }
-            };
-            if score >= top.floor() {
+            }
+        }
+        let mut floor = top.floor();
+        for (i, &score) in scores[..len].iter().enumerate() {
+            // NaN marks a zero row: it fails this test and is skipped.
+            if score >= floor {
                 top.push(score, block + i);
+                floor = top.floor();
             }
         }
         block += len;

@@ -374,23 +374,37 @@ impl VectorSet {
         let mut candidates = Vec::new();
         let min_upper = threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - margin);
         let mut raw = [0_i32; INT8_BLOCK];
+        let mut upper = [0.0_f32; INT8_BLOCK];
+        let mut lower = [0.0_f32; INT8_BLOCK];
         let mut block = start;
         while block < end {
             let len = INT8_BLOCK.min(end - block);
             let codes = &self.codes[block * self.stride..(block + len) * self.stride];
             simd::i8_dot_rows(codes, self.stride, q_u8, &mut raw[..len]);
-            for (i, &r) in raw[..len].iter().enumerate() {
-                let row = block + i;
-                // Exact integer product of the signed codes (the query was offset by 128).
-                let product = i64::from(r) - 128 * i64::from(self.code_sums[row]);
-                let approx = self.scales[row] * q_scale * product as f32;
+            let rows = block..block + len;
+            let sums = &self.code_sums[rows.clone()];
+            let scales = &self.scales[rows.clone()];
+            let residuals = &self.residuals[rows.clone()];
+            let norms = &self.code_norms[rows];
+            // Branch-free so the compiler vectorises it.
+            for i in 0..len {
+                // Exact product of the signed codes (the query was offset by 128); no overflow
+                // below PREFILTER_MAX_DIM.
+                let product = raw[i] - 128 * sums[i];
+                let approx = scales[i] * q_scale * product as f32;
                 // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
-                let bound =
-                    q_norm * self.residuals[row] + q_residual * self.code_norms[row] + margin;
-                let upper = approx + bound;
-                kth.push(approx - bound);
-                if upper >= min_upper && upper >= kth.kth() {
-                    candidates.push((row, upper));
+                let bound = q_norm * residuals[i] + q_residual * norms[i] + margin;
+                upper[i] = approx + bound;
+                lower[i] = approx - bound;
+            }
+            let mut kth_lower = kth.kth();
+            for i in 0..len {
+                if lower[i] > kth_lower {
+                    kth.push(lower[i]);
+                    kth_lower = kth.kth();
+                }
+                if upper[i] >= kth_lower && upper[i] >= min_upper {
+                    candidates.push((block + i, upper[i]));
                 }
             }
             block += len;

@@ -194,40 +194,6 @@ mod x86 {
     use std::arch::x86_64::*;
 
     #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn fused_row_avx512(r: *const f32, q: *const f32, dim: usize) -> (f32, f32) {
-        let (mut d0, mut d1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-        let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-        let mut j = 0;
-        while j + 32 <= dim {
-            let a = _mm512_loadu_ps(r.add(j));
-            let b = _mm512_loadu_ps(r.add(j + 16));
-            d0 = _mm512_fmadd_ps(a, _mm512_loadu_ps(q.add(j)), d0);
-            d1 = _mm512_fmadd_ps(b, _mm512_loadu_ps(q.add(j + 16)), d1);
-            s0 = _mm512_fmadd_ps(a, a, s0);
-            s1 = _mm512_fmadd_ps(b, b, s1);
-            j += 32;
-        }
-        if j < dim {
-            // Masked loads never touch the lanes past the row's end.
-            let m0 = tail_mask(dim - j);
-            let a = _mm512_maskz_loadu_ps(m0, r.add(j));
-            d0 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m0, q.add(j)), d0);
-            s0 = _mm512_fmadd_ps(a, a, s0);
-            if j + 16 < dim {
-                let m1 = tail_mask(dim - j - 16);
-                let b = _mm512_maskz_loadu_ps(m1, r.add(j + 16));
-                d1 = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m1, q.add(j + 16)), d1);
-                s1 = _mm512_fmadd_ps(b, b, s1);
-            }
-        }
-        (
-            _mm512_reduce_add_ps(_mm512_add_ps(d0, d1)),
-            _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)),
-        )
-    }
-
-    #[inline]
     fn tail_mask(left: usize) -> __mmask16 {
         if left >= 16 {
             0xFFFF
@@ -236,48 +202,119 @@ mod x86 {
         }
     }
 
+    /// Sums each of four vectors: `[Σa0, Σa1, Σa2, Σa3]`, one transposing reduction instead of
+    /// four separate ones.
     #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn dot_row_avx512(r: *const f32, q: *const f32, dim: usize) -> f32 {
-        let (mut d0, mut d1, mut d2, mut d3) = (
-            _mm512_setzero_ps(),
-            _mm512_setzero_ps(),
-            _mm512_setzero_ps(),
-            _mm512_setzero_ps(),
-        );
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn hsum4_ps(a: [__m512; 4]) -> [f32; 4] {
+        let half = |v: __m512| -> __m256 {
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+            _mm256_add_ps(_mm512_castps512_ps256(v), hi)
+        };
+        let x = _mm256_hadd_ps(half(a[0]), half(a[1]));
+        let y = _mm256_hadd_ps(half(a[2]), half(a[3]));
+        let z = _mm256_hadd_ps(x, y);
+        let sum = _mm_add_ps(_mm256_castps256_ps128(z), _mm256_extractf128_ps(z, 1));
+        let mut out = [0.0_f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), sum);
+        out
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn hsum4_epi32(a: [__m512i; 4]) -> [i32; 4] {
+        let half = |v: __m512i| -> __m256i {
+            _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1))
+        };
+        let x = _mm256_hadd_epi32(half(a[0]), half(a[1]));
+        let y = _mm256_hadd_epi32(half(a[2]), half(a[3]));
+        let z = _mm256_hadd_epi32(x, y);
+        let sum = _mm_add_epi32(_mm256_castsi256_si128(z), _mm256_extracti128_si256(z, 1));
+        let mut out = [0_i32; 4];
+        _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, sum);
+        out
+    }
+
+    /// Dot products of four rows with `q`. Two accumulators per row keep enough independent
+    /// FMA chains in flight for two 512-bit FMA pipes; the query loads are shared by the rows.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn dot4_avx512(r: [*const f32; 4], q: *const f32, dim: usize) -> [f32; 4] {
+        let mut a = [_mm512_setzero_ps(); 4];
+        let mut b = [_mm512_setzero_ps(); 4];
         let mut j = 0;
-        while j + 64 <= dim {
-            d0 = _mm512_fmadd_ps(_mm512_loadu_ps(r.add(j)), _mm512_loadu_ps(q.add(j)), d0);
-            d1 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(r.add(j + 16)),
-                _mm512_loadu_ps(q.add(j + 16)),
-                d1,
-            );
-            d2 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(r.add(j + 32)),
-                _mm512_loadu_ps(q.add(j + 32)),
-                d2,
-            );
-            d3 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(r.add(j + 48)),
-                _mm512_loadu_ps(q.add(j + 48)),
-                d3,
-            );
-            j += 64;
+        while j + 32 <= dim {
+            let qa = _mm512_loadu_ps(q.add(j));
+            let qb = _mm512_loadu_ps(q.add(j + 16));
+            for t in 0..4 {
+                a[t] = _mm512_fmadd_ps(_mm512_loadu_ps(r[t].add(j)), qa, a[t]);
+                b[t] = _mm512_fmadd_ps(_mm512_loadu_ps(r[t].add(j + 16)), qb, b[t]);
+            }
+            j += 32;
+        }
+        while j < dim {
+            // Masked loads never touch the lanes past the row's end.
+            let m = tail_mask(dim - j);
+            let qa = _mm512_maskz_loadu_ps(m, q.add(j));
+            for t in 0..4 {
+                a[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, r[t].add(j)), qa, a[t]);
+            }
+            j += 16;
+        }
+        for t in 0..4 {
+            a[t] = _mm512_add_ps(a[t], b[t]);
+        }
+        hsum4_ps(a)
+    }
+
+    /// `(row·q, |row|²)` of four rows in one pass.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn fused4_avx512(r: [*const f32; 4], q: *const f32, dim: usize) -> ([f32; 4], [f32; 4]) {
+        let mut d = [_mm512_setzero_ps(); 4];
+        let mut e = [_mm512_setzero_ps(); 4];
+        let mut s = [_mm512_setzero_ps(); 4];
+        let mut u = [_mm512_setzero_ps(); 4];
+        let mut j = 0;
+        while j + 32 <= dim {
+            let qa = _mm512_loadu_ps(q.add(j));
+            let qb = _mm512_loadu_ps(q.add(j + 16));
+            for t in 0..4 {
+                let x = _mm512_loadu_ps(r[t].add(j));
+                let y = _mm512_loadu_ps(r[t].add(j + 16));
+                d[t] = _mm512_fmadd_ps(x, qa, d[t]);
+                e[t] = _mm512_fmadd_ps(y, qb, e[t]);
+                s[t] = _mm512_fmadd_ps(x, x, s[t]);
+                u[t] = _mm512_fmadd_ps(y, y, u[t]);
+            }
+            j += 32;
         }
         while j < dim {
             let m = tail_mask(dim - j);
-            d0 = _mm512_fmadd_ps(
-                _mm512_maskz_loadu_ps(m, r.add(j)),
-                _mm512_maskz_loadu_ps(m, q.add(j)),
-                d0,
-            );
+            let qa = _mm512_maskz_loadu_ps(m, q.add(j));
+            for t in 0..4 {
+                let x = _mm512_maskz_loadu_ps(m, r[t].add(j));
+                d[t] = _mm512_fmadd_ps(x, qa, d[t]);
+                s[t] = _mm512_fmadd_ps(x, x, s[t]);
+            }
             j += 16;
         }
-        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(d0, d1), _mm512_add_ps(d2, d3)))
+        for t in 0..4 {
+            d[t] = _mm512_add_ps(d[t], e[t]);
+            s[t] = _mm512_add_ps(s[t], u[t]);
+        }
+        (hsum4_ps(d), hsum4_ps(s))
     }
 
-    #[target_feature(enable = "avx512f")]
+    /// Pointers to rows `i..i+4`, repeating the last row past `n`: every row then goes through
+    /// the same four-row kernel, so its score never depends on its neighbours or position.
+    #[inline]
+    unsafe fn four_rows(base: *const f32, dim: usize, i: usize, n: usize) -> [*const f32; 4] {
+        let row = |t: usize| base.add((i + t).min(n - 1) * dim);
+        [row(0), row(1), row(2), row(3)]
+    }
+
+    #[target_feature(enable = "avx512f,avx2")]
     pub unsafe fn fused_avx512(
         rows: &[f32],
         dim: usize,
@@ -285,17 +322,25 @@ mod x86 {
         dots: &mut [f32],
         norms2: &mut [f32],
     ) {
-        for i in 0..dots.len() {
-            let (d, s) = fused_row_avx512(rows.as_ptr().add(i * dim), q.as_ptr(), dim);
-            *dots.get_unchecked_mut(i) = d;
-            *norms2.get_unchecked_mut(i) = s;
+        let n = dots.len();
+        let mut i = 0;
+        while i < n {
+            let (d, s) = fused4_avx512(four_rows(rows.as_ptr(), dim, i, n), q.as_ptr(), dim);
+            let m = 4.min(n - i);
+            dots[i..i + m].copy_from_slice(&d[..m]);
+            norms2[i..i + m].copy_from_slice(&s[..m]);
+            i += 4;
         }
     }
 
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx2")]
     pub unsafe fn dots_avx512(rows: &[f32], dim: usize, q: &[f32], out: &mut [f32]) {
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = dot_row_avx512(rows.as_ptr().add(i * dim), q.as_ptr(), dim);
+        let n = out.len();
+        let mut i = 0;
+        while i < n {
+            let d = dot4_avx512(four_rows(rows.as_ptr(), dim, i, n), q.as_ptr(), dim);
+            out[i..(i + 4).min(n)].copy_from_slice(&d[..4.min(n - i)]);
+            i += 4;
         }
     }
 
@@ -397,58 +442,56 @@ mod x86 {
         }
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    const PREFETCH_ROWS: usize = 16;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
     pub unsafe fn i8_dots_vnni(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
         let q = q_u8.as_ptr();
         let n = out.len();
         let mut i = 0;
-        // Four rows per step share each query load.
-        while i + 4 <= n {
-            let base = codes.as_ptr().add(i * stride);
-            let (mut a0, mut a1, mut a2, mut a3) = (
-                _mm512_setzero_si512(),
-                _mm512_setzero_si512(),
-                _mm512_setzero_si512(),
-                _mm512_setzero_si512(),
-            );
-            let mut j = 0;
-            while j < stride {
-                let qv = _mm512_loadu_si512(q.add(j) as *const _);
-                a0 = _mm512_dpbusd_epi32(a0, qv, _mm512_loadu_si512(base.add(j) as *const _));
-                a1 = _mm512_dpbusd_epi32(
-                    a1,
-                    qv,
-                    _mm512_loadu_si512(base.add(stride + j) as *const _),
-                );
-                a2 = _mm512_dpbusd_epi32(
-                    a2,
-                    qv,
-                    _mm512_loadu_si512(base.add(2 * stride + j) as *const _),
-                );
-                a3 = _mm512_dpbusd_epi32(
-                    a3,
-                    qv,
-                    _mm512_loadu_si512(base.add(3 * stride + j) as *const _),
-                );
-                j += 64;
-            }
-            *out.get_unchecked_mut(i) = _mm512_reduce_add_epi32(a0);
-            *out.get_unchecked_mut(i + 1) = _mm512_reduce_add_epi32(a1);
-            *out.get_unchecked_mut(i + 2) = _mm512_reduce_add_epi32(a2);
-            *out.get_unchecked_mut(i + 3) = _mm512_reduce_add_epi32(a3);
-            i += 4;
-        }
         while i < n {
-            let base = codes.as_ptr().add(i * stride);
-            let mut a0 = _mm512_setzero_si512();
-            let mut j = 0;
-            while j < stride {
-                let qv = _mm512_loadu_si512(q.add(j) as *const _);
-                a0 = _mm512_dpbusd_epi32(a0, qv, _mm512_loadu_si512(base.add(j) as *const _));
-                j += 64;
+            // Four rows per step share each query load; two accumulators per row keep eight
+            // `vpdpbusd` chains in flight. Rows past `n` repeat the last one (integer sums are
+            // exact, so this is only about staying in bounds).
+            let row = |t: usize| codes.as_ptr().add((i + t).min(n - 1) * stride);
+            let r = [row(0), row(1), row(2), row(3)];
+            let mut a = [_mm512_setzero_si512(); 4];
+            let mut b = [_mm512_setzero_si512(); 4];
+            // One core's DRAM bandwidth is bounded by its misses in flight; asking for the rows
+            // PREFETCH_ROWS ahead keeps more of them in flight than the hardware prefetcher does.
+            // `wrapping_add`: the address may lie past the end, which a prefetch tolerates.
+            let ahead = codes.as_ptr().wrapping_add((i + PREFETCH_ROWS) * stride);
+            let mut p = 0;
+            while p < 4 * stride {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p) as *const i8);
+                p += 64;
             }
-            *out.get_unchecked_mut(i) = _mm512_reduce_add_epi32(a0);
-            i += 1;
+            let mut j = 0;
+            while j + 128 <= stride {
+                let qa = _mm512_loadu_si512(q.add(j) as *const _);
+                let qb = _mm512_loadu_si512(q.add(j + 64) as *const _);
+                for t in 0..4 {
+                    let x = _mm512_loadu_si512(r[t].add(j) as *const _);
+                    let y = _mm512_loadu_si512(r[t].add(j + 64) as *const _);
+                    a[t] = _mm512_dpbusd_epi32(a[t], qa, x);
+                    b[t] = _mm512_dpbusd_epi32(b[t], qb, y);
+                }
+                j += 128;
+            }
+            if j < stride {
+                let qa = _mm512_loadu_si512(q.add(j) as *const _);
+                for t in 0..4 {
+                    let x = _mm512_loadu_si512(r[t].add(j) as *const _);
+                    a[t] = _mm512_dpbusd_epi32(a[t], qa, x);
+                }
+            }
+            for t in 0..4 {
+                a[t] = _mm512_add_epi32(a[t], b[t]);
+            }
+            let sums = hsum4_epi32(a);
+            let m = 4.min(n - i);
+            out[i..i + m].copy_from_slice(&sums[..m]);
+            i += 4;
         }
     }
 }
@@ -501,8 +544,12 @@ mod tests {
 
     #[test]
     fn int8_dots_are_exact() {
-        let stride = 128;
-        let n = 7;
+        for (stride, n) in [(64, 1), (128, 7), (192, 9), (384, 4)] {
+            int8_case(stride, n);
+        }
+    }
+
+    fn int8_case(stride: usize, n: usize) {
         let codes: Vec<i8> = (0..n * stride).map(|i| ((i * 37) % 255) as i8).collect();
         let q: Vec<u8> = (0..stride).map(|i| ((i * 11) % 256) as u8).collect();
         let mut out = vec![0; n];
