@@ -463,7 +463,7 @@ mod x86 {
             let ahead = codes.as_ptr().wrapping_add((i + PREFETCH_ROWS) * stride);
             let mut p = 0;
             while p < 4 * stride {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p));
                 p += 64;
             }
             let mut j = 0;
