@@ -285,3 +285,39 @@ def test_vector_set_errors_name_the_id_and_change_nothing() -> None:
         with pytest.raises(InvalidInputError, match="dim must be between 1 and 65536"):
             memstrata.VectorSet(dim)
     assert len(vs) == 1
+
+
+def test_vector_set_is_safe_to_share_between_threads() -> None:
+    import threading
+
+    rng = np.random.default_rng(5)
+    dim = 64
+    vs = memstrata.VectorSet(dim)
+    base = rng.standard_normal((2000, dim)).astype(np.float32)
+    vs.add([f"b{i}" for i in range(2000)], base)
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for i in range(200):
+                vs.add([f"w{i}"], rng.standard_normal((1, dim)).astype(np.float32))
+                if i % 3 == 0:
+                    vs.remove([f"w{i - 1}"])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def reader() -> None:
+        try:
+            for _ in range(200):
+                # b7 itself is never touched by the writer, so it must always be found.
+                assert vs.top_k(base[7], 1)[0][0] == "b7"
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=f) for f in (writer, reader, reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(vs) == 2000 + 200 - len(range(3, 200, 3))  # i = 0 removes the unknown "w-1"
