@@ -109,7 +109,6 @@ def read_bandwidth() -> float:
     """
     if not _BANDWIDTH:
         big = np.ones(128 * 1024 * 1024, dtype=np.float32)
-        words = big.view(np.uint64)
         probes: dict[str, Callable[[np.ndarray], Any]] = {
             "np.add.reduce": np.add.reduce,
             "ndarray.max": np.max,
