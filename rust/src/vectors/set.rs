@@ -21,6 +21,9 @@ const PREFILTER_MIN_ROWS: usize = 512;
 /// Beyond this the int8 dot products could overflow i32.
 const PREFILTER_MAX_DIM: usize = 16_384;
 const INT8_BLOCK: usize = 256;
+/// The int8 pass reads ~60 GB/s on one core, so the wake-up cost of a second thread (see
+/// `PARALLEL_MIN_ELEMENTS`) only pays off from about 8 MB of codes (20k rows at dim 384).
+const PARALLEL_MIN_INT8_BYTES: usize = 1 << 23;
 
 /// A growable set of unit vectors keyed by string ids.
 #[derive(Debug, Clone)]
@@ -300,7 +303,9 @@ impl VectorSet {
                 threshold,
             )
         };
-        let parts: Vec<(KthLargest, Vec<(usize, f32)>)> = if parallel {
+        let parallel_int8 =
+            n * self.stride >= PARALLEL_MIN_INT8_BYTES && rayon::current_num_threads() > 1;
+        let parts: Vec<(KthLargest, Vec<(usize, f32)>)> = if parallel_int8 {
             // The int8 rows are a quarter of the f32 bytes.
             chunk_bounds(n, self.stride / 4)
                 .into_par_iter()
@@ -454,6 +459,27 @@ mod tests {
                 .collect();
             let qn = unit_query(&q, dim, "query").unwrap();
             for (k, t) in [(1, None), (10, None), (50, Some(0.99)), (1, Some(0.999))] {
+                let level = simd::float_level();
+                let fast = set.search(&qn, k, t, level, true);
+                let exact = set.search(&qn, k, t, level, false);
+                let f: Vec<(usize, u32)> =
+                    fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                let e: Vec<(usize, u32)> =
+                    exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                assert_eq!(f, e, "seed {seed} k {k} t {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_prefilter_gives_exactly_the_exhaustive_answer() {
+        let (n, dim) = (22_000, 384);
+        let mut set = VectorSet::new(dim).unwrap();
+        assert!(n * set.stride >= PARALLEL_MIN_INT8_BYTES);
+        set.add(&ids(0..n), &random(n * dim, 5)).unwrap();
+        for seed in 0..3 {
+            let qn = unit_query(&random(dim, 50 + seed), dim, "query").unwrap();
+            for (k, t) in [(1, None), (10, None), (5, Some(0.1))] {
                 let level = simd::float_level();
                 let fast = set.search(&qn, k, t, level, true);
                 let exact = set.search(&qn, k, t, level, false);
