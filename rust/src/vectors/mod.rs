@@ -154,15 +154,19 @@ fn scan_rows(
         let len = BLOCK_ROWS.min(end - block);
         let rows = &matrix[block * dim..(block + len) * dim];
         simd::fused_dot_norm2(level, rows, dim, q, &mut dots[..len], &mut norms2[..len]);
-        // Branch-free first, so the compiler vectorises the square roots and divisions.
+        // Branch-free and over slices of exactly `len` elements (no bounds checks), so the
+        // compiler vectorises the square roots and divisions.
         let mut any_slow = false;
         let mut scores = [0.0_f32; BLOCK_ROWS];
-        for i in 0..len {
-            let (dot, n2) = (dots[i], norms2[i]);
+        for ((score, &dot), &n2) in scores[..len]
+            .iter_mut()
+            .zip(&dots[..len])
+            .zip(&norms2[..len])
+        {
             // Outside this range f32 lost the answer (overflow, underflow, NaN): such rows are
             // redone in f64 below, which also finds the offending element.
-            any_slow |= !((1e-30..=1e30).contains(&n2) && dot.is_finite());
-            scores[i] = (dot / n2.sqrt()).clamp(-1.0, 1.0);
+            any_slow |= !((1e-30..=1e30).contains(&n2) & dot.is_finite());
+            *score = (dot / n2.sqrt()).clamp(-1.0, 1.0);
         }
         if any_slow {
             for i in 0..len {

@@ -387,11 +387,14 @@ impl VectorSet {
             let codes = &self.codes[block * self.stride..(block + len) * self.stride];
             simd::i8_dot_rows(codes, self.stride, q_u8, &mut raw[..len]);
             let rows = block..block + len;
+            // Every slice has exactly `len` elements, so the compiler drops the bounds checks
+            // and vectorises this branch-free loop.
+            let raw = &raw[..len];
             let sums = &self.code_sums[rows.clone()];
             let scales = &self.scales[rows.clone()];
             let residuals = &self.residuals[rows.clone()];
             let norms = &self.code_norms[rows];
-            // Branch-free so the compiler vectorises it.
+            let (up, low) = (&mut upper[..len], &mut lower[..len]);
             for i in 0..len {
                 // Exact product of the signed codes (the query was offset by 128); no overflow
                 // below PREFILTER_MAX_DIM.
@@ -399,17 +402,28 @@ impl VectorSet {
                 let approx = scales[i] * q_scale * product as f32;
                 // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
                 let bound = q_norm * residuals[i] + q_residual * norms[i] + margin;
-                upper[i] = approx + bound;
-                lower[i] = approx - bound;
+                up[i] = approx + bound;
+                low[i] = approx - bound;
             }
             let mut kth_lower = kth.kth();
-            for i in 0..len {
-                if lower[i] > kth_lower {
-                    kth.push(lower[i]);
-                    kth_lower = kth.kth();
+            for (c, (ups, lows)) in up.chunks(16).zip(low.chunks(16)).enumerate() {
+                // Most groups hold no row of interest: a branch-free test skips them whole.
+                let floor = kth_lower.max(min_upper);
+                let any = ups
+                    .iter()
+                    .zip(lows)
+                    .fold(false, |hit, (&u, &l)| hit | (l > kth_lower) | (u >= floor));
+                if !any {
+                    continue;
                 }
-                if upper[i] >= kth_lower && upper[i] >= min_upper {
-                    candidates.push((block + i, upper[i]));
+                for (i, (&u, &l)) in ups.iter().zip(lows).enumerate() {
+                    if l > kth_lower {
+                        kth.push(l);
+                        kth_lower = kth.kth();
+                    }
+                    if u >= kth_lower && u >= min_upper {
+                        candidates.push((block + c * 16 + i, u));
+                    }
                 }
             }
             block += len;
