@@ -57,8 +57,12 @@ fn quantize(v: &[f32], stride: usize) -> Quantized {
     let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
     let mut codes = vec![0_i8; stride];
     let (mut sum, mut res2, mut norm2) = (0_i32, 0.0_f64, 0.0_f64);
+    let inverse = 1.0 / scale;
     for (c, &x) in codes.iter_mut().zip(v) {
-        let q = (x / scale).round().clamp(-127.0, 127.0);
+        // Round half away from zero by truncation: `f32::round` is a libm call on the x86_64
+        // baseline, this vectorises. Any integer code is valid: the bounds use the actual one.
+        let y = x * inverse;
+        let q = ((y + 0.5_f32.copysign(y)) as i32).clamp(-127, 127) as f32;
         *c = q as i8;
         sum += q as i32;
         let back = f64::from(scale) * f64::from(q);
@@ -138,18 +142,33 @@ impl VectorSet {
                 self.dim
             )));
         }
-        let mut units = Vec::with_capacity(vectors.len());
-        for (i, (id, v)) in ids.iter().zip(vectors.chunks_exact(self.dim)).enumerate() {
-            let norm = checked_norm(v, |j| format!("vectors[{i}, {j}] (id {id:?})"))?;
-            if norm == 0.0 {
-                return Err(CoreError::ZeroVector {
-                    what: format!("the vector for id {id:?} (vectors[{i}])"),
-                });
-            }
-            units.extend(v.iter().map(|&x| (f64::from(x) / norm) as f32));
-        }
-        for (id, u) in ids.iter().zip(units.chunks_exact(self.dim)) {
-            let q = quantize(u, self.stride);
+        let prepare =
+            |(i, (id, v)): (usize, (&String, &[f32]))| -> CoreResult<(Vec<f32>, Quantized)> {
+                let norm = checked_norm(v, |j| format!("vectors[{i}, {j}] (id {id:?})"))?;
+                if norm == 0.0 {
+                    return Err(CoreError::ZeroVector {
+                        what: format!("the vector for id {id:?} (vectors[{i}])"),
+                    });
+                }
+                let inverse = 1.0 / norm;
+                let unit: Vec<f32> = v.iter().map(|&x| (f64::from(x) * inverse) as f32).collect();
+                let q = quantize(&unit, self.stride);
+                Ok((unit, q))
+            };
+        let rows = ids.iter().zip(vectors.chunks_exact(self.dim)).enumerate();
+        // Collected in order, so the error reported is the first row's.
+        let prepared: Vec<CoreResult<(Vec<f32>, Quantized)>> =
+            if vectors.len() >= PARALLEL_MIN_ELEMENTS / 4 && rayon::current_num_threads() > 1 {
+                rows.collect::<Vec<_>>()
+                    .into_par_iter()
+                    .map(prepare)
+                    .collect()
+            } else {
+                rows.map(prepare).collect()
+            };
+        let prepared = prepared.into_iter().collect::<CoreResult<Vec<_>>>()?;
+        for (id, (u, q)) in ids.iter().zip(prepared) {
+            let u = u.as_slice();
             match self.slots.get(id) {
                 Some(&slot) => {
                     self.unit[slot * self.dim..(slot + 1) * self.dim].copy_from_slice(u);
