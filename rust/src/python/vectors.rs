@@ -22,9 +22,9 @@ pub(crate) fn f32_array<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     name: &str,
+    ndim: usize,
     shape: &str,
 ) -> PyResult<PyReadonlyArrayDyn<'py, f32>> {
-    let ndim = shape.matches(',').count() + usize::from(!shape.ends_with(",)"));
     if let Ok(array) = obj.cast::<PyArrayDyn<f32>>() {
         if array.is_c_contiguous() && array.ndim() == ndim {
             return Ok(array.readonly());
@@ -88,8 +88,8 @@ fn cosine_top_k<'py>(
     threshold: Option<f64>,
 ) -> PyResult<TopKArrays<'py>> {
     let k = positive_k(py, k)?;
-    let matrix = f32_array(py, matrix, "matrix", "(n, d)")?;
-    let query = f32_array(py, query, "query", "(d,)")?;
+    let matrix = f32_array(py, matrix, "matrix", 2, "(n, d)")?;
+    let query = f32_array(py, query, "query", 1, "(d,)")?;
     let (rows, dim) = (matrix.shape()[0], matrix.shape()[1]);
     let (m, q) = (matrix.as_slice()?, query.as_slice()?);
     // More than `rows` can never be returned; capping keeps allocations proportional.
@@ -182,7 +182,7 @@ impl PyVectorSet {
         obj: &Bound<'py, PyAny>,
         name: &str,
     ) -> PyResult<PyReadonlyArrayDyn<'py, f32>> {
-        f32_array(py, obj, name, "(dim,)")
+        f32_array(py, obj, name, 1, "(dim,)")
     }
 }
 
@@ -210,7 +210,7 @@ impl PyVectorSet {
         vectors: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let ids = str_list(py, ids, "ids")?;
-        let array = f32_array(py, vectors, "vectors", "(n, dim)")?;
+        let array = f32_array(py, vectors, "vectors", 2, "(n, dim)")?;
         let (rows, dim) = (array.shape()[0], array.shape()[1]);
         if dim != self.dim {
             return Err(errors::to_pyerr(
