@@ -27,7 +27,7 @@ pub(crate) fn f32_array<'py>(
 ) -> PyResult<PyReadonlyArrayDyn<'py, f32>> {
     if let Ok(array) = obj.cast::<PyArrayDyn<f32>>() {
         if array.is_c_contiguous() && array.ndim() == ndim {
-            return Ok(array.readonly());
+            return borrow(py, array, name);
         }
     }
     let numpy = py.import("numpy")?;
@@ -65,7 +65,18 @@ pub(crate) fn f32_array<'py>(
     let kwargs = PyDict::new(py);
     kwargs.set_item("dtype", numpy.getattr("float32")?)?;
     let converted = numpy.call_method("ascontiguousarray", (array,), Some(&kwargs))?;
-    Ok(converted.cast_into::<PyArrayDyn<f32>>()?.readonly())
+    borrow(py, &converted.cast_into::<PyArrayDyn<f32>>()?, name)
+}
+
+/// A shared borrow: `readonly()` would panic if Rust code elsewhere held the array mutably.
+fn borrow<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyArrayDyn<f32>>,
+    name: &str,
+) -> PyResult<PyReadonlyArrayDyn<'py, f32>> {
+    array
+        .try_readonly()
+        .map_err(|e| invalid(py, format!("{name} cannot be read now: {e}")))
 }
 
 fn positive_k(py: Python<'_>, k: i64) -> PyResult<usize> {
