@@ -342,12 +342,18 @@ impl VectorSet {
         let floor = kth
             .kth()
             .max(threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - margin));
+        candidates.retain(|&(_, upper)| upper >= floor);
+        // Most promising first: once k rows are scored exactly, a candidate whose upper bound
+        // is below the k-th exact score cannot enter, and neither can any after it. At large N
+        // the f32 rows are random reads from DRAM, so the rows skipped this way matter.
+        candidates.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut top = TopK::new(k, threshold);
         for (index, upper) in candidates {
-            if upper >= floor {
-                let row = &self.unit[index * self.dim..(index + 1) * self.dim];
-                top.push(simd::dot(level, row, q).clamp(-1.0, 1.0), index);
+            if upper < top.floor() {
+                break;
             }
+            let row = &self.unit[index * self.dim..(index + 1) * self.dim];
+            top.push(simd::dot(level, row, q).clamp(-1.0, 1.0), index);
         }
         top.into_sorted()
     }
