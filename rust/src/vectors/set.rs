@@ -286,7 +286,7 @@ impl VectorSet {
         let parallel = n * self.dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1;
         if !prefilter {
             let scan = |(s, e): (usize, usize)| self.exact_scan(q, s, e, k, threshold, level);
-            let mut top = if parallel {
+            let top = if parallel {
                 let parts: Vec<TopK> = chunk_bounds(n, self.dim)
                     .into_par_iter()
                     .map(scan)
@@ -297,7 +297,7 @@ impl VectorSet {
             } else {
                 scan((0, n))
             };
-            return std::mem::replace(&mut top, TopK::new(1, None)).into_sorted();
+            return top.into_sorted();
         }
         let qq = quantize(q, self.stride);
         let q_u8: Vec<u8> = qq
@@ -305,7 +305,12 @@ impl VectorSet {
             .iter()
             .map(|&c| (i16::from(c) + 128) as u8)
             .collect();
-        let q_norm = checked_norm(q, |_| String::new()).unwrap_or(1.0) as f32;
+        // |x| of the (finite, unit) query; its rounding is covered by `margin`.
+        let q_norm = q
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum::<f64>()
+            .sqrt() as f32;
         // f32 dot of two unit vectors: rounding error at most ~dim·ε; the approximate score adds
         // a few ulps. Doubled for headroom.
         let margin = 2.0 * (self.dim as f32 + 8.0) * f32::EPSILON;
