@@ -37,6 +37,9 @@ pub enum CoreError {
         value: String,
         expected: String,
     },
+    /// NaN or ±Infinity inside a vector, where similarity needs finite numbers.
+    #[error("{what} is {value}; vectors must hold finite numbers")]
+    NonFiniteVector { what: String, value: String },
     /// Any other argument out of its documented range.
     #[error("{0}")]
     InvalidArgument(String),

@@ -56,6 +56,9 @@ pub fn to_pyerr(py: Python<'_>, error: CoreError) -> PyErr {
         CoreError::NonFiniteNumber { path, .. } => {
             new_error(py, "NonFiniteNumberError", message, &[("path", s(path))])
         }
+        CoreError::NonFiniteVector { what, .. } => {
+            new_error(py, "NonFiniteNumberError", message, &[("path", s(what))])
+        }
         CoreError::InvalidJson { .. } => new_error(py, "InvalidJSONError", message, &[]),
         CoreError::DimensionMismatch { expected, got, .. } => new_error(
             py,

@@ -8,7 +8,7 @@ mod errors;
 mod merge;
 mod prune;
 mod tokens;
-mod vectors;
+pub(crate) mod vectors;
 
 #[pymodule]
 #[pyo3(name = "_core")]

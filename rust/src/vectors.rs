@@ -1,1 +1,0 @@
-//! vectors kernel: see the module docs once implemented.

@@ -1,0 +1,630 @@
+//! [`VectorSet`]: id-keyed unit vectors with exact top-k search.
+//!
+//! Next to each f32 unit vector the set keeps an int8 copy (one scale per row). A query is first
+//! scored against the int8 copies, a quarter of the bytes, with AVX-512 VNNI where the CPU has
+//! it; the error of each approximate score is bounded per row (from the quantisation residuals
+//! of the row and of the query, plus f32 rounding), so only rows whose upper bound reaches the
+//! k-th best lower bound can be in the answer. Those few are re-scored in f32, and the result is
+//! identical to an exhaustive f32 scan, ordering and tie-breaks included.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use super::simd::{self, Level};
+use super::topk::{KthLargest, TopK};
+use super::{checked_norm, chunk_bounds, unit_query, PARALLEL_MIN_ELEMENTS};
+use crate::{CoreError, CoreResult};
+
+/// Below this many rows the int8 prefilter costs more than the f32 scan it saves.
+const PREFILTER_MIN_ROWS: usize = 512;
+/// Beyond this the int8 dot products could overflow i32.
+const PREFILTER_MAX_DIM: usize = 16_384;
+const INT8_BLOCK: usize = 256;
+/// The int8 pass reads ~60 GB/s on one core, so the wake-up cost of a second thread (see
+/// `PARALLEL_MIN_ELEMENTS`) only pays off from about 8 MB of codes (20k rows at dim 384).
+const PARALLEL_MIN_INT8_BYTES: usize = 1 << 23;
+
+/// A growable set of unit vectors keyed by string ids.
+#[derive(Debug, Clone)]
+pub struct VectorSet {
+    dim: usize,
+    ids: Vec<String>,
+    slots: HashMap<String, usize>,
+    /// Unit vectors, row-major, `dim` per row.
+    unit: Vec<f32>,
+    /// `dim` rounded up to 64 bytes: one VNNI step.
+    stride: usize,
+    codes: Vec<i8>,
+    code_sums: Vec<i32>,
+    scales: Vec<f32>,
+    /// `|v - scale·code|`: how far the int8 copy is from the unit vector.
+    residuals: Vec<f32>,
+    /// `|scale·code|`.
+    code_norms: Vec<f32>,
+}
+
+struct Quantized {
+    codes: Vec<i8>,
+    sum: i32,
+    scale: f32,
+    residual: f32,
+    norm: f32,
+}
+
+fn quantize(v: &[f32], stride: usize) -> Quantized {
+    let max = v.iter().fold(0.0_f32, |m, x| m.max(x.abs()));
+    let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+    let mut codes = vec![0_i8; stride];
+    let (mut sum, mut res2, mut norm2) = (0_i32, 0.0_f64, 0.0_f64);
+    let inverse = 1.0 / scale;
+    for (c, &x) in codes.iter_mut().zip(v) {
+        // Round half away from zero by truncation: `f32::round` is a libm call on the x86_64
+        // baseline, this vectorises. Any integer code is valid: the bounds use the actual one.
+        let y = x * inverse;
+        let q = ((y + 0.5_f32.copysign(y)) as i32).clamp(-127, 127) as f32;
+        *c = q as i8;
+        sum += q as i32;
+        let back = f64::from(scale) * f64::from(q);
+        res2 += (f64::from(x) - back).powi(2);
+        norm2 += back * back;
+    }
+    // Rounded up so the stored bounds stay bounds after the cast to f32.
+    let up = |x: f64| (x.sqrt() * (1.0 + 1e-6)) as f32;
+    Quantized {
+        codes,
+        sum,
+        scale,
+        residual: up(res2),
+        norm: up(norm2),
+    }
+}
+
+impl VectorSet {
+    /// An empty set of `dim`-dimensional vectors.
+    ///
+    /// # Errors
+    /// `InvalidArgument` unless `1 <= dim <= 65536`.
+    pub fn new(dim: usize) -> CoreResult<Self> {
+        if !(1..=65_536).contains(&dim) {
+            return Err(CoreError::InvalidArgument(format!(
+                "dim must be between 1 and 65536, got {dim}"
+            )));
+        }
+        Ok(Self {
+            dim,
+            ids: Vec::new(),
+            slots: HashMap::new(),
+            unit: Vec::new(),
+            stride: dim.div_ceil(64) * 64,
+            codes: Vec::new(),
+            code_sums: Vec::new(),
+            scales: Vec::new(),
+            residuals: Vec::new(),
+            code_norms: Vec::new(),
+        })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.slots.contains_key(id)
+    }
+
+    /// Ids in storage order (which changes when ids are removed).
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Adds `ids[i]` with row `i` of `vectors` (row-major), replacing the vector of an id already
+    /// present. All rows are checked before anything changes, so a failed call adds nothing.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the counts disagree, `DimensionMismatch`, `NonFiniteVector` and
+    /// `ZeroVector` naming the id.
+    pub fn add(&mut self, ids: &[String], vectors: &[f32]) -> CoreResult<()> {
+        if vectors.len() != ids.len() * self.dim {
+            return Err(CoreError::InvalidArgument(format!(
+                "got {} ids but {} values, which is not {} vectors of dimension {}",
+                ids.len(),
+                vectors.len(),
+                ids.len(),
+                self.dim
+            )));
+        }
+        let prepare =
+            |(i, (id, v)): (usize, (&String, &[f32]))| -> CoreResult<(Vec<f32>, Quantized)> {
+                let norm = checked_norm(v, |j| format!("vectors[{i}, {j}] (id {id:?})"))?;
+                if norm == 0.0 {
+                    return Err(CoreError::ZeroVector {
+                        what: format!("the vector for id {id:?} (vectors[{i}])"),
+                    });
+                }
+                let inverse = 1.0 / norm;
+                let unit: Vec<f32> = v.iter().map(|&x| (f64::from(x) * inverse) as f32).collect();
+                let q = quantize(&unit, self.stride);
+                Ok((unit, q))
+            };
+        let rows = ids.iter().zip(vectors.chunks_exact(self.dim)).enumerate();
+        // Collected in order, so the error reported is the first row's.
+        let prepared: Vec<CoreResult<(Vec<f32>, Quantized)>> =
+            if vectors.len() >= PARALLEL_MIN_ELEMENTS / 4 && rayon::current_num_threads() > 1 {
+                rows.collect::<Vec<_>>()
+                    .into_par_iter()
+                    .map(prepare)
+                    .collect()
+            } else {
+                rows.map(prepare).collect()
+            };
+        let prepared = prepared.into_iter().collect::<CoreResult<Vec<_>>>()?;
+        for (id, (u, q)) in ids.iter().zip(prepared) {
+            let u = u.as_slice();
+            match self.slots.get(id) {
+                Some(&slot) => {
+                    self.unit[slot * self.dim..(slot + 1) * self.dim].copy_from_slice(u);
+                    self.codes[slot * self.stride..(slot + 1) * self.stride]
+                        .copy_from_slice(&q.codes);
+                    self.code_sums[slot] = q.sum;
+                    self.scales[slot] = q.scale;
+                    self.residuals[slot] = q.residual;
+                    self.code_norms[slot] = q.norm;
+                }
+                None => {
+                    self.slots.insert(id.clone(), self.ids.len());
+                    self.ids.push(id.clone());
+                    self.unit.extend_from_slice(u);
+                    self.codes.extend_from_slice(&q.codes);
+                    self.code_sums.push(q.sum);
+                    self.scales.push(q.scale);
+                    self.residuals.push(q.residual);
+                    self.code_norms.push(q.norm);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the given ids in O(1) each (the last row moves into the hole); ids not in the set
+    /// are ignored. Returns how many were removed.
+    pub fn remove<S: AsRef<str>>(&mut self, ids: &[S]) -> usize {
+        let mut removed = 0;
+        for id in ids {
+            let Some(slot) = self.slots.remove(id.as_ref()) else {
+                continue;
+            };
+            removed += 1;
+            let last = self.ids.len() - 1;
+            if slot != last {
+                let (d, s) = (self.dim, self.stride);
+                self.unit.copy_within(last * d..(last + 1) * d, slot * d);
+                self.codes.copy_within(last * s..(last + 1) * s, slot * s);
+                self.slots.insert(self.ids[last].clone(), slot);
+            }
+            self.ids.swap_remove(slot);
+            self.code_sums.swap_remove(slot);
+            self.scales.swap_remove(slot);
+            self.residuals.swap_remove(slot);
+            self.code_norms.swap_remove(slot);
+            self.unit.truncate(last * self.dim);
+            self.codes.truncate(last * self.stride);
+        }
+        removed
+    }
+
+    /// The unit vector stored for `id`.
+    pub fn get(&self, id: &str) -> Option<&[f32]> {
+        self.slots
+            .get(id)
+            .map(|&slot| &self.unit[slot * self.dim..(slot + 1) * self.dim])
+    }
+
+    /// The `k` ids most similar to `query`, best first, with their cosine similarity; only those
+    /// scoring at least `threshold` when it is given. Ties go to the id stored first.
+    ///
+    /// # Errors
+    /// As [`super::cosine_top_k`] for the query, `k` and `threshold`.
+    pub fn top_k(
+        &self,
+        query: &[f32],
+        k: usize,
+        threshold: Option<f64>,
+    ) -> CoreResult<Vec<(&str, f32)>> {
+        if k == 0 {
+            return Err(CoreError::InvalidArgument(
+                "k must be at least 1, got 0".into(),
+            ));
+        }
+        if threshold.is_some_and(f64::is_nan) {
+            return Err(CoreError::InvalidArgument(
+                "threshold must be a number, got NaN".into(),
+            ));
+        }
+        let q = unit_query(query, self.dim, "query")?;
+        let hits = self.search(&q, k, threshold, simd::float_level(), true);
+        Ok(hits
+            .into_iter()
+            .map(|s| (self.ids[s.index].as_str(), s.score))
+            .collect())
+    }
+
+    /// The id most similar to `vector` if its similarity is at least `threshold`.
+    ///
+    /// # Errors
+    /// As [`VectorSet::top_k`].
+    pub fn find_duplicate(
+        &self,
+        vector: &[f32],
+        threshold: f64,
+    ) -> CoreResult<Option<(&str, f32)>> {
+        Ok(self.top_k(vector, 1, Some(threshold))?.into_iter().next())
+    }
+
+    fn search(
+        &self,
+        q: &[f32],
+        k: usize,
+        threshold: Option<f64>,
+        level: Level,
+        allow_prefilter: bool,
+    ) -> Vec<super::Scored> {
+        let n = self.len();
+        let prefilter = allow_prefilter
+            && n >= PREFILTER_MIN_ROWS
+            && self.dim <= PREFILTER_MAX_DIM
+            && simd::has_fast_int8()
+            && k < n / 4;
+        let parallel = n * self.dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1;
+        if !prefilter {
+            let scan = |(s, e): (usize, usize)| self.exact_scan(q, s, e, k, threshold, level);
+            let top = if parallel {
+                let parts: Vec<TopK> = chunk_bounds(n, self.dim)
+                    .into_par_iter()
+                    .map(scan)
+                    .collect();
+                let mut merged = TopK::new(k, threshold);
+                parts.into_iter().for_each(|p| merged.merge(p));
+                merged
+            } else {
+                scan((0, n))
+            };
+            return top.into_sorted();
+        }
+        let qq = quantize(q, self.stride);
+        let q_u8: Vec<u8> = qq
+            .codes
+            .iter()
+            .map(|&c| (i16::from(c) + 128) as u8)
+            .collect();
+        // |x| of the (finite, unit) query; its rounding is covered by `margin`.
+        let q_norm = q
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum::<f64>()
+            .sqrt() as f32;
+        // f32 dot of two unit vectors: rounding error at most ~dim·ε; the approximate score adds
+        // a few ulps. Doubled for headroom.
+        let margin = 2.0 * (self.dim as f32 + 8.0) * f32::EPSILON;
+        let probe = |(s, e): (usize, usize)| {
+            self.int8_candidates(
+                &q_u8,
+                qq.scale,
+                qq.residual,
+                q_norm,
+                margin,
+                s,
+                e,
+                k,
+                threshold,
+            )
+        };
+        let parallel_int8 =
+            n * self.stride >= PARALLEL_MIN_INT8_BYTES && rayon::current_num_threads() > 1;
+        let parts: Vec<(KthLargest, Vec<(usize, f32)>)> = if parallel_int8 {
+            // The int8 rows are a quarter of the f32 bytes.
+            chunk_bounds(n, self.stride / 4)
+                .into_par_iter()
+                .map(probe)
+                .collect()
+        } else {
+            vec![probe((0, n))]
+        };
+        let mut kth = KthLargest::new(k);
+        let mut candidates = Vec::new();
+        for (part_kth, part_candidates) in parts {
+            kth.merge(part_kth);
+            candidates.extend(part_candidates);
+        }
+        let floor = kth
+            .kth()
+            .max(threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - margin));
+        candidates.retain(|&(_, upper)| upper >= floor);
+        // Most promising first: once k rows are scored exactly, a candidate whose upper bound
+        // is below the k-th exact score cannot enter, and neither can any after it. At large N
+        // the f32 rows are random reads from DRAM, so the rows skipped this way matter.
+        candidates.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut top = TopK::new(k, threshold);
+        for (index, upper) in candidates {
+            if upper < top.floor() {
+                break;
+            }
+            let row = &self.unit[index * self.dim..(index + 1) * self.dim];
+            top.push(simd::dot(level, row, q).clamp(-1.0, 1.0), index);
+        }
+        top.into_sorted()
+    }
+
+    fn exact_scan(
+        &self,
+        q: &[f32],
+        start: usize,
+        end: usize,
+        k: usize,
+        threshold: Option<f64>,
+        level: Level,
+    ) -> TopK {
+        let mut top = TopK::new(k, threshold);
+        let mut scores = [0.0_f32; 128];
+        let mut block = start;
+        while block < end {
+            let len = 128.min(end - block);
+            let rows = &self.unit[block * self.dim..(block + len) * self.dim];
+            simd::dot_rows(level, rows, self.dim, q, &mut scores[..len]);
+            for (i, &s) in scores[..len].iter().enumerate() {
+                if s >= top.floor() {
+                    top.push(s.clamp(-1.0, 1.0), block + i);
+                }
+            }
+            block += len;
+        }
+        top
+    }
+
+    /// Pass one over rows `start..end`: int8 scores with error bounds. Returns the k largest
+    /// lower bounds and the rows whose upper bound reached the running k-th lower bound (a
+    /// superset of the rows that can make the final top-k).
+    #[allow(clippy::too_many_arguments)]
+    fn int8_candidates(
+        &self,
+        q_u8: &[u8],
+        q_scale: f32,
+        q_residual: f32,
+        q_norm: f32,
+        margin: f32,
+        start: usize,
+        end: usize,
+        k: usize,
+        threshold: Option<f64>,
+    ) -> (KthLargest, Vec<(usize, f32)>) {
+        let mut kth = KthLargest::new(k);
+        let mut candidates = Vec::new();
+        let min_upper = threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - margin);
+        let mut raw = [0_i32; INT8_BLOCK];
+        let mut upper = [0.0_f32; INT8_BLOCK];
+        let mut lower = [0.0_f32; INT8_BLOCK];
+        let mut block = start;
+        while block < end {
+            let len = INT8_BLOCK.min(end - block);
+            let codes = &self.codes[block * self.stride..(block + len) * self.stride];
+            simd::i8_dot_rows(codes, self.stride, q_u8, &mut raw[..len]);
+            let rows = block..block + len;
+            // Every slice has exactly `len` elements, so the compiler drops the bounds checks
+            // and vectorises this branch-free loop.
+            let raw = &raw[..len];
+            let sums = &self.code_sums[rows.clone()];
+            let scales = &self.scales[rows.clone()];
+            let residuals = &self.residuals[rows.clone()];
+            let norms = &self.code_norms[rows];
+            let (up, low) = (&mut upper[..len], &mut lower[..len]);
+            for i in 0..len {
+                // Exact product of the signed codes (the query was offset by 128); no overflow
+                // below PREFILTER_MAX_DIM.
+                let product = raw[i] - 128 * sums[i];
+                let approx = scales[i] * q_scale * product as f32;
+                // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
+                let bound = q_norm * residuals[i] + q_residual * norms[i] + margin;
+                up[i] = approx + bound;
+                low[i] = approx - bound;
+            }
+            let mut kth_lower = kth.kth();
+            for (c, (ups, lows)) in up.chunks(16).zip(low.chunks(16)).enumerate() {
+                // Most groups hold no row of interest: a branch-free test skips them whole.
+                let floor = kth_lower.max(min_upper);
+                let any = ups
+                    .iter()
+                    .zip(lows)
+                    .fold(false, |hit, (&u, &l)| hit | (l > kth_lower) | (u >= floor));
+                if !any {
+                    continue;
+                }
+                for (i, (&u, &l)) in ups.iter().zip(lows).enumerate() {
+                    if l > kth_lower {
+                        kth.push(l);
+                        kth_lower = kth.kth();
+                    }
+                    if u >= kth_lower && u >= min_upper {
+                        candidates.push((block + c * 16 + i, u));
+                    }
+                }
+            }
+            block += len;
+        }
+        (kth, candidates)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    fn ids(range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|i| format!("id{i}")).collect()
+    }
+
+    #[test]
+    fn prefilter_gives_exactly_the_exhaustive_answer() {
+        let dim = 96;
+        let mut set = VectorSet::new(dim).unwrap();
+        // Clustered data: many near-ties, the hard case for a prefilter.
+        let base = random(dim, 1);
+        let noise = random(5000 * dim, 2);
+        let data: Vec<f32> = noise
+            .iter()
+            .enumerate()
+            .map(|(i, x)| base[i % dim] + 0.05 * x)
+            .collect();
+        set.add(&ids(0..5000), &data).unwrap();
+        for seed in 0..20 {
+            let q: Vec<f32> = random(dim, 100 + seed)
+                .iter()
+                .zip(&base)
+                .map(|(x, b)| b + 0.05 * x)
+                .collect();
+            let qn = unit_query(&q, dim, "query").unwrap();
+            for (k, t) in [(1, None), (10, None), (50, Some(0.99)), (1, Some(0.999))] {
+                let level = simd::float_level();
+                let fast = set.search(&qn, k, t, level, true);
+                let exact = set.search(&qn, k, t, level, false);
+                let f: Vec<(usize, u32)> =
+                    fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                let e: Vec<(usize, u32)> =
+                    exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                assert_eq!(f, e, "seed {seed} k {k} t {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_prefilter_gives_exactly_the_exhaustive_answer() {
+        let (n, dim) = (22_000, 384);
+        let mut set = VectorSet::new(dim).unwrap();
+        assert!(n * set.stride >= PARALLEL_MIN_INT8_BYTES);
+        set.add(&ids(0..n), &random(n * dim, 5)).unwrap();
+        for seed in 0..3 {
+            let qn = unit_query(&random(dim, 50 + seed), dim, "query").unwrap();
+            for (k, t) in [(1, None), (10, None), (5, Some(0.1))] {
+                let level = simd::float_level();
+                let fast = set.search(&qn, k, t, level, true);
+                let exact = set.search(&qn, k, t, level, false);
+                let f: Vec<(usize, u32)> =
+                    fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                let e: Vec<(usize, u32)> =
+                    exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
+                assert_eq!(f, e, "seed {seed} k {k} t {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn add_replace_remove() {
+        let mut set = VectorSet::new(2).unwrap();
+        set.add(&ids(0..3), &[1.0, 0.0, 0.0, 2.0, 1.0, 1.0])
+            .unwrap();
+        assert_eq!(set.len(), 3);
+        let top = set.top_k(&[0.0, 1.0], 3, None).unwrap();
+        assert_eq!(top[0].0, "id1");
+        assert!((top[0].1 - 1.0).abs() < 1e-6);
+        set.add(&["id1".to_string()], &[-3.0, 0.0]).unwrap();
+        assert_eq!(set.len(), 3);
+        assert_eq!(set.get("id1").unwrap(), &[-1.0, 0.0]);
+        assert_eq!(set.remove(&["id0", "nope"]), 1);
+        assert_eq!(set.len(), 2);
+        assert!(!set.contains("id0") && set.contains("id2") && set.contains("id1"));
+        assert_eq!(
+            set.get("id2").unwrap(),
+            &[std::f32::consts::FRAC_1_SQRT_2; 2]
+        );
+        let dup = set.find_duplicate(&[-1.0, 0.01], 0.99).unwrap();
+        assert_eq!(dup.map(|d| d.0), Some("id1"));
+        assert_eq!(set.find_duplicate(&[0.0, -1.0], 0.5).unwrap(), None);
+        assert_eq!(set.remove(&["id1", "id2"]), 2);
+        assert!(set.is_empty());
+        assert_eq!(set.top_k(&[1.0, 0.0], 1, None).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn failed_add_changes_nothing_and_names_the_id() {
+        let mut set = VectorSet::new(2).unwrap();
+        let err = set.add(&ids(0..2), &[1.0, 0.0, 0.0, 0.0]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the vector for id \"id1\" (vectors[1]) is a zero vector; cosine similarity is undefined for it"
+        );
+        let err = set.add(&ids(0..2), &[1.0, 0.0, 0.0, f32::NAN]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "vectors[1, 1] (id \"id1\") is NaN; vectors must hold finite numbers"
+        );
+        assert!(set.is_empty());
+        assert!(set.add(&ids(0..2), &[1.0, 0.0]).is_err());
+        assert!(VectorSet::new(0).is_err());
+        assert!(matches!(
+            set.top_k(&[1.0], 1, None),
+            Err(CoreError::DimensionMismatch {
+                expected: 2,
+                got: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn remove_keeps_search_consistent() {
+        let dim = 64;
+        let mut set = VectorSet::new(dim).unwrap();
+        let data = random(2000 * dim, 9);
+        set.add(&ids(0..2000), &data).unwrap();
+        let gone: Vec<String> = (0..2000)
+            .filter(|i: &usize| i.is_multiple_of(3))
+            .map(|i| format!("id{i}"))
+            .collect();
+        assert_eq!(set.remove(&gone), gone.len());
+        let q = random(dim, 4);
+        let top = set.top_k(&q, 2000, None).unwrap();
+        assert_eq!(top.len(), 2000 - gone.len());
+        for (id, score) in top.iter().take(50) {
+            let i: usize = id[2..].parse().unwrap();
+            assert!(!i.is_multiple_of(3));
+            let want = cosine(&data[i * dim..(i + 1) * dim], &q);
+            assert!((f64::from(*score) - want).abs() < 1e-5);
+        }
+        let best = set.top_k(&q, 5, None).unwrap();
+        let qn = unit_query(&q, dim, "q").unwrap();
+        let exact = set.search(&qn, 5, None, simd::float_level(), false);
+        let e: Vec<&str> = exact.iter().map(|s| set.ids[s.index].as_str()).collect();
+        let b: Vec<&str> = best.iter().map(|s| s.0).collect();
+        assert_eq!(b, e);
+    }
+
+    fn cosine(a: &[f32], b: &[f32]) -> f64 {
+        let d: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum();
+        let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        d / na / nb
+    }
+}

@@ -1,0 +1,564 @@
+//! Dot-product kernels with run-time CPU dispatch.
+//!
+//! The abi3 wheel is compiled for the x86_64 baseline (SSE2), so AVX2+FMA and AVX-512 code is
+//! compiled into separate `#[target_feature]` functions and picked once, at first use, by
+//! `is_x86_feature_detected!`. Every level computes one row with one fixed sequence of
+//! operations, so a row scores the same whether it is scanned in bulk or re-scored alone.
+
+use std::sync::OnceLock;
+
+/// The instruction set a kernel runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Portable,
+    Avx2Fma,
+    Avx512,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cpu {
+    float: Level,
+    // int8 dot products: `vpdpbusd` (AVX-512 VNNI) or the portable loop.
+    vnni: bool,
+}
+
+fn cpu() -> Cpu {
+    static CPU: OnceLock<Cpu> = OnceLock::new();
+    *CPU.get_or_init(detect)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Cpu {
+    let float = if is_x86_feature_detected!("avx512f") {
+        Level::Avx512
+    } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        Level::Avx2Fma
+    } else {
+        Level::Portable
+    };
+    let vnni = is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni");
+    Cpu { float, vnni }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Cpu {
+    Cpu {
+        float: Level::Portable,
+        vnni: false,
+    }
+}
+
+/// The float level this CPU runs.
+pub fn float_level() -> Level {
+    cpu().float
+}
+
+/// Float levels this CPU can run (for tests that compare them).
+#[cfg(test)]
+pub fn available_levels() -> Vec<Level> {
+    let mut levels = vec![Level::Portable];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            levels.push(Level::Avx2Fma);
+        }
+        if is_x86_feature_detected!("avx512f") {
+            levels.push(Level::Avx512);
+        }
+    }
+    levels
+}
+
+/// For each row `i` of `rows` (row-major, `dim` columns): `dots[i] = row·q`, `norms2[i] = |row|²`,
+/// in one pass over the row.
+pub fn fused_dot_norm2(
+    level: Level,
+    rows: &[f32],
+    dim: usize,
+    q: &[f32],
+    dots: &mut [f32],
+    norms2: &mut [f32],
+) {
+    let n = dots.len();
+    assert!(q.len() == dim && norms2.len() == n && rows.len() == n * dim);
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Avx512` is only chosen when the CPU reports avx512f; the lengths were checked.
+        Level::Avx512 => unsafe { x86::fused_avx512(rows, dim, q, dots, norms2) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Avx2Fma` is only chosen when the CPU reports avx2 and fma.
+        Level::Avx2Fma => unsafe { x86::fused_avx2(rows, dim, q, dots, norms2) },
+        _ => {
+            for i in 0..n {
+                let (d, s) = portable_fused(&rows[i * dim..(i + 1) * dim], q);
+                dots[i] = d;
+                norms2[i] = s;
+            }
+        }
+    }
+}
+
+/// `out[i] = row_i·q` for each row.
+pub fn dot_rows(level: Level, rows: &[f32], dim: usize, q: &[f32], out: &mut [f32]) {
+    assert!(q.len() == dim && rows.len() == out.len() * dim);
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: see `fused_dot_norm2`.
+        Level::Avx512 => unsafe { x86::dots_avx512(rows, dim, q, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: see `fused_dot_norm2`.
+        Level::Avx2Fma => unsafe { x86::dots_avx2(rows, dim, q, out) },
+        _ => {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = portable_dot(&rows[i * dim..(i + 1) * dim], q);
+            }
+        }
+    }
+}
+
+/// `row·q` for one row, bit-identical to what `dot_rows` gives for it at the same level.
+pub fn dot(level: Level, row: &[f32], q: &[f32]) -> f32 {
+    let mut out = [0.0_f32];
+    dot_rows(level, row, row.len(), q, &mut out);
+    out[0]
+}
+
+// Eight independent lanes: the compiler vectorises these with whatever the baseline offers.
+fn portable_fused(row: &[f32], q: &[f32]) -> (f32, f32) {
+    let mut dot = [0.0_f32; 8];
+    let mut sq = [0.0_f32; 8];
+    let (rc, rt) = (row.chunks_exact(8), row.chunks_exact(8).remainder());
+    let (qc, qt) = (q.chunks_exact(8), q.chunks_exact(8).remainder());
+    for (r, qq) in rc.zip(qc) {
+        for l in 0..8 {
+            dot[l] += r[l] * qq[l];
+            sq[l] += r[l] * r[l];
+        }
+    }
+    let mut d: f32 = dot.iter().sum();
+    let mut s: f32 = sq.iter().sum();
+    for (r, qq) in rt.iter().zip(qt) {
+        d += r * qq;
+        s += r * r;
+    }
+    (d, s)
+}
+
+fn portable_dot(row: &[f32], q: &[f32]) -> f32 {
+    let mut dot = [0.0_f32; 8];
+    let (rc, rt) = (row.chunks_exact(8), row.chunks_exact(8).remainder());
+    let (qc, qt) = (q.chunks_exact(8), q.chunks_exact(8).remainder());
+    for (r, qq) in rc.zip(qc) {
+        for l in 0..8 {
+            dot[l] += r[l] * qq[l];
+        }
+    }
+    let mut d: f32 = dot.iter().sum();
+    for (r, qq) in rt.iter().zip(qt) {
+        d += r * qq;
+    }
+    d
+}
+
+/// Whether `i8_dot_rows` runs on AVX-512 VNNI here (the int8 prefilter pays off only then).
+pub fn has_fast_int8() -> bool {
+    cpu().vnni
+}
+
+/// `out[i] = Σ_j q_u8[j] · codes[i·stride + j]` over `stride` columns (a multiple of 64).
+///
+/// The query is offset to unsigned (`code + 128`) because `vpdpbusd` multiplies unsigned by
+/// signed bytes; callers subtract `128 · Σ codes` to recover the signed product.
+pub fn i8_dot_rows(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
+    assert!(stride.is_multiple_of(64) && q_u8.len() == stride && codes.len() == out.len() * stride);
+    #[cfg(target_arch = "x86_64")]
+    if cpu().vnni {
+        // SAFETY: the CPU reports avx512f, avx512bw and avx512vnni; lengths checked above.
+        unsafe { x86::i8_dots_vnni(codes, stride, q_u8, out) };
+        return;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        let row = &codes[i * stride..(i + 1) * stride];
+        *o = row
+            .iter()
+            .zip(q_u8)
+            .map(|(&c, &q)| i32::from(c) * i32::from(q))
+            .sum();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    #[inline]
+    fn tail_mask(left: usize) -> __mmask16 {
+        if left >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << left) - 1) as __mmask16
+        }
+    }
+
+    /// Sums each of four vectors: `[Σa0, Σa1, Σa2, Σa3]`, one transposing reduction instead of
+    /// four separate ones.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn hsum4_ps(a: [__m512; 4]) -> [f32; 4] {
+        let half = |v: __m512| -> __m256 {
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+            _mm256_add_ps(_mm512_castps512_ps256(v), hi)
+        };
+        let x = _mm256_hadd_ps(half(a[0]), half(a[1]));
+        let y = _mm256_hadd_ps(half(a[2]), half(a[3]));
+        let z = _mm256_hadd_ps(x, y);
+        let sum = _mm_add_ps(_mm256_castps256_ps128(z), _mm256_extractf128_ps(z, 1));
+        let mut out = [0.0_f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), sum);
+        out
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn hsum4_epi32(a: [__m512i; 4]) -> [i32; 4] {
+        let half = |v: __m512i| -> __m256i {
+            _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1))
+        };
+        let x = _mm256_hadd_epi32(half(a[0]), half(a[1]));
+        let y = _mm256_hadd_epi32(half(a[2]), half(a[3]));
+        let z = _mm256_hadd_epi32(x, y);
+        let sum = _mm_add_epi32(_mm256_castsi256_si128(z), _mm256_extracti128_si256(z, 1));
+        let mut out = [0_i32; 4];
+        _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, sum);
+        out
+    }
+
+    /// Dot products of four rows with `q`. Two accumulators per row keep enough independent
+    /// FMA chains in flight for two 512-bit FMA pipes; the query loads are shared by the rows.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn dot4_avx512(r: [*const f32; 4], q: *const f32, dim: usize) -> [f32; 4] {
+        let mut a = [_mm512_setzero_ps(); 4];
+        let mut b = [_mm512_setzero_ps(); 4];
+        let mut j = 0;
+        while j + 32 <= dim {
+            let qa = _mm512_loadu_ps(q.add(j));
+            let qb = _mm512_loadu_ps(q.add(j + 16));
+            for t in 0..4 {
+                a[t] = _mm512_fmadd_ps(_mm512_loadu_ps(r[t].add(j)), qa, a[t]);
+                b[t] = _mm512_fmadd_ps(_mm512_loadu_ps(r[t].add(j + 16)), qb, b[t]);
+            }
+            j += 32;
+        }
+        while j < dim {
+            // Masked loads never touch the lanes past the row's end.
+            let m = tail_mask(dim - j);
+            let qa = _mm512_maskz_loadu_ps(m, q.add(j));
+            for t in 0..4 {
+                a[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, r[t].add(j)), qa, a[t]);
+            }
+            j += 16;
+        }
+        for t in 0..4 {
+            a[t] = _mm512_add_ps(a[t], b[t]);
+        }
+        hsum4_ps(a)
+    }
+
+    /// `(row·q, |row|²)` of four rows in one pass.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn fused4_avx512(r: [*const f32; 4], q: *const f32, dim: usize) -> ([f32; 4], [f32; 4]) {
+        let mut d = [_mm512_setzero_ps(); 4];
+        let mut e = [_mm512_setzero_ps(); 4];
+        let mut s = [_mm512_setzero_ps(); 4];
+        let mut u = [_mm512_setzero_ps(); 4];
+        let mut j = 0;
+        while j + 32 <= dim {
+            let qa = _mm512_loadu_ps(q.add(j));
+            let qb = _mm512_loadu_ps(q.add(j + 16));
+            for t in 0..4 {
+                let x = _mm512_loadu_ps(r[t].add(j));
+                let y = _mm512_loadu_ps(r[t].add(j + 16));
+                d[t] = _mm512_fmadd_ps(x, qa, d[t]);
+                e[t] = _mm512_fmadd_ps(y, qb, e[t]);
+                s[t] = _mm512_fmadd_ps(x, x, s[t]);
+                u[t] = _mm512_fmadd_ps(y, y, u[t]);
+            }
+            j += 32;
+        }
+        while j < dim {
+            let m = tail_mask(dim - j);
+            let qa = _mm512_maskz_loadu_ps(m, q.add(j));
+            for t in 0..4 {
+                let x = _mm512_maskz_loadu_ps(m, r[t].add(j));
+                d[t] = _mm512_fmadd_ps(x, qa, d[t]);
+                s[t] = _mm512_fmadd_ps(x, x, s[t]);
+            }
+            j += 16;
+        }
+        for t in 0..4 {
+            d[t] = _mm512_add_ps(d[t], e[t]);
+            s[t] = _mm512_add_ps(s[t], u[t]);
+        }
+        (hsum4_ps(d), hsum4_ps(s))
+    }
+
+    /// Pointers to rows `i..i+4`, repeating the last row past `n`: every row then goes through
+    /// the same four-row kernel, so its score never depends on its neighbours or position.
+    #[inline]
+    unsafe fn four_rows(base: *const f32, dim: usize, i: usize, n: usize) -> [*const f32; 4] {
+        let row = |t: usize| base.add((i + t).min(n - 1) * dim);
+        [row(0), row(1), row(2), row(3)]
+    }
+
+    #[target_feature(enable = "avx512f,avx2")]
+    pub unsafe fn fused_avx512(
+        rows: &[f32],
+        dim: usize,
+        q: &[f32],
+        dots: &mut [f32],
+        norms2: &mut [f32],
+    ) {
+        let n = dots.len();
+        let mut i = 0;
+        while i < n {
+            let (d, s) = fused4_avx512(four_rows(rows.as_ptr(), dim, i, n), q.as_ptr(), dim);
+            let m = 4.min(n - i);
+            dots[i..i + m].copy_from_slice(&d[..m]);
+            norms2[i..i + m].copy_from_slice(&s[..m]);
+            i += 4;
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx2")]
+    pub unsafe fn dots_avx512(rows: &[f32], dim: usize, q: &[f32], out: &mut [f32]) {
+        let n = out.len();
+        let mut i = 0;
+        while i < n {
+            let d = dot4_avx512(four_rows(rows.as_ptr(), dim, i, n), q.as_ptr(), dim);
+            out[i..(i + 4).min(n)].copy_from_slice(&d[..4.min(n - i)]);
+            i += 4;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn fused_row_avx2(r: *const f32, q: *const f32, dim: usize) -> (f32, f32) {
+        let (mut d0, mut d1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut j = 0;
+        while j + 16 <= dim {
+            let a = _mm256_loadu_ps(r.add(j));
+            let b = _mm256_loadu_ps(r.add(j + 8));
+            d0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(q.add(j)), d0);
+            d1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(q.add(j + 8)), d1);
+            s0 = _mm256_fmadd_ps(a, a, s0);
+            s1 = _mm256_fmadd_ps(b, b, s1);
+            j += 16;
+        }
+        let mut d = hsum256(_mm256_add_ps(d0, d1));
+        let mut s = hsum256(_mm256_add_ps(s0, s1));
+        while j < dim {
+            let x = *r.add(j);
+            d += x * *q.add(j);
+            s += x * x;
+            j += 1;
+        }
+        (d, s)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_row_avx2(r: *const f32, q: *const f32, dim: usize) -> f32 {
+        let (mut d0, mut d1, mut d2, mut d3) = (
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        let mut j = 0;
+        while j + 32 <= dim {
+            d0 = _mm256_fmadd_ps(_mm256_loadu_ps(r.add(j)), _mm256_loadu_ps(q.add(j)), d0);
+            d1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(r.add(j + 8)),
+                _mm256_loadu_ps(q.add(j + 8)),
+                d1,
+            );
+            d2 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(r.add(j + 16)),
+                _mm256_loadu_ps(q.add(j + 16)),
+                d2,
+            );
+            d3 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(r.add(j + 24)),
+                _mm256_loadu_ps(q.add(j + 24)),
+                d3,
+            );
+            j += 32;
+        }
+        while j + 8 <= dim {
+            d0 = _mm256_fmadd_ps(_mm256_loadu_ps(r.add(j)), _mm256_loadu_ps(q.add(j)), d0);
+            j += 8;
+        }
+        let mut d = hsum256(_mm256_add_ps(_mm256_add_ps(d0, d1), _mm256_add_ps(d2, d3)));
+        while j < dim {
+            d += *r.add(j) * *q.add(j);
+            j += 1;
+        }
+        d
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fused_avx2(
+        rows: &[f32],
+        dim: usize,
+        q: &[f32],
+        dots: &mut [f32],
+        norms2: &mut [f32],
+    ) {
+        for i in 0..dots.len() {
+            let (d, s) = fused_row_avx2(rows.as_ptr().add(i * dim), q.as_ptr(), dim);
+            *dots.get_unchecked_mut(i) = d;
+            *norms2.get_unchecked_mut(i) = s;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dots_avx2(rows: &[f32], dim: usize, q: &[f32], out: &mut [f32]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = dot_row_avx2(rows.as_ptr().add(i * dim), q.as_ptr(), dim);
+        }
+    }
+
+    const PREFETCH_ROWS: usize = 16;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+    pub unsafe fn i8_dots_vnni(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
+        let q = q_u8.as_ptr();
+        let n = out.len();
+        let mut i = 0;
+        while i < n {
+            // Four rows per step share each query load; two accumulators per row keep eight
+            // `vpdpbusd` chains in flight. Rows past `n` repeat the last one (integer sums are
+            // exact, so this is only about staying in bounds).
+            let row = |t: usize| codes.as_ptr().add((i + t).min(n - 1) * stride);
+            let r = [row(0), row(1), row(2), row(3)];
+            let mut a = [_mm512_setzero_si512(); 4];
+            let mut b = [_mm512_setzero_si512(); 4];
+            // One core's DRAM bandwidth is bounded by its misses in flight; asking for the rows
+            // PREFETCH_ROWS ahead keeps more of them in flight than the hardware prefetcher does.
+            // `wrapping_add`: the address may lie past the end, which a prefetch tolerates.
+            let ahead = codes.as_ptr().wrapping_add((i + PREFETCH_ROWS) * stride);
+            let mut p = 0;
+            while p < 4 * stride {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p));
+                p += 64;
+            }
+            let mut j = 0;
+            while j + 128 <= stride {
+                let qa = _mm512_loadu_si512(q.add(j) as *const _);
+                let qb = _mm512_loadu_si512(q.add(j + 64) as *const _);
+                for t in 0..4 {
+                    let x = _mm512_loadu_si512(r[t].add(j) as *const _);
+                    let y = _mm512_loadu_si512(r[t].add(j + 64) as *const _);
+                    a[t] = _mm512_dpbusd_epi32(a[t], qa, x);
+                    b[t] = _mm512_dpbusd_epi32(b[t], qb, y);
+                }
+                j += 128;
+            }
+            if j < stride {
+                let qa = _mm512_loadu_si512(q.add(j) as *const _);
+                for t in 0..4 {
+                    let x = _mm512_loadu_si512(r[t].add(j) as *const _);
+                    a[t] = _mm512_dpbusd_epi32(a[t], qa, x);
+                }
+            }
+            for t in 0..4 {
+                a[t] = _mm512_add_epi32(a[t], b[t]);
+            }
+            let sums = hsum4_epi32(a);
+            let m = 4.min(n - i);
+            out[i..i + m].copy_from_slice(&sums[..m]);
+            i += 4;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n * dim)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_level_agrees_with_f64_on_every_tail_length() {
+        for dim in [1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 384] {
+            let rows = data(5, dim, dim as u64);
+            let q = data(1, dim, 99);
+            for level in available_levels() {
+                let mut dots = vec![0.0; 5];
+                let mut norms = vec![0.0; 5];
+                fused_dot_norm2(level, &rows, dim, &q, &mut dots, &mut norms);
+                let mut plain = vec![0.0; 5];
+                dot_rows(level, &rows, dim, &q, &mut plain);
+                for i in 0..5 {
+                    let row = &rows[i * dim..(i + 1) * dim];
+                    let d: f64 = row.iter().zip(&q).map(|(a, b)| f64::from(a * b)).sum();
+                    let s: f64 = row.iter().map(|a| f64::from(a * a)).sum();
+                    assert!((f64::from(dots[i]) - d).abs() < 1e-4, "{level:?} dim {dim}");
+                    assert!(
+                        (f64::from(plain[i]) - d).abs() < 1e-4,
+                        "{level:?} dim {dim}"
+                    );
+                    assert!(
+                        (f64::from(norms[i]) - s).abs() < 1e-4,
+                        "{level:?} dim {dim}"
+                    );
+                    assert_eq!(dot(level, row, &q).to_bits(), plain[i].to_bits());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int8_dots_are_exact() {
+        for (stride, n) in [(64, 1), (128, 7), (192, 9), (384, 4)] {
+            int8_case(stride, n);
+        }
+    }
+
+    fn int8_case(stride: usize, n: usize) {
+        let codes: Vec<i8> = (0..n * stride).map(|i| ((i * 37) % 255) as i8).collect();
+        let q: Vec<u8> = (0..stride).map(|i| ((i * 11) % 256) as u8).collect();
+        let mut out = vec![0; n];
+        i8_dot_rows(&codes, stride, &q, &mut out);
+        for i in 0..n {
+            let want: i32 = (0..stride)
+                .map(|j| i32::from(codes[i * stride + j]) * i32::from(q[j]))
+                .sum();
+            assert_eq!(out[i], want);
+        }
+    }
+}
