@@ -29,7 +29,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{model or platform.processor()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    cpu = model or platform.processor()
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def main() -> int:
@@ -48,7 +49,7 @@ def main() -> int:
             target = row.get("target", "") if first else ""
             print(
                 f"| {title} | {ours} | {peer} | {fmt(timing['median'])} "
-                f"| {row['ratios'][peer]:.2f}× | {target} |"
+                f"| {row['ratios'][peer]:.2f}x | {target} |"
             )
             first = False
     extras = [row for row in rows if "ours" not in row]
