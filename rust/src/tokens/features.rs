@@ -1,0 +1,299 @@
+//! The estimator's single pass over the text.
+//!
+//! Each feature approximates one way the o200k/cl100k pre-tokenisers cut text (a word, a digit
+//! group, a punctuation run, a whitespace run, a CJK character...), so a linear model over them
+//! tracks the exact count. The order is the one `tests/reference_tokens.py` (the pure-Python
+//! reference the calibrator fits on) uses; the property tests check both agree.
+
+use super::coefficients::{
+    FEATURE_COUNT, HANGUL_FIRST, HANGUL_LAST, HAN_FIRST, HAN_LAST,
+};
+
+const SEG_LEN_1: usize = 0; // 1..=4 use indices 0..=3
+const SEG_LEN_5_6: usize = 4;
+const SEG_LEN_7_8: usize = 5;
+const SEG_LEN_9_11: usize = 6;
+const SEG_LEN_12P: usize = 7;
+const SEG_LONG_EXTRA: usize = 8;
+const CAPS_LETTERS: usize = 9;
+const DIGIT_GROUPS: usize = 10;
+const PUNCT_RUN_1: usize = 11;
+const PUNCT_RUN_2: usize = 12;
+const PUNCT_RUN_3P: usize = 13;
+const PUNCT_EXTRA: usize = 14;
+const PUNCT_GLUED: usize = 15;
+const SPACE_SINGLE: usize = 16;
+const SPACE_RUNS: usize = 17;
+const SPACE_RUN_CHARS: usize = 18;
+const NEWLINE_RUNS: usize = 19;
+const NEWLINE_CHARS: usize = 20;
+const HAN_SINGLE: usize = 21;
+const HAN_OTHER: usize = 22;
+const KANA: usize = 23;
+const HANGUL_SINGLE: usize = 24;
+const HANGUL_OTHER: usize = 25;
+const CJK_PUNCT: usize = 26;
+const OTHER_2BYTE: usize = 27;
+const OTHER_2BYTE_RUNS: usize = 28;
+const OTHER_3BYTE: usize = 29;
+const FOUR_BYTE: usize = 30;
+
+/// Feature counts of one text.
+pub type Features = [u64; FEATURE_COUNT];
+
+/// Per-family tables: which ideographs / hangul syllables are one token on their own.
+pub struct SingleTokenTables {
+    pub han: &'static [u64],
+    pub hangul: &'static [u64],
+}
+
+const LOWER: u8 = 1;
+const UPPER: u8 = 2;
+const DIGIT: u8 = 3;
+const SPACE: u8 = 4;
+const NEWLINE: u8 = 5;
+const PUNCT: u8 = 6;
+
+const ASCII_CLASS: [u8; 128] = {
+    let mut t = [PUNCT; 128];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = match b as u8 {
+            b'a'..=b'z' => LOWER,
+            b'A'..=b'Z' => UPPER,
+            b'0'..=b'9' => DIGIT,
+            b' ' | b'\t' => SPACE,
+            b'\n' | b'\r' => NEWLINE,
+            _ => PUNCT,
+        };
+        b += 1;
+    }
+    t
+};
+
+#[inline]
+fn class(b: u8) -> u8 {
+    if b < 128 {
+        ASCII_CLASS[b as usize]
+    } else {
+        0
+    }
+}
+
+#[inline]
+fn is_letter(b: u8) -> bool {
+    b.is_ascii_alphabetic()
+}
+
+#[inline]
+fn letter_segment(f: &mut Features, len: usize, all_caps: bool) {
+    let slot = match len {
+        1..=4 => SEG_LEN_1 + len - 1,
+        5 | 6 => SEG_LEN_5_6,
+        7 | 8 => SEG_LEN_7_8,
+        9..=11 => SEG_LEN_9_11,
+        _ => {
+            f[SEG_LONG_EXTRA] += (len - 11) as u64;
+            SEG_LEN_12P
+        }
+    };
+    f[slot] += 1;
+    if all_caps && len >= 2 {
+        f[CAPS_LETTERS] += len as u64;
+    }
+}
+
+#[inline]
+fn in_bitset(table: &[u64], index: u32) -> bool {
+    table[(index / 64) as usize] >> (index % 64) & 1 == 1
+}
+
+/// Decodes the non-ASCII character starting at `i` (the text is valid UTF-8): (code point, len).
+#[inline]
+fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
+    let b0 = bytes[i] as u32;
+    if b0 < 0xE0 {
+        (((b0 & 0x1F) << 6) | (bytes[i + 1] as u32 & 0x3F), 2)
+    } else if b0 < 0xF0 {
+        let c = ((b0 & 0x0F) << 12)
+            | ((bytes[i + 1] as u32 & 0x3F) << 6)
+            | (bytes[i + 2] as u32 & 0x3F);
+        (c, 3)
+    } else {
+        let c = ((b0 & 0x07) << 18)
+            | ((bytes[i + 1] as u32 & 0x3F) << 12)
+            | ((bytes[i + 2] as u32 & 0x3F) << 6)
+            | (bytes[i + 3] as u32 & 0x3F);
+        (c, 4)
+    }
+}
+
+fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
+    match c {
+        HAN_FIRST..=HAN_LAST => {
+            if in_bitset(tables.han, c - HAN_FIRST) {
+                HAN_SINGLE
+            } else {
+                HAN_OTHER
+            }
+        }
+        0x3400..=0x4DBF | 0xF900..=0xFAFF | 0x20000..=0x2FFFF => HAN_OTHER,
+        0x3040..=0x30FF | 0x31F0..=0x31FF | 0xFF66..=0xFF9F => KANA,
+        HANGUL_FIRST..=HANGUL_LAST => {
+            if in_bitset(tables.hangul, c - HANGUL_FIRST) {
+                HANGUL_SINGLE
+            } else {
+                HANGUL_OTHER
+            }
+        }
+        0x1100..=0x11FF | 0x3130..=0x318F | 0xD7A4..=0xD7FF => HANGUL_OTHER,
+        0x3000..=0x303F | 0xFF00..=0xFF65 => CJK_PUNCT,
+        0x80..=0x7FF => OTHER_2BYTE,
+        0x800..=0xFFFF => OTHER_3BYTE,
+        _ => FOUR_BYTE,
+    }
+}
+
+/// Counts every feature of `text` in one pass.
+pub fn extract(text: &str, tables: &SingleTokenTables) -> Features {
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    let mut f: Features = [0; FEATURE_COUNT];
+    // End offset of the last 2-byte "other" character, to count runs of them (words in
+    // Cyrillic, Greek, accented Latin...).
+    let mut other_2byte_end = usize::MAX;
+    let mut i = 0;
+    while i < n {
+        let b = bytes[i];
+        let mut j = i + 1;
+        match class(b) {
+            LOWER | UPPER => {
+                let mut start = i;
+                let mut has_lower = b.is_ascii_lowercase();
+                while j < n && is_letter(bytes[j]) {
+                    // o200k cuts a letter run where a lower-case letter meets an upper-case one.
+                    if bytes[j].is_ascii_uppercase() && bytes[j - 1].is_ascii_lowercase() {
+                        letter_segment(&mut f, j - start, !has_lower);
+                        start = j;
+                        has_lower = false;
+                    }
+                    has_lower |= bytes[j].is_ascii_lowercase();
+                    j += 1;
+                }
+                letter_segment(&mut f, j - start, !has_lower);
+            }
+            DIGIT => {
+                while j < n && bytes[j].is_ascii_digit() {
+                    j += 1;
+                }
+                f[DIGIT_GROUPS] += (j - i).div_ceil(3) as u64;
+            }
+            SPACE => {
+                while j < n && (bytes[j] == b' ' || bytes[j] == b'\t') {
+                    j += 1;
+                }
+                if j - i == 1 {
+                    f[SPACE_SINGLE] += 1;
+                } else {
+                    f[SPACE_RUNS] += 1;
+                    f[SPACE_RUN_CHARS] += (j - i) as u64;
+                }
+            }
+            NEWLINE => {
+                while j < n && (bytes[j] == b'\n' || bytes[j] == b'\r') {
+                    j += 1;
+                }
+                f[NEWLINE_RUNS] += 1;
+                f[NEWLINE_CHARS] += (j - i) as u64;
+            }
+            PUNCT => {
+                while j < n && class(bytes[j]) == PUNCT {
+                    j += 1;
+                }
+                match j - i {
+                    1 => {
+                        f[PUNCT_RUN_1] += 1;
+                        if j < n && is_letter(bytes[j]) {
+                            f[PUNCT_GLUED] += 1;
+                        }
+                    }
+                    2 => f[PUNCT_RUN_2] += 1,
+                    len => {
+                        f[PUNCT_RUN_3P] += 1;
+                        f[PUNCT_EXTRA] += (len - 2) as u64;
+                    }
+                }
+            }
+            _ => {
+                let (c, len) = decode(bytes, i);
+                j = i + len;
+                let slot = non_ascii_slot(c, tables);
+                f[slot] += 1;
+                if slot == OTHER_2BYTE {
+                    if other_2byte_end != i {
+                        f[OTHER_2BYTE_RUNS] += 1;
+                    }
+                    other_2byte_end = j;
+                }
+            }
+        }
+        i = j;
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::coefficients::{O200K_HANGUL_SINGLE, O200K_HAN_SINGLE};
+    use super::*;
+
+    fn feats(text: &str) -> Features {
+        extract(
+            text,
+            &SingleTokenTables {
+                han: &O200K_HAN_SINGLE,
+                hangul: &O200K_HANGUL_SINGLE,
+            },
+        )
+    }
+
+    #[test]
+    fn empty_text_has_no_features() {
+        assert_eq!(feats(""), [0; FEATURE_COUNT]);
+    }
+
+    #[test]
+    fn camel_case_splits_and_caps_count() {
+        let f = feats("camelCase HTTP");
+        assert_eq!(f[SEG_LEN_5_6], 1); // camel
+        assert_eq!(f[SEG_LEN_1 + 3], 2); // Case, HTTP
+        assert_eq!(f[CAPS_LETTERS], 4);
+        assert_eq!(f[SPACE_SINGLE], 1);
+    }
+
+    #[test]
+    fn digits_punct_whitespace() {
+        let f = feats("1234567 {\"a\": 1}\n\n    x");
+        assert_eq!(f[DIGIT_GROUPS], 3 + 1);
+        assert_eq!(f[PUNCT_RUN_1], 1); // `}`
+        assert_eq!(f[PUNCT_RUN_2], 2); // `{"`, `":`
+        assert_eq!(f[PUNCT_GLUED], 0);
+        assert_eq!(feats("self.value")[PUNCT_GLUED], 1);
+        assert_eq!(f[NEWLINE_RUNS], 1);
+        assert_eq!(f[NEWLINE_CHARS], 2);
+        assert_eq!(f[SPACE_RUNS], 1);
+        assert_eq!(f[SPACE_RUN_CHARS], 4);
+    }
+
+    #[test]
+    fn non_ascii_classes() {
+        let f = feats("你好。カナ한국어 éè привет 😀");
+        assert_eq!(f[HAN_SINGLE] + f[HAN_OTHER], 2);
+        assert_eq!(f[CJK_PUNCT], 1);
+        assert_eq!(f[KANA], 2);
+        assert_eq!(f[HANGUL_SINGLE] + f[HANGUL_OTHER], 3);
+        assert_eq!(f[OTHER_2BYTE], 8);
+        assert_eq!(f[OTHER_2BYTE_RUNS], 2);
+        assert_eq!(f[FOUR_BYTE], 1);
+    }
+}
