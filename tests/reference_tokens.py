@@ -86,7 +86,7 @@ HAN_TABLE = (0x4E00, 0x9FFF)
 HANGUL_TABLE = (0xAC00, 0xD7A3)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def single_token_chars(encoding: str) -> frozenset[int]:
     """Code points of the tabulated ranges that ``encoding`` encodes as one token on their own."""
     enc = tiktoken_encoding(encoding)
@@ -119,7 +119,7 @@ def _non_ascii_class(o: int, single: frozenset[int]) -> int:
 
 
 def features(text: str, encoding: str) -> list[float]:
-    """The estimator's feature vector for ``text`` under ``encoding``, in ``FEATURE_NAMES`` order."""
+    """The estimator's features of ``text`` under ``encoding``, in ``FEATURE_NAMES`` order."""
     single = single_token_chars(encoding)
     f = [0.0] * len(FEATURE_NAMES)
     n = len(text)
@@ -229,7 +229,7 @@ def _offline_blob(blobpath: str) -> bytes:
     raise RuntimeError(f"no offline copy of {blobpath}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiktoken_encoding(name: str) -> Any:
     """tiktoken's own ``name`` encoding, its vocabulary read from offline copies.
 

@@ -2,8 +2,8 @@
 
 Usage (from the repository root, with the dev virtualenv)::
 
-    .venv/bin/python tools/calibrate_tokens.py build-corpus   # rewrites tests/corpus/tokens/
-    .venv/bin/python tools/calibrate_tokens.py fit            # rewrites rust/src/tokens/coefficients.rs
+    .venv/bin/python tools/calibrate_tokens.py build-corpus  # rewrites tests/corpus/tokens/
+    .venv/bin/python tools/calibrate_tokens.py fit  # rewrites rust/src/tokens/coefficients.rs
 
 ``build-corpus`` copies text from what a Debian machine with CPython has installed (licences,
 man pages, stdlib sources, package data, gettext catalogues) and records each file's source in
@@ -34,13 +34,31 @@ import reference_tokens as ref  # noqa: E402
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
 LOCALE = pathlib.Path("/usr/share/locale")
 # The .mo catalogues to harvest per language; most packages ship all three languages.
-MO_DOMAINS = ["apt", "dpkg", "coreutils", "bash", "tar", "grep", "sed", "wget", "systemd",
-              "gnupg2", "psql-15", "glib20", "findutils", "diffutils", "make"]
+MO_DOMAINS = [
+    "apt",
+    "dpkg",
+    "coreutils",
+    "bash",
+    "tar",
+    "grep",
+    "sed",
+    "wget",
+    "systemd",
+    "gnupg2",
+    "psql-15",
+    "glib20",
+    "findutils",
+    "diffutils",
+    "make",
+]
 
 
 def _man(page: str) -> str:
     out = subprocess.run(
-        ["man", "-P", "cat", page], capture_output=True, text=True, check=True,
+        ["man", "-P", "cat", page],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"MANWIDTH": "100", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
     ).stdout
     # `col -b` semantics: drop the backspace overstrike man uses for bold and underline.
@@ -77,58 +95,109 @@ def build_corpus() -> None:
     files: list[tuple[str, str, str, str]] = []  # split, category, name, source
 
     def add(split: str, category: str, name: str, text: str, source: str) -> None:
+        # Always .txt: linters and formatters must not mistake the corpus for project sources.
+        name = name if name.endswith(".txt") else name + ".txt"
         out = CORPUS / split / category / name
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         files.append((split, category, name, source))
 
-    for split, lic in [("calibrate", "GPL-3"), ("calibrate", "Apache-2.0"),
-                       ("heldout", "MPL-2.0"), ("heldout", "GFDL-1.3")]:
+    for split, lic in [
+        ("calibrate", "GPL-3"),
+        ("calibrate", "Apache-2.0"),
+        ("heldout", "MPL-2.0"),
+        ("heldout", "GFDL-1.3"),
+    ]:
         add(split, "prose", f"licence-{lic}.txt", (licences / lic).read_text(), str(licences / lic))
-    for split, page in [("calibrate", "tar"), ("calibrate", "apt-get"),
-                        ("heldout", "grep"), ("heldout", "dpkg")]:
+    for split, page in [
+        ("calibrate", "tar"),
+        ("calibrate", "apt-get"),
+        ("heldout", "grep"),
+        ("heldout", "dpkg"),
+    ]:
         add(split, "prose", f"man-{page}.txt", _man(page)[:120_000], f"man -P cat {page}")
 
-    for split, mod in [("calibrate", "argparse.py"), ("calibrate", "json/decoder.py"),
-                       ("calibrate", "textwrap.py"), ("calibrate", "dataclasses.py"),
-                       ("heldout", "shutil.py"), ("heldout", "csv.py"), ("heldout", "heapq.py")]:
-        add(split, "code", "py-" + mod.replace("/", "-"), (STDLIB / mod).read_text(), str(STDLIB / mod))
+    for split, mod in [
+        ("calibrate", "argparse.py"),
+        ("calibrate", "json/decoder.py"),
+        ("calibrate", "textwrap.py"),
+        ("calibrate", "dataclasses.py"),
+        ("heldout", "shutil.py"),
+        ("heldout", "csv.py"),
+        ("heldout", "heapq.py"),
+    ]:
+        add(
+            split,
+            "code",
+            "py-" + mod.replace("/", "-"),
+            (STDLIB / mod).read_text(),
+            str(STDLIB / mod),
+        )
     cargo = sorted(pathlib.Path.home().glob(".cargo/registry/src/*/serde_json-1.*/src"))
     if cargo:
         for split, mod in [("calibrate", "de.rs"), ("heldout", "ser.rs")]:
-            add(split, "code", f"rs-serde_json-{mod}", (cargo[-1] / mod).read_text()[:100_000],
-                str(cargo[-1] / mod))
+            add(
+                split,
+                "code",
+                f"rs-serde_json-{mod}",
+                (cargo[-1] / mod).read_text()[:100_000],
+                str(cargo[-1] / mod),
+            )
 
     boto = site / "boto3" / "data"
-    for split, rel, compact in [("calibrate", "ec2/2016-11-15/resources-1.json", False),
-                                ("calibrate", "iam/2010-05-08/resources-1.json", True),
-                                ("heldout", "s3/2006-03-01/resources-1.json", False),
-                                ("heldout", "ec2/2014-10-01/resources-1.json", True)]:
+    for split, rel, compact in [
+        ("calibrate", "ec2/2016-11-15/resources-1.json", False),
+        ("calibrate", "iam/2010-05-08/resources-1.json", True),
+        ("heldout", "s3/2006-03-01/resources-1.json", False),
+        ("heldout", "ec2/2014-10-01/resources-1.json", True),
+    ]:
         text = (boto / rel).read_text()
         if compact:
             # Tool-call arguments are usually compact JSON: keep both layouts in the corpus.
             text = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
-        name = "boto3-" + rel.replace("/", "-").replace(".json", "-compact.json" if compact else ".json")
-        add(split, "json", name, text[:120_000], str(boto / rel) + (" (re-dumped compact)" if compact else ""))
+        name = "boto3-" + rel.replace("/", "-").replace(
+            ".json", "-compact.json" if compact else ".json"
+        )
+        add(
+            split,
+            "json",
+            name,
+            text[:120_000],
+            str(boto / rel) + (" (re-dumped compact)" if compact else ""),
+        )
     sbom = sorted(site.glob("cryptography-*.dist-info/sboms/cryptography-rust.cyclonedx.json"))
     if sbom:
         add("heldout", "json", "cyclonedx-sbom.json", sbom[-1].read_text(), str(sbom[-1]))
 
-    for category, lang in [("chinese", "zh_CN"), ("chinese", "zh_TW"), ("japanese", "ja"),
-                           ("korean", "ko")]:
+    for category, lang in [
+        ("chinese", "zh_CN"),
+        ("chinese", "zh_TW"),
+        ("japanese", "ja"),
+        ("korean", "ko"),
+    ]:
         half = len(MO_DOMAINS) // 2
         for split, domains in [("calibrate", MO_DOMAINS[:half]), ("heldout", MO_DOMAINS[half:])]:
             text, used = _mo_text(lang, domains)
-            add(split, category, f"gettext-{lang}.txt", text[:150_000],
-                "msgstr of " + ", ".join(used))
+            add(
+                split,
+                category,
+                f"gettext-{lang}.txt",
+                text[:150_000],
+                "msgstr of " + ", ".join(used),
+            )
     # Accented Latin and Cyrillic: not a target category, but without them the 2-byte features
     # would be fitted on almost nothing.
     for lang in ["de", "fr", "ru"]:
         half = len(MO_DOMAINS) // 2
         for split, domains in [("calibrate", MO_DOMAINS[:half]), ("heldout", MO_DOMAINS[half:])]:
             text, used = _mo_text(lang, domains)
-            add(split, "european", f"gettext-{lang}.txt", text[:60_000],
-                "msgstr of " + ", ".join(used))
+            add(
+                split,
+                "european",
+                f"gettext-{lang}.txt",
+                text[:60_000],
+                "msgstr of " + ", ".join(used),
+            )
 
     with (CORPUS / "MANIFEST.tsv").open("w", encoding="utf-8") as f:
         f.write("split\tcategory\tfile\tsource\n")
@@ -139,8 +208,10 @@ def build_corpus() -> None:
 
 RIDGE = 1e-6
 # Prior tokens per feature unit: one per piece, nothing for what BPE merges into a neighbour.
+# fmt: off
 PRIOR = [1, 1, 1, 1, 1, 1.5, 2, 3, 0.25, 0, 1, 1, 1, 1, 0.5, 0, 0, 1, 0, 1, 0,
          1, 2, 1, 1, 2, 1, 1, 0, 1.5, 2]
+# fmt: on
 
 
 def fit() -> None:
@@ -177,16 +248,17 @@ def fit() -> None:
         for category in categories:
             idx = [i for i, (c, _) in enumerate(chunks) if c == category]
             rel = np.abs(pred[idx] - y[idx]) / y[idx]
-            print(f"{family:6} {category:9} median {np.median(rel):.3%} p95 {np.percentile(rel, 95):.3%}")
+            median, p95 = np.median(rel), np.percentile(rel, 95)
+            print(f"{family:6} {category:9} median {median:.3%} p95 {p95:.3%}")
         lines.append((family, coef))
 
     names = ref.FEATURE_NAMES
     out = [
         "//! GENERATED by tools/calibrate_tokens.py fit: do not edit by hand.",
         "//!",
-        "//! Per encoding family: the linear model (tokens ~= sum of feature x coefficient, features",
-        "//! in `super::features` order) and the bitsets of the ideographs and hangul syllables that",
-        "//! the family encodes as one token on their own.",
+        "//! Per encoding family: the linear model (tokens ~= sum of feature x coefficient,",
+        "//! features in `super::features` order) and the bitsets of the ideographs and hangul",
+        "//! syllables that the family encodes as one token on their own.",
         "",
         f"pub const FEATURE_COUNT: usize = {len(names)};",
         f"pub const HAN_FIRST: u32 = {ref.HAN_TABLE[0]:#x};",
@@ -220,6 +292,7 @@ def fit() -> None:
             out.append("];")
         out.append("")
     COEFFICIENTS.write_text("\n".join(out), encoding="utf-8")
+    subprocess.run(["rustfmt", "--edition", "2021", str(COEFFICIENTS)], check=True)
     print(f"wrote {COEFFICIENTS}")
 
 

@@ -1,8 +1,8 @@
 //! The calibrated estimator: features x per-family coefficients.
 
 use super::coefficients::{
-    CL100K, CL100K_HANGUL_SINGLE, CL100K_HAN_SINGLE, FEATURE_COUNT, O200K,
-    O200K_HANGUL_SINGLE, O200K_HAN_SINGLE,
+    CL100K, CL100K_HANGUL_SINGLE, CL100K_HAN_SINGLE, FEATURE_COUNT, O200K, O200K_HANGUL_SINGLE,
+    O200K_HAN_SINGLE,
 };
 use super::features::{extract, Features, SingleTokenTables};
 use super::models::Encoding;
@@ -70,7 +70,10 @@ mod tests {
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
             let exact = count_tokens(&text, e) as f64;
             let estimate = estimate_tokens(&text, e) as f64;
-            assert!((estimate - exact).abs() / exact < 0.15, "{e:?}: {estimate} vs {exact}");
+            assert!(
+                (estimate - exact).abs() / exact < 0.15,
+                "{e:?}: {estimate} vs {exact}"
+            );
         }
     }
 }

@@ -5,9 +5,7 @@
 //! tracks the exact count. The order is the one `tests/reference_tokens.py` (the pure-Python
 //! reference the calibrator fits on) uses; the property tests check both agree.
 
-use super::coefficients::{
-    FEATURE_COUNT, HANGUL_FIRST, HANGUL_LAST, HAN_FIRST, HAN_LAST,
-};
+use super::coefficients::{FEATURE_COUNT, HANGUL_FIRST, HANGUL_LAST, HAN_FIRST, HAN_LAST};
 
 const SEG_LEN_1: usize = 0; // 1..=4 use indices 0..=3
 const SEG_LEN_5_6: usize = 4;
