@@ -1,7 +1,9 @@
 //! Bindings of the tokens kernel: text and chat messages in, integers out.
 //!
-//! Texts are converted with `PyUnicode_AsUTF8String` (the only UTF-8 view the 3.9 stable ABI
-//! offers) and the GIL is released around passes over long texts.
+//! The exact counter needs UTF-8, which the 3.9 stable ABI only offers as a fresh bytes object
+//! (`PyUnicode_AsUTF8String`, an encoding pass). The estimator instead reads UCS-4 code points
+//! (`PyUnicode_AsUCS4`, a plain widening copy several times cheaper than encoding). The GIL is
+//! released around passes over long texts.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -69,6 +71,41 @@ fn with_text<T: Send>(
     }
 }
 
+/// The code points of a `str` argument; anything else is an `UnsupportedTypeError` naming it.
+/// Lone surrogates come through as code points and are estimated like other BMP characters.
+fn ucs4(value: &Bound<'_, PyAny>, what: &str, path: Option<&str>) -> PyResult<Vec<u32>> {
+    let py = value.py();
+    let s = value
+        .cast::<PyString>()
+        .map_err(|_| unsupported(py, what, path, value))?;
+    // SAFETY: `s` is a live str (we hold the GIL); the buffer has room for exactly `len`
+    // code points, `PyUnicode_AsUCS4` writes at most `buflen` of them and reports failure
+    // with NULL, and we only expose the `len` units it filled.
+    unsafe {
+        let len = pyo3::ffi::PyUnicode_GetLength(s.as_ptr());
+        if len < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let mut buf: Vec<u32> = Vec::with_capacity(len as usize);
+        if len > 0 {
+            let out = pyo3::ffi::PyUnicode_AsUCS4(s.as_ptr(), buf.as_mut_ptr(), len, 0);
+            if out.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            buf.set_len(len as usize);
+        }
+        Ok(buf)
+    }
+}
+
+fn estimate_units(py: Python<'_>, units: &[u32], encoding: Encoding) -> usize {
+    if units.len() * 4 > DETACH_ABOVE_BYTES {
+        py.detach(|| tokens::estimate::estimate_units(units, encoding))
+    } else {
+        tokens::estimate::estimate_units(units, encoding)
+    }
+}
+
 fn encoding_arg(py: Python<'_>, encoding: &str) -> PyResult<Encoding> {
     Encoding::from_name(encoding).into_py_result(py)
 }
@@ -82,10 +119,8 @@ fn estimate_tokens(
     model: Option<&str>,
 ) -> PyResult<usize> {
     let encoding = encoding_for_model(model);
-    let bytes = utf8(text, "text", None)?;
-    Ok(with_text(py, &bytes, |t| {
-        tokens::estimate_tokens(t, encoding)
-    }))
+    let units = ucs4(text, "text", None)?;
+    Ok(estimate_units(py, &units, encoding))
 }
 
 /// Exact token count of `text`.
@@ -138,13 +173,23 @@ fn encoding_for(model: Option<&str>) -> &'static str {
     encoding_for_model(model).name()
 }
 
-/// The estimator's feature counts, for the reference tests.
+/// The estimator's feature counts, for the reference tests, read from UCS-4 code points (as
+/// `estimate_tokens` does) or from UTF-8 (as `estimate_messages` and Rust callers do).
 #[pyfunction]
-#[pyo3(signature = (text, *, encoding="o200k_base"))]
-fn _token_features(py: Python<'_>, text: &Bound<'_, PyAny>, encoding: &str) -> PyResult<Vec<u64>> {
+#[pyo3(signature = (text, *, encoding="o200k_base", via_utf8=false))]
+fn _token_features(
+    py: Python<'_>,
+    text: &Bound<'_, PyAny>,
+    encoding: &str,
+    via_utf8: bool,
+) -> PyResult<Vec<u64>> {
     let encoding = encoding_arg(py, encoding)?;
-    let bytes = utf8(text, "text", None)?;
-    Ok(tokens::estimate::features(as_str(&bytes), encoding).to_vec())
+    if via_utf8 {
+        let bytes = utf8(text, "text", None)?;
+        return Ok(tokens::estimate::features(as_str(&bytes), encoding).to_vec());
+    }
+    let units = ucs4(text, "text", None)?;
+    Ok(tokens::estimate::features_of_units(&units, encoding).to_vec())
 }
 
 /// Walks the Python messages into [`Message`]s, naming the first bad value by its path.

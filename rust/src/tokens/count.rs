@@ -3,29 +3,89 @@
 //! Special-token text such as `<|endoftext|>` is counted as ordinary text, as
 //! `encode_ordinary` does: a memory layer counts what a user wrote, not control tokens.
 
+use std::sync::LazyLock;
+
 use bpe_openai::Tokenizer;
+use rustc_hash::FxHashSet;
 
 use super::models::Encoding;
 
-fn tokenizer(encoding: Encoding) -> &'static Tokenizer {
-    // bpe-openai keeps each vocabulary in a LazyLock: the first call pays the deserialisation.
+/// A tokenizer plus the set of its tokens' bytes. Most pre-tokenised pieces (a word with its
+/// leading space, a punctuation run) are a token by themselves, as tiktoken exploits too: one
+/// hash lookup answers 1 where bpe's backtracking encoder would allocate and search.
+struct Counter {
+    tokenizer: &'static Tokenizer,
+    single: FxHashSet<&'static [u8]>,
+    longest: usize,
+}
+
+impl Counter {
+    fn new(tokenizer: &'static Tokenizer) -> Self {
+        let bpe = &tokenizer.bpe;
+        let single: FxHashSet<&'static [u8]> = (0..bpe.num_tokens() as u32)
+            .map(|id| bpe.token_bytes(id))
+            .collect();
+        let longest = single.iter().map(|t| t.len()).max().unwrap_or(0);
+        Self {
+            tokenizer,
+            single,
+            longest,
+        }
+    }
+
+    #[inline]
+    fn piece(&self, piece: &str) -> usize {
+        let bytes = piece.as_bytes();
+        if bytes.len() <= self.longest && self.single.contains(bytes) {
+            1
+        } else {
+            self.tokenizer.bpe.count(bytes)
+        }
+    }
+}
+
+// Loaded lazily, once per encoding: deserialising o200k's tables takes ~0.1 s.
+static O200K: LazyLock<Counter> = LazyLock::new(|| Counter::new(bpe_openai::o200k_base()));
+static CL100K: LazyLock<Counter> = LazyLock::new(|| Counter::new(bpe_openai::cl100k_base()));
+
+fn counter(encoding: Encoding) -> &'static Counter {
     match encoding {
-        Encoding::O200kBase => bpe_openai::o200k_base(),
-        Encoding::Cl100kBase => bpe_openai::cl100k_base(),
+        Encoding::O200kBase => &O200K,
+        Encoding::Cl100kBase => &CL100K,
     }
 }
 
 /// Exact number of tokens `encoding` turns `text` into.
 pub fn count_tokens(text: &str, encoding: Encoding) -> usize {
-    tokenizer(encoding).count(text)
+    let c = counter(encoding);
+    c.tokenizer.split(text).map(|piece| c.piece(piece)).sum()
 }
 
 /// Whether `text` is at most `limit` tokens. Pre-tokenised pieces are counted one by one and
 /// the walk stops once the limit is passed, so the cost grows with `limit`, not with the text
 /// (except for a single pre-token piece longer than the limit allows, which is read whole).
 pub fn fits_within(text: &str, limit: usize, encoding: Encoding) -> bool {
-    let tok = tokenizer(encoding);
-    tok.count_till_limit(&tok.normalize(text), limit).is_some()
+    let c = counter(encoding);
+    let mut used = 0usize;
+    for piece in c.tokenizer.split(text) {
+        let bytes = piece.as_bytes();
+        used += if bytes.len() <= c.longest && c.single.contains(bytes) {
+            1
+        } else {
+            match c
+                .tokenizer
+                .bpe
+                .count_till_limit(bytes, limit.saturating_sub(used))
+            {
+                Some(n) => n,
+                None => return false,
+            }
+        };
+        if used > limit {
+            return false;
+        }
+    }
+    true
 }
 
 #[cfg(test)]

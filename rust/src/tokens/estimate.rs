@@ -4,7 +4,7 @@ use super::coefficients::{
     CL100K, CL100K_HANGUL_SINGLE, CL100K_HAN_SINGLE, FEATURE_COUNT, O200K, O200K_HANGUL_SINGLE,
     O200K_HAN_SINGLE,
 };
-use super::features::{extract, Features, SingleTokenTables};
+use super::features::{extract_units, Features, SingleTokenTables, Unit};
 use super::models::Encoding;
 
 fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTables) {
@@ -28,17 +28,27 @@ fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTable
 
 /// The feature vector the estimate is computed from (exposed for the reference tests).
 pub fn features(text: &str, encoding: Encoding) -> Features {
-    extract(text, &model(encoding).1)
+    features_of_units(text.as_bytes(), encoding)
+}
+
+/// [`features`] of UTF-8 bytes or UCS-4 code points.
+pub fn features_of_units<U: Unit>(units: &[U], encoding: Encoding) -> Features {
+    extract_units(units, &model(encoding).1)
 }
 
 /// Estimated token count of `text` under `encoding`: 0 for "", at least 1 otherwise (no
 /// non-empty text encodes to zero tokens), the rounded linear model in between.
 pub fn estimate_tokens(text: &str, encoding: Encoding) -> usize {
-    if text.is_empty() {
+    estimate_units(text.as_bytes(), encoding)
+}
+
+/// [`estimate_tokens`] of UTF-8 bytes or UCS-4 code points (same result for the same text).
+pub fn estimate_units<U: Unit>(units: &[U], encoding: Encoding) -> usize {
+    if units.is_empty() {
         return 0;
     }
     let (coefficients, tables) = model(encoding);
-    let f = extract(text, &tables);
+    let f = extract_units(units, &tables);
     let value: f64 = f
         .iter()
         .zip(coefficients.iter())
@@ -59,6 +69,16 @@ mod tests {
             assert_eq!(estimate_tokens("", e), 0);
             assert!(estimate_tokens(" ", e) >= 1);
             assert!(estimate_tokens("\n", e) >= 1);
+        }
+    }
+
+    #[test]
+    fn utf8_and_ucs4_agree() {
+        let text = "naïve 東京 ソウル 서울 🚀 camelCase {\"k\": [1, 2]}\n\tend";
+        let units: Vec<u32> = text.chars().map(u32::from).collect();
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            assert_eq!(features(text, e), features_of_units(&units, e));
+            assert_eq!(estimate_tokens(text, e), estimate_units(&units, e));
         }
     }
 

@@ -69,18 +69,65 @@ const ASCII_CLASS: [u8; 128] = {
     t
 };
 
+/// A code unit the pass can read: UTF-8 bytes (`&str`) or UCS-4 code points (what CPython's
+/// stable ABI hands out without an encoding pass).
+pub trait Unit: Copy {
+    fn value(self) -> u32;
+    /// The code point starting at `units[i]` and how many units it spans (`units[i] >= 0x80`).
+    fn decode(units: &[Self], i: usize) -> (u32, usize);
+}
+
+impl Unit for u8 {
+    #[inline]
+    fn value(self) -> u32 {
+        self as u32
+    }
+
+    #[inline]
+    fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
+        decode_utf8(bytes, i)
+    }
+}
+
+impl Unit for u32 {
+    #[inline]
+    fn value(self) -> u32 {
+        self
+    }
+
+    #[inline]
+    fn decode(units: &[u32], i: usize) -> (u32, usize) {
+        (units[i], 1)
+    }
+}
+
 #[inline]
-fn class(b: u8) -> u8 {
-    if b < 128 {
-        ASCII_CLASS[b as usize]
+fn class(v: u32) -> u8 {
+    if v < 128 {
+        ASCII_CLASS[v as usize]
     } else {
         0
     }
 }
 
 #[inline]
-fn is_letter(b: u8) -> bool {
-    b.is_ascii_alphabetic()
+fn is_letter(v: u32) -> bool {
+    (v | 0x20).wrapping_sub(b'a' as u32) < 26
+}
+
+#[inline]
+fn is_lower(v: u32) -> bool {
+    v.wrapping_sub(b'a' as u32) < 26
+}
+
+#[inline]
+fn is_upper(v: u32) -> bool {
+    v.wrapping_sub(b'A' as u32) < 26
+}
+
+#[inline]
+fn is_digit(v: u32) -> bool {
+    v.wrapping_sub(b'0' as u32) < 10
 }
 
 #[inline]
@@ -102,13 +149,18 @@ fn letter_segment(f: &mut Features, len: usize, all_caps: bool) {
 }
 
 #[inline]
+fn bit(table: &[u64], index: u32) -> u64 {
+    table[(index / 64) as usize] >> (index % 64) & 1
+}
+
+#[inline]
 fn in_bitset(table: &[u64], index: u32) -> bool {
-    table[(index / 64) as usize] >> (index % 64) & 1 == 1
+    bit(table, index) == 1
 }
 
 /// Decodes the non-ASCII character starting at `i` (the text is valid UTF-8): (code point, len).
 #[inline]
-fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
+fn decode_utf8(bytes: &[u8], i: usize) -> (u32, usize) {
     let b0 = bytes[i] as u32;
     if b0 < 0xE0 {
         (((b0 & 0x1F) << 6) | (bytes[i + 1] as u32 & 0x3F), 2)
@@ -154,40 +206,51 @@ fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
 
 /// Counts every feature of `text` in one pass.
 pub fn extract(text: &str, tables: &SingleTokenTables) -> Features {
-    let bytes = text.as_bytes();
-    let n = bytes.len();
+    extract_units(text.as_bytes(), tables)
+}
+
+/// [`extract`] over UTF-8 bytes or UCS-4 code points: both give the same features.
+pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+    let n = units.len();
+    let at = |k: usize| units[k].value();
     let mut f: Features = [0; FEATURE_COUNT];
     // End offset of the last 2-byte "other" character, to count runs of them (words in
     // Cyrillic, Greek, accented Latin...).
     let mut other_2byte_end = usize::MAX;
     let mut i = 0;
     while i < n {
-        let b = bytes[i];
+        let v = at(i);
         let mut j = i + 1;
-        match class(b) {
+        match class(v) {
             LOWER | UPPER => {
                 let mut start = i;
-                let mut has_lower = b.is_ascii_lowercase();
-                while j < n && is_letter(bytes[j]) {
+                let mut has_lower = is_lower(v);
+                let mut prev = v;
+                while j < n {
+                    let c = at(j);
+                    if !is_letter(c) {
+                        break;
+                    }
                     // o200k cuts a letter run where a lower-case letter meets an upper-case one.
-                    if bytes[j].is_ascii_uppercase() && bytes[j - 1].is_ascii_lowercase() {
+                    if is_upper(c) && is_lower(prev) {
                         letter_segment(&mut f, j - start, !has_lower);
                         start = j;
                         has_lower = false;
                     }
-                    has_lower |= bytes[j].is_ascii_lowercase();
+                    has_lower |= is_lower(c);
+                    prev = c;
                     j += 1;
                 }
                 letter_segment(&mut f, j - start, !has_lower);
             }
             DIGIT => {
-                while j < n && bytes[j].is_ascii_digit() {
+                while j < n && is_digit(at(j)) {
                     j += 1;
                 }
                 f[DIGIT_GROUPS] += (j - i).div_ceil(3) as u64;
             }
             SPACE => {
-                while j < n && (bytes[j] == b' ' || bytes[j] == b'\t') {
+                while j < n && matches!(at(j), 0x20 | 0x09) {
                     j += 1;
                 }
                 if j - i == 1 {
@@ -198,20 +261,20 @@ pub fn extract(text: &str, tables: &SingleTokenTables) -> Features {
                 }
             }
             NEWLINE => {
-                while j < n && (bytes[j] == b'\n' || bytes[j] == b'\r') {
+                while j < n && matches!(at(j), 0x0A | 0x0D) {
                     j += 1;
                 }
                 f[NEWLINE_RUNS] += 1;
                 f[NEWLINE_CHARS] += (j - i) as u64;
             }
             PUNCT => {
-                while j < n && class(bytes[j]) == PUNCT {
+                while j < n && class(at(j)) == PUNCT {
                     j += 1;
                 }
                 match j - i {
                     1 => {
                         f[PUNCT_RUN_1] += 1;
-                        if j < n && is_letter(bytes[j]) {
+                        if j < n && is_letter(at(j)) {
                             f[PUNCT_GLUED] += 1;
                         }
                     }
@@ -223,16 +286,40 @@ pub fn extract(text: &str, tables: &SingleTokenTables) -> Features {
                 }
             }
             _ => {
-                let (c, len) = decode(bytes, i);
-                j = i + len;
-                let slot = non_ascii_slot(c, tables);
-                f[slot] += 1;
-                if slot == OTHER_2BYTE {
-                    if other_2byte_end != i {
-                        f[OTHER_2BYTE_RUNS] += 1;
+                // A run of non-ASCII characters. The frequent classes are counted in locals
+                // (registers): incrementing one array slot per character would chain every
+                // add on the previous store.
+                let (mut han, mut han_single, mut hangul, mut hangul_single, mut kana) =
+                    (0u64, 0u64, 0u64, 0u64, 0u64);
+                let mut k = i;
+                while k < n && at(k) >= 0x80 {
+                    let (c, len) = U::decode(units, k);
+                    k += len;
+                    if c.wrapping_sub(HAN_FIRST) <= HAN_LAST - HAN_FIRST {
+                        han += 1;
+                        han_single += bit(tables.han, c - HAN_FIRST);
+                    } else if c.wrapping_sub(HANGUL_FIRST) <= HANGUL_LAST - HANGUL_FIRST {
+                        hangul += 1;
+                        hangul_single += bit(tables.hangul, c - HANGUL_FIRST);
+                    } else if c.wrapping_sub(0x3040) <= 0x30FF - 0x3040 {
+                        kana += 1;
+                    } else {
+                        let slot = non_ascii_slot(c, tables);
+                        f[slot] += 1;
+                        if slot == OTHER_2BYTE {
+                            if other_2byte_end != k - len {
+                                f[OTHER_2BYTE_RUNS] += 1;
+                            }
+                            other_2byte_end = k;
+                        }
                     }
-                    other_2byte_end = j;
                 }
+                f[HAN_SINGLE] += han_single;
+                f[HAN_OTHER] += han - han_single;
+                f[HANGUL_SINGLE] += hangul_single;
+                f[HANGUL_OTHER] += hangul - hangul_single;
+                f[KANA] += kana;
+                j = k;
             }
         }
         i = j;
