@@ -12,11 +12,13 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import compare, record
 from memstrata.tokens import count_tokens, estimate_tokens, fits_within
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-import reference_tokens as ref
+# pytest's importlib mode puts neither directory on sys.path.
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+import reference_tokens as ref  # noqa: E402
+from conftest import compare, record  # noqa: E402
 
 FAMILIES = ["o200k_base", "cl100k_base"]
 

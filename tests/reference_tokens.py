@@ -57,6 +57,10 @@ FEATURE_NAMES = (
     "runs of other 2-byte UTF-8 characters",
     "other 3-byte UTF-8 characters",
     "4-byte UTF-8 characters",
+    "runs of CJK ideographs and kana",
+    "runs of hangul",
+    "CJK ideographs that are two tokens alone",
+    "hangul syllables that are two tokens alone",
 )
 
 
@@ -87,26 +91,25 @@ HANGUL_TABLE = (0xAC00, 0xD7A3)
 
 
 @functools.cache
-def single_token_chars(encoding: str) -> frozenset[int]:
-    """Code points of the tabulated ranges that ``encoding`` encodes as one token on their own."""
+def isolated_counts(encoding: str) -> dict[int, int]:
+    """Tokens each code point of the tabulated ranges takes on its own under ``encoding``."""
     enc = tiktoken_encoding(encoding)
-    out = set()
-    for lo, hi in (HAN_TABLE, HANGUL_TABLE):
-        for o in range(lo, hi + 1):
-            if len(enc.encode_ordinary(chr(o))) == 1:
-                out.add(o)
-    return frozenset(out)
+    return {
+        o: len(enc.encode_ordinary(chr(o)))
+        for lo, hi in (HAN_TABLE, HANGUL_TABLE)
+        for o in range(lo, hi + 1)
+    }
 
 
-def _non_ascii_class(o: int, single: frozenset[int]) -> int:
+def _non_ascii_class(o: int, isolated: dict[int, int]) -> int:
     if 0x4E00 <= o <= 0x9FFF:
-        return 21 if o in single else 22
+        return {1: 21, 2: 33}.get(isolated[o], 22)
     if 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x2FFFF:
         return 22
     if 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF or 0xFF66 <= o <= 0xFF9F:
         return 23
     if 0xAC00 <= o <= 0xD7A3:
-        return 24 if o in single else 25
+        return {1: 24, 2: 34}.get(isolated[o], 25)
     if 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F or 0xD7A4 <= o <= 0xD7FF:
         return 25
     if 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFF65:
@@ -120,7 +123,7 @@ def _non_ascii_class(o: int, single: frozenset[int]) -> int:
 
 def features(text: str, encoding: str) -> list[float]:
     """The estimator's features of ``text`` under ``encoding``, in ``FEATURE_NAMES`` order."""
-    single = single_token_chars(encoding)
+    single = isolated_counts(encoding)
     f = [0.0] * len(FEATURE_NAMES)
     n = len(text)
     i = 0
@@ -171,10 +174,20 @@ def features(text: str, encoding: str) -> list[float]:
         else:
             cls = _non_ascii_class(o, single)
             f[cls] += 1
+            kind = _CJK_KIND.get(cls, 0)
+            previous = (
+                _non_ascii_class(ord(text[i - 1]), single) if i and text[i - 1] >= "\x80" else 0
+            )
+            if kind and kind != _CJK_KIND.get(previous, 0):
+                f[30 + kind] += 1
             if cls == 27 and (i == 0 or not _is_other_2byte(text[i - 1])):
                 f[28] += 1
         i = j
     return f
+
+
+# Feature classes whose runs are counted: 1 for ideographs and kana, 2 for hangul.
+_CJK_KIND = {21: 1, 22: 1, 23: 1, 33: 1, 24: 2, 25: 2, 34: 2}
 
 
 def _is_other_2byte(c: str) -> bool:

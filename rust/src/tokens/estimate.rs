@@ -1,7 +1,8 @@
 //! The calibrated estimator: features x per-family coefficients.
 
 use super::coefficients::{
-    CL100K, CL100K_HANGUL_SINGLE, CL100K_HAN_SINGLE, FEATURE_COUNT, O200K, O200K_HANGUL_SINGLE,
+    CL100K, CL100K_HANGUL_DOUBLE, CL100K_HANGUL_SINGLE, CL100K_HAN_DOUBLE, CL100K_HAN_SINGLE,
+    FEATURE_COUNT, O200K, O200K_HANGUL_DOUBLE, O200K_HANGUL_SINGLE, O200K_HAN_DOUBLE,
     O200K_HAN_SINGLE,
 };
 use super::features::{extract_units, Features, SingleTokenTables, Unit};
@@ -12,15 +13,19 @@ fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTable
         Encoding::O200kBase => (
             &O200K,
             SingleTokenTables {
-                han: &O200K_HAN_SINGLE,
-                hangul: &O200K_HANGUL_SINGLE,
+                han_single: &O200K_HAN_SINGLE,
+                han_double: &O200K_HAN_DOUBLE,
+                hangul_single: &O200K_HANGUL_SINGLE,
+                hangul_double: &O200K_HANGUL_DOUBLE,
             },
         ),
         Encoding::Cl100kBase => (
             &CL100K,
             SingleTokenTables {
-                han: &CL100K_HAN_SINGLE,
-                hangul: &CL100K_HANGUL_SINGLE,
+                han_single: &CL100K_HAN_SINGLE,
+                han_double: &CL100K_HAN_DOUBLE,
+                hangul_single: &CL100K_HANGUL_SINGLE,
+                hangul_double: &CL100K_HANGUL_DOUBLE,
             },
         ),
     }

@@ -35,14 +35,21 @@ const OTHER_2BYTE: usize = 27;
 const OTHER_2BYTE_RUNS: usize = 28;
 const OTHER_3BYTE: usize = 29;
 const FOUR_BYTE: usize = 30;
+const HAN_KANA_RUNS: usize = 31;
+const HANGUL_RUNS: usize = 32;
+const HAN_DOUBLE: usize = 33;
+const HANGUL_DOUBLE: usize = 34;
 
 /// Feature counts of one text.
 pub type Features = [u64; FEATURE_COUNT];
 
-/// Per-family tables: which ideographs / hangul syllables are one token on their own.
+/// Per-family bitsets: which ideographs / hangul syllables are one (`*_single`) or two
+/// (`*_double`) tokens on their own.
 pub struct SingleTokenTables {
-    pub han: &'static [u64],
-    pub hangul: &'static [u64],
+    pub han_single: &'static [u64],
+    pub han_double: &'static [u64],
+    pub hangul_single: &'static [u64],
+    pub hangul_double: &'static [u64],
 }
 
 const LOWER: u8 = 1;
@@ -181,8 +188,10 @@ fn decode_utf8(bytes: &[u8], i: usize) -> (u32, usize) {
 fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
     match c {
         HAN_FIRST..=HAN_LAST => {
-            if in_bitset(tables.han, c - HAN_FIRST) {
+            if in_bitset(tables.han_single, c - HAN_FIRST) {
                 HAN_SINGLE
+            } else if in_bitset(tables.han_double, c - HAN_FIRST) {
+                HAN_DOUBLE
             } else {
                 HAN_OTHER
             }
@@ -190,8 +199,10 @@ fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
         0x3400..=0x4DBF | 0xF900..=0xFAFF | 0x20000..=0x2FFFF => HAN_OTHER,
         0x3040..=0x30FF | 0x31F0..=0x31FF | 0xFF66..=0xFF9F => KANA,
         HANGUL_FIRST..=HANGUL_LAST => {
-            if in_bitset(tables.hangul, c - HANGUL_FIRST) {
+            if in_bitset(tables.hangul_single, c - HANGUL_FIRST) {
                 HANGUL_SINGLE
+            } else if in_bitset(tables.hangul_double, c - HANGUL_FIRST) {
+                HANGUL_DOUBLE
             } else {
                 HANGUL_OTHER
             }
@@ -289,20 +300,28 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
                 // A run of non-ASCII characters. The frequent classes are counted in locals
                 // (registers): incrementing one array slot per character would chain every
                 // add on the previous store.
-                let (mut han, mut han_single, mut hangul, mut hangul_single, mut kana) =
-                    (0u64, 0u64, 0u64, 0u64, 0u64);
+                let (mut han, mut han_single, mut han_double) = (0u64, 0u64, 0u64);
+                let (mut hangul, mut hangul_single, mut hangul_double) = (0u64, 0u64, 0u64);
+                let mut kana = 0u64;
+                // 1 inside ideographs/kana, 2 inside hangul, 0 elsewhere: counts CJK "words".
+                let (mut kind, mut runs) = (0u8, [0u64; 3]);
                 let mut k = i;
                 while k < n && at(k) >= 0x80 {
                     let (c, len) = U::decode(units, k);
                     k += len;
-                    if c.wrapping_sub(HAN_FIRST) <= HAN_LAST - HAN_FIRST {
+                    let now = if c.wrapping_sub(HAN_FIRST) <= HAN_LAST - HAN_FIRST {
                         han += 1;
-                        han_single += bit(tables.han, c - HAN_FIRST);
+                        han_single += bit(tables.han_single, c - HAN_FIRST);
+                        han_double += bit(tables.han_double, c - HAN_FIRST);
+                        1
                     } else if c.wrapping_sub(HANGUL_FIRST) <= HANGUL_LAST - HANGUL_FIRST {
                         hangul += 1;
-                        hangul_single += bit(tables.hangul, c - HANGUL_FIRST);
+                        hangul_single += bit(tables.hangul_single, c - HANGUL_FIRST);
+                        hangul_double += bit(tables.hangul_double, c - HANGUL_FIRST);
+                        2
                     } else if c.wrapping_sub(0x3040) <= 0x30FF - 0x3040 {
                         kana += 1;
+                        1
                     } else {
                         let slot = non_ascii_slot(c, tables);
                         f[slot] += 1;
@@ -312,12 +331,23 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
                             }
                             other_2byte_end = k;
                         }
-                    }
+                        match slot {
+                            HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
+                            HANGUL_SINGLE | HANGUL_DOUBLE | HANGUL_OTHER => 2,
+                            _ => 0,
+                        }
+                    };
+                    runs[now as usize] += u64::from(now != kind);
+                    kind = now;
                 }
+                f[HAN_KANA_RUNS] += runs[1];
+                f[HANGUL_RUNS] += runs[2];
                 f[HAN_SINGLE] += han_single;
-                f[HAN_OTHER] += han - han_single;
+                f[HAN_DOUBLE] += han_double;
+                f[HAN_OTHER] += han - han_single - han_double;
                 f[HANGUL_SINGLE] += hangul_single;
-                f[HANGUL_OTHER] += hangul - hangul_single;
+                f[HANGUL_DOUBLE] += hangul_double;
+                f[HANGUL_OTHER] += hangul - hangul_single - hangul_double;
                 f[KANA] += kana;
                 j = k;
             }
@@ -329,15 +359,19 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
 
 #[cfg(test)]
 mod tests {
-    use super::super::coefficients::{O200K_HANGUL_SINGLE, O200K_HAN_SINGLE};
+    use super::super::coefficients::{
+        O200K_HANGUL_DOUBLE, O200K_HANGUL_SINGLE, O200K_HAN_DOUBLE, O200K_HAN_SINGLE,
+    };
     use super::*;
 
     fn feats(text: &str) -> Features {
         extract(
             text,
             &SingleTokenTables {
-                han: &O200K_HAN_SINGLE,
-                hangul: &O200K_HANGUL_SINGLE,
+                han_single: &O200K_HAN_SINGLE,
+                han_double: &O200K_HAN_DOUBLE,
+                hangul_single: &O200K_HANGUL_SINGLE,
+                hangul_double: &O200K_HANGUL_DOUBLE,
             },
         )
     }
@@ -373,10 +407,12 @@ mod tests {
     #[test]
     fn non_ascii_classes() {
         let f = feats("你好。カナ한국어 éè привет 😀");
-        assert_eq!(f[HAN_SINGLE] + f[HAN_OTHER], 2);
+        assert_eq!(f[HAN_SINGLE] + f[HAN_DOUBLE] + f[HAN_OTHER], 2);
         assert_eq!(f[CJK_PUNCT], 1);
         assert_eq!(f[KANA], 2);
-        assert_eq!(f[HANGUL_SINGLE] + f[HANGUL_OTHER], 3);
+        assert_eq!(f[HANGUL_SINGLE] + f[HANGUL_DOUBLE] + f[HANGUL_OTHER], 3);
+        assert_eq!(f[HAN_KANA_RUNS], 2);
+        assert_eq!(f[HANGUL_RUNS], 1);
         assert_eq!(f[OTHER_2BYTE], 8);
         assert_eq!(f[OTHER_2BYTE_RUNS], 2);
         assert_eq!(f[FOUR_BYTE], 1);
