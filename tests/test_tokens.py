@@ -86,6 +86,25 @@ def test_fits_within_agrees_with_count(encoding: str, text: str, delta: int) -> 
     assert fits_within(text, limit, encoding=encoding) is (exact <= limit)
 
 
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_fits_within_on_long_texts_matches_count(encoding: str) -> None:
+    # Long texts go through the growing-prefix path; check it at and around the exact count.
+    for _, path in ref.corpus_files("heldout")[::3]:
+        text = path.read_text(encoding="utf-8")
+        exact = count_tokens(text, encoding=encoding)
+        for limit in (0, 1, 10, 500, 5000, exact - 1, exact, exact + 1):
+            assert fits_within(text, max(limit, 0), encoding=encoding) is (exact <= limit), (
+                path.name,
+                limit,
+            )
+
+
+@given(piece=st.text(alphabet=ALPHABET, min_size=1, max_size=50), limit=st.integers(0, 3000))
+def test_fits_within_on_generated_long_texts(piece: str, limit: int) -> None:
+    text = piece * (6000 // len(piece) + 1)
+    assert fits_within(text, limit) is (count_tokens(text) <= limit)
+
+
 def test_fits_within_cost_follows_the_limit_not_the_text() -> None:
     text = "The agent stores a reflection, then a goal. " * 240_000  # ~10 MB
     assert len(text) >= 10_000_000

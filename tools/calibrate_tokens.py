@@ -268,7 +268,7 @@ def fit() -> None:
         "//!",
         "//! Per encoding family: the linear model (tokens ~= sum of feature x coefficient,",
         "//! features in `super::features` order) and the bitsets of the ideographs and hangul",
-        "//! syllables that the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.",
+        "//! syllables the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.",
         "",
         f"pub const FEATURE_COUNT: usize = {len(names)};",
         f"pub const HAN_FIRST: u32 = {ref.HAN_TABLE[0]:#x};",

@@ -142,7 +142,9 @@ fn fits_within(
     encoding: &str,
 ) -> PyResult<bool> {
     let encoding = encoding_arg(py, encoding)?;
-    let bytes = utf8(text, "text", None)?;
+    let text = text
+        .cast::<PyString>()
+        .map_err(|_| unsupported(py, "text", None, text))?;
     if limit.is_instance_of::<pyo3::types::PyBool>()
         || !limit.is_instance_of::<pyo3::types::PyInt>()
     {
@@ -161,6 +163,22 @@ fn fits_within(
         .into_py_result(py);
     }
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    // Converting a 10 MB str to UTF-8 alone would cost more than counting a few thousand
+    // tokens: read growing prefixes until one settles the answer, then the whole text.
+    let chars = text.len()?;
+    let mut window = limit.saturating_add(1).saturating_mul(8).max(4096);
+    while window < chars {
+        let end = isize::try_from(window).unwrap_or(isize::MAX);
+        let prefix = text.get_item(pyo3::types::PySlice::new(py, 0, end, 1))?;
+        let bytes = utf8(&prefix, "text", None)?;
+        if let Some(answer) = with_text(py, &bytes, |t| {
+            tokens::count::prefix_exceeds(t, limit, encoding)
+        }) {
+            return Ok(answer);
+        }
+        window = window.saturating_mul(4);
+    }
+    let bytes = utf8(text.as_any(), "text", None)?;
     Ok(with_text(py, &bytes, |t| {
         tokens::fits_within(t, limit, encoding)
     }))

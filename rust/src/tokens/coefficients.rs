@@ -2,7 +2,7 @@
 //!
 //! Per encoding family: the linear model (tokens ~= sum of feature x coefficient,
 //! features in `super::features` order) and the bitsets of the ideographs and hangul
-//! syllables that the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.
+//! syllables the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.
 
 pub const FEATURE_COUNT: usize = 35;
 pub const HAN_FIRST: u32 = 0x4e00;

@@ -61,6 +61,38 @@ pub fn count_tokens(text: &str, encoding: Encoding) -> usize {
     c.tokenizer.split(text).map(|piece| c.piece(piece)).sum()
 }
 
+/// Decides `fits_within` from a prefix of a longer text, when the prefix suffices: `Some(false)`
+/// once the prefix's settled pieces exceed `limit`, `None` when more text is needed. The last
+/// two pieces of a prefix are not settled: the cut may truncate the last one, and the
+/// pre-tokeniser's one-character look-ahead may change the one before.
+pub fn prefix_exceeds(prefix: &str, limit: usize, encoding: Encoding) -> Option<bool> {
+    let c = counter(encoding);
+    let mut pieces = c.tokenizer.split(prefix);
+    let mut pending = [pieces.next(), pieces.next()];
+    let mut used = 0usize;
+    for piece in pieces {
+        let settled = pending[0].take().unwrap_or_default();
+        pending = [pending[1], Some(piece)];
+        let bytes = settled.as_bytes();
+        used += if bytes.len() <= c.longest && c.single.contains(bytes) {
+            1
+        } else {
+            match c
+                .tokenizer
+                .bpe
+                .count_till_limit(bytes, limit.saturating_sub(used))
+            {
+                Some(n) => n,
+                None => return Some(false),
+            }
+        };
+        if used > limit {
+            return Some(false);
+        }
+    }
+    None
+}
+
 /// Whether `text` is at most `limit` tokens. Pre-tokenised pieces are counted one by one and
 /// the walk stops once the limit is passed, so the cost grows with `limit`, not with the text
 /// (except for a single pre-token piece longer than the limit allows, which is read whole).
@@ -110,6 +142,20 @@ mod tests {
             assert!(!fits_within(&text, n - 1, encoding));
             assert!(fits_within("", 0, encoding));
             assert!(!fits_within("a", 0, encoding));
+        }
+    }
+
+    #[test]
+    fn prefixes_decide_only_when_safe() {
+        let text = "alpha beta gamma delta ".repeat(100);
+        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let n = count_tokens(&text, encoding);
+            for cut in [5, 40, 200, 1000, text.len()] {
+                match prefix_exceeds(&text[..cut], 10, encoding) {
+                    Some(answer) => assert_eq!(answer, n <= 10),
+                    None => assert!(count_tokens(&text[..cut], encoding) <= 12),
+                }
+            }
         }
     }
 

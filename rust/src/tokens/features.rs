@@ -137,22 +137,56 @@ fn is_digit(v: u32) -> bool {
     v.wrapping_sub(b'0' as u32) < 10
 }
 
+/// Feature slot of a letter segment by its length (index 0 unused, 12 means 12+).
+const SEGMENT_SLOT: [usize; 13] = [
+    SEG_LEN_1,
+    SEG_LEN_1,
+    SEG_LEN_1 + 1,
+    SEG_LEN_1 + 2,
+    SEG_LEN_1 + 3,
+    SEG_LEN_5_6,
+    SEG_LEN_5_6,
+    SEG_LEN_7_8,
+    SEG_LEN_7_8,
+    SEG_LEN_9_11,
+    SEG_LEN_9_11,
+    SEG_LEN_9_11,
+    SEG_LEN_12P,
+];
+
 #[inline]
 fn letter_segment(f: &mut Features, len: usize, all_caps: bool) {
-    let slot = match len {
-        1..=4 => SEG_LEN_1 + len - 1,
-        5 | 6 => SEG_LEN_5_6,
-        7 | 8 => SEG_LEN_7_8,
-        9..=11 => SEG_LEN_9_11,
-        _ => {
-            f[SEG_LONG_EXTRA] += (len - 11) as u64;
-            SEG_LEN_12P
+    f[SEGMENT_SLOT[len.min(12)]] += 1;
+    f[SEG_LONG_EXTRA] += len.saturating_sub(11) as u64;
+    f[CAPS_LETTERS] += if all_caps && len >= 2 { len as u64 } else { 0 };
+}
+
+/// Counts the letter run starting at `i` (`units[i]` is a letter); returns its end.
+#[inline]
+fn letter_run<U: Unit>(f: &mut Features, units: &[U], i: usize) -> usize {
+    let n = units.len();
+    let first = units[i].value();
+    let mut start = i;
+    let mut has_lower = is_lower(first);
+    let mut prev = first;
+    let mut j = i + 1;
+    while j < n {
+        let c = units[j].value();
+        if !is_letter(c) {
+            break;
         }
-    };
-    f[slot] += 1;
-    if all_caps && len >= 2 {
-        f[CAPS_LETTERS] += len as u64;
+        // o200k cuts a letter run where a lower-case letter meets an upper-case one.
+        if is_upper(c) && is_lower(prev) {
+            letter_segment(f, j - start, !has_lower);
+            start = j;
+            has_lower = false;
+        }
+        has_lower |= is_lower(c);
+        prev = c;
+        j += 1;
     }
+    letter_segment(f, j - start, !has_lower);
+    j
 }
 
 #[inline]
@@ -233,27 +267,7 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
         let v = at(i);
         let mut j = i + 1;
         match class(v) {
-            LOWER | UPPER => {
-                let mut start = i;
-                let mut has_lower = is_lower(v);
-                let mut prev = v;
-                while j < n {
-                    let c = at(j);
-                    if !is_letter(c) {
-                        break;
-                    }
-                    // o200k cuts a letter run where a lower-case letter meets an upper-case one.
-                    if is_upper(c) && is_lower(prev) {
-                        letter_segment(&mut f, j - start, !has_lower);
-                        start = j;
-                        has_lower = false;
-                    }
-                    has_lower |= is_lower(c);
-                    prev = c;
-                    j += 1;
-                }
-                letter_segment(&mut f, j - start, !has_lower);
-            }
+            LOWER | UPPER => j = letter_run(&mut f, units, i),
             DIGIT => {
                 while j < n && is_digit(at(j)) {
                     j += 1;
@@ -266,6 +280,11 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
                 }
                 if j - i == 1 {
                     f[SPACE_SINGLE] += 1;
+                    // The common case, a word after its space, without a trip through the
+                    // dispatch (whose branch the alternation of classes keeps mispredicting).
+                    if j < n && is_letter(at(j)) {
+                        j = letter_run(&mut f, units, j);
+                    }
                 } else {
                     f[SPACE_RUNS] += 1;
                     f[SPACE_RUN_CHARS] += (j - i) as u64;
