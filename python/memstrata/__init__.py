@@ -20,7 +20,16 @@ from memstrata._core import (
     prune_sliding_window,
     strip_unsafe_keys,
 )
-from memstrata.layers import WorkingMemory
+from memstrata.exceptions import RecoverableContextError
+from memstrata.layers import (
+    ContextGate,
+    TeamState,
+    ToolResults,
+    WorkingMemory,
+    extract_claim,
+    prune_messages_sliding_window,
+)
+from memstrata.repo_map import repo_map
 from memstrata.stack import Budget, Layer, MemoryStack, Run, RunContext
 from memstrata.stores import InMemoryStore, Item, SQLiteStore, Store, open_store
 from memstrata.tokens import (
@@ -39,18 +48,22 @@ __all__ = [
     "DEFAULT_UNSAFE_KEYS",
     "MAX_DEPTH",
     "Budget",
+    "ContextGate",
     "EstimatingCounter",
     "ExactCounter",
     "InMemoryStore",
     "Item",
     "Layer",
     "MemoryStack",
+    "RecoverableContextError",
     "Run",
     "RunContext",
     "SQLiteStore",
     "Store",
+    "TeamState",
     "TokenCounter",
     "Tool",
+    "ToolResults",
     "VectorSet",
     "WorkingMemory",
     "__version__",
@@ -61,10 +74,13 @@ __all__ = [
     "estimate_messages",
     "estimate_tokens",
     "exceptions",
+    "extract_claim",
     "fits_within",
     "hash_embed",
     "merge_json",
     "open_store",
+    "prune_messages_sliding_window",
     "prune_sliding_window",
+    "repo_map",
     "strip_unsafe_keys",
 ]

@@ -142,7 +142,6 @@ def prune_sliding_window(
 # --- tokens (estimate_tokens, estimate_messages, count_tokens, fits_within) ---
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 def estimate_tokens(text: str, *, model: str | None = None) -> int: ...
 def estimate_messages(

@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+from memstrata.layers.context_gate import ContextGate, GateDecision
+from memstrata.layers.team_state import TeamState, extract_claim
+from memstrata.layers.tool_results import ToolResults, prune_messages_sliding_window
 from memstrata.layers.working_memory import WorkingMemory, WorkingMemoryHandle
 
-__all__ = ["WorkingMemory", "WorkingMemoryHandle"]
+__all__ = [
+    "ContextGate",
+    "GateDecision",
+    "TeamState",
+    "ToolResults",
+    "WorkingMemory",
+    "WorkingMemoryHandle",
+    "extract_claim",
+    "prune_messages_sliding_window",
+]

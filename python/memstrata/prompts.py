@@ -1,0 +1,56 @@
+"""Every prompt text memstrata ships, in one place (seed 003, Layer 5).
+
+Each constant here is something a model reads on every turn it is offered: guidelines injected
+with a layer's block, tool descriptions, notices. They are kept terse on purpose: every byte of
+template is a byte the conversation does not get. ``tests/test_prompts.py`` pins the size of
+each one, so a text that grows fails review instead of silently eating the budget; a new text
+must be added to that test to pass.
+
+Runtime content (the working-memory state, the team state, a repo map) is not template and does
+not live here.
+"""
+
+from __future__ import annotations
+
+# Working memory (layers/working_memory.py) ---------------------------------------------------
+
+WORKING_MEMORY_GUIDELINES_NOETIC = (
+    "This is your working memory: notes that persist across turns. Keep it current and "
+    "compact. To change it, call `working-memory/update` with only the fields that changed; "
+    "they are merged into what is there."
+)
+WORKING_MEMORY_GUIDELINES_VOLTAGENT = (
+    "This is your working memory: context that persists across turns. Call "
+    "`update_working_memory` when you learn something worth keeping (mode 'append' adds, "
+    "'replace' rewrites everything), `clear_working_memory` to start over."
+)
+WORKING_MEMORY_GUIDELINES_READ_ONLY = (
+    "This is your working memory (read-only): context that persists across turns."
+)
+# ``{what}`` is WORKING_MEMORY_UPDATE_WHAT_STRUCTURED or WORKING_MEMORY_UPDATE_WHAT_TEXT.
+WORKING_MEMORY_UPDATE_DESCRIPTION = "Update your working memory: pass {what}."
+WORKING_MEMORY_UPDATE_WHAT_STRUCTURED = "only the fields that changed; they are deep-merged"
+WORKING_MEMORY_UPDATE_WHAT_TEXT = "text to add"
+WORKING_MEMORY_GET_DESCRIPTION = "Retrieve the current working memory content."
+WORKING_MEMORY_SET_DESCRIPTION = (
+    "Update the working memory. mode 'append' (default) merges or adds; "
+    "'replace' overwrites everything."
+)
+WORKING_MEMORY_CLEAR_DESCRIPTION = "Clear the working memory content."
+
+# Tool results (layers/tool_results.py) --------------------------------------------------------
+
+READ_TOOL_RESULT_DESCRIPTION = (
+    "Read the verbatim text of an earlier tool result that was replaced by a summary. "
+    "Pass its call_id; for a long result, page with offset (the next_offset returned)."
+)
+# What replaces an offloaded tool result in the conversation; the digest or summary follows.
+TOOL_RESULT_OFFLOADED = (
+    "[tool result offloaded: call_id={call_id}, {chars} chars, ~{tokens} tokens. "
+    'Full text: read_tool_result(call_id="{call_id}").]'
+)
+TOOL_RESULT_PRUNED = "[summarized: call_id={call_id}]"
+
+# Team state (layers/team_state.py) ------------------------------------------------------------
+
+TEAM_STATE_HEADER = "## Team State"
