@@ -558,19 +558,42 @@ def _symbol_name(symbol: str) -> str:
 
 
 def _fit(digests: list[FileDigest], max_tokens: int, counter: TokenCounter) -> str:
-    parts: list[str] = []
+    """Every file by name first (path order, while the budget lasts), then upgraded to its
+    compact entry, then to its full entry, each pass in path order while the budget allows; so
+    the digest never drops a file to detail another one."""
+    levels = [(f"## {d.path}", d.render(compact=True), d.render()) for d in digests]
+    costs = [tuple(counter.count(block) + 1 for block in options) for options in levels]
+    reserve = 16  # the "more files not shown" line
+    budget = max_tokens - reserve
+    chosen: list[int] = []
     used = 0
-    left_out = 0
-    for index, digest in enumerate(digests):
-        for block in (digest.render(), digest.render(compact=True), f"## {digest.path}"):
-            cost = counter.count(block) + 1
-            if used + cost <= max_tokens - 12:
-                parts.append(block)
-                used += cost
-                break
-        else:
-            left_out = len(digests) - index
+    for cost in costs:
+        if used + cost[0] > budget:
             break
-    if left_out:
-        parts.append(f"… {left_out} more files not shown (token budget {max_tokens})")
-    return "\n".join(parts)
+        chosen.append(0)
+        used += cost[0]
+    for level in (1, 2):
+        for index, current in enumerate(chosen):
+            extra = costs[index][level] - costs[index][current]
+            if used + extra <= budget:
+                chosen[index] = level
+                used += extra
+
+    def assemble() -> str:
+        parts = [levels[index][level] for index, level in enumerate(chosen)]
+        if len(chosen) < len(digests):
+            parts.append(
+                f"… {len(digests) - len(chosen)} more files not shown (token budget {max_tokens})"
+            )
+        return "\n".join(parts)
+
+    out = assemble()
+    # Summed block counts are an estimate of the whole; step back until the whole fits.
+    while counter.count(out) > max_tokens and chosen:
+        upgraded = [i for i, level in enumerate(chosen) if level > 0]
+        if upgraded:
+            chosen[upgraded[-1]] -= 1
+        else:
+            chosen.pop()
+        out = assemble()
+    return out

@@ -239,10 +239,14 @@ class TeamState:
             only = entries[0]
             for attr in ("claim", "verified", "shipped"):
                 value = getattr(only, attr)
-                if value and len(_render([only]).encode()) > self.soft_cap_bytes:
-                    excess = len(_render([only]).encode()) - self.soft_cap_bytes
-                    keep = max(len(value) - excess - 2, 0)
+                excess = len(_render([only]).encode()) - self.soft_cap_bytes
+                if value and excess > 0:
+                    # Cut by bytes, then drop chars until the multi-byte tail fits too.
+                    keep = max(len(value) - excess - 4, 0)
                     setattr(only, attr, value[:keep] + " …")
+                    while keep and len(_render([only]).encode()) > self.soft_cap_bytes:
+                        keep -= 1
+                        setattr(only, attr, value[:keep] + " …")
         return entries
 
     def _audit(self, entry: StateEntry) -> None:
