@@ -38,9 +38,12 @@ import logging
 import math
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import and_, is_, is_not, not_
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,13 +87,6 @@ class GateDecision:
     @property
     def fraction(self) -> float:
         return self.estimated_tokens / self.max_input_tokens
-
-
-@dataclass
-class _Counts:
-    # id(message) -> (message, content object, tokens); the message is held so its id is not
-    # reused while cached.
-    entries: OrderedDict[int, tuple[Message, Any, int]] = field(default_factory=OrderedDict)
 
 
 class ContextGate:
@@ -171,7 +167,12 @@ class ContextGate:
         self.enabled = enabled
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter(model)
         self.cache = cache
-        self._counts = _Counts()
+        # id(message) -> (message, content object, tokens); holding the message keeps its id
+        # from being reused while cached.
+        self._counts: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
+        self._placeholders: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
+        self._last: tuple[list[Message], list[Any], list[int]] = ([], [], [])
+        self._lock = threading.Lock()
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._default_run = 0
         self._priming = _priming_tokens(self.tokens)
@@ -199,7 +200,8 @@ class ContextGate:
         if not self.enabled:
             return GateDecision("disabled", given, 0, self.max_input_tokens)
         limit = self.max_input_tokens
-        estimate = self.estimate(given)
+        raw, counts = self._raw_counts(given)
+        estimate = self._pad(raw)
         if estimate < self.soft_warn_at_pct * limit:
             return GateDecision("pass", given, estimate, limit)
         if estimate < self.prune_at_pct * limit:
@@ -208,7 +210,7 @@ class ContextGate:
         pruned, count = prune_sliding_window(
             given, keep_recent=self.keep_recent, placeholder=TOOL_RESULT_PRUNED
         )
-        after = self.estimate(pruned) if count else estimate
+        after = self._pad(self._raw_after_prune(given, pruned, counts, raw)) if count else estimate
         if after < limit:
             logger.info(
                 "context gate: call %s at %d/%d tokens; pruned %d tool results to %d",
@@ -232,26 +234,75 @@ class ContextGate:
 
     def estimate(self, messages: Sequence[Message]) -> int:
         """The padded token estimate of ``messages`` (per-message counts cached)."""
-        raw = sum(self._message_tokens(m) for m in messages)
-        if messages:
-            raw += self._priming
+        return self._pad(self._raw_counts(_as_message_list(messages))[0])
+
+    def _pad(self, raw: int) -> int:
         return math.ceil(raw * (1 + self.pad_pct))
+
+    def _raw_counts(self, messages: list[Message]) -> tuple[int, list[int]]:
+        """The unpadded total and each message's own tokens.
+
+        The hot path of a tool loop sees the same message objects again, at the same positions,
+        plus a few new ones (the stack's injected items are new objects each turn, the
+        conversation after them is not). So the last call's messages, contents and counts are
+        kept by position and compared by identity with C-level ``map`` passes; only positions
+        that differ are counted again (through a per-message cache keyed by identity, for lists
+        that shifted).
+        """
+        if not messages:
+            return 0, []
+        if not self.cache:
+            counts = [self.tokens.count_messages([m]) - self._priming for m in messages]
+            return sum(counts) + self._priming, counts
+        contents = list(map(dict.get, messages, repeat("content")))
+        with self._lock:
+            prev_messages, prev_contents, prev_counts = self._last
+            same = list(
+                map(
+                    and_,
+                    map(is_, messages, prev_messages),
+                    map(is_, contents, prev_contents),
+                )
+            )
+            counts = prev_counts[: len(same)]
+            for i in compress(range(len(same)), map(not_, same)):
+                counts[i] = self._message_tokens(messages[i], contents[i])
+            for i in range(len(same), len(messages)):
+                counts.append(self._message_tokens(messages[i], contents[i]))
+            self._last = (list(messages), contents, counts)
+        return sum(counts) + self._priming, counts
+
+    def _raw_after_prune(
+        self, given: list[Message], pruned: list[Message], counts: list[int], raw: int
+    ) -> int:
+        """The unpadded total of ``pruned``: ``raw`` minus each replaced message plus its
+        placeholder (placeholder counts cached by the original message's identity)."""
+        for i in compress(range(len(given)), map(is_not, pruned, given)):
+            original, replaced = given[i], pruned[i]
+            placeholder = replaced.get("content")
+            entry = self._placeholders.get(id(original))
+            if entry is not None and entry[0] is original and entry[1] == placeholder:
+                tokens = entry[2]
+            else:
+                tokens = self.tokens.count_messages([replaced]) - self._priming
+                self._placeholders[id(original)] = (original, placeholder, tokens)
+                if len(self._placeholders) > _CACHE_LIMIT:
+                    self._placeholders.popitem(last=False)
+            raw += tokens - counts[i]
+        return raw
 
     def new_run(self) -> None:
         """Starts a new run for callers that do not pass ``run_id``: the soft warning may fire
         once more."""
         self._default_run += 1
 
-    def _message_tokens(self, message: Message) -> int:
-        if not self.cache:
-            return self.tokens.count_messages([message]) - self._priming
+    def _message_tokens(self, message: Message, content: Any) -> int:
         key = id(message)
-        entry = self._counts.entries.get(key)
-        content = message.get("content")
+        entries = self._counts
+        entry = entries.get(key)
         if entry is not None and entry[0] is message and entry[1] is content:
             return entry[2]
         tokens = self.tokens.count_messages([message]) - self._priming
-        entries = self._counts.entries
         entries[key] = (message, content, tokens)
         if len(entries) > _CACHE_LIMIT:
             entries.popitem(last=False)
@@ -421,11 +472,12 @@ def _as_message_list(messages: Sequence[Message]) -> list[Message]:
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         raise InvalidInputError(f"messages must be a list of dicts, got {type(messages).__name__}")
     given = messages if isinstance(messages, list) else list(messages)
-    for index, message in enumerate(given):
-        if not isinstance(message, dict):
-            raise InvalidInputError(
-                f"messages[{index}] must be a dict, got {type(message).__name__}"
-            )
+    if not all(map(isinstance, given, repeat(dict))):
+        for index, message in enumerate(given):
+            if not isinstance(message, dict):
+                raise InvalidInputError(
+                    f"messages[{index}] must be a dict, got {type(message).__name__}"
+                )
     return given
 
 
