@@ -20,7 +20,7 @@ from memstrata._core import (
     prune_sliding_window,
     strip_unsafe_keys,
 )
-from memstrata.layers import WorkingMemory
+from memstrata.layers import MemoryEntry, SharedMemory, WorkingMemory, memory_keys
 from memstrata.stack import Budget, Layer, MemoryStack, Run, RunContext
 from memstrata.stores import InMemoryStore, Item, SQLiteStore, Store, open_store
 from memstrata.tools import Tool
@@ -32,10 +32,12 @@ __all__ = [
     "InMemoryStore",
     "Item",
     "Layer",
+    "MemoryEntry",
     "MemoryStack",
     "Run",
     "RunContext",
     "SQLiteStore",
+    "SharedMemory",
     "Store",
     "Tool",
     "VectorSet",
@@ -45,6 +47,7 @@ __all__ = [
     "deep_merge",
     "exceptions",
     "hash_embed",
+    "memory_keys",
     "merge_json",
     "open_store",
     "prune_sliding_window",

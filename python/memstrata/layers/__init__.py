@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+from memstrata.layers.shared_memory import (
+    MemoryEntry,
+    SharedMemory,
+    SharedMemoryHandle,
+    memory_keys,
+)
 from memstrata.layers.working_memory import WorkingMemory, WorkingMemoryHandle
 
-__all__ = ["WorkingMemory", "WorkingMemoryHandle"]
+__all__ = [
+    "MemoryEntry",
+    "SharedMemory",
+    "SharedMemoryHandle",
+    "WorkingMemory",
+    "WorkingMemoryHandle",
+    "memory_keys",
+]
