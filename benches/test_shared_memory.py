@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from benchkit import compare
+
 from memstrata import MemoryStack
 from memstrata.layers import SharedMemory
 from memstrata.stores import InMemoryStore

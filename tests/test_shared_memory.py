@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+
 from memstrata import MemoryStack, SQLiteStore
 from memstrata.exceptions import InvalidInputError, NonFiniteNumberError, UnsupportedTypeError
 from memstrata.layers import SharedMemory, memory_keys

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
 from memstrata import deep_merge
 from memstrata.exceptions import (
     InvalidInputError,
