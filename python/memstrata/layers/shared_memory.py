@@ -40,7 +40,7 @@ import orjson
 from memstrata._core import strip_unsafe_keys
 from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Namespace, Store
+from memstrata.stores import Item, Namespace, Store
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.shared_memory")
@@ -352,7 +352,7 @@ class SharedMemory:
     def _load(self) -> None:
         assert self._store is not None
         offset = 0
-        loaded = []
+        loaded: builtins.list[Item] = []
         while True:
             page = self._store.list(self._namespace, limit=1000, offset=offset)
             loaded.extend(item for item in page if item.namespace == self._namespace)
