@@ -23,10 +23,13 @@ from memstrata._core import (
 from memstrata.exceptions import RecoverableContextError
 from memstrata.layers import (
     ContextGate,
+    MemoryEntry,
+    SharedMemory,
     TeamState,
     ToolResults,
     WorkingMemory,
     extract_claim,
+    memory_keys,
     prune_messages_sliding_window,
 )
 from memstrata.repo_map import repo_map
@@ -54,11 +57,13 @@ __all__ = [
     "InMemoryStore",
     "Item",
     "Layer",
+    "MemoryEntry",
     "MemoryStack",
     "RecoverableContextError",
     "Run",
     "RunContext",
     "SQLiteStore",
+    "SharedMemory",
     "Store",
     "TeamState",
     "TokenCounter",
@@ -77,6 +82,7 @@ __all__ = [
     "extract_claim",
     "fits_within",
     "hash_embed",
+    "memory_keys",
     "merge_json",
     "open_store",
     "prune_messages_sliding_window",
