@@ -7,7 +7,7 @@ A text that grows fails here: shrinking it is welcome, growing it is a decision 
 from __future__ import annotations
 
 import pytest
-from memstrata import MemoryStack, ToolResults, WorkingMemory, prompts
+from memstrata import MemoryStack, SharedMemory, ToolResults, WorkingMemory, prompts
 from memstrata.stores import InMemoryStore
 
 # UTF-8 bytes of each text.
@@ -21,6 +21,11 @@ PINNED_SIZES = {
     "WORKING_MEMORY_GET_DESCRIPTION": 44,
     "WORKING_MEMORY_SET_DESCRIPTION": 99,
     "WORKING_MEMORY_CLEAR_DESCRIPTION": 33,
+    "MEMORY_TOOLS_SECTION": 657,
+    "UPSTREAM_HEADER": 64,
+    "MEMORY_LIST_DESCRIPTION": 96,
+    "MEMORY_READ_DESCRIPTION": 48,
+    "MEMORY_WRITE_DESCRIPTION": 73,
     "READ_TOOL_RESULT_DESCRIPTION": 162,
     "TOOL_RESULT_OFFLOADED": 126,
     "TOOL_RESULT_PRUNED": 31,
@@ -69,4 +74,17 @@ def test_layers_use_the_shared_texts(tmp_path) -> None:
         "get_working_memory": prompts.WORKING_MEMORY_GET_DESCRIPTION,
         "update_working_memory": prompts.WORKING_MEMORY_SET_DESCRIPTION,
         "clear_working_memory": prompts.WORKING_MEMORY_CLEAR_DESCRIPTION,
+    }
+
+
+def test_shared_memory_uses_the_shared_texts() -> None:
+    stack = MemoryStack([SharedMemory()], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        block = run.prepare([])[0]["content"]
+        specs = {s["name"]: s["description"] for s in run.tool_specs("mcp")}
+    assert block.startswith(prompts.MEMORY_TOOLS_SECTION)
+    assert specs == {
+        "memory_list": prompts.MEMORY_LIST_DESCRIPTION,
+        "memory_read": prompts.MEMORY_READ_DESCRIPTION,
+        "memory_write": prompts.MEMORY_WRITE_DESCRIPTION,
     }

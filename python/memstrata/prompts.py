@@ -38,6 +38,30 @@ WORKING_MEMORY_SET_DESCRIPTION = (
 )
 WORKING_MEMORY_CLEAR_DESCRIPTION = "Clear the working memory content."
 
+# Shared memory (layers/shared_memory.py) -----------------------------------------------------
+
+MEMORY_TOOLS_SECTION = """## Memory Tools (progressive disclosure)
+- Shared agent memory holds results from prior steps and tasks, original inputs, and facts
+  published by other agents.
+- Memory contents are NOT auto-included in your prompt. If you need upstream context, discover
+  it on demand:
+  1. Call `memory_list` to see what's available (returns metadata only — keys, titles, kinds,
+     byte sizes).
+  2. Call `memory_read` with the specific keys you actually need; it returns full values.
+  3. Call `memory_write` to publish a value under `shared:<key>` so other agents can find it via
+     `memory_list`.
+- Pull only what you need — don't fetch every entry by reflex."""
+
+UPSTREAM_HEADER = "# Required upstream memory (call `memory_read` with these keys):"
+MEMORY_LIST_DESCRIPTION = (
+    "List shared memory entries (metadata only: keys, titles, kinds, byte sizes). "
+    "Newest 200 at most."
+)
+MEMORY_READ_DESCRIPTION = "Read full values of specific shared memory keys."
+MEMORY_WRITE_DESCRIPTION = (
+    "Publish a value under shared:<key> so other agents and steps can find it."
+)
+
 # Tool results (layers/tool_results.py) --------------------------------------------------------
 
 READ_TOOL_RESULT_DESCRIPTION = (

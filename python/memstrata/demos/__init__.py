@@ -1,0 +1,1 @@
+"""Demo parts, one module each, wired into ``make demo`` by ``memstrata.demo``."""
