@@ -18,6 +18,7 @@ from typing import Any
 from benchkit import compare, fmt_seconds, record, timed
 from langchain_core.messages import convert_to_messages, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
+
 from memstrata import ContextGate, ToolResults, repo_map
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

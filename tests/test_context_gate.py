@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata import MemoryStack, RecoverableContextError, estimate_messages
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.context_gate import ContextGate, redact_messages, redact_secrets

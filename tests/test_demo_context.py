@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from memstrata.demos.context import FAKE_API_KEY, run_demo
 from memstrata.stores import SQLiteStore
 

@@ -7,6 +7,7 @@ A text that grows fails here: shrinking it is welcome, growing it is a decision 
 from __future__ import annotations
 
 import pytest
+
 from memstrata import MemoryStack, SharedMemory, ToolResults, WorkingMemory, prompts
 from memstrata.stores import InMemoryStore
 

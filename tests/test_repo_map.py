@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from memstrata import estimate_tokens, repo_map
 from memstrata.exceptions import InvalidInputError
 

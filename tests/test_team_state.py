@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memstrata import MemoryStack
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.team_state import TeamState, extract_claim

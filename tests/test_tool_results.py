@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from memstrata import MemoryStack, estimate_tokens, prune_sliding_window
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.tool_results import (
