@@ -20,6 +20,7 @@ def parser(request: pytest.FixtureRequest) -> str:
         pytest.fail("the test extra installs the tree-sitter grammars; they are missing")
     return str(request.param)
 
+
 PY = '''\
 """Billing: invoices and payments.
 
