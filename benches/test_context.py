@@ -19,7 +19,7 @@ from benchkit import compare, fmt_seconds, record, timed
 from langchain_core.messages import convert_to_messages, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
 
-from memstrata import ContextGate, ToolResults, repo_map
+from memstrata import ContextGate, InMemoryStore, MemoryStack, TeamState, ToolResults, repo_map
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -117,6 +117,24 @@ def test_gate_prune_2000_messages(benchmark: Any) -> None:
         {"langchain trim_messages": lambda: lc_trim(window)},
         target=">= 8x langchain trim_messages",
     )
+
+
+def test_prepare_with_gate_2000_messages(benchmark: Any, tmp_path: pathlib.Path) -> None:
+    """run.prepare() with a TeamState block injected and the gate at the end: the injected item
+    is a new object every call, the conversation after it is not."""
+    team = TeamState(state_dir=tmp_path)
+    team.record("inventory", shipped="hosts table", claim="12 hosts", verdict="pass")
+    window = int(ContextGate(max_input_tokens=10**9).estimate(MESSAGES) / 0.5)
+    stack = MemoryStack([team], store=InMemoryStore(), gate=ContextGate(max_input_tokens=window))
+    with stack.run(thread_id="bench") as run:
+        assert len(run.prepare(MESSAGES)) == len(MESSAGES) + 1
+        compare(
+            benchmark,
+            "run.prepare + ContextGate: 2,000 messages, TeamState injected, pass",
+            lambda: run.prepare(MESSAGES),
+            {"langchain trim_messages": lambda: lc_trim(window)},
+            target=">= 8x langchain trim_messages",
+        )
 
 
 def test_offload_1mb_tool_result(benchmark: Any) -> None:

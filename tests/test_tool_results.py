@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from memstrata import MemoryStack, estimate_tokens, prune_sliding_window
+from memstrata import (
+    EstimatingCounter,
+    ExactCounter,
+    MemoryStack,
+    estimate_tokens,
+    prune_sliding_window,
+)
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.tool_results import (
     ToolResults,
@@ -243,3 +249,15 @@ def test_prune_messages_sliding_window_is_the_kernel() -> None:
     assert [m["content"] for m in pruned[1:4]] == [f"[summarized: call_id=c{i}]" for i in range(3)]
     assert pruned[4:] == messages[4:]
     assert (pruned, count) == prune_sliding_window(messages, keep_recent=3)
+
+
+def test_the_stack_counter_replaces_only_the_default_one(tmp_path: Path) -> None:
+    exact = ExactCounter()
+    chosen = ToolResults(tool_calls_dir=tmp_path, tokens=exact)
+    default = ToolResults(tool_calls_dir=tmp_path, name="tool-results-2")
+    stack_counter = EstimatingCounter("gpt-4")
+    stack = MemoryStack([chosen], store=InMemoryStore(), tokens=stack_counter)
+    with stack.run(thread_id="t"):
+        assert chosen.tokens is exact
+    with MemoryStack([default], store=InMemoryStore(), tokens=stack_counter).run(thread_id="t"):
+        assert default.tokens is stack_counter

@@ -128,6 +128,7 @@ class ToolResults:
         self.summary_tokens = summary_tokens
         self.enabled = enabled
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
+        self._tokens_given = tokens is not None
         self.name = name
         self.slot = slot
 
@@ -141,8 +142,8 @@ class ToolResults:
 
     def init(self, ctx: RunContext) -> ToolResults:
         # The handle is the layer itself: nothing is per run but the files, which are per dir.
-        # A stack's token counter wins over the default one.
-        if ctx.tokens is not self.tokens and isinstance(self.tokens, EstimatingCounter):
+        # The stack's token counter replaces the default one, never one the caller chose.
+        if not self._tokens_given:
             self.tokens = ctx.tokens
         return self
 
