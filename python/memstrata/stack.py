@@ -50,8 +50,8 @@ from memstrata.tools import (
     ToolFormat,
     error_payload,
     parse_arguments,
+    raise_problems,
     tool_spec,
-    validate_arguments,
 )
 
 logger = logging.getLogger("memstrata")
@@ -389,7 +389,7 @@ class Run:
             tool = entry[1]
             args = parse_arguments(arguments)
             if tool.validate:
-                validate_arguments(tool.parameters, args)
+                raise_problems(tool.check, args)
             result = tool.handler(args)
             return result if isinstance(result, dict) else {"ok": True, "result": result}
         except ToolError as exc:

@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -54,6 +55,11 @@ class Tool:
     @property
     def wire_name(self) -> str:
         return wire_name(self.name)
+
+    @cached_property
+    def check(self) -> Check:
+        """The parameter schema compiled once (see :func:`compile_schema`)."""
+        return compile_schema(self.parameters)
 
 
 def wire_name(name: str) -> str:
@@ -126,9 +132,14 @@ def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> 
     Supports the JSON Schema keywords tool definitions use: ``type`` (or a list of types),
     ``properties``, ``required``, ``additionalProperties`` (bool or schema), ``enum``, ``items``,
     ``minLength``/``maxLength``, ``minimum``/``maximum``, ``minItems``/``maxItems``.
+    A :class:`Tool` compiles its schema once (:func:`compile_schema`); this compiles per call.
     """
+    raise_problems(compile_schema(schema), arguments)
+
+
+def raise_problems(check: Check, arguments: dict[str, Any]) -> None:
     problems: list[str] = []
-    _check(schema, arguments, "$", problems)
+    check(arguments, "$", problems)
     if problems:
         raise ToolError(
             "arguments do not match the tool's schema: " + "; ".join(problems[:5]),
@@ -136,6 +147,8 @@ def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> 
             details=problems,
         )
 
+
+Check = Callable[[Any, str, list[str]], None]
 
 _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
@@ -151,6 +164,7 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ),
 }
+_is_number = _TYPE_CHECKS["number"]
 
 
 def _json_type(value: Any) -> str:
@@ -160,47 +174,116 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _check(schema: Mapping[str, Any], value: Any, path: str, problems: list[str]) -> None:
+def compile_schema(schema: Mapping[str, Any]) -> Check:
+    """Turns a parameter schema into one function that appends each problem to a list.
+
+    Tool calls arrive on every turn; interpreting the schema dict each time cost more than most
+    handlers. Only the keywords a schema uses become checks, built once.
+    """
+    checks: list[Check] = []
+    if "enum" in schema:
+        allowed_values = list(schema["enum"])
+        allowed = ", ".join(repr(v) for v in allowed_values)
+
+        def check_enum(value: Any, path: str, problems: list[str]) -> None:
+            if value not in allowed_values:
+                problems.append(f"{path}: {value!r} is not one of {allowed}")
+
+        checks.append(check_enum)
+    checks.extend(_length_checks(schema))
+    if isinstance(schema.get("items"), Mapping):
+        check_item = compile_schema(schema["items"])
+
+        def check_items(value: Any, path: str, problems: list[str]) -> None:
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    check_item(item, f"{path}[{i}]", problems)
+
+        checks.append(check_items)
+    if any(k in schema for k in ("properties", "required", "additionalProperties")):
+        checks.append(_object_check(schema))
+
     expected = schema.get("type")
-    if expected is not None:
+    if expected is None:
+        type_ok: Callable[[Any], bool] | None = None
+        label = ""
+    else:
         types = [expected] if isinstance(expected, str) else list(expected)
-        if not any(_TYPE_CHECKS.get(t, lambda _v: True)(value) for t in types):
-            problems.append(f"{path}: expected {' or '.join(types)}, got {_json_type(value)}")
+        tests = [_TYPE_CHECKS.get(t, lambda _v: True) for t in types]
+        type_ok = tests[0] if len(tests) == 1 else (lambda v: any(t(v) for t in tests))
+        label = " or ".join(types)
+
+    def check(value: Any, path: str, problems: list[str]) -> None:
+        if type_ok is not None and not type_ok(value):
+            problems.append(f"{path}: expected {label}, got {_json_type(value)}")
             return
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(repr(v) for v in schema["enum"])
-        problems.append(f"{path}: {value!r} is not one of {allowed}")
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0):
-            problems.append(f"{path}: shorter than {schema['minLength']} characters")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            problems.append(f"{path}: {len(value)} characters, the limit is {schema['maxLength']}")
-    if _TYPE_CHECKS["number"](value):
-        if "minimum" in schema and value < schema["minimum"]:
-            problems.append(f"{path}: {value} is below the minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            problems.append(f"{path}: {value} is above the maximum {schema['maximum']}")
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            problems.append(f"{path}: fewer than {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            problems.append(f"{path}: {len(value)} items, the limit is {schema['maxItems']}")
-        if isinstance(schema.get("items"), Mapping):
-            for i, item in enumerate(value):
-                _check(schema["items"], item, f"{path}[{i}]", problems)
-    if isinstance(value, dict):
-        properties: Mapping[str, Any] = schema.get("properties", {})
-        for name in schema.get("required", ()):
+        for c in checks:
+            c(value, path, problems)
+
+    return check
+
+
+def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
+    checks: list[Check] = []
+    min_len, max_len = schema.get("minLength"), schema.get("maxLength")
+    if min_len is not None or max_len is not None:
+
+        def check_string(value: Any, path: str, problems: list[str]) -> None:
+            if isinstance(value, str):
+                if min_len is not None and len(value) < min_len:
+                    problems.append(f"{path}: shorter than {min_len} characters")
+                if max_len is not None and len(value) > max_len:
+                    problems.append(f"{path}: {len(value)} characters, the limit is {max_len}")
+
+        checks.append(check_string)
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None or high is not None:
+
+        def check_number(value: Any, path: str, problems: list[str]) -> None:
+            if _is_number(value):
+                if low is not None and value < low:
+                    problems.append(f"{path}: {value} is below the minimum {low}")
+                if high is not None and value > high:
+                    problems.append(f"{path}: {value} is above the maximum {high}")
+
+        checks.append(check_number)
+    min_items, max_items = schema.get("minItems"), schema.get("maxItems")
+    if min_items is not None or max_items is not None:
+
+        def check_array(value: Any, path: str, problems: list[str]) -> None:
+            if isinstance(value, list):
+                if min_items is not None and len(value) < min_items:
+                    problems.append(f"{path}: fewer than {min_items} items")
+                if max_items is not None and len(value) > max_items:
+                    problems.append(f"{path}: {len(value)} items, the limit is {max_items}")
+
+        checks.append(check_array)
+    return checks
+
+
+def _object_check(schema: Mapping[str, Any]) -> Check:
+    properties = {name: compile_schema(sub) for name, sub in schema.get("properties", {}).items()}
+    required = tuple(schema.get("required", ()))
+    extra = schema.get("additionalProperties", True)
+    check_extra = compile_schema(extra) if isinstance(extra, Mapping) else None
+    refuse_extra = extra is False
+
+    def check_object(value: Any, path: str, problems: list[str]) -> None:
+        if not isinstance(value, dict):
+            return
+        for name in required:
             if name not in value:
                 problems.append(f"{path}: missing required field {name!r}")
-        extra = schema.get("additionalProperties", True)
         for name, item in value.items():
-            if name in properties:
-                _check(properties[name], item, f"{path}.{name}", problems)
-            elif extra is False:
+            check_property = properties.get(name)
+            if check_property is not None:
+                check_property(item, f"{path}.{name}", problems)
+            elif refuse_extra:
                 problems.append(f"{path}: unexpected field {name!r}")
-            elif isinstance(extra, Mapping):
-                _check(extra, item, f"{path}.{name}", problems)
+            elif check_extra is not None:
+                check_extra(item, f"{path}.{name}", problems)
+
+    return check_object
 
 
 def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
