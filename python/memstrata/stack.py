@@ -51,6 +51,7 @@ from memstrata.tools import (
     error_payload,
     parse_arguments,
     raise_problems,
+    strip_null_padding,
     tool_spec,
 )
 
@@ -250,6 +251,7 @@ class Run:
         self._tools: dict[str, tuple[str, Tool]] = {}
         self._opened = False
         self._closed = False
+        self._strip_null_padding = False
         # Names this run's call boundaries for the gate (checkpoint files, the once-per-run
         # warning).
         self.run_id = f"run-{uuid.uuid4().hex[:12]}"
@@ -353,15 +355,24 @@ class Run:
         boundary = call_id if call_id is not None else f"{self.run_id}-call-{next(self._calls)}"
         return self.stack.gate.check_and_compress(prepared, boundary, run_id=self.run_id)
 
-    def tool_specs(self, fmt: ToolFormat = "openai") -> list[dict[str, Any]]:
-        """Every layer's tools as JSON Schema, for ``openai``, ``anthropic`` or ``mcp``."""
+    def tool_specs(
+        self, fmt: ToolFormat = "openai", *, strict: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every layer's tools as JSON Schema, for ``openai``, ``anthropic`` or ``mcp``.
+
+        ``strict=True`` gives OpenAI's strict form (all properties required, optional ones
+        nullable); the run remembers it and removes that null padding from later tool calls,
+        so a padded null never overwrites or deletes anything.
+        """
         self._require_open()
+        if strict:
+            self._strip_null_padding = True
         seen: set[str] = set()
         specs = []
         for _layer, tool in self._tools.values():
             if tool.name not in seen:
                 seen.add(tool.name)
-                specs.append(tool_spec(tool, fmt))
+                specs.append(tool_spec(tool, fmt, strict=strict))
         return specs
 
     def call_tool(self, name: str, arguments: Any = None) -> dict[str, Any]:
@@ -388,6 +399,8 @@ class Run:
                 )
             tool = entry[1]
             args = parse_arguments(arguments)
+            if self._strip_null_padding:
+                args = strip_null_padding(tool.parameters, args)
             if tool.validate:
                 raise_problems(tool.check, args)
             result = tool.handler(args)

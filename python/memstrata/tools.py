@@ -75,18 +75,28 @@ def wire_name(name: str) -> str:
     return f"{safe[: MAX_WIRE_NAME - 9]}_{digest}"
 
 
-def tool_spec(tool: Tool, fmt: ToolFormat = "openai") -> dict[str, Any]:
-    """Renders one tool for an SDK."""
+def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -> dict[str, Any]:
+    """Renders one tool for an SDK.
+
+    ``strict=True`` (OpenAI only) renders the form OpenAI's structured outputs accept: every
+    property required, the optional ones nullable, no additional properties. The model then pads
+    every optional field with null, which :func:`strip_null_padding` removes again. A tool whose
+    schema has open-ended parts (a free-form value, an object with arbitrary keys) cannot be
+    expressed strictly and is rendered in the normal form, with ``strict`` false.
+    """
     parameters = dict(tool.parameters)
     if fmt == "openai":
-        return {
-            "type": "function",
-            "function": {
-                "name": tool.wire_name,
-                "description": tool.description,
-                "parameters": parameters,
-            },
+        function: dict[str, Any] = {
+            "name": tool.wire_name,
+            "description": tool.description,
+            "parameters": parameters,
         }
+        if strict:
+            strict_parameters = strict_schema(parameters)
+            function["strict"] = strict_parameters is not None
+            if strict_parameters is not None:
+                function["parameters"] = strict_parameters
+        return {"type": "function", "function": function}
     if fmt == "anthropic":
         return {"name": tool.wire_name, "description": tool.description, "input_schema": parameters}
     if fmt == "mcp":
@@ -95,6 +105,76 @@ def tool_spec(tool: Tool, fmt: ToolFormat = "openai") -> dict[str, Any]:
         f"unknown tool format {fmt!r}; expected 'openai', 'anthropic' or 'mcp'",
         code="invalid_arguments",
     )
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's strict form of an object schema, or None when it has open-ended parts."""
+    if schema.get("type") == "object" or "properties" in schema:
+        extra = schema.get("additionalProperties", True)
+        properties = schema.get("properties", {})
+        # A map of arbitrary keys cannot be strict; declared properties can be closed over.
+        if isinstance(extra, Mapping) or (not properties and extra is not False):
+            return None
+        required = set(schema.get("required", ()))
+        out_properties: dict[str, Any] = {}
+        for name, sub in properties.items():
+            converted = strict_schema(sub)
+            if converted is None:
+                return None
+            if name not in required:
+                converted = _nullable(converted)
+            out_properties[name] = converted
+        out = {k: v for k, v in schema.items() if k not in ("properties", "required")}
+        out.update(
+            type="object",
+            properties=out_properties,
+            required=list(properties),
+            additionalProperties=False,
+        )
+        return out
+    if schema.get("type") == "array":
+        items = schema.get("items")
+        if not isinstance(items, Mapping):
+            return None
+        converted_items = strict_schema(items)
+        return None if converted_items is None else {**schema, "items": converted_items}
+    if "type" not in schema and "enum" not in schema:
+        return None  # any value
+    return dict(schema)
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        schema = {**schema, "type": [kind, "null"]}
+    elif isinstance(kind, list) and "null" not in kind:
+        schema = {**schema, "type": [*kind, "null"]}
+    if "enum" in schema and None not in schema["enum"]:
+        schema = {**schema, "enum": [*schema["enum"], None]}
+    return schema
+
+
+def strip_null_padding(schema: Mapping[str, Any], value: Any) -> Any:
+    """Removes the nulls a strict-mode model pads optional fields with, at every depth the
+    schema declares; required fields and undeclared keys are left as sent."""
+    if not isinstance(value, dict):
+        if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+            return [strip_null_padding(schema["items"], item) for item in value]
+        return value
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    if not properties:
+        return value
+    required = set(schema.get("required", ()))
+    out = {}
+    for name, item in value.items():
+        sub = properties.get(name)
+        if sub is None:
+            out[name] = item
+        elif item is None and name not in required:
+            continue
+        else:
+            out[name] = strip_null_padding(sub, item)
+    return out
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any]:
