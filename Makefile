@@ -63,7 +63,7 @@ wheel-smoke: install
 test: install cargo-test pytest wheel-smoke lint
 
 demo: install
-	$(VPY) -m memstrata.demo
+	$(VENV)/bin/memstrata demo
 
 bench: install
 	$(VPY) -m pytest -q -s --benchmark-only --benchmark-columns=min,median,mean,ops benches
