@@ -11,7 +11,7 @@ WHEEL_STAMP := dist/.installed-stamp
 RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml Cargo.lock
 PY_SOURCES := $(shell find python -type f -not -path '*/__pycache__/*') pyproject.toml
 
-.PHONY: test demo wheel install bench lint fmt cargo-test pytest wheel-smoke clean
+.PHONY: test demo wheel install bench fuzz lint fmt cargo-test pytest wheel-smoke clean
 
 # The virtual environment with what the tests, the benchmarks and the linters need.
 $(STAMP): pyproject.toml
@@ -67,6 +67,12 @@ demo: install
 
 bench: install
 	$(VPY) -m pytest -q -s --benchmark-only --benchmark-columns=min,median,mean,ops benches
+
+# Every tool through call_tool with generated garbage, 100k calls (a 150-call sample runs in
+# make test).
+fuzz: install
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100000} $(VPY) -m pytest -q --benchmark-disable \
+		tests/test_fuzz_tools.py -k any_call
 
 clean:
 	rm -rf target dist $(VENV)
