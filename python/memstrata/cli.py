@@ -3,6 +3,8 @@
     memstrata demo [--db PATH]                        what ``make demo`` runs
     memstrata inspect --store URL [NAMESPACE ...]     what is stored, as readable tables
     memstrata inspect --store URL --json [...]        the same as JSON, for scripts
+    memstrata mcp --store URL --agent NAME [--thread ID] [--resource ID]
+                                                      the stack's tools over MCP (stdio)
 
 A NAMESPACE is a prefix written with slashes: ``working-memory/thread``, ``mind/my-agent``.
 """
@@ -17,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from memstrata.exceptions import MemstrataError
+from memstrata.layers import SharedMemory, WorkingMemory
+from memstrata.stack import MemoryStack
 from memstrata.stores import Item, Store, open_store
 
 PAGE = 1000
@@ -120,6 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     look.add_argument("namespace", nargs="*", help="namespace prefixes, labels joined by '/'")
     look.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    serve = commands.add_parser("mcp", help="serve the memory tools over MCP on stdio")
+    serve.add_argument(
+        "--store", required=True, help="memory://, sqlite:///path.db, postgresql://..."
+    )
+    serve.add_argument("--agent", required=True, help="the agent's name (its memory namespace)")
+    serve.add_argument("--thread", default=None, help="conversation id (default: mcp-<agent>)")
+    serve.add_argument("--resource", default=None, help="user id: working memory per user")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -131,9 +142,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemstrataError as exc:
         print(f"memstrata: {exc}", file=sys.stderr)
         return 2
+    if args.command == "mcp":
+        return _serve_mcp(store, args)
     try:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
         print(inspect(store, prefixes, args.json))
+    except MemstrataError as exc:
+        print(f"memstrata: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    return 0
+
+
+def mcp_stack(store: Store, agent: str, *, per_user: bool) -> MemoryStack:
+    """The layers an MCP client gets: a structured working memory and the agent's shared
+    memory."""
+    return MemoryStack(
+        [
+            WorkingMemory(schema={"type": "object"}, scope="resource" if per_user else "thread"),
+            SharedMemory(store=store, namespace=("shared-memory", agent)),
+        ],
+        store=store,
+    )
+
+
+def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
+    from memstrata.mcp_server import serve
+
+    try:
+        stack = mcp_stack(store, args.agent, per_user=args.resource is not None)
+        serve(
+            stack,
+            thread_id=args.thread or f"mcp-{args.agent}",
+            resource_id=args.resource,
+            agent=args.agent,
+        )
     except MemstrataError as exc:
         print(f"memstrata: {exc}", file=sys.stderr)
         return 2
