@@ -23,12 +23,24 @@ from memstrata._core import (
 from memstrata.layers import WorkingMemory
 from memstrata.stack import Budget, Layer, MemoryStack, Run, RunContext
 from memstrata.stores import InMemoryStore, Item, SQLiteStore, Store, open_store
+from memstrata.tokens import (
+    EstimatingCounter,
+    ExactCounter,
+    TokenCounter,
+    count_message_tokens,
+    count_tokens,
+    estimate_messages,
+    estimate_tokens,
+    fits_within,
+)
 from memstrata.tools import Tool
 
 __all__ = [
     "DEFAULT_UNSAFE_KEYS",
     "MAX_DEPTH",
     "Budget",
+    "EstimatingCounter",
+    "ExactCounter",
     "InMemoryStore",
     "Item",
     "Layer",
@@ -37,13 +49,19 @@ __all__ = [
     "RunContext",
     "SQLiteStore",
     "Store",
+    "TokenCounter",
     "Tool",
     "VectorSet",
     "WorkingMemory",
     "__version__",
+    "count_message_tokens",
+    "count_tokens",
     "cosine_top_k",
     "deep_merge",
+    "estimate_messages",
+    "estimate_tokens",
     "exceptions",
+    "fits_within",
     "hash_embed",
     "merge_json",
     "open_store",

