@@ -20,7 +20,8 @@ from memstrata._core import (
     prune_sliding_window,
     strip_unsafe_keys,
 )
-from memstrata.layers import WorkingMemory
+from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
+from memstrata.layers import AgentMind, WorkingMemory
 from memstrata.stack import Budget, Layer, MemoryStack, Run, RunContext
 from memstrata.stores import InMemoryStore, Item, SQLiteStore, Store, open_store
 from memstrata.tokens import (
@@ -34,29 +35,35 @@ from memstrata.tokens import (
     fits_within,
 )
 from memstrata.tools import Tool
+from memstrata.vector_index import VectorIndex
 
 __all__ = [
     "DEFAULT_UNSAFE_KEYS",
     "MAX_DEPTH",
+    "AgentMind",
     "Budget",
+    "Embedder",
     "EstimatingCounter",
     "ExactCounter",
+    "HashingEmbedder",
     "InMemoryStore",
     "Item",
     "Layer",
     "MemoryStack",
+    "OpenAIEmbedder",
     "Run",
     "RunContext",
     "SQLiteStore",
     "Store",
     "TokenCounter",
     "Tool",
+    "VectorIndex",
     "VectorSet",
     "WorkingMemory",
     "__version__",
+    "cosine_top_k",
     "count_message_tokens",
     "count_tokens",
-    "cosine_top_k",
     "deep_merge",
     "estimate_messages",
     "estimate_tokens",
