@@ -614,7 +614,7 @@ class AgentMindHandle:
         limit = min(limit, MAX_RECALL_LIMIT)
         wanted = set(_check_tags(tags or []))
         results: list[MindRecallResult] = []
-        if type in ("goal", "all"):
+        if type in ("goal", "all") and not pinned:
             results += self._recall_goals(query, status, wanted, limit)
         if type != "goal" and len(results) < limit:
             vector = self.embed_one(query)
