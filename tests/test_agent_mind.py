@@ -122,9 +122,8 @@ def test_due_by_accepts_iso_dates_and_durations() -> None:
 
 def test_a_run_needs_an_agent_name_or_a_namespace(store: Store) -> None:
     stack = make_stack(store)
-    with pytest.raises(InvalidInputError, match="agent"):
-        with stack.run():
-            pass
+    with pytest.raises(InvalidInputError, match="agent"), stack.run():
+        pass
     shared = make_stack(store, namespace="team/minds")
     with shared.run() as run:
         ok(run.call_tool("mind_believe", {"content": "Shared memory works"}))
@@ -729,14 +728,13 @@ def test_an_error_flush_keeps_beliefs_and_reflections_flagged_and_drops_the_rest
     with stack.run(agent=AGENT) as run:
         goal = ok(run.call_tool("mind_set_goal", {"description": "Ship the release"}))
         rule = ok(run.call_tool("mind_reflect", {"content": "Pinned safety rule", "pin": True}))
-    with pytest.raises(RuntimeError, match="model crashed"):
-        with stack.run(agent=AGENT) as run:
-            ok(run.call_tool("mind_believe", {"content": "Learned before the crash"}))
-            ok(run.call_tool("mind_reflect", {"content": "Reflected before the crash"}))
-            ok(run.call_tool("mind_set_goal", {"description": "Goal from a crashed run"}))
-            ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "lost"}))
-            ok(run.call_tool("mind_unpin_reflection", {"id": rule["id"]}))
-            raise RuntimeError("model crashed")
+    with pytest.raises(RuntimeError, match="model crashed"), stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Learned before the crash"}))
+        ok(run.call_tool("mind_reflect", {"content": "Reflected before the crash"}))
+        ok(run.call_tool("mind_set_goal", {"description": "Goal from a crashed run"}))
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "lost"}))
+        ok(run.call_tool("mind_unpin_reflection", {"id": rule["id"]}))
+        raise RuntimeError("model crashed")
     beliefs = stored_entries(store, "belief")
     assert [(b["content"], b["error"]) for b in beliefs] == [("Learned before the crash", True)]
     crashed = [
@@ -765,17 +763,16 @@ def test_complete_goal_commits_at_once_and_survives_an_error_run(store: Store) -
     stack = make_stack(store)
     with stack.run(agent=AGENT) as run:
         goal = ok(run.call_tool("mind_set_goal", {"description": "Finish the report"}))
-    with pytest.raises(RuntimeError):
-        with stack.run(agent=AGENT) as run:
-            ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "drafted"}))
-            ok(run.call_tool("mind_complete_goal", {"id": goal["id"], "outcome": "sent"}))
-            (stored,) = stored_entries(store, "goal")
-            assert (stored["status"], stored["outcome"]) == ("completed", "sent")
-            fresh = ok(run.call_tool("mind_set_goal", {"description": "Same-run goal"}))
-            ok(run.call_tool("mind_complete_goal", {"id": fresh["id"]}))
-            again = run.call_tool("mind_complete_goal", {"id": goal["id"]})
-            assert again["error"]["code"] == "not_active"
-            raise RuntimeError("crash")
+    with pytest.raises(RuntimeError), stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "drafted"}))
+        ok(run.call_tool("mind_complete_goal", {"id": goal["id"], "outcome": "sent"}))
+        (stored,) = stored_entries(store, "goal")
+        assert (stored["status"], stored["outcome"]) == ("completed", "sent")
+        fresh = ok(run.call_tool("mind_set_goal", {"description": "Same-run goal"}))
+        ok(run.call_tool("mind_complete_goal", {"id": fresh["id"]}))
+        again = run.call_tool("mind_complete_goal", {"id": goal["id"]})
+        assert again["error"]["code"] == "not_active"
+        raise RuntimeError("crash")
     goals = {g["description"]: g for g in stored_entries(store, "goal")}
     assert goals["Finish the report"]["status"] == "completed"
     assert goals["Finish the report"]["progress"] == ["drafted"]
@@ -797,10 +794,9 @@ def test_a_failed_flush_writes_nothing(store: Store, monkeypatch: pytest.MonkeyP
         return real(namespace, {**updates, "zz/boom": boom}, **kw)
 
     monkeypatch.setattr(store, "update_many", failing)
-    with pytest.raises(OSError, match="disk full"):
-        with stack.run(agent=AGENT) as run:
-            ok(run.call_tool("mind_believe", {"content": "Never half written"}))
-            ok(run.call_tool("mind_reflect", {"content": "Nor this"}))
+    with pytest.raises(OSError, match="disk full"), stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Never half written"}))
+        ok(run.call_tool("mind_reflect", {"content": "Nor this"}))
     assert stored_entries(store) == before
 
 
@@ -931,10 +927,9 @@ def test_standalone_session_flushes_on_exit(store: Store) -> None:
         assert "Works without a stack" in handle.header()
         hits = handle.recall("works without a stack")
         assert hits[0].content == "Works without a stack" and hits[0].score is not None
-    with pytest.raises(ValueError):
-        with mind.session(store, agent=AGENT) as handle:
-            handle.believe("Written in a failing session")
-            raise ValueError("boom")
+    with pytest.raises(ValueError), mind.session(store, agent=AGENT) as handle:
+        handle.believe("Written in a failing session")
+        raise ValueError("boom")
     flagged = [
         b for b in stored_entries(store, "belief") if b["content"] == "Written in a failing session"
     ]
