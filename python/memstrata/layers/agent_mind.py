@@ -208,20 +208,22 @@ class AgentMind:
     @property
     def embedder(self) -> Embedder:
         """The embedder, created on first use."""
-        if self._embedder is None:
-            spec = self._embedder_spec
-            if spec is None:
-                self._embedder = HashingEmbedder()
-            elif isinstance(spec, Embedder):
-                self._embedder = spec
-            elif callable(spec):
-                made = spec()
-                if not isinstance(made, Embedder):
-                    raise InvalidInputError(f"the embedder factory returned {made!r}")
-                self._embedder = made
-            else:
-                raise InvalidInputError(f"embedder must be an Embedder or a factory, got {spec!r}")
-        return self._embedder
+        if self._embedder is not None:
+            return self._embedder
+        spec: Any = self._embedder_spec
+        made: Any
+        if spec is None:
+            made = HashingEmbedder()
+        elif _is_embedder(spec):
+            made = spec
+        elif callable(spec):
+            made = spec()
+            if not _is_embedder(made):
+                raise InvalidInputError(f"the embedder factory returned {made!r}")
+        else:
+            raise InvalidInputError(f"embedder must be an Embedder or a factory, got {spec!r}")
+        self._embedder = made
+        return made
 
     def namespace_for(self, agent: str | None) -> Namespace:
         if self.namespace is not None:
@@ -1117,6 +1119,13 @@ def _unpin_writer(reflection: MindReflection, now: int) -> Callable[[Any], Any]:
 
 
 # Helpers --------------------------------------------------------------------------------------
+
+
+def _is_embedder(obj: Any) -> bool:
+    # Looked up on the type: isinstance() on the protocol would read ``dim``, which for a remote
+    # embedder of unknown dimension means a network call.
+    kind = type(obj)
+    return all(hasattr(kind, name) for name in ("embed", "aembed", "dim", "model"))
 
 
 def _key(entry: MindEntry) -> str:
