@@ -7,7 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -46,7 +46,7 @@ def test_hashing_embedder_refuses_bad_input() -> None:
 class FakeEmbeddingsAPI(BaseHTTPRequestHandler):
     """Answers like OpenAI: vectors from hash_embed, data in reverse order (index says where)."""
 
-    requests: list[dict[str, Any]] = []
+    requests: ClassVar[list[dict[str, Any]]] = []
     mode = "ok"
 
     def do_POST(self) -> None:
@@ -125,7 +125,7 @@ def test_openai_embedder_learns_its_dim_from_a_probe(api: str) -> None:
 
 def test_openai_embedder_errors_are_clear(api: str) -> None:
     FakeEmbeddingsAPI.mode = "fail"
-    with pytest.raises(EmbedderError, match="HTTP 500.*overloaded"):
+    with pytest.raises(EmbedderError, match=r"HTTP 500.*overloaded"):
         OpenAIEmbedder(base_url=api).embed(["x"])
     FakeEmbeddingsAPI.mode = "garbage"
     with pytest.raises(EmbedderError, match="not a list of numbers"):

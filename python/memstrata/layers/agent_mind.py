@@ -222,8 +222,9 @@ class AgentMind:
                 raise InvalidInputError(f"the embedder factory returned {made!r}")
         else:
             raise InvalidInputError(f"embedder must be an Embedder or a factory, got {spec!r}")
-        self._embedder = made
-        return made
+        embedder: Embedder = made
+        self._embedder = embedder
+        return embedder
 
     def namespace_for(self, agent: str | None) -> Namespace:
         if self.namespace is not None:
