@@ -98,6 +98,7 @@ MAX_TAGS = 32
 MAX_TAG_CHARS = 64
 MAX_RECALL_LIMIT = 50
 REEMBED_BATCH = 256
+LINE_TOKEN_CACHE = 100_000
 _PAGE = 1000
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
 
@@ -204,6 +205,9 @@ class AgentMind:
         self._embedder_spec = embedder
         self._embedder: Embedder | None = None
         self._indexes: dict[Namespace, _IndexCache] = {}
+        # Header lines rarely change between runs; their token counts are kept per counter.
+        self._line_tokens: dict[str, int] = {}
+        self._line_counter: Any = None
 
     @property
     def embedder(self) -> Embedder:
@@ -392,9 +396,7 @@ class AgentMindHandle:
 
     def count_tokens(self, text: str) -> int:
         if self._tokens is None:
-            from memstrata.tokens import EstimatingCounter
-
-            self._tokens = EstimatingCounter()
+            self._tokens = _default_counter()
         count: int = self._tokens.count(text)
         return count
 
@@ -473,11 +475,23 @@ class AgentMindHandle:
         lines.append("---")
         return "\n".join(lines)
 
+    def _line_cost(self, line: str) -> int:
+        layer = self.layer
+        if self._tokens is None or layer._line_counter is not self._tokens:
+            self.count_tokens("")  # makes the default counter if there is none
+            layer._line_tokens, layer._line_counter = {}, self._tokens
+        cost = layer._line_tokens.get(line)
+        if cost is None:
+            if len(layer._line_tokens) >= LINE_TOKEN_CACHE:
+                layer._line_tokens.clear()
+            cost = layer._line_tokens[line] = self.count_tokens(line)
+        return cost
+
     def _fit(self, lines: list[str], allowance: int) -> tuple[list[str], int]:
         """The lines that fit, in order; a line too big is skipped and smaller ones still tried."""
         kept = []
         for line in lines:
-            cost = self.count_tokens(line)
+            cost = self._line_cost(line)
             if cost <= allowance:
                 kept.append(line)
                 allowance -= cost
@@ -754,6 +768,44 @@ class AgentMindHandle:
         vector = self.embed_one(content)
         return self.believe_vector(content, vector, confidence, tag_list, ttl, allow_downgrade)
 
+    def find_duplicate_belief(
+        self, vector: npt.NDArray[np.float32], *, now: int | None = None
+    ) -> tuple[str, float, str] | None:
+        """The live belief at least ``deduplication_threshold`` similar to ``vector``, in this
+        run's draft or the committed store, as ``(id, similarity, action)``; the better of the
+        two wins. ``action`` is what an update of it reports (``updated_draft`` or
+        ``updated_store``)."""
+        now = now_ms() if now is None else now
+        threshold = self.layer.deduplication_threshold
+        draft = self.draft
+        match: tuple[str, float, str] | None = None
+        if draft.belief_vectors is not None and len(draft.belief_vectors):
+            found = draft.belief_vectors.find_duplicate(vector, threshold)
+            if found is not None:
+                match = (found[0], found[1], "updated_draft")
+        if not self.beliefs:
+            return match
+        index = self.index().beliefs
+        best = index.find_duplicate(vector, threshold)
+        if best is None:
+            return match
+        stored = self.beliefs.get(best[0])
+        if stored is None or stored.expired(now):
+            # The best is archived: look for the best live one among the similar ones.
+            candidates = index.top_k(vector, max(16, len(index)), threshold=threshold)
+            best = next(
+                (
+                    (i, sim)
+                    for i, sim in candidates
+                    if i in self.beliefs and not self.beliefs[i].expired(now)
+                ),
+                None,
+            )
+        if best is not None and (match is None or best[1] > match[1]):
+            action = "updated_draft" if best[0] in draft.beliefs else "updated_store"
+            match = (best[0], best[1], action)
+        return match
+
     def believe_vector(
         self,
         content: str,
@@ -763,32 +815,17 @@ class AgentMindHandle:
         ttl_ms: int | None,
         allow_downgrade: bool,
     ) -> dict[str, Any]:
-        """:meth:`believe` after embedding (the part the benchmark times)."""
+        """:meth:`believe` after embedding."""
         now = now_ms()
-        threshold = self.layer.deduplication_threshold
-        draft = self.draft
-        match: tuple[str, float, str] | None = None
-        if draft.belief_vectors is not None and len(draft.belief_vectors):
-            found = draft.belief_vectors.find_duplicate(vector, threshold)
-            if found is not None:
-                match = (found[0], found[1], "updated_draft")
-        if self.beliefs:
-            for id_, similarity in self.index().beliefs.top_k(vector, 8, threshold=threshold):
-                stored = self.beliefs.get(id_)
-                if stored is None or stored.expired(now):
-                    continue
-                if match is None or similarity > match[1]:
-                    in_draft = id_ in draft.beliefs
-                    match = (id_, similarity, "updated_draft" if in_draft else "updated_store")
-                break
+        match = self.find_duplicate_belief(vector, now=now)
         expires_at = now + ttl_ms if ttl_ms is not None else None
         if match is None:
             belief = MindBelief(_new_id("b"), content, confidence, list(tags), expires_at, now, now)
             self._draft_belief(belief, vector, stored_before=False)
             return {"status": "ok", "action": "created", "id": belief.id}
         id_, _similarity, action = match
-        if id_ in draft.beliefs:
-            base, _old, stored_before = draft.beliefs[id_]
+        if id_ in self.draft.beliefs:
+            base, _old, stored_before = self.draft.beliefs[id_]
         else:
             base, stored_before = _copy_belief(self.beliefs[id_]), True
         base.content = content
@@ -1120,6 +1157,18 @@ def _unpin_writer(reflection: MindReflection, now: int) -> Callable[[Any], Any]:
 
 
 # Helpers --------------------------------------------------------------------------------------
+
+
+_DEFAULT_COUNTER: list[Any] = []
+
+
+def _default_counter() -> Any:
+    """One estimator shared by standalone sessions, so header line counts stay cached."""
+    if not _DEFAULT_COUNTER:
+        from memstrata.tokens import EstimatingCounter
+
+        _DEFAULT_COUNTER.append(EstimatingCounter())
+    return _DEFAULT_COUNTER[0]
 
 
 def _is_embedder(obj: Any) -> bool:
