@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -79,6 +80,7 @@ from memstrata.layers.mind_entries import (
     parse_due_by,
     parse_duration,
 )
+from memstrata.layers.mind_ranking import CompositeRanker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Namespace, Store
 from memstrata.tools import Tool
@@ -205,8 +207,8 @@ class AgentMind:
         self._embedder_spec = embedder
         self._embedder: Embedder | None = None
         self._indexes: dict[Namespace, _IndexCache] = {}
-        # Header lines rarely change between runs; their token counts are kept per counter.
-        self._line_tokens: dict[str, int] = {}
+        # Header lines rarely change between runs; they and their token counts are kept.
+        self._line_tokens: dict[Namespace, dict[str, dict[str, tuple[int, str, int]]]] = {}
         self._line_counter: Any = None
 
     @property
@@ -295,6 +297,7 @@ class _IndexCache:
     beliefs: VectorIndex
     reflections: VectorIndex
     stamps: dict[str, int] = field(default_factory=dict)  # id -> updatedAt indexed
+    units: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)  # id -> unit vector
 
 
 @dataclass
@@ -355,7 +358,7 @@ class AgentMindHandle:
         self._header: str | None = None
         self._header_budget: int | None = None
         self._index: _IndexCache | None = None
-        self._bonus: dict[str, float] | None = None
+        self._rankers: dict[tuple[str, bool], CompositeRanker] = {}
 
     # Loading ----------------------------------------------------------------------------------
 
@@ -421,23 +424,23 @@ class AgentMindHandle:
             key=lambda r: (r.created_at, r.id),
         )
         rule_lines = [f"- {r.content}" for r in rules]
-        beliefs = sorted(
-            (
-                b
-                for b in self.beliefs.values()
-                if b.confidence == "high" and not b.error and not b.expired(now)
-            ),
-            key=lambda b: (-b.updated_at, b.id),
-        )
+        beliefs = [
+            b
+            for b in self.beliefs.values()
+            if b.confidence == "high"
+            and not b.error
+            and (b.expires_at is None or b.expires_at > now)
+        ]
+        beliefs.sort(key=_BY_UPDATED, reverse=True)
         window_start = now - self.layer.recency_window_days * DAY_MS
-        recent = sorted(
-            (
-                r
-                for r in self.reflections.values()
-                if not r.pinned and not r.expired(now) and r.created_at >= window_start
-            ),
-            key=lambda r: (-r.created_at, r.id),
-        )
+        recent = [
+            r
+            for r in self.reflections.values()
+            if not r.pinned
+            and r.created_at >= window_start
+            and (r.expires_at is None or r.expires_at > now)
+        ]
+        recent.sort(key=_BY_CREATED, reverse=True)
         if not (goal_lines or rule_lines or beliefs or recent):
             return ""
         allowance = self.layer.token_budget
@@ -455,12 +458,8 @@ class AgentMindHandle:
                 ]
             )
             allowance = max(0, min(allowance, budget - self.count_tokens(fixed)))
-        belief_lines, allowance = self._fit(
-            [f"- {b.content} ({b.confidence} confidence)" for b in beliefs], allowance
-        )
-        reflection_lines, _ = self._fit(
-            [f"- [{_iso_day(r.created_at)}] {r.content}" for r in recent], allowance
-        )
+        belief_lines, allowance = self._fit(beliefs, "belief", allowance)
+        reflection_lines, _ = self._fit(recent, "reflection", allowance)
         lines = ["--- AGENT MIND ---"]
         for title, section in (
             ("## Goals", goal_lines),
@@ -475,28 +474,41 @@ class AgentMindHandle:
         lines.append("---")
         return "\n".join(lines)
 
-    def _line_cost(self, line: str) -> int:
+    def _line_cache(self, kind: str) -> dict[str, tuple[int, str, int]]:
+        """Rendered header lines and their token counts by entry id, kept by the layer across
+        runs (an entry's line only changes with its ``updatedAt``) for one token counter."""
         layer = self.layer
-        if self._tokens is None or layer._line_counter is not self._tokens:
-            self.count_tokens("")  # makes the default counter if there is none
+        if self._tokens is None:
+            self._tokens = _default_counter()
+        if layer._line_counter is not self._tokens:
             layer._line_tokens, layer._line_counter = {}, self._tokens
-        cost = layer._line_tokens.get(line)
-        if cost is None:
-            if len(layer._line_tokens) >= LINE_TOKEN_CACHE:
-                layer._line_tokens.clear()
-            cost = layer._line_tokens[line] = self.count_tokens(line)
-        return cost
+        per_kind = layer._line_tokens.setdefault(self.namespace, {})
+        cache = per_kind.get(kind)
+        if cache is None or len(cache) > LINE_TOKEN_CACHE:
+            cache = per_kind[kind] = {}
+        return cache
 
-    def _fit(self, lines: list[str], allowance: int) -> tuple[list[str], int]:
-        """The lines that fit, in order; a line too big is skipped and smaller ones still tried."""
+    def _fit(
+        self, entries: list[MindBelief] | list[MindReflection], kind: str, allowance: int
+    ) -> tuple[list[str], int]:
+        """The entries' lines that fit, in order; a line too big is skipped and smaller ones are
+        still tried."""
+        cache = self._line_cache(kind)
         kept = []
-        for line in lines:
-            cost = self._line_cost(line)
-            if cost <= allowance:
-                kept.append(line)
-                allowance -= cost
+        for entry in entries:
             if allowance <= 0:
                 break
+            hit = cache.get(entry.id)
+            if hit is None or hit[0] != entry.updated_at:
+                line = (
+                    f"- {entry.content} ({entry.confidence} confidence)"
+                    if isinstance(entry, MindBelief)
+                    else f"- [{_iso_day(entry.created_at)}] {entry.content}"
+                )
+                hit = cache[entry.id] = (entry.updated_at, line, self.count_tokens(line))
+            if hit[2] <= allowance:
+                kept.append(hit[1])
+                allowance -= hit[2]
         return kept, allowance
 
     # Vectors ----------------------------------------------------------------------------------
@@ -538,6 +550,7 @@ class AgentMindHandle:
             cache.reflections.remove(ids)
             for i in ids:
                 cache.stamps.pop(i, None)
+                cache.units.pop(i, None)
         vectors: dict[str, npt.NDArray[np.float32]] = {}
         stale: list[str] = []
         for i in changed:
@@ -560,6 +573,8 @@ class AgentMindHandle:
         for i in changed:
             if i in vectors:
                 cache.stamps[i] = entries[i].updated_at
+                vector = vectors[i].astype(np.float32)
+                cache.units[i] = vector / np.float32(np.linalg.norm(vector))
         layer._indexes[self.namespace] = cache
         return cache
 
@@ -663,20 +678,42 @@ class AgentMindHandle:
         scored.sort(key=lambda t: t[:3])
         return [MindRecallResult.of(t[3]) for t in scored[:limit]]
 
-    def _bonuses(self) -> dict[str, float]:
-        """Each entry's recency and confidence part of the score, fixed for the run."""
-        if self._bonus is None:
-            w = self.layer.score_weights
+    def _ranker(self, kind: str, expired: bool) -> CompositeRanker:
+        """This run's ranker over the live (or the archived) entries of one kind."""
+        key = (kind, expired)
+        ranker = self._rankers.get(key)
+        if ranker is None:
+            cache = self.index()
             now = self.started_at
-            bonus: dict[str, float] = {}
-            for b in self.beliefs.values():
-                conf = CONFIDENCE_SCORES["low" if b.error else b.confidence]
-                bonus[b.id] = w.recency * _recency(b.updated_at, now) + w.confidence * conf
-            for r in self.reflections.values():
-                conf = CONFIDENCE_SCORES["low" if r.error else "medium"]
-                bonus[r.id] = w.recency * _recency(r.updated_at, now) + w.confidence * conf
-            self._bonus = bonus
-        return self._bonus
+            source: dict[str, Any] = self.beliefs if kind == "belief" else self.reflections
+            chosen = [
+                e for e in source.values() if e.id in cache.units and e.expired(now) == expired
+            ]
+            w = self.layer.score_weights
+            updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
+            recency = np.exp(-np.maximum(0.0, (now - updated) / DAY_MS) / RECENCY_DECAY_DAYS)
+            confidence = np.array(
+                [
+                    CONFIDENCE_SCORES[
+                        "low" if e.error else (e.confidence if kind == "belief" else "medium")
+                    ]
+                    for e in chosen
+                ],
+                dtype=np.float64,
+            )
+            units = (
+                np.stack([cache.units[e.id] for e in chosen])
+                if chosen
+                else np.zeros((0, cache.dim), dtype=np.float32)
+            )
+            ranker = CompositeRanker(
+                [e.id for e in chosen],
+                units,
+                w.recency * recency + w.confidence * confidence,
+                w.similarity,
+            )
+            self._rankers[key] = ranker
+        return ranker
 
     def search(
         self,
@@ -691,54 +728,48 @@ class AgentMindHandle:
     ) -> list[MindRecallResult]:
         """Beliefs and reflections by composite score, from an already embedded query.
 
-        The index returns candidates by similarity, best first, in growing batches; a batch is
-        enough once the ``limit``-th best score beats what any entry further down could reach
-        (its similarity bounds it, the recency and confidence parts are at most their best).
+        Each kind's entries are ranked exactly by composite score in one pass
+        (:class:`~memstrata.layers.mind_ranking.CompositeRanker`); filters that the ranking does
+        not encode (tags, pinned) are applied to the best hits, fetching deeper only while too
+        few pass.
         """
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
             raise ToolError("threshold must be a number", code="invalid_arguments")
         if not 0 <= threshold <= 1:
             raise ToolError("threshold must be between 0 and 1", code="invalid_arguments")
-        index = self.index()
-        bonus = self._bonuses()
-        w_sim = self.layer.score_weights.similarity
-        now = self.started_at
-        best_bonus = max(bonus.values(), default=0.0)
+        norm = float(np.linalg.norm(vector))
+        if not norm or not math.isfinite(norm):
+            raise ToolError("the query has no direction to search by", code="invalid_arguments")
+        query = np.asarray(vector, dtype=np.float32) / np.float32(norm)
+        filtered = bool(tags) or pinned is not None
         hits: list[tuple[float, str]] = []
         for kind in kinds:
-            target = index.beliefs if kind == "belief" else index.reflections
-            entries: dict[str, Any] = self.beliefs if kind == "belief" else self.reflections
             if kind == "belief" and pinned:
                 continue
-            size = len(target)
-            k = min(size, max(4 * limit, 32))
-            seen = 0
-            while k:
-                found = target.top_k(vector, k)
-                for id_, similarity in found[seen:]:
-                    entry = entries.get(id_)
-                    if entry is None or (not include_expired and entry.expired(now)):
-                        continue
-                    if tags and not tags.issubset(entry.tags):
-                        continue
-                    if pinned is not None and kind == "reflection" and entry.pinned != pinned:
-                        continue
-                    score = w_sim * similarity + bonus.get(id_, 0.0)
-                    if score >= threshold:
-                        hits.append((score, id_))
-                seen = len(found)
-                if len(found) < k or k >= size:
-                    break
-                reachable = w_sim * found[-1][1] + best_bonus
-                hits.sort(key=lambda h: -h[0])
-                if reachable < threshold or (len(hits) >= limit and hits[limit - 1][0] > reachable):
-                    break
-                k = min(size, k * 4)
+            entries: dict[str, Any] = self.beliefs if kind == "belief" else self.reflections
+            groups = [False, True] if include_expired else [False]
+            for expired in groups:
+                ranker = self._ranker(kind, expired)
+                k = 4 * limit if filtered else limit
+                while ranker.size:
+                    found = ranker.top(query, k, threshold=threshold)
+                    passing = [
+                        (score, id_)
+                        for id_, score in found
+                        if (not tags or tags.issubset(entries[id_].tags))
+                        and (
+                            pinned is None or kind != "reflection" or entries[id_].pinned == pinned
+                        )
+                    ]
+                    if len(passing) >= limit or len(found) < k or k >= ranker.size:
+                        hits += passing[:limit]
+                        break
+                    k *= 4
         hits.sort(key=lambda h: (-h[0], h[1]))
         out = []
         for score, id_ in hits[:limit]:
             entry = self.beliefs.get(id_) or self.reflections[id_]
-            out.append(MindRecallResult.of(entry, score=min(1.0, score)))
+            out.append(MindRecallResult.of(entry, score=max(0.0, min(1.0, score))))
         return out
 
     # Writing: the draft -----------------------------------------------------------------------
@@ -1159,6 +1190,8 @@ def _unpin_writer(reflection: MindReflection, now: int) -> Callable[[Any], Any]:
 # Helpers --------------------------------------------------------------------------------------
 
 
+_BY_UPDATED = operator.attrgetter("updated_at")
+_BY_CREATED = operator.attrgetter("created_at")
 _DEFAULT_COUNTER: list[Any] = []
 
 
