@@ -28,11 +28,44 @@ from memstrata.tokens import EstimatingCounter
 DIM = 384
 NS = ("mind", "bench")
 DAY_MS = 86_400_000
-WORDS = (
-    "api billing cache cluster customer database deploy disk email error feature invoice "
-    "latency login memory network outage payment queue region release schema search server "
-    "session staging storage team ticket timeout token upgrade user vendor webhook window"
-).split()
+WORDS = [
+    "api",
+    "billing",
+    "cache",
+    "cluster",
+    "customer",
+    "database",
+    "deploy",
+    "disk",
+    "email",
+    "error",
+    "feature",
+    "invoice",
+    "latency",
+    "login",
+    "memory",
+    "network",
+    "outage",
+    "payment",
+    "queue",
+    "region",
+    "release",
+    "schema",
+    "search",
+    "server",
+    "session",
+    "staging",
+    "storage",
+    "team",
+    "ticket",
+    "timeout",
+    "token",
+    "upgrade",
+    "user",
+    "vendor",
+    "webhook",
+    "window",
+]
 
 
 def corpus(n: int, seed: int) -> list[str]:

@@ -944,3 +944,17 @@ def test_a_spawned_run_has_its_own_draft(store: Store) -> None:
         assert [b["content"] for b in stored_entries(store, "belief")] == ["Child learned this"]
         ok(parent.call_tool("mind_believe", {"content": "Parent learned that"}))
     assert len(stored_entries(store, "belief")) == 2
+
+
+def test_the_demo_starts_run_two_with_run_ones_writes(
+    store: Store, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memstrata.demos.agent_mind import run_demo
+
+    run_demo(store, tmp_path)
+    out = capsys.readouterr().out
+    run_two = out.split("AgentMind run 2")[1].split("AgentMind run 3")[0]
+    assert "--- AGENT MIND ---" in run_two and "Monitor TSMC Q3 2026" in run_two
+    assert "Always cite the filing date" in run_two and "updated_draft" in out
+    goals = [e for e in store.list(("mind", "research-tracker")) if e.value["type"] == "goal"]
+    assert [g.value["status"] for g in goals] == ["completed"]

@@ -45,12 +45,12 @@ class CompositeRanker:
         dim = int(unit_vectors.shape[1]) if unit_vectors.ndim == 2 else 0
         self.dim = dim
         b = np.asarray(biases, dtype=np.float64)
-        # The bias coordinate is split between row and query (b/γ and γ) so that neither holds
+        # The bias coordinate is split between row and query (b/g and g, g = BIAS_SPLIT) so that neither holds
         # one coordinate far larger than the others: the int8 prefilter quantizes each vector
         # by its largest coordinate, and its bounds are only tight when that is not an outlier.
         self._gamma = gamma = BIAS_SPLIT
         bg = b / gamma
-        # Any C at least every row's w² + (b/γ)² works; the smallest keeps c_i small too.
+        # Any C at least every row's w² + (b/g)² works; the smallest keeps c_i small too.
         self._c = self.weight**2 + (float(np.max(bg * bg)) if self.size else 0.0) + 1e-9
         self._scale = math.sqrt(self._c * (1.0 + gamma * gamma))
         self._set: VectorSet | None = None

@@ -1,0 +1,1 @@
+"""Scripted demos, one module per layer; each exposes ``run_demo(store, workdir)``."""
