@@ -5,9 +5,11 @@ terms are a per-entry bias ``b_i``, up to 0.4, large enough that ranking by simi
 re-scoring would have to look deep into the list. Instead each unit vector ``u_i`` is stored
 augmented as ``[w·u_i, b_i, c_i]`` with ``c_i = sqrt(C - w² - b_i²)``, so every stored row has the
 same norm ``sqrt(C)``, and the query as ``[q, 1, 0]`` (norm ``sqrt(2)``, ``q`` a unit vector).
-Then ``cos(row_i, query) = (w·u_i·q + b_i) / sqrt(2C)``: the cosine is the composite score times
-a constant, so ``VectorSet``'s exact search (int8 prefilter with proven bounds, float32
-re-score, no GIL) returns exactly the top-k by composite score in one pass.
+Then ``cos(row_i, query) = (w·u_i·q + b_i) / sqrt(2C)``. (In the code the bias coordinate is
+split as ``b_i/g`` in the row and ``g`` in the query, which changes the constant, not the order.)
+The cosine is the composite score times a constant, so ``VectorSet``'s exact search (int8
+prefilter with proven bounds, float32 re-score, no GIL) returns exactly the top-k by composite
+score in one pass.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ class CompositeRanker:
         dim = int(unit_vectors.shape[1]) if unit_vectors.ndim == 2 else 0
         self.dim = dim
         b = np.asarray(biases, dtype=np.float64)
-        # The bias coordinate is split between row and query (b/g and g, g = BIAS_SPLIT) so that neither holds
-        # one coordinate far larger than the others: the int8 prefilter quantizes each vector
-        # by its largest coordinate, and its bounds are only tight when that is not an outlier.
+        # The bias coordinate is split between row and query (b/g and g, g = BIAS_SPLIT) so
+        # that neither holds one coordinate far larger than the others: the int8 prefilter
+        # quantizes each vector by its largest coordinate, and its bounds are only tight when
+        # that is not an outlier.
         self._gamma = gamma = BIAS_SPLIT
         bg = b / gamma
         # Any C at least every row's w² + (b/g)² works; the smallest keeps c_i small too.
