@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet "maturin>=1.7,<2" numpy
-	$(VPY) -m pip install --quiet $$($(VPY) -c 'import tomllib; p=tomllib.load(open("pyproject.toml","rb"))["project"]; d=p["optional-dependencies"]; print(" ".join(sorted(set(p["dependencies"]+d["test"]+d["bench"]+d["dev"]))))')
+	$(VPY) -m pip install --quiet $$($(VPY) -c 'import tomllib; p=tomllib.load(open("pyproject.toml","rb"))["project"]; d=p["optional-dependencies"]; print(" ".join(sorted(set(p["dependencies"]+d["postgres"]+d["test"]+d["bench"]+d["dev"]))))')
 	touch $@
 
 # Release, abi3: one wheel for every CPython >= 3.9.

@@ -10,9 +10,10 @@ import re
 import zlib
 from typing import Any
 
-import memstrata
 import numpy as np
 from benchkit import compare
+
+import memstrata
 
 DIM = 384
 WORDS = [

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from benchkit import compare
 from deepmerge import Merger
-from memstrata import deep_merge, merge_json
 from mergedeep import merge as mergedeep_merge
+
+from memstrata import deep_merge, merge_json
 
 UNSAFE = frozenset(("__proto__", "constructor"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchkit import compare
+
 from memstrata import prune_sliding_window
 
 

@@ -6,19 +6,14 @@ Run with ``make bench`` or
 
 from __future__ import annotations
 
-import pathlib
 import statistics
-import sys
 from typing import Any
 
 import pytest
-from memstrata.tokens import count_tokens, estimate_tokens, fits_within
+import reference_tokens as ref
+from benchkit import compare, record
 
-# pytest's importlib mode puts neither directory on sys.path.
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
-import reference_tokens as ref  # noqa: E402
-from conftest import compare, record  # noqa: E402
+from memstrata.tokens import count_tokens, estimate_tokens, fits_within
 
 FAMILIES = ["o200k_base", "cl100k_base"]
 

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 import hnswlib
-import memstrata
 import numpy as np
 import pytest
 from benchkit import compare, fmt_seconds, record, timed
+
+import memstrata
 
 DIM = 384
 K = 10

@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 from benchkit import compare, fmt_seconds, record
+
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory
 
 UNSAFE = ("__proto__", "constructor")

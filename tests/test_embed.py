@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import pathlib
 import subprocess
 import sys
 
-import memstrata
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-# pytest runs in importlib mode, which keeps this directory off sys.path.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from memstrata.exceptions import InvalidInputError, UnsupportedTypeError, ZeroVectorError
 from reference_embed import hash_embed as reference_embed
+
+import memstrata
+from memstrata.exceptions import InvalidInputError, UnsupportedTypeError, ZeroVectorError
 
 # Characters on which Python's str.lower and Rust's to_lowercase agree whatever the Unicode
 # versions of the two: ASCII, Latin-1, Greek (final sigma included), Cyrillic, CJK, emoji, and

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import pathlib
 import subprocess
 import sys
 from collections import OrderedDict
 from typing import Any
 
-import memstrata
 import pytest
+import reference_merge as ref
 from hypothesis import given
 from hypothesis import strategies as st
+
+import memstrata
 from memstrata import (
     DEFAULT_UNSAFE_KEYS,
     MAX_DEPTH,
@@ -29,21 +29,6 @@ from memstrata.exceptions import (
     NonFiniteNumberError,
     UnsupportedTypeError,
 )
-
-
-def _load_reference(name: str) -> Any:
-    """The reference sits beside the tests; pytest's importlib mode keeps tests/ off sys.path."""
-    spec = importlib.util.spec_from_file_location(
-        name, pathlib.Path(__file__).with_name(f"{name}.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _load_reference("reference_merge")
-
 
 ARRAYS = ("replace", "union")
 NULLS = ("keep", "delete", "ignore")

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pathlib
 from typing import Any
 
 import pytest
+import reference_prune as ref
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memstrata import prune_sliding_window
 from memstrata.exceptions import InvalidInputError, UnsupportedTypeError
-
-
-def _load_reference(name: str) -> Any:
-    """The reference sits beside the tests; pytest's importlib mode keeps tests/ off sys.path."""
-    spec = importlib.util.spec_from_file_location(
-        name, pathlib.Path(__file__).with_name(f"{name}.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _load_reference("reference_prune")
-
 
 PLACEHOLDER = "[summarized: call_id={call_id}]"
 

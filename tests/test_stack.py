@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
 from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.stack import Budget, Layer, MemoryStack, RunContext, allocate_budgets
 from memstrata.stores import InMemoryStore

@@ -6,6 +6,7 @@ A new backend joins by adding a factory to ``BACKENDS``; nothing else changes.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import pathlib
 import subprocess
@@ -14,20 +15,32 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
+
 from memstrata import deep_merge
 from memstrata.exceptions import (
     InvalidInputError,
     NonFiniteNumberError,
     UnsupportedTypeError,
 )
-from memstrata.stores import InMemoryStore, SQLiteStore, Store, open_store
+from memstrata.stores import InMemoryStore, PostgresStore, SQLiteStore, Store, open_store
 
-StoreFactory = Callable[[pathlib.Path], Store]
+StoreFactory = Callable[[pytest.FixtureRequest, pathlib.Path], Store]
+
+
+def _postgres(request: pytest.FixtureRequest, _tmp: pathlib.Path) -> Store:
+    url = request.getfixturevalue("postgres_url")  # one throwaway cluster per session
+    store = PostgresStore(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE memstrata_items")
+    return store
+
 
 BACKENDS: dict[str, StoreFactory] = {
-    "memory": lambda _tmp: InMemoryStore(),
-    "sqlite": lambda tmp: SQLiteStore(tmp / "memstrata.db"),
+    "memory": lambda _request, _tmp: InMemoryStore(),
+    "sqlite": lambda _request, tmp: SQLiteStore(tmp / "memstrata.db"),
+    "postgres": _postgres,
 }
 
 NS = ("agents", "alice")
@@ -35,7 +48,7 @@ NS = ("agents", "alice")
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
-    s = BACKENDS[request.param](tmp_path)
+    s = BACKENDS[request.param](request, tmp_path)
     yield s
     s.close()
 
@@ -220,8 +233,20 @@ def test_async_twins(store: Store) -> None:
         assert [i.key for i in await store.alist(NS)] == ["k"]
         assert await store.adelete(NS, "k") is True
         assert await store.apurge_expired() == 0
+        assert await store.aput_if_version(NS, "k", 1, expected_version=0) is not None
+        await store.aclose()
 
     asyncio.run(scenario())
+
+
+def test_object_key_order_survives_a_round_trip(store: Store) -> None:
+    # A working memory renders its state in key order; a store that reordered keys would change
+    # the prompt between turns (and defeat providers' prompt caching).
+    value = {"zebra": 1, "a": {"yy": 1, "b": 2}, "mid": [{"z": 1, "a": 2}]}
+    store.put(NS, "ordered", value)
+    got = store.get(NS, "ordered")
+    assert got is not None
+    assert json.dumps(got.value) == json.dumps(value)
 
 
 def test_sqlite_survives_reopen(tmp_path: pathlib.Path) -> None:
@@ -247,24 +272,33 @@ def test_open_store_urls(tmp_path: pathlib.Path) -> None:
 _MERGE_WORKER = """
 import sys
 from memstrata import deep_merge
-from memstrata.stores import SQLiteStore
-path, worker, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-with SQLiteStore(path) as s:
+from memstrata.stores import open_store
+url, worker, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open_store(url) as s:
     for j in range(count):
         s.update(("agents", "alice"), "shared",
                  lambda v, j=j: deep_merge(v or {}, {f"w{worker}-{j}": j}))
 """
 
 
-def test_two_processes_merging_into_one_record_lose_nothing(tmp_path: pathlib.Path) -> None:
-    path = str(tmp_path / "concurrent.db")
-    SQLiteStore(path).close()
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/concurrent.db"
+    url: str = request.getfixturevalue("postgres_url")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+    return url
+
+
+def test_two_processes_merging_into_one_record_lose_nothing(shared_url: str) -> None:
+    open_store(shared_url).close()  # create the schema before the race
     procs = [
-        subprocess.Popen([sys.executable, "-c", _MERGE_WORKER, path, str(w), "250"])
+        subprocess.Popen([sys.executable, "-c", _MERGE_WORKER, shared_url, str(w), "250"])
         for w in range(2)
     ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    with SQLiteStore(path) as s:
+    with open_store(shared_url) as s:
         item = s.get(NS, "shared")
     assert item is not None
     assert sorted(item.value) == sorted(f"w{w}-{j}" for w in range(2) for j in range(250))

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+
 from memstrata.exceptions import ToolError
 from memstrata.tools import (
     MAX_ARGUMENT_BYTES,

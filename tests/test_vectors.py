@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import math
-import pathlib
-import sys
 
-import memstrata
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from reference_vectors import ReferenceVectorSet, cosine_scores
 
-# pytest runs in importlib mode, which keeps this directory off sys.path.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import memstrata
 from memstrata.exceptions import (
     DimensionMismatchError,
     InvalidInputError,
@@ -22,7 +19,6 @@ from memstrata.exceptions import (
     UnsupportedTypeError,
     ZeroVectorError,
 )
-from reference_vectors import ReferenceVectorSet, cosine_scores
 
 TOL = 1e-5
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pydantic
 import pytest
+
 from memstrata.exceptions import (
     BudgetExceededError,
     InvalidInputError,

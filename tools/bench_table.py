@@ -20,6 +20,13 @@ def fmt(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def show(key: str, value: object) -> str:
+    """Seconds are rendered with units; ratios and byte rates are plain numbers."""
+    if isinstance(value, float) and not any(w in key for w in ("ratio", "bytes", "per_second")):
+        return fmt(value)
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def machine() -> str:
     model = ""
     try:
@@ -39,9 +46,8 @@ def main() -> int:
     print(f"Measured on {machine()}, one `make bench` run (median per call).\n")
     print("| benchmark | memstrata | peer | peer time | peer / memstrata | target |")
     print("|---|---|---|---|---|---|")
-    for row in rows:
-        if "ours" not in row:
-            continue
+    comparisons = [r for r in rows if isinstance(r.get("ours"), dict) and r.get("peers")]
+    for row in comparisons:
         first = True
         for peer, timing in row["peers"].items():
             ours = fmt(row["ours"]["median"]) if first else ""
@@ -52,16 +58,17 @@ def main() -> int:
                 f"| {row['ratios'][peer]:.2f}x | {target} |"
             )
             first = False
-    extras = [row for row in rows if "ours" not in row]
+    extras = [row for row in rows if row not in comparisons]
     if extras:
         print()
         for row in extras:
             fields = ", ".join(
-                f"{k} {fmt(v) if isinstance(v, float) else v}"
+                f"{k} {show(k, v)}"
                 for k, v in row.items()
-                if k not in ("title", "machine")
+                if k not in ("title", "machine") and not isinstance(v, (dict, list))
             )
-            print(f"- {row['title']}: {fields}")
+            if fields:
+                print(f"- {row['title']}: {fields}")
     return 0
 
 

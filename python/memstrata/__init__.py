@@ -21,7 +21,7 @@ from memstrata._core import (
     strip_unsafe_keys,
 )
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
-from memstrata.layers import AgentMind, WorkingMemory
+from memstrata.layers import AgentMind, MemoryEntry, SharedMemory, WorkingMemory, memory_keys
 from memstrata.stack import Budget, Layer, MemoryStack, Run, RunContext
 from memstrata.stores import InMemoryStore, Item, SQLiteStore, Store, open_store
 from memstrata.tokens import (
@@ -49,11 +49,13 @@ __all__ = [
     "InMemoryStore",
     "Item",
     "Layer",
+    "MemoryEntry",
     "MemoryStack",
     "OpenAIEmbedder",
     "Run",
     "RunContext",
     "SQLiteStore",
+    "SharedMemory",
     "Store",
     "TokenCounter",
     "Tool",
@@ -70,6 +72,7 @@ __all__ = [
     "exceptions",
     "fits_within",
     "hash_embed",
+    "memory_keys",
     "merge_json",
     "open_store",
     "prune_sliding_window",

@@ -1,6 +1,6 @@
 """Types of the native module ``memstrata._core`` (built from ``rust/src/python``)."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -140,9 +140,6 @@ def prune_sliding_window(
     """
 
 # --- tokens (estimate_tokens, estimate_messages, count_tokens, fits_within) ---
-
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 def estimate_tokens(text: str, *, model: str | None = None) -> int: ...
 def estimate_messages(

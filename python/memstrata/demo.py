@@ -20,6 +20,7 @@ from typing import Any
 
 from memstrata import (
     MemoryStack,
+    SharedMemory,
     VectorSet,
     WorkingMemory,
     count_tokens,
@@ -28,6 +29,7 @@ from memstrata import (
     hash_embed,
     prune_sliding_window,
 )
+from memstrata.layers import memory_keys
 from memstrata.stores import SQLiteStore
 
 THREAD = "demo-release-thread"
@@ -163,6 +165,43 @@ def dedup_beliefs(script: dict[str, Any]) -> None:
     )
 
 
+def shared_memory_workflow(store: SQLiteStore, script: dict[str, Any]) -> None:
+    """Two workflow steps passing a result through SharedMemory (persisted in the same file)."""
+    print(RULE)
+    print("Workflow: a research step hands its result to a report step through shared memory")
+    flow = script["workflow"]
+    memory = SharedMemory(store=store, namespace=("shared-memory", "demo-workflow"))
+    memory.clear()
+    stack = MemoryStack([memory], store=store)
+    memory.set(
+        key=memory_keys.input(flow["input"]["key"]),
+        kind="input",
+        value=flow["input"]["value"],
+        title=flow["input"]["key"],
+    )
+    with stack.run(thread_id="research") as run:
+        print("  step 'research':")
+        for call in flow["research"]["tool_calls"]:
+            result = run.call_tool(call["name"], call["arguments"])
+            print(f"    {call['name']}({call['arguments']})\n      -> {json.dumps(result)}")
+        memory.set(
+            key=memory_keys.task("research"),
+            kind="task_result",
+            value=flow["research"]["result"],
+            source="research",
+            title="Release risks",
+        )
+        print("    executor wrote task:research")
+    with stack.run(thread_id="report") as run:
+        run.layer(memory.name).require([memory_keys.task("research")])
+        prompt = run.prepare([{"role": "user", "content": "Write the release risk report."}])
+        print("  step 'report': what the model sees")
+        show(prompt[0]["role"], prompt[0]["content"], max_lines=20)
+        for call in flow["report"]["tool_calls"]:
+            result = run.call_tool(call["name"], call["arguments"])
+            print(f"    {call['name']}({call['arguments']})\n      -> {json.dumps(result)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memstrata demo", description=__doc__)
     parser.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite file to use")
@@ -183,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                 final = run.layer("working-memory")
                 print(RULE)
                 show(f"final working memory (v{final.version})", final.render(), max_lines=40)
-        dedup_beliefs(script)
+            dedup_beliefs(script)
+            shared_memory_workflow(store, script)
         return 0
 
     with SQLiteStore(args.db) as store:

@@ -512,18 +512,23 @@ def _patch_schema(layer: WorkingMemory) -> dict[str, Any]:
     return partial
 
 
+def _update_for_model(handle: WorkingMemoryHandle, content: Any, mode: Any) -> dict[str, Any]:
+    """An update a tool call asked for, with the refusals the model must learn from (schema,
+    budget) as tool errors carrying their reason code."""
+    try:
+        handle.update(content, mode)
+    except SchemaViolationError as exc:
+        raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
+    except BudgetExceededError as exc:
+        raise ToolError(str(exc), code="budget_exceeded") from None
+    return {"ok": True, "version": handle.version}
+
+
 def _noetic_update_tool(layer: WorkingMemory, handle: WorkingMemoryHandle) -> Tool:
     def update(args: dict[str, Any]) -> dict[str, Any]:
-        try:
-            if layer.structured:
-                handle.update(args)
-            else:
-                handle.update(args["content"], args.get("mode", "append"))
-        except SchemaViolationError as exc:
-            raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
-        except BudgetExceededError as exc:
-            raise ToolError(str(exc), code="budget_exceeded") from None
-        return {"ok": True, "version": handle.version}
+        if layer.structured:
+            return _update_for_model(handle, args, "append")
+        return _update_for_model(handle, args["content"], args.get("mode", "append"))
 
     what = (
         "only the fields that changed; they are deep-merged" if layer.structured else "text to add"
@@ -543,13 +548,7 @@ def _voltagent_tools(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[
         return {"content": handle.snapshot, "format": layer.format}
 
     def update(args: dict[str, Any]) -> dict[str, Any]:
-        try:
-            handle.update(args["content"], args.get("mode", "append"))
-        except SchemaViolationError as exc:
-            raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
-        except BudgetExceededError as exc:
-            raise ToolError(str(exc), code="budget_exceeded") from None
-        return {"ok": True, "version": handle.version}
+        return _update_for_model(handle, args["content"], args.get("mode", "append"))
 
     def clear(_args: dict[str, Any]) -> dict[str, Any]:
         handle.clear()

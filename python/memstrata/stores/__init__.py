@@ -4,6 +4,7 @@
 |---|---|
 | ``memory://`` | :class:`InMemoryStore`, gone with the process |
 | ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db`` | :class:`SQLiteStore`, the default |
+| ``postgresql://user@host:5432/db``, ``postgres://...`` | :class:`PostgresStore` (extra) |
 """
 
 from __future__ import annotations
@@ -15,7 +16,24 @@ from memstrata.stores.base import Item, Namespace, Store
 from memstrata.stores.memory import InMemoryStore
 from memstrata.stores.sqlite import SQLiteStore
 
-__all__ = ["InMemoryStore", "Item", "Namespace", "SQLiteStore", "Store", "open_store"]
+__all__ = [
+    "InMemoryStore",
+    "Item",
+    "Namespace",
+    "PostgresStore",
+    "SQLiteStore",
+    "Store",
+    "open_store",
+]
+
+
+def __getattr__(name: str) -> object:
+    # PostgresStore imports psycopg only when asked for: SQLite users need not install it.
+    if name == "PostgresStore":
+        from memstrata.stores.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(name)
 
 
 def open_store(url: str) -> Store:
@@ -41,6 +59,11 @@ def open_store(url: str) -> Store:
         if not path:
             raise InvalidInputError(f"sqlite URL {url!r} names no file")
         return SQLiteStore(path)
+    if parts.scheme in ("postgresql", "postgres"):
+        from memstrata.stores.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise InvalidInputError(
-        f"unknown store URL scheme {parts.scheme!r} in {url!r}; expected memory:// or sqlite:///"
+        f"unknown store URL scheme {parts.scheme!r} in {url!r}; expected memory://, sqlite:/// "
+        "or postgresql://"
     )

@@ -1,5 +1,10 @@
 //! Exact token counts with `bpe-openai`, identical to tiktoken's `encode_ordinary`.
 //!
+//! Cost of the crate: both vocabularies are compiled in, pre-serialised (about 32 MB for
+//! o200k_base and 15 MB for cl100k_base of the extension's ~50 MB; the wheel compresses to
+//! ~26 MB), and deserialised on first use of each encoding (~0.1 s for o200k_base, ~0.03 s for
+//! cl100k_base on the dev machine, including the single-token set built below).
+//!
 //! Special-token text such as `<|endoftext|>` is counted as ordinary text, as
 //! `encode_ordinary` does: a memory layer counts what a user wrote, not control tokens.
 

@@ -166,26 +166,52 @@ fn letter_segment(f: &mut Features, len: usize, all_caps: bool) {
 fn letter_run<U: Unit>(f: &mut Features, units: &[U], i: usize) -> usize {
     let n = units.len();
     let first = units[i].value();
-    let mut start = i;
-    let mut has_lower = is_lower(first);
-    let mut prev = first;
+    // Fast scan: most runs are lower-case words, possibly capitalised, with no case change to
+    // split at, so only the run's end and whether any later letter is upper-case matter here.
     let mut j = i + 1;
+    let mut later_upper = false;
     while j < n {
         let c = units[j].value();
         if !is_letter(c) {
             break;
         }
+        later_upper |= is_upper(c);
+        j += 1;
+    }
+    if !later_upper {
+        // One segment; a capital first letter followed by lower-case ones is not all-caps.
+        letter_segment(f, j - i, false);
+        return j;
+    }
+    let end = j;
+    let mut start = i;
+    let mut has_lower = is_lower(first);
+    let mut prev = first;
+    for (k, unit) in units.iter().enumerate().take(end).skip(i + 1) {
+        let c = unit.value();
         // o200k cuts a letter run where a lower-case letter meets an upper-case one.
         if is_upper(c) && is_lower(prev) {
-            letter_segment(f, j - start, !has_lower);
-            start = j;
+            letter_segment(f, k - start, !has_lower);
+            start = k;
             has_lower = false;
         }
         has_lower |= is_lower(c);
         prev = c;
-        j += 1;
     }
-    letter_segment(f, j - start, !has_lower);
+    letter_segment(f, end - start, !has_lower);
+    end
+}
+
+/// Counts a run of words separated by single spaces, starting with a letter at `i`: the shape
+/// of prose, kept in one loop so the class dispatch runs once per phrase, not per word.
+#[inline]
+fn words<U: Unit>(f: &mut Features, units: &[U], i: usize) -> usize {
+    let n = units.len();
+    let mut j = letter_run(f, units, i);
+    while j + 1 < n && units[j].value() == 0x20 && is_letter(units[j + 1].value()) {
+        f[SPACE_SINGLE] += 1;
+        j = letter_run(f, units, j + 1);
+    }
     j
 }
 
@@ -267,7 +293,7 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
         let v = at(i);
         let mut j = i + 1;
         match class(v) {
-            LOWER | UPPER => j = letter_run(&mut f, units, i),
+            LOWER | UPPER => j = words(&mut f, units, i),
             DIGIT => {
                 while j < n && is_digit(at(j)) {
                     j += 1;
@@ -283,7 +309,7 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
                     // The common case, a word after its space, without a trip through the
                     // dispatch (whose branch the alternation of classes keeps mispredicting).
                     if j < n && is_letter(at(j)) {
-                        j = letter_run(&mut f, units, j);
+                        j = words(&mut f, units, j);
                     }
                 } else {
                     f[SPACE_RUNS] += 1;
@@ -323,7 +349,7 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
                 let (mut hangul, mut hangul_single, mut hangul_double) = (0u64, 0u64, 0u64);
                 let mut kana = 0u64;
                 // 1 inside ideographs/kana, 2 inside hangul, 0 elsewhere: counts CJK "words".
-                let (mut kind, mut runs) = (0u8, [0u64; 3]);
+                let (mut kind, mut han_runs, mut hangul_runs) = (0u8, 0u64, 0u64);
                 let mut k = i;
                 while k < n && at(k) >= 0x80 {
                     let (c, len) = U::decode(units, k);
@@ -356,11 +382,12 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
                             _ => 0,
                         }
                     };
-                    runs[now as usize] += u64::from(now != kind);
+                    han_runs += u64::from(now == 1 && kind != 1);
+                    hangul_runs += u64::from(now == 2 && kind != 2);
                     kind = now;
                 }
-                f[HAN_KANA_RUNS] += runs[1];
-                f[HANGUL_RUNS] += runs[2];
+                f[HAN_KANA_RUNS] += han_runs;
+                f[HANGUL_RUNS] += hangul_runs;
                 f[HAN_SINGLE] += han_single;
                 f[HAN_DOUBLE] += han_double;
                 f[HAN_OTHER] += han - han_single - han_double;

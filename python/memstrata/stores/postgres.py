@@ -1,0 +1,386 @@
+"""PostgresStore: the store for several agent servers sharing one memory.
+
+psycopg 3 with a connection pool (``psycopg_pool``), opened by
+``open_store("postgresql://...")``; install with ``pip install memstrata[postgres]``.
+
+* Tables are created by an idempotent migration guarded by an advisory lock (several servers may
+  start at once) and recorded in ``memstrata_schema``.
+* Values are stored in a ``json`` column, not ``jsonb``: PostgreSQL validates ``json`` and keeps
+  it verbatim, while ``jsonb`` reorders object keys, so a working memory reloaded from it would
+  render a different prompt (and miss the provider's prompt cache) than the one it saved. We
+  never query inside values; the issue asked for JSONB and this is the deliberate exception.
+* Namespaces use the "C" collation, so prefix listing is a range scan on the primary key, as on
+  SQLite; a partial index on ``expires_at`` keeps TTL filtering and purging cheap.
+* ``update`` and ``put_if_version`` serialise on a transaction-scoped advisory lock per
+  (namespace, key), which also covers the case row-level locks cannot: two writers racing to
+  create the same absent record.
+* The async twins use psycopg's async connections (an ``AsyncConnectionPool`` opened on first
+  use), not threads.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from memstrata.exceptions import InvalidInputError
+from memstrata.stores import codec
+from memstrata.stores.base import (
+    Item,
+    JSONValue,
+    Namespace,
+    Store,
+    Updater,
+    decode_namespace,
+    encode_namespace,
+    prefix_upper_bound,
+    validate_key,
+    validate_namespace,
+    validate_page,
+    validate_ttl,
+    validate_version,
+)
+
+SCHEMA_VERSION = 1
+_MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS memstrata_items (
+            namespace TEXT COLLATE "C" NOT NULL,
+            key TEXT COLLATE "C" NOT NULL,
+            value JSON NOT NULL,
+            version BIGINT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX IF NOT EXISTS memstrata_items_expires_at ON memstrata_items (expires_at)"
+        " WHERE expires_at IS NOT NULL",
+    ),
+}
+
+_LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
+_SELECT = (
+    "SELECT namespace, key, value::text, version, created_at, updated_at, expires_at"
+    " FROM memstrata_items"
+)
+_GET = f"{_SELECT} WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
+_LIST = (
+    f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
+    " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
+)
+_UPSERT = """INSERT INTO memstrata_items AS items
+        (namespace, key, value, version, created_at, updated_at, expires_at)
+    VALUES (%(ns)s, %(key)s, %(data)s::json, 1, %(now)s, %(now)s, %(expires_at)s)
+    ON CONFLICT (namespace, key) DO UPDATE SET
+        value = excluded.value,
+        version = CASE WHEN items.expires_at IS NULL OR items.expires_at > %(now)s
+                       THEN items.version + 1 ELSE 1 END,
+        created_at = CASE WHEN items.expires_at IS NULL OR items.expires_at > %(now)s
+                          THEN items.created_at ELSE excluded.created_at END,
+        updated_at = excluded.updated_at,
+        expires_at = excluded.expires_at
+    RETURNING version, created_at, updated_at"""
+_LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s, 0))"
+_THIS_LIVE_ROW = f"FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
+_CURRENT_VALUE = f"SELECT value::text {_THIS_LIVE_ROW}"
+_CURRENT_VERSION = f"SELECT version {_THIS_LIVE_ROW}"
+_DELETE = (
+    f"DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s RETURNING {_LIVE}"
+)
+_PURGE = "DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= %(now)s"
+
+
+def _require_psycopg() -> Any:
+    try:
+        import psycopg_pool
+    except ImportError:
+        raise InvalidInputError(
+            "PostgresStore needs psycopg 3 and psycopg_pool: pip install 'memstrata[postgres]'"
+        ) from None
+    return psycopg_pool
+
+
+def _item(row: tuple[Any, ...]) -> Item:
+    ns, key, text, version, created_at, updated_at, expires_at = row
+    return Item(
+        decode_namespace(ns), key, codec.loads(text), version, created_at, updated_at, expires_at
+    )
+
+
+class PostgresStore(Store):
+    """A store in PostgreSQL, shared safely by many processes.
+
+    Args:
+        url: A libpq connection string, e.g. ``postgresql://user@host:5432/db``.
+        min_size: Connections the pool keeps open.
+        max_size: Most connections the pool opens (per process; the async pool has its own).
+    """
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        pool_module = _require_psycopg()
+        self.url = url
+        self._max_size = max_size
+        self._pool = pool_module.ConnectionPool(
+            url, min_size=min_size, max_size=max_size, open=True, name="memstrata"
+        )
+        self._async_pool: Any = None
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS memstrata_schema (version INTEGER NOT NULL)")
+            current = conn.execute("SELECT max(version) FROM memstrata_schema").fetchone()[0] or 0
+            if current > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"the database has memstrata schema version {current}; this memstrata knows "
+                    f"up to {SCHEMA_VERSION}: upgrade memstrata to use it"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO memstrata_schema (version) VALUES (%s)", (version,))
+
+    # Argument checks shared by the sync and async paths -------------------------------------
+
+    @staticmethod
+    def _params(namespace: Namespace, key: str) -> dict[str, Any]:
+        ns = encode_namespace(validate_namespace(namespace))
+        return {"ns": ns, "key": validate_key(key), "now": time.time()}
+
+    @staticmethod
+    def _write_params(
+        namespace: Namespace, key: str, value: JSONValue, ttl: float | None
+    ) -> dict[str, Any]:
+        params = PostgresStore._params(namespace, key)
+        ttl = validate_ttl(ttl)
+        params["data"] = codec.dumps(value).decode()
+        params["expires_at"] = params["now"] + ttl if ttl is not None else None
+        return params
+
+    @staticmethod
+    def _written(
+        namespace: Namespace, key: str, value: JSONValue, params: dict[str, Any], row: Any
+    ) -> Item:
+        version, created_at, updated_at = row
+        return Item(
+            tuple(namespace), key, value, version, created_at, updated_at, params["expires_at"]
+        )
+
+    @staticmethod
+    def _list_params(namespace_prefix: Namespace, limit: int, offset: int) -> dict[str, Any]:
+        prefix = encode_namespace(validate_namespace(namespace_prefix, allow_empty=True))
+        validate_page(limit, offset)
+        return {
+            "lo": prefix,
+            "hi": prefix_upper_bound(prefix),
+            "now": time.time(),
+            "limit": limit,
+            "offset": offset,
+        }
+
+    # Sync -----------------------------------------------------------------------------------
+
+    def get(self, namespace: Namespace, key: str) -> Item | None:
+        params = self._params(namespace, key)
+        with self._pool.connection() as conn:
+            row = conn.execute(_GET, params).fetchone()
+        return None if row is None else _item(row)
+
+    def put(
+        self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
+    ) -> Item:
+        params = self._write_params(namespace, key, value, ttl)
+        with self._pool.connection() as conn:
+            row = conn.execute(_UPSERT, params).fetchone()
+        return self._written(namespace, key, value, params, row)
+
+    def delete(self, namespace: Namespace, key: str) -> bool:
+        params = self._params(namespace, key)
+        with self._pool.connection() as conn:
+            row = conn.execute(_DELETE, params).fetchone()
+        return bool(row and row[0])
+
+    def list(
+        self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
+    ) -> builtins.list[Item]:
+        params = self._list_params(namespace_prefix, limit, offset)
+        with self._pool.connection() as conn:
+            rows = conn.execute(_LIST, params).fetchall()
+        return [_item(row) for row in rows]
+
+    def update(
+        self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
+    ) -> Item:
+        params = self._params(namespace, key)
+        ttl = validate_ttl(ttl)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(_LOCK_KEY, params)
+            params["now"] = time.time()
+            row = conn.execute(_CURRENT_VALUE, params).fetchone()
+            value = fn(codec.loads(row[0]) if row is not None else None)
+            params["data"] = codec.dumps(value).decode()
+            params["expires_at"] = params["now"] + ttl if ttl is not None else None
+            written = conn.execute(_UPSERT, params).fetchone()
+        return self._written(namespace, key, value, params, written)
+
+    def put_if_version(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: JSONValue,
+        *,
+        expected_version: int,
+        ttl: float | None = None,
+    ) -> Item | None:
+        params = self._write_params(namespace, key, value, ttl)
+        expected_version = validate_version(expected_version)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(_LOCK_KEY, params)
+            row = conn.execute(_CURRENT_VERSION, params).fetchone()
+            if (row[0] if row else 0) != expected_version:
+                return None
+            written = conn.execute(_UPSERT, params).fetchone()
+        return self._written(namespace, key, value, params, written)
+
+    def update_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        all_params = {key: self._params(namespace, key) for key in updates}
+        ttl = validate_ttl(ttl)
+        items = []
+        with self._pool.connection() as conn, conn.transaction():
+            # Keys are locked in one order, so two batches over the same keys cannot deadlock.
+            for key in sorted(all_params):
+                conn.execute(_LOCK_KEY, all_params[key])
+            now = time.time()
+            for key, params in all_params.items():
+                params["now"] = now
+                row = conn.execute(_CURRENT_VALUE, params).fetchone()
+                value = updates[key](codec.loads(row[0]) if row is not None else None)
+                params["data"] = codec.dumps(value).decode()
+                params["expires_at"] = now + ttl if ttl is not None else None
+                written = conn.execute(_UPSERT, params).fetchone()
+                items.append(self._written(namespace, key, value, params, written))
+        return items
+
+    def purge_expired(self) -> int:
+        with self._pool.connection() as conn:
+            cursor = conn.execute(_PURGE, {"now": time.time()})
+            return int(cursor.rowcount)
+
+    def close(self) -> None:
+        self._pool.close()
+        if self._async_pool is not None:
+            # The async pool belongs to an event loop; aclose() is the way to close it there.
+            self._async_pool = None
+
+    # Async: psycopg's async connections, no threads ----------------------------------------
+
+    async def _apool(self) -> Any:
+        if self._async_pool is None:
+            pool_module = _require_psycopg()
+            pool = pool_module.AsyncConnectionPool(
+                self.url, min_size=1, max_size=self._max_size, open=False, name="memstrata-async"
+            )
+            await pool.open()
+            self._async_pool = pool
+        return self._async_pool
+
+    async def aget(self, namespace: Namespace, key: str) -> Item | None:
+        params = self._params(namespace, key)
+        async with (await self._apool()).connection() as conn:
+            row = await (await conn.execute(_GET, params)).fetchone()
+        return None if row is None else _item(row)
+
+    async def aput(
+        self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
+    ) -> Item:
+        params = self._write_params(namespace, key, value, ttl)
+        async with (await self._apool()).connection() as conn:
+            row = await (await conn.execute(_UPSERT, params)).fetchone()
+        return self._written(namespace, key, value, params, row)
+
+    async def adelete(self, namespace: Namespace, key: str) -> bool:
+        params = self._params(namespace, key)
+        async with (await self._apool()).connection() as conn:
+            row = await (await conn.execute(_DELETE, params)).fetchone()
+        return bool(row and row[0])
+
+    async def alist(
+        self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
+    ) -> builtins.list[Item]:
+        params = self._list_params(namespace_prefix, limit, offset)
+        async with (await self._apool()).connection() as conn:
+            rows = await (await conn.execute(_LIST, params)).fetchall()
+        return [_item(row) for row in rows]
+
+    async def aupdate(
+        self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
+    ) -> Item:
+        params = self._params(namespace, key)
+        ttl = validate_ttl(ttl)
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            await conn.execute(_LOCK_KEY, params)
+            params["now"] = time.time()
+            row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
+            value = fn(codec.loads(row[0]) if row is not None else None)
+            params["data"] = codec.dumps(value).decode()
+            params["expires_at"] = params["now"] + ttl if ttl is not None else None
+            written = await (await conn.execute(_UPSERT, params)).fetchone()
+        return self._written(namespace, key, value, params, written)
+
+    async def aupdate_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        all_params = {key: self._params(namespace, key) for key in updates}
+        ttl = validate_ttl(ttl)
+        items = []
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            for key in sorted(all_params):
+                await conn.execute(_LOCK_KEY, all_params[key])
+            now = time.time()
+            for key, params in all_params.items():
+                params["now"] = now
+                row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
+                value = updates[key](codec.loads(row[0]) if row is not None else None)
+                params["data"] = codec.dumps(value).decode()
+                params["expires_at"] = now + ttl if ttl is not None else None
+                written = await (await conn.execute(_UPSERT, params)).fetchone()
+                items.append(self._written(namespace, key, value, params, written))
+        return items
+
+    async def aput_if_version(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: JSONValue,
+        *,
+        expected_version: int,
+        ttl: float | None = None,
+    ) -> Item | None:
+        params = self._write_params(namespace, key, value, ttl)
+        expected_version = validate_version(expected_version)
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            await conn.execute(_LOCK_KEY, params)
+            row = await (await conn.execute(_CURRENT_VERSION, params)).fetchone()
+            if (row[0] if row else 0) != expected_version:
+                return None
+            written = await (await conn.execute(_UPSERT, params)).fetchone()
+        return self._written(namespace, key, value, params, written)
+
+    async def apurge_expired(self) -> int:
+        async with (await self._apool()).connection() as conn:
+            cursor = await conn.execute(_PURGE, {"now": time.time()})
+            return int(cursor.rowcount)
+
+    async def aclose(self) -> None:
+        if self._async_pool is not None:
+            await self._async_pool.close()
+            self._async_pool = None
+        self._pool.close()
