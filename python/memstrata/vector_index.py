@@ -17,7 +17,7 @@ millisecond, needs no graph build and never misses; hence :data:`DEFAULT_HNSW_TH
 (Hashing vectors of unrelated texts are nearly orthogonal, the hardest case for HNSW recall;
 real model embeddings cluster and fare better.)
 
-hnswlib is an optional dependency (``pip install memstrata[hnsw]`` or ``hnswlib``); it is only
+hnswlib is an optional dependency (``pip install memstrata[hnsw]``); it is only
 imported when an index actually crosses the threshold, and its absence then raises an error
 saying what to install, never a silent fallback to a slower path.
 """
@@ -200,7 +200,7 @@ def _new_hnsw(dim: int, capacity: int) -> Any:
         import hnswlib  # type: ignore[import-untyped]
     except ImportError:
         raise MemstrataError(
-            "this vector index is past hnsw_threshold and needs hnswlib: pip install hnswlib "
+            "this vector index is past hnsw_threshold and needs hnswlib: pip install 'memstrata[hnsw]' "
             "(or raise hnsw_threshold to keep the exact index)"
         ) from None
     index = hnswlib.Index(space="cosine", dim=dim)

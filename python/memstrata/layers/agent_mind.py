@@ -358,7 +358,7 @@ class AgentMindHandle:
         self._header: str | None = None
         self._header_budget: int | None = None
         self._index: _IndexCache | None = None
-        self._rankers: dict[tuple[str, bool], CompositeRanker] = {}
+        self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
 
     # Loading ----------------------------------------------------------------------------------
 
@@ -678,16 +678,18 @@ class AgentMindHandle:
         scored.sort(key=lambda t: t[:3])
         return [MindRecallResult.of(t[3]) for t in scored[:limit]]
 
-    def _ranker(self, kind: str, expired: bool) -> CompositeRanker:
-        """This run's ranker over the live (or the archived) entries of one kind."""
-        key = (kind, expired)
+    def _ranker(self, kinds: tuple[str, ...], expired: bool) -> CompositeRanker:
+        """This run's ranker over the live (or the archived) entries of the given kinds."""
+        key = (kinds, expired)
         ranker = self._rankers.get(key)
         if ranker is None:
             cache = self.index()
             now = self.started_at
-            source: dict[str, Any] = self.beliefs if kind == "belief" else self.reflections
-            chosen = [
-                e for e in source.values() if e.id in cache.units and e.expired(now) == expired
+            chosen: list[MindBelief | MindReflection] = [
+                e
+                for kind in kinds
+                for e in (self.beliefs if kind == "belief" else self.reflections).values()
+                if e.id in cache.units and e.expired(now) == expired
             ]
             w = self.layer.score_weights
             updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
@@ -695,7 +697,9 @@ class AgentMindHandle:
             confidence = np.array(
                 [
                     CONFIDENCE_SCORES[
-                        "low" if e.error else (e.confidence if kind == "belief" else "medium")
+                        "low"
+                        if e.error
+                        else (e.confidence if isinstance(e, MindBelief) else "medium")
                     ]
                     for e in chosen
                 ],
@@ -742,29 +746,32 @@ class AgentMindHandle:
             raise ToolError("the query has no direction to search by", code="invalid_arguments")
         query = np.asarray(vector, dtype=np.float32) / np.float32(norm)
         filtered = bool(tags) or pinned is not None
+        if pinned:
+            kinds = tuple(kind for kind in kinds if kind != "belief")
         hits: list[tuple[float, str]] = []
-        for kind in kinds:
-            if kind == "belief" and pinned:
-                continue
-            entries: dict[str, Any] = self.beliefs if kind == "belief" else self.reflections
-            groups = [False, True] if include_expired else [False]
-            for expired in groups:
-                ranker = self._ranker(kind, expired)
-                k = 4 * limit if filtered else limit
-                while ranker.size:
-                    found = ranker.top(query, k, threshold=threshold)
-                    passing = [
-                        (score, id_)
-                        for id_, score in found
-                        if (not tags or tags.issubset(entries[id_].tags))
-                        and (
-                            pinned is None or kind != "reflection" or entries[id_].pinned == pinned
-                        )
-                    ]
-                    if len(passing) >= limit or len(found) < k or k >= ranker.size:
-                        hits += passing[:limit]
-                        break
-                    k *= 4
+        for expired in [False, True] if include_expired and kinds else [False]:
+            if not kinds:
+                break
+            ranker = self._ranker(kinds, expired)
+            k = 4 * limit if filtered else limit
+            while ranker.size:
+                found = ranker.top(query, k, threshold=threshold)
+                passing = []
+                for id_, score in found:
+                    entry = self.beliefs.get(id_) or self.reflections[id_]
+                    if tags and not tags.issubset(entry.tags):
+                        continue
+                    if (
+                        pinned is not None
+                        and isinstance(entry, MindReflection)
+                        and entry.pinned != pinned
+                    ):
+                        continue
+                    passing.append((score, id_))
+                if len(passing) >= limit or len(found) < k or k >= ranker.size:
+                    hits += passing[:limit]
+                    break
+                k *= 4
         hits.sort(key=lambda h: (-h[0], h[1]))
         out = []
         for score, id_ in hits[:limit]:
