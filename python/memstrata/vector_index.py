@@ -200,8 +200,8 @@ def _new_hnsw(dim: int, capacity: int) -> Any:
         import hnswlib  # type: ignore[import-untyped]
     except ImportError:
         raise MemstrataError(
-            "this vector index is past hnsw_threshold and needs hnswlib: pip install 'memstrata[hnsw]' "
-            "(or raise hnsw_threshold to keep the exact index)"
+            "this vector index is past hnsw_threshold and needs hnswlib: "
+            "pip install 'memstrata[hnsw]' (or raise hnsw_threshold to keep the exact index)"
         ) from None
     index = hnswlib.Index(space="cosine", dim=dim)
     index.init_index(max_elements=capacity, M=_HNSW_M, ef_construction=_HNSW_EF_CONSTRUCTION)
