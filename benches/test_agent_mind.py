@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from benchkit import compare
+
 from memstrata import AgentMind, InMemoryStore, hash_embed
 from memstrata.layers.agent_mind import AgentMindHandle
 from memstrata.layers.mind_entries import encode_vector

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, hash_embed
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.agent_mind import MindTtlDefaults, ScoreWeights

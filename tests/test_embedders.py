@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+
 from memstrata import Embedder, HashingEmbedder, OpenAIEmbedder, VectorIndex, hash_embed
 from memstrata.embedders import EmbedderError
 from memstrata.exceptions import DimensionMismatchError, InvalidInputError
