@@ -959,3 +959,44 @@ def test_the_demo_starts_run_two_with_run_ones_writes(
     assert "Always cite the filing date" in run_two and "updated_draft" in out
     goals = [e for e in store.list(("mind", "research-tracker")) if e.value["type"] == "goal"]
     assert [g.value["status"] for g in goals] == ["completed"]
+
+
+def test_the_index_moves_to_hnsw_when_a_later_run_crosses_the_threshold(store: Store) -> None:
+    stack = make_stack(store, hnsw_threshold=4)
+    topics = ["billing", "search", "payments", "onboarding", "logging", "alerting"]
+    for chunk in (topics[:3], topics[3:]):
+        with stack.run(agent=AGENT) as run:
+            for topic in chunk:
+                ok(run.call_tool("mind_believe", {"content": f"The {topic} team owns {topic}"}))
+            ok(run.call_tool("mind_recall", {"query": "team"}))
+    with stack.run(agent=AGENT) as run:
+        found = ok(
+            run.call_tool("mind_recall", {"query": "logging team", "type": "belief", "limit": 1})
+        )
+        index = run.layer("agent-mind").index().beliefs
+        assert index.backend == "hnsw" and len(index) == 6
+        dup = ok(run.call_tool("mind_believe", {"content": "The alerting team owns alerting!"}))
+        assert dup["action"] == "updated_store"
+    assert found[0]["content"] == "The logging team owns logging"
+
+
+def test_malformed_stored_entries_are_skipped_not_deleted(store: Store) -> None:
+    store.put(NS, "belief/bad", {"type": "belief", "content": 3})
+    store.put(NS, "note", "not an entry")
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "A good belief", "confidence": "high"}))
+    assert "A good belief" in header_of(stack)
+    assert store.get(NS, "belief/bad") is not None and store.get(NS, "note") is not None
+
+
+@pytest.mark.parametrize("bad_id", ["../goal/x", "goal/../../x", "", "x" * 500, 7, None])
+def test_ids_from_the_model_cannot_reach_other_keys(store: Store, bad_id: Any) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        for tool in ("mind_update_goal", "mind_complete_goal", "mind_unpin_reflection"):
+            result = run.call_tool(
+                tool, {"id": bad_id, "progress": "x"} if "update" in tool else {"id": bad_id}
+            )
+            assert result["ok"] is False
+    assert store.list(()) == []

@@ -562,19 +562,31 @@ class AgentMindHandle:
                 vectors[i] = vector
         if stale:
             vectors.update(self._reembed(stale, entries, model))
-        for target, kind in ((cache.beliefs, MindBelief), (cache.reflections, MindReflection)):
-            ids = [i for i in changed if i in vectors and isinstance(entries[i], kind)]
-            if ids:
-                if len(target) + len(ids) >= target.hnsw_threshold and len(target):
-                    # Crossing into the graph backend: rebuild it from everything.
-                    ids = [i for i in entries if i in vectors or i in target]
-                    ids = [i for i in ids if isinstance(entries[i], kind) and i in vectors]
-                target.add(ids, np.stack([vectors[i] for i in ids]))
         for i in changed:
             if i in vectors:
                 cache.stamps[i] = entries[i].updated_at
                 vector = vectors[i].astype(np.float32)
                 cache.units[i] = vector / np.float32(np.linalg.norm(vector))
+        for attr, kind in (("beliefs", MindBelief), ("reflections", MindReflection)):
+            target: VectorIndex = getattr(cache, attr)
+            ids = [i for i in changed if i in vectors and isinstance(entries[i], kind)]
+            if not ids:
+                continue
+            if target.backend == "exact" and len(target) + len(ids) >= target.hnsw_threshold:
+                # Crossing into the graph backend: build it from every vector of this kind.
+                every = [i for i, e in entries.items() if isinstance(e, kind) and i in cache.units]
+                setattr(
+                    cache,
+                    attr,
+                    VectorIndex.build(
+                        every,
+                        np.stack([cache.units[i] for i in every]),
+                        dim=dim,
+                        hnsw_threshold=layer.hnsw_threshold,
+                    ),
+                )
+            else:
+                target.add(ids, np.stack([cache.units[i] for i in ids]))
         layer._indexes[self.namespace] = cache
         return cache
 
