@@ -11,14 +11,14 @@ WHEEL_STAMP := dist/.installed-stamp
 RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml Cargo.lock
 PY_SOURCES := $(shell find python -type f -not -path '*/__pycache__/*') pyproject.toml
 
-.PHONY: test demo wheel install bench lint fmt cargo-test pytest wheel-smoke clean
+.PHONY: test demo wheel install bench fuzz lint fmt cargo-test pytest wheel-smoke clean
 
 # The virtual environment with what the tests, the benchmarks and the linters need.
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet "maturin>=1.7,<2" numpy
-	$(VPY) -m pip install --quiet $$($(VPY) -c 'import tomllib; p=tomllib.load(open("pyproject.toml","rb"))["project"]; d=p["optional-dependencies"]; print(" ".join(sorted(set(p["dependencies"]+d["postgres"]+d["test"]+d["bench"]+d["dev"]))))')
+	$(VPY) -m pip install --quiet $$($(VPY) -c 'import tomllib; p=tomllib.load(open("pyproject.toml","rb"))["project"]; d=p["optional-dependencies"]; print(" ".join(sorted(set(p["dependencies"]+d["postgres"]+d["mcp"]+d["test"]+d["bench"]+d["dev"]))))')
 	touch $@
 
 # Release, abi3: one wheel for every CPython >= 3.9.
@@ -63,10 +63,16 @@ wheel-smoke: install
 test: install cargo-test pytest wheel-smoke lint
 
 demo: install
-	$(VPY) -m memstrata.demo
+	$(VENV)/bin/memstrata demo
 
 bench: install
 	$(VPY) -m pytest -q -s --benchmark-only --benchmark-columns=min,median,mean,ops benches
+
+# Every tool through call_tool with generated garbage, 100k calls (a 150-call sample runs in
+# make test).
+fuzz: install
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100000} $(VPY) -m pytest -q --benchmark-disable \
+		tests/test_fuzz_tools.py -k any_call
 
 clean:
 	rm -rf target dist $(VENV)

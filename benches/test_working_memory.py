@@ -131,33 +131,26 @@ def test_update_tool_call_on_sqlite(benchmark: Any, tmp_path: pathlib.Path) -> N
     conn = sqlite3.connect(tmp_path / "plain.db", isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("CREATE TABLE wm (id TEXT PRIMARY KEY, value TEXT)")
-    conn.execute("INSERT INTO wm VALUES ('bench', ?)", (json.dumps(state),))
-    validator = jsonschema.Draft202012Validator(SCHEMA)
-    plain_i = iter(range(10**9))
 
-    def plain() -> None:
-        patch = json.loads(PATCHES[next(plain_i) % len(PATCHES)])
-        conn.execute("BEGIN IMMEDIATE")
-        (text,) = conn.execute("SELECT value FROM wm WHERE id = 'bench'").fetchone()
-        merged = python_merge(json.loads(text), patch)
-        validator.validate(merged)
-        conn.execute("UPDATE wm SET value = ? WHERE id = 'bench'", (json.dumps(merged),))
-        conn.execute("COMMIT")
+    def plain_update(table: str, validate: Callable[[Any], Any]) -> Callable[[], None]:
+        """The update as a Python developer writes it: load, merge, validate, save."""
+        conn.execute(f"CREATE TABLE {table} (id TEXT PRIMARY KEY, value TEXT)")
+        conn.execute(f"INSERT INTO {table} VALUES ('bench', ?)", (json.dumps(state),))
+        calls = iter(range(10**9))
 
-    fast_validator = jsonschema_rs.validator_for(SCHEMA)
-    conn.execute("CREATE TABLE wm_fast (id TEXT PRIMARY KEY, value TEXT)")
-    conn.execute("INSERT INTO wm_fast VALUES ('bench', ?)", (json.dumps(state),))
-    fast_i = iter(range(10**9))
+        def update() -> None:
+            patch = json.loads(PATCHES[next(calls) % len(PATCHES)])
+            conn.execute("BEGIN IMMEDIATE")
+            (text,) = conn.execute(f"SELECT value FROM {table} WHERE id = 'bench'").fetchone()
+            merged = python_merge(json.loads(text), patch)
+            validate(merged)
+            conn.execute(f"UPDATE {table} SET value = ? WHERE id = 'bench'", (json.dumps(merged),))
+            conn.execute("COMMIT")
 
-    def plain_fast_validator() -> None:
-        patch = json.loads(PATCHES[next(fast_i) % len(PATCHES)])
-        conn.execute("BEGIN IMMEDIATE")
-        (text,) = conn.execute("SELECT value FROM wm_fast WHERE id = 'bench'").fetchone()
-        merged = python_merge(json.loads(text), patch)
-        fast_validator.validate(merged)
-        conn.execute("UPDATE wm_fast SET value = ? WHERE id = 'bench'", (json.dumps(merged),))
-        conn.execute("COMMIT")
+        return update
+
+    plain = plain_update("wm", jsonschema.Draft202012Validator(SCHEMA).validate)
+    plain_fast_validator = plain_update("wm_fast", jsonschema_rs.validator_for(SCHEMA).validate)
 
     ratios = compare(
         benchmark,

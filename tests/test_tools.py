@@ -12,6 +12,7 @@ from memstrata.tools import (
     MAX_ARGUMENT_BYTES,
     Tool,
     parse_arguments,
+    strip_null_padding,
     tool_spec,
     validate_arguments,
     wire_name,
@@ -113,3 +114,55 @@ def test_valid_arguments_pass() -> None:
     validate_arguments(SCHEMA, {"query": "q", "limit": 5, "type": "goal", "tags": []})
     with pytest.raises(ToolError, match="expected integer, got boolean"):
         validate_arguments(SCHEMA, {"query": "q", "limit": True})
+
+
+def test_strict_form_requires_everything_and_makes_optional_fields_nullable() -> None:
+    tool = Tool("mind_recall", "Recall.", SCHEMA, lambda a: a)
+    function = tool_spec(tool, "openai", strict=True)["function"]
+    assert function["strict"] is True
+    params = function["parameters"]
+    assert params["required"] == ["query", "limit", "type", "tags"]
+    assert params["additionalProperties"] is False
+    assert params["properties"]["query"]["type"] == "string"
+    assert params["properties"]["limit"]["type"] == ["integer", "null"]
+    assert params["properties"]["type"]["enum"] == ["belief", "goal", None]
+    assert params["properties"]["tags"]["type"] == ["array", "null"]
+    # The normal form is untouched.
+    assert tool_spec(tool, "openai")["function"]["parameters"] == SCHEMA
+
+
+def test_open_ended_schemas_stay_non_strict() -> None:
+    free_value = Tool(
+        "memory_write",
+        "Write.",
+        {"type": "object", "properties": {"key": {"type": "string"}, "value": {}}},
+        lambda a: a,
+    )
+    open_map = Tool("wm", "Patch.", {"type": "object"}, lambda a: a)
+    for tool in (free_value, open_map):
+        function = tool_spec(tool, "openai", strict=True)["function"]
+        assert function["strict"] is False
+        assert function["parameters"] == dict(tool.parameters)
+
+
+def test_null_padding_is_removed_only_from_optional_fields() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "query": {"type": ["string", "null"]},
+            "limit": {"type": "integer"},
+            "nested": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a"],
+            },
+        },
+        "required": ["query"],
+    }
+    padded = {"query": None, "limit": None, "nested": {"a": None, "b": None}, "extra": None}
+    assert strip_null_padding(schema, padded) == {
+        "query": None,
+        "nested": {"a": None},
+        "extra": None,
+    }
+    assert padded["limit"] is None  # the input is not changed

@@ -139,6 +139,27 @@ def test_schema_violation_is_a_tool_error_and_state_is_untouched(store: SQLiteSt
     assert item is not None and item.value == {"age": 30} and item.version == 1
 
 
+def test_strict_mode_null_padding_never_overwrites(store: SQLiteStore) -> None:
+    with stack_with(store, schema=PROFILE_SCHEMA).run(thread_id="t") as run:
+        spec = run.tool_specs("openai", strict=True)[0]["function"]
+        assert spec["strict"] is True
+        assert set(spec["parameters"]["required"]) == {"profile", "preferences", "goals", "age"}
+        call(run, "working-memory/update", {"age": 30, "goals": ["ship"]})
+        # What a strict-mode model sends to change only the name: every other field null.
+        padded = {
+            "profile": {"name": "Alice", "timezone": None},
+            "preferences": None,
+            "goals": None,
+            "age": None,
+        }
+        assert call(run, "working-memory_update", padded)["ok"]
+        assert run.layer("working-memory").snapshot == {
+            "age": 30,
+            "goals": ["ship"],
+            "profile": {"name": "Alice"},
+        }
+
+
 def test_pydantic_schema(store: SQLiteStore) -> None:
     class Scratchpad(pydantic.BaseModel):
         currentGoal: str = ""

@@ -21,7 +21,20 @@ from memstrata._core import (
     strip_unsafe_keys,
 )
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
-from memstrata.layers import AgentMind, MemoryEntry, SharedMemory, WorkingMemory, memory_keys
+from memstrata.exceptions import RecoverableContextError
+from memstrata.layers import (
+    AgentMind,
+    ContextGate,
+    MemoryEntry,
+    SharedMemory,
+    TeamState,
+    ToolResults,
+    WorkingMemory,
+    extract_claim,
+    memory_keys,
+    prune_messages_sliding_window,
+)
+from memstrata.repo_map import repo_map
 from memstrata.stack import Budget, Layer, MemoryStack, Run, RunContext
 from memstrata.stores import InMemoryStore, Item, SQLiteStore, Store, open_store
 from memstrata.tokens import (
@@ -42,6 +55,7 @@ __all__ = [
     "MAX_DEPTH",
     "AgentMind",
     "Budget",
+    "ContextGate",
     "Embedder",
     "EstimatingCounter",
     "ExactCounter",
@@ -52,13 +66,16 @@ __all__ = [
     "MemoryEntry",
     "MemoryStack",
     "OpenAIEmbedder",
+    "RecoverableContextError",
     "Run",
     "RunContext",
     "SQLiteStore",
     "SharedMemory",
     "Store",
+    "TeamState",
     "TokenCounter",
     "Tool",
+    "ToolResults",
     "VectorIndex",
     "VectorSet",
     "WorkingMemory",
@@ -70,11 +87,14 @@ __all__ = [
     "estimate_messages",
     "estimate_tokens",
     "exceptions",
+    "extract_claim",
     "fits_within",
     "hash_embed",
     "memory_keys",
     "merge_json",
     "open_store",
+    "prune_messages_sliding_window",
     "prune_sliding_window",
+    "repo_map",
     "strip_unsafe_keys",
 ]

@@ -29,6 +29,7 @@ from memstrata import (
     hash_embed,
     prune_sliding_window,
 )
+from memstrata.demos import context as context_demo
 from memstrata.layers import memory_keys
 from memstrata.stores import SQLiteStore
 
@@ -224,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
                 show(f"final working memory (v{final.version})", final.render(), max_lines=40)
             dedup_beliefs(script)
             shared_memory_workflow(store, script)
+            print(RULE)
+            print(
+                "Context engineering: a long tool loop through offloading, the gate and team state"
+            )
+            context_demo.run_demo(store, args.db.parent / "context")
         return 0
 
     with SQLiteStore(args.db) as store:

@@ -16,6 +16,8 @@ keeps working::
     │   └── BudgetExceededError               a write past a layer's token budget
     ├── UnsupportedTypeError (TypeError)      a value that is not JSON data (set, bytes, object)
     ├── ReadOnlyError                         a write to a read-only layer
+    ├── RecoverableContextError               a prompt that cannot fit the model's window even
+    │                                         after pruning; carries the checkpoint's path
     └── ToolError                             a model's tool call that cannot be carried out;
                                               Run.call_tool returns it as an error payload
 
@@ -36,6 +38,7 @@ __all__ = [
     "NestingTooDeepError",
     "NonFiniteNumberError",
     "ReadOnlyError",
+    "RecoverableContextError",
     "SchemaViolationError",
     "ToolError",
     "UnsupportedTypeError",
@@ -161,3 +164,31 @@ class BudgetExceededError(InvalidInputError):
         super().__init__(message, path=path)
         self.tokens = tokens
         self.limit = limit
+
+
+class RecoverableContextError(MemstrataError):
+    """The context gate refused a prompt: even after pruning old tool results it does not fit
+    the model's input window. The conversation was checkpointed (redacted) for the caller to
+    decompose the task; the run itself is still usable with a smaller prompt.
+
+    Attributes:
+        checkpoint_path: The JSON checkpoint written for this call.
+        call_id: The call boundary that was refused.
+        estimated_tokens: The padded estimate after pruning.
+        max_input_tokens: The model's input window.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        checkpoint_path: str,
+        call_id: str,
+        estimated_tokens: int,
+        max_input_tokens: int,
+    ) -> None:
+        super().__init__(message)
+        self.checkpoint_path = checkpoint_path
+        self.call_id = call_id
+        self.estimated_tokens = estimated_tokens
+        self.max_input_tokens = max_input_tokens

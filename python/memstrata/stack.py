@@ -34,8 +34,10 @@ shows the time to the model::
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
@@ -48,8 +50,9 @@ from memstrata.tools import (
     ToolFormat,
     error_payload,
     parse_arguments,
+    raise_problems,
+    strip_null_padding,
     tool_spec,
-    validate_arguments,
 )
 
 logger = logging.getLogger("memstrata")
@@ -87,6 +90,17 @@ class RunContext:
     resource_id: str | None = None
     agent: str | None = None
     parent: RunContext | None = None
+
+
+@runtime_checkable
+class Gate(Protocol):
+    """What ``run.prepare()`` passes the final messages through (e.g.
+    :class:`~memstrata.layers.ContextGate`): returns the messages to send, possibly compressed,
+    or raises to refuse the call."""
+
+    def check_and_compress(
+        self, messages: Sequence[Message], call_id: str, *, run_id: str | None = None
+    ) -> list[Message]: ...
 
 
 @runtime_checkable
@@ -161,6 +175,8 @@ class MemoryStack:
         total_budget: Tokens for all layers' prompt items together.
         prompt_role: Role of injected prompt items (``"system"``, or ``"developer"`` for models
             that use it).
+        gate: Checks every prepared prompt against the model's window (a ContextGate); None
+            sends prompts as they are.
     """
 
     def __init__(
@@ -171,6 +187,7 @@ class MemoryStack:
         tokens: TokenCounter | None = None,
         total_budget: int = DEFAULT_TOTAL_BUDGET,
         prompt_role: str = "system",
+        gate: Gate | None = None,
     ) -> None:
         given = list(layers)
         for layer in given:
@@ -192,6 +209,9 @@ class MemoryStack:
         self.total_budget = total_budget
         self.prompt_role = prompt_role
         self.budgets = allocate_budgets(self.layers, total_budget)
+        if gate is not None and not isinstance(gate, Gate):
+            raise InvalidInputError(f"{gate!r} has no check_and_compress method")
+        self.gate = gate
 
     def run(
         self,
@@ -231,6 +251,11 @@ class Run:
         self._tools: dict[str, tuple[str, Tool]] = {}
         self._opened = False
         self._closed = False
+        self._strip_null_padding = False
+        # Names this run's call boundaries for the gate (checkpoint files, the once-per-run
+        # warning).
+        self.run_id = f"run-{uuid.uuid4().hex[:12]}"
+        self._calls = itertools.count(1)
 
     # Lifecycle -------------------------------------------------------------------------------
 
@@ -301,9 +326,13 @@ class Run:
 
     # The model's side ------------------------------------------------------------------------
 
-    def prepare(self, messages: Sequence[Message]) -> list[Message]:
+    def prepare(self, messages: Sequence[Message], *, call_id: str | None = None) -> list[Message]:
         """The messages with each layer's prompt items injected, in slot order, right after the
-        leading system/developer messages. The input list and its messages are not changed."""
+        leading system/developer messages. The input list and its messages are not changed.
+
+        With a gate on the stack, the result then passes it: it may come back pruned, or the
+        gate raises (a ContextGate raises RecoverableContextError with a checkpoint). ``call_id``
+        names this call boundary; by default ``<run_id>-call-<n>``."""
         self._require_open()
         if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
             raise InvalidInputError(
@@ -320,17 +349,30 @@ class Run:
             and messages[head].get("role") in ("system", "developer")
         ):
             head += 1
-        return [*messages[:head], *injected, *messages[head:]]
+        prepared = [*messages[:head], *injected, *messages[head:]]
+        if self.stack.gate is None:
+            return prepared
+        boundary = call_id if call_id is not None else f"{self.run_id}-call-{next(self._calls)}"
+        return self.stack.gate.check_and_compress(prepared, boundary, run_id=self.run_id)
 
-    def tool_specs(self, fmt: ToolFormat = "openai") -> list[dict[str, Any]]:
-        """Every layer's tools as JSON Schema, for ``openai``, ``anthropic`` or ``mcp``."""
+    def tool_specs(
+        self, fmt: ToolFormat = "openai", *, strict: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every layer's tools as JSON Schema, for ``openai``, ``anthropic`` or ``mcp``.
+
+        ``strict=True`` gives OpenAI's strict form (all properties required, optional ones
+        nullable); the run remembers it and removes that null padding from later tool calls,
+        so a padded null never overwrites or deletes anything.
+        """
         self._require_open()
+        if strict:
+            self._strip_null_padding = True
         seen: set[str] = set()
         specs = []
         for _layer, tool in self._tools.values():
             if tool.name not in seen:
                 seen.add(tool.name)
-                specs.append(tool_spec(tool, fmt))
+                specs.append(tool_spec(tool, fmt, strict=strict))
         return specs
 
     def call_tool(self, name: str, arguments: Any = None) -> dict[str, Any]:
@@ -357,8 +399,10 @@ class Run:
                 )
             tool = entry[1]
             args = parse_arguments(arguments)
+            if self._strip_null_padding:
+                args = strip_null_padding(tool.parameters, args)
             if tool.validate:
-                validate_arguments(tool.parameters, args)
+                raise_problems(tool.check, args)
             result = tool.handler(args)
             return result if isinstance(result, dict) else {"ok": True, "result": result}
         except ToolError as exc:
@@ -396,8 +440,10 @@ class Run:
     async def aobserve(self, message: Message) -> list[str]:
         return await asyncio.to_thread(self.observe, message)
 
-    async def aprepare(self, messages: Sequence[Message]) -> list[Message]:
-        return await asyncio.to_thread(self.prepare, messages)
+    async def aprepare(
+        self, messages: Sequence[Message], *, call_id: str | None = None
+    ) -> list[Message]:
+        return await asyncio.to_thread(self.prepare, messages, call_id=call_id)
 
     # Composition -----------------------------------------------------------------------------
 

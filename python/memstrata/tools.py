@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -55,6 +56,11 @@ class Tool:
     def wire_name(self) -> str:
         return wire_name(self.name)
 
+    @cached_property
+    def check(self) -> Check:
+        """The parameter schema compiled once (see :func:`compile_schema`)."""
+        return compile_schema(self.parameters)
+
 
 def wire_name(name: str) -> str:
     """The name as OpenAI and Anthropic accept it: ``[A-Za-z0-9_-]{1,64}``.
@@ -69,18 +75,28 @@ def wire_name(name: str) -> str:
     return f"{safe[: MAX_WIRE_NAME - 9]}_{digest}"
 
 
-def tool_spec(tool: Tool, fmt: ToolFormat = "openai") -> dict[str, Any]:
-    """Renders one tool for an SDK."""
+def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -> dict[str, Any]:
+    """Renders one tool for an SDK.
+
+    ``strict=True`` (OpenAI only) renders the form OpenAI's structured outputs accept: every
+    property required, the optional ones nullable, no additional properties. The model then pads
+    every optional field with null, which :func:`strip_null_padding` removes again. A tool whose
+    schema has open-ended parts (a free-form value, an object with arbitrary keys) cannot be
+    expressed strictly and is rendered in the normal form, with ``strict`` false.
+    """
     parameters = dict(tool.parameters)
     if fmt == "openai":
-        return {
-            "type": "function",
-            "function": {
-                "name": tool.wire_name,
-                "description": tool.description,
-                "parameters": parameters,
-            },
+        function: dict[str, Any] = {
+            "name": tool.wire_name,
+            "description": tool.description,
+            "parameters": parameters,
         }
+        if strict:
+            strict_parameters = strict_schema(parameters)
+            function["strict"] = strict_parameters is not None
+            if strict_parameters is not None:
+                function["parameters"] = strict_parameters
+        return {"type": "function", "function": function}
     if fmt == "anthropic":
         return {"name": tool.wire_name, "description": tool.description, "input_schema": parameters}
     if fmt == "mcp":
@@ -89,6 +105,76 @@ def tool_spec(tool: Tool, fmt: ToolFormat = "openai") -> dict[str, Any]:
         f"unknown tool format {fmt!r}; expected 'openai', 'anthropic' or 'mcp'",
         code="invalid_arguments",
     )
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's strict form of an object schema, or None when it has open-ended parts."""
+    if schema.get("type") == "object" or "properties" in schema:
+        extra = schema.get("additionalProperties", True)
+        properties = schema.get("properties", {})
+        # A map of arbitrary keys cannot be strict; declared properties can be closed over.
+        if isinstance(extra, Mapping) or (not properties and extra is not False):
+            return None
+        required = set(schema.get("required", ()))
+        out_properties: dict[str, Any] = {}
+        for name, sub in properties.items():
+            converted = strict_schema(sub)
+            if converted is None:
+                return None
+            if name not in required:
+                converted = _nullable(converted)
+            out_properties[name] = converted
+        out = {k: v for k, v in schema.items() if k not in ("properties", "required")}
+        out.update(
+            type="object",
+            properties=out_properties,
+            required=list(properties),
+            additionalProperties=False,
+        )
+        return out
+    if schema.get("type") == "array":
+        items = schema.get("items")
+        if not isinstance(items, Mapping):
+            return None
+        converted_items = strict_schema(items)
+        return None if converted_items is None else {**schema, "items": converted_items}
+    if "type" not in schema and "enum" not in schema:
+        return None  # any value
+    return dict(schema)
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        schema = {**schema, "type": [kind, "null"]}
+    elif isinstance(kind, list) and "null" not in kind:
+        schema = {**schema, "type": [*kind, "null"]}
+    if "enum" in schema and None not in schema["enum"]:
+        schema = {**schema, "enum": [*schema["enum"], None]}
+    return schema
+
+
+def strip_null_padding(schema: Mapping[str, Any], value: Any) -> Any:
+    """Removes the nulls a strict-mode model pads optional fields with, at every depth the
+    schema declares; required fields and undeclared keys are left as sent."""
+    if not isinstance(value, dict):
+        if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+            return [strip_null_padding(schema["items"], item) for item in value]
+        return value
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    if not properties:
+        return value
+    required = set(schema.get("required", ()))
+    out = {}
+    for name, item in value.items():
+        sub = properties.get(name)
+        if sub is None:
+            out[name] = item
+        elif item is None and name not in required:
+            continue
+        else:
+            out[name] = strip_null_padding(sub, item)
+    return out
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any]:
@@ -126,9 +212,14 @@ def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> 
     Supports the JSON Schema keywords tool definitions use: ``type`` (or a list of types),
     ``properties``, ``required``, ``additionalProperties`` (bool or schema), ``enum``, ``items``,
     ``minLength``/``maxLength``, ``minimum``/``maximum``, ``minItems``/``maxItems``.
+    A :class:`Tool` compiles its schema once (:func:`compile_schema`); this compiles per call.
     """
+    raise_problems(compile_schema(schema), arguments)
+
+
+def raise_problems(check: Check, arguments: dict[str, Any]) -> None:
     problems: list[str] = []
-    _check(schema, arguments, "$", problems)
+    check(arguments, "$", problems)
     if problems:
         raise ToolError(
             "arguments do not match the tool's schema: " + "; ".join(problems[:5]),
@@ -136,6 +227,8 @@ def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> 
             details=problems,
         )
 
+
+Check = Callable[[Any, str, list[str]], None]
 
 _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
@@ -151,6 +244,7 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ),
 }
+_is_number = _TYPE_CHECKS["number"]
 
 
 def _json_type(value: Any) -> str:
@@ -160,47 +254,116 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _check(schema: Mapping[str, Any], value: Any, path: str, problems: list[str]) -> None:
+def compile_schema(schema: Mapping[str, Any]) -> Check:
+    """Turns a parameter schema into one function that appends each problem to a list.
+
+    Tool calls arrive on every turn; interpreting the schema dict each time cost more than most
+    handlers. Only the keywords a schema uses become checks, built once.
+    """
+    checks: list[Check] = []
+    if "enum" in schema:
+        allowed_values = list(schema["enum"])
+        allowed = ", ".join(repr(v) for v in allowed_values)
+
+        def check_enum(value: Any, path: str, problems: list[str]) -> None:
+            if value not in allowed_values:
+                problems.append(f"{path}: {value!r} is not one of {allowed}")
+
+        checks.append(check_enum)
+    checks.extend(_length_checks(schema))
+    if isinstance(schema.get("items"), Mapping):
+        check_item = compile_schema(schema["items"])
+
+        def check_items(value: Any, path: str, problems: list[str]) -> None:
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    check_item(item, f"{path}[{i}]", problems)
+
+        checks.append(check_items)
+    if any(k in schema for k in ("properties", "required", "additionalProperties")):
+        checks.append(_object_check(schema))
+
     expected = schema.get("type")
-    if expected is not None:
+    if expected is None:
+        type_ok: Callable[[Any], bool] | None = None
+        label = ""
+    else:
         types = [expected] if isinstance(expected, str) else list(expected)
-        if not any(_TYPE_CHECKS.get(t, lambda _v: True)(value) for t in types):
-            problems.append(f"{path}: expected {' or '.join(types)}, got {_json_type(value)}")
+        tests = [_TYPE_CHECKS.get(t, lambda _v: True) for t in types]
+        type_ok = tests[0] if len(tests) == 1 else (lambda v: any(t(v) for t in tests))
+        label = " or ".join(types)
+
+    def check(value: Any, path: str, problems: list[str]) -> None:
+        if type_ok is not None and not type_ok(value):
+            problems.append(f"{path}: expected {label}, got {_json_type(value)}")
             return
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(repr(v) for v in schema["enum"])
-        problems.append(f"{path}: {value!r} is not one of {allowed}")
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0):
-            problems.append(f"{path}: shorter than {schema['minLength']} characters")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            problems.append(f"{path}: {len(value)} characters, the limit is {schema['maxLength']}")
-    if _TYPE_CHECKS["number"](value):
-        if "minimum" in schema and value < schema["minimum"]:
-            problems.append(f"{path}: {value} is below the minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            problems.append(f"{path}: {value} is above the maximum {schema['maximum']}")
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            problems.append(f"{path}: fewer than {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            problems.append(f"{path}: {len(value)} items, the limit is {schema['maxItems']}")
-        if isinstance(schema.get("items"), Mapping):
-            for i, item in enumerate(value):
-                _check(schema["items"], item, f"{path}[{i}]", problems)
-    if isinstance(value, dict):
-        properties: Mapping[str, Any] = schema.get("properties", {})
-        for name in schema.get("required", ()):
+        for c in checks:
+            c(value, path, problems)
+
+    return check
+
+
+def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
+    checks: list[Check] = []
+    min_len, max_len = schema.get("minLength"), schema.get("maxLength")
+    if min_len is not None or max_len is not None:
+
+        def check_string(value: Any, path: str, problems: list[str]) -> None:
+            if isinstance(value, str):
+                if min_len is not None and len(value) < min_len:
+                    problems.append(f"{path}: shorter than {min_len} characters")
+                if max_len is not None and len(value) > max_len:
+                    problems.append(f"{path}: {len(value)} characters, the limit is {max_len}")
+
+        checks.append(check_string)
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None or high is not None:
+
+        def check_number(value: Any, path: str, problems: list[str]) -> None:
+            if _is_number(value):
+                if low is not None and value < low:
+                    problems.append(f"{path}: {value} is below the minimum {low}")
+                if high is not None and value > high:
+                    problems.append(f"{path}: {value} is above the maximum {high}")
+
+        checks.append(check_number)
+    min_items, max_items = schema.get("minItems"), schema.get("maxItems")
+    if min_items is not None or max_items is not None:
+
+        def check_array(value: Any, path: str, problems: list[str]) -> None:
+            if isinstance(value, list):
+                if min_items is not None and len(value) < min_items:
+                    problems.append(f"{path}: fewer than {min_items} items")
+                if max_items is not None and len(value) > max_items:
+                    problems.append(f"{path}: {len(value)} items, the limit is {max_items}")
+
+        checks.append(check_array)
+    return checks
+
+
+def _object_check(schema: Mapping[str, Any]) -> Check:
+    properties = {name: compile_schema(sub) for name, sub in schema.get("properties", {}).items()}
+    required = tuple(schema.get("required", ()))
+    extra = schema.get("additionalProperties", True)
+    check_extra = compile_schema(extra) if isinstance(extra, Mapping) else None
+    refuse_extra = extra is False
+
+    def check_object(value: Any, path: str, problems: list[str]) -> None:
+        if not isinstance(value, dict):
+            return
+        for name in required:
             if name not in value:
                 problems.append(f"{path}: missing required field {name!r}")
-        extra = schema.get("additionalProperties", True)
         for name, item in value.items():
-            if name in properties:
-                _check(properties[name], item, f"{path}.{name}", problems)
-            elif extra is False:
+            check_property = properties.get(name)
+            if check_property is not None:
+                check_property(item, f"{path}.{name}", problems)
+            elif refuse_extra:
                 problems.append(f"{path}: unexpected field {name!r}")
-            elif isinstance(extra, Mapping):
-                _check(extra, item, f"{path}.{name}", problems)
+            elif check_extra is not None:
+                check_extra(item, f"{path}.{name}", problems)
+
+    return check_object
 
 
 def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:

@@ -1,1 +1,1 @@
-"""Scripted demos, one module per layer; each exposes ``run_demo(store, workdir)``."""
+"""Demo parts, one module each, wired into ``make demo`` by ``memstrata.demo``."""

@@ -39,6 +39,13 @@ import orjson
 
 from memstrata._core import strip_unsafe_keys
 from memstrata.exceptions import InvalidInputError, ToolError
+from memstrata.prompts import (
+    MEMORY_LIST_DESCRIPTION,
+    MEMORY_READ_DESCRIPTION,
+    MEMORY_TOOLS_SECTION,
+    MEMORY_WRITE_DESCRIPTION,
+    UPSTREAM_HEADER,
+)
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store
 from memstrata.tools import Tool
@@ -49,20 +56,6 @@ Kind = Literal["task_result", "step_result", "input", "shared"]
 KINDS: tuple[str, ...] = ("task_result", "step_result", "input", "shared")
 LIST_CAP = 200
 MAX_SHARED_KEY_LENGTH = 256
-
-MEMORY_TOOLS_SECTION = """## Memory Tools (progressive disclosure)
-- Shared agent memory holds results from prior steps and tasks, original inputs, and facts
-  published by other agents.
-- Memory contents are NOT auto-included in your prompt. If you need upstream context, discover
-  it on demand:
-  1. Call `memory_list` to see what's available (returns metadata only — keys, titles, kinds,
-     byte sizes).
-  2. Call `memory_read` with the specific keys you actually need; it returns full values.
-  3. Call `memory_write` to publish a value under `shared:<key>` so other agents can find it via
-     `memory_list`.
-- Pull only what you need — don't fetch every entry by reflex."""
-
-UPSTREAM_HEADER = "# Required upstream memory (call `memory_read` with these keys):"
 
 
 class _Keys:
@@ -431,8 +424,7 @@ class SharedMemory:
         return [
             Tool(
                 "memory_list",
-                "List shared memory entries (metadata only: keys, titles, kinds, byte sizes). "
-                "Newest 200 at most.",
+                MEMORY_LIST_DESCRIPTION,
                 {
                     "type": "object",
                     "properties": {
@@ -446,7 +438,7 @@ class SharedMemory:
             ),
             Tool(
                 "memory_read",
-                "Read full values of specific shared memory keys.",
+                MEMORY_READ_DESCRIPTION,
                 {
                     "type": "object",
                     "properties": {
@@ -459,7 +451,7 @@ class SharedMemory:
             ),
             Tool(
                 "memory_write",
-                "Publish a value under shared:<key> so other agents and steps can find it.",
+                MEMORY_WRITE_DESCRIPTION,
                 {
                     "type": "object",
                     "properties": {

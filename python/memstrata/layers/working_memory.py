@@ -39,6 +39,17 @@ from memstrata.exceptions import (
     SchemaViolationError,
     ToolError,
 )
+from memstrata.prompts import (
+    WORKING_MEMORY_CLEAR_DESCRIPTION,
+    WORKING_MEMORY_GET_DESCRIPTION,
+    WORKING_MEMORY_GUIDELINES_NOETIC,
+    WORKING_MEMORY_GUIDELINES_READ_ONLY,
+    WORKING_MEMORY_GUIDELINES_VOLTAGENT,
+    WORKING_MEMORY_SET_DESCRIPTION,
+    WORKING_MEMORY_UPDATE_DESCRIPTION,
+    WORKING_MEMORY_UPDATE_WHAT_STRUCTURED,
+    WORKING_MEMORY_UPDATE_WHAT_TEXT,
+)
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace
 from memstrata.tools import Tool
@@ -58,17 +69,6 @@ _SCOPE_ALIASES = {
 STATE_KEY = "state"
 QUARANTINE_PREFIX = "quarantine/"
 LEGACY_TOOL = "updateWorkingMemory"
-
-GUIDELINES_NOETIC = (
-    "This is your working memory: notes that persist across turns. Keep it current and "
-    "compact. To change it, call `working-memory/update` with only the fields that changed; "
-    "they are merged into what is there."
-)
-GUIDELINES_VOLTAGENT = (
-    "This is your working memory: context that persists across turns. Call "
-    "`update_working_memory` when you learn something worth keeping (mode 'append' adds, "
-    "'replace' rewrites everything), `clear_working_memory` to start over."
-)
 
 
 class WorkingMemory:
@@ -161,11 +161,13 @@ class WorkingMemory:
         block = handle.render()
         if not block:
             return []
-        guidelines = GUIDELINES_VOLTAGENT if self.tool_flavor == "voltagent" else GUIDELINES_NOETIC
+        guidelines = (
+            WORKING_MEMORY_GUIDELINES_VOLTAGENT
+            if self.tool_flavor == "voltagent"
+            else WORKING_MEMORY_GUIDELINES_NOETIC
+        )
         if self.read_only:
-            guidelines = (
-                "This is your working memory (read-only): context that persists across turns."
-            )
+            guidelines = WORKING_MEMORY_GUIDELINES_READ_ONLY
         return [{"content": f"{block}\n{guidelines}"}]
 
     def observe(self, handle: WorkingMemoryHandle, message: Message) -> None:
@@ -531,11 +533,13 @@ def _noetic_update_tool(layer: WorkingMemory, handle: WorkingMemoryHandle) -> To
         return _update_for_model(handle, args["content"], args.get("mode", "append"))
 
     what = (
-        "only the fields that changed; they are deep-merged" if layer.structured else "text to add"
+        WORKING_MEMORY_UPDATE_WHAT_STRUCTURED
+        if layer.structured
+        else WORKING_MEMORY_UPDATE_WHAT_TEXT
     )
     return Tool(
         name="working-memory/update",
-        description=f"Update your working memory: pass {what}.",
+        description=WORKING_MEMORY_UPDATE_DESCRIPTION.format(what=what),
         parameters=_patch_schema(layer),
         handler=update,
         # A structured patch is checked after merging, against the full schema.
@@ -562,14 +566,13 @@ def _voltagent_tools(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[
     return [
         Tool(
             "get_working_memory",
-            "Retrieve the current working memory content.",
+            WORKING_MEMORY_GET_DESCRIPTION,
             {"type": "object", "properties": {}, "additionalProperties": False},
             get,
         ),
         Tool(
             "update_working_memory",
-            "Update the working memory. mode 'append' (default) merges or adds; "
-            "'replace' overwrites everything.",
+            WORKING_MEMORY_SET_DESCRIPTION,
             {
                 "type": "object",
                 "properties": {
@@ -583,7 +586,7 @@ def _voltagent_tools(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[
         ),
         Tool(
             "clear_working_memory",
-            "Clear the working memory content.",
+            WORKING_MEMORY_CLEAR_DESCRIPTION,
             {"type": "object", "properties": {}, "additionalProperties": False},
             clear,
         ),

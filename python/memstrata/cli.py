@@ -1,0 +1,190 @@
+"""The ``memstrata`` command.
+
+    memstrata demo [--db PATH]                        what ``make demo`` runs
+    memstrata inspect --store URL [NAMESPACE ...]     what is stored, as readable tables
+    memstrata inspect --store URL --json [...]        the same as JSON, for scripts
+    memstrata mcp --store URL --agent NAME [--thread ID] [--resource ID]
+                                                      the stack's tools over MCP (stdio)
+
+A NAMESPACE is a prefix written with slashes: ``working-memory/thread``, ``mind/my-agent``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from memstrata.exceptions import MemstrataError
+from memstrata.layers import SharedMemory, WorkingMemory
+from memstrata.stack import MemoryStack
+from memstrata.stores import Item, Store, open_store
+
+PAGE = 1000
+
+# How inspect groups what it finds: the first namespace label each layer writes under.
+SECTIONS = (
+    ("working-memory", "Working memories"),
+    ("mind", "Mind entries"),
+    ("shared-memory", "Shared memory entries"),
+)
+
+
+def _items(store: Store, prefix: tuple[str, ...]) -> Iterator[Item]:
+    offset = 0
+    while True:
+        page = store.list(prefix, limit=PAGE, offset=offset)
+        yield from page
+        if len(page) < PAGE:
+            return
+        offset += PAGE
+
+
+def _summary(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
+
+
+def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) -> str:
+    items = [item for prefix in prefixes or [()] for item in _items(store, prefix)]
+    if as_json:
+        return json.dumps(
+            [
+                {
+                    "namespace": list(i.namespace),
+                    "key": i.key,
+                    "value": i.value,
+                    "version": i.version,
+                    "created_at": i.created_at,
+                    "updated_at": i.updated_at,
+                    "expires_at": i.expires_at,
+                }
+                for i in items
+            ],
+            ensure_ascii=False,
+            indent=2,
+        )
+    if not items:
+        return "nothing stored" + (" under those namespaces" if prefixes else "")
+    namespaces = sorted({i.namespace for i in items})
+    out = [
+        f"{len(items)} item(s) in {len(namespaces)} namespace(s)",
+        "",
+        _table(
+            [["/".join(ns), str(sum(1 for i in items if i.namespace == ns))] for ns in namespaces],
+            ["namespace", "items"],
+        ),
+    ]
+    known = {label for label, _ in SECTIONS}
+    groups = [(title, [i for i in items if i.namespace[0] == label]) for label, title in SECTIONS]
+    groups.append(("Other items", [i for i in items if i.namespace[0] not in known]))
+    for title, group in groups:
+        if not group:
+            continue
+        rows = [
+            [
+                "/".join(i.namespace),
+                i.key,
+                f"v{i.version}",
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(i.updated_at)),
+                _summary(i.value),
+            ]
+            for i in group
+        ]
+        out += [
+            "",
+            f"{title} ({len(group)})",
+            _table(rows, ["namespace", "key", "ver", "updated (UTC)", "value"]),
+        ]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memstrata", description="Memory layers for LLM agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run the scripted agent conversation (make demo)")
+    demo.add_argument(
+        "--db", default=None, help="SQLite file (default demo-data/memstrata-demo.db)"
+    )
+    look = commands.add_parser("inspect", help="show what a store holds")
+    look.add_argument(
+        "--store", required=True, help="memory://, sqlite:///path.db, postgresql://..."
+    )
+    look.add_argument("namespace", nargs="*", help="namespace prefixes, labels joined by '/'")
+    look.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    serve = commands.add_parser("mcp", help="serve the memory tools over MCP on stdio")
+    serve.add_argument(
+        "--store", required=True, help="memory://, sqlite:///path.db, postgresql://..."
+    )
+    serve.add_argument("--agent", required=True, help="the agent's name (its memory namespace)")
+    serve.add_argument("--thread", default=None, help="conversation id (default: mcp-<agent>)")
+    serve.add_argument("--resource", default=None, help="user id: working memory per user")
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from memstrata import demo as demo_module
+
+        return demo_module.main([] if args.db is None else ["--db", args.db])
+    try:
+        store = open_store(args.store)
+    except MemstrataError as exc:
+        print(f"memstrata: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "mcp":
+        return _serve_mcp(store, args)
+    try:
+        prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
+        print(inspect(store, prefixes, args.json))
+    except MemstrataError as exc:
+        print(f"memstrata: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    return 0
+
+
+def mcp_stack(store: Store, agent: str, *, per_user: bool) -> MemoryStack:
+    """The layers an MCP client gets: a structured working memory and the agent's shared
+    memory."""
+    return MemoryStack(
+        [
+            WorkingMemory(schema={"type": "object"}, scope="resource" if per_user else "thread"),
+            SharedMemory(store=store, namespace=("shared-memory", agent)),
+        ],
+        store=store,
+    )
+
+
+def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
+    from memstrata.mcp_server import serve
+
+    try:
+        stack = mcp_stack(store, args.agent, per_user=args.resource is not None)
+        serve(
+            stack,
+            thread_id=args.thread or f"mcp-{args.agent}",
+            resource_id=args.resource,
+            agent=args.agent,
+        )
+    except MemstrataError as exc:
+        print(f"memstrata: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

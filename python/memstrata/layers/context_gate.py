@@ -1,0 +1,488 @@
+"""ContextGate: every call boundary is checked against the model's input window.
+
+Implements Layer 2 of seed 003. :meth:`ContextGate.check_and_compress` estimates the prompt
+(padded by ``pad_pct``) and takes one of four paths:
+
+* below ``soft_warn_at_pct`` of the window: pass, unchanged;
+* in ``[soft_warn_at_pct, prune_at_pct)``: pass, with one WARNING through :mod:`logging` per
+  run (not one per tool-loop iteration);
+* at ``prune_at_pct`` or above: older tool results become ``[summarized: call_id=...]``
+  placeholders (the ``keep_recent`` latest stay verbatim) and the prompt is estimated again;
+  if it now fits under the window it passes, pruned;
+* still at or over the window: a redacted checkpoint is written to
+  ``<checkpoints_dir>/<call_id>.json`` and :class:`RecoverableContextError` is raised with its
+  path, so the caller can decompose the task instead of burning iterations on a sure failure.
+
+With a :class:`~memstrata.stack.MemoryStack`, pass ``gate=ContextGate(...)``: ``run.prepare()``
+then ends at the gate, so every call boundary passes it.
+
+Decisions where the seed is silent:
+
+* "Fits" means the padded estimate is strictly below ``max_input_tokens``; the refusal is "at
+  or above 100% after compression", as the seed says.
+* Per-message token counts are cached by message identity (the gate never mutates messages and
+  neither does the stack); a message whose ``content`` object was replaced is counted again.
+  Count a conversation you mutate in place with ``cache=False``.
+* The once-per-run warning is keyed by ``run_id`` (the stack passes one per run); without one,
+  the gate itself is the run until :meth:`ContextGate.new_run`.
+* Redaction (on by default) replaces tool-role contents and assistant tool-call arguments by
+  ``[redacted: N chars]`` and, going beyond the seed, sweeps user, assistant and system prose
+  for secret-shaped strings (API keys, bearer tokens, JWTs, private keys, passwords in URLs,
+  ``password=...`` pairs). ``redaction_policy`` lists the channels that were redacted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import math
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import and_, is_, is_not, not_
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from memstrata._core import prune_sliding_window
+from memstrata.exceptions import InvalidInputError, RecoverableContextError
+from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
+from memstrata.prompts import TOOL_RESULT_PRUNED
+from memstrata.safe_files import path_in, write_private
+from memstrata.tokens import EstimatingCounter, TokenCounter
+
+logger = logging.getLogger("memstrata.context_gate")
+
+Message = dict[str, Any]
+GateState = Literal["pass", "warn", "pruned", "refused", "disabled"]
+
+_WARNED_RUNS_KEPT = 4096
+_CACHE_LIMIT = 200_000
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What the gate did at one call boundary.
+
+    Attributes:
+        state: ``pass``, ``warn``, ``pruned`` (pruned, now fits) or ``disabled``. A refusal
+            raises instead of returning.
+        messages: The messages to send (the input list itself unless pruned).
+        estimated_tokens: The padded estimate of ``messages``.
+        max_input_tokens: The window they were checked against.
+        pruned: How many tool results were replaced by placeholders.
+    """
+
+    state: GateState
+    messages: list[Message]
+    estimated_tokens: int
+    max_input_tokens: int
+    pruned: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return self.estimated_tokens / self.max_input_tokens
+
+
+class ContextGate:
+    """The context-window gate.
+
+    Args:
+        model: Model name: picks the window from the table in :mod:`memstrata.model_windows`
+            when ``max_input_tokens`` is None, and goes into checkpoints.
+        max_input_tokens: The window in tokens; None: from the model table, else 8192.
+        soft_warn_at_pct: Fraction of the window from which a WARNING is logged (once per run).
+        prune_at_pct: Fraction of the window from which old tool results are pruned.
+        pad_pct: Padding added to every estimate (tokenizers differ across providers).
+        keep_recent: Tool results kept verbatim when pruning.
+        checkpoints_dir: Where refusal checkpoints go; None: ``./checkpoints``.
+        checkpoint_redact_secrets: Redact tool bodies, tool-call arguments and secret-shaped
+            strings in checkpoints.
+        enabled: False turns every check into a pass-through.
+        tokens: Token counter; the native estimator (for ``model``'s encoding) by default.
+        cache: Cache per-message counts by message identity (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        max_input_tokens: int | None = None,
+        soft_warn_at_pct: float = 0.70,
+        prune_at_pct: float = 0.80,
+        pad_pct: float = 0.05,
+        keep_recent: int = 3,
+        checkpoints_dir: str | os.PathLike[str] | None = None,
+        checkpoint_redact_secrets: bool = True,
+        enabled: bool = True,
+        tokens: TokenCounter | None = None,
+        cache: bool = True,
+    ) -> None:
+        if max_input_tokens is not None and (
+            isinstance(max_input_tokens, bool)
+            or not isinstance(max_input_tokens, int)
+            or max_input_tokens < 1
+        ):
+            raise InvalidInputError(
+                f"max_input_tokens must be a positive int or None, got {max_input_tokens!r}"
+            )
+        for option, value in (
+            ("soft_warn_at_pct", soft_warn_at_pct),
+            ("prune_at_pct", prune_at_pct),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise InvalidInputError(f"{option} must be in (0, 1], got {value!r}")
+        if soft_warn_at_pct > prune_at_pct:
+            raise InvalidInputError(
+                f"soft_warn_at_pct ({soft_warn_at_pct}) must not exceed prune_at_pct "
+                f"({prune_at_pct})"
+            )
+        if (
+            isinstance(pad_pct, bool)
+            or not isinstance(pad_pct, (int, float))
+            or not 0 <= pad_pct < 1
+        ):
+            raise InvalidInputError(f"pad_pct must be in [0, 1), got {pad_pct!r}")
+        if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
+            raise InvalidInputError(f"keep_recent must be a non-negative int, got {keep_recent!r}")
+        self.model = model
+        self.max_input_tokens = (
+            max_input_tokens
+            if max_input_tokens is not None
+            else max_input_tokens_for(model, fallback=FALLBACK_MAX_INPUT_TOKENS)
+        )
+        self.soft_warn_at_pct = float(soft_warn_at_pct)
+        self.prune_at_pct = float(prune_at_pct)
+        self.pad_pct = float(pad_pct)
+        self.keep_recent = keep_recent
+        self.checkpoints_dir = (
+            Path(checkpoints_dir) if checkpoints_dir is not None else Path("checkpoints")
+        )
+        self.checkpoint_redact_secrets = checkpoint_redact_secrets
+        self.enabled = enabled
+        self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter(model)
+        self.cache = cache
+        # id(message) -> (message, content object, tokens); holding the message keeps its id
+        # from being reused while cached.
+        self._counts: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
+        self._placeholders: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
+        self._last: tuple[list[Message], list[Any], list[int]] = ([], [], [])
+        self._lock = threading.Lock()
+        self._warned: OrderedDict[str, None] = OrderedDict()
+        self._default_run = 0
+        self._priming = _priming_tokens(self.tokens)
+
+    # The gate ---------------------------------------------------------------------------------
+
+    def check_and_compress(
+        self, messages: Sequence[Message], call_id: str, *, run_id: str | None = None
+    ) -> list[Message]:
+        """The messages to send at this call boundary: as given, or pruned to fit.
+
+        Raises:
+            RecoverableContextError: Even pruned, the prompt does not fit; the checkpoint path
+                is on the error.
+            InvalidInputError: ``messages`` is not a list of dicts, or ``call_id`` is not a safe
+                file name (checked only when a checkpoint is written).
+        """
+        return self.evaluate(messages, call_id, run_id=run_id).messages
+
+    def evaluate(
+        self, messages: Sequence[Message], call_id: str, *, run_id: str | None = None
+    ) -> GateDecision:
+        """Like :meth:`check_and_compress`, returning what was decided and the estimates."""
+        given = _as_message_list(messages)
+        if not self.enabled:
+            return GateDecision("disabled", given, 0, self.max_input_tokens)
+        limit = self.max_input_tokens
+        raw, counts = self._raw_counts(given)
+        estimate = self._pad(raw)
+        if estimate < self.soft_warn_at_pct * limit:
+            return GateDecision("pass", given, estimate, limit)
+        if estimate < self.prune_at_pct * limit:
+            self._warn_once(run_id, call_id, estimate)
+            return GateDecision("warn", given, estimate, limit)
+        pruned, count = prune_sliding_window(
+            given, keep_recent=self.keep_recent, placeholder=TOOL_RESULT_PRUNED
+        )
+        after = self._pad(self._raw_after_prune(given, pruned, counts, raw)) if count else estimate
+        if after < limit:
+            logger.info(
+                "context gate: call %s at %d/%d tokens; pruned %d tool results to %d",
+                call_id,
+                estimate,
+                limit,
+                count,
+                after,
+            )
+            return GateDecision("pruned", pruned, after, limit, count)
+        path = self.write_checkpoint(pruned, call_id, after)
+        raise RecoverableContextError(
+            f"call {call_id} needs ~{after:,} tokens (padded {self.pad_pct:.0%}) after pruning "
+            f"{count} tool results; the model accepts {limit:,}. Decompose the task; the "
+            f"conversation was checkpointed to {path}",
+            checkpoint_path=str(path),
+            call_id=call_id,
+            estimated_tokens=after,
+            max_input_tokens=limit,
+        )
+
+    def estimate(self, messages: Sequence[Message]) -> int:
+        """The padded token estimate of ``messages`` (per-message counts cached)."""
+        return self._pad(self._raw_counts(_as_message_list(messages))[0])
+
+    def _pad(self, raw: int) -> int:
+        return math.ceil(raw * (1 + self.pad_pct))
+
+    def _raw_counts(self, messages: list[Message]) -> tuple[int, list[int]]:
+        """The unpadded total and each message's own tokens.
+
+        The hot path of a tool loop sees the same message objects again, at the same positions,
+        plus a few new ones (the stack's injected items are new objects each turn, the
+        conversation after them is not). So the last call's messages, contents and counts are
+        kept by position and compared by identity with C-level ``map`` passes; only positions
+        that differ are counted again (through a per-message cache keyed by identity, for lists
+        that shifted).
+        """
+        if not messages:
+            return 0, []
+        if not self.cache:
+            counts = [self.tokens.count_messages([m]) - self._priming for m in messages]
+            return sum(counts) + self._priming, counts
+        contents = list(map(dict.get, messages, repeat("content")))
+        with self._lock:
+            prev_messages, prev_contents, prev_counts = self._last
+            same = list(
+                map(
+                    and_,
+                    map(is_, messages, prev_messages),
+                    map(is_, contents, prev_contents),
+                )
+            )
+            counts = prev_counts[: len(same)]
+            for i in compress(range(len(same)), map(not_, same)):
+                counts[i] = self._message_tokens(messages[i], contents[i])
+            for i in range(len(same), len(messages)):
+                counts.append(self._message_tokens(messages[i], contents[i]))
+            self._last = (list(messages), contents, counts)
+        return sum(counts) + self._priming, counts
+
+    def _raw_after_prune(
+        self, given: list[Message], pruned: list[Message], counts: list[int], raw: int
+    ) -> int:
+        """The unpadded total of ``pruned``: ``raw`` minus each replaced message plus its
+        placeholder (placeholder counts cached by the original message's identity)."""
+        for i in compress(range(len(given)), map(is_not, pruned, given)):
+            original, replaced = given[i], pruned[i]
+            placeholder = replaced.get("content")
+            entry = self._placeholders.get(id(original))
+            if entry is not None and entry[0] is original and entry[1] == placeholder:
+                tokens = entry[2]
+            else:
+                tokens = self.tokens.count_messages([replaced]) - self._priming
+                self._placeholders[id(original)] = (original, placeholder, tokens)
+                if len(self._placeholders) > _CACHE_LIMIT:
+                    self._placeholders.popitem(last=False)
+            raw += tokens - counts[i]
+        return raw
+
+    def new_run(self) -> None:
+        """Starts a new run for callers that do not pass ``run_id``: the soft warning may fire
+        once more."""
+        self._default_run += 1
+
+    def _message_tokens(self, message: Message, content: Any) -> int:
+        key = id(message)
+        entries = self._counts
+        entry = entries.get(key)
+        if entry is not None and entry[0] is message and entry[1] is content:
+            return entry[2]
+        tokens = self.tokens.count_messages([message]) - self._priming
+        entries[key] = (message, content, tokens)
+        if len(entries) > _CACHE_LIMIT:
+            entries.popitem(last=False)
+        return tokens
+
+    def _warn_once(self, run_id: str | None, call_id: str, estimate: int) -> None:
+        key = run_id if run_id is not None else f"\x00default-{self._default_run}"
+        if key in self._warned:
+            return
+        self._warned[key] = None
+        if len(self._warned) > _WARNED_RUNS_KEPT:
+            self._warned.popitem(last=False)
+        logger.warning(
+            "context gate: call %s uses %d of %d input tokens (%.0f%%, soft warning at %.0f%%, "
+            "pruning at %.0f%%)",
+            call_id,
+            estimate,
+            self.max_input_tokens,
+            100 * estimate / self.max_input_tokens,
+            100 * self.soft_warn_at_pct,
+            100 * self.prune_at_pct,
+        )
+
+    # Checkpoints ------------------------------------------------------------------------------
+
+    def write_checkpoint(self, messages: Sequence[Message], call_id: str, estimated: int) -> Path:
+        """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in the seed's format."""
+        path = path_in(self.checkpoints_dir, call_id, ".json")
+        if self.checkpoint_redact_secrets:
+            redacted, policy = redact_messages(messages)
+        else:
+            redacted, policy = list(messages), []
+        record = {
+            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "call_id": call_id,
+            "model": self.model,
+            "estimated_tokens": estimated,
+            "max_input_tokens": self.max_input_tokens,
+            "redaction_policy": policy,
+            "redacted": bool(policy),
+            "messages": redacted,
+        }
+        write_private(path, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        return path
+
+
+# Redaction ------------------------------------------------------------------------------------
+
+POLICY_TOOL_CONTENT = "tool.content"
+POLICY_TOOL_ARGUMENTS = "assistant.tool_calls.function.arguments"
+
+# Secret-shaped strings. Each pattern keeps a harmless prefix (group "keep") where one helps a
+# reader see what was there ("Bearer ", "https://user:").
+_SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "private_key",
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+            re.DOTALL,
+        ),
+    ),
+    ("url_password", re.compile(r"(?P<keep>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(?=@)")),
+    ("bearer", re.compile(r"(?P<keep>\b[Bb]earer\s+)[A-Za-z0-9\-._~+/]{16,}=*")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("api_key", re.compile(r"\bsk-(?:ant-|proj-|svcacct-|or-v1-)?[A-Za-z0-9_-]{20,}")),
+    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
+    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("stripe_key", re.compile(r"\b[rs]k_(?:live|test)_[0-9A-Za-z]{16,}")),
+    (
+        "assigned_secret",
+        re.compile(
+            r"(?P<keep>\b(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
+            r"\s*[:=]\s*[\"']?)[^\s\"',;]{6,}",
+            re.IGNORECASE,
+        ),
+    ),
+]
+
+
+def redact_secrets(text: str) -> tuple[str, int]:
+    """``text`` with every secret-shaped string replaced by ``[redacted: <kind>]``, and how many
+    were replaced."""
+    total = 0
+    for kind, pattern in _SECRET_PATTERNS:
+
+        def replace(match: re.Match[str], kind: str = kind) -> str:
+            keep = match.groupdict().get("keep") or ""
+            return f"{keep}[redacted: {kind}]"
+
+        text, n = pattern.subn(replace, text)
+        total += n
+    return text, total
+
+
+def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
+    """Redacted copies of ``messages`` and the channels that were redacted.
+
+    Tool-role contents and assistant tool-call arguments become ``[redacted: N chars]``; the
+    prose of every other message is swept for secret-shaped strings. The inputs are not changed.
+    """
+    policy: dict[str, None] = {}
+    out: list[Message] = []
+    for message in messages:
+        role = message.get("role")
+        copy = dict(message)
+        if role == "tool":
+            if "content" in copy:
+                copy["content"] = f"[redacted: {_length(copy['content'])} chars]"
+                policy[POLICY_TOOL_CONTENT] = None
+        else:
+            content, n = _sweep(copy.get("content"))
+            if n:
+                copy["content"] = content
+                policy[f"{role}.content.secrets"] = None
+        calls = copy.get("tool_calls")
+        if isinstance(calls, list):
+            new_calls = []
+            for call in calls:
+                function = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(function, Mapping) and "arguments" in function:
+                    arguments = function["arguments"]
+                    call = {
+                        **call,
+                        "function": {
+                            **function,
+                            "arguments": f"[redacted: {_length(arguments)} chars]",
+                        },
+                    }
+                    policy[POLICY_TOOL_ARGUMENTS] = None
+                new_calls.append(call)
+            copy["tool_calls"] = new_calls
+        out.append(copy)
+    return out, list(policy)
+
+
+def _sweep(content: Any) -> tuple[Any, int]:
+    if isinstance(content, str):
+        return redact_secrets(content)
+    if isinstance(content, list):
+        total = 0
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                text, n = redact_secrets(part["text"])
+                if n:
+                    part = {**part, "text": text}
+                    total += n
+            parts.append(part)
+        return parts, total
+    return content, 0
+
+
+def _length(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if value is None:
+        return 0
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return len(repr(value))
+
+
+def _as_message_list(messages: Sequence[Message]) -> list[Message]:
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+        raise InvalidInputError(f"messages must be a list of dicts, got {type(messages).__name__}")
+    given = messages if isinstance(messages, list) else list(messages)
+    if not all(map(isinstance, given, repeat(dict))):
+        for index, message in enumerate(given):
+            if not isinstance(message, dict):
+                raise InvalidInputError(
+                    f"messages[{index}] must be a dict, got {type(message).__name__}"
+                )
+    return given
+
+
+def _priming_tokens(counter: TokenCounter) -> int:
+    """The tokens a counter adds once per conversation (3 under OpenAI's convention), measured
+    so per-message counts can be cached and summed: ``2 * n([m]) - n([m, m])``."""
+    sample = {"role": "user", "content": "x"}
+    return max(2 * counter.count_messages([sample]) - counter.count_messages([sample, sample]), 0)

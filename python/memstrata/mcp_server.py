@@ -1,0 +1,119 @@
+"""``memstrata mcp``: the stack's tools and prompt blocks over MCP (stdio), for any MCP client.
+
+Each tool call is its own run: MCP has no notion of an agent turn, so a call's writes are
+committed (and a mind's drafts flushed) when it returns, and the next call sees them. Each
+layer's prompt block (the working memory, a mind header, the shared-memory section) is a
+resource, ``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what
+is committed. Needs the ``mcp`` extra (``pip install 'memstrata[mcp]'``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from memstrata.exceptions import InvalidInputError
+from memstrata.stack import MemoryStack, Run
+
+RESOURCE_PREFIX = "memstrata://layer/"
+
+
+def build_server(open_run: Callable[[], Run]) -> Any:
+    """An MCP server over runs made by ``open_run`` (an unopened run of the stack)."""
+    try:
+        import anyio
+        from mcp import types
+        from mcp.server.lowlevel import Server
+    except ImportError:
+        raise InvalidInputError(
+            "the MCP server needs the mcp package: pip install 'memstrata[mcp]'"
+        ) from None
+
+    def specs() -> list[dict[str, Any]]:
+        with open_run() as run:
+            return run.tool_specs("mcp")
+
+    def call(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        with open_run() as run:
+            return run.call_tool(name, arguments or {})
+
+    def blocks() -> dict[str, str]:
+        with open_run() as run:
+            out = {}
+            for layer in run.stack.layers:
+                items = layer.recall(run.layer(layer.name), run.stack.budgets[layer.name])
+                out[layer.name] = "\n\n".join(str(i.get("content", "")) for i in items)
+            return out
+
+    async def on_list_tools(_ctx: Any, _params: Any) -> Any:
+        found = await anyio.to_thread.run_sync(specs)
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=spec["name"],
+                    description=spec["description"],
+                    input_schema=spec["inputSchema"],
+                )
+                for spec in found
+            ]
+        )
+
+    async def on_call_tool(_ctx: Any, params: Any) -> Any:
+        result = await anyio.to_thread.run_sync(call, params.name, params.arguments)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+            structured_content=result,
+            is_error=result.get("ok") is False,
+        )
+
+    async def on_list_resources(_ctx: Any, _params: Any) -> Any:
+        names = list(await anyio.to_thread.run_sync(blocks))
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    name=name,
+                    uri=f"{RESOURCE_PREFIX}{name}",
+                    description=f"The prompt block the {name} layer gives the model now.",
+                    mime_type="text/plain",
+                )
+                for name in names
+            ]
+        )
+
+    async def on_read_resource(_ctx: Any, params: Any) -> Any:
+        uri = str(params.uri)
+        found = await anyio.to_thread.run_sync(blocks)
+        name = uri.removeprefix(RESOURCE_PREFIX)
+        if not uri.startswith(RESOURCE_PREFIX) or name not in found:
+            raise InvalidInputError(f"unknown resource {uri!r}; resources: {sorted(found)}")
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=found[name])]
+        )
+
+    return Server(
+        "memstrata",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+        on_list_resources=on_list_resources,
+        on_read_resource=on_read_resource,
+    )
+
+
+def serve(stack: MemoryStack, *, thread_id: str, resource_id: str | None, agent: str) -> None:
+    """Serves the stack over stdio until the client disconnects."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(
+        lambda: stack.run(thread_id=thread_id, resource_id=resource_id, agent=agent)
+    )
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+__all__ = ["RESOURCE_PREFIX", "build_server", "serve"]

@@ -1,0 +1,80 @@
+"""Every prompt text memstrata ships, in one place (seed 003, Layer 5).
+
+Each constant here is something a model reads on every turn it is offered: guidelines injected
+with a layer's block, tool descriptions, notices. They are kept terse on purpose: every byte of
+template is a byte the conversation does not get. ``tests/test_prompts.py`` pins the size of
+each one, so a text that grows fails review instead of silently eating the budget; a new text
+must be added to that test to pass.
+
+Runtime content (the working-memory state, the team state, a repo map) is not template and does
+not live here.
+"""
+
+from __future__ import annotations
+
+# Working memory (layers/working_memory.py) ---------------------------------------------------
+
+WORKING_MEMORY_GUIDELINES_NOETIC = (
+    "This is your working memory: notes that persist across turns. Keep it current and "
+    "compact. To change it, call `working-memory/update` with only the fields that changed; "
+    "they are merged into what is there."
+)
+WORKING_MEMORY_GUIDELINES_VOLTAGENT = (
+    "This is your working memory: context that persists across turns. Call "
+    "`update_working_memory` when you learn something worth keeping (mode 'append' adds, "
+    "'replace' rewrites everything), `clear_working_memory` to start over."
+)
+WORKING_MEMORY_GUIDELINES_READ_ONLY = (
+    "This is your working memory (read-only): context that persists across turns."
+)
+# ``{what}`` is WORKING_MEMORY_UPDATE_WHAT_STRUCTURED or WORKING_MEMORY_UPDATE_WHAT_TEXT.
+WORKING_MEMORY_UPDATE_DESCRIPTION = "Update your working memory: pass {what}."
+WORKING_MEMORY_UPDATE_WHAT_STRUCTURED = "only the fields that changed; they are deep-merged"
+WORKING_MEMORY_UPDATE_WHAT_TEXT = "text to add"
+WORKING_MEMORY_GET_DESCRIPTION = "Retrieve the current working memory content."
+WORKING_MEMORY_SET_DESCRIPTION = (
+    "Update the working memory. mode 'append' (default) merges or adds; "
+    "'replace' overwrites everything."
+)
+WORKING_MEMORY_CLEAR_DESCRIPTION = "Clear the working memory content."
+
+# Shared memory (layers/shared_memory.py) -----------------------------------------------------
+
+MEMORY_TOOLS_SECTION = """## Memory Tools (progressive disclosure)
+- Shared agent memory holds results from prior steps and tasks, original inputs, and facts
+  published by other agents.
+- Memory contents are NOT auto-included in your prompt. If you need upstream context, discover
+  it on demand:
+  1. Call `memory_list` to see what's available (returns metadata only — keys, titles, kinds,
+     byte sizes).
+  2. Call `memory_read` with the specific keys you actually need; it returns full values.
+  3. Call `memory_write` to publish a value under `shared:<key>` so other agents can find it via
+     `memory_list`.
+- Pull only what you need — don't fetch every entry by reflex."""
+
+UPSTREAM_HEADER = "# Required upstream memory (call `memory_read` with these keys):"
+MEMORY_LIST_DESCRIPTION = (
+    "List shared memory entries (metadata only: keys, titles, kinds, byte sizes). "
+    "Newest 200 at most."
+)
+MEMORY_READ_DESCRIPTION = "Read full values of specific shared memory keys."
+MEMORY_WRITE_DESCRIPTION = (
+    "Publish a value under shared:<key> so other agents and steps can find it."
+)
+
+# Tool results (layers/tool_results.py) --------------------------------------------------------
+
+READ_TOOL_RESULT_DESCRIPTION = (
+    "Read the verbatim text of an earlier tool result that was replaced by a summary. "
+    "Pass its call_id; for a long result, page with offset (the next_offset returned)."
+)
+# What replaces an offloaded tool result in the conversation; the digest or summary follows.
+TOOL_RESULT_OFFLOADED = (
+    "[tool result offloaded: call_id={call_id}, {chars} chars, ~{tokens} tokens. "
+    'Full text: read_tool_result(call_id="{call_id}").]'
+)
+TOOL_RESULT_PRUNED = "[summarized: call_id={call_id}]"
+
+# Team state (layers/team_state.py) ------------------------------------------------------------
+
+TEAM_STATE_HEADER = "## Team State"

@@ -1,0 +1,64 @@
+"""The installed ``memstrata`` command, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+from memstrata import MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
+
+MEMSTRATA = shutil.which("memstrata", path=str(pathlib.Path(sys.executable).parent))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    assert MEMSTRATA is not None, "the memstrata entry point is not installed"
+    return subprocess.run([MEMSTRATA, *args], capture_output=True, text=True, timeout=120)
+
+
+def populate(path: pathlib.Path) -> None:
+    with SQLiteStore(path) as store:
+        stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=store)
+        with stack.run(thread_id="t1") as run:
+            run.call_tool("working-memory/update", {"user": {"name": "Priya"}})
+        shared = SharedMemory(store=store, namespace=("shared-memory", "wf"))
+        shared.set(key="task:research", kind="task_result", value={"risks": 2}, title="Risks")
+        store.put(("custom",), "k", "v")
+
+
+def test_inspect_prints_tables(tmp_path: pathlib.Path) -> None:
+    populate(tmp_path / "m.db")
+    result = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("3 item(s) in 3 namespace(s)")
+    assert "Working memories (1)" in out and "working-memory/thread/t1" in out
+    assert '{"user": {"name": "Priya"}}' in out
+    assert "Shared memory entries (1)" in out and "task:research" in out
+    assert "Other items (1)" in out
+
+
+def test_inspect_json_filters_by_namespace(tmp_path: pathlib.Path) -> None:
+    populate(tmp_path / "m.db")
+    result = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db", "--json", "shared-memory")
+    assert result.returncode == 0, result.stderr
+    items = json.loads(result.stdout)
+    assert [(i["namespace"], i["key"]) for i in items] == [
+        (["shared-memory", "wf"], "task:research")
+    ]
+    assert items[0]["value"]["title"] == "Risks"
+
+
+def test_bad_store_url_is_a_clear_error(tmp_path: pathlib.Path) -> None:
+    result = run_cli("inspect", "--store", "redis://nowhere")
+    assert result.returncode == 2
+    assert "unknown store URL scheme 'redis'" in result.stderr
+
+
+def test_demo_command_runs_the_demo(tmp_path: pathlib.Path) -> None:
+    result = run_cli("demo", "--db", str(tmp_path / "demo.db"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Process restarted" in result.stdout
+    assert "final working memory (v4)" in result.stdout

@@ -1,0 +1,334 @@
+"""ContextGate: the four states, padding, the model table, checkpoints and redaction, the stack."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstrata import MemoryStack, RecoverableContextError, estimate_messages
+from memstrata.exceptions import InvalidInputError
+from memstrata.layers.context_gate import ContextGate, redact_messages, redact_secrets
+from memstrata.model_windows import (
+    FALLBACK_MAX_INPUT_TOKENS,
+    max_input_tokens_for,
+    normalize_model_name,
+)
+from memstrata.stores import InMemoryStore
+
+# Made-up secrets shaped like real ones (none of these is a real credential).
+FAKE_OPENAI_KEY = "sk-proj-Zq3xT9vLmN2pR7sK4wY8bC1dF6gH0jQ5eA"
+FAKE_ANTHROPIC_KEY = "sk-ant-api03-Fk2Lm9Np3Qr7St1Uv5Wx8Yz0Ab4Cd6Ef"
+FAKE_AWS_KEY = "AKIAZ7QX3MPL4RT9WV2K"
+FAKE_GITHUB_TOKEN = "ghp_Q8wE3rT6yU1iO4pA7sD0fG2hJ5kL9zX3cV6b"
+FAKE_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTQyIn0.c2lnbmF0dXJlLW5vdC1yZWFs"
+FAKE_PRIVATE_KEY = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAmadeupmadeupmadeup\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+
+
+def tool_turn(i: int, size: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {
+                        "name": "http_get",
+                        "arguments": json.dumps({"url": f"https://x/{i}"}),
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i} " + "word " * size},
+    ]
+
+
+def conversation(turns: int, size: int) -> list[dict[str, Any]]:
+    messages = [
+        {"role": "system", "content": "You are a research agent."},
+        {"role": "user", "content": "Find the answer."},
+    ]
+    for i in range(turns):
+        messages.extend(tool_turn(i, size))
+    return messages
+
+
+def gate_for(
+    messages: list[dict[str, Any]], fraction: float, tmp_path: Path, **kw: Any
+) -> ContextGate:
+    """A gate whose window puts ``messages`` at ``fraction`` of it (padded)."""
+    probe = ContextGate(max_input_tokens=10**9)
+    padded = probe.estimate(messages)
+    return ContextGate(
+        max_input_tokens=max(int(padded / fraction), 1), checkpoints_dir=tmp_path / "ckpt", **kw
+    )
+
+
+def test_estimate_is_padded_and_matches_the_uncached_count(tmp_path: Path) -> None:
+    messages = conversation(5, 50)
+    gate = ContextGate(max_input_tokens=100_000, pad_pct=0.05)
+    raw = estimate_messages(messages)
+    assert gate.estimate(messages) == -(-raw * 105 // 100)
+    assert ContextGate(max_input_tokens=100_000, pad_pct=0.0).estimate(messages) == raw
+    # Cached and uncached agree, and a replaced content is counted again.
+    assert gate.estimate(messages) == ContextGate(max_input_tokens=100_000, cache=False).estimate(
+        messages
+    )
+    messages[-1]["content"] = "tiny"
+    assert ContextGate(max_input_tokens=100_000, pad_pct=0.0).estimate(
+        messages
+    ) == estimate_messages(messages)
+    before = gate.estimate(messages)
+    assert before == -(-estimate_messages(messages) * 105 // 100)
+
+
+def test_pass_below_soft_warn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    messages = conversation(4, 100)
+    gate = gate_for(messages, 0.5, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="memstrata"):
+        out = gate.check_and_compress(messages, "c1")
+    assert out is messages
+    assert gate.evaluate(messages, "c1").state == "pass"
+    assert caplog.records == []
+
+
+def test_soft_warn_logs_once_per_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    messages = conversation(4, 100)
+    gate = gate_for(messages, 0.75, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="memstrata"):
+        for i in range(20):
+            assert gate.check_and_compress(messages, f"iter-{i}", run_id="run-a") is messages
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1
+        assert "iter-0" in warnings[0].getMessage()
+        gate.check_and_compress(messages, "iter-0", run_id="run-b")
+        assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+        # Without run ids the gate is the run until new_run().
+        gate.check_and_compress(messages, "x")
+        gate.check_and_compress(messages, "y")
+        assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 3
+        gate.new_run()
+        gate.check_and_compress(messages, "z")
+        assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 4
+
+
+def test_prune_then_pass(tmp_path: Path) -> None:
+    messages = conversation(10, 200)
+    gate = gate_for(messages, 0.9, tmp_path, keep_recent=3)
+    decision = gate.evaluate(messages, "iter-3")
+    assert decision.state == "pruned"
+    assert decision.pruned == 7
+    assert decision.estimated_tokens < gate.max_input_tokens
+    tools = [m for m in decision.messages if m["role"] == "tool"]
+    assert [t["content"] for t in tools[:7]] == [
+        f"[summarized: call_id=call_{i}]" for i in range(7)
+    ]
+    assert tools[7:] == [m for m in messages if m["role"] == "tool"][7:]
+    assert messages[3]["content"].startswith("result 0")  # input untouched
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_refuse_writes_a_redacted_private_checkpoint(tmp_path: Path) -> None:
+    messages = conversation(3, 300)
+    messages.insert(
+        2, {"role": "user", "content": f"use key {FAKE_OPENAI_KEY} and Bearer {FAKE_JWT}"}
+    )
+    gate = gate_for(messages, 1.5, tmp_path, model="openrouter/anthropic/claude-haiku-4-5")
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress(messages, "iter-3")
+    exc = err.value
+    path = Path(exc.checkpoint_path)
+    assert path == tmp_path / "ckpt" / "iter-3.json"
+    assert exc.call_id == "iter-3" and exc.max_input_tokens == gate.max_input_tokens
+    assert exc.estimated_tokens >= gate.max_input_tokens
+    assert str(path) in str(exc)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    record = json.loads(path.read_text())
+    assert list(record) == [
+        "timestamp",
+        "call_id",
+        "model",
+        "estimated_tokens",
+        "max_input_tokens",
+        "redaction_policy",
+        "redacted",
+        "messages",
+    ]
+    assert record["call_id"] == "iter-3"
+    assert record["model"] == "openrouter/anthropic/claude-haiku-4-5"
+    assert record["estimated_tokens"] == exc.estimated_tokens
+    assert record["redacted"] is True
+    assert record["redaction_policy"] == [
+        "user.content.secrets",
+        "assistant.tool_calls.function.arguments",
+        "tool.content",
+    ]
+    text = path.read_text()
+    assert FAKE_OPENAI_KEY not in text and FAKE_JWT not in text
+    assert "word word" not in text
+    tool = [m for m in record["messages"] if m["role"] == "tool"]
+    # The checkpoint holds the pruned conversation: older results are placeholders already.
+    assert tool[-1]["content"] == f"[redacted: {len(messages[-1]['content'])} chars]"
+    call = record["messages"][3]["tool_calls"][0]
+    assert call["id"] == "call_0" and call["function"]["name"] == "http_get"
+    assert (
+        call["function"]["arguments"]
+        == f"[redacted: {len(json.dumps({'url': 'https://x/0'}))} chars]"
+    )
+
+
+def test_existing_checkpoint_file_is_repaired_to_0600(tmp_path: Path) -> None:
+    messages = conversation(3, 300)
+    gate = gate_for(messages, 2.0, tmp_path)
+    (tmp_path / "ckpt").mkdir()
+    existing = tmp_path / "ckpt" / "c1.json"
+    existing.write_text("old")
+    os.chmod(existing, 0o644)
+    with pytest.raises(RecoverableContextError):
+        gate.check_and_compress(messages, "c1")
+    assert stat.S_IMODE(os.stat(existing).st_mode) == 0o600
+    assert json.loads(existing.read_text())["call_id"] == "c1"
+
+
+def test_checkpoint_refuses_symlinks_and_unsafe_call_ids(tmp_path: Path) -> None:
+    messages = conversation(3, 300)
+    gate = gate_for(messages, 2.0, tmp_path)
+    with pytest.raises(InvalidInputError, match="separator"):
+        gate.check_and_compress(messages, "../../escape")
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep me")
+    (tmp_path / "ckpt" / "link.json").symlink_to(target)
+    with pytest.raises(InvalidInputError, match="cannot write"):
+        gate.check_and_compress(messages, "link")
+    assert target.read_text() == "keep me"
+
+
+def test_no_redaction_when_turned_off(tmp_path: Path) -> None:
+    messages = conversation(2, 300)
+    gate = gate_for(messages, 2.0, tmp_path, checkpoint_redact_secrets=False)
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress(messages, "c1")
+    record = json.loads(Path(err.value.checkpoint_path).read_text())
+    assert record["redacted"] is False and record["redaction_policy"] == []
+    assert record["messages"][-1]["content"] == messages[-1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "kind"),
+    [
+        (f"key={FAKE_OPENAI_KEY}", FAKE_OPENAI_KEY, None),
+        (f"my key is {FAKE_ANTHROPIC_KEY} ok", FAKE_ANTHROPIC_KEY, "api_key"),
+        (f"aws {FAKE_AWS_KEY}", FAKE_AWS_KEY, "aws_access_key"),
+        (f"token {FAKE_GITHUB_TOKEN}", FAKE_GITHUB_TOKEN, "github_token"),
+        (f"Authorization: Bearer {FAKE_JWT}", FAKE_JWT, None),
+        (f"here:\n{FAKE_PRIVATE_KEY}\nbye", "MIIEowIBAAKCAQEAmadeup", "private_key"),
+        ("db at postgres://app:Hunter2xyz@db.internal:5432/x", "Hunter2xyz", "url_password"),
+        ('config: password = "correct-horse-9"', "correct-horse-9", "assigned_secret"),
+    ],
+)
+def test_secret_sweep(text: str, secret: str, kind: str | None) -> None:
+    out, n = redact_secrets(text)
+    assert secret not in out
+    assert n >= 1
+    if kind:
+        assert f"[redacted: {kind}]" in out
+    assert "postgres://app:[redacted" in out or "postgres" not in text
+
+
+def test_secret_sweep_leaves_ordinary_prose_alone() -> None:
+    prose = "The skeleton key opened the door; tokens of appreciation; bearer of news. sk-short"
+    assert redact_secrets(prose) == (prose, 0)
+
+
+def test_redact_messages_covers_text_parts_and_does_not_mutate() -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": f"key {FAKE_OPENAI_KEY}"}]},
+        {"role": "assistant", "content": f"I will use {FAKE_GITHUB_TOKEN}"},
+        {"role": "system", "content": "plain"},
+    ]
+    out, policy = redact_messages(messages)
+    assert FAKE_OPENAI_KEY not in json.dumps(out) and FAKE_GITHUB_TOKEN not in json.dumps(out)
+    assert policy == ["user.content.secrets", "assistant.content.secrets"]
+    assert messages[0]["content"][0]["text"].endswith(FAKE_OPENAI_KEY)
+    assert out[2] == messages[2]
+
+
+def test_model_table_and_fallback() -> None:
+    assert max_input_tokens_for("gpt-4o-mini-2024-07-18") == 128_000
+    assert max_input_tokens_for("gpt-4") == 8_192
+    assert max_input_tokens_for("gpt-4.1-mini") == 1_047_576
+    assert max_input_tokens_for("openrouter/anthropic/claude-haiku-4-5") == 200_000
+    assert max_input_tokens_for("us.anthropic.claude-3-5-sonnet-20241022-v2:0") == 200_000
+    assert max_input_tokens_for("gemini-1.5-pro-002") == 2_097_152
+    assert max_input_tokens_for("meta-llama/Llama-3.1-8B-Instruct") == 131_072
+    assert max_input_tokens_for("llama-3-8b") == 8_192
+    assert max_input_tokens_for("mistral-large-latest") == 131_072
+    assert max_input_tokens_for("Qwen/Qwen2.5-7B-Instruct") == 32_768
+    assert max_input_tokens_for("my-finetune") == FALLBACK_MAX_INPUT_TOKENS == 8192
+    assert max_input_tokens_for(None) == 8192
+    assert normalize_model_name("openrouter/anthropic/Claude-Haiku-4-5") == "claude-haiku-4-5"
+    assert ContextGate(model="gpt-4o").max_input_tokens == 128_000
+    assert ContextGate(model="unknown").max_input_tokens == 8192
+    assert ContextGate(model="gpt-4o", max_input_tokens=5000).max_input_tokens == 5000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_input_tokens": 0}, "max_input_tokens"),
+        ({"soft_warn_at_pct": 1.5}, "soft_warn_at_pct"),
+        ({"soft_warn_at_pct": 0.9, "prune_at_pct": 0.8}, "must not exceed"),
+        ({"pad_pct": -0.1}, "pad_pct"),
+        ({"keep_recent": -1}, "keep_recent"),
+    ],
+)
+def test_bad_options_are_named(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        ContextGate(**kwargs)
+
+
+def test_bad_messages_are_named(tmp_path: Path) -> None:
+    gate = ContextGate(max_input_tokens=1000)
+    with pytest.raises(InvalidInputError, match="list of dicts"):
+        gate.check_and_compress("hello", "c1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"messages\[1\] must be a dict"):
+        gate.check_and_compress([{"role": "user", "content": "x"}, "oops"], "c1")  # type: ignore[list-item]
+
+
+def test_disabled_gate_passes_everything(tmp_path: Path) -> None:
+    messages = conversation(3, 300)
+    gate = gate_for(messages, 5.0, tmp_path, enabled=False)
+    assert gate.check_and_compress(messages, "c1") is messages
+
+
+def test_gate_in_the_stack_checks_every_prepare(tmp_path: Path, caplog) -> None:
+    base = conversation(10, 200)
+    probe = ContextGate(max_input_tokens=10**9).estimate(base)
+    gate = ContextGate(max_input_tokens=int(probe / 0.9), checkpoints_dir=tmp_path / "ckpt")
+    stack = MemoryStack([], store=InMemoryStore(), gate=gate)
+    with stack.run(thread_id="t") as run:
+        out = run.prepare(base)
+        assert sum(m["content"].startswith("[summarized") for m in out if m["role"] == "tool") == 7
+        grown = base + tool_turn(99, 20_000)
+        with pytest.raises(RecoverableContextError) as err:
+            run.prepare(grown)
+        path = Path(err.value.checkpoint_path)
+        assert path.name == f"{run.run_id}-call-2.json"
+        with pytest.raises(RecoverableContextError) as err:
+            run.prepare(grown, call_id="iter-7")
+        assert Path(err.value.checkpoint_path).name == "iter-7.json"
+        # The run is still usable with a smaller prompt.
+        assert run.prepare(base[:2]) == base[:2]
+    with pytest.raises(InvalidInputError, match="check_and_compress"):
+        MemoryStack([], store=InMemoryStore(), gate=object())  # type: ignore[arg-type]

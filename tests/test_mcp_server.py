@@ -1,0 +1,60 @@
+"""``memstrata mcp`` driven by the official SDK's stdio client, which spawns the server."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import sys
+from typing import Any
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+MEMSTRATA = shutil.which("memstrata", path=str(pathlib.Path(sys.executable).parent))
+
+
+def session_run(db: pathlib.Path, steps: Any) -> Any:
+    """Spawns the server on ``db``, runs ``steps(session)`` and returns what it returns."""
+    assert MEMSTRATA is not None
+    params = StdioServerParameters(
+        command=MEMSTRATA,
+        args=["mcp", "--store", f"sqlite:///{db}", "--agent", "tester", "--thread", "t1"],
+    )
+
+    async def main() -> Any:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await steps(session)
+
+    return anyio.run(main)
+
+
+def test_tools_resources_and_persistence(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "mcp.db"
+
+    async def first(session: ClientSession) -> dict[str, Any]:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert {"working-memory/update", "memory_list", "memory_read", "memory_write"} <= set(tools)
+        assert tools["memory_read"].input_schema["required"] == ["keys"]
+        updated = await session.call_tool("working-memory/update", {"goal": "ship v2"})
+        assert not updated.is_error
+        assert json.loads(updated.content[0].text) == {"ok": True, "version": 1}
+        bad = await session.call_tool("memory_read", {"keys": "not-a-list"})
+        assert bad.is_error and "$.keys: expected array" in bad.content[0].text
+        resources = {str(r.uri) for r in (await session.list_resources()).resources}
+        assert "memstrata://layer/working-memory" in resources
+        block = await session.read_resource("memstrata://layer/working-memory")
+        return {"text": block.contents[0].text}
+
+    out = session_run(db, first)
+    assert '"goal": "ship v2"' in out["text"] and out["text"].startswith("<working_memory>")
+
+    async def second(session: ClientSession) -> str:
+        # A new server process on the same file: the memory is still there.
+        block = await session.read_resource("memstrata://layer/working-memory")
+        text: str = block.contents[0].text
+        return text
+
+    assert '"goal": "ship v2"' in session_run(db, second)

@@ -1,0 +1,91 @@
+"""Layer 5: every prompt text memstrata ships lives in memstrata.prompts, and its size is pinned.
+
+A text that grows fails here: shrinking it is welcome, growing it is a decision to make in review
+(update the pin in the same change, saying why).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memstrata import MemoryStack, SharedMemory, ToolResults, WorkingMemory, prompts
+from memstrata.stores import InMemoryStore
+
+# UTF-8 bytes of each text.
+PINNED_SIZES = {
+    "WORKING_MEMORY_GUIDELINES_NOETIC": 204,
+    "WORKING_MEMORY_GUIDELINES_VOLTAGENT": 223,
+    "WORKING_MEMORY_GUIDELINES_READ_ONLY": 76,
+    "WORKING_MEMORY_UPDATE_DESCRIPTION": 40,
+    "WORKING_MEMORY_UPDATE_WHAT_STRUCTURED": 50,
+    "WORKING_MEMORY_UPDATE_WHAT_TEXT": 11,
+    "WORKING_MEMORY_GET_DESCRIPTION": 44,
+    "WORKING_MEMORY_SET_DESCRIPTION": 99,
+    "WORKING_MEMORY_CLEAR_DESCRIPTION": 33,
+    "MEMORY_TOOLS_SECTION": 657,
+    "UPSTREAM_HEADER": 64,
+    "MEMORY_LIST_DESCRIPTION": 96,
+    "MEMORY_READ_DESCRIPTION": 48,
+    "MEMORY_WRITE_DESCRIPTION": 73,
+    "READ_TOOL_RESULT_DESCRIPTION": 162,
+    "TOOL_RESULT_OFFLOADED": 126,
+    "TOOL_RESULT_PRUNED": 31,
+    "TEAM_STATE_HEADER": 13,
+}
+
+
+def shipped_texts() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in vars(prompts).items()
+        if name.isupper() and isinstance(value, str)
+    }
+
+
+def test_every_text_is_pinned() -> None:
+    assert sorted(shipped_texts()) == sorted(PINNED_SIZES), (
+        "a prompt text was added or removed: pin its size in PINNED_SIZES"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_SIZES))
+def test_size_is_pinned(name: str) -> None:
+    size = len(shipped_texts()[name].encode())
+    assert size <= PINNED_SIZES[name], f"{name} grew from {PINNED_SIZES[name]} to {size} bytes"
+    assert size == PINNED_SIZES[name], f"{name} shrank to {size} bytes: lower its pin"
+
+
+def test_layers_use_the_shared_texts(tmp_path) -> None:
+    stack = MemoryStack(
+        [WorkingMemory(), ToolResults(tool_calls_dir=tmp_path)], store=InMemoryStore()
+    )
+    with stack.run(thread_id="t") as run:
+        run.call_tool("working-memory/update", {"content": "likes tea"})
+        block = run.prepare([])[0]["content"]
+        assert block.endswith(prompts.WORKING_MEMORY_GUIDELINES_NOETIC)
+        specs = {s["name"]: s["description"] for s in run.tool_specs("mcp")}
+    assert specs["read_tool_result"] == prompts.READ_TOOL_RESULT_DESCRIPTION
+    assert specs["working-memory/update"] == prompts.WORKING_MEMORY_UPDATE_DESCRIPTION.format(
+        what=prompts.WORKING_MEMORY_UPDATE_WHAT_TEXT
+    )
+    stack = MemoryStack([WorkingMemory(tools="voltagent")], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        specs = {s["name"]: s["description"] for s in run.tool_specs("mcp")}
+    assert specs == {
+        "get_working_memory": prompts.WORKING_MEMORY_GET_DESCRIPTION,
+        "update_working_memory": prompts.WORKING_MEMORY_SET_DESCRIPTION,
+        "clear_working_memory": prompts.WORKING_MEMORY_CLEAR_DESCRIPTION,
+    }
+
+
+def test_shared_memory_uses_the_shared_texts() -> None:
+    stack = MemoryStack([SharedMemory()], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        block = run.prepare([])[0]["content"]
+        specs = {s["name"]: s["description"] for s in run.tool_specs("mcp")}
+    assert block.startswith(prompts.MEMORY_TOOLS_SECTION)
+    assert specs == {
+        "memory_list": prompts.MEMORY_LIST_DESCRIPTION,
+        "memory_read": prompts.MEMORY_READ_DESCRIPTION,
+        "memory_write": prompts.MEMORY_WRITE_DESCRIPTION,
+    }

@@ -1,0 +1,289 @@
+"""repo_map: Python via ast, Rust and TypeScript via the scanner, excludes, binaries, budget."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memstrata import estimate_tokens, repo_map
+from memstrata.exceptions import InvalidInputError
+from memstrata.repo_map import tree_sitter_available
+
+PARSERS = ["scanner", "tree-sitter"]
+
+
+@pytest.fixture(params=PARSERS)
+def parser(request: pytest.FixtureRequest) -> str:
+    if request.param == "tree-sitter" and not tree_sitter_available():
+        pytest.fail("the test extra installs the tree-sitter grammars; they are missing")
+    return str(request.param)
+
+
+PY = '''\
+"""Billing: invoices and payments.
+
+More detail that the digest leaves out.
+"""
+import os
+from decimal import Decimal
+
+RATE = 3
+
+
+def total(items: list[Decimal], *, tax: Decimal = Decimal("0.2")) -> Decimal:
+    """Sums the items with tax."""
+    secret_body_marker = 1
+    return sum(items) * (1 + tax)
+
+
+async def fetch(url: str) -> bytes:
+    return b""
+
+
+class Invoice(Base, metaclass=Meta):
+    """An invoice sent to a customer."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    @property
+    def label(self) -> str:
+        """Human label."""
+        return f"#{self.number}"
+
+    async def send(self, to: str, *args, **kwargs):
+        pass
+'''
+
+RS = r"""//! Geometry kernels.
+use std::fmt;
+
+/// A point in the plane.
+#[derive(Debug)]
+pub struct Point {
+    x: f64, // "not a brace {"
+}
+
+impl Point {
+    /// Builds a point.
+    pub fn new(x: f64) -> Self {
+        let s = "}}}";
+        let c = '}';
+        Point { x }
+    }
+
+    fn private<'a>(&'a self,
+                   other: &'a str) -> &'a str {
+        other
+    }
+}
+
+pub trait Area {
+    fn area(&self) -> f64;
+}
+
+/* block comment with fn fake() { */
+pub(crate) fn helper(n: usize) -> usize { n + 1 }
+"""
+
+TS = """/**
+ * HTTP client helpers.
+ */
+import { Agent } from "undici";
+
+/** Fetches JSON. */
+export async function getJson<T>(url: string, opts?: { timeout: number }): Promise<T> {
+  const s = "}";
+  return {} as T;
+}
+
+export interface Options {
+  retries: number;
+  backoff(attempt: number): number;
+}
+
+export class Client {
+  private base: string;
+  constructor(base: string) { this.base = base; }
+  /** Issues a GET. */
+  async get(path: string): Promise<Response> {
+    if (path) { return fetch(this.base + path); }
+    return fetch(this.base);
+  }
+}
+
+export const retry = async (fn: () => Promise<void>, n: number): Promise<void> => {
+  for (let i = 0; i < n; i++) { await fn(); }
+};
+"""
+
+
+def make_repo(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "billing.py").write_text(PY)
+    (root / "src").mkdir()
+    (root / "src" / "geo.rs").write_text(RS)
+    (root / "web").mkdir()
+    (root / "web" / "client.ts").write_text(TS)
+    (root / "README.md").write_text("# readme\n")
+    (root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (root / ".gitignore").write_text("*.log\n/build_out/\nsecret*\n!secret_ok.txt\n")
+    (root / "debug.log").write_text("ignored\n")
+    (root / "build_out").mkdir()
+    (root / "build_out" / "gen.py").write_text("def generated(): pass\n")
+    (root / "secret_keys.txt").write_text("ignored\n")
+    (root / "secret_ok.txt").write_text("kept by negation\n")
+    (root / "node_modules" / "dep").mkdir(parents=True)
+    (root / "node_modules" / "dep" / "index.js").write_text("function dep() {}\n")
+    (root / "web" / ".gitignore").write_text("gen/\n")
+    (root / "web" / "gen").mkdir()
+    (root / "web" / "gen" / "api.ts").write_text("export function gen() {}\n")
+    return root
+
+
+def test_python_digest_has_signatures_and_docstrings_not_bodies(tmp_path: Path) -> None:
+    out = repo_map(make_repo(tmp_path), max_tokens=10_000)
+    assert "## pkg/billing.py" in out
+    assert '"""Billing: invoices and payments."""' in out
+    assert "More detail" not in out
+    assert "imports: os, decimal: Decimal" in out
+    assert (
+        "def total(items: list[Decimal], *, tax: Decimal=Decimal('0.2')) -> Decimal"
+        "  # Sums the items with tax." in out
+    )
+    assert "async def fetch(url: str) -> bytes" in out
+    assert "class Invoice(Base, metaclass=Meta)  # An invoice sent to a customer." in out
+    assert "    def __init__(self, number: int) -> None" in out
+    assert "    def label(self) -> str" in out
+    assert "    async def send(self, to: str, *args, **kwargs)" in out
+    assert "secret_body_marker" not in out
+
+
+def test_rust_digest(tmp_path: Path, parser: str) -> None:
+    out = repo_map(make_repo(tmp_path), max_tokens=10_000, parser=parser)  # type: ignore[arg-type]
+    section = out[out.index("## src/geo.rs") :].split("\n## ")[0]
+    assert '"""Geometry kernels."""' in section
+    assert "imports: std::fmt" in section
+    assert "pub struct Point  // A point in the plane." in section
+    assert "impl Point" in section
+    assert "    pub fn new(x: f64) -> Self  // Builds a point." in section
+    assert "    fn private<'a>(&'a self, other: &'a str) -> &'a str" in section
+    assert "pub trait Area" in section and "    fn area(&self) -> f64" in section
+    assert "pub(crate) fn helper(n: usize) -> usize" in section
+    assert "fake" not in section
+
+
+def test_typescript_digest(tmp_path: Path, parser: str) -> None:
+    out = repo_map(make_repo(tmp_path), max_tokens=10_000, parser=parser)  # type: ignore[arg-type]
+    section = out[out.index("## web/client.ts") :].split("\n## ")[0]
+    assert '"""HTTP client helpers."""' in section
+    assert "imports: undici" in section
+    assert (
+        "export async function getJson<T>(url: string, opts?: { timeout: number }): Promise<T>"
+        "  // Fetches JSON." in section
+    )
+    assert "export interface Options" in section
+    assert "    backoff(attempt: number): number" in section
+    assert "export class Client" in section
+    assert "    constructor(base: string)" in section
+    assert "    async get(path: string): Promise<Response>  // Issues a GET." in section
+    assert (
+        "export const retry = async (fn: () => Promise<void>, n: number): Promise<void>" in section
+    )
+    assert "if (path)" not in section
+
+
+def test_excludes_binaries_and_fallback_listing(tmp_path: Path) -> None:
+    out = repo_map(make_repo(tmp_path), max_tokens=10_000)
+    assert "## README.md" in out
+    assert "## secret_ok.txt" in out
+    for absent in ("logo.png", "debug.log", "build_out", "secret_keys", "node_modules", "gen/api"):
+        assert absent not in out, absent
+    extra = repo_map(tmp_path, max_tokens=10_000, exclude=["*.md", "web/"])
+    assert "README.md" not in extra and "client.ts" not in extra and "billing.py" in extra
+
+
+def test_trims_to_the_budget(tmp_path: Path) -> None:
+    for i in range(60):
+        (tmp_path / f"mod_{i:02}.py").write_text(PY)
+    full = repo_map(tmp_path, max_tokens=1_000_000)
+    assert estimate_tokens(full) > 5000
+    for budget in (300, 1000, 3000):
+        out = repo_map(tmp_path, max_tokens=budget)
+        assert estimate_tokens(out) <= budget
+        assert out.startswith("## mod_00.py")
+    small = repo_map(tmp_path, max_tokens=300)
+    assert "more files not shown (token budget 300)" in small
+    mid = repo_map(tmp_path, max_tokens=3000)
+    assert all(f"## mod_{i:02}.py" in mid for i in range(60))
+    assert "def total(" in mid  # the first files in full
+
+
+def test_unparsable_python_is_listed_with_the_error(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
+    out = repo_map(tmp_path)
+    assert "## broken.py  (does not parse: SyntaxError at line 1)" in out
+
+
+def test_symlinks_are_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "leak.py").write_text("def leaked(): pass\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("def a(): pass\n")
+    (repo / "link").symlink_to(outside)
+    out = repo_map(repo)
+    assert "def a()" in out and "leaked" not in out
+
+
+def test_both_parsers_agree_on_this_repository() -> None:
+    root = Path(__file__).resolve().parent.parent
+    assert repo_map(root / "rust", max_tokens=100_000, parser="scanner") == repo_map(
+        root / "rust", max_tokens=100_000, parser="tree-sitter"
+    )
+
+
+def test_tree_sitter_reads_what_the_scanner_cannot(tmp_path: Path) -> None:
+    (tmp_path / "a.ts").write_text(
+        "export function shape(): { w: number; h: number } {\n  return { w: 1, h: 2 };\n}\n"
+    )
+    ts = repo_map(tmp_path, parser="tree-sitter")
+    assert "export function shape(): { w: number; h: number }" in ts
+    # The scanner's documented limit: the object return type ends the signature early.
+    assert "export function shape():\n" in repo_map(tmp_path, parser="scanner") + "\n"
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="parser must be"):
+        repo_map(tmp_path, parser="regex")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        repo_map(tmp_path / "missing")
+    with pytest.raises(InvalidInputError, match="max_tokens"):
+        repo_map(tmp_path, max_tokens=0)
+
+
+def test_single_file(tmp_path: Path) -> None:
+    f = tmp_path / "one.py"
+    f.write_text(
+        textwrap.dedent('''\
+        def solo(x: int) -> int:
+            """Only one."""
+            return x
+    ''')
+    )
+    assert repo_map(f) == "## one.py\n  def solo(x: int) -> int  # Only one."
+
+
+def test_this_repository_maps_within_budget() -> None:
+    root = Path(__file__).resolve().parent.parent
+    out = repo_map(root / "python", max_tokens=4000)
+    assert estimate_tokens(out) <= 4000
+    # Every module is at least named before any one is detailed.
+    for module in (root / "python" / "memstrata").rglob("*.py"):
+        assert f"## {module.relative_to(root / 'python').as_posix()}" in out
+    assert "MemoryStack" in out
+    full = repo_map(root / "python", max_tokens=100_000)
+    assert "class MemoryStack" in full and "    def prepare(self, messages" in full

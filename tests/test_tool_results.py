@@ -1,0 +1,263 @@
+"""ToolResults: offloading, the digest, paging, call_id safety, dedup, the layer in a stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from memstrata import (
+    EstimatingCounter,
+    ExactCounter,
+    MemoryStack,
+    estimate_tokens,
+    prune_sliding_window,
+)
+from memstrata.exceptions import InvalidInputError
+from memstrata.layers.tool_results import (
+    ToolResults,
+    digest,
+    prune_messages_sliding_window,
+)
+from memstrata.stores import InMemoryStore
+
+
+def big_log(lines: int = 3000) -> str:
+    return "\n".join(
+        f"2026-11-22T02:{i % 60:02d} INFO request {i} served in {i % 97} ms" for i in range(lines)
+    )
+
+
+def test_small_results_stay_in_the_conversation(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    assert layer.offload("call_1", "short answer") == "short answer"
+    assert layer.offload("call_2", {"a": 1}) == '{"a":1}'
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_large_result_is_stored_verbatim_and_replaced_by_pointer_and_digest(tmp_path: Path) -> None:
+    text = big_log()
+    assert estimate_tokens(text) > 2000
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    shown = layer.offload("call_abc", text)
+    assert (tmp_path / "call_abc.txt").read_text() == text
+    assert "call_id=call_abc" in shown
+    assert 'read_tool_result(call_id="call_abc")' in shown
+    assert f"{len(text):,} chars" in shown and "3,000 lines" in shown
+    assert "request 0 served" in shown  # head
+    assert "request 2999 served" in shown  # tail
+    assert estimate_tokens(shown) <= 300 + 60
+    assert stat.S_IMODE(os.stat(tmp_path / "call_abc.txt").st_mode) == 0o600
+
+
+def test_threshold_is_configurable(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path, threshold_tokens=5)
+    assert layer.offload("c1", "one two three four five six seven eight nine ten").startswith(
+        "[tool result offloaded"
+    )
+    with pytest.raises(InvalidInputError, match="threshold_tokens"):
+        ToolResults(threshold_tokens=0)
+
+
+def test_json_digest_shows_top_level_shape() -> None:
+    obj = {"items": [{"id": i, "name": "x" * 50} for i in range(500)], "total": 500, "ok": True}
+    out = digest(json.dumps(obj, indent=2), max_tokens=200)
+    assert "object with 3 keys" in out
+    assert "items: array(500)" in out and "total: number" in out and "ok: bool" in out
+    arr = digest(json.dumps(obj["items"]), max_tokens=200)
+    assert "array of 500 items; first item: object {id, name}" in arr
+
+
+def test_digest_stays_within_budget_even_for_one_giant_line() -> None:
+    out = digest("x" * 200_000, max_tokens=50)
+    assert estimate_tokens(out) <= 50
+    assert "200,000 chars, 1 lines" in out
+
+
+def test_summarizer_is_used_and_a_failing_one_falls_back(tmp_path: Path, caplog) -> None:
+    seen: list[int] = []
+
+    def summarizer(text: str) -> str:
+        seen.append(len(text))
+        return "A web server log: 3000 requests, all served."
+
+    layer = ToolResults(tool_calls_dir=tmp_path, summarizer=summarizer)
+    shown = layer.offload("c1", big_log())
+    assert shown.endswith("A web server log: 3000 requests, all served.")
+    assert seen == [len(big_log())]
+
+    def broken(text: str) -> str:
+        raise RuntimeError("model down")
+
+    layer = ToolResults(tool_calls_dir=tmp_path, summarizer=broken)
+    shown = layer.offload("c2", big_log())
+    assert "3,000 lines" in shown
+    assert "model down" in caplog.text
+
+
+def test_read_tool_result_pages_through_the_whole_text(tmp_path: Path) -> None:
+    text = big_log(5000)
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    layer.offload("call_big", text)
+    parts, offset, pages = [], 0, 0
+    while offset is not None:
+        page = layer.read_tool_result("call_big", offset=offset, max_tokens=3000)
+        assert estimate_tokens(page["content"]) <= 3000
+        assert page["total_chars"] == len(text)
+        parts.append(page["content"])
+        offset = page["next_offset"]
+        pages += 1
+    assert "".join(parts) == text
+    assert pages > 3
+    # Pages end at line breaks when one is near.
+    assert parts[0].endswith("\n")
+
+
+def test_read_tool_result_handles_non_ascii_exactly(tmp_path: Path) -> None:
+    text = "第一行 données ✓\n" * 4000
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    layer.offload("c_utf8", text)
+    page = layer.read_tool_result("c_utf8", max_tokens=32_000)
+    first = layer.read_tool_result("c_utf8", max_tokens=100)
+    assert text.startswith(first["content"])
+    rest = layer.read_tool_result("c_utf8", offset=first["next_offset"], max_tokens=32_000)
+    assert first["content"] + rest["content"] == text or page["content"] == text
+
+
+@pytest.mark.parametrize(
+    ("call_id", "reason"),
+    [
+        ("../etc/passwd", "separator"),
+        ("..", "'..'"),
+        ("a..b", "'..'"),
+        ("a/b", "separator"),
+        ("a\\b", "separator"),
+        ("call\x00id", "NUL"),
+        ("", "empty"),
+        (".hidden", "start"),
+        ("x" * 129, "limit is 128"),
+        ("call id", "characters outside"),
+        ("c%2e%2e", "characters outside"),
+    ],
+)
+def test_call_ids_that_could_escape_are_refused(tmp_path: Path, call_id: str, reason: str) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls", threshold_tokens=1)
+    with pytest.raises(InvalidInputError, match="call_id") as err:
+        layer.offload(call_id, "some words that are over the threshold")
+    assert reason in str(err.value)
+    with pytest.raises(InvalidInputError):
+        layer.read_tool_result(call_id)
+    assert not (tmp_path / "calls").exists() or list((tmp_path / "calls").iterdir()) == []
+
+
+def test_call_id_must_be_a_string(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path, threshold_tokens=1)
+    with pytest.raises(InvalidInputError, match="must be a string, got int"):
+        layer.offload(42, "over the threshold for sure")  # type: ignore[arg-type]
+
+
+def test_identical_payloads_are_stored_once(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    text = big_log()
+    layer.offload("first", text)
+    layer.offload("second", text)
+    a, b = os.stat(tmp_path / "first.txt"), os.stat(tmp_path / "second.txt")
+    assert (a.st_ino, a.st_dev) == (b.st_ino, b.st_dev)
+    assert len(list((tmp_path / "by-hash").iterdir())) == 1
+    assert layer.read_tool_result("second", max_tokens=32_000)["content"].startswith(text[:1000])
+    # A different payload is a different file.
+    layer.offload("third", text + "\nextra")
+    assert os.stat(tmp_path / "third.txt").st_ino != a.st_ino
+
+
+def test_same_call_id_same_text_is_idempotent_different_text_refused(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    text = big_log()
+    layer.offload("c1", text)
+    layer.offload("c1", text)
+    with pytest.raises(InvalidInputError, match="already stored with different content"):
+        layer.offload("c1", text + "!")
+    assert (tmp_path / "c1.txt").read_text() == text
+
+
+def test_bad_content_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    with pytest.raises(InvalidInputError, match="bytes"):
+        layer.offload("c1", b"raw")
+    with pytest.raises(InvalidInputError, match="JSON data"):
+        layer.offload("c1", {"a": object()})
+
+
+def test_disabled_layer_passes_everything_through(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path, enabled=False)
+    text = big_log()
+    assert layer.offload("c1", text) == text
+    assert list(tmp_path.iterdir()) == []
+    assert layer.tools(layer) == []
+
+
+def test_the_tool_in_a_stack_never_raises(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    stack = MemoryStack([layer], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        handle = run.layer("tool-results")
+        handle.offload("call_9", big_log())
+        names = [spec["function"]["name"] for spec in run.tool_specs("openai")]
+        assert names == ["read_tool_result"]
+        ok = run.call_tool("read_tool_result", {"call_id": "call_9", "max_tokens": 500})
+        assert ok["call_id"] == "call_9" and ok["next_offset"] > 0
+        nxt = run.call_tool(
+            "read_tool_result", json.dumps({"call_id": "call_9", "offset": ok["next_offset"]})
+        )
+        assert nxt["offset"] == ok["next_offset"]
+        bad = run.call_tool("read_tool_result", {"call_id": "../../secret"})
+        assert bad["ok"] is False and bad["error"]["code"] == "invalid_arguments"
+        assert "separator" in bad["error"]["message"]
+        missing = run.call_tool("read_tool_result", {"call_id": "nope"})
+        assert missing["error"]["code"] == "not_found"
+        past = run.call_tool("read_tool_result", {"call_id": "call_9", "offset": 10**9})
+        assert (
+            past["error"]["code"] == "invalid_arguments"
+            and "past the end" in past["error"]["message"]
+        )
+        huge = run.call_tool("read_tool_result", {"call_id": "call_9", "max_tokens": 10**9})
+        assert huge["ok"] is False
+
+
+def test_offload_message_rewrites_only_large_tool_messages(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    small = {"role": "tool", "tool_call_id": "a", "content": "ok"}
+    user = {"role": "user", "content": big_log()}
+    large = {"role": "tool", "tool_call_id": "b", "content": big_log()}
+    assert layer.offload_message(small) is small
+    assert layer.offload_message(user) is user
+    out = layer.offload_message(large)
+    assert out is not large and out["tool_call_id"] == "b"
+    assert out["content"].startswith("[tool result offloaded: call_id=b")
+    assert large["content"] == big_log()
+
+
+def test_prune_messages_sliding_window_is_the_kernel() -> None:
+    messages = [{"role": "system", "content": "s"}]
+    for i in range(6):
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"r{i}"})
+    pruned, count = prune_messages_sliding_window(messages, keep_recent=3)
+    assert count == 3
+    assert [m["content"] for m in pruned[1:4]] == [f"[summarized: call_id=c{i}]" for i in range(3)]
+    assert pruned[4:] == messages[4:]
+    assert (pruned, count) == prune_sliding_window(messages, keep_recent=3)
+
+
+def test_the_stack_counter_replaces_only_the_default_one(tmp_path: Path) -> None:
+    exact = ExactCounter()
+    chosen = ToolResults(tool_calls_dir=tmp_path, tokens=exact)
+    default = ToolResults(tool_calls_dir=tmp_path, name="tool-results-2")
+    stack_counter = EstimatingCounter("gpt-4")
+    stack = MemoryStack([chosen], store=InMemoryStore(), tokens=stack_counter)
+    with stack.run(thread_id="t"):
+        assert chosen.tokens is exact
+    with MemoryStack([default], store=InMemoryStore(), tokens=stack_counter).run(thread_id="t"):
+        assert default.tokens is stack_counter
