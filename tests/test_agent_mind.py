@@ -953,7 +953,9 @@ def test_the_demo_starts_run_two_with_run_ones_writes(
     from memstrata.demos.agent_mind import run_demo
 
     run_demo(store, tmp_path)
-    out = capsys.readouterr().out
+    run_demo(store, tmp_path)  # repeatable on the same store
+    out = capsys.readouterr().out.split("AgentMind run 1")[-1]
+    assert "no header: the mind is empty" in out.split("AgentMind run 2")[0]
     run_two = out.split("AgentMind run 2")[1].split("AgentMind run 3")[0]
     assert "--- AGENT MIND ---" in run_two and "Monitor TSMC Q3 2026" in run_two
     assert "Always cite the filing date" in run_two and "updated_draft" in out

@@ -107,6 +107,9 @@ def run_demo(store: Store, workdir: Path) -> None:
         store: Where the mind lives (the namespace is ``("mind", "research-tracker")``).
         workdir: Unused but kept for the common demo signature; nothing is written there.
     """
+    # Every demo starts from an empty mind, however often it ran on this store before.
+    for item in store.list(("mind", AGENT), limit=10_000):
+        store.delete(item.namespace, item.key)
     stack = MemoryStack([AgentMind(embedder=HashingEmbedder())], store=store)
     ids: dict[str, str] = {}
     for number, script in enumerate(RUNS, start=1):
