@@ -27,7 +27,11 @@ Decisions where the seed is silent (or its code differs from its text):
   update replaces content and expiry, unions tags, and only raises confidence unless
   ``allowDowngrade``. An update of a stored belief is checked against the stored confidence
   again at flush time, so a concurrent upgrade by another run is not undone.
-* ``pinned: false`` in ``mind_recall`` excludes pinned reflections; absent means no filter.
+* ``pinned: true`` in ``mind_recall`` returns pinned reflections only (no goals, no beliefs);
+  ``pinned: false`` excludes pinned reflections; absent means no filter.
+* Recall ranks exactly by the composite score in one pass over the vectors
+  (:mod:`memstrata.layers.mind_ranking`), whatever the index backend; the hnswlib graph, past
+  ``hnsw_threshold`` entries, serves the belief dedup check.
 * ``type: 'all'`` lists matching goals first (by words matched), then beliefs and reflections
   by score, ``limit`` in total. Goals match when a query word (two characters or more) occurs
   in their description, progress or tags.
