@@ -303,3 +303,44 @@ def test_two_processes_merging_into_one_record_lose_nothing(shared_url: str) -> 
     assert item is not None
     assert sorted(item.value) == sorted(f"w{w}-{j}" for w in range(2) for j in range(250))
     assert item.version == 500
+
+
+def test_update_many_writes_every_key_in_one_go(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    items = store.update_many(
+        NS,
+        {
+            "a": lambda cur: {"n": cur["n"] + 1},
+            "b": lambda cur: {"was": cur},
+        },
+    )
+    assert [(i.key, i.value, i.version) for i in items] == [
+        ("a", {"n": 2}, 2),
+        ("b", {"was": None}, 1),
+    ]
+    assert store.get(NS, "a").value == {"n": 2}  # type: ignore[union-attr]
+    assert store.get(NS, "b").value == {"was": None}  # type: ignore[union-attr]
+
+
+def test_update_many_writes_nothing_when_one_update_fails(store: Store) -> None:
+    store.put(NS, "a", 1)
+
+    def boom(_cur: Any) -> Any:
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        store.update_many(NS, {"a": lambda cur: cur + 1, "b": lambda _cur: 2, "c": boom})
+    assert store.get(NS, "a").value == 1  # type: ignore[union-attr]
+    assert store.get(NS, "b") is None
+    with pytest.raises(NonFiniteNumberError):
+        store.update_many(NS, {"a": lambda cur: cur + 1, "d": lambda _cur: math.nan})
+    assert store.get(NS, "a").value == 1  # type: ignore[union-attr]
+    assert store.get(NS, "d") is None
+    with pytest.raises(InvalidInputError):
+        store.update_many(NS, {"a": lambda cur: cur + 1, "": lambda _cur: 2})
+    assert store.get(NS, "a").value == 1  # type: ignore[union-attr]
+
+
+def test_aupdate_many_is_the_async_twin(store: Store) -> None:
+    items = asyncio.run(store.aupdate_many(NS, {"x": lambda _cur: [1]}))
+    assert items[0].value == [1] and store.get(NS, "x").value == [1]  # type: ignore[union-attr]

@@ -20,8 +20,10 @@ from memstrata._core import (
     prune_sliding_window,
     strip_unsafe_keys,
 )
+from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import RecoverableContextError
 from memstrata.layers import (
+    AgentMind,
     ContextGate,
     MemoryEntry,
     SharedMemory,
@@ -46,19 +48,24 @@ from memstrata.tokens import (
     fits_within,
 )
 from memstrata.tools import Tool
+from memstrata.vector_index import VectorIndex
 
 __all__ = [
     "DEFAULT_UNSAFE_KEYS",
     "MAX_DEPTH",
+    "AgentMind",
     "Budget",
     "ContextGate",
+    "Embedder",
     "EstimatingCounter",
     "ExactCounter",
+    "HashingEmbedder",
     "InMemoryStore",
     "Item",
     "Layer",
     "MemoryEntry",
     "MemoryStack",
+    "OpenAIEmbedder",
     "RecoverableContextError",
     "Run",
     "RunContext",
@@ -69,6 +76,7 @@ __all__ = [
     "TokenCounter",
     "Tool",
     "ToolResults",
+    "VectorIndex",
     "VectorSet",
     "WorkingMemory",
     "__version__",

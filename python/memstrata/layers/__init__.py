@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memstrata.layers.agent_mind import AgentMind, AgentMindHandle, MindTtlDefaults, ScoreWeights
 from memstrata.layers.context_gate import ContextGate, GateDecision
 from memstrata.layers.shared_memory import (
     MemoryEntry,
@@ -14,9 +15,13 @@ from memstrata.layers.tool_results import ToolResults, prune_messages_sliding_wi
 from memstrata.layers.working_memory import WorkingMemory, WorkingMemoryHandle
 
 __all__ = [
+    "AgentMind",
+    "AgentMindHandle",
     "ContextGate",
     "GateDecision",
     "MemoryEntry",
+    "MindTtlDefaults",
+    "ScoreWeights",
     "SharedMemory",
     "SharedMemoryHandle",
     "TeamState",

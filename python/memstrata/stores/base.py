@@ -12,8 +12,8 @@ Semantics every backend guarantees:
 * ``update(namespace, key, fn)`` runs ``fn(current_value_or_None)`` and stores its result in one
   transaction: two processes updating the same record never lose each other's edits. If ``fn``
   raises, nothing is written and the exception propagates.
-* An item whose TTL has passed is never returned (``get``, ``list``, and ``update`` treat it as
-  absent); ``purge_expired`` deletes such rows.
+* An item whose TTL has passed is never returned (``get``, ``list``, ``update`` and ``update_many``
+  treat it as absent); ``purge_expired`` deletes such rows.
 * Timestamps are Unix seconds (float); ``version`` starts at 1 and grows by 1 on every write.
 """
 
@@ -23,7 +23,7 @@ import asyncio
 import builtins
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -190,6 +190,17 @@ class Store(ABC):
         """
 
     @abstractmethod
+    def update_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        """Atomically stores ``fn(current value or None)`` for every ``key: fn`` in ``updates``,
+        all in one transaction: either every key is written or, if any ``fn`` raises or a value
+        cannot be stored, none is and the exception propagates. Returns the items in the order
+        of ``updates``. A layer flushing a run's drafts uses it so a crash never leaves half a
+        flush behind.
+        """
+
+    @abstractmethod
     def purge_expired(self) -> int:
         """Deletes expired rows; returns how many."""
 
@@ -238,6 +249,11 @@ class Store(ABC):
         return await asyncio.to_thread(
             self.put_if_version, namespace, key, value, expected_version=expected_version, ttl=ttl
         )
+
+    async def aupdate_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        return await asyncio.to_thread(self.update_many, namespace, updates, ttl=ttl)
 
     async def apurge_expired(self) -> int:
         return await asyncio.to_thread(self.purge_expired)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memstrata.stores import codec
@@ -151,6 +152,27 @@ class InMemoryStore(Store):
                 return None
             row = self._write(namespace, key, data, ttl, now)
             return self._item(namespace, key, row, value, fresh=True)
+
+    def update_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        namespace, ttl = validate_namespace(namespace), validate_ttl(ttl)
+        keys = [validate_key(key) for key in updates]
+        with self._lock:
+            now = time.time()
+            # Compute and encode everything first, then write: a failure leaves nothing behind.
+            staged = []
+            for key in keys:
+                row = self._rows.get((namespace, key))
+                current = codec.loads(row.data) if row is not None and row.live(now) else None
+                value = updates[key](current)
+                staged.append((key, value, codec.dumps(value)))
+            return [
+                self._item(
+                    namespace, key, self._write(namespace, key, data, ttl, now), value, fresh=True
+                )
+                for key, value, data in staged
+            ]
 
     def purge_expired(self) -> int:
         with self._lock:

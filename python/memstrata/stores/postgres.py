@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError
@@ -247,6 +248,27 @@ class PostgresStore(Store):
             written = conn.execute(_UPSERT, params).fetchone()
         return self._written(namespace, key, value, params, written)
 
+    def update_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        all_params = {key: self._params(namespace, key) for key in updates}
+        ttl = validate_ttl(ttl)
+        items = []
+        with self._pool.connection() as conn, conn.transaction():
+            # Keys are locked in one order, so two batches over the same keys cannot deadlock.
+            for key in sorted(all_params):
+                conn.execute(_LOCK_KEY, all_params[key])
+            now = time.time()
+            for key, params in all_params.items():
+                params["now"] = now
+                row = conn.execute(_CURRENT_VALUE, params).fetchone()
+                value = updates[key](codec.loads(row[0]) if row is not None else None)
+                params["data"] = codec.dumps(value).decode()
+                params["expires_at"] = now + ttl if ttl is not None else None
+                written = conn.execute(_UPSERT, params).fetchone()
+                items.append(self._written(namespace, key, value, params, written))
+        return items
+
     def purge_expired(self) -> int:
         with self._pool.connection() as conn:
             cursor = conn.execute(_PURGE, {"now": time.time()})
@@ -312,6 +334,26 @@ class PostgresStore(Store):
             params["expires_at"] = params["now"] + ttl if ttl is not None else None
             written = await (await conn.execute(_UPSERT, params)).fetchone()
         return self._written(namespace, key, value, params, written)
+
+    async def aupdate_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        all_params = {key: self._params(namespace, key) for key in updates}
+        ttl = validate_ttl(ttl)
+        items = []
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            for key in sorted(all_params):
+                await conn.execute(_LOCK_KEY, all_params[key])
+            now = time.time()
+            for key, params in all_params.items():
+                params["now"] = now
+                row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
+                value = updates[key](codec.loads(row[0]) if row is not None else None)
+                params["data"] = codec.dumps(value).decode()
+                params["expires_at"] = now + ttl if ttl is not None else None
+                written = await (await conn.execute(_UPSERT, params)).fetchone()
+                items.append(self._written(namespace, key, value, params, written))
+        return items
 
     async def aput_if_version(
         self,

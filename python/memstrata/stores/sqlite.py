@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from memstrata.stores import codec
@@ -245,6 +245,25 @@ class SQLiteStore(Store):
             if (row[0] if row else 0) != expected_version:
                 return None
             return self._write(conn, namespace, key, value, data, ttl, now)
+
+    def update_many(
+        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
+    ) -> builtins.list[Item]:
+        namespace = validate_namespace(namespace)
+        ns = encode_namespace(namespace)
+        keys = [validate_key(key) for key in updates]
+        ttl = validate_ttl(ttl)
+        items = []
+        with self._transaction() as conn:
+            now = time.time()
+            for key in keys:
+                row = conn.execute(
+                    f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
+                    (ns, key, now),
+                ).fetchone()
+                value = updates[key](codec.loads(row[0]) if row is not None else None)
+                items.append(self._write(conn, namespace, key, value, codec.dumps(value), ttl, now))
+        return items
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:

@@ -1,0 +1,1370 @@
+"""AgentMind: persistent goals, beliefs and reflections, a prompt header and seven tools.
+
+Implements seed 001. Each run reads the committed store once, shows the model a
+``--- AGENT MIND ---`` header, offers ``mind_recall``, ``mind_believe``, ``mind_reflect``,
+``mind_unpin_reflection``, ``mind_set_goal``, ``mind_update_goal`` and ``mind_complete_goal``,
+buffers every write but ``mind_complete_goal`` in a draft, and flushes the draft in one store
+transaction when the run closes (clean or error flush).
+
+Usable in a :class:`~memstrata.MemoryStack` or on its own::
+
+    mind = AgentMind(embedder=HashingEmbedder())
+    with mind.session(store, agent="research-tracker") as handle:
+        handle.believe("TSMC Q2 capacity is fully booked.", confidence="high")
+
+Decisions where the seed is silent (or its code differs from its text):
+
+* Storage: namespace ``("mind", agent)`` (``namespace=`` overrides; ``"a/b"`` means
+  ``("a", "b")``), one key per entry (``goal/<id>``, ``belief/<id>``, ``reflection/<id>``); the
+  value is the seed's camelCase payload plus ``embedding`` (float32, base64) and
+  ``embeddingModel``. Expiry is a field, not a store TTL: an expired belief is archived (kept,
+  hidden from the header, dedup and recall unless ``includeExpired``), never deleted.
+* A configured reflection TTL is applied (the seed's code ignores it); expired reflections are
+  archived like beliefs.
+* Recency is measured from ``updatedAt`` (a re-confirmed belief is fresh). Reflections have no
+  confidence: they count as medium (0.6), or low when error-flagged, like beliefs.
+* Dedup of a belief considers live beliefs only, in the draft and the committed store; the
+  update replaces content and expiry, unions tags, and only raises confidence unless
+  ``allowDowngrade``. An update of a stored belief is checked against the stored confidence
+  again at flush time, so a concurrent upgrade by another run is not undone.
+* ``pinned: true`` in ``mind_recall`` returns pinned reflections only (no goals, no beliefs);
+  ``pinned: false`` excludes pinned reflections; absent means no filter.
+* Recall ranks exactly by the composite score in one pass over the vectors
+  (:mod:`memstrata.layers.mind_ranking`), whatever the index backend; the hnswlib graph, past
+  ``hnsw_threshold`` entries, serves the belief dedup check.
+* ``type: 'all'`` lists matching goals first (by words matched), then beliefs and reflections
+  by score, ``limit`` in total. Goals match when a query word (two characters or more) occurs
+  in their description, progress or tags.
+* Completing a goal folds in this run's pending updates to it; completing a goal created in
+  this run writes it (completed) at once. Both survive an error flush, as the seed's exemption
+  of ``mind_complete_goal`` implies.
+* The header's beliefs and reflections share ``token_budget``, further capped by the stack's
+  budget for the layer minus the goals and standing rules (which are always shown). Beliefs
+  are listed newest first, reflections newest first.
+* A sub-run (``run.spawn``) gets its own draft over the same namespace (or its agent's).
+* The embedder and the vector indexes are created on first use. Indexes are kept by the layer
+  between runs and updated by difference, so a run only embeds or indexes what changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from memstrata._core import VectorSet
+from memstrata.embedders import Embedder, HashingEmbedder
+from memstrata.exceptions import InvalidInputError, ToolError
+from memstrata.layers.mind_entries import (
+    CONFIDENCE_LEVELS,
+    GOAL_PRIORITIES,
+    GOAL_STATUSES,
+    ConfidenceLevel,
+    GoalPriority,
+    GoalStatus,
+    MindBelief,
+    MindEntry,
+    MindGoal,
+    MindRecallResult,
+    MindReflection,
+    decode_vector,
+    encode_vector,
+    entry_from_payload,
+    now_ms,
+    parse_due_by,
+    parse_duration,
+)
+from memstrata.layers.mind_ranking import CompositeRanker
+from memstrata.layers.mind_tools import (
+    MAX_CONTENT_CHARS,
+    MAX_RECALL_LIMIT,
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    mind_tools,
+)
+from memstrata.stack import Budget, Message, RunContext
+from memstrata.stores import Namespace, Store
+from memstrata.tools import Tool
+from memstrata.vector_index import DEFAULT_HNSW_THRESHOLD, VectorIndex
+
+logger = logging.getLogger("memstrata.agent_mind")
+
+CONFIDENCE_SCORES: dict[str, float] = {"low": 0.3, "medium": 0.6, "high": 1.0}
+_CONFIDENCE_RANK = {"low": 0, "medium": 1, "high": 2}
+MAX_GOALS_CEILING = 10
+MAX_PINNED_CEILING = 10
+PINNED_WARNING_MARGIN = 2
+DAY_MS = 86_400_000
+RECENCY_DECAY_DAYS = 30.0
+REEMBED_BATCH = 256
+LINE_TOKEN_CACHE = 100_000
+_PAGE = 1000
+_WORD = re.compile(r"\w{2,}", re.UNICODE)
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class MindTtlDefaults:
+    """Default expiry of new entries as a duration (``"30d"``, ``"12h"``...); None: never."""
+
+    belief: str | None = "30d"
+    reflection: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreWeights:
+    """Weights of the recall score: ``similarity·s + recency·r + confidence·c``."""
+
+    similarity: float = 0.6
+    recency: float = 0.2
+    confidence: float = 0.2
+
+
+class AgentMind:
+    """The agent-mind layer (seed 001).
+
+    Args:
+        embedder: An :class:`~memstrata.embedders.Embedder`, or a zero-argument factory that
+            makes one on first use. Default: a :class:`~memstrata.embedders.HashingEmbedder`.
+        namespace: Store namespace; default ``("mind", <run's agent>)``.
+        token_budget: Tokens for the header's beliefs and recent reflections together.
+        recency_window_days: Age limit of the header's recent reflections.
+        max_goals: Cap on active goals (at most 10).
+        max_pinned_reflections: Cap on pinned reflections (at most 10).
+        deduplication_threshold: Cosine similarity from which a new belief updates an old one.
+        retrieval_threshold: Default minimum score of ``mind_recall`` hits.
+        ttl_defaults: Default expiry of beliefs and reflections (a :class:`MindTtlDefaults` or a
+            dict with ``belief``/``reflection``).
+        score_weights: Weights of the recall score.
+        hnsw_threshold: Index size from which hnswlib replaces the exact index.
+        on_progress: Called ``(done, total)`` while entries are re-embedded after an embedder
+            change; progress is also logged at INFO.
+        budget: The stack's ``(min, max)`` tokens for the whole header.
+        slot: Order among the layers' prompt items (low: early in the prompt).
+        name: The layer's name.
+    """
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder | Callable[[], Embedder] | None = None,
+        namespace: Namespace | str | None = None,
+        token_budget: int = 300,
+        recency_window_days: float = 7,
+        max_goals: int = 10,
+        max_pinned_reflections: int = 10,
+        deduplication_threshold: float = 0.85,
+        retrieval_threshold: float = 0.35,
+        ttl_defaults: MindTtlDefaults | dict[str, str | None] | None = None,
+        score_weights: ScoreWeights | None = None,
+        hnsw_threshold: int = DEFAULT_HNSW_THRESHOLD,
+        on_progress: ProgressCallback | None = None,
+        budget: tuple[int, int] | Budget = (0, 1500),
+        slot: int = 10,
+        name: str = "agent-mind",
+    ) -> None:
+        _check_int(token_budget, "token_budget", minimum=0)
+        _check_number(recency_window_days, "recency_window_days", low=0)
+        _check_int(max_goals, "max_goals", minimum=1)
+        _check_int(max_pinned_reflections, "max_pinned_reflections", minimum=1)
+        _check_number(deduplication_threshold, "deduplication_threshold", low=0, high=1)
+        _check_number(retrieval_threshold, "retrieval_threshold", low=0, high=1)
+        if isinstance(ttl_defaults, dict):
+            unknown = set(ttl_defaults) - {"belief", "reflection"}
+            if unknown:
+                raise InvalidInputError(f"ttl_defaults has unknown keys: {sorted(unknown)}")
+            ttl_defaults = MindTtlDefaults(**ttl_defaults)
+        self.ttl_defaults = ttl_defaults if ttl_defaults is not None else MindTtlDefaults()
+        self.belief_ttl_ms = (
+            None
+            if self.ttl_defaults.belief is None
+            else parse_duration(self.ttl_defaults.belief, what="ttl_defaults.belief")
+        )
+        self.reflection_ttl_ms = (
+            None
+            if self.ttl_defaults.reflection is None
+            else parse_duration(self.ttl_defaults.reflection, what="ttl_defaults.reflection")
+        )
+        self.score_weights = score_weights if score_weights is not None else ScoreWeights()
+        for label, weight in vars(self.score_weights).items():
+            _check_number(weight, f"score_weights.{label}", low=0)
+        self.namespace = _parse_namespace(namespace) if namespace is not None else None
+        self.token_budget = token_budget
+        self.recency_window_days = recency_window_days
+        self.max_goals = min(max_goals, MAX_GOALS_CEILING)
+        self.max_pinned_reflections = min(max_pinned_reflections, MAX_PINNED_CEILING)
+        self.deduplication_threshold = float(deduplication_threshold)
+        self.retrieval_threshold = float(retrieval_threshold)
+        self.hnsw_threshold = hnsw_threshold
+        self.on_progress = on_progress
+        self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
+        self.slot = slot
+        self.name = name
+        self._embedder_spec = embedder
+        self._embedder: Embedder | None = None
+        self._indexes: dict[Namespace, _IndexCache] = {}
+        # Header lines rarely change between runs; they and their token counts are kept.
+        self._line_tokens: dict[Namespace, dict[str, dict[str, tuple[int, str, int]]]] = {}
+        self._line_counter: Any = None
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder, created on first use."""
+        if self._embedder is not None:
+            return self._embedder
+        spec: Any = self._embedder_spec
+        made: Any
+        if spec is None:
+            made = HashingEmbedder()
+        elif _is_embedder(spec):
+            made = spec
+        elif callable(spec):
+            made = spec()
+            if not _is_embedder(made):
+                raise InvalidInputError(f"the embedder factory returned {made!r}")
+        else:
+            raise InvalidInputError(f"embedder must be an Embedder or a factory, got {spec!r}")
+        embedder: Embedder = made
+        self._embedder = embedder
+        return embedder
+
+    def namespace_for(self, agent: str | None) -> Namespace:
+        if self.namespace is not None:
+            return self.namespace
+        if not agent:
+            raise InvalidInputError(
+                "AgentMind stores under ('mind', <agent>): use stack.run(agent=...) or give "
+                "AgentMind(namespace=...)"
+            )
+        return ("mind", agent)
+
+    # Layer protocol ---------------------------------------------------------------------------
+
+    def init(self, ctx: RunContext) -> AgentMindHandle:
+        return self.open(ctx.store, agent=ctx.agent, tokens=ctx.tokens)
+
+    def recall(self, handle: AgentMindHandle, budget: int) -> list[Message]:
+        header = handle.header(budget)
+        return [{"content": header}] if header else []
+
+    def observe(self, handle: AgentMindHandle, message: Message) -> None:
+        """The mind is written through its tools only."""
+
+    def tools(self, handle: AgentMindHandle) -> list[Tool]:
+        return mind_tools(handle)
+
+    def on_spawn(self, handle: AgentMindHandle, child: RunContext) -> AgentMindHandle:
+        return self.init(child)
+
+    def close(self, handle: AgentMindHandle, error: BaseException | None) -> None:
+        handle.flush(error=error is not None)
+
+    # Standalone use ---------------------------------------------------------------------------
+
+    def open(
+        self, store: Store, *, agent: str | None = None, tokens: Any = None
+    ) -> AgentMindHandle:
+        """Loads the committed store and returns a handle with an empty draft; call
+        ``handle.flush(error=...)`` when done (or use :meth:`session`)."""
+        handle = AgentMindHandle(self, store, self.namespace_for(agent), tokens)
+        handle.load()
+        return handle
+
+    @contextmanager
+    def session(
+        self, store: Store, *, agent: str | None = None, tokens: Any = None
+    ) -> Iterator[AgentMindHandle]:
+        """A run without a stack: flushes cleanly on exit, or as an error flush on exception."""
+        handle = self.open(store, agent=agent, tokens=tokens)
+        try:
+            yield handle
+        except BaseException:
+            handle.flush(error=True)
+            raise
+        handle.flush(error=False)
+
+
+@dataclass
+class _IndexCache:
+    """Vectors of one namespace's beliefs and reflections, kept by the layer across runs."""
+
+    model: str
+    dim: int
+    beliefs: VectorIndex
+    reflections: VectorIndex
+    stamps: dict[str, int] = field(default_factory=dict)  # id -> updatedAt indexed
+    units: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)  # id -> unit vector
+
+
+@dataclass
+class _GoalPatch:
+    description: str | None = None
+    priority: GoalPriority | None = None
+    progress: list[str] = field(default_factory=list)
+
+    def apply(self, goal: MindGoal, now: int) -> MindGoal:
+        if self.description is not None:
+            goal.description = self.description
+        if self.priority is not None:
+            goal.priority = self.priority
+        goal.progress = [*goal.progress, *self.progress]
+        goal.updated_at = now
+        return goal
+
+
+@dataclass
+class _Draft:
+    """What this run wrote: flushed by :meth:`AgentMindHandle.flush`."""
+
+    beliefs: dict[str, tuple[MindBelief, npt.NDArray[np.float32], bool]] = field(
+        default_factory=dict
+    )  # id -> (belief, vector, stored before)
+    belief_vectors: VectorSet | None = None
+    reflections: dict[str, tuple[MindReflection, npt.NDArray[np.float32]]] = field(
+        default_factory=dict
+    )
+    goals: dict[str, MindGoal] = field(default_factory=dict)
+    goal_patches: dict[str, _GoalPatch] = field(default_factory=dict)
+    unpins: set[str] = field(default_factory=set)
+    downgrades: set[str] = field(default_factory=set)  # beliefs written with allowDowngrade
+
+    def empty(self) -> bool:
+        return not (self.beliefs or self.reflections or self.goals or self.goal_patches) and not (
+            self.unpins
+        )
+
+
+class AgentMindHandle:
+    """One run's view of the mind (``run.layer("agent-mind")``): the committed entries loaded at
+    the start, and the draft of this run's writes."""
+
+    def __init__(
+        self, layer: AgentMind, store: Store, namespace: Namespace, tokens: Any = None
+    ) -> None:
+        self.layer = layer
+        self.store = store
+        self.namespace = namespace
+        self._tokens = tokens
+        self.started_at = now_ms()
+        self.goals: dict[str, MindGoal] = {}
+        self.beliefs: dict[str, MindBelief] = {}
+        self.reflections: dict[str, MindReflection] = {}
+        self._stored_vectors: dict[str, tuple[Any, Any]] = {}  # id -> (model, base64)
+        self.draft = _Draft()
+        self._header: str | None = None
+        self._header_budget: int | None = None
+        self._index: _IndexCache | None = None
+        self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
+
+    # Loading ----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Reads every committed entry of the namespace; a malformed one is skipped and logged,
+        never deleted."""
+        offset = 0
+        while True:
+            items = self.store.list(self.namespace, limit=_PAGE, offset=offset)
+            for item in items:
+                if item.namespace != self.namespace:
+                    continue
+                try:
+                    entry = entry_from_payload(item.value)
+                except InvalidInputError as exc:
+                    logger.warning("skipping malformed mind entry %r: %s", item.key, exc)
+                    continue
+                if item.key != _key(entry):
+                    logger.warning("skipping mind entry %r stored under a foreign key", item.key)
+                    continue
+                if isinstance(entry, MindGoal):
+                    self.goals[entry.id] = entry
+                elif isinstance(entry, MindBelief):
+                    self.beliefs[entry.id] = entry
+                else:
+                    self.reflections[entry.id] = entry
+                if not isinstance(entry, MindGoal):
+                    value = item.value
+                    self._stored_vectors[entry.id] = (
+                        value.get("embeddingModel"),
+                        value.get("embedding"),
+                    )
+            if len(items) < _PAGE:
+                break
+            offset += _PAGE
+
+    # Header -----------------------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokens is None:
+            self._tokens = _default_counter()
+        count: int = self._tokens.count(text)
+        return count
+
+    def header(self, budget: int | None = None) -> str:
+        """The ``--- AGENT MIND ---`` block built from the entries committed when the run
+        started; empty when there is nothing to show. ``budget`` is the stack's token share for
+        the whole block."""
+        if self._header is None or self._header_budget != budget:
+            self._header = self._build_header(budget)
+            self._header_budget = budget
+        return self._header
+
+    def _build_header(self, budget: int | None) -> str:
+        now = self.started_at
+        goals = sorted(
+            (g for g in self.goals.values() if g.status == "active"),
+            key=lambda g: (g.created_at, g.id),
+        )
+        goal_lines = [_goal_line(g) for g in goals]
+        rules = sorted(
+            (r for r in self.reflections.values() if r.pinned and not r.expired(now)),
+            key=lambda r: (r.created_at, r.id),
+        )
+        rule_lines = [f"- {r.content}" for r in rules]
+        beliefs = [
+            b
+            for b in self.beliefs.values()
+            if b.confidence == "high"
+            and not b.error
+            and (b.expires_at is None or b.expires_at > now)
+        ]
+        beliefs.sort(key=_BY_UPDATED, reverse=True)
+        window_start = now - self.layer.recency_window_days * DAY_MS
+        recent = [
+            r
+            for r in self.reflections.values()
+            if not r.pinned
+            and r.created_at >= window_start
+            and (r.expires_at is None or r.expires_at > now)
+        ]
+        recent.sort(key=_BY_CREATED, reverse=True)
+        if not (goal_lines or rule_lines or beliefs or recent):
+            return ""
+        allowance = self.layer.token_budget
+        if budget is not None:
+            fixed = "\n".join(
+                [
+                    "--- AGENT MIND ---",
+                    "## Goals",
+                    *goal_lines,
+                    "## Standing Rules (Pinned)",
+                    *rule_lines,
+                    "## Beliefs",
+                    "## Recent Reflections",
+                    "---",
+                ]
+            )
+            allowance = max(0, min(allowance, budget - self.count_tokens(fixed)))
+        belief_lines, allowance = self._fit(beliefs, "belief", allowance)
+        reflection_lines, _ = self._fit(recent, "reflection", allowance)
+        lines = ["--- AGENT MIND ---"]
+        for title, section in (
+            ("## Goals", goal_lines),
+            ("## Standing Rules (Pinned)", rule_lines),
+            ("## Beliefs", belief_lines),
+            ("## Recent Reflections", reflection_lines),
+        ):
+            if section:
+                lines += [title, *section]
+        if len(lines) == 1:
+            return ""
+        lines.append("---")
+        return "\n".join(lines)
+
+    def _line_cache(self, kind: str) -> dict[str, tuple[int, str, int]]:
+        """Rendered header lines and their token counts by entry id, kept by the layer across
+        runs (an entry's line only changes with its ``updatedAt``) for one token counter."""
+        layer = self.layer
+        if self._tokens is None:
+            self._tokens = _default_counter()
+        if layer._line_counter is not self._tokens:
+            layer._line_tokens, layer._line_counter = {}, self._tokens
+        per_kind = layer._line_tokens.setdefault(self.namespace, {})
+        cache = per_kind.get(kind)
+        if cache is None or len(cache) > LINE_TOKEN_CACHE:
+            cache = per_kind[kind] = {}
+        return cache
+
+    def _fit(
+        self, entries: list[MindBelief] | list[MindReflection], kind: str, allowance: int
+    ) -> tuple[list[str], int]:
+        """The entries' lines that fit, in order; a line too big is skipped and smaller ones are
+        still tried."""
+        cache = self._line_cache(kind)
+        kept = []
+        for entry in entries:
+            if allowance <= 0:
+                break
+            hit = cache.get(entry.id)
+            if hit is None or hit[0] != entry.updated_at:
+                line = (
+                    f"- {entry.content} ({entry.confidence} confidence)"
+                    if isinstance(entry, MindBelief)
+                    else f"- [{_iso_day(entry.created_at)}] {entry.content}"
+                )
+                hit = cache[entry.id] = (entry.updated_at, line, self.count_tokens(line))
+            if hit[2] <= allowance:
+                kept.append(hit[1])
+                allowance -= hit[2]
+        return kept, allowance
+
+    # Vectors ----------------------------------------------------------------------------------
+
+    def embed_one(self, text: str) -> npt.NDArray[np.float32]:
+        vector: npt.NDArray[np.float32] = np.asarray(
+            self.layer.embedder.embed([text]), dtype=np.float32
+        )[0]
+        if not np.any(vector) or not np.isfinite(vector).all():
+            raise ToolError(
+                "this text has no words the embedder can place; write it in words",
+                code="invalid_arguments",
+            )
+        return vector
+
+    def index(self) -> _IndexCache:
+        """The committed entries' vector indexes, built (or brought up to date) on first use."""
+        if self._index is None:
+            self._index = self._sync_index()
+        return self._index
+
+    def _sync_index(self) -> _IndexCache:
+        layer = self.layer
+        embedder = layer.embedder
+        model, dim = embedder.model, embedder.dim
+        cache = layer._indexes.get(self.namespace)
+        if cache is None or cache.model != model or cache.dim != dim:
+            cache = _IndexCache(
+                model,
+                dim,
+                VectorIndex(dim, hnsw_threshold=layer.hnsw_threshold),
+                VectorIndex(dim, hnsw_threshold=layer.hnsw_threshold),
+            )
+        entries: dict[str, MindBelief | MindReflection] = {**self.beliefs, **self.reflections}
+        gone = [i for i in cache.stamps if i not in entries]
+        changed = [i for i, e in entries.items() if cache.stamps.get(i) != e.updated_at]
+        for ids in (gone, changed):
+            cache.beliefs.remove(ids)
+            cache.reflections.remove(ids)
+            for i in ids:
+                cache.stamps.pop(i, None)
+                cache.units.pop(i, None)
+        vectors: dict[str, npt.NDArray[np.float32]] = {}
+        stale: list[str] = []
+        for i in changed:
+            stored_model, text = self._stored_vectors.get(i, (None, None))
+            vector = decode_vector(text) if stored_model == model else None
+            if vector is None or vector.shape[0] != dim or not np.any(vector):
+                stale.append(i)
+            else:
+                vectors[i] = vector
+        if stale:
+            vectors.update(self._reembed(stale, entries, model))
+        for i in changed:
+            if i in vectors:
+                cache.stamps[i] = entries[i].updated_at
+                vector = vectors[i].astype(np.float32)
+                cache.units[i] = vector / np.float32(np.linalg.norm(vector))
+        for attr, kind in (("beliefs", MindBelief), ("reflections", MindReflection)):
+            target: VectorIndex = getattr(cache, attr)
+            ids = [i for i in changed if i in vectors and isinstance(entries[i], kind)]
+            if not ids:
+                continue
+            if target.backend == "exact" and len(target) + len(ids) >= target.hnsw_threshold:
+                # Crossing into the graph backend: build it from every vector of this kind.
+                every = [i for i, e in entries.items() if isinstance(e, kind) and i in cache.units]
+                setattr(
+                    cache,
+                    attr,
+                    VectorIndex.build(
+                        every,
+                        np.stack([cache.units[i] for i in every]),
+                        dim=dim,
+                        hnsw_threshold=layer.hnsw_threshold,
+                    ),
+                )
+            else:
+                target.add(ids, np.stack([cache.units[i] for i in ids]))
+        layer._indexes[self.namespace] = cache
+        return cache
+
+    def _reembed(
+        self, ids: list[str], entries: dict[str, MindBelief | MindReflection], model: str
+    ) -> dict[str, npt.NDArray[np.float32]]:
+        """Embeds entries stored without a vector of the current model, shows progress, and
+        writes the new vectors back in one transaction."""
+        total = len(ids)
+        logger.info("re-embedding %d mind entries with %s", total, model)
+        out: dict[str, npt.NDArray[np.float32]] = {}
+        for start in range(0, total, REEMBED_BATCH):
+            batch = ids[start : start + REEMBED_BATCH]
+            matrix = np.asarray(
+                self.layer.embedder.embed([entries[i].content for i in batch]), dtype=np.float32
+            )
+            for i, vector in zip(batch, matrix):
+                if np.any(vector) and np.isfinite(vector).all():
+                    out[i] = vector
+            done = min(start + REEMBED_BATCH, total)
+            logger.info("re-embedded %d/%d mind entries", done, total)
+            if self.layer.on_progress is not None:
+                self.layer.on_progress(done, total)
+
+        def rewrite(entry: MindBelief | MindReflection, vector: npt.NDArray[np.float32]) -> Any:
+            def fn(current: Any) -> Any:
+                # Written meanwhile by another run: its own vector is the one to keep.
+                if not isinstance(current, dict) or current.get("content") != entry.content:
+                    return current if current is not None else _stored(entry, vector, model)
+                return {**current, "embedding": encode_vector(vector), "embeddingModel": model}
+
+            return fn
+
+        if out:
+            self.store.update_many(
+                self.namespace, {_key(entries[i]): rewrite(entries[i], v) for i, v in out.items()}
+            )
+            for i, v in out.items():
+                self._stored_vectors[i] = (model, encode_vector(v))
+        return out
+
+    # Reading: mind_recall ---------------------------------------------------------------------
+
+    def recall(
+        self,
+        query: str,
+        *,
+        type: Literal["belief", "reflection", "goal", "all"] = "all",
+        status: GoalStatus = "active",
+        tags: list[str] | None = None,
+        pinned: bool | None = None,
+        include_expired: bool = False,
+        threshold: float | None = None,
+        limit: int = 5,
+    ) -> list[MindRecallResult]:
+        """Searches the committed store (this run's writes are not visible until the next run).
+
+        Raises:
+            ToolError: An argument is out of range.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("query must be a non-empty string", code="invalid_arguments")
+        if type not in ("belief", "reflection", "goal", "all"):
+            raise ToolError(f"unknown type {type!r}", code="invalid_arguments")
+        if status not in GOAL_STATUSES:
+            raise ToolError(f"unknown status {status!r}", code="invalid_arguments")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ToolError("limit must be a positive integer", code="invalid_arguments")
+        limit = min(limit, MAX_RECALL_LIMIT)
+        wanted = set(_check_tags(tags or []))
+        results: list[MindRecallResult] = []
+        if type in ("goal", "all") and not pinned:
+            results += self._recall_goals(query, status, wanted, limit)
+        if type != "goal" and len(results) < limit:
+            vector = self.embed_one(query)
+            results += self.search(
+                vector,
+                kinds=("belief", "reflection") if type == "all" else (type,),
+                tags=wanted,
+                pinned=pinned,
+                include_expired=include_expired,
+                threshold=self.layer.retrieval_threshold if threshold is None else threshold,
+                limit=limit - len(results),
+            )
+        return results[:limit]
+
+    def _recall_goals(
+        self, query: str, status: str, tags: set[str], limit: int
+    ) -> list[MindRecallResult]:
+        words = {w.lower() for w in _WORD.findall(query)}
+        if not words:
+            return []
+        scored = []
+        for goal in self.goals.values():
+            if goal.status != status or not tags.issubset(goal.tags):
+                continue
+            text = " ".join([goal.description, *goal.progress, *goal.tags, goal.outcome or ""])
+            hits = len(words & {w.lower() for w in _WORD.findall(text)})
+            if hits:
+                scored.append((-hits, goal.created_at, goal.id, goal))
+        scored.sort(key=lambda t: t[:3])
+        return [MindRecallResult.of(t[3]) for t in scored[:limit]]
+
+    def _ranker(self, kinds: tuple[str, ...], expired: bool) -> CompositeRanker:
+        """This run's ranker over the live (or the archived) entries of the given kinds."""
+        key = (kinds, expired)
+        ranker = self._rankers.get(key)
+        if ranker is None:
+            cache = self.index()
+            now = self.started_at
+            chosen: list[MindBelief | MindReflection] = [
+                e
+                for kind in kinds
+                for e in (self.beliefs if kind == "belief" else self.reflections).values()
+                if e.id in cache.units and e.expired(now) == expired
+            ]
+            w = self.layer.score_weights
+            updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
+            recency = np.exp(-np.maximum(0.0, (now - updated) / DAY_MS) / RECENCY_DECAY_DAYS)
+            confidence = np.array(
+                [
+                    CONFIDENCE_SCORES[
+                        "low"
+                        if e.error
+                        else (e.confidence if isinstance(e, MindBelief) else "medium")
+                    ]
+                    for e in chosen
+                ],
+                dtype=np.float64,
+            )
+            units = (
+                np.stack([cache.units[e.id] for e in chosen])
+                if chosen
+                else np.zeros((0, cache.dim), dtype=np.float32)
+            )
+            ranker = CompositeRanker(
+                [e.id for e in chosen],
+                units,
+                w.recency * recency + w.confidence * confidence,
+                w.similarity,
+            )
+            self._rankers[key] = ranker
+        return ranker
+
+    def search(
+        self,
+        vector: npt.NDArray[np.float32],
+        *,
+        kinds: tuple[str, ...] = ("belief", "reflection"),
+        tags: set[str] | frozenset[str] = frozenset(),
+        pinned: bool | None = None,
+        include_expired: bool = False,
+        threshold: float = 0.35,
+        limit: int = 5,
+    ) -> list[MindRecallResult]:
+        """Beliefs and reflections by composite score, from an already embedded query.
+
+        Each kind's entries are ranked exactly by composite score in one pass
+        (:class:`~memstrata.layers.mind_ranking.CompositeRanker`); filters that the ranking does
+        not encode (tags, pinned) are applied to the best hits, fetching deeper only while too
+        few pass.
+        """
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise ToolError("threshold must be a number", code="invalid_arguments")
+        if not 0 <= threshold <= 1:
+            raise ToolError("threshold must be between 0 and 1", code="invalid_arguments")
+        norm = float(np.linalg.norm(vector))
+        if not norm or not math.isfinite(norm):
+            raise ToolError("the query has no direction to search by", code="invalid_arguments")
+        query = np.asarray(vector, dtype=np.float32) / np.float32(norm)
+        filtered = bool(tags) or pinned is not None
+        if pinned:
+            kinds = tuple(kind for kind in kinds if kind != "belief")
+        hits: list[tuple[float, str]] = []
+        for expired in [False, True] if include_expired and kinds else [False]:
+            if not kinds:
+                break
+            ranker = self._ranker(kinds, expired)
+            k = 4 * limit if filtered else limit
+            while ranker.size:
+                found = ranker.top(query, k, threshold=threshold)
+                passing = []
+                for id_, score in found:
+                    entry = self.beliefs.get(id_) or self.reflections[id_]
+                    if tags and not tags.issubset(entry.tags):
+                        continue
+                    if (
+                        pinned is not None
+                        and isinstance(entry, MindReflection)
+                        and entry.pinned != pinned
+                    ):
+                        continue
+                    passing.append((score, id_))
+                if len(passing) >= limit or len(found) < k or k >= ranker.size:
+                    hits += passing[:limit]
+                    break
+                k *= 4
+        hits.sort(key=lambda h: (-h[0], h[1]))
+        out = []
+        for score, id_ in hits[:limit]:
+            entry = self.beliefs.get(id_) or self.reflections[id_]
+            out.append(MindRecallResult.of(entry, score=max(0.0, min(1.0, score))))
+        return out
+
+    # Writing: the draft -----------------------------------------------------------------------
+
+    def believe(
+        self,
+        content: str,
+        *,
+        confidence: ConfidenceLevel = "medium",
+        tags: list[str] | None = None,
+        expires_in: str | None = None,
+        allow_downgrade: bool = False,
+    ) -> dict[str, Any]:
+        """Records a belief, or updates a similar one (draft first, then the committed store).
+
+        Returns:
+            ``{"status": "ok", "action": "created" | "updated_store" | "updated_draft", "id"}``.
+        """
+        content = _check_content(content, "content")
+        if confidence not in CONFIDENCE_LEVELS:
+            raise ToolError(
+                f"confidence must be one of {', '.join(CONFIDENCE_LEVELS)}",
+                code="invalid_arguments",
+            )
+        tag_list = _check_tags(tags or [])
+        ttl = self._ttl(expires_in, self.layer.belief_ttl_ms, "expiresIn")
+        vector = self.embed_one(content)
+        return self.believe_vector(content, vector, confidence, tag_list, ttl, allow_downgrade)
+
+    def find_duplicate_belief(
+        self, vector: npt.NDArray[np.float32], *, now: int | None = None
+    ) -> tuple[str, float, str] | None:
+        """The live belief at least ``deduplication_threshold`` similar to ``vector``, in this
+        run's draft or the committed store, as ``(id, similarity, action)``; the better of the
+        two wins. ``action`` is what an update of it reports (``updated_draft`` or
+        ``updated_store``)."""
+        now = now_ms() if now is None else now
+        threshold = self.layer.deduplication_threshold
+        draft = self.draft
+        match: tuple[str, float, str] | None = None
+        if draft.belief_vectors is not None and len(draft.belief_vectors):
+            found = draft.belief_vectors.find_duplicate(vector, threshold)
+            if found is not None:
+                match = (found[0], found[1], "updated_draft")
+        if not self.beliefs:
+            return match
+        index = self.index().beliefs
+        best = index.find_duplicate(vector, threshold)
+        if best is None:
+            return match
+        stored = self.beliefs.get(best[0])
+        if stored is None or stored.expired(now):
+            # The best is archived: look for the best live one among the similar ones.
+            candidates = index.top_k(vector, max(16, len(index)), threshold=threshold)
+            best = next(
+                (
+                    (i, sim)
+                    for i, sim in candidates
+                    if i in self.beliefs and not self.beliefs[i].expired(now)
+                ),
+                None,
+            )
+        if best is not None and (match is None or best[1] > match[1]):
+            action = "updated_draft" if best[0] in draft.beliefs else "updated_store"
+            match = (best[0], best[1], action)
+        return match
+
+    def believe_vector(
+        self,
+        content: str,
+        vector: npt.NDArray[np.float32],
+        confidence: ConfidenceLevel,
+        tags: list[str],
+        ttl_ms: int | None,
+        allow_downgrade: bool,
+    ) -> dict[str, Any]:
+        """:meth:`believe` after embedding."""
+        now = now_ms()
+        match = self.find_duplicate_belief(vector, now=now)
+        expires_at = now + ttl_ms if ttl_ms is not None else None
+        if match is None:
+            belief = MindBelief(_new_id("b"), content, confidence, list(tags), expires_at, now, now)
+            self._draft_belief(belief, vector, stored_before=False)
+            return {"status": "ok", "action": "created", "id": belief.id}
+        id_, _similarity, action = match
+        if id_ in self.draft.beliefs:
+            base, _old, stored_before = self.draft.beliefs[id_]
+        else:
+            base, stored_before = _copy_belief(self.beliefs[id_]), True
+        base.content = content
+        base.confidence = _merge_confidence(base.confidence, confidence, allow_downgrade)
+        base.tags = _union(base.tags, tags)
+        base.expires_at = expires_at
+        base.updated_at = now
+        self._draft_belief(
+            base, vector, stored_before=stored_before, allow_downgrade=allow_downgrade
+        )
+        return {"status": "ok", "action": action, "id": id_}
+
+    def _draft_belief(
+        self,
+        belief: MindBelief,
+        vector: npt.NDArray[np.float32],
+        *,
+        stored_before: bool,
+        allow_downgrade: bool = False,
+    ) -> None:
+        draft = self.draft
+        draft.beliefs[belief.id] = (belief, vector, stored_before)
+        if draft.belief_vectors is None:
+            draft.belief_vectors = VectorSet(int(vector.shape[0]))
+        draft.belief_vectors.add([belief.id], vector.reshape(1, -1))
+        if allow_downgrade:
+            draft.downgrades.add(belief.id)
+
+    def reflect(
+        self,
+        content: str,
+        *,
+        pin: bool = False,
+        tags: list[str] | None = None,
+        related_to: str | None = None,
+    ) -> dict[str, Any]:
+        """Appends a reflection (never deduplicated); ``pin`` makes it a standing rule.
+
+        Returns:
+            ``{"status": "ok", "id", "warning"?}``; the warning when pins are within 2 of the cap.
+        """
+        content = _check_content(content, "content")
+        if not isinstance(pin, bool):
+            raise ToolError("pin must be a boolean", code="invalid_arguments")
+        tag_list = _check_tags(tags or [])
+        if related_to is not None:
+            related_to = _check_content(related_to, "relatedTo")
+        cap = self.layer.max_pinned_reflections
+        pinned_now = self.pinned_count()
+        if pin and pinned_now >= cap:
+            raise ToolError(
+                f"there are already {pinned_now} pinned reflections, the cap is {cap}; unpin an "
+                "outdated one with mind_unpin_reflection first",
+                code="cap_reached",
+            )
+        vector = self.embed_one(content)
+        now = now_ms()
+        ttl = self.layer.reflection_ttl_ms
+        reflection = MindReflection(
+            _new_id("r"),
+            content,
+            pin,
+            tag_list,
+            related_to,
+            now,
+            now,
+            expires_at=now + ttl if ttl is not None else None,
+        )
+        self.draft.reflections[reflection.id] = (reflection, vector)
+        result: dict[str, Any] = {"status": "ok", "id": reflection.id}
+        if pin and pinned_now + 1 >= cap - PINNED_WARNING_MARGIN:
+            result["warning"] = (
+                f"{pinned_now + 1} of {cap} pinned reflections are in use; review the standing "
+                "rules and unpin outdated ones with mind_unpin_reflection"
+            )
+        return result
+
+    def pinned_count(self) -> int:
+        """Pinned reflections once this run's draft is applied."""
+        now = self.started_at
+        committed = sum(
+            1
+            for r in self.reflections.values()
+            if r.pinned and not r.expired(now) and r.id not in self.draft.unpins
+        )
+        drafted = sum(1 for r, _ in self.draft.reflections.values() if r.pinned)
+        return committed + drafted
+
+    def unpin_reflection(self, id: str) -> dict[str, Any]:
+        """Unpins a standing rule (kept as a regular reflection); dropped by an error flush."""
+        if not isinstance(id, str):
+            raise ToolError("id must be a string", code="invalid_arguments")
+        if id in self.draft.reflections:
+            reflection = self.draft.reflections[id][0]
+            if not reflection.pinned:
+                raise ToolError(f"reflection {id!r} is not pinned", code="not_pinned")
+            reflection.pinned = False
+            return {"status": "ok"}
+        stored = self.reflections.get(id)
+        if stored is None:
+            raise ToolError(
+                f"no reflection with id {id!r}; find ids with mind_recall(type='reflection', "
+                "pinned=true)",
+                code="not_found",
+            )
+        if not stored.pinned or id in self.draft.unpins:
+            raise ToolError(f"reflection {id!r} is not pinned", code="not_pinned")
+        self.draft.unpins.add(id)
+        return {"status": "ok"}
+
+    def active_goal_count(self) -> int:
+        committed = sum(1 for g in self.goals.values() if g.status == "active")
+        return committed + len(self.draft.goals)
+
+    def set_goal(
+        self,
+        description: str,
+        *,
+        priority: GoalPriority = "normal",
+        tags: list[str] | None = None,
+        due_by: str | None = None,
+    ) -> dict[str, Any]:
+        """Creates an active goal (buffered); fails when the active goals reach the cap."""
+        description = _check_content(description, "description")
+        if priority not in GOAL_PRIORITIES:
+            raise ToolError(
+                f"priority must be one of {', '.join(GOAL_PRIORITIES)}", code="invalid_arguments"
+            )
+        tag_list = _check_tags(tags or [])
+        now = now_ms()
+        try:
+            due = None if due_by is None else parse_due_by(due_by, now=now)
+        except InvalidInputError as exc:
+            raise ToolError(str(exc), code="invalid_arguments") from None
+        cap = self.layer.max_goals
+        if self.active_goal_count() >= cap:
+            raise ToolError(
+                f"there are already {self.active_goal_count()} active goals, the cap is {cap}; "
+                "complete one with mind_complete_goal first",
+                code="cap_reached",
+            )
+        goal = MindGoal(
+            _new_id("g"), description, priority, "active", tag_list, due, [], None, now, now
+        )
+        self.draft.goals[goal.id] = goal
+        return {"status": "ok", "id": goal.id}
+
+    def update_goal(
+        self,
+        id: str,
+        *,
+        description: str | None = None,
+        priority: GoalPriority | None = None,
+        progress: str | None = None,
+    ) -> dict[str, Any]:
+        """Edits an active goal (buffered); ``progress`` appends a note."""
+        if description is not None:
+            description = _check_content(description, "description")
+        if priority is not None and priority not in GOAL_PRIORITIES:
+            raise ToolError(
+                f"priority must be one of {', '.join(GOAL_PRIORITIES)}", code="invalid_arguments"
+            )
+        if progress is not None:
+            progress = _check_content(progress, "progress")
+        patch = _GoalPatch(description, priority, [progress] if progress is not None else [])
+        if isinstance(id, str) and id in self.draft.goals:
+            patch.apply(self.draft.goals[id], now_ms())
+            return {"status": "ok"}
+        goal = self._active_goal(id)
+        pending = self.draft.goal_patches.setdefault(goal.id, _GoalPatch())
+        if description is not None:
+            pending.description = description
+        if priority is not None:
+            pending.priority = priority
+        pending.progress += patch.progress
+        return {"status": "ok"}
+
+    def complete_goal(self, id: str, *, outcome: str | None = None) -> dict[str, Any]:
+        """Completes an active goal and commits it at once (bypassing the draft)."""
+        if outcome is not None:
+            outcome = _check_content(outcome, "outcome")
+        now = now_ms()
+        if isinstance(id, str) and id in self.draft.goals:
+            goal = self.draft.goals.pop(id)
+            goal.status, goal.outcome, goal.updated_at = "completed", outcome, now
+            self.store.put(self.namespace, _key(goal), goal.to_payload())
+            self.goals[goal.id] = goal
+            return {"status": "ok"}
+        goal = self._active_goal(id)
+        pending = self.draft.goal_patches.pop(goal.id, None)
+
+        def complete(current: Any) -> Any:
+            try:
+                stored = MindGoal.from_payload(current) if current is not None else goal
+            except InvalidInputError:
+                stored = goal
+            if stored.status == "completed":
+                raise ToolError(f"goal {goal.id!r} is already completed", code="not_active")
+            if pending is not None:
+                pending.apply(stored, now)
+            stored.status, stored.outcome, stored.updated_at = "completed", outcome, now
+            return stored.to_payload()
+
+        try:
+            item = self.store.update(self.namespace, _key(goal), complete)
+        except ToolError:
+            if pending is not None:
+                self.draft.goal_patches[goal.id] = pending
+            raise
+        self.goals[goal.id] = MindGoal.from_payload(item.value)
+        return {"status": "ok"}
+
+    def _active_goal(self, id: Any) -> MindGoal:
+        if not isinstance(id, str):
+            raise ToolError("id must be a string", code="invalid_arguments")
+        goal = self.goals.get(id)
+        if goal is None:
+            raise ToolError(
+                f"no goal with id {id!r}; find ids with mind_recall(type='goal')", code="not_found"
+            )
+        if goal.status != "active":
+            raise ToolError(f"goal {id!r} is already completed", code="not_active")
+        return goal
+
+    def _ttl(self, expires_in: str | None, default: int | None, what: str) -> int | None:
+        if expires_in is None:
+            return default
+        try:
+            return parse_duration(expires_in, what=what)
+        except InvalidInputError as exc:
+            raise ToolError(str(exc), code="invalid_arguments") from None
+
+    # Flush ------------------------------------------------------------------------------------
+
+    def flush(self, *, error: bool = False) -> int:
+        """Commits the draft in one store transaction and empties it; returns entries written.
+
+        Clean flush: beliefs, reflections, goal creations and updates, unpins. Error flush
+        (``error=True``): beliefs and reflections only, flagged ``error: true``; goal changes
+        and unpins are dropped. Flushing twice writes nothing the second time.
+        """
+        draft, self.draft = self.draft, _Draft()
+        if draft.empty():
+            return 0
+        model = self.layer.embedder.model
+        downgrades = draft.downgrades
+        updates: dict[str, Callable[[Any], Any]] = {}
+        for belief, vector, stored_before in draft.beliefs.values():
+            if error:
+                belief.error = True
+            updates[_key(belief)] = _belief_writer(
+                belief, vector, model, stored_before, belief.id in downgrades
+            )
+        for reflection, vector in draft.reflections.values():
+            if error:
+                reflection.error = True
+            updates[_key(reflection)] = _constant(_stored(reflection, vector, model))
+        if not error:
+            for goal in draft.goals.values():
+                updates[_key(goal)] = _constant(goal.to_payload())
+            now = now_ms()
+            for goal_id, patch in draft.goal_patches.items():
+                updates[_key(self.goals[goal_id])] = _goal_writer(self.goals[goal_id], patch, now)
+            for reflection_id in draft.unpins:
+                updates[_key(self.reflections[reflection_id])] = _unpin_writer(
+                    self.reflections[reflection_id], now
+                )
+        if not updates:
+            return 0
+        self.store.update_many(self.namespace, updates)
+        return len(updates)
+
+
+# Store writers (run inside the flush transaction) ----------------------------------------------
+
+
+def _stored(
+    entry: MindBelief | MindReflection, vector: npt.NDArray[np.float32], model: str
+) -> dict[str, Any]:
+    return {**entry.to_payload(), "embedding": encode_vector(vector), "embeddingModel": model}
+
+
+def _constant(value: Any) -> Callable[[Any], Any]:
+    return lambda _current: value
+
+
+def _belief_writer(
+    belief: MindBelief,
+    vector: npt.NDArray[np.float32],
+    model: str,
+    stored_before: bool,
+    allow_downgrade: bool,
+) -> Callable[[Any], Any]:
+    def write(current: Any) -> Any:
+        if stored_before and isinstance(current, dict):
+            try:
+                now_stored = MindBelief.from_payload(current)
+            except InvalidInputError:
+                now_stored = None
+            if now_stored is not None:
+                belief.confidence = _merge_confidence(
+                    now_stored.confidence, belief.confidence, allow_downgrade
+                )
+                belief.tags = _union(now_stored.tags, belief.tags)
+                belief.created_at = now_stored.created_at
+        return _stored(belief, vector, model)
+
+    return write
+
+
+def _goal_writer(goal: MindGoal, patch: _GoalPatch, now: int) -> Callable[[Any], Any]:
+    def write(current: Any) -> Any:
+        try:
+            base = MindGoal.from_payload(current) if current is not None else _copy_goal(goal)
+        except InvalidInputError:
+            base = _copy_goal(goal)
+        return patch.apply(base, now).to_payload()
+
+    return write
+
+
+def _unpin_writer(reflection: MindReflection, now: int) -> Callable[[Any], Any]:
+    def write(current: Any) -> Any:
+        if isinstance(current, dict):
+            return {**current, "pinned": False, "updatedAt": now}
+        return {**reflection.to_payload(), "pinned": False, "updatedAt": now}
+
+    return write
+
+
+# Helpers --------------------------------------------------------------------------------------
+
+
+_BY_UPDATED = operator.attrgetter("updated_at")
+_BY_CREATED = operator.attrgetter("created_at")
+_DEFAULT_COUNTER: list[Any] = []
+
+
+def _default_counter() -> Any:
+    """One estimator shared by standalone sessions, so header line counts stay cached."""
+    if not _DEFAULT_COUNTER:
+        from memstrata.tokens import EstimatingCounter
+
+        _DEFAULT_COUNTER.append(EstimatingCounter())
+    return _DEFAULT_COUNTER[0]
+
+
+def _is_embedder(obj: Any) -> bool:
+    # Looked up on the type: isinstance() on the protocol would read ``dim``, which for a remote
+    # embedder of unknown dimension means a network call.
+    kind = type(obj)
+    return all(hasattr(kind, name) for name in ("embed", "aembed", "dim", "model"))
+
+
+def _key(entry: MindEntry) -> str:
+    return f"{entry.type}/{entry.id}"
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def _copy_belief(b: MindBelief) -> MindBelief:
+    return MindBelief(
+        b.id,
+        b.content,
+        b.confidence,
+        list(b.tags),
+        b.expires_at,
+        b.created_at,
+        b.updated_at,
+        b.error,
+    )
+
+
+def _copy_goal(g: MindGoal) -> MindGoal:
+    return MindGoal(
+        g.id,
+        g.description,
+        g.priority,
+        g.status,
+        list(g.tags),
+        g.due_by,
+        list(g.progress),
+        g.outcome,
+        g.created_at,
+        g.updated_at,
+    )
+
+
+def _merge_confidence(
+    old: ConfidenceLevel, new: ConfidenceLevel, allow_downgrade: bool
+) -> ConfidenceLevel:
+    if allow_downgrade or _CONFIDENCE_RANK[new] >= _CONFIDENCE_RANK[old]:
+        return new
+    return old
+
+
+def _union(a: list[str], b: list[str]) -> list[str]:
+    return list(dict.fromkeys([*a, *b]))
+
+
+def _recency(updated_at: int, now: int) -> float:
+    age_days = max(0.0, (now - updated_at) / DAY_MS)
+    return math.exp(-age_days / RECENCY_DECAY_DAYS)
+
+
+def _iso_day(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).date().isoformat()
+
+
+def _goal_line(goal: MindGoal) -> str:
+    line = f"[{goal.priority}] {goal.description}"
+    if goal.progress:
+        line += f" — last progress: {goal.progress[-1]}"
+    if goal.due_by:
+        line += f" (due: {goal.due_by})"
+    return line
+
+
+def _check_content(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ToolError(f"{what} must be a string", code="invalid_arguments")
+    text = value.strip()
+    if not text:
+        raise ToolError(f"{what} is empty", code="invalid_arguments")
+    if len(text) > MAX_CONTENT_CHARS:
+        raise ToolError(
+            f"{what} is {len(text):,} characters; the limit is {MAX_CONTENT_CHARS:,}",
+            code="invalid_arguments",
+        )
+    return text
+
+
+def _check_tags(tags: Any) -> list[str]:
+    if not isinstance(tags, (list, tuple, set, frozenset)):
+        raise ToolError("tags must be a list of strings", code="invalid_arguments")
+    out = list(tags)
+    if len(out) > MAX_TAGS:
+        raise ToolError(f"{len(out)} tags; the limit is {MAX_TAGS}", code="invalid_arguments")
+    for tag in out:
+        if not isinstance(tag, str) or not tag.strip() or len(tag) > MAX_TAG_CHARS:
+            raise ToolError(
+                f"each tag must be a non-empty string of at most {MAX_TAG_CHARS} characters, "
+                f"got {tag!r}",
+                code="invalid_arguments",
+            )
+    return list(dict.fromkeys(out))
+
+
+def _check_int(value: Any, what: str, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInputError(f"{what} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_number(value: Any, what: str, *, low: float, high: float | None = None) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise InvalidInputError(f"{what} must be a number {bounds}, got {value!r}")
+
+
+def _parse_namespace(namespace: Namespace | str) -> Namespace:
+    from memstrata.stores.base import validate_namespace
+
+    if isinstance(namespace, str):
+        namespace = tuple(namespace.split("/"))
+    try:
+        return validate_namespace(namespace)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"namespace: {exc}") from None
+
+
+__all__ = [
+    "CONFIDENCE_SCORES",
+    "AgentMind",
+    "AgentMindHandle",
+    "MindTtlDefaults",
+    "ScoreWeights",
+]

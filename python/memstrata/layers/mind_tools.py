@@ -1,0 +1,190 @@
+"""AgentMind's seven tools: their JSON Schemas (the seed's parameter names) and handlers.
+
+Each handler turns the model's camelCase arguments into a call on the run's
+:class:`~memstrata.layers.agent_mind.AgentMindHandle`; the handle validates and raises
+:class:`~memstrata.exceptions.ToolError`, which the stack returns as an error payload.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memstrata.layers.mind_entries import CONFIDENCE_LEVELS, GOAL_PRIORITIES, GOAL_STATUSES
+from memstrata.tools import Tool
+
+if TYPE_CHECKING:
+    from memstrata.layers.agent_mind import AgentMindHandle
+
+MAX_CONTENT_CHARS = 4000
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+MAX_RECALL_LIMIT = 50
+
+_TAGS_SCHEMA = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS},
+    "maxItems": MAX_TAGS,
+}
+_TEXT = {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT_CHARS}
+
+
+def _schema(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _args(args: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI strict mode pads optional fields with null: treat null as absent."""
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def mind_tools(handle: AgentMindHandle) -> list[Tool]:
+    """The seven tools, bound to one run's handle; argument names are the seed's."""
+
+    def recall(args: dict[str, Any]) -> list[dict[str, Any]]:
+        a = _args(args)
+        found = handle.recall(
+            a["query"],
+            type=a.get("type", "all"),
+            status=a.get("status", "active"),
+            tags=a.get("tags"),
+            pinned=a.get("pinned"),
+            include_expired=a.get("includeExpired", False),
+            threshold=a.get("threshold"),
+            limit=int(a.get("limit", 5)),
+        )
+        return [r.to_payload() for r in found]
+
+    def believe(args: dict[str, Any]) -> dict[str, Any]:
+        a = _args(args)
+        return handle.believe(
+            a["content"],
+            confidence=a.get("confidence", "medium"),
+            tags=a.get("tags"),
+            expires_in=a.get("expiresIn"),
+            allow_downgrade=a.get("allowDowngrade", False),
+        )
+
+    def reflect(args: dict[str, Any]) -> dict[str, Any]:
+        a = _args(args)
+        return handle.reflect(
+            a["content"], pin=a.get("pin", False), tags=a.get("tags"), related_to=a.get("relatedTo")
+        )
+
+    def unpin(args: dict[str, Any]) -> dict[str, Any]:
+        return handle.unpin_reflection(args["id"])
+
+    def set_goal(args: dict[str, Any]) -> dict[str, Any]:
+        a = _args(args)
+        return handle.set_goal(
+            a["description"],
+            priority=a.get("priority", "normal"),
+            tags=a.get("tags"),
+            due_by=a.get("dueBy"),
+        )
+
+    def update_goal(args: dict[str, Any]) -> dict[str, Any]:
+        a = _args(args)
+        return handle.update_goal(
+            a["id"],
+            description=a.get("description"),
+            priority=a.get("priority"),
+            progress=a.get("progress"),
+        )
+
+    def complete_goal(args: dict[str, Any]) -> dict[str, Any]:
+        a = _args(args)
+        return handle.complete_goal(a["id"], outcome=a.get("outcome"))
+
+    nullable = {"type": ["string", "null"], "maxLength": MAX_CONTENT_CHARS}
+    return [
+        Tool(
+            "mind_recall",
+            "Search your persistent memory (goals, beliefs, reflections). Reads what earlier "
+            "runs committed; writes made in this run are not visible until the next run.",
+            _schema(
+                ["query"],
+                query={**_TEXT, "description": "Free-text query."},
+                type={"type": "string", "enum": ["belief", "reflection", "goal", "all"]},
+                status={"type": "string", "enum": list(GOAL_STATUSES)},
+                tags=_TAGS_SCHEMA,
+                pinned={"type": ["boolean", "null"]},
+                includeExpired={"type": ["boolean", "null"]},
+                threshold={"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                limit={"type": ["integer", "null"], "minimum": 1, "maximum": MAX_RECALL_LIMIT},
+            ),
+            recall,
+        ),
+        Tool(
+            "mind_believe",
+            "Record a belief (a fact you learned), or update an existing similar one.",
+            _schema(
+                ["content"],
+                content={**_TEXT, "description": "The belief statement."},
+                confidence={"type": "string", "enum": list(CONFIDENCE_LEVELS)},
+                tags=_TAGS_SCHEMA,
+                expiresIn={**nullable, "description": "TTL such as '7d' or '90d'."},
+                allowDowngrade={"type": ["boolean", "null"]},
+            ),
+            believe,
+        ),
+        Tool(
+            "mind_reflect",
+            "Log an observation about your own performance; pin=true makes it a standing rule "
+            "shown at the start of every run.",
+            _schema(
+                ["content"],
+                content={**_TEXT, "description": "The observation."},
+                pin={"type": ["boolean", "null"]},
+                tags=_TAGS_SCHEMA,
+                relatedTo={**nullable, "description": "Context, e.g. a PR or task id."},
+            ),
+            reflect,
+        ),
+        Tool(
+            "mind_unpin_reflection",
+            "Remove the pin from a standing-rule reflection (it stays as a regular reflection).",
+            _schema(["id"], id={"type": "string", "minLength": 1, "maxLength": 64}),
+            unpin,
+        ),
+        Tool(
+            "mind_set_goal",
+            "Create an active goal to track across sessions. Check mind_recall(type='goal') "
+            "first to avoid duplicates.",
+            _schema(
+                ["description"],
+                description={**_TEXT, "description": "The goal statement."},
+                priority={"type": "string", "enum": list(GOAL_PRIORITIES)},
+                tags=_TAGS_SCHEMA,
+                dueBy={**nullable, "description": "ISO date ('2026-06-01') or duration ('30d')."},
+            ),
+            set_goal,
+        ),
+        Tool(
+            "mind_update_goal",
+            "Update an active goal: revise its description or priority, or append a progress "
+            "note. Does not complete it.",
+            _schema(
+                ["id"],
+                id={"type": "string", "minLength": 1, "maxLength": 64},
+                description=nullable,
+                priority={"type": ["string", "null"], "enum": [*GOAL_PRIORITIES, None]},
+                progress=nullable,
+            ),
+            update_goal,
+        ),
+        Tool(
+            "mind_complete_goal",
+            "Mark an active goal as completed (committed immediately).",
+            _schema(
+                ["id"],
+                id={"type": "string", "minLength": 1, "maxLength": 64},
+                outcome=nullable,
+            ),
+            complete_goal,
+        ),
+    ]

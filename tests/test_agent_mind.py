@@ -1,0 +1,1004 @@
+"""AgentMind (seed 001): header, seven tools, dedup, recall scoring, caps, draft buffer, flush."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, hash_embed
+from memstrata.exceptions import InvalidInputError
+from memstrata.layers.agent_mind import MindTtlDefaults, ScoreWeights
+from memstrata.layers.mind_entries import parse_due_by, parse_duration
+from memstrata.stores import Store
+
+AGENT = "research-tracker"
+NS = ("mind", AGENT)
+DAY_MS = 86_400_000
+TOOLS = {
+    "mind_recall",
+    "mind_believe",
+    "mind_reflect",
+    "mind_unpin_reflection",
+    "mind_set_goal",
+    "mind_update_goal",
+    "mind_complete_goal",
+}
+
+
+@pytest.fixture
+def store(tmp_path: pathlib.Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "mind.db")
+    yield s
+    s.close()
+
+
+def make_stack(store: Store, **options: Any) -> MemoryStack:
+    return MemoryStack([AgentMind(**options)], store=store)
+
+
+def ok(result: dict[str, Any]) -> Any:
+    assert result.get("ok", True) is not False, result
+    return result.get("result", result)
+
+
+def header_of(stack: MemoryStack) -> str:
+    with stack.run(agent=AGENT) as run:
+        return "\n".join(m["content"] for m in run.prepare([]))
+
+
+def stored_entries(store: Store, kind: str | None = None) -> list[dict[str, Any]]:
+    items = store.list(NS, limit=10_000)
+    return [i.value for i in items if kind is None or i.value.get("type") == kind]
+
+
+def put_raw(store: Store, payload: dict[str, Any]) -> None:
+    """An entry as an earlier run (or another process) left it, without a vector."""
+    store.put(NS, f"{payload['type']}/{payload['id']}", payload)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# Config and durations ----------------------------------------------------------------------------
+
+
+def test_defaults_follow_the_seed() -> None:
+    mind = AgentMind()
+    assert mind.token_budget == 300
+    assert mind.recency_window_days == 7
+    assert mind.max_goals == 10 and mind.max_pinned_reflections == 10
+    assert mind.deduplication_threshold == 0.85 and mind.retrieval_threshold == 0.35
+    assert mind.ttl_defaults == MindTtlDefaults(belief="30d", reflection=None)
+    assert mind.belief_ttl_ms == 30 * DAY_MS and mind.reflection_ttl_ms is None
+    assert mind.score_weights == ScoreWeights(0.6, 0.2, 0.2)
+
+
+def test_caps_have_a_ceiling_of_ten() -> None:
+    mind = AgentMind(max_goals=50, max_pinned_reflections=99)
+    assert (mind.max_goals, mind.max_pinned_reflections) == (10, 10)
+    assert AgentMind(max_goals=3).max_goals == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"), [("30d", 30 * DAY_MS), ("12h", 12 * 3_600_000), ("15m", 900_000), ("9s", 9000)]
+)
+def test_durations_accept_days_hours_minutes_seconds(text: str, ms: int) -> None:
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize("text", ["30", "d", "1w", "-3d", "0d", "1.5d", "30 days", "", "3d4h"])
+def test_bad_durations_are_a_clear_error(text: str) -> None:
+    with pytest.raises(InvalidInputError, match="not a duration"):
+        parse_duration(text)
+
+
+def test_bad_config_is_refused_with_the_option_named() -> None:
+    with pytest.raises(InvalidInputError, match=r"ttl_defaults.belief"):
+        AgentMind(ttl_defaults={"belief": "forever"})
+    with pytest.raises(InvalidInputError, match="unknown keys"):
+        AgentMind(ttl_defaults={"beleif": "3d"})  # type: ignore[dict-item]
+    with pytest.raises(InvalidInputError, match="deduplication_threshold"):
+        AgentMind(deduplication_threshold=1.5)
+    with pytest.raises(InvalidInputError, match="max_goals"):
+        AgentMind(max_goals=0)
+    with pytest.raises(InvalidInputError, match="token_budget"):
+        AgentMind(token_budget=-1)
+
+
+def test_due_by_accepts_iso_dates_and_durations() -> None:
+    assert parse_due_by("2026-06-01", now=0) == "2026-06-01"
+    assert parse_due_by("30d", now=0) == "1970-01-31"
+    with pytest.raises(InvalidInputError):
+        parse_due_by("2026-13-45", now=0)
+    with pytest.raises(InvalidInputError):
+        parse_due_by("next week", now=0)
+
+
+def test_a_run_needs_an_agent_name_or_a_namespace(store: Store) -> None:
+    stack = make_stack(store)
+    with pytest.raises(InvalidInputError, match="agent"), stack.run():
+        pass
+    shared = make_stack(store, namespace="team/minds")
+    with shared.run() as run:
+        ok(run.call_tool("mind_believe", {"content": "Shared memory works"}))
+    assert store.list(("team", "minds"))
+
+
+# Header ----------------------------------------------------------------------------------------
+
+
+def test_an_empty_store_gives_no_block(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        messages = run.prepare([{"role": "user", "content": "hi"}])
+    assert messages == [{"role": "user", "content": "hi"}]
+
+
+def test_the_header_has_the_seed_sections_in_order(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        goal = ok(
+            run.call_tool(
+                "mind_set_goal",
+                {
+                    "description": "Migrate all production databases to PostgreSQL",
+                    "priority": "high",
+                    "dueBy": "2026-06-01",
+                },
+            )
+        )
+        ok(
+            run.call_tool(
+                "mind_reflect", {"content": "Always confirm destructive ops.", "pin": True}
+            )
+        )
+        ok(
+            run.call_tool(
+                "mind_believe", {"content": "Staging uses its own key.", "confidence": "high"}
+            )
+        )
+        ok(run.call_tool("mind_believe", {"content": "Payments API allows 100 req/min."}))
+        ok(run.call_tool("mind_reflect", {"content": "The user prefers bullet points."}))
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "schema migrated"}))
+    with stack.run(agent=AGENT) as run:
+        block = run.prepare([])[0]
+    assert block["role"] == "system"
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    assert block["content"] == (
+        "--- AGENT MIND ---\n"
+        "## Goals\n"
+        "[high] Migrate all production databases to PostgreSQL — last progress: schema migrated"
+        " (due: 2026-06-01)\n"
+        "## Standing Rules (Pinned)\n"
+        "- Always confirm destructive ops.\n"
+        "## Beliefs\n"
+        "- Staging uses its own key. (high confidence)\n"
+        "## Recent Reflections\n"
+        f"- [{today}] The user prefers bullet points.\n"
+        "---"
+    )
+
+
+def test_header_beliefs_skip_low_error_and_expired(store: Store) -> None:
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
+    put_raw(store, {**base, "id": "b1", "content": "Kept high belief", "confidence": "high"})
+    put_raw(store, {**base, "id": "b2", "content": "Medium belief", "confidence": "medium"})
+    put_raw(store, {**base, "id": "b3", "content": "Crashed", "confidence": "high", "error": True})
+    put_raw(
+        store,
+        {**base, "id": "b4", "content": "Old news", "confidence": "high", "expiresAt": now - 1},
+    )
+    block = header_of(make_stack(store))
+    assert "Kept high belief" in block
+    for hidden in ("Medium belief", "Crashed", "Old news"):
+        assert hidden not in block
+
+
+def test_recent_reflections_respect_the_window_and_pins_always_show(store: Store) -> None:
+    now = now_ms()
+    base = {"type": "reflection", "tags": [], "pinned": False}
+    put_raw(
+        store, {**base, "id": "r1", "content": "Fresh lesson", "createdAt": now, "updatedAt": now}
+    )
+    old = now - 8 * DAY_MS
+    put_raw(
+        store, {**base, "id": "r2", "content": "Stale lesson", "createdAt": old, "updatedAt": old}
+    )
+    put_raw(
+        store,
+        {
+            **base,
+            "id": "r3",
+            "content": "Old rule",
+            "pinned": True,
+            "createdAt": old,
+            "updatedAt": old,
+        },
+    )
+    block = header_of(make_stack(store))
+    assert "Fresh lesson" in block and "Old rule" in block and "Stale lesson" not in block
+    assert "Stale lesson" in header_of(make_stack(store, recency_window_days=10))
+
+
+def test_a_line_too_big_is_skipped_and_smaller_ones_still_fit(store: Store) -> None:
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "confidence": "high"}
+    put_raw(store, {**base, "id": "b1", "content": "short one", "createdAt": now, "updatedAt": now})
+    big = "word " * 200
+    put_raw(store, {**base, "id": "b2", "content": big, "createdAt": now, "updatedAt": now + 1})
+    put_raw(
+        store, {**base, "id": "b3", "content": "short two", "createdAt": now, "updatedAt": now - 1}
+    )
+    block = header_of(make_stack(store, token_budget=40))
+    assert "short one" in block and "short two" in block and "word word" not in block
+    # Beliefs fill the budget before reflections.
+    put_raw(
+        store,
+        {
+            "type": "reflection",
+            "id": "r1",
+            "content": "tiny lesson",
+            "tags": [],
+            "pinned": False,
+            "createdAt": now,
+            "updatedAt": now,
+        },
+    )
+    assert "tiny lesson" not in header_of(make_stack(store, token_budget=12))
+    assert "tiny lesson" in header_of(make_stack(store, token_budget=60))
+
+
+def test_the_header_is_built_from_the_store_at_run_start(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Visible next run", "confidence": "high"}))
+        assert run.prepare([]) == []
+    assert "Visible next run" in header_of(stack)
+
+
+# Tools -----------------------------------------------------------------------------------------
+
+
+def test_the_seven_tools_are_offered_with_the_seed_parameters(store: Store) -> None:
+    with make_stack(store).run(agent=AGENT) as run:
+        specs = {s["name"]: s for s in run.tool_specs("mcp")}
+    assert set(specs) == TOOLS
+    props = {name: set(s["inputSchema"]["properties"]) for name, s in specs.items()}
+    assert props["mind_recall"] == {
+        "query",
+        "type",
+        "status",
+        "tags",
+        "pinned",
+        "includeExpired",
+        "threshold",
+        "limit",
+    }
+    assert props["mind_believe"] == {"content", "confidence", "tags", "expiresIn", "allowDowngrade"}
+    assert props["mind_reflect"] == {"content", "pin", "tags", "relatedTo"}
+    assert props["mind_unpin_reflection"] == {"id"}
+    assert props["mind_set_goal"] == {"description", "priority", "tags", "dueBy"}
+    assert props["mind_update_goal"] == {"id", "description", "priority", "progress"}
+    assert props["mind_complete_goal"] == {"id", "outcome"}
+    assert specs["mind_recall"]["inputSchema"]["required"] == ["query"]
+
+
+def test_no_mind_layer_means_no_mind_tools_and_nothing_stored(store: Store) -> None:
+    stack = MemoryStack([], store=store)
+    with stack.run(agent=AGENT) as run:
+        assert run.tool_specs() == []
+        assert run.call_tool("mind_recall", {"query": "x"})["error"]["code"] == "unknown_tool"
+    assert store.list(()) == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "fragment"),
+    [
+        ("mind_believe", {}, "content"),
+        ("mind_believe", {"content": ""}, "content"),
+        ("mind_believe", {"content": "x" * 5000}, "limit"),
+        ("mind_believe", {"content": "fine", "confidence": "very"}, "confidence"),
+        ("mind_believe", {"content": "fine", "expiresIn": "soon"}, "not a duration"),
+        ("mind_believe", {"content": "fine", "tags": "one"}, "tags"),
+        ("mind_believe", {"content": "!!! ???"}, "no words"),
+        ("mind_believe", '{"content": ', "not valid JSON"),
+        ("mind_reflect", {"content": "fine", "pin": "yes"}, "pin"),
+        ("mind_set_goal", {"description": "fine", "dueBy": "someday"}, "dueBy"),
+        ("mind_update_goal", {"id": "g_nope"}, "no goal"),
+        ("mind_complete_goal", {"id": "g_nope"}, "no goal"),
+        ("mind_unpin_reflection", {"id": "r_nope"}, "no reflection"),
+        ("mind_recall", {"query": "x", "limit": 0}, "limit"),
+        ("mind_recall", {"query": "x", "threshold": 2}, "threshold"),
+        ("mind_recall", {"query": "x", "type": "memo"}, "type"),
+    ],
+)
+def test_bad_tool_calls_give_error_payloads_and_store_nothing(
+    store: Store, tool: str, args: Any, fragment: str
+) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        result = run.call_tool(tool, args)
+        assert result["ok"] is False, result
+        text = result["error"]["message"] + " ".join(result["error"].get("details", []))
+        assert fragment in text
+    assert store.list(NS) == []
+
+
+# Dedup -----------------------------------------------------------------------------------------
+
+
+def test_similar_beliefs_update_in_place_in_the_draft_then_in_the_store(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        first = ok(
+            run.call_tool(
+                "mind_believe", {"content": "TSMC Q2 capacity is fully booked.", "tags": ["tsmc"]}
+            )
+        )
+        again = ok(
+            run.call_tool(
+                "mind_believe",
+                {
+                    "content": "TSMC Q2 capacity is fully booked!",
+                    "confidence": "high",
+                    "tags": ["chips"],
+                },
+            )
+        )
+        assert first["action"] == "created" and again == {
+            "status": "ok",
+            "action": "updated_draft",
+            "id": first["id"],
+        }
+    with stack.run(agent=AGENT) as run:
+        third = ok(
+            run.call_tool(
+                "mind_believe", {"content": "tsmc Q2 capacity is fully booked", "confidence": "low"}
+            )
+        )
+        assert third == {"status": "ok", "action": "updated_store", "id": first["id"]}
+    beliefs = stored_entries(store, "belief")
+    assert len(beliefs) == 1
+    assert beliefs[0]["confidence"] == "high"  # only rises
+    assert beliefs[0]["tags"] == ["tsmc", "chips"]
+    assert beliefs[0]["content"] == "tsmc Q2 capacity is fully booked"
+    with stack.run(agent=AGENT) as run:
+        ok(
+            run.call_tool(
+                "mind_believe",
+                {
+                    "content": "TSMC Q2 capacity is fully booked",
+                    "confidence": "low",
+                    "allowDowngrade": True,
+                },
+            )
+        )
+    assert stored_entries(store, "belief")[0]["confidence"] == "low"
+
+
+def test_different_beliefs_are_separate_and_reflections_are_never_deduped(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        a = ok(run.call_tool("mind_believe", {"content": "The staging database runs Postgres 16."}))
+        b = ok(run.call_tool("mind_believe", {"content": "Invoices are emailed every Monday."}))
+        assert a["id"] != b["id"] and b["action"] == "created"
+        r1 = ok(run.call_tool("mind_reflect", {"content": "Check the logs first."}))
+        r2 = ok(run.call_tool("mind_reflect", {"content": "Check the logs first."}))
+        assert r1["id"] != r2["id"]
+    assert len(stored_entries(store, "belief")) == 2
+    assert len(stored_entries(store, "reflection")) == 2
+
+
+def test_dedup_threshold_is_configurable(store: Store) -> None:
+    a, b = "The deploy window is Tuesday morning.", "The deploy window is Tuesday evening."
+    sim = float(hash_embed([a, b], 384)[0] @ hash_embed([a, b], 384)[1])
+    strict = make_stack(store, deduplication_threshold=min(1.0, sim + 0.01))
+    with strict.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": a}))
+        assert ok(run.call_tool("mind_believe", {"content": b}))["action"] == "created"
+    loose = make_stack(store, deduplication_threshold=max(0.0, sim - 0.01))
+    with loose.run(agent="other") as run:
+        ok(run.call_tool("mind_believe", {"content": a}))
+        assert ok(run.call_tool("mind_believe", {"content": b}))["action"] == "updated_draft"
+
+
+# Recall ----------------------------------------------------------------------------------------
+
+
+def test_writes_are_invisible_to_recall_in_the_run_and_visible_in_the_next(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(
+            run.call_tool(
+                "mind_believe",
+                {"content": "Rate limits are 100 requests per minute.", "confidence": "high"},
+            )
+        )
+        assert ok(run.call_tool("mind_recall", {"query": "rate limits requests per minute"})) == []
+    with stack.run(agent=AGENT) as run:
+        found = ok(run.call_tool("mind_recall", {"query": "rate limits requests per minute"}))
+    assert [f["content"] for f in found] == ["Rate limits are 100 requests per minute."]
+    hit = found[0]
+    assert hit["type"] == "belief" and hit["confidence"] == "high" and hit["error"] is False
+    assert set(hit) >= {
+        "id",
+        "type",
+        "content",
+        "score",
+        "tags",
+        "createdAt",
+        "updatedAt",
+        "expiresAt",
+    }
+
+
+def test_recall_score_is_the_weighted_composite(store: Store) -> None:
+    now = now_ms()
+    content, query = "Quarterly revenue grew eight percent", "quarterly revenue growth"
+    age_days = 12
+    updated = now - age_days * DAY_MS
+    put_raw(
+        store,
+        {
+            "type": "belief",
+            "id": "b1",
+            "content": content,
+            "confidence": "medium",
+            "tags": [],
+            "createdAt": updated,
+            "updatedAt": updated,
+        },
+    )
+    put_raw(
+        store,
+        {
+            "type": "belief",
+            "id": "b2",
+            "content": content,
+            "confidence": "high",
+            "tags": [],
+            "createdAt": updated,
+            "updatedAt": updated,
+            "error": True,
+        },
+    )
+    with make_stack(store).run(agent=AGENT) as run:
+        found = {
+            f["id"]: f for f in ok(run.call_tool("mind_recall", {"query": query, "threshold": 0}))
+        }
+    vectors = hash_embed([content, query], 384)
+    similarity = float(vectors[0] @ vectors[1])
+    recency = math.exp(-age_days / 30)
+    assert found["b1"]["score"] == pytest.approx(
+        0.6 * similarity + 0.2 * recency + 0.2 * 0.6, abs=2e-3
+    )
+    # Error-flagged beliefs count as low confidence.
+    assert found["b2"]["score"] == pytest.approx(
+        0.6 * similarity + 0.2 * recency + 0.2 * 0.3, abs=2e-3
+    )
+    weighted = make_stack(store, score_weights=ScoreWeights(1.0, 0.0, 0.0))
+    with weighted.run(agent=AGENT) as run:
+        found = ok(run.call_tool("mind_recall", {"query": query, "threshold": 0, "type": "belief"}))
+    assert found[0]["score"] == pytest.approx(similarity, abs=2e-3)
+
+
+def seed_entries(stack: MemoryStack) -> dict[str, str]:
+    ids = {}
+    with stack.run(agent=AGENT) as run:
+        ids["b_db"] = ok(
+            run.call_tool(
+                "mind_believe",
+                {
+                    "content": "The database cluster runs Postgres",
+                    "tags": ["db", "infra"],
+                    "confidence": "high",
+                },
+            )
+        )["id"]
+        ids["b_short"] = ok(
+            run.call_tool(
+                "mind_believe",
+                {"content": "The database backup expires soon", "tags": ["db"], "expiresIn": "1s"},
+            )
+        )["id"]
+        ids["r_pin"] = ok(
+            run.call_tool(
+                "mind_reflect",
+                {"content": "Database migrations need a dry run", "pin": True, "tags": ["db"]},
+            )
+        )["id"]
+        ids["r_plain"] = ok(
+            run.call_tool(
+                "mind_reflect", {"content": "Database questions deserve care", "relatedTo": "PR-42"}
+            )
+        )["id"]
+        ids["g_db"] = ok(
+            run.call_tool(
+                "mind_set_goal", {"description": "Upgrade the database cluster", "tags": ["db"]}
+            )
+        )["id"]
+        ids["g_other"] = ok(
+            run.call_tool("mind_set_goal", {"description": "Write the onboarding guide"})
+        )["id"]
+    return ids
+
+
+def test_recall_filters(store: Store) -> None:
+    stack = make_stack(store)
+    ids = seed_entries(stack)
+    time.sleep(1.1)  # let the 1s belief expire
+    with stack.run(agent=AGENT) as run:
+
+        def recall(**args: Any) -> list[str]:
+            found = ok(
+                run.call_tool("mind_recall", {"query": "database cluster", "threshold": 0, **args})
+            )
+            return [f["id"] for f in found]
+
+        assert set(recall(type="belief")) == {ids["b_db"]}
+        assert set(recall(type="belief", includeExpired=True)) == {ids["b_db"], ids["b_short"]}
+        assert set(recall(type="reflection")) == {ids["r_pin"], ids["r_plain"]}
+        assert recall(type="reflection", pinned=True) == [ids["r_pin"]]
+        assert recall(pinned=True) == [ids["r_pin"]]
+        assert recall(type="reflection", pinned=False) == [ids["r_plain"]]
+        assert recall(type="goal") == [ids["g_db"]]
+        assert recall(type="goal", status="completed") == []
+        assert set(recall(tags=["db", "infra"])) == {ids["b_db"]}
+        assert len(recall(limit=2)) == 2
+        everything = recall(limit=10)
+        assert everything[0] == ids["g_db"] and set(everything) == {
+            ids["g_db"],
+            ids["b_db"],
+            ids["r_pin"],
+            ids["r_plain"],
+        }
+        assert recall(type="belief", threshold=0.99) == []
+        scores = [
+            f["score"]
+            for f in ok(
+                run.call_tool(
+                    "mind_recall",
+                    {"query": "database cluster", "threshold": 0, "type": "all", "limit": 10},
+                )
+            )
+            if "score" in f
+        ]
+        assert scores == sorted(scores, reverse=True)
+        ok(run.call_tool("mind_complete_goal", {"id": ids["g_db"], "outcome": "on v16"}))
+        done = ok(
+            run.call_tool(
+                "mind_recall", {"query": "database", "type": "goal", "status": "completed"}
+            )
+        )
+        assert [(g["id"], g["outcome"], g["status"]) for g in done] == [
+            (ids["g_db"], "on v16", "completed")
+        ]
+
+
+def test_expired_beliefs_are_archived_not_deleted(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(
+            run.call_tool(
+                "mind_believe",
+                {"content": "Flash sale ends tonight", "expiresIn": "1s", "confidence": "high"},
+            )
+        )
+    time.sleep(1.1)
+    assert "Flash sale" not in header_of(stack)
+    store.purge_expired()
+    assert [b["content"] for b in stored_entries(store, "belief")] == ["Flash sale ends tonight"]
+    with stack.run(agent=AGENT) as run:
+        # An archived belief does not absorb a new one.
+        assert (
+            ok(run.call_tool("mind_believe", {"content": "Flash sale ends tonight"}))["action"]
+            == "created"
+        )
+
+
+def test_ttl_defaults_apply_to_beliefs_and_reflections(store: Store) -> None:
+    stack = make_stack(store, ttl_defaults={"belief": "2d", "reflection": "3h"})
+    before = now_ms()
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Belief with default ttl"}))
+        ok(run.call_tool("mind_believe", {"content": "Belief with its own ttl", "expiresIn": "5m"}))
+        ok(run.call_tool("mind_reflect", {"content": "Reflection with default ttl"}))
+    after = now_ms()
+    by_content = {e["content"]: e for e in stored_entries(store)}
+    assert (
+        before + 2 * DAY_MS
+        <= by_content["Belief with default ttl"]["expiresAt"]
+        <= after + 2 * DAY_MS
+    )
+    assert before + 300_000 <= by_content["Belief with its own ttl"]["expiresAt"] <= after + 300_000
+    assert (
+        before + 3 * 3_600_000
+        <= by_content["Reflection with default ttl"]["expiresAt"]
+        <= after + 3 * 3_600_000
+    )
+    no_ttl = make_stack(store, ttl_defaults={"belief": None})
+    with no_ttl.run(agent="b") as run:
+        ok(run.call_tool("mind_believe", {"content": "Forever"}))
+    assert "expiresAt" not in store.list(("mind", "b"))[0].value
+
+
+# Caps ------------------------------------------------------------------------------------------
+
+
+def test_set_goal_fails_at_the_cap_counting_stored_and_drafted(store: Store) -> None:
+    stack = make_stack(store, max_goals=3)
+    with stack.run(agent=AGENT) as run:
+        for i in range(2):
+            ok(run.call_tool("mind_set_goal", {"description": f"Goal {i}"}))
+    with stack.run(agent=AGENT) as run:
+        third = ok(run.call_tool("mind_set_goal", {"description": "Goal 2"}))
+        refused = run.call_tool("mind_set_goal", {"description": "Goal 3"})
+        assert refused["ok"] is False and refused["error"]["code"] == "cap_reached"
+        assert "3" in refused["error"]["message"]
+        ok(run.call_tool("mind_complete_goal", {"id": third["id"]}))
+        ok(run.call_tool("mind_set_goal", {"description": "Goal 3"}))
+    assert len(stored_entries(store, "goal")) == 4
+
+
+def test_pinning_warns_within_two_of_the_cap_and_fails_at_it(store: Store) -> None:
+    stack = make_stack(store, max_pinned_reflections=4)
+    with stack.run(agent=AGENT) as run:
+        first = ok(run.call_tool("mind_reflect", {"content": "Rule one", "pin": True}))
+        assert "warning" not in first
+        second = ok(run.call_tool("mind_reflect", {"content": "Rule two", "pin": True}))
+        assert "2 of 4" in second["warning"]
+        ok(run.call_tool("mind_reflect", {"content": "Rule three", "pin": True}))
+    with stack.run(agent=AGENT) as run:
+        fourth = ok(run.call_tool("mind_reflect", {"content": "Rule four", "pin": True}))
+        assert "4 of 4" in fourth["warning"]
+        refused = run.call_tool("mind_reflect", {"content": "Rule five", "pin": True})
+        assert refused["ok"] is False and refused["error"]["code"] == "cap_reached"
+        assert "warning" not in ok(run.call_tool("mind_reflect", {"content": "Not pinned"}))
+        rule = ok(
+            run.call_tool("mind_recall", {"query": "Rule one", "pinned": True, "threshold": 0})
+        )[0]
+        ok(run.call_tool("mind_unpin_reflection", {"id": rule["id"]}))
+        ok(run.call_tool("mind_reflect", {"content": "Rule five", "pin": True}))
+        again = run.call_tool("mind_unpin_reflection", {"id": rule["id"]})
+        assert again["error"]["code"] == "not_pinned"
+    pinned = [r["content"] for r in stored_entries(store, "reflection") if r["pinned"]]
+    assert sorted(pinned) == ["Rule five", "Rule four", "Rule three", "Rule two"]
+
+
+# Draft buffer and flush --------------------------------------------------------------------------
+
+
+class CountingStore(SQLiteStore):
+    """Real SQLite, counting the transactions a flush uses."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        super().__init__(path)
+        self.batches: list[list[str]] = []
+
+    def update_many(self, namespace: Any, updates: Any, *, ttl: Any = None) -> Any:
+        self.batches.append(list(updates))
+        return super().update_many(namespace, updates, ttl=ttl)
+
+
+def test_a_clean_flush_writes_everything_in_one_transaction(tmp_path: pathlib.Path) -> None:
+    store = CountingStore(tmp_path / "count.db")
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "One belief"}))
+        ok(run.call_tool("mind_reflect", {"content": "One reflection", "pin": True}))
+        goal = ok(run.call_tool("mind_set_goal", {"description": "One goal"}))
+        assert store.list(NS) == []
+    assert len(store.batches) == 1 and len(store.batches[0]) == 3
+    store.batches.clear()
+    with stack.run(agent=AGENT) as run:
+        ok(
+            run.call_tool(
+                "mind_update_goal", {"id": goal["id"], "priority": "high", "progress": "half"}
+            )
+        )
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "most"}))
+        rule = ok(
+            run.call_tool(
+                "mind_recall", {"query": "One reflection", "threshold": 0, "pinned": True}
+            )
+        )[0]
+        ok(run.call_tool("mind_unpin_reflection", {"id": rule["id"]}))
+    assert len(store.batches) == 1
+    (g,) = stored_entries(store, "goal")
+    assert (g["priority"], g["progress"]) == ("high", ["half", "most"])
+    assert [r["pinned"] for r in stored_entries(store, "reflection")] == [False]
+    with stack.run(agent=AGENT):
+        pass
+    assert len(store.batches) == 1  # an empty draft writes nothing
+    store.close()
+
+
+def test_an_error_flush_keeps_beliefs_and_reflections_flagged_and_drops_the_rest(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        goal = ok(run.call_tool("mind_set_goal", {"description": "Ship the release"}))
+        rule = ok(run.call_tool("mind_reflect", {"content": "Pinned safety rule", "pin": True}))
+    with pytest.raises(RuntimeError, match="model crashed"), stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Learned before the crash"}))
+        ok(run.call_tool("mind_reflect", {"content": "Reflected before the crash"}))
+        ok(run.call_tool("mind_set_goal", {"description": "Goal from a crashed run"}))
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "lost"}))
+        ok(run.call_tool("mind_unpin_reflection", {"id": rule["id"]}))
+        raise RuntimeError("model crashed")
+    beliefs = stored_entries(store, "belief")
+    assert [(b["content"], b["error"]) for b in beliefs] == [("Learned before the crash", True)]
+    crashed = [
+        r
+        for r in stored_entries(store, "reflection")
+        if r["content"] == "Reflected before the crash"
+    ]
+    assert crashed[0]["error"] is True
+    assert [g["description"] for g in stored_entries(store, "goal")] == ["Ship the release"]
+    assert stored_entries(store, "goal")[0]["progress"] == []
+    pinned = {r["id"]: r["pinned"] for r in stored_entries(store, "reflection")}
+    assert pinned[rule["id"]] is True
+    with stack.run(agent=AGENT) as run:
+        found = ok(
+            run.call_tool(
+                "mind_recall",
+                {"query": "learned before the crash", "threshold": 0, "type": "belief"},
+            )
+        )
+        assert found[0]["error"] is True
+    # Error-flagged beliefs stay out of the header even at high confidence.
+    assert "Learned before the crash" not in header_of(stack)
+
+
+def test_complete_goal_commits_at_once_and_survives_an_error_run(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        goal = ok(run.call_tool("mind_set_goal", {"description": "Finish the report"}))
+    with pytest.raises(RuntimeError), stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "drafted"}))
+        ok(run.call_tool("mind_complete_goal", {"id": goal["id"], "outcome": "sent"}))
+        (stored,) = stored_entries(store, "goal")
+        assert (stored["status"], stored["outcome"]) == ("completed", "sent")
+        fresh = ok(run.call_tool("mind_set_goal", {"description": "Same-run goal"}))
+        ok(run.call_tool("mind_complete_goal", {"id": fresh["id"]}))
+        again = run.call_tool("mind_complete_goal", {"id": goal["id"]})
+        assert again["error"]["code"] == "not_active"
+        raise RuntimeError("crash")
+    goals = {g["description"]: g for g in stored_entries(store, "goal")}
+    assert goals["Finish the report"]["status"] == "completed"
+    assert goals["Finish the report"]["progress"] == ["drafted"]
+    assert goals["Same-run goal"]["status"] == "completed"
+    assert "Finish the report" not in header_of(stack)
+
+
+def test_a_failed_flush_writes_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Kept from before"}))
+    before = stored_entries(store)
+    real = store.update_many
+
+    def failing(namespace: Any, updates: Any, **kw: Any) -> Any:
+        def boom(_current: Any) -> Any:
+            raise OSError("disk full")
+
+        return real(namespace, {**updates, "zz/boom": boom}, **kw)
+
+    monkeypatch.setattr(store, "update_many", failing)
+    with pytest.raises(OSError, match="disk full"), stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Never half written"}))
+        ok(run.call_tool("mind_reflect", {"content": "Nor this"}))
+    assert stored_entries(store) == before
+
+
+# Embedders and indexes ---------------------------------------------------------------------------
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self, *, dim: int = 384, name: str = "count") -> None:
+        super().__init__(dim=dim)
+        self.calls: list[int] = []
+        self._name = name
+
+    @property
+    def model(self) -> str:
+        return f"{self._name}-{self.dim}"
+
+    def embed(self, texts: Any) -> Any:
+        self.calls.append(len(texts))
+        return super().embed(texts)
+
+
+def test_embedder_and_index_are_created_lazily(store: Store) -> None:
+    made: list[CountingEmbedder] = []
+
+    def factory() -> CountingEmbedder:
+        made.append(CountingEmbedder())
+        return made[-1]
+
+    stack = MemoryStack([AgentMind(embedder=factory)], store=store)
+    now = now_ms()
+    put_raw(
+        store,
+        {
+            "type": "belief",
+            "id": "b1",
+            "content": "Header only",
+            "confidence": "high",
+            "tags": [],
+            "createdAt": now,
+            "updatedAt": now,
+        },
+    )
+    with stack.run(agent=AGENT) as run:
+        assert "Header only" in run.prepare([])[0]["content"]
+        run.tool_specs()
+    assert made == []
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_recall", {"query": "header"}))
+    assert len(made) == 1
+
+
+FACTS = [
+    "Invoices are emailed every Monday",
+    "The staging cluster runs in Frankfurt",
+    "Alice approves production deploys",
+    "Search latency budget is 200 milliseconds",
+    "Backups rotate weekly to cold storage",
+]
+
+
+def test_changing_the_embedder_re_embeds_with_progress(store: Store) -> None:
+    old = make_stack(store, embedder=CountingEmbedder(dim=64, name="old"))
+    with old.run(agent=AGENT) as run:
+        for fact in FACTS:
+            assert ok(run.call_tool("mind_believe", {"content": fact}))["action"] == "created"
+        ok(run.call_tool("mind_reflect", {"content": "A reflection"}))
+    assert {e["embeddingModel"] for e in stored_entries(store) if "embedding" in e} == {"old-64"}
+    progress: list[tuple[int, int]] = []
+    new_embedder = CountingEmbedder(dim=128, name="new")
+    new = make_stack(store, embedder=new_embedder, on_progress=lambda d, t: progress.append((d, t)))
+    with new.run(agent=AGENT) as run:
+        found = ok(run.call_tool("mind_recall", {"query": FACTS[3], "type": "belief"}))
+    assert found[0]["content"] == FACTS[3]
+    assert progress == [(6, 6)]
+    stored = stored_entries(store)
+    assert {e["embeddingModel"] for e in stored if "embedding" in e} == {"new-128"}
+    assert all(
+        len(np.frombuffer(__import__("base64").b64decode(e["embedding"]), "<f4")) == 128
+        for e in stored
+        if "embedding" in e
+    )
+    new_embedder.calls.clear()
+    with new.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_recall", {"query": "topic", "type": "belief"}))
+    assert new_embedder.calls == [1]  # only the query: nothing left to re-embed
+
+
+def test_the_index_follows_the_store_between_runs(store: Store) -> None:
+    stack = make_stack(store, hnsw_threshold=1_000_000)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Alpha service owns billing"}))
+    with stack.run(agent=AGENT) as run:
+        assert ok(run.call_tool("mind_recall", {"query": "alpha service billing"}))
+    for item in store.list(NS):
+        store.delete(NS, item.key)
+    with stack.run(agent=AGENT) as run:
+        assert ok(run.call_tool("mind_recall", {"query": "alpha service billing"})) == []
+
+
+def test_recall_through_the_hnsw_backend(store: Store) -> None:
+    stack = make_stack(store, hnsw_threshold=2)
+    with stack.run(agent=AGENT) as run:
+        for topic in ("billing", "search", "payments", "onboarding"):
+            ok(
+                run.call_tool(
+                    "mind_believe", {"content": f"The {topic} team owns the {topic} service"}
+                )
+            )
+    with stack.run(agent=AGENT) as run:
+        found = ok(
+            run.call_tool(
+                "mind_recall", {"query": "payments team service", "type": "belief", "limit": 1}
+            )
+        )
+        assert run.layer("agent-mind").index().beliefs.backend == "hnsw"
+    assert found[0]["content"] == "The payments team owns the payments service"
+
+
+# Standalone use and spawn ------------------------------------------------------------------------
+
+
+def test_standalone_session_flushes_on_exit(store: Store) -> None:
+    mind = AgentMind()
+    with mind.session(store, agent=AGENT) as handle:
+        assert handle.believe("Works without a stack", confidence="high")["action"] == "created"
+        assert handle.recall("works without a stack") == []
+    with mind.session(store, agent=AGENT) as handle:
+        assert "Works without a stack" in handle.header()
+        hits = handle.recall("works without a stack")
+        assert hits[0].content == "Works without a stack" and hits[0].score is not None
+    with pytest.raises(ValueError), mind.session(store, agent=AGENT) as handle:
+        handle.believe("Written in a failing session")
+        raise ValueError("boom")
+    flagged = [
+        b for b in stored_entries(store, "belief") if b["content"] == "Written in a failing session"
+    ]
+    assert flagged[0]["error"] is True
+
+
+def test_a_spawned_run_has_its_own_draft(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as parent:
+        with parent.spawn() as child:
+            ok(child.call_tool("mind_believe", {"content": "Child learned this"}))
+        assert [b["content"] for b in stored_entries(store, "belief")] == ["Child learned this"]
+        ok(parent.call_tool("mind_believe", {"content": "Parent learned that"}))
+    assert len(stored_entries(store, "belief")) == 2
+
+
+def test_the_demo_starts_run_two_with_run_ones_writes(
+    store: Store, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memstrata.demos.agent_mind import run_demo
+
+    run_demo(store, tmp_path)
+    run_demo(store, tmp_path)  # repeatable on the same store
+    out = capsys.readouterr().out.split("AgentMind run 1")[-1]
+    assert "no header: the mind is empty" in out.split("AgentMind run 2")[0]
+    run_two = out.split("AgentMind run 2")[1].split("AgentMind run 3")[0]
+    assert "--- AGENT MIND ---" in run_two and "Monitor TSMC Q3 2026" in run_two
+    assert "Always cite the filing date" in run_two and "updated_draft" in out
+    goals = [e for e in store.list(("mind", "research-tracker")) if e.value["type"] == "goal"]
+    assert [g.value["status"] for g in goals] == ["completed"]
+
+
+def test_the_index_moves_to_hnsw_when_a_later_run_crosses_the_threshold(store: Store) -> None:
+    stack = make_stack(store, hnsw_threshold=4)
+    topics = ["billing", "search", "payments", "onboarding", "logging", "alerting"]
+    for chunk in (topics[:3], topics[3:]):
+        with stack.run(agent=AGENT) as run:
+            for topic in chunk:
+                ok(run.call_tool("mind_believe", {"content": f"The {topic} team owns {topic}"}))
+            ok(run.call_tool("mind_recall", {"query": "team"}))
+    with stack.run(agent=AGENT) as run:
+        found = ok(
+            run.call_tool("mind_recall", {"query": "logging team", "type": "belief", "limit": 1})
+        )
+        index = run.layer("agent-mind").index().beliefs
+        assert index.backend == "hnsw" and len(index) == 6
+        dup = ok(run.call_tool("mind_believe", {"content": "The alerting team owns alerting!"}))
+        assert dup["action"] == "updated_store"
+    assert found[0]["content"] == "The logging team owns logging"
+
+
+def test_malformed_stored_entries_are_skipped_not_deleted(store: Store) -> None:
+    store.put(NS, "belief/bad", {"type": "belief", "content": 3})
+    store.put(NS, "note", "not an entry")
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "A good belief", "confidence": "high"}))
+    assert "A good belief" in header_of(stack)
+    assert store.get(NS, "belief/bad") is not None and store.get(NS, "note") is not None
+
+
+@pytest.mark.parametrize("bad_id", ["../goal/x", "goal/../../x", "", "x" * 500, 7, None])
+def test_ids_from_the_model_cannot_reach_other_keys(store: Store, bad_id: Any) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        for tool in ("mind_update_goal", "mind_complete_goal", "mind_unpin_reflection"):
+            result = run.call_tool(
+                tool, {"id": bad_id, "progress": "x"} if "update" in tool else {"id": bad_id}
+            )
+            assert result["ok"] is False
+    assert store.list(()) == []
