@@ -5,7 +5,7 @@ use super::coefficients::{
     FEATURE_COUNT, O200K, O200K_HANGUL_DOUBLE, O200K_HANGUL_SINGLE, O200K_HAN_DOUBLE,
     O200K_HAN_SINGLE,
 };
-use super::features::{extract_units, Features, SingleTokenTables, Unit};
+use super::features::{extract_any, Features, SingleTokenTables, Unit};
 use super::models::Encoding;
 
 fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTables) {
@@ -37,8 +37,8 @@ pub fn features(text: &str, encoding: Encoding) -> Features {
 }
 
 /// [`features`] of UTF-8 bytes or UCS-4 code points.
-pub fn features_of_units<U: Unit>(units: &[U], encoding: Encoding) -> Features {
-    extract_units(units, &model(encoding).1)
+pub fn features_of_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> Features {
+    extract_any(units, &model(encoding).1)
 }
 
 /// Estimated token count of `text` under `encoding`: 0 for "", at least 1 otherwise (no
@@ -48,12 +48,12 @@ pub fn estimate_tokens(text: &str, encoding: Encoding) -> usize {
 }
 
 /// [`estimate_tokens`] of UTF-8 bytes or UCS-4 code points (same result for the same text).
-pub fn estimate_units<U: Unit>(units: &[U], encoding: Encoding) -> usize {
+pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize {
     if units.is_empty() {
         return 0;
     }
     let (coefficients, tables) = model(encoding);
-    let f = extract_units(units, &tables);
+    let f = extract_any(units, &tables);
     let value: f64 = f
         .iter()
         .zip(coefficients.iter())

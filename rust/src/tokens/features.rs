@@ -612,6 +612,68 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
     f
 }
 
+/// Texts shorter than this many units are counted on the calling thread alone: below it,
+/// waking a second thread costs about what it saves.
+pub const PARALLEL_MIN_UNITS: usize = 192 * 1024;
+
+/// How far past a piece's nominal end to look for a place to cut before giving up on it.
+const CUT_WINDOW: usize = 64 * 1024;
+
+/// Whether the runs of the pass end between `units[i - 1]` and `units[i]` with no feature
+/// looking across: a space or newline followed by an ASCII unit of another class. (A letter
+/// after punctuation is looked across, and non-ASCII runs span several UTF-8 bytes.)
+#[inline]
+fn clean_cut<U: Unit>(units: &[U], i: usize) -> bool {
+    let (a, b) = (units[i - 1].value(), units[i].value());
+    matches!(a, 0x20 | 0x0A) && b < 0x80 && class(a) != class(b)
+}
+
+/// [`extract_units`] over `pieces` pieces of about equal size cut where no run crosses, on
+/// rayon's pool; the same features as one pass (each feature is a sum over runs).
+pub fn extract_units_parallel<U: Unit + Sync>(
+    units: &[U],
+    tables: &SingleTokenTables,
+    pieces: usize,
+) -> Features {
+    let step = units.len() / pieces.max(1);
+    let mut cuts = vec![0];
+    for k in 1..pieces {
+        let from = (k * step).max(cuts[cuts.len() - 1] + 1);
+        let to = (from + CUT_WINDOW).min(units.len());
+        if let Some(cut) = (from..to).find(|&i| clean_cut(units, i)) {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(units.len());
+    if cuts.len() == 2 {
+        return extract_units(units, tables);
+    }
+    use rayon::prelude::*;
+    cuts.par_windows(2)
+        .map(|w| extract_units(&units[w[0]..w[1]], tables))
+        .reduce(
+            || [0; FEATURE_COUNT],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
+                }
+                a
+            },
+        )
+}
+
+/// The features of `units`, on several threads when the text is long enough to gain.
+pub fn extract_any<U: Unit + Sync>(units: &[U], tables: &SingleTokenTables) -> Features {
+    let threads = rayon::current_num_threads();
+    if units.len() < PARALLEL_MIN_UNITS || threads < 2 {
+        return extract_units(units, tables);
+    }
+    // A few pieces per thread, so that a thread slowed by other work does not hold back the
+    // result, each still long enough to dwarf the cost of handing it out.
+    let pieces = (units.len() / (PARALLEL_MIN_UNITS / 2)).min(4 * threads);
+    extract_units_parallel(units, tables, pieces)
+}
+
 /// The one-unit-at-a-time pass the block pass replaced, kept as the oracle of the tests.
 #[cfg(test)]
 mod scalar {
@@ -942,6 +1004,43 @@ mod tests {
             assert_eq!(extract(&text, &tables), expected, "utf-8 {text:?}");
             assert_eq!(extract_units(&units, &tables), expected, "ucs-4 {text:?}");
         }
+    }
+
+    #[test]
+    fn parallel_pass_matches_one_pass() {
+        let tables = SingleTokenTables {
+            han_single: &O200K_HAN_SINGLE,
+            han_double: &O200K_HAN_DOUBLE,
+            hangul_single: &O200K_HANGUL_SINGLE,
+            hangul_double: &O200K_HANGUL_DOUBLE,
+        };
+        let mut seed = 0x1234_5678_9ABC_DEF1u64;
+        for _ in 0..100 {
+            let mut text = String::new();
+            for _ in 0..(seed % 40) {
+                text.push_str(&random_text(&mut seed));
+            }
+            let units: Vec<u32> = text.chars().map(u32::from).collect();
+            let expected = extract(&text, &tables);
+            for pieces in [2, 3, 7, 64] {
+                assert_eq!(
+                    extract_units_parallel(text.as_bytes(), &tables, pieces),
+                    expected
+                );
+                assert_eq!(extract_units_parallel(&units, &tables, pieces), expected);
+            }
+        }
+        // Long enough for `extract_any` to split, and no place to cut at all.
+        let text = random_text(&mut seed).repeat(PARALLEL_MIN_UNITS / 100);
+        assert_eq!(
+            extract_any(text.as_bytes(), &tables),
+            extract(&text, &tables)
+        );
+        let text = "x".repeat(PARALLEL_MIN_UNITS * 2);
+        assert_eq!(
+            extract_any(text.as_bytes(), &tables),
+            extract(&text, &tables)
+        );
     }
 
     #[test]
