@@ -7,6 +7,10 @@ use super::coefficients::{
 };
 use super::features::{extract_any, Features, SingleTokenTables, Unit};
 use super::models::Encoding;
+use std::sync::OnceLock;
+
+static O200K_CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
+static CL100K_CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
 
 fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTables) {
     match encoding {
@@ -17,6 +21,7 @@ fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTable
                 han_double: &O200K_HAN_DOUBLE,
                 hangul_single: &O200K_HANGUL_SINGLE,
                 hangul_double: &O200K_HANGUL_DOUBLE,
+                categories: &O200K_CATEGORIES,
             },
         ),
         Encoding::Cl100kBase => (
@@ -26,6 +31,7 @@ fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTable
                 han_double: &CL100K_HAN_DOUBLE,
                 hangul_single: &CL100K_HANGUL_SINGLE,
                 hangul_double: &CL100K_HANGUL_DOUBLE,
+                categories: &CL100K_CATEGORIES,
             },
         ),
     }

@@ -5,6 +5,8 @@
 //! tracks the exact count. The order is the one `tests/reference_tokens.py` (the pure-Python
 //! reference the calibrator fits on) uses; the property tests check both agree.
 
+use std::sync::OnceLock;
+
 use super::coefficients::{FEATURE_COUNT, HANGUL_FIRST, HANGUL_LAST, HAN_FIRST, HAN_LAST};
 
 const SEG_LEN_1: usize = 0; // 1..=4 use indices 0..=3
@@ -50,6 +52,20 @@ pub struct SingleTokenTables {
     pub han_double: &'static [u64],
     pub hangul_single: &'static [u64],
     pub hangul_double: &'static [u64],
+    /// The [`Category`] of every BMP code point under these tables, built on first use.
+    pub categories: &'static OnceLock<Box<[u8; 0x10000]>>,
+}
+
+impl SingleTokenTables {
+    fn categories(&self) -> &[u8; 0x10000] {
+        self.categories.get_or_init(|| {
+            let mut table = Box::new([0u8; 0x10000]);
+            for (c, category) in table.iter_mut().enumerate().skip(0x80) {
+                *category = category_of_slot(non_ascii_slot(c as u32, self));
+            }
+            table
+        })
+    }
 }
 
 const LOWER: u8 = 1;
@@ -197,69 +213,88 @@ fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
     }
 }
 
-/// Counts the run of non-ASCII characters starting at `i`; returns its end.
-#[inline(never)]
-fn non_ascii_run<U: Unit>(
-    f: &mut Features,
-    units: &[U],
-    i: usize,
-    tables: &SingleTokenTables,
-    other_2byte_end: &mut usize,
-) -> usize {
-    let n = units.len();
-    // The frequent classes are counted in locals (registers): incrementing one array slot per
-    // character would chain every add on the previous store.
-    let (mut han, mut han_single, mut han_double) = (0u64, 0u64, 0u64);
-    let (mut hangul, mut hangul_single, mut hangul_double) = (0u64, 0u64, 0u64);
-    let mut kana = 0u64;
-    // 1 inside ideographs/kana, 2 inside hangul, 0 elsewhere: counts CJK "words".
-    let (mut kind, mut han_runs, mut hangul_runs) = (0u8, 0u64, 0u64);
-    let mut k = i;
-    while k < n && units[k].value() >= 0x80 {
-        let (c, len) = U::decode(units, k);
-        k += len;
-        let now = if c.wrapping_sub(HAN_FIRST) <= HAN_LAST - HAN_FIRST {
-            han += 1;
-            han_single += bit(tables.han_single, c - HAN_FIRST);
-            han_double += bit(tables.han_double, c - HAN_FIRST);
-            1
-        } else if c.wrapping_sub(HANGUL_FIRST) <= HANGUL_LAST - HANGUL_FIRST {
-            hangul += 1;
-            hangul_single += bit(tables.hangul_single, c - HANGUL_FIRST);
-            hangul_double += bit(tables.hangul_double, c - HANGUL_FIRST);
-            2
-        } else if c.wrapping_sub(0x3040) <= 0x30FF - 0x3040 {
-            kana += 1;
-            1
-        } else {
-            let slot = non_ascii_slot(c, tables);
-            f[slot] += 1;
-            if slot == OTHER_2BYTE {
-                if *other_2byte_end != k - len {
-                    f[OTHER_2BYTE_RUNS] += 1;
-                }
-                *other_2byte_end = k;
-            }
-            match slot {
-                HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
-                HANGUL_SINGLE | HANGUL_DOUBLE | HANGUL_OTHER => 2,
-                _ => 0,
-            }
-        };
-        han_runs += u64::from(now == 1 && kind != 1);
-        hangul_runs += u64::from(now == 2 && kind != 2);
-        kind = now;
+/// The class of a non-ASCII character: its feature slot, numbered from 1 (0 stands for "no
+/// character": the one before a run of non-ASCII characters).
+const CATEGORY_SLOTS: [usize; 12] = [
+    usize::MAX,
+    HAN_SINGLE,
+    HAN_DOUBLE,
+    HAN_OTHER,
+    KANA,
+    HANGUL_SINGLE,
+    HANGUL_DOUBLE,
+    HANGUL_OTHER,
+    CJK_PUNCT,
+    OTHER_2BYTE,
+    OTHER_3BYTE,
+    FOUR_BYTE,
+];
+
+const fn category_of_slot(slot: usize) -> u8 {
+    let mut k = 1;
+    while k < CATEGORY_SLOTS.len() {
+        if CATEGORY_SLOTS[k] == slot {
+            return k as u8;
+        }
+        k += 1;
     }
-    f[HAN_KANA_RUNS] += han_runs;
-    f[HANGUL_RUNS] += hangul_runs;
-    f[HAN_SINGLE] += han_single;
-    f[HAN_DOUBLE] += han_double;
-    f[HAN_OTHER] += han - han_single - han_double;
-    f[HANGUL_SINGLE] += hangul_single;
-    f[HANGUL_DOUBLE] += hangul_double;
-    f[HANGUL_OTHER] += hangul - hangul_single - hangul_double;
-    f[KANA] += kana;
-    k
+    panic!("not a non-ASCII slot")
+}
+
+/// 1 for ideographs and kana, 2 for hangul, 0 otherwise: CJK "words" are runs of one kind.
+const fn kind_of_category(category: usize) -> u32 {
+    match CATEGORY_SLOTS[category] {
+        HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
+        HANGUL_SINGLE | HANGUL_DOUBLE | HANGUL_OTHER => 2,
+        _ => 0,
+    }
+}
+
+/// Packed counters of the non-ASCII characters of a block (at most 64, so 7 bits apiece never
+/// overflow): one field per category (field `category - 1`) and three run counts.
+const FIELD_BITS: u32 = 7;
+const FIELD_HAN_KANA_RUNS: u32 = 11;
+const FIELD_HANGUL_RUNS: u32 = 12;
+const FIELD_OTHER_2BYTE_RUNS: u32 = 13;
+const FIELDS: usize = 14;
+
+/// The packed increments of a character of category `c` after one of category `p` (0: after
+/// ASCII or at the start), at index `p << 4 | c`.
+const INCREMENTS: [u128; 256] = {
+    let mut table = [0u128; 256];
+    let mut p = 0;
+    while p < CATEGORY_SLOTS.len() {
+        let mut c = 1;
+        while c < CATEGORY_SLOTS.len() {
+            let (kp, kc) = (kind_of_category(p), kind_of_category(c));
+            let mut inc = 1u128 << ((c as u32 - 1) * FIELD_BITS);
+            if kc == 1 && kp != 1 {
+                inc |= 1 << (FIELD_HAN_KANA_RUNS * FIELD_BITS);
+            }
+            if kc == 2 && kp != 2 {
+                inc |= 1 << (FIELD_HANGUL_RUNS * FIELD_BITS);
+            }
+            if CATEGORY_SLOTS[c] == OTHER_2BYTE && CATEGORY_SLOTS[p] != OTHER_2BYTE {
+                inc |= 1 << (FIELD_OTHER_2BYTE_RUNS * FIELD_BITS);
+            }
+            table[p << 4 | c] = inc;
+            c += 1;
+        }
+        p += 1;
+    }
+    table
+};
+
+/// Category of a code point past the BMP.
+#[inline]
+fn astral_category(c: u32) -> u8 {
+    const HAN: u8 = category_of_slot(HAN_OTHER);
+    const FOUR: u8 = category_of_slot(FOUR_BYTE);
+    if (0x20000..=0x2FFFF).contains(&c) {
+        HAN
+    } else {
+        FOUR
+    }
 }
 
 /// Class masks of up to 64 consecutive units: bit `i` describes unit `i`; bits past the end
@@ -272,6 +307,8 @@ pub struct Masks {
     space: u64,
     newline: u64,
     non_ascii: u64,
+    /// The non-ASCII units a character starts at (all of them in UCS-4).
+    lead: u64,
     valid: u64,
 }
 
@@ -294,7 +331,12 @@ fn scalar_masks<U: Unit>(units: &[U]) -> Masks {
             SPACE => m.space |= b,
             NEWLINE => m.newline |= b,
             PUNCT => {}
-            _ => m.non_ascii |= b,
+            _ => {
+                m.non_ascii |= b;
+                if unit.value() >= 0xC0 || size_of::<U>() > 1 {
+                    m.lead |= b;
+                }
+            }
         }
     }
     m
@@ -351,6 +393,10 @@ mod sse2 {
             // alignment requirement.
             let b = unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k).cast()) };
             classify(&mut m, b, 16 * k as u32);
+            // UTF-8 continuation bytes, 0x80..=0xBF, are the signed bytes below -64.
+            let continuation = _mm_cmplt_epi8(b, _mm_set1_epi8(-64));
+            m.lead |=
+                ((_mm_movemask_epi8(_mm_andnot_si128(continuation, b)) as u32) as u64) << (16 * k);
         }
         m
     }
@@ -385,6 +431,7 @@ mod sse2 {
             let hi = _mm_packs_epi32(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
             classify(&mut m, _mm_packus_epi16(lo, hi), 16 * k as u32);
         }
+        m.lead = m.non_ascii;
         m
     }
 }
@@ -453,7 +500,10 @@ struct Pass {
     punct_long_3: u64,
     punct_chars: u64,
     punct_glued: u64,
-    other_2byte_end: usize,
+    /// Category of the last non-ASCII character.
+    last_category: u8,
+    /// Per [`FIELDS`] field, the non-ASCII counts so far.
+    non_ascii: [u64; FIELDS],
 }
 
 #[inline(always)]
@@ -464,14 +514,7 @@ fn count(mask: u64) -> u64 {
 impl Pass {
     /// Counts one block of 64 units (or fewer at the text's end) starting at `base`.
     #[inline(always)]
-    fn block<U: Unit>(
-        &mut self,
-        f: &mut Features,
-        m: Masks,
-        units: &[U],
-        base: usize,
-        tables: &SingleTokenTables,
-    ) {
+    fn block<U: Unit>(&mut self, m: Masks, units: &[U], base: usize, tables: &SingleTokenTables) {
         let letter = m.lower | m.upper;
         let punct = m.valid & !(letter | m.digit | m.space | m.newline | m.non_ascii);
 
@@ -525,11 +568,36 @@ impl Pass {
         self.punct_chars += count(punct);
         self.punct_glued += count(letter & later(punct_start, self.c_punct_start));
 
-        let mut non_ascii_starts = m.non_ascii & !later(m.non_ascii, self.c_non_ascii);
-        while non_ascii_starts != 0 {
-            let i = base + non_ascii_starts.trailing_zeros() as usize;
-            non_ascii_run(f, units, i, tables, &mut self.other_2byte_end);
-            non_ascii_starts &= non_ascii_starts - 1;
+        // Non-ASCII characters one by one, but without a loop per run (their runs are short,
+        // and each exit would be a mispredicted branch) and without branches on their class:
+        // a table gives the category, another the packed counter increments.
+        let mut leads = m.lead;
+        if leads != 0 {
+            let categories = tables.categories();
+            let after_non_ascii = later(m.non_ascii, self.c_non_ascii);
+            let mut last = self.last_category;
+            let mut packed = 0u128;
+            while leads != 0 {
+                let q = leads.trailing_zeros();
+                leads &= leads - 1;
+                let (c, _) = U::decode(units, base + q as usize);
+                let category = if c < 0x10000 {
+                    categories[c as usize]
+                } else {
+                    astral_category(c)
+                };
+                let before = if after_non_ascii >> q & 1 == 1 {
+                    last
+                } else {
+                    0
+                };
+                packed += INCREMENTS[usize::from(before << 4 | category) & 0xFF];
+                last = category;
+            }
+            self.last_category = last;
+            for (k, total) in self.non_ascii.iter_mut().enumerate() {
+                *total += (packed >> (k as u32 * FIELD_BITS)) as u64 & ((1 << FIELD_BITS) - 1);
+            }
         }
 
         self.c_letter = letter >> 63;
@@ -547,6 +615,12 @@ impl Pass {
 
     /// Closes the runs still open at the text's end and writes the derived features.
     fn finish(mut self, f: &mut Features) {
+        for (k, &slot) in CATEGORY_SLOTS.iter().enumerate().skip(1) {
+            f[slot] += self.non_ascii[k - 1];
+        }
+        f[HAN_KANA_RUNS] += self.non_ascii[FIELD_HAN_KANA_RUNS as usize];
+        f[HANGUL_RUNS] += self.non_ascii[FIELD_HANGUL_RUNS as usize];
+        f[OTHER_2BYTE_RUNS] += self.non_ascii[FIELD_OTHER_2BYTE_RUNS as usize];
         self.digit_groups += self.digit_tail.div_ceil(3);
         if self.upper_tail >= 2 {
             self.caps_letters += self.upper_tail;
@@ -592,21 +666,39 @@ pub fn extract(text: &str, tables: &SingleTokenTables) -> Features {
 /// run features from shifts and population counts of those masks, carrying the last bit of
 /// each mask into the next block; only runs of non-ASCII characters are walked one by one.
 pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt")
+        && std::arch::is_x86_feature_detected!("bmi1")
+        && std::arch::is_x86_feature_detected!("lzcnt")
+    {
+        // SAFETY: the CPU has the features the function is compiled for (checked above).
+        return unsafe { extract_units_bmi(units, tables) };
+    }
+    extract_blocks(units, tables)
+}
+
+/// [`extract_blocks`] compiled with the bit-counting instructions it leans on (a population
+/// count is one instruction instead of a dozen): every x86_64 CPU since about 2013.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt,bmi1,lzcnt")]
+fn extract_units_bmi<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+    extract_blocks(units, tables)
+}
+
+#[inline(always)]
+fn extract_blocks<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
     let mut f: Features = [0; FEATURE_COUNT];
-    let mut pass = Pass {
-        other_2byte_end: usize::MAX,
-        ..Pass::default()
-    };
+    let mut pass = Pass::default();
     let mut blocks = units.chunks_exact(64);
     let mut base = 0;
     for block in &mut blocks {
         let block: &[U; 64] = block.try_into().unwrap_or_else(|_| unreachable!());
-        pass.block(&mut f, U::masks(block), units, base, tables);
+        pass.block(U::masks(block), units, base, tables);
         base += 64;
     }
     let rest = blocks.remainder();
     if !rest.is_empty() {
-        pass.block(&mut f, scalar_masks(rest), units, base, tables);
+        pass.block(scalar_masks(rest), units, base, tables);
     }
     pass.finish(&mut f);
     f
@@ -908,16 +1000,19 @@ mod tests {
     };
     use super::*;
 
+    fn o200k() -> SingleTokenTables {
+        static CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
+        SingleTokenTables {
+            han_single: &O200K_HAN_SINGLE,
+            han_double: &O200K_HAN_DOUBLE,
+            hangul_single: &O200K_HANGUL_SINGLE,
+            hangul_double: &O200K_HANGUL_DOUBLE,
+            categories: &CATEGORIES,
+        }
+    }
+
     fn feats(text: &str) -> Features {
-        extract(
-            text,
-            &SingleTokenTables {
-                han_single: &O200K_HAN_SINGLE,
-                han_double: &O200K_HAN_DOUBLE,
-                hangul_single: &O200K_HANGUL_SINGLE,
-                hangul_double: &O200K_HANGUL_DOUBLE,
-            },
-        )
+        extract(text, &o200k())
     }
 
     /// Pieces the random texts are made of: every class, runs shorter and longer than a block.
@@ -985,12 +1080,7 @@ mod tests {
 
     #[test]
     fn block_pass_matches_the_scalar_pass() {
-        let tables = SingleTokenTables {
-            han_single: &O200K_HAN_SINGLE,
-            han_double: &O200K_HAN_DOUBLE,
-            hangul_single: &O200K_HANGUL_SINGLE,
-            hangul_double: &O200K_HANGUL_DOUBLE,
-        };
+        let tables = o200k();
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..20_000 {
             let text = random_text(&mut seed);
@@ -1008,12 +1098,7 @@ mod tests {
 
     #[test]
     fn parallel_pass_matches_one_pass() {
-        let tables = SingleTokenTables {
-            han_single: &O200K_HAN_SINGLE,
-            han_double: &O200K_HAN_DOUBLE,
-            hangul_single: &O200K_HANGUL_SINGLE,
-            hangul_double: &O200K_HANGUL_DOUBLE,
-        };
+        let tables = o200k();
         let mut seed = 0x1234_5678_9ABC_DEF1u64;
         for _ in 0..100 {
             let mut text = String::new();
