@@ -132,6 +132,37 @@ def test_features_match_the_reference_on_the_corpus(encoding: str) -> None:
         )
 
 
+# Runs longer than the 64-unit blocks the pass classifies at a time, crossing their edges.
+LONG_RUNS = st.lists(
+    st.tuples(st.text(alphabet=ALPHABET, min_size=1, max_size=3), st.integers(1, 150)),
+    max_size=20,
+).map(lambda pieces: "".join(piece * times for piece, times in pieces))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@given(text=LONG_RUNS)
+def test_features_match_the_reference_across_blocks(encoding: str, text: str) -> None:
+    expected = ref.features(text, encoding)
+    assert _core._token_features(text, encoding=encoding) == expected
+    assert _core._token_features(text, encoding=encoding, via_utf8=True) == expected
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_features_match_the_reference_on_a_text_long_enough_to_split(encoding: str) -> None:
+    """Past ~200K characters the pass runs on several threads; the sum must not change."""
+    chunks = [chunk for _, chunk in ref.corpus_chunks("heldout")]
+    text = "".join(chunks)
+    while len(text) < 600_000:
+        text += text
+    expected = ref.features(text, encoding)
+    assert _core._token_features(text, encoding=encoding) == expected
+    assert _core._token_features(text, encoding=encoding, via_utf8=True) == expected
+    ascii_text = text.encode("ascii", "ignore").decode()
+    assert _core._token_features(ascii_text, encoding=encoding) == ref.features(
+        ascii_text, encoding
+    )
+
+
 @given(text=TEXTS)
 def test_estimate_is_a_non_negative_int_and_zero_only_for_empty(text: str) -> None:
     for model in (None, "gpt-4"):

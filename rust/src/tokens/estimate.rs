@@ -5,8 +5,12 @@ use super::coefficients::{
     FEATURE_COUNT, O200K, O200K_HANGUL_DOUBLE, O200K_HANGUL_SINGLE, O200K_HAN_DOUBLE,
     O200K_HAN_SINGLE,
 };
-use super::features::{extract_units, Features, SingleTokenTables, Unit};
+use super::features::{extract_any, Features, SingleTokenTables, Unit};
 use super::models::Encoding;
+use std::sync::OnceLock;
+
+static O200K_CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
+static CL100K_CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
 
 fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTables) {
     match encoding {
@@ -17,6 +21,7 @@ fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTable
                 han_double: &O200K_HAN_DOUBLE,
                 hangul_single: &O200K_HANGUL_SINGLE,
                 hangul_double: &O200K_HANGUL_DOUBLE,
+                categories: &O200K_CATEGORIES,
             },
         ),
         Encoding::Cl100kBase => (
@@ -26,6 +31,7 @@ fn model(encoding: Encoding) -> (&'static [f64; FEATURE_COUNT], SingleTokenTable
                 han_double: &CL100K_HAN_DOUBLE,
                 hangul_single: &CL100K_HANGUL_SINGLE,
                 hangul_double: &CL100K_HANGUL_DOUBLE,
+                categories: &CL100K_CATEGORIES,
             },
         ),
     }
@@ -37,8 +43,8 @@ pub fn features(text: &str, encoding: Encoding) -> Features {
 }
 
 /// [`features`] of UTF-8 bytes or UCS-4 code points.
-pub fn features_of_units<U: Unit>(units: &[U], encoding: Encoding) -> Features {
-    extract_units(units, &model(encoding).1)
+pub fn features_of_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> Features {
+    extract_any(units, &model(encoding).1)
 }
 
 /// Estimated token count of `text` under `encoding`: 0 for "", at least 1 otherwise (no
@@ -48,12 +54,12 @@ pub fn estimate_tokens(text: &str, encoding: Encoding) -> usize {
 }
 
 /// [`estimate_tokens`] of UTF-8 bytes or UCS-4 code points (same result for the same text).
-pub fn estimate_units<U: Unit>(units: &[U], encoding: Encoding) -> usize {
+pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize {
     if units.is_empty() {
         return 0;
     }
     let (coefficients, tables) = model(encoding);
-    let f = extract_units(units, &tables);
+    let f = extract_any(units, &tables);
     let value: f64 = f
         .iter()
         .zip(coefficients.iter())

@@ -4,6 +4,13 @@
 //! group, a punctuation run, a whitespace run, a CJK character...), so a linear model over them
 //! tracks the exact count. The order is the one `tests/reference_tokens.py` (the pure-Python
 //! reference the calibrator fits on) uses; the property tests check both agree.
+//!
+//! The pass reads 64 units at a time as one bit mask per character class (SSE2 on x86_64)
+//! and derives the run features from shifts and population counts of the masks; non-ASCII
+//! characters are visited one by one through a per-family table of categories. The original
+//! one-run-at-a-time pass is kept in the tests as the oracle the block pass must match.
+
+use std::sync::OnceLock;
 
 use super::coefficients::{FEATURE_COUNT, HANGUL_FIRST, HANGUL_LAST, HAN_FIRST, HAN_LAST};
 
@@ -50,6 +57,20 @@ pub struct SingleTokenTables {
     pub han_double: &'static [u64],
     pub hangul_single: &'static [u64],
     pub hangul_double: &'static [u64],
+    /// The [`Category`] of every BMP code point under these tables, built on first use.
+    pub categories: &'static OnceLock<Box<[u8; 0x10000]>>,
+}
+
+impl SingleTokenTables {
+    fn categories(&self) -> &[u8; 0x10000] {
+        self.categories.get_or_init(|| {
+            let mut table = Box::new([0u8; 0x10000]);
+            for (c, category) in table.iter_mut().enumerate().skip(0x80) {
+                *category = category_of_slot(non_ascii_slot(c as u32, self));
+            }
+            table
+        })
+    }
 }
 
 const LOWER: u8 = 1;
@@ -82,6 +103,8 @@ pub trait Unit: Copy {
     fn value(self) -> u32;
     /// The code point starting at `units[i]` and how many units it spans (`units[i] >= 0x80`).
     fn decode(units: &[Self], i: usize) -> (u32, usize);
+    /// The class masks of a block of 64 units.
+    fn masks(block: &[Self; 64]) -> Masks;
 }
 
 impl Unit for u8 {
@@ -93,6 +116,15 @@ impl Unit for u8 {
     #[inline]
     fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
         decode_utf8(bytes, i)
+    }
+
+    #[inline(always)]
+    fn masks(block: &[u8; 64]) -> Masks {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of the x86_64 baseline: every x86_64 CPU has it.
+        return unsafe { sse2::bytes(block) };
+        #[cfg(not(target_arch = "x86_64"))]
+        return scalar_masks(block);
     }
 }
 
@@ -106,6 +138,15 @@ impl Unit for u32 {
     fn decode(units: &[u32], i: usize) -> (u32, usize) {
         (units[i], 1)
     }
+
+    #[inline(always)]
+    fn masks(block: &[u32; 64]) -> Masks {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of the x86_64 baseline: every x86_64 CPU has it.
+        return unsafe { sse2::code_points(block) };
+        #[cfg(not(target_arch = "x86_64"))]
+        return scalar_masks(block);
+    }
 }
 
 #[inline]
@@ -115,104 +156,6 @@ fn class(v: u32) -> u8 {
     } else {
         0
     }
-}
-
-#[inline]
-fn is_letter(v: u32) -> bool {
-    (v | 0x20).wrapping_sub(b'a' as u32) < 26
-}
-
-#[inline]
-fn is_lower(v: u32) -> bool {
-    v.wrapping_sub(b'a' as u32) < 26
-}
-
-#[inline]
-fn is_upper(v: u32) -> bool {
-    v.wrapping_sub(b'A' as u32) < 26
-}
-
-#[inline]
-fn is_digit(v: u32) -> bool {
-    v.wrapping_sub(b'0' as u32) < 10
-}
-
-/// Feature slot of a letter segment by its length (index 0 unused, 12 means 12+).
-const SEGMENT_SLOT: [usize; 13] = [
-    SEG_LEN_1,
-    SEG_LEN_1,
-    SEG_LEN_1 + 1,
-    SEG_LEN_1 + 2,
-    SEG_LEN_1 + 3,
-    SEG_LEN_5_6,
-    SEG_LEN_5_6,
-    SEG_LEN_7_8,
-    SEG_LEN_7_8,
-    SEG_LEN_9_11,
-    SEG_LEN_9_11,
-    SEG_LEN_9_11,
-    SEG_LEN_12P,
-];
-
-#[inline]
-fn letter_segment(f: &mut Features, len: usize, all_caps: bool) {
-    f[SEGMENT_SLOT[len.min(12)]] += 1;
-    f[SEG_LONG_EXTRA] += len.saturating_sub(11) as u64;
-    f[CAPS_LETTERS] += if all_caps && len >= 2 { len as u64 } else { 0 };
-}
-
-/// Counts the letter run starting at `i` (`units[i]` is a letter); returns its end.
-#[inline]
-fn letter_run<U: Unit>(f: &mut Features, units: &[U], i: usize) -> usize {
-    let n = units.len();
-    let first = units[i].value();
-    // Fast scan: most runs are lower-case words, possibly capitalised, with no case change to
-    // split at, so only the run's end and whether any later letter is upper-case matter here.
-    let mut j = i + 1;
-    let mut later_upper = false;
-    while j < n {
-        let c = units[j].value();
-        if !is_letter(c) {
-            break;
-        }
-        later_upper |= is_upper(c);
-        j += 1;
-    }
-    if !later_upper {
-        // One segment; a capital first letter followed by lower-case ones is not all-caps.
-        letter_segment(f, j - i, false);
-        return j;
-    }
-    let end = j;
-    let mut start = i;
-    let mut has_lower = is_lower(first);
-    let mut prev = first;
-    for (k, unit) in units.iter().enumerate().take(end).skip(i + 1) {
-        let c = unit.value();
-        // o200k cuts a letter run where a lower-case letter meets an upper-case one.
-        if is_upper(c) && is_lower(prev) {
-            letter_segment(f, k - start, !has_lower);
-            start = k;
-            has_lower = false;
-        }
-        has_lower |= is_lower(c);
-        prev = c;
-    }
-    letter_segment(f, end - start, !has_lower);
-    end
-}
-
-/// Counts a run of words separated by single spaces, starting with a letter at `i`: the shape
-/// of prose, kept in one loop so the class dispatch runs once per phrase, not per word.
-#[inline]
-fn words<U: Unit>(f: &mut Features, units: &[U], i: usize) -> usize {
-    let n = units.len();
-    let mut j = letter_run(f, units, i);
-    while j + 1 < n && units[j].value() == 0x20 && is_letter(units[j + 1].value()) {
-        f[SPACE_SINGLE] += 1;
-        j = letter_run(f, units, j + 1);
-    }
-    j
 }
 
 #[inline]
@@ -275,132 +218,784 @@ fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
     }
 }
 
+/// The class of a non-ASCII character: its feature slot, numbered from 1 (0 stands for "no
+/// character": the one before a run of non-ASCII characters).
+const CATEGORY_SLOTS: [usize; 12] = [
+    usize::MAX,
+    HAN_SINGLE,
+    HAN_DOUBLE,
+    HAN_OTHER,
+    KANA,
+    HANGUL_SINGLE,
+    HANGUL_DOUBLE,
+    HANGUL_OTHER,
+    CJK_PUNCT,
+    OTHER_2BYTE,
+    OTHER_3BYTE,
+    FOUR_BYTE,
+];
+
+const fn category_of_slot(slot: usize) -> u8 {
+    let mut k = 1;
+    while k < CATEGORY_SLOTS.len() {
+        if CATEGORY_SLOTS[k] == slot {
+            return k as u8;
+        }
+        k += 1;
+    }
+    panic!("not a non-ASCII slot")
+}
+
+/// 1 for ideographs and kana, 2 for hangul, 0 otherwise: CJK "words" are runs of one kind.
+const fn kind_of_category(category: usize) -> u32 {
+    match CATEGORY_SLOTS[category] {
+        HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
+        HANGUL_SINGLE | HANGUL_DOUBLE | HANGUL_OTHER => 2,
+        _ => 0,
+    }
+}
+
+/// Packed counters of the non-ASCII characters of a block (at most 64, so 7 bits apiece never
+/// overflow): one field per category (field `category - 1`) and three run counts.
+const FIELD_BITS: u32 = 7;
+const FIELD_HAN_KANA_RUNS: u32 = 11;
+const FIELD_HANGUL_RUNS: u32 = 12;
+const FIELD_OTHER_2BYTE_RUNS: u32 = 13;
+const FIELDS: usize = 14;
+
+/// The packed increments of a character of category `c` after one of category `p` (0: after
+/// ASCII or at the start), at index `p << 4 | c`.
+const INCREMENTS: [u128; 256] = {
+    let mut table = [0u128; 256];
+    let mut p = 0;
+    while p < CATEGORY_SLOTS.len() {
+        let mut c = 1;
+        while c < CATEGORY_SLOTS.len() {
+            let (kp, kc) = (kind_of_category(p), kind_of_category(c));
+            let mut inc = 1u128 << ((c as u32 - 1) * FIELD_BITS);
+            if kc == 1 && kp != 1 {
+                inc |= 1 << (FIELD_HAN_KANA_RUNS * FIELD_BITS);
+            }
+            if kc == 2 && kp != 2 {
+                inc |= 1 << (FIELD_HANGUL_RUNS * FIELD_BITS);
+            }
+            if CATEGORY_SLOTS[c] == OTHER_2BYTE && CATEGORY_SLOTS[p] != OTHER_2BYTE {
+                inc |= 1 << (FIELD_OTHER_2BYTE_RUNS * FIELD_BITS);
+            }
+            table[p << 4 | c] = inc;
+            c += 1;
+        }
+        p += 1;
+    }
+    table
+};
+
+/// Category of a code point past the BMP.
+#[inline]
+fn astral_category(c: u32) -> u8 {
+    const HAN: u8 = category_of_slot(HAN_OTHER);
+    const FOUR: u8 = category_of_slot(FOUR_BYTE);
+    if (0x20000..=0x2FFFF).contains(&c) {
+        HAN
+    } else {
+        FOUR
+    }
+}
+
+/// Class masks of up to 64 consecutive units: bit `i` describes unit `i`; bits past the end
+/// of the text are clear in every mask, `valid` included.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Masks {
+    lower: u64,
+    upper: u64,
+    digit: u64,
+    space: u64,
+    newline: u64,
+    non_ascii: u64,
+    /// The non-ASCII units a character starts at (all of them in UCS-4).
+    lead: u64,
+    valid: u64,
+}
+
+/// [`Masks`] one unit at a time: partial blocks, and targets without a vector path.
+fn scalar_masks<U: Unit>(units: &[U]) -> Masks {
+    let mut m = Masks {
+        valid: if units.len() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << units.len()) - 1
+        },
+        ..Masks::default()
+    };
+    for (i, unit) in units.iter().take(64).enumerate() {
+        let b = 1u64 << i;
+        match class(unit.value()) {
+            LOWER => m.lower |= b,
+            UPPER => m.upper |= b,
+            DIGIT => m.digit |= b,
+            SPACE => m.space |= b,
+            NEWLINE => m.newline |= b,
+            PUNCT => {}
+            _ => {
+                m.non_ascii |= b;
+                if unit.value() >= 0xC0 || size_of::<U>() > 1 {
+                    m.lead |= b;
+                }
+            }
+        }
+    }
+    m
+}
+
+/// The vector classifier: SSE2 is part of the x86_64 baseline, so no runtime detection.
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use super::Masks;
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn between(b: __m128i, lo: u8, hi: u8) -> u64 {
+        let v = _mm_and_si128(
+            _mm_cmpgt_epi8(b, _mm_set1_epi8(lo as i8 - 1)),
+            _mm_cmplt_epi8(b, _mm_set1_epi8(hi as i8 + 1)),
+        );
+        _mm_movemask_epi8(v) as u32 as u64
+    }
+
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn either(b: __m128i, x: u8, y: u8) -> u64 {
+        let v = _mm_or_si128(
+            _mm_cmpeq_epi8(b, _mm_set1_epi8(x as i8)),
+            _mm_cmpeq_epi8(b, _mm_set1_epi8(y as i8)),
+        );
+        _mm_movemask_epi8(v) as u32 as u64
+    }
+
+    /// Adds the masks of 16 bytes (ASCII as themselves, everything else with the high bit
+    /// set) at bit `shift`.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn classify(m: &mut Masks, b: __m128i, shift: u32) {
+        m.lower |= between(b, b'a', b'z') << shift;
+        m.upper |= between(b, b'A', b'Z') << shift;
+        m.digit |= between(b, b'0', b'9') << shift;
+        m.space |= either(b, b' ', b'\t') << shift;
+        m.newline |= either(b, b'\n', b'\r') << shift;
+        m.non_ascii |= (_mm_movemask_epi8(b) as u32 as u64) << shift;
+    }
+
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    pub fn bytes(block: &[u8; 64]) -> Masks {
+        let mut m = Masks {
+            valid: u64::MAX,
+            ..Masks::default()
+        };
+        for k in 0..4 {
+            // SAFETY: k < 4, so the 16 bytes read lie inside `block`; the load has no
+            // alignment requirement.
+            let b = unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k).cast()) };
+            classify(&mut m, b, 16 * k as u32);
+            // UTF-8 continuation bytes, 0x80..=0xBF, are the signed bytes below -64.
+            let continuation = _mm_cmplt_epi8(b, _mm_set1_epi8(-64));
+            m.lead |=
+                ((_mm_movemask_epi8(_mm_andnot_si128(continuation, b)) as u32) as u64) << (16 * k);
+        }
+        m
+    }
+
+    /// 4 code points, anything outside 0..=127 (as signed lanes) replaced by 128, so the
+    /// saturating packs keep ASCII as itself and everything else >= 0x80.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn load4(block: &[u32; 64], k: usize) -> __m128i {
+        // SAFETY: k < 16, so the 4 code points read lie inside `block`; the load has no
+        // alignment requirement.
+        let v = unsafe { _mm_loadu_si128(block.as_ptr().add(4 * k).cast()) };
+        let big = _mm_or_si128(
+            _mm_cmpgt_epi32(v, _mm_set1_epi32(127)),
+            _mm_cmplt_epi32(v, _mm_setzero_si128()),
+        );
+        _mm_or_si128(
+            _mm_andnot_si128(big, v),
+            _mm_and_si128(big, _mm_set1_epi32(128)),
+        )
+    }
+
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    pub fn code_points(block: &[u32; 64]) -> Masks {
+        let mut m = Masks {
+            valid: u64::MAX,
+            ..Masks::default()
+        };
+        for k in 0..4 {
+            let lo = _mm_packs_epi32(load4(block, 4 * k), load4(block, 4 * k + 1));
+            let hi = _mm_packs_epi32(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
+            classify(&mut m, _mm_packus_epi16(lo, hi), 16 * k as u32);
+        }
+        m.lead = m.non_ascii;
+        m
+    }
+}
+
+/// The length of the run of `mask` bits ending just below bit `q` (continuing into earlier
+/// blocks by `tail`, the run length at the end of the previous block).
+#[inline]
+fn run_before(mask: u64, q: u32, tail: u64) -> u64 {
+    if q == 0 {
+        return tail;
+    }
+    let ones = u64::from((!(mask << (64 - q))).leading_zeros());
+    if ones == u64::from(q) {
+        ones + tail
+    } else {
+        ones
+    }
+}
+
+/// The run length of `mask` at its block's end, given `tail` before it.
+#[inline]
+fn tail_after(mask: u64, tail: u64) -> u64 {
+    if mask == u64::MAX {
+        tail + 64
+    } else {
+        u64::from((!mask).leading_zeros())
+    }
+}
+
+/// Shifts a mask one unit later, bringing in the previous block's last bit.
+#[inline(always)]
+fn later(mask: u64, carry: u64) -> u64 {
+    (mask << 1) | carry
+}
+
+/// The state of the block pass between blocks: the last bit of each mask (`c_*`, 0 or 1),
+/// run lengths open at the block end, and counts the features are derived from at the end.
+#[derive(Default)]
+struct Pass {
+    c_letter: u64,
+    c_lower: u64,
+    c_upper: u64,
+    c_digit: u64,
+    c_space: u64,
+    c_space_start: u64,
+    c_newline: u64,
+    c_punct: u64,
+    c_punct_start: u64,
+    c_punct_1: u64,
+    c_non_ascii: u64,
+    /// Last bit of `at_offset[k]`: letters at offset >= k within their segment.
+    c_offset: [u64; 13],
+    /// Per k, the number of letters at offset >= k in their segment (index 0 unused).
+    offsets: [u64; 14],
+    digit_tail: u64,
+    upper_tail: u64,
+    digit_groups: u64,
+    caps_letters: u64,
+    space_runs: u64,
+    space_long_runs: u64,
+    space_chars: u64,
+    newline_runs: u64,
+    newline_chars: u64,
+    punct_runs: u64,
+    punct_long_2: u64,
+    punct_long_3: u64,
+    punct_chars: u64,
+    punct_glued: u64,
+    /// Category of the last non-ASCII character.
+    last_category: u8,
+    /// Per [`FIELDS`] field, the non-ASCII counts so far.
+    non_ascii: [u64; FIELDS],
+}
+
+#[inline(always)]
+fn count(mask: u64) -> u64 {
+    u64::from(mask.count_ones())
+}
+
+impl Pass {
+    /// Counts one block of 64 units (or fewer at the text's end) starting at `base`.
+    #[inline(always)]
+    fn block<U: Unit>(&mut self, m: Masks, units: &[U], base: usize, tables: &SingleTokenTables) {
+        let letter = m.lower | m.upper;
+        let punct = m.valid & !(letter | m.digit | m.space | m.newline | m.non_ascii);
+
+        // Letter segments: a letter run, cut where a lower-case letter meets an upper-case one.
+        // offsets[k] sums, over segments, max(0, len - k + 1): differences give the length
+        // histogram without visiting a segment.
+        let seg_start =
+            (letter & !later(letter, self.c_letter)) | (m.upper & later(m.lower, self.c_lower));
+        let inside = letter & !seg_start;
+        let mut at = letter;
+        self.offsets[1] += count(at);
+        for k in 2..=13 {
+            let next = inside & later(at, self.c_offset[k - 1]);
+            self.c_offset[k - 1] = at >> 63;
+            at = next;
+            self.offsets[k] += count(at);
+        }
+        // All-caps segments are the upper-case blocks a non-letter follows.
+        let mut caps_ends = !letter & later(m.upper, self.c_upper);
+        while caps_ends != 0 {
+            let len = run_before(m.upper, caps_ends.trailing_zeros(), self.upper_tail);
+            if len >= 2 {
+                self.caps_letters += len;
+            }
+            caps_ends &= caps_ends - 1;
+        }
+        self.upper_tail = tail_after(m.upper, self.upper_tail);
+
+        let mut digit_ends = !m.digit & later(m.digit, self.c_digit);
+        while digit_ends != 0 {
+            let len = run_before(m.digit, digit_ends.trailing_zeros(), self.digit_tail);
+            self.digit_groups += len.div_ceil(3);
+            digit_ends &= digit_ends - 1;
+        }
+        self.digit_tail = tail_after(m.digit, self.digit_tail);
+
+        let space_start = m.space & !later(m.space, self.c_space);
+        self.space_runs += count(space_start);
+        self.space_long_runs += count(m.space & later(space_start, self.c_space_start));
+        self.space_chars += count(m.space);
+
+        self.newline_runs += count(m.newline & !later(m.newline, self.c_newline));
+        self.newline_chars += count(m.newline);
+
+        let punct_start = punct & !later(punct, self.c_punct);
+        let punct_1 = punct & later(punct_start, self.c_punct_start);
+        let punct_2 = punct & later(punct_1, self.c_punct_1);
+        self.punct_runs += count(punct_start);
+        self.punct_long_2 += count(punct_1);
+        self.punct_long_3 += count(punct_2);
+        self.punct_chars += count(punct);
+        self.punct_glued += count(letter & later(punct_start, self.c_punct_start));
+
+        // Non-ASCII characters one by one, but without a loop per run (their runs are short,
+        // and each exit would be a mispredicted branch) and without branches on their class:
+        // a table gives the category, another the packed counter increments.
+        let mut leads = m.lead;
+        if leads != 0 {
+            let categories = tables.categories();
+            let after_non_ascii = later(m.non_ascii, self.c_non_ascii);
+            let mut last = self.last_category;
+            let mut packed = 0u128;
+            while leads != 0 {
+                let q = leads.trailing_zeros();
+                leads &= leads - 1;
+                let (c, _) = U::decode(units, base + q as usize);
+                let category = if c < 0x10000 {
+                    categories[c as usize]
+                } else {
+                    astral_category(c)
+                };
+                let before = if after_non_ascii >> q & 1 == 1 {
+                    last
+                } else {
+                    0
+                };
+                packed += INCREMENTS[usize::from(before << 4 | category) & 0xFF];
+                last = category;
+            }
+            self.last_category = last;
+            for (k, total) in self.non_ascii.iter_mut().enumerate() {
+                *total += (packed >> (k as u32 * FIELD_BITS)) as u64 & ((1 << FIELD_BITS) - 1);
+            }
+        }
+
+        self.c_letter = letter >> 63;
+        self.c_lower = m.lower >> 63;
+        self.c_upper = m.upper >> 63;
+        self.c_digit = m.digit >> 63;
+        self.c_space = m.space >> 63;
+        self.c_space_start = space_start >> 63;
+        self.c_newline = m.newline >> 63;
+        self.c_punct = punct >> 63;
+        self.c_punct_start = punct_start >> 63;
+        self.c_punct_1 = punct_1 >> 63;
+        self.c_non_ascii = m.non_ascii >> 63;
+    }
+
+    /// Closes the runs still open at the text's end and writes the derived features.
+    fn finish(mut self, f: &mut Features) {
+        for (k, &slot) in CATEGORY_SLOTS.iter().enumerate().skip(1) {
+            f[slot] += self.non_ascii[k - 1];
+        }
+        f[HAN_KANA_RUNS] += self.non_ascii[FIELD_HAN_KANA_RUNS as usize];
+        f[HANGUL_RUNS] += self.non_ascii[FIELD_HANGUL_RUNS as usize];
+        f[OTHER_2BYTE_RUNS] += self.non_ascii[FIELD_OTHER_2BYTE_RUNS as usize];
+        self.digit_groups += self.digit_tail.div_ceil(3);
+        if self.upper_tail >= 2 {
+            self.caps_letters += self.upper_tail;
+        }
+        let o = &self.offsets;
+        // Segments of length >= k.
+        let at_least = |k: usize| o[k] - o[k + 1];
+        f[SEG_LEN_1] += at_least(1) - at_least(2);
+        f[SEG_LEN_1 + 1] += at_least(2) - at_least(3);
+        f[SEG_LEN_1 + 2] += at_least(3) - at_least(4);
+        f[SEG_LEN_1 + 3] += at_least(4) - at_least(5);
+        f[SEG_LEN_5_6] += at_least(5) - at_least(7);
+        f[SEG_LEN_7_8] += at_least(7) - at_least(9);
+        f[SEG_LEN_9_11] += at_least(9) - at_least(12);
+        f[SEG_LEN_12P] += at_least(12);
+        f[SEG_LONG_EXTRA] += o[12];
+        f[CAPS_LETTERS] += self.caps_letters;
+        f[DIGIT_GROUPS] += self.digit_groups;
+        let single_spaces = self.space_runs - self.space_long_runs;
+        f[SPACE_SINGLE] += single_spaces;
+        f[SPACE_RUNS] += self.space_long_runs;
+        f[SPACE_RUN_CHARS] += self.space_chars - single_spaces;
+        f[NEWLINE_RUNS] += self.newline_runs;
+        f[NEWLINE_CHARS] += self.newline_chars;
+        let punct_1 = self.punct_runs - self.punct_long_2;
+        let punct_2 = self.punct_long_2 - self.punct_long_3;
+        f[PUNCT_RUN_1] += punct_1;
+        f[PUNCT_RUN_2] += punct_2;
+        f[PUNCT_RUN_3P] += self.punct_long_3;
+        f[PUNCT_EXTRA] += self.punct_chars - punct_1 - 2 * punct_2 - 2 * self.punct_long_3;
+        f[PUNCT_GLUED] += self.punct_glued;
+    }
+}
+
 /// Counts every feature of `text` in one pass.
 pub fn extract(text: &str, tables: &SingleTokenTables) -> Features {
     extract_units(text.as_bytes(), tables)
 }
 
 /// [`extract`] over UTF-8 bytes or UCS-4 code points: both give the same features.
+///
+/// The pass classifies 64 units at a time into bit masks (one per class) and derives the
+/// run features from shifts and population counts of those masks, carrying the last bit of
+/// each mask into the next block; only runs of non-ASCII characters are walked one by one.
 pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
-    let n = units.len();
-    let at = |k: usize| units[k].value();
-    let mut f: Features = [0; FEATURE_COUNT];
-    // End offset of the last 2-byte "other" character, to count runs of them (words in
-    // Cyrillic, Greek, accented Latin...).
-    let mut other_2byte_end = usize::MAX;
-    let mut i = 0;
-    while i < n {
-        let v = at(i);
-        let mut j = i + 1;
-        match class(v) {
-            LOWER | UPPER => j = words(&mut f, units, i),
-            DIGIT => {
-                while j < n && is_digit(at(j)) {
-                    j += 1;
-                }
-                f[DIGIT_GROUPS] += (j - i).div_ceil(3) as u64;
-            }
-            SPACE => {
-                while j < n && matches!(at(j), 0x20 | 0x09) {
-                    j += 1;
-                }
-                if j - i == 1 {
-                    f[SPACE_SINGLE] += 1;
-                    // The common case, a word after its space, without a trip through the
-                    // dispatch (whose branch the alternation of classes keeps mispredicting).
-                    if j < n && is_letter(at(j)) {
-                        j = words(&mut f, units, j);
-                    }
-                } else {
-                    f[SPACE_RUNS] += 1;
-                    f[SPACE_RUN_CHARS] += (j - i) as u64;
-                }
-            }
-            NEWLINE => {
-                while j < n && matches!(at(j), 0x0A | 0x0D) {
-                    j += 1;
-                }
-                f[NEWLINE_RUNS] += 1;
-                f[NEWLINE_CHARS] += (j - i) as u64;
-            }
-            PUNCT => {
-                while j < n && class(at(j)) == PUNCT {
-                    j += 1;
-                }
-                match j - i {
-                    1 => {
-                        f[PUNCT_RUN_1] += 1;
-                        if j < n && is_letter(at(j)) {
-                            f[PUNCT_GLUED] += 1;
-                        }
-                    }
-                    2 => f[PUNCT_RUN_2] += 1,
-                    len => {
-                        f[PUNCT_RUN_3P] += 1;
-                        f[PUNCT_EXTRA] += (len - 2) as u64;
-                    }
-                }
-            }
-            _ => {
-                // A run of non-ASCII characters. The frequent classes are counted in locals
-                // (registers): incrementing one array slot per character would chain every
-                // add on the previous store.
-                let (mut han, mut han_single, mut han_double) = (0u64, 0u64, 0u64);
-                let (mut hangul, mut hangul_single, mut hangul_double) = (0u64, 0u64, 0u64);
-                let mut kana = 0u64;
-                // 1 inside ideographs/kana, 2 inside hangul, 0 elsewhere: counts CJK "words".
-                let (mut kind, mut han_runs, mut hangul_runs) = (0u8, 0u64, 0u64);
-                let mut k = i;
-                while k < n && at(k) >= 0x80 {
-                    let (c, len) = U::decode(units, k);
-                    k += len;
-                    let now = if c.wrapping_sub(HAN_FIRST) <= HAN_LAST - HAN_FIRST {
-                        han += 1;
-                        han_single += bit(tables.han_single, c - HAN_FIRST);
-                        han_double += bit(tables.han_double, c - HAN_FIRST);
-                        1
-                    } else if c.wrapping_sub(HANGUL_FIRST) <= HANGUL_LAST - HANGUL_FIRST {
-                        hangul += 1;
-                        hangul_single += bit(tables.hangul_single, c - HANGUL_FIRST);
-                        hangul_double += bit(tables.hangul_double, c - HANGUL_FIRST);
-                        2
-                    } else if c.wrapping_sub(0x3040) <= 0x30FF - 0x3040 {
-                        kana += 1;
-                        1
-                    } else {
-                        let slot = non_ascii_slot(c, tables);
-                        f[slot] += 1;
-                        if slot == OTHER_2BYTE {
-                            if other_2byte_end != k - len {
-                                f[OTHER_2BYTE_RUNS] += 1;
-                            }
-                            other_2byte_end = k;
-                        }
-                        match slot {
-                            HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
-                            HANGUL_SINGLE | HANGUL_DOUBLE | HANGUL_OTHER => 2,
-                            _ => 0,
-                        }
-                    };
-                    han_runs += u64::from(now == 1 && kind != 1);
-                    hangul_runs += u64::from(now == 2 && kind != 2);
-                    kind = now;
-                }
-                f[HAN_KANA_RUNS] += han_runs;
-                f[HANGUL_RUNS] += hangul_runs;
-                f[HAN_SINGLE] += han_single;
-                f[HAN_DOUBLE] += han_double;
-                f[HAN_OTHER] += han - han_single - han_double;
-                f[HANGUL_SINGLE] += hangul_single;
-                f[HANGUL_DOUBLE] += hangul_double;
-                f[HANGUL_OTHER] += hangul - hangul_single - hangul_double;
-                f[KANA] += kana;
-                j = k;
-            }
-        }
-        i = j;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt")
+        && std::arch::is_x86_feature_detected!("bmi1")
+        && std::arch::is_x86_feature_detected!("lzcnt")
+    {
+        // SAFETY: the CPU has the features the function is compiled for (checked above).
+        return unsafe { extract_units_bmi(units, tables) };
     }
+    extract_blocks(units, tables)
+}
+
+/// [`extract_blocks`] compiled with the bit-counting instructions it leans on (a population
+/// count is one instruction instead of a dozen): every x86_64 CPU since about 2013.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt,bmi1,lzcnt")]
+fn extract_units_bmi<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+    extract_blocks(units, tables)
+}
+
+#[inline(always)]
+fn extract_blocks<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+    let mut f: Features = [0; FEATURE_COUNT];
+    let mut pass = Pass::default();
+    let mut blocks = units.chunks_exact(64);
+    let mut base = 0;
+    for block in &mut blocks {
+        let block: &[U; 64] = block.try_into().unwrap_or_else(|_| unreachable!());
+        pass.block(U::masks(block), units, base, tables);
+        base += 64;
+    }
+    let rest = blocks.remainder();
+    if !rest.is_empty() {
+        pass.block(scalar_masks(rest), units, base, tables);
+    }
+    pass.finish(&mut f);
     f
+}
+
+/// Texts shorter than this many units are counted on the calling thread alone: below it,
+/// waking a second thread costs about what it saves.
+pub const PARALLEL_MIN_UNITS: usize = 192 * 1024;
+
+/// How far past a piece's nominal end to look for a place to cut before giving up on it.
+const CUT_WINDOW: usize = 64 * 1024;
+
+/// Whether the runs of the pass end between `units[i - 1]` and `units[i]` with no feature
+/// looking across: a space or newline followed by an ASCII unit of another class. (A letter
+/// after punctuation is looked across, and non-ASCII runs span several UTF-8 bytes.)
+#[inline]
+fn clean_cut<U: Unit>(units: &[U], i: usize) -> bool {
+    let (a, b) = (units[i - 1].value(), units[i].value());
+    matches!(a, 0x20 | 0x0A) && b < 0x80 && class(a) != class(b)
+}
+
+/// [`extract_units`] over `pieces` pieces of about equal size cut where no run crosses, on
+/// rayon's pool; the same features as one pass (each feature is a sum over runs).
+pub fn extract_units_parallel<U: Unit + Sync>(
+    units: &[U],
+    tables: &SingleTokenTables,
+    pieces: usize,
+) -> Features {
+    let step = units.len() / pieces.max(1);
+    let mut cuts = vec![0];
+    for k in 1..pieces {
+        let from = (k * step).max(cuts[cuts.len() - 1] + 1);
+        let to = (from + CUT_WINDOW).min(units.len());
+        if let Some(cut) = (from..to).find(|&i| clean_cut(units, i)) {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(units.len());
+    if cuts.len() == 2 {
+        return extract_units(units, tables);
+    }
+    use rayon::prelude::*;
+    cuts.par_windows(2)
+        .map(|w| extract_units(&units[w[0]..w[1]], tables))
+        .reduce(
+            || [0; FEATURE_COUNT],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
+                }
+                a
+            },
+        )
+}
+
+/// The features of `units`, on several threads when the text is long enough to gain.
+pub fn extract_any<U: Unit + Sync>(units: &[U], tables: &SingleTokenTables) -> Features {
+    let threads = rayon::current_num_threads();
+    if units.len() < PARALLEL_MIN_UNITS || threads < 2 {
+        return extract_units(units, tables);
+    }
+    // A few pieces per thread, so that a thread slowed by other work does not hold back the
+    // result, each still long enough to dwarf the cost of handing it out.
+    let pieces = (units.len() / (PARALLEL_MIN_UNITS / 2)).min(4 * threads);
+    extract_units_parallel(units, tables, pieces)
+}
+
+/// The one-unit-at-a-time pass the block pass replaced, kept as the oracle of the tests.
+#[cfg(test)]
+mod scalar {
+    use super::*;
+
+    #[inline]
+    fn is_letter(v: u32) -> bool {
+        (v | 0x20).wrapping_sub(b'a' as u32) < 26
+    }
+
+    #[inline]
+    fn is_lower(v: u32) -> bool {
+        v.wrapping_sub(b'a' as u32) < 26
+    }
+
+    #[inline]
+    fn is_upper(v: u32) -> bool {
+        v.wrapping_sub(b'A' as u32) < 26
+    }
+
+    #[inline]
+    fn is_digit(v: u32) -> bool {
+        v.wrapping_sub(b'0' as u32) < 10
+    }
+
+    /// Feature slot of a letter segment by its length (index 0 unused, 12 means 12+).
+    const SEGMENT_SLOT: [usize; 13] = [
+        SEG_LEN_1,
+        SEG_LEN_1,
+        SEG_LEN_1 + 1,
+        SEG_LEN_1 + 2,
+        SEG_LEN_1 + 3,
+        SEG_LEN_5_6,
+        SEG_LEN_5_6,
+        SEG_LEN_7_8,
+        SEG_LEN_7_8,
+        SEG_LEN_9_11,
+        SEG_LEN_9_11,
+        SEG_LEN_9_11,
+        SEG_LEN_12P,
+    ];
+
+    #[inline]
+    fn letter_segment(f: &mut Features, len: usize, all_caps: bool) {
+        f[SEGMENT_SLOT[len.min(12)]] += 1;
+        f[SEG_LONG_EXTRA] += len.saturating_sub(11) as u64;
+        f[CAPS_LETTERS] += if all_caps && len >= 2 { len as u64 } else { 0 };
+    }
+
+    /// Counts the letter run starting at `i` (`units[i]` is a letter); returns its end.
+    #[inline]
+    fn letter_run<U: Unit>(f: &mut Features, units: &[U], i: usize) -> usize {
+        let n = units.len();
+        let first = units[i].value();
+        // Fast scan: most runs are lower-case words, possibly capitalised, with no case change to
+        // split at, so only the run's end and whether any later letter is upper-case matter here.
+        let mut j = i + 1;
+        let mut later_upper = false;
+        while j < n {
+            let c = units[j].value();
+            if !is_letter(c) {
+                break;
+            }
+            later_upper |= is_upper(c);
+            j += 1;
+        }
+        if !later_upper {
+            // One segment; a capital first letter followed by lower-case ones is not all-caps.
+            letter_segment(f, j - i, false);
+            return j;
+        }
+        let end = j;
+        let mut start = i;
+        let mut has_lower = is_lower(first);
+        let mut prev = first;
+        for (k, unit) in units.iter().enumerate().take(end).skip(i + 1) {
+            let c = unit.value();
+            // o200k cuts a letter run where a lower-case letter meets an upper-case one.
+            if is_upper(c) && is_lower(prev) {
+                letter_segment(f, k - start, !has_lower);
+                start = k;
+                has_lower = false;
+            }
+            has_lower |= is_lower(c);
+            prev = c;
+        }
+        letter_segment(f, end - start, !has_lower);
+        end
+    }
+
+    /// Counts a run of words separated by single spaces, starting with a letter at `i`: the shape
+    /// of prose, kept in one loop so the class dispatch runs once per phrase, not per word.
+    #[inline]
+    fn words<U: Unit>(f: &mut Features, units: &[U], i: usize) -> usize {
+        let n = units.len();
+        let mut j = letter_run(f, units, i);
+        while j + 1 < n && units[j].value() == 0x20 && is_letter(units[j + 1].value()) {
+            f[SPACE_SINGLE] += 1;
+            j = letter_run(f, units, j + 1);
+        }
+        j
+    }
+
+    /// [`extract`] over UTF-8 bytes or UCS-4 code points: both give the same features.
+    pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+        let n = units.len();
+        let at = |k: usize| units[k].value();
+        let mut f: Features = [0; FEATURE_COUNT];
+        // End offset of the last 2-byte "other" character, to count runs of them (words in
+        // Cyrillic, Greek, accented Latin...).
+        let mut other_2byte_end = usize::MAX;
+        let mut i = 0;
+        while i < n {
+            let v = at(i);
+            let mut j = i + 1;
+            match class(v) {
+                LOWER | UPPER => j = words(&mut f, units, i),
+                DIGIT => {
+                    while j < n && is_digit(at(j)) {
+                        j += 1;
+                    }
+                    f[DIGIT_GROUPS] += (j - i).div_ceil(3) as u64;
+                }
+                SPACE => {
+                    while j < n && matches!(at(j), 0x20 | 0x09) {
+                        j += 1;
+                    }
+                    if j - i == 1 {
+                        f[SPACE_SINGLE] += 1;
+                        // The common case, a word after its space, without a trip through the
+                        // dispatch (whose branch the alternation of classes keeps mispredicting).
+                        if j < n && is_letter(at(j)) {
+                            j = words(&mut f, units, j);
+                        }
+                    } else {
+                        f[SPACE_RUNS] += 1;
+                        f[SPACE_RUN_CHARS] += (j - i) as u64;
+                    }
+                }
+                NEWLINE => {
+                    while j < n && matches!(at(j), 0x0A | 0x0D) {
+                        j += 1;
+                    }
+                    f[NEWLINE_RUNS] += 1;
+                    f[NEWLINE_CHARS] += (j - i) as u64;
+                }
+                PUNCT => {
+                    while j < n && class(at(j)) == PUNCT {
+                        j += 1;
+                    }
+                    match j - i {
+                        1 => {
+                            f[PUNCT_RUN_1] += 1;
+                            if j < n && is_letter(at(j)) {
+                                f[PUNCT_GLUED] += 1;
+                            }
+                        }
+                        2 => f[PUNCT_RUN_2] += 1,
+                        len => {
+                            f[PUNCT_RUN_3P] += 1;
+                            f[PUNCT_EXTRA] += (len - 2) as u64;
+                        }
+                    }
+                }
+                _ => {
+                    // A run of non-ASCII characters. The frequent classes are counted in locals
+                    // (registers): incrementing one array slot per character would chain every
+                    // add on the previous store.
+                    let (mut han, mut han_single, mut han_double) = (0u64, 0u64, 0u64);
+                    let (mut hangul, mut hangul_single, mut hangul_double) = (0u64, 0u64, 0u64);
+                    let mut kana = 0u64;
+                    // 1 inside ideographs/kana, 2 inside hangul, 0 elsewhere: counts CJK "words".
+                    let (mut kind, mut han_runs, mut hangul_runs) = (0u8, 0u64, 0u64);
+                    let mut k = i;
+                    while k < n && at(k) >= 0x80 {
+                        let (c, len) = U::decode(units, k);
+                        k += len;
+                        let now = if c.wrapping_sub(HAN_FIRST) <= HAN_LAST - HAN_FIRST {
+                            han += 1;
+                            han_single += bit(tables.han_single, c - HAN_FIRST);
+                            han_double += bit(tables.han_double, c - HAN_FIRST);
+                            1
+                        } else if c.wrapping_sub(HANGUL_FIRST) <= HANGUL_LAST - HANGUL_FIRST {
+                            hangul += 1;
+                            hangul_single += bit(tables.hangul_single, c - HANGUL_FIRST);
+                            hangul_double += bit(tables.hangul_double, c - HANGUL_FIRST);
+                            2
+                        } else if c.wrapping_sub(0x3040) <= 0x30FF - 0x3040 {
+                            kana += 1;
+                            1
+                        } else {
+                            let slot = non_ascii_slot(c, tables);
+                            f[slot] += 1;
+                            if slot == OTHER_2BYTE {
+                                if other_2byte_end != k - len {
+                                    f[OTHER_2BYTE_RUNS] += 1;
+                                }
+                                other_2byte_end = k;
+                            }
+                            match slot {
+                                HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
+                                HANGUL_SINGLE | HANGUL_DOUBLE | HANGUL_OTHER => 2,
+                                _ => 0,
+                            }
+                        };
+                        han_runs += u64::from(now == 1 && kind != 1);
+                        hangul_runs += u64::from(now == 2 && kind != 2);
+                        kind = now;
+                    }
+                    f[HAN_KANA_RUNS] += han_runs;
+                    f[HANGUL_RUNS] += hangul_runs;
+                    f[HAN_SINGLE] += han_single;
+                    f[HAN_DOUBLE] += han_double;
+                    f[HAN_OTHER] += han - han_single - han_double;
+                    f[HANGUL_SINGLE] += hangul_single;
+                    f[HANGUL_DOUBLE] += hangul_double;
+                    f[HANGUL_OTHER] += hangul - hangul_single - hangul_double;
+                    f[KANA] += kana;
+                    j = k;
+                }
+            }
+            i = j;
+        }
+        f
+    }
 }
 
 #[cfg(test)]
@@ -410,16 +1005,154 @@ mod tests {
     };
     use super::*;
 
+    fn o200k() -> SingleTokenTables {
+        static CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
+        SingleTokenTables {
+            han_single: &O200K_HAN_SINGLE,
+            han_double: &O200K_HAN_DOUBLE,
+            hangul_single: &O200K_HANGUL_SINGLE,
+            hangul_double: &O200K_HANGUL_DOUBLE,
+            categories: &CATEGORIES,
+        }
+    }
+
     fn feats(text: &str) -> Features {
-        extract(
-            text,
-            &SingleTokenTables {
-                han_single: &O200K_HAN_SINGLE,
-                han_double: &O200K_HAN_DOUBLE,
-                hangul_single: &O200K_HANGUL_SINGLE,
-                hangul_double: &O200K_HANGUL_DOUBLE,
-            },
-        )
+        extract(text, &o200k())
+    }
+
+    /// Pieces the random texts are made of: every class, runs shorter and longer than a block.
+    const PIECES: &[&str] = &[
+        "a",
+        "Z",
+        "word",
+        "Word",
+        "camelCase",
+        "HTTP",
+        "XMLHttpRequest",
+        "I",
+        "aB",
+        "ABc",
+        "0",
+        "42",
+        "1234567",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\n\n\n",
+        ".",
+        "()",
+        "...",
+        "{\"",
+        "\u{1}",
+        "\u{7f}",
+        "é",
+        "привет",
+        "你",
+        "東京",
+        "カナ",
+        "한국어",
+        "。",
+        "😀",
+        "\u{ff70}",
+        "\u{3400}",
+    ];
+
+    fn random_text(seed: &mut u64) -> String {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let pieces = next() % 80;
+        let mut text = String::new();
+        for _ in 0..pieces {
+            let piece = PIECES[(next() % PIECES.len() as u64) as usize];
+            // Mostly once, sometimes long enough to cross one or more 64-unit blocks.
+            let times = match next() % 10 {
+                0 => 1 + next() % 150,
+                1 => 2 + next() % 8,
+                _ => 1,
+            };
+            for _ in 0..times {
+                text.push_str(piece);
+            }
+        }
+        text
+    }
+
+    #[test]
+    fn block_pass_matches_the_scalar_pass() {
+        let tables = o200k();
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20_000 {
+            let text = random_text(&mut seed);
+            let units: Vec<u32> = text.chars().map(u32::from).collect();
+            let expected = scalar::extract_units(text.as_bytes(), &tables);
+            assert_eq!(
+                scalar::extract_units(&units, &tables),
+                expected,
+                "scalar {text:?}"
+            );
+            assert_eq!(extract(&text, &tables), expected, "utf-8 {text:?}");
+            assert_eq!(extract_units(&units, &tables), expected, "ucs-4 {text:?}");
+        }
+    }
+
+    #[test]
+    fn parallel_pass_matches_one_pass() {
+        let tables = o200k();
+        let mut seed = 0x1234_5678_9ABC_DEF1u64;
+        for _ in 0..100 {
+            let mut text = String::new();
+            for _ in 0..(seed % 40) {
+                text.push_str(&random_text(&mut seed));
+            }
+            let units: Vec<u32> = text.chars().map(u32::from).collect();
+            let expected = extract(&text, &tables);
+            for pieces in [2, 3, 7, 64] {
+                assert_eq!(
+                    extract_units_parallel(text.as_bytes(), &tables, pieces),
+                    expected
+                );
+                assert_eq!(extract_units_parallel(&units, &tables, pieces), expected);
+            }
+        }
+        // Long enough for `extract_any` to split, and no place to cut at all.
+        let text = random_text(&mut seed).repeat(PARALLEL_MIN_UNITS / 100);
+        assert_eq!(
+            extract_any(text.as_bytes(), &tables),
+            extract(&text, &tables)
+        );
+        let text = "x".repeat(PARALLEL_MIN_UNITS * 2);
+        assert_eq!(
+            extract_any(text.as_bytes(), &tables),
+            extract(&text, &tables)
+        );
+    }
+
+    #[test]
+    fn vector_masks_match_scalar_masks() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..2_000 {
+            let text = random_text(&mut seed);
+            let units: Vec<u32> = text.chars().map(u32::from).collect();
+            for block in text.as_bytes().chunks_exact(64) {
+                let block: &[u8; 64] = block.try_into().unwrap();
+                assert_eq!(u8::masks(block), scalar_masks(block));
+            }
+            for block in units.chunks_exact(64) {
+                let block: &[u32; 64] = block.try_into().unwrap();
+                assert_eq!(u32::masks(block), scalar_masks(block));
+            }
+        }
+        let odd: Vec<u32> = (0..64)
+            .map(|k| [0x8000_0000, u32::MAX, 0x10_FFFF, 0x7F, 0x80, 0xFF][k % 6])
+            .collect();
+        let odd: &[u32; 64] = odd.as_slice().try_into().unwrap();
+        assert_eq!(u32::masks(odd), scalar_masks(odd));
     }
 
     #[test]
