@@ -21,14 +21,13 @@ from typing import Any
 from memstrata import (
     MemoryStack,
     SharedMemory,
-    VectorSet,
     WorkingMemory,
     count_tokens,
     estimate_messages,
     estimate_tokens,
-    hash_embed,
     prune_sliding_window,
 )
+from memstrata.demos import agent_mind as mind_demo
 from memstrata.demos import context as context_demo
 from memstrata.layers import memory_keys
 from memstrata.stores import SQLiteStore
@@ -144,28 +143,6 @@ def run_turns(store: SQLiteStore, script: dict[str, Any], turns: range) -> None:
             print(f"  working memory is now v{memory.version}")
 
 
-def dedup_beliefs(script: dict[str, Any]) -> None:
-    """What AgentMind's dedup will do on insert: nearest stored belief, duplicate at ≥ 0.85."""
-    print(RULE)
-    print("Belief dedup with the offline hashing embedder (cosine ≥ 0.85 counts as a duplicate)")
-    beliefs: list[str] = script["beliefs"]
-    vectors = hash_embed(beliefs)
-    kept = VectorSet(vectors.shape[1])
-    for i, text in enumerate(beliefs):
-        nearest = kept.top_k(vectors[i], 1) if len(kept) else []
-        duplicate = kept.find_duplicate(vectors[i], 0.85)
-        if duplicate is None:
-            kept.add([f"belief-{i}"], vectors[i : i + 1])
-            closest = f" (nearest {nearest[0][0]} at {nearest[0][1]:.2f})" if nearest else ""
-            print(f"  new      belief-{i}: {text}{closest}")
-        else:
-            print(f"  dup of {duplicate[0]} ({duplicate[1]:.2f}): {text}")
-    print(
-        "  A hashing embedder matches wording, not meaning: the paraphrase stays separate."
-        " AgentMind takes any embedder for that."
-    )
-
-
 def shared_memory_workflow(store: SQLiteStore, script: dict[str, Any]) -> None:
     """Two workflow steps passing a result through SharedMemory (persisted in the same file)."""
     print(RULE)
@@ -223,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                 final = run.layer("working-memory")
                 print(RULE)
                 show(f"final working memory (v{final.version})", final.render(), max_lines=40)
-            dedup_beliefs(script)
+            print(RULE)
+            print("AgentMind: what one run records, the next run's header shows")
+            mind_demo.run_demo(store, args.db.parent / "mind")
             shared_memory_workflow(store, script)
             print(RULE)
             print(
