@@ -58,3 +58,25 @@ def test_tools_resources_and_persistence(tmp_path: pathlib.Path) -> None:
         return text
 
     assert '"goal": "ship v2"' in session_run(db, second)
+
+
+def test_mind_writes_are_committed_when_the_call_returns(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "mind.db"
+
+    async def steps(session: ClientSession) -> tuple[str, str]:
+        names = {t.name for t in (await session.list_tools()).tools}
+        assert {"mind_believe", "mind_recall", "mind_set_goal"} <= names
+        before = (await session.read_resource("memstrata://layer/agent-mind")).contents[0].text
+        believed = await session.call_tool(
+            "mind_believe", {"content": "Staging uses a different API key.", "confidence": "high"}
+        )
+        assert not believed.is_error
+        assert json.loads(believed.content[0].text)["action"] == "created"
+        # Each call is its own run: the draft was flushed when the call returned.
+        after = (await session.read_resource("memstrata://layer/agent-mind")).contents[0].text
+        return before, after
+
+    before, after = session_run(db, steps)
+    assert before == ""  # an empty mind shows no header
+    assert after.startswith("--- AGENT MIND ---")
+    assert "Staging uses a different API key. (high confidence)" in after

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from memstrata.exceptions import MemstrataError
-from memstrata.layers import SharedMemory, WorkingMemory
+from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
 from memstrata.stack import MemoryStack
 from memstrata.stores import Item, Store, open_store
 
@@ -156,11 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def mcp_stack(store: Store, agent: str, *, per_user: bool) -> MemoryStack:
-    """The layers an MCP client gets: a structured working memory and the agent's shared
-    memory."""
+    """The layers an MCP client gets: a structured working memory, the agent's mind (offline
+    hashing embedder) and the agent's shared memory."""
     return MemoryStack(
         [
             WorkingMemory(schema={"type": "object"}, scope="resource" if per_user else "thread"),
+            AgentMind(),
             SharedMemory(store=store, namespace=("shared-memory", agent)),
         ],
         store=store,
