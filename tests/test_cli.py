@@ -62,3 +62,28 @@ def test_demo_command_runs_the_demo(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Process restarted" in result.stdout
     assert "final working memory (v4)" in result.stdout
+
+
+def test_reindex_re_embeds_a_mind_once_with_progress(tmp_path: pathlib.Path) -> None:
+    from memstrata import AgentMind, HashingEmbedder
+
+    path = tmp_path / "mind.db"
+    with SQLiteStore(path) as store:
+        mind = AgentMind(embedder=HashingEmbedder(dim=384))
+        with mind.session(store, agent="a") as handle:
+            handle.believe("The staging API key differs from production.", confidence="high")
+            handle.believe("Payments rate limit is 100 requests per minute.")
+            handle.reflect("Cite the filing date of every capacity figure.")
+        old_models = {i.value["embeddingModel"] for i in store.list(("mind", "a"))}
+
+    first = run_cli("reindex", "--store", f"sqlite:///{path}", "--agent", "a", "--dim", "256")
+    assert first.returncode == 0, first.stderr
+    assert "re-embedding [" in first.stderr and "] 3/3" in first.stderr
+    assert first.stdout.startswith("3 mind entries indexed with")
+    with SQLiteStore(path) as store:
+        items = store.list(("mind", "a"))
+        new_models = {i.value["embeddingModel"] for i in items}
+    assert new_models.isdisjoint(old_models) and len(new_models) == 1
+
+    again = run_cli("reindex", "--store", f"sqlite:///{path}", "--agent", "a", "--dim", "256")
+    assert again.returncode == 0 and "re-embedding" not in again.stderr

@@ -5,6 +5,8 @@
     memstrata inspect --store URL --json [...]        the same as JSON, for scripts
     memstrata mcp --store URL --agent NAME [--thread ID] [--resource ID]
                                                       the stack's tools over MCP (stdio)
+    memstrata reindex --store URL --agent NAME [--embedder hashing|openai] [--model M] [--dim N]
+                                                      re-embed a mind with a progress bar
 
 A NAMESPACE is a prefix written with slashes: ``working-memory/thread``, ``mind/my-agent``.
 """
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
 from memstrata.stack import MemoryStack
@@ -131,6 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--agent", required=True, help="the agent's name (its memory namespace)")
     serve.add_argument("--thread", default=None, help="conversation id (default: mcp-<agent>)")
     serve.add_argument("--resource", default=None, help="user id: working memory per user")
+    reindex = commands.add_parser("reindex", help="re-embed a mind's entries")
+    reindex.add_argument("--store", required=True, help="the store URL")
+    reindex.add_argument("--agent", required=True, help="the agent whose mind to re-embed")
+    reindex.add_argument("--embedder", choices=["hashing", "openai"], default="hashing")
+    reindex.add_argument("--model", default="text-embedding-3-small", help="for --embedder openai")
+    reindex.add_argument("--base-url", default="https://api.openai.com/v1", help="for openai")
+    reindex.add_argument("--dim", type=int, default=None, help="embedding dimension")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -144,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "mcp":
         return _serve_mcp(store, args)
+    if args.command == "reindex":
+        return _reindex(store, args)
     try:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
         print(inspect(store, prefixes, args.json))
@@ -166,6 +179,44 @@ def mcp_stack(store: Store, agent: str, *, per_user: bool) -> MemoryStack:
         ],
         store=store,
     )
+
+
+class ProgressBar:
+    """``[######......]  120/300`` on stderr, redrawn in place."""
+
+    def __init__(self, label: str, width: int = 30) -> None:
+        self.label, self.width = label, width
+
+    def __call__(self, done: int, total: int) -> None:
+        filled = self.width * done // max(total, 1)
+        bar = "#" * filled + "." * (self.width - filled)
+        end = "\n" if done >= total else ""
+        print(f"\r{self.label} [{bar}] {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+def _reindex(store: Store, args: argparse.Namespace) -> int:
+    """Re-embeds every entry of a mind whose stored vector is not from the chosen embedder."""
+    try:
+        if args.embedder == "hashing":
+            embedder: Embedder = HashingEmbedder(dim=args.dim or 384)
+        else:
+            embedder = OpenAIEmbedder(
+                model=args.model,
+                base_url=args.base_url,
+                api_key=os.environ.get("OPENAI_API_KEY"),
+                dim=args.dim,
+            )
+        mind = AgentMind(embedder=embedder, on_progress=ProgressBar("re-embedding"))
+        with mind.session(store, agent=args.agent) as handle:
+            index = handle.index()
+            count = len(index.beliefs) + len(index.reflections)
+        print(f"{count} mind entries indexed with {embedder.model} (dim {embedder.dim})")
+    except MemstrataError as exc:
+        print(f"memstrata: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    return 0
 
 
 def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
