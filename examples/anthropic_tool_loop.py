@@ -2,9 +2,10 @@
 
     ANTHROPIC_API_KEY=... python examples/anthropic_tool_loop.py "Remember: I prefer short answers."
 
-Anthropic takes the system prompt apart from the messages, so the prompt items memstrata injects
-are moved into ``system``; tools come in Anthropic's format from the same definitions, and
-``tool_use`` blocks are answered with ``tool_result`` blocks.
+Anthropic takes the system prompt apart from the messages: ``run.prepare_anthropic`` puts the
+prompt items memstrata injects into ``system``. Tools come in Anthropic's format from the same
+definitions, ``tool_use`` blocks are answered with ``tool_result`` blocks, and ``run.observe``
+reads Anthropic responses as it reads OpenAI's.
 """
 
 from __future__ import annotations
@@ -20,21 +21,13 @@ SYSTEM = "You are a helpful assistant. Keep your working memory current."
 MODEL = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5")
 
 
-def split_system(prepared: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """Anthropic's shape: system prompts joined, the conversation without them."""
-    system = "\n\n".join(str(m["content"]) for m in prepared if m["role"] == "system")
-    return system, [m for m in prepared if m["role"] != "system"]
-
-
 def agent_turn(
     client: Any, stack: MemoryStack, user_text: str, *, thread_id: str, max_steps: int = 8
 ) -> str:
     history: list[dict[str, Any]] = [{"role": "user", "content": user_text}]
     with stack.run(thread_id=thread_id) as run:
         for _ in range(max_steps):
-            system, messages = split_system(
-                run.prepare([{"role": "system", "content": SYSTEM}, *history])
-            )
+            system, messages = run.prepare_anthropic(history, system=SYSTEM)
             response = client.messages.create(
                 model=MODEL,
                 max_tokens=1024,

@@ -200,3 +200,20 @@ def test_async_run() -> None:
 
     assert asyncio.run(scenario()) == {"ok": True, "echo": {"n": 3}}
     assert layer.events[0] == ("init", "t") and layer.events[-1] == ("close", None)
+
+
+def test_prepare_anthropic_moves_prompt_items_into_system() -> None:
+    early, late = RecordingLayer("early", 50), RecordingLayer("late", 200)
+    conversation = [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "x", "input": {}}],
+        },
+    ]
+    with make_stack(late, early).run(thread_id="t") as run:
+        system, messages = run.prepare_anthropic(conversation, system="Be brief.")
+        bare_system, _ = run.prepare_anthropic(conversation)
+    assert system == "Be brief.\n\n<early>\n\n<late>"
+    assert bare_system == "<early>\n\n<late>"
+    assert messages == conversation

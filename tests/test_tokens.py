@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import statistics
 from typing import Any
 
@@ -401,3 +402,46 @@ def test_bad_messages_name_the_path(messages: Any, path: str, error: type[Except
         with pytest.raises(error) as info:
             call(messages)
         assert getattr(info.value, "path", None) == path or path in str(info.value)
+
+
+def test_anthropic_blocks_are_priced_by_what_they_hold() -> None:
+    """Anthropic-format messages: a tool_use block costs what the same OpenAI tool call costs,
+    and a tool_result costs its content (often most of a prompt), not a flat part price."""
+    arguments = {"city": "Paris", "units": "metric"}
+    openai_call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+    anthropic_call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "c1", "name": "get_weather", "input": arguments}],
+    }
+    assert estimate_messages([anthropic_call]) == estimate_messages([openai_call])
+
+    report = "edge-7 degraded since 03:10 UTC; disk 90% full on /var. " * 200
+    openai_result = {"role": "tool", "tool_call_id": "c1", "content": report}
+    anthropic_result = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "c1", "content": report}],
+    }
+    nested = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "c1",
+                "content": [{"type": "text", "text": report}],
+            }
+        ],
+    }
+    size = estimate_tokens(report)
+    assert size > 1000
+    for message in (anthropic_result, nested):
+        assert abs(estimate_messages([message]) - estimate_messages([openai_result])) <= 10

@@ -355,6 +355,21 @@ class Run:
         boundary = call_id if call_id is not None else f"{self.run_id}-call-{next(self._calls)}"
         return self.stack.gate.check_and_compress(prepared, boundary, run_id=self.run_id)
 
+    def prepare_anthropic(
+        self, messages: Sequence[Message], *, system: str = "", call_id: str | None = None
+    ) -> tuple[str, list[Message]]:
+        """``prepare`` for Anthropic's Messages API, which takes the system prompt apart from
+        the conversation: returns ``(system, messages)`` with the layers' prompt items appended
+        to ``system``. Content blocks (``tool_use``, ``tool_result``) are counted by what they
+        hold when a gate checks the prompt."""
+        head = [{"role": "system", "content": system}] if system else []
+        prepared = self.prepare([*head, *messages], call_id=call_id)
+        system_text = "\n\n".join(
+            str(m.get("content", "")) for m in prepared if m.get("role") in ("system", "developer")
+        )
+        rest = [m for m in prepared if m.get("role") not in ("system", "developer")]
+        return system_text, rest
+
     def tool_specs(
         self, fmt: ToolFormat = "openai", *, strict: bool = False
     ) -> list[dict[str, Any]]:

@@ -346,14 +346,39 @@ impl<'py> MessageReader<'py> {
             self.path.push_index(i);
             let part = self.dict(part)?;
             let kind = self.required_text(&part, "type")?;
-            parts.push(match kind.as_str() {
-                "text" => ContentPart::Text(self.required_text(&part, "text")?),
-                "refusal" => ContentPart::Text(self.required_text(&part, "refusal")?),
-                _ => ContentPart::NonText,
-            });
+            match kind.as_str() {
+                "text" => parts.push(ContentPart::Text(self.required_text(&part, "text")?)),
+                "refusal" => parts.push(ContentPart::Text(self.required_text(&part, "refusal")?)),
+                // Anthropic's blocks: a call is priced like an OpenAI tool call, and a result
+                // by what it contains (often the bulk of a prompt), not as an opaque part.
+                "tool_use" => parts.push(ContentPart::ToolUse(ToolCall {
+                    name: self.required_text(&part, "name")?,
+                    arguments: self.json_text(&part, "input")?,
+                })),
+                "tool_result" => {
+                    if let Some(content) = Self::get(&part, "content")? {
+                        self.path.push_key("content");
+                        parts.extend(self.content(&content)?);
+                        self.path.pop();
+                    }
+                }
+                _ => parts.push(ContentPart::NonText),
+            }
             self.path.pop();
         }
         Ok(parts)
+    }
+
+    /// `dict[key]` as JSON text (a tool_use block's `input` is an object, not a string).
+    fn json_text(&mut self, dict: &Bound<'py, PyDict>, key: &str) -> PyResult<String> {
+        match Self::get(dict, key)? {
+            None => Ok(String::new()),
+            Some(value) if value.is_instance_of::<PyString>() => self.text(&value),
+            Some(value) => {
+                let json = PyModule::import(self.py, "json")?;
+                json.call_method1("dumps", (value,))?.extract::<String>()
+            }
+        }
     }
 
     fn call(&mut self, value: &Bound<'py, PyAny>) -> PyResult<ToolCall> {

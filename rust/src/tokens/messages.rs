@@ -32,6 +32,8 @@ pub enum ContentPart {
     Text(String),
     /// Image, audio, file...: priced at [`NON_TEXT_PART_TOKENS`].
     NonText,
+    /// A tool call written as a content block (Anthropic's `tool_use`): priced as a tool call.
+    ToolUse(ToolCall),
 }
 
 /// A function call the assistant asked for.
@@ -66,6 +68,9 @@ pub fn count_messages(messages: &[Message], count: impl Fn(&str) -> usize) -> us
             total += match part {
                 ContentPart::Text(text) => count(text),
                 ContentPart::NonText => NON_TEXT_PART_TOKENS,
+                ContentPart::ToolUse(call) => {
+                    TOKENS_PER_TOOL_CALL + count(&call.name) + count(&call.arguments)
+                }
             };
         }
         for call in &message.tool_calls {
@@ -133,5 +138,28 @@ mod tests {
     #[test]
     fn empty_list_is_zero() {
         assert_eq!(count_messages(&[], exact), 0);
+    }
+
+    #[test]
+    fn a_tool_use_block_costs_what_the_same_tool_call_costs() {
+        let count = |t: &str| t.len();
+        let call = ToolCall {
+            name: "get_weather".into(),
+            arguments: "{\"city\":\"Paris\"}".into(),
+        };
+        let as_tool_call = Message {
+            role: "assistant".into(),
+            tool_calls: vec![call.clone()],
+            ..Message::default()
+        };
+        let as_block = Message {
+            role: "assistant".into(),
+            content: vec![ContentPart::ToolUse(call)],
+            ..Message::default()
+        };
+        assert_eq!(
+            count_messages(&[as_tool_call], count),
+            count_messages(&[as_block], count)
+        );
     }
 }
