@@ -217,3 +217,14 @@ def test_prepare_anthropic_moves_prompt_items_into_system() -> None:
     assert system == "Be brief.\n\n<early>\n\n<late>"
     assert bare_system == "<early>\n\n<late>"
     assert messages == conversation
+
+
+def test_the_stack_closes_only_a_store_it_opened(tmp_path: Any) -> None:
+    passed_in = InMemoryStore()
+    stack = MemoryStack([RecordingLayer("a", 1)], store=passed_in)
+    stack.close()
+    passed_in.put(("still",), "usable", 1)  # not closed by the stack
+    owned = MemoryStack([RecordingLayer("a", 1)], store=f"sqlite:///{tmp_path}/owned.db")
+    owned.close()
+    with pytest.raises(Exception, match="closed"):
+        owned.store.get(("x",), "k")

@@ -204,6 +204,8 @@ class MemoryStack:
             )
         if store is None:
             store = os.environ.get("MEMSTRATA_STORE", DEFAULT_STORE_URL)
+        # A store the stack opened from a URL is the stack's to close; one passed in is not.
+        self._owns_store = isinstance(store, str)
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
         self.total_budget = total_budget
@@ -235,7 +237,9 @@ class MemoryStack:
         return self.run(thread_id=thread_id, resource_id=resource_id, agent=agent)
 
     def close(self) -> None:
-        self.store.close()
+        """Closes the store if the stack opened it (from a URL or the default)."""
+        if self._owns_store:
+            self.store.close()
 
 
 class Run:
