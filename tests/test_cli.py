@@ -37,6 +37,7 @@ def test_inspect_prints_tables(tmp_path: pathlib.Path) -> None:
     assert "Working memories (1)" in out and "working-memory/thread/t1" in out
     assert '{"user": {"name": "Priya"}}' in out
     assert "Shared memory entries (1)" in out and "task:research" in out
+    assert "Risks [task_result]" in out  # a shared entry shows its title and kind
     assert "Other items (1)" in out
 
 

@@ -47,7 +47,21 @@ def _items(store: Store, prefix: tuple[str, ...]) -> Iterator[Item]:
         offset += PAGE
 
 
+# Fields that say what an entry is, in the order inspect prefers them, and a qualifier to add.
+_READABLE_FIELDS = ("content", "description", "title")
+_QUALIFIERS = ("confidence", "status", "kind")
+
+
 def _summary(value: Any, width: int = 60) -> str:
+    """One readable line: a mind entry's content, a shared entry's title, else compact JSON
+    (vectors left out)."""
+    if isinstance(value, dict):
+        readable = next((value[f] for f in _READABLE_FIELDS if isinstance(value.get(f), str)), None)
+        if readable is not None:
+            qualifier = next((value[q] for q in _QUALIFIERS if isinstance(value.get(q), str)), None)
+            value = f"{readable} [{qualifier}]" if qualifier else readable
+        else:
+            value = {k: v for k, v in value.items() if k != "embedding"}
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
