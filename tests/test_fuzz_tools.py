@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstrata import MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
+from memstrata import AgentMind, MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
 from memstrata.layers.tool_results import ToolResults
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
@@ -85,9 +85,10 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SQL
         WorkingMemory(schema=SCHEMA, budget=(0, 2_000)),
         SharedMemory(store=store, namespace=("shared-memory", "fuzz")),
         ToolResults(tool_calls_dir=tmp / "tool_calls"),
+        AgentMind(),
     ]
     stack = MemoryStack(layers, store=store)
-    run = stack.run(thread_id="fuzz", resource_id="fuzz-user").open()
+    run = stack.run(thread_id="fuzz", resource_id="fuzz-user", agent="fuzzer").open()
     run.call_tool("working-memory/update", {"profile": {"name": "seed"}, "age": 1})
     run.call_tool("memory_write", {"key": "seed", "value": [1, 2, 3]})
     yield run, store
@@ -128,6 +129,13 @@ def _check_error_payload(result: dict[str, Any]) -> None:
                 "memory_read",
                 "memory_write",
                 "read_tool_result",
+                "mind_recall",
+                "mind_believe",
+                "mind_reflect",
+                "mind_unpin_reflection",
+                "mind_set_goal",
+                "mind_update_goal",
+                "mind_complete_goal",
                 "no_such_tool",
             ]
         ),
