@@ -61,6 +61,7 @@ FEATURE_NAMES = (
     "runs of hangul",
     "CJK ideographs that are two tokens alone",
     "hangul syllables that are two tokens alone",
+    "runs of hangul not right after a space or tab",
 )
 
 
@@ -180,6 +181,10 @@ def features(text: str, encoding: str) -> list[float]:
             )
             if kind and kind != _CJK_KIND.get(previous, 0):
                 f[30 + kind] += 1
+                # The BPE vocabularies hold many hangul words with their leading space; a word
+                # glued to punctuation or starting a line has to be spelled from smaller pieces.
+                if kind == 2 and (i == 0 or text[i - 1] not in " \t"):
+                    f[35] += 1
             if cls == 27 and (i == 0 or not _is_other_2byte(text[i - 1])):
                 f[28] += 1
         i = j

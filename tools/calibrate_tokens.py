@@ -210,7 +210,7 @@ RIDGE = 1e-6
 # Prior tokens per feature unit: one per piece, nothing for what BPE merges into a neighbour.
 # fmt: off
 PRIOR = [1, 1, 1, 1, 1, 1.5, 2, 3, 0.25, 0, 1, 1, 1, 1, 0.5, 0, 0, 1, 0, 1, 0,
-         1, 2, 1, 1, 2, 1, 1, 0, 1.5, 2, 0, 0, 2, 2]
+         1, 2, 1, 1, 2, 1, 1, 0, 1.5, 2, 0, 0, 2, 2, 0]
 # fmt: on
 
 

@@ -4,48 +4,49 @@
 //! features in `super::features` order) and the bitsets of the ideographs and hangul
 //! syllables the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.
 
-pub const FEATURE_COUNT: usize = 35;
+pub const FEATURE_COUNT: usize = 36;
 pub const HAN_FIRST: u32 = 0x4e00;
 pub const HAN_LAST: u32 = 0x9fff;
 pub const HANGUL_FIRST: u32 = 0xac00;
 pub const HANGUL_LAST: u32 = 0xd7a3;
 
 pub const O200K: [f64; FEATURE_COUNT] = [
-    1.1417149970787146,     // letter segments of length 1
-    0.24832122204743934,    // letter segments of length 2
-    0.6260660080880355,     // letter segments of length 3
-    0.6542447547669469,     // letter segments of length 4
-    0.9686403318256238,     // letter segments of length 5-6
-    1.1445243017361735,     // letter segments of length 7-8
-    1.6009104343276763,     // letter segments of length 9-11
-    1.1649858514354579,     // letter segments of length 12+
-    0.8928827275141292,     // letters beyond the 11th in a segment
-    0.10689725616110488,    // letters in all-caps segments (length 2+)
-    1.3111582062508995,     // digit groups of up to 3
-    0.6554058736786506,     // punctuation runs of length 1
-    1.0845706575034209,     // punctuation runs of length 2
-    1.0915250807326733,     // punctuation runs of length 3+
-    0.18823802348168994,    // punctuation beyond the 2nd in a run
-    -0.07254006654462601,   // single punctuation glued to a following letter
-    0.2901548744420936,     // single spaces
-    1.5973308820747327,     // space/tab runs of length 2+
-    -0.0072001420889083925, // characters in space/tab runs of length 2+
-    1.0087952631775408,     // newline runs
-    -1.0169053592102046,    // newline characters
-    0.7061888983961955,     // CJK ideographs that are one token alone
-    1.8208411682753936,     // other CJK ideographs
-    0.6417158521050389,     // kana
-    0.32421517575254954,    // hangul syllables that are one token alone
-    6.031076258956753,      // other hangul
-    0.5828334646810124,     // CJK and fullwidth punctuation
-    0.17415914455823345,    // other 2-byte UTF-8 characters
-    0.5481315783078226,     // runs of other 2-byte UTF-8 characters
-    2.205324366267168,      // other 3-byte UTF-8 characters
-    1.9999999999999938,     // 4-byte UTF-8 characters
-    0.5748761065500114,     // runs of CJK ideographs and kana
-    0.9435673478117088,     // runs of hangul
-    3.940100917011711,      // CJK ideographs that are two tokens alone
-    1.8809253697027009,     // hangul syllables that are two tokens alone
+    1.1405908360316808,    // letter segments of length 1
+    0.20085100948923795,   // letter segments of length 2
+    0.6066422894809076,    // letter segments of length 3
+    0.6476896001319897,    // letter segments of length 4
+    0.9594311804248908,    // letter segments of length 5-6
+    1.1283870688504394,    // letter segments of length 7-8
+    1.570433749593502,     // letter segments of length 9-11
+    1.1343109758344827,    // letter segments of length 12+
+    0.8948288759350214,    // letters beyond the 11th in a segment
+    0.10199928856597378,   // letters in all-caps segments (length 2+)
+    1.3176728389902075,    // digit groups of up to 3
+    0.577406355071408,     // punctuation runs of length 1
+    1.0643551256893469,    // punctuation runs of length 2
+    1.1012786261369616,    // punctuation runs of length 3+
+    0.1925486098345599,    // punctuation beyond the 2nd in a run
+    0.03544627963215206,   // single punctuation glued to a following letter
+    0.32046998129894133,   // single spaces
+    1.6289311569525762,    // space/tab runs of length 2+
+    -0.006456772931931286, // characters in space/tab runs of length 2+
+    1.0469520852543537,    // newline runs
+    -1.038200736158775,    // newline characters
+    0.7022909407222114,    // CJK ideographs that are one token alone
+    1.8202906103085654,    // other CJK ideographs
+    0.6405236080680827,    // kana
+    0.41120657655506565,   // hangul syllables that are one token alone
+    6.221439621812906,     // other hangul
+    0.5924845555963084,    // CJK and fullwidth punctuation
+    0.1722631364473832,    // other 2-byte UTF-8 characters
+    0.5449133563525858,    // runs of other 2-byte UTF-8 characters
+    2.195420582565092,     // other 3-byte UTF-8 characters
+    1.999999999999993,     // 4-byte UTF-8 characters
+    0.5762894286934143,    // runs of CJK ideographs and kana
+    0.5262769191707242,    // runs of hangul
+    3.9331685907320733,    // CJK ideographs that are two tokens alone
+    2.145266708084642,     // hangul syllables that are two tokens alone
+    0.7368266253125006,    // runs of hangul not right after a space or tab
 ];
 pub static O200K_HAN_SINGLE: [u64; 328] = [
     0x6f55257035586f8b,
@@ -1063,41 +1064,42 @@ pub static O200K_HANGUL_DOUBLE: [u64; 175] = [
 ];
 
 pub const CL100K: [f64; FEATURE_COUNT] = [
-    1.2534778719871147,     // letter segments of length 1
-    0.01610668089958711,    // letter segments of length 2
-    0.683609029442331,      // letter segments of length 3
-    0.6832041889052679,     // letter segments of length 4
-    1.0492062840131282,     // letter segments of length 5-6
-    1.1399053890478,        // letter segments of length 7-8
-    1.8033256601120355,     // letter segments of length 9-11
-    0.36806900525756203,    // letter segments of length 12+
-    1.5743281391275439,     // letters beyond the 11th in a segment
-    0.0989726089965787,     // letters in all-caps segments (length 2+)
-    1.3363367500757861,     // digit groups of up to 3
-    0.7447995164761105,     // punctuation runs of length 1
-    1.1579808314376216,     // punctuation runs of length 2
-    0.8865536860028225,     // punctuation runs of length 3+
-    0.18293618538336992,    // punctuation beyond the 2nd in a run
-    -0.27039068658061854,   // single punctuation glued to a following letter
-    0.28494370815685294,    // single spaces
-    1.4752678142574054,     // space/tab runs of length 2+
-    -0.0009515698823066833, // characters in space/tab runs of length 2+
-    1.5364426652542262,     // newline runs
-    -1.537605302730795,     // newline characters
-    0.7644938629370948,     // CJK ideographs that are one token alone
-    2.8229726076864874,     // other CJK ideographs
-    0.9041116092605529,     // kana
-    0.7056882740037855,     // hangul syllables that are one token alone
-    2.484544686787894,      // other hangul
-    0.4762145015633941,     // CJK and fullwidth punctuation
-    0.25084065875958145,    // other 2-byte UTF-8 characters
-    1.176691152748636,      // runs of other 2-byte UTF-8 characters
-    3.4089053169635832,     // other 3-byte UTF-8 characters
-    1.9999999999999933,     // 4-byte UTF-8 characters
-    0.5381251237123326,     // runs of CJK ideographs and kana
-    0.6409684074921143,     // runs of hangul
-    2.4259234408903096,     // CJK ideographs that are two tokens alone
-    1.0268806370304406,     // hangul syllables that are two tokens alone
+    1.2545638696492112,     // letter segments of length 1
+    -0.01701528813799391,   // letter segments of length 2
+    0.6718752067666616,     // letter segments of length 3
+    0.678423650639547,      // letter segments of length 4
+    1.046130205945777,      // letter segments of length 5-6
+    1.128145330913761,      // letter segments of length 7-8
+    1.779394702879312,      // letter segments of length 9-11
+    0.3503982537141614,     // letter segments of length 12+
+    1.574148912092234,      // letters beyond the 11th in a segment
+    0.09568079962818551,    // letters in all-caps segments (length 2+)
+    1.3436530666462179,     // digit groups of up to 3
+    0.6810653486753274,     // punctuation runs of length 1
+    1.1416168621586855,     // punctuation runs of length 2
+    0.8912204938603657,     // punctuation runs of length 3+
+    0.18658474684187204,    // punctuation beyond the 2nd in a run
+    -0.1843089250622651,    // single punctuation glued to a following letter
+    0.3057015797334525,     // single spaces
+    1.5043458047246856,     // space/tab runs of length 2+
+    -0.0006327917492648715, // characters in space/tab runs of length 2+
+    1.5781628547401274,     // newline runs
+    -1.5625406976940088,    // newline characters
+    0.7610211798055728,     // CJK ideographs that are one token alone
+    2.8068144144277554,     // other CJK ideographs
+    0.9028467948825728,     // kana
+    0.7927651850372106,     // hangul syllables that are one token alone
+    2.3337046635621697,     // other hangul
+    0.48405388712695135,    // CJK and fullwidth punctuation
+    0.24992577580040123,    // other 2-byte UTF-8 characters
+    1.1735479425821123,     // runs of other 2-byte UTF-8 characters
+    3.350971171133876,      // other 3-byte UTF-8 characters
+    1.9999999999999976,     // 4-byte UTF-8 characters
+    0.541024437809546,      // runs of CJK ideographs and kana
+    0.2068577715822885,     // runs of hangul
+    2.424466074035084,      // CJK ideographs that are two tokens alone
+    1.1694737117410803,     // hangul syllables that are two tokens alone
+    0.7961678940548392,     // runs of hangul not right after a space or tab
 ];
 pub static CL100K_HAN_SINGLE: [u64; 328] = [
     0x0c04241014086e81,

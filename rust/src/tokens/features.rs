@@ -46,6 +46,10 @@ const HAN_KANA_RUNS: usize = 31;
 const HANGUL_RUNS: usize = 32;
 const HAN_DOUBLE: usize = 33;
 const HANGUL_DOUBLE: usize = 34;
+/// Hangul runs whose first syllable does not follow a space or tab: the vocabularies hold many
+/// hangul words with their leading space, so a word glued to punctuation (or starting a line)
+/// is spelled from smaller pieces.
+const HANGUL_BARE_RUNS: usize = 35;
 
 /// Feature counts of one text.
 pub type Features = [u64; FEATURE_COUNT];
@@ -256,12 +260,14 @@ const fn kind_of_category(category: usize) -> u32 {
 }
 
 /// Packed counters of the non-ASCII characters of a block (at most 64, so 7 bits apiece never
-/// overflow): one field per category (field `category - 1`) and three run counts.
+/// overflow): one field per category (field `category - 1`) and four run counts.
 const FIELD_BITS: u32 = 7;
 const FIELD_HAN_KANA_RUNS: u32 = 11;
 const FIELD_HANGUL_RUNS: u32 = 12;
 const FIELD_OTHER_2BYTE_RUNS: u32 = 13;
-const FIELDS: usize = 14;
+/// Not in [`INCREMENTS`]: whether a hangul run is bare depends on the unit before it.
+const FIELD_HANGUL_BARE_RUNS: u32 = 14;
+const FIELDS: usize = 15;
 
 /// The packed increments of a character of category `c` after one of category `p` (0: after
 /// ASCII or at the start), at index `p << 4 | c`.
@@ -580,6 +586,7 @@ impl Pass {
         if leads != 0 {
             let categories = tables.categories();
             let after_non_ascii = later(m.non_ascii, self.c_non_ascii);
+            let after_space = later(m.space, self.c_space);
             let mut last = self.last_category;
             let mut packed = 0u128;
             while leads != 0 {
@@ -596,7 +603,10 @@ impl Pass {
                 } else {
                     0
                 };
-                packed += INCREMENTS[usize::from(before << 4 | category) & 0xFF];
+                let increment = INCREMENTS[usize::from(before << 4 | category) & 0xFF];
+                let bare_hangul_run = (increment >> (FIELD_HANGUL_RUNS * FIELD_BITS))
+                    & u128::from(!(after_space >> q) & 1);
+                packed += increment + (bare_hangul_run << (FIELD_HANGUL_BARE_RUNS * FIELD_BITS));
                 last = category;
             }
             self.last_category = last;
@@ -625,6 +635,7 @@ impl Pass {
         }
         f[HAN_KANA_RUNS] += self.non_ascii[FIELD_HAN_KANA_RUNS as usize];
         f[HANGUL_RUNS] += self.non_ascii[FIELD_HANGUL_RUNS as usize];
+        f[HANGUL_BARE_RUNS] += self.non_ascii[FIELD_HANGUL_BARE_RUNS as usize];
         f[OTHER_2BYTE_RUNS] += self.non_ascii[FIELD_OTHER_2BYTE_RUNS as usize];
         self.digit_groups += self.digit_tail.div_ceil(3);
         if self.upper_tail >= 2 {
@@ -944,6 +955,8 @@ mod scalar {
                     let mut kana = 0u64;
                     // 1 inside ideographs/kana, 2 inside hangul, 0 elsewhere: counts CJK "words".
                     let (mut kind, mut han_runs, mut hangul_runs) = (0u8, 0u64, 0u64);
+                    let mut hangul_bare_runs = 0u64;
+                    let after_space = i > 0 && matches!(at(i - 1), 0x20 | 0x09);
                     let mut k = i;
                     while k < n && at(k) >= 0x80 {
                         let (c, len) = U::decode(units, k);
@@ -977,11 +990,15 @@ mod scalar {
                             }
                         };
                         han_runs += u64::from(now == 1 && kind != 1);
-                        hangul_runs += u64::from(now == 2 && kind != 2);
+                        let hangul_start = now == 2 && kind != 2;
+                        hangul_runs += u64::from(hangul_start);
+                        hangul_bare_runs +=
+                            u64::from(hangul_start && !(k - len == i && after_space));
                         kind = now;
                     }
                     f[HAN_KANA_RUNS] += han_runs;
                     f[HANGUL_RUNS] += hangul_runs;
+                    f[HANGUL_BARE_RUNS] += hangul_bare_runs;
                     f[HAN_SINGLE] += han_single;
                     f[HAN_DOUBLE] += han_double;
                     f[HAN_OTHER] += han - han_single - han_double;
@@ -1192,8 +1209,12 @@ mod tests {
         assert_eq!(f[HANGUL_SINGLE] + f[HANGUL_DOUBLE] + f[HANGUL_OTHER], 3);
         assert_eq!(f[HAN_KANA_RUNS], 2);
         assert_eq!(f[HANGUL_RUNS], 1);
+        assert_eq!(f[HANGUL_BARE_RUNS], 1); // after the katakana
         assert_eq!(f[OTHER_2BYTE], 8);
         assert_eq!(f[OTHER_2BYTE_RUNS], 2);
         assert_eq!(f[FOUR_BYTE], 1);
+        let words = feats("한국어 (한국어) 한국어\n한국어");
+        assert_eq!(words[HANGUL_RUNS], 4);
+        assert_eq!(words[HANGUL_BARE_RUNS], 3); // at the start, after `(`, after the newline
     }
 }
