@@ -2,7 +2,7 @@
 //!
 //! Next to each f32 unit vector the set keeps an int8 copy (one scale per row). A query is first
 //! scored against the int8 copies, a quarter of the bytes, with AVX-512 VNNI where the CPU has
-//! it; the error of each approximate score is bounded per row (from the quantisation residuals
+//! it and AVX2 otherwise (7-bit query codes there); the error of each approximate score is bounded per row (from the quantisation residuals
 //! of the row and of the query, plus f32 rounding), so only rows whose upper bound reaches the
 //! k-th best lower bound can be in the answer. Those few are re-scored in f32, and the result is
 //! identical to an exhaustive f32 scan, ordering and tie-breaks included.
@@ -52,9 +52,14 @@ struct Quantized {
     norm: f32,
 }
 
-fn quantize(v: &[f32], stride: usize) -> Quantized {
+/// Codes in `-max_code..=max_code`, scaled by the largest magnitude of `v`.
+fn quantize(v: &[f32], stride: usize, max_code: i32) -> Quantized {
     let max = v.iter().fold(0.0_f32, |m, x| m.max(x.abs()));
-    let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+    let scale = if max > 0.0 {
+        max / max_code as f32
+    } else {
+        1.0
+    };
     let mut codes = vec![0_i8; stride];
     let (mut sum, mut res2, mut norm2) = (0_i32, 0.0_f64, 0.0_f64);
     let inverse = 1.0 / scale;
@@ -62,7 +67,7 @@ fn quantize(v: &[f32], stride: usize) -> Quantized {
         // Round half away from zero by truncation: `f32::round` is a libm call on the x86_64
         // baseline, this vectorises. Any integer code is valid: the bounds use the actual one.
         let y = x * inverse;
-        let q = ((y + 0.5_f32.copysign(y)) as i32).clamp(-127, 127) as f32;
+        let q = ((y + 0.5_f32.copysign(y)) as i32).clamp(-max_code, max_code) as f32;
         *c = q as i8;
         sum += q as i32;
         let back = f64::from(scale) * f64::from(q);
@@ -152,7 +157,7 @@ impl VectorSet {
                 }
                 let inverse = 1.0 / norm;
                 let unit: Vec<f32> = v.iter().map(|&x| (f64::from(x) * inverse) as f32).collect();
-                let q = quantize(&unit, self.stride);
+                let q = quantize(&unit, self.stride, 127);
                 Ok((unit, q))
             };
         let rows = ids.iter().zip(vectors.chunks_exact(self.dim)).enumerate();
@@ -278,10 +283,11 @@ impl VectorSet {
         allow_prefilter: bool,
     ) -> Vec<super::Scored> {
         let n = self.len();
+        let int8 = simd::int8_level();
         let prefilter = allow_prefilter
             && n >= PREFILTER_MIN_ROWS
             && self.dim <= PREFILTER_MAX_DIM
-            && simd::has_fast_int8()
+            && int8 != simd::Int8::Portable
             && k < n / 4;
         let parallel = n * self.dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1;
         if !prefilter {
@@ -299,11 +305,13 @@ impl VectorSet {
             };
             return top.into_sorted();
         }
-        let qq = quantize(q, self.stride);
+        let q_max = int8.query_max_code();
+        let qq = quantize(q, self.stride, q_max);
+        let q_offset = q_max + 1;
         let q_u8: Vec<u8> = qq
             .codes
             .iter()
-            .map(|&c| (i16::from(c) + 128) as u8)
+            .map(|&c| (i32::from(c) + q_offset) as u8)
             .collect();
         // |x| of the (finite, unit) query; its rounding is covered by `margin`.
         let q_norm = q
@@ -317,6 +325,7 @@ impl VectorSet {
         let probe = |(s, e): (usize, usize)| {
             self.int8_candidates(
                 &q_u8,
+                q_offset,
                 qq.scale,
                 qq.residual,
                 q_norm,
@@ -396,6 +405,7 @@ impl VectorSet {
     fn int8_candidates(
         &self,
         q_u8: &[u8],
+        q_offset: i32,
         q_scale: f32,
         q_residual: f32,
         q_norm: f32,
@@ -426,9 +436,9 @@ impl VectorSet {
             let norms = &self.code_norms[rows];
             let (up, low) = (&mut upper[..len], &mut lower[..len]);
             for i in 0..len {
-                // Exact product of the signed codes (the query was offset by 128); no overflow
-                // below PREFILTER_MAX_DIM.
-                let product = raw[i] - 128 * sums[i];
+                // Exact product of the signed codes (the query was offset by `q_offset`); no
+                // overflow below PREFILTER_MAX_DIM.
+                let product = raw[i] - q_offset * sums[i];
                 let approx = scales[i] * q_scale * product as f32;
                 // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
                 let bound = q_norm * residuals[i] + q_residual * norms[i] + margin;

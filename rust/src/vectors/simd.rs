@@ -15,11 +15,32 @@ pub enum Level {
     Avx512,
 }
 
+/// The instruction set the int8 dot products run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8 {
+    Portable,
+    /// `vpmaddubsw`: its pairwise i16 sums saturate unless the unsigned operand stays below
+    /// 128, so the query gets 7-bit codes.
+    Avx2,
+    /// `vpdpbusd` (AVX-512 VNNI) accumulates straight into i32: full 8-bit query codes.
+    Vnni,
+}
+
+impl Int8 {
+    /// The largest query code magnitude this kernel multiplies exactly; the query is offset by
+    /// one more than this to make it unsigned.
+    pub fn query_max_code(self) -> i32 {
+        match self {
+            Int8::Avx2 => 63,
+            Int8::Portable | Int8::Vnni => 127,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Cpu {
     float: Level,
-    // int8 dot products: `vpdpbusd` (AVX-512 VNNI) or the portable loop.
-    vnni: bool,
+    int8: Int8,
 }
 
 fn cpu() -> Cpu {
@@ -36,17 +57,24 @@ fn detect() -> Cpu {
     } else {
         Level::Portable
     };
-    let vnni = is_x86_feature_detected!("avx512f")
+    let int8 = if is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vnni");
-    Cpu { float, vnni }
+        && is_x86_feature_detected!("avx512vnni")
+    {
+        Int8::Vnni
+    } else if is_x86_feature_detected!("avx2") {
+        Int8::Avx2
+    } else {
+        Int8::Portable
+    };
+    Cpu { float, int8 }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 fn detect() -> Cpu {
     Cpu {
         float: Level::Portable,
-        vnni: false,
+        int8: Int8::Portable,
     }
 }
 
@@ -162,22 +190,39 @@ fn portable_dot(row: &[f32], q: &[f32]) -> f32 {
     d
 }
 
-/// Whether `i8_dot_rows` runs on AVX-512 VNNI here (the int8 prefilter pays off only then).
-pub fn has_fast_int8() -> bool {
-    cpu().vnni
+/// The int8 kernel this CPU runs. The int8 prefilter pays off only on a vector one: the
+/// portable loop is slower than the f32 scan it would save.
+pub fn int8_level() -> Int8 {
+    cpu().int8
 }
 
 /// `out[i] = Σ_j q_u8[j] · codes[i·stride + j]` over `stride` columns (a multiple of 64).
 ///
-/// The query is offset to unsigned (`code + 128`) because `vpdpbusd` multiplies unsigned by
-/// signed bytes; callers subtract `128 · Σ codes` to recover the signed product.
+/// The query is offset to unsigned (`code + max + 1`, see [`Int8::query_max_code`]) because
+/// both `vpdpbusd` and `vpmaddubsw` multiply unsigned by signed bytes; callers subtract
+/// `(max + 1) · Σ codes` to recover the signed product.
+///
+/// # Panics
+/// When the shapes disagree, or on AVX2 when a query byte exceeds 127.
 pub fn i8_dot_rows(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
     assert!(stride.is_multiple_of(64) && q_u8.len() == stride && codes.len() == out.len() * stride);
     #[cfg(target_arch = "x86_64")]
-    if cpu().vnni {
-        // SAFETY: the CPU reports avx512f, avx512bw and avx512vnni; lengths checked above.
-        unsafe { x86::i8_dots_vnni(codes, stride, q_u8, out) };
-        return;
+    match cpu().int8 {
+        Int8::Vnni => {
+            // SAFETY: the CPU reports avx512f, avx512bw and avx512vnni; lengths checked above.
+            unsafe { x86::i8_dots_vnni(codes, stride, q_u8, out) };
+            return;
+        }
+        Int8::Avx2 => {
+            assert!(
+                q_u8.iter().all(|&q| q < 128),
+                "query bytes must stay below 128 on AVX2"
+            );
+            // SAFETY: the CPU reports avx2; lengths checked above.
+            unsafe { x86::i8_dots_avx2(codes, stride, q_u8, out) };
+            return;
+        }
+        Int8::Portable => {}
     }
     for (i, o) in out.iter_mut().enumerate() {
         let row = &codes[i * stride..(i + 1) * stride];
@@ -444,6 +489,56 @@ mod x86 {
 
     const PREFETCH_ROWS: usize = 16;
 
+    /// The sums of the eight i32 lanes of each of four vectors.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn hsum4_epi32_256(a: [__m256i; 4]) -> [i32; 4] {
+        let ab = _mm256_hadd_epi32(a[0], a[1]);
+        let cd = _mm256_hadd_epi32(a[2], a[3]);
+        let abcd = _mm256_hadd_epi32(ab, cd);
+        let sums = _mm_add_epi32(
+            _mm256_castsi256_si128(abcd),
+            _mm256_extracti128_si256::<1>(abcd),
+        );
+        let mut out = [0_i32; 4];
+        _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, sums);
+        out
+    }
+
+    /// `vpmaddubsw` multiplies the unsigned query bytes by the signed codes and adds pairs into
+    /// i16 (exact: |pair| <= 2·127·128 < 2^15 with query bytes below 128); `vpmaddwd` by ones
+    /// widens the pairs into the i32 accumulators before two of them could overflow.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn i8_dots_avx2(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
+        let q = q_u8.as_ptr();
+        let ones = _mm256_set1_epi16(1);
+        let n = out.len();
+        let mut i = 0;
+        while i < n {
+            // Four rows per step share each query load. Rows past `n` repeat the last one.
+            let row = |t: usize| codes.as_ptr().add((i + t).min(n - 1) * stride);
+            let r = [row(0), row(1), row(2), row(3)];
+            let mut acc = [_mm256_setzero_si256(); 4];
+            let mut j = 0;
+            while j < stride {
+                let qa = _mm256_loadu_si256(q.add(j) as *const __m256i);
+                let qb = _mm256_loadu_si256(q.add(j + 32) as *const __m256i);
+                for t in 0..4 {
+                    let x = _mm256_loadu_si256(r[t].add(j) as *const __m256i);
+                    let y = _mm256_loadu_si256(r[t].add(j + 32) as *const __m256i);
+                    let px = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, x), ones);
+                    let py = _mm256_madd_epi16(_mm256_maddubs_epi16(qb, y), ones);
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(px, py));
+                }
+                j += 64;
+            }
+            let sums = hsum4_epi32_256(acc);
+            let m = 4.min(n - i);
+            out[i..i + m].copy_from_slice(&sums[..m]);
+            i += 4;
+        }
+    }
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
     pub unsafe fn i8_dots_vnni(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
         let q = q_u8.as_ptr();
@@ -550,8 +645,12 @@ mod tests {
     }
 
     fn int8_case(stride: usize, n: usize) {
-        let codes: Vec<i8> = (0..n * stride).map(|i| ((i * 37) % 255) as i8).collect();
-        let q: Vec<u8> = (0..stride).map(|i| ((i * 11) % 256) as u8).collect();
+        let codes: Vec<i8> = (0..n * stride).map(|i| ((i * 37) % 256) as i8).collect();
+        // The extremes: every query byte the kernel allows against codes -128..=127.
+        let q_max = int8_level().query_max_code() * 2 + 1;
+        let q: Vec<u8> = (0..stride)
+            .map(|i| if i % 5 == 0 { q_max } else { (i as i32 * 11) % (q_max + 1) } as u8)
+            .collect();
         let mut out = vec![0; n];
         i8_dot_rows(&codes, stride, &q, &mut out);
         for i in 0..n {
