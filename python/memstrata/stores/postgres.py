@@ -16,11 +16,22 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   create the same absent record.
 * The async twins use psycopg's async connections (an ``AsyncConnectionPool`` opened on first
   use), not threads.
+* Change tracking (``change_mark``/``update_many_since``) uses transaction ids, not clocks:
+  every write stamps its row with its transaction's id (``written_by``, ``xid8``), a mark is a
+  snapshot (``pg_current_snapshot()``), and a row changed since the mark when its writer was not
+  yet committed in that snapshot. A sequence number would not do: sequence values are handed
+  out in call order, not commit order, so a transaction that drew an earlier number could commit
+  after the mark and be missed; and clients' clocks differ between servers. The
+  ``(namespace, written_by)`` index bounds the scan to transactions at or after the snapshot's
+  oldest running one. ``update_many_since`` serialises on a transaction-scoped advisory lock per
+  namespace (in the two-key space, apart from the per-record locks), taken before the record
+  locks, so it cannot deadlock with ``update``. Needs PostgreSQL 13 or newer.
 """
 
 from __future__ import annotations
 
 import builtins
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,23 +39,31 @@ from typing import Any
 from memstrata.exceptions import InvalidInputError
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    ChangeMark,
     Item,
     JSONValue,
     Namespace,
+    Planner,
     Store,
     Updater,
     decode_namespace,
     encode_namespace,
+    mark_position,
     prefix_upper_bound,
     validate_key,
     validate_namespace,
     validate_page,
     validate_ttl,
+    validate_updates,
     validate_version,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_BACKEND = "postgres"
 _MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
+_NAMESPACE_LOCK_CLASS = 0x6D656D6E  # "memn": first key of the two-key namespace locks
+# A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,...
+_SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -61,6 +80,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS memstrata_items_expires_at ON memstrata_items (expires_at)"
         " WHERE expires_at IS NOT NULL",
     ),
+    # Change tracking for update_many_since: rows written before it count as never changed.
+    2: (
+        "ALTER TABLE memstrata_items ADD COLUMN IF NOT EXISTS written_by xid8 NOT NULL DEFAULT '0'",
+        "ALTER TABLE memstrata_items ALTER COLUMN written_by SET DEFAULT pg_current_xact_id()",
+        "CREATE INDEX IF NOT EXISTS memstrata_items_changes ON memstrata_items"
+        " (namespace, written_by)",
+    ),
 }
 
 _LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
@@ -74,10 +100,12 @@ _LIST = (
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
 )
 _UPSERT = """INSERT INTO memstrata_items AS items
-        (namespace, key, value, version, created_at, updated_at, expires_at)
-    VALUES (%(ns)s, %(key)s, %(data)s::json, 1, %(now)s, %(now)s, %(expires_at)s)
+        (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
+    VALUES (%(ns)s, %(key)s, %(data)s::json, 1, %(now)s, %(now)s, %(expires_at)s,
+            pg_current_xact_id())
     ON CONFLICT (namespace, key) DO UPDATE SET
         value = excluded.value,
+        written_by = excluded.written_by,
         version = CASE WHEN items.expires_at IS NULL OR items.expires_at > %(now)s
                        THEN items.version + 1 ELSE 1 END,
         created_at = CASE WHEN items.expires_at IS NULL OR items.expires_at > %(now)s
@@ -93,6 +121,14 @@ _DELETE = (
     f"DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s RETURNING {_LIVE}"
 )
 _PURGE = "DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= %(now)s"
+_MARK = "SELECT pg_current_snapshot()::text"
+_LOCK_NAMESPACE = f"SELECT pg_advisory_xact_lock({_NAMESPACE_LOCK_CLASS}, hashtext(%(ns)s))"
+# Written by a transaction at or after the mark's oldest running one, and not committed in it.
+_CHANGES = f"""{_SELECT} WHERE namespace = %(ns)s
+        AND written_by >= pg_snapshot_xmin(%(mark)s::pg_snapshot)
+        AND NOT pg_visible_in_snapshot(written_by, %(mark)s::pg_snapshot)
+        AND {_LIVE}
+    ORDER BY key"""
 
 
 def _require_psycopg() -> Any:
@@ -184,6 +220,21 @@ class PostgresStore(Store):
             "offset": offset,
         }
 
+    @staticmethod
+    def _since_params(namespace: Namespace, since: ChangeMark) -> dict[str, Any]:
+        ns = encode_namespace(validate_namespace(namespace))
+        mark = mark_position(since, _BACKEND)
+        if not _SNAPSHOT.fullmatch(mark):
+            raise InvalidInputError(f"since holds {mark!r}, not a PostgreSQL snapshot")
+        return {"ns": ns, "mark": mark}
+
+    @staticmethod
+    def _planned_params(
+        namespace: Namespace, updates: Mapping[str, Updater]
+    ) -> dict[str, dict[str, Any]]:
+        """Per-key parameters of the updates a plan returned, each key checked."""
+        return {key: PostgresStore._params(namespace, key) for key in validate_updates(updates)}
+
     # Sync -----------------------------------------------------------------------------------
 
     def get(self, namespace: Namespace, key: str) -> Item | None:
@@ -253,21 +304,57 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        items = []
         with self._pool.connection() as conn, conn.transaction():
-            # Keys are locked in one order, so two batches over the same keys cannot deadlock.
-            for key in sorted(all_params):
-                conn.execute(_LOCK_KEY, all_params[key])
-            now = time.time()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = conn.execute(_CURRENT_VALUE, params).fetchone()
-                value = updates[key](codec.loads(row[0]) if row is not None else None)
-                params["data"] = codec.dumps(value).decode()
-                params["expires_at"] = now + ttl if ttl is not None else None
-                written = conn.execute(_UPSERT, params).fetchone()
-                items.append(self._written(namespace, key, value, params, written))
+            return self._update_many(conn, namespace, updates, all_params, ttl)
+
+    def _update_many(
+        self,
+        conn: Any,
+        namespace: Namespace,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        ttl: float | None,
+    ) -> builtins.list[Item]:
+        """``update_many`` in the caller's transaction."""
+        # Keys are locked in one order, so two batches over the same keys cannot deadlock.
+        for key in sorted(all_params):
+            conn.execute(_LOCK_KEY, all_params[key])
+        now = time.time()
+        items = []
+        for key, params in all_params.items():
+            params["now"] = now
+            row = conn.execute(_CURRENT_VALUE, params).fetchone()
+            value = updates[key](codec.loads(row[0]) if row is not None else None)
+            params["data"] = codec.dumps(value).decode()
+            params["expires_at"] = now + ttl if ttl is not None else None
+            written = conn.execute(_UPSERT, params).fetchone()
+            items.append(self._written(namespace, key, value, params, written))
         return items
+
+    def change_mark(self) -> ChangeMark:
+        with self._pool.connection() as conn:
+            (snapshot,) = conn.execute(_MARK).fetchone()
+        return ChangeMark(_BACKEND, snapshot)
+
+    def update_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        params = self._since_params(namespace, since)
+        ttl = validate_ttl(ttl)
+        with self._pool.connection() as conn, conn.transaction():
+            # The lock first, in its own statement: under READ COMMITTED the next statement's
+            # snapshot then includes whatever the previous holder committed.
+            conn.execute(_LOCK_NAMESPACE, params)
+            params["now"] = time.time()
+            changed = [_item(row) for row in conn.execute(_CHANGES, params).fetchall()]
+            updates = plan(changed)
+            all_params = self._planned_params(namespace, updates)
+            return self._update_many(conn, namespace, updates, all_params, ttl)
 
     def purge_expired(self) -> int:
         with self._pool.connection() as conn:
@@ -340,20 +427,53 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        items = []
         async with (await self._apool()).connection() as conn, conn.transaction():
-            for key in sorted(all_params):
-                await conn.execute(_LOCK_KEY, all_params[key])
-            now = time.time()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
-                value = updates[key](codec.loads(row[0]) if row is not None else None)
-                params["data"] = codec.dumps(value).decode()
-                params["expires_at"] = now + ttl if ttl is not None else None
-                written = await (await conn.execute(_UPSERT, params)).fetchone()
-                items.append(self._written(namespace, key, value, params, written))
+            return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
+
+    async def _aupdate_many(
+        self,
+        conn: Any,
+        namespace: Namespace,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        ttl: float | None,
+    ) -> builtins.list[Item]:
+        for key in sorted(all_params):
+            await conn.execute(_LOCK_KEY, all_params[key])
+        now = time.time()
+        items = []
+        for key, params in all_params.items():
+            params["now"] = now
+            row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
+            value = updates[key](codec.loads(row[0]) if row is not None else None)
+            params["data"] = codec.dumps(value).decode()
+            params["expires_at"] = now + ttl if ttl is not None else None
+            written = await (await conn.execute(_UPSERT, params)).fetchone()
+            items.append(self._written(namespace, key, value, params, written))
         return items
+
+    async def achange_mark(self) -> ChangeMark:
+        async with (await self._apool()).connection() as conn:
+            (snapshot,) = await (await conn.execute(_MARK)).fetchone()
+        return ChangeMark(_BACKEND, snapshot)
+
+    async def aupdate_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        params = self._since_params(namespace, since)
+        ttl = validate_ttl(ttl)
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            await conn.execute(_LOCK_NAMESPACE, params)
+            params["now"] = time.time()
+            rows = await (await conn.execute(_CHANGES, params)).fetchall()
+            updates = plan([_item(row) for row in rows])
+            all_params = self._planned_params(namespace, updates)
+            return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
 
     async def aput_if_version(
         self,

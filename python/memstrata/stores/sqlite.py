@@ -5,6 +5,11 @@ Several processes may open the same file: ``update`` takes SQLite's write lock u
 overwriting each other, and ``busy_timeout`` makes a waiting writer wait rather than fail.
 With WAL and ``synchronous=NORMAL`` a killed process never leaves a half-written record: a
 transaction is in the file whole or not at all.
+
+Every write transaction bumps a counter (``memstrata_clock``) and stamps the rows it writes
+with it (``seq``). Write transactions are serialised by the database lock, so the counter
+follows commit order exactly: a ``ChangeMark`` is the counter's value, and the changes since it
+are a range scan of the ``(namespace, seq)`` index.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from contextlib import contextmanager
 
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    ChangeMark,
     Item,
     JSONValue,
     Namespace,
+    Planner,
     Store,
     Updater,
+    counter_position,
     decode_namespace,
     encode_namespace,
     prefix_upper_bound,
@@ -31,10 +39,12 @@ from memstrata.stores.base import (
     validate_namespace,
     validate_page,
     validate_ttl,
+    validate_updates,
     validate_version,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_BACKEND = "sqlite"
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -50,6 +60,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         ) WITHOUT ROWID""",
         "CREATE INDEX IF NOT EXISTS items_expires_at ON items (expires_at)"
         " WHERE expires_at IS NOT NULL",
+    ),
+    # Change tracking for update_many_since: rows written before it count as never changed.
+    2: (
+        "ALTER TABLE items ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS items_changes ON items (namespace, seq)",
+        "CREATE TABLE IF NOT EXISTS memstrata_clock (value INTEGER NOT NULL)",
+        "INSERT INTO memstrata_clock (value) SELECT 0 WHERE NOT EXISTS"
+        " (SELECT 1 FROM memstrata_clock)",
     ),
 }
 
@@ -125,6 +143,14 @@ class SQLiteStore(Store):
             expires_at,
         )
 
+    @staticmethod
+    def _tick(conn: sqlite3.Connection) -> int:
+        """The counter of this write transaction, in the caller's transaction."""
+        seq: int = conn.execute(
+            "UPDATE memstrata_clock SET value = value + 1 RETURNING value"
+        ).fetchone()[0]
+        return seq
+
     def _write(
         self,
         conn: sqlite3.Connection,
@@ -134,6 +160,7 @@ class SQLiteStore(Store):
         data: bytes,
         ttl: float | None,
         now: float,
+        seq: int,
     ) -> Item:
         """Upserts ``data`` (``value`` encoded) in the caller's transaction; an expired row is
         treated as absent.
@@ -143,16 +170,17 @@ class SQLiteStore(Store):
         """
         expires_at = now + ttl if ttl is not None else None
         row = conn.execute(
-            f"""INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, 1, ?, ?, ?)
+            f"""INSERT INTO items ({_COLUMNS}, seq) VALUES (?, ?, ?, 1, ?, ?, ?, ?)
             ON CONFLICT (namespace, key) DO UPDATE SET
                 value = excluded.value,
+                seq = excluded.seq,
                 version = CASE WHEN {_LIVE_OLD} THEN items.version + 1 ELSE 1 END,
                 created_at = CASE WHEN {_LIVE_OLD} THEN items.created_at
                                   ELSE excluded.created_at END,
                 updated_at = excluded.updated_at,
                 expires_at = excluded.expires_at
             RETURNING version, created_at, updated_at""",
-            (encode_namespace(namespace), key, data, now, now, expires_at, now, now),
+            (encode_namespace(namespace), key, data, now, now, expires_at, seq, now, now),
         ).fetchone()
         version, created_at, updated_at = row
         return Item(namespace, key, value, version, created_at, updated_at, expires_at)
@@ -175,7 +203,9 @@ class SQLiteStore(Store):
         ttl = validate_ttl(ttl)
         data = codec.dumps(value)  # bad data is refused before the write lock is taken
         with self._transaction() as conn:
-            return self._write(conn, namespace, key, value, data, ttl, time.time())
+            return self._write(
+                conn, namespace, key, value, data, ttl, time.time(), self._tick(conn)
+            )
 
     def delete(self, namespace: Namespace, key: str) -> bool:
         ns = encode_namespace(validate_namespace(namespace))
@@ -219,7 +249,8 @@ class SQLiteStore(Store):
             ).fetchone()
             current = codec.loads(row[0]) if row is not None else None
             value = fn(current)
-            return self._write(conn, namespace, key, value, codec.dumps(value), ttl, now)
+            data = codec.dumps(value)
+            return self._write(conn, namespace, key, value, data, ttl, now, self._tick(conn))
 
     def put_if_version(
         self,
@@ -244,26 +275,68 @@ class SQLiteStore(Store):
             ).fetchone()
             if (row[0] if row else 0) != expected_version:
                 return None
-            return self._write(conn, namespace, key, value, data, ttl, now)
+            return self._write(conn, namespace, key, value, data, ttl, now, self._tick(conn))
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         namespace = validate_namespace(namespace)
-        ns = encode_namespace(namespace)
         keys = [validate_key(key) for key in updates]
         ttl = validate_ttl(ttl)
+        with self._transaction() as conn:
+            return self._update_many(conn, namespace, keys, updates, ttl, time.time())
+
+    def _update_many(
+        self,
+        conn: sqlite3.Connection,
+        namespace: Namespace,
+        keys: builtins.list[str],
+        updates: Mapping[str, Updater],
+        ttl: float | None,
+        now: float,
+    ) -> builtins.list[Item]:
+        """``update_many`` in the caller's write transaction."""
+        ns = encode_namespace(namespace)
+        seq = self._tick(conn)
         items = []
+        for key in keys:
+            row = conn.execute(
+                f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (ns, key, now),
+            ).fetchone()
+            value = updates[key](codec.loads(row[0]) if row is not None else None)
+            data = codec.dumps(value)
+            items.append(self._write(conn, namespace, key, value, data, ttl, now, seq))
+        return items
+
+    def change_mark(self) -> ChangeMark:
+        with self._lock:
+            (value,) = self._conn.execute("SELECT value FROM memstrata_clock").fetchone()
+        return ChangeMark(_BACKEND, str(value))
+
+    def update_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        namespace = validate_namespace(namespace)
+        mark = counter_position(since, _BACKEND)
+        ttl = validate_ttl(ttl)
+        # BEGIN IMMEDIATE holds the database's write lock: no other writer, in any process,
+        # runs between reading the changes and writing.
         with self._transaction() as conn:
             now = time.time()
-            for key in keys:
-                row = conn.execute(
-                    f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
-                    (ns, key, now),
-                ).fetchone()
-                value = updates[key](codec.loads(row[0]) if row is not None else None)
-                items.append(self._write(conn, namespace, key, value, codec.dumps(value), ttl, now))
-        return items
+            rows = conn.execute(
+                f"""SELECT {_COLUMNS} FROM items
+                WHERE namespace = ? AND seq > ? AND {_LIVE} ORDER BY key""",
+                (encode_namespace(namespace), mark, now),
+            ).fetchall()
+            updates = plan([self._item(row) for row in rows])
+            keys = validate_updates(updates)
+            return self._update_many(conn, namespace, keys, updates, ttl, now)
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
