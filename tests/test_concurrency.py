@@ -53,6 +53,8 @@ while True:
     store.update(("crash",), "record", lambda _v, g=generation: {"gen": g, "data": [g] * 2000})
     blind = {"gen": generation, "data": [generation] * 2000}
     store.put(("crash",), f"blind-{generation % 3}", blind)
+    if generation == 1:
+        print("writing", flush=True)  # the kill is timed from here, not from a slow start
 """
 
 
@@ -88,8 +90,11 @@ def test_four_processes_merge_into_one_resource_scope(url: str) -> None:
 def test_a_writer_killed_mid_write_leaves_old_or_new_values(url: str) -> None:
     open_store(url).close()
     for round_ in range(5):
-        writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url])
-        time.sleep(0.4 + 0.1 * round_)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _KILLED_WRITER, url], stdout=subprocess.PIPE, text=True
+        )
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+        time.sleep(0.05 + 0.07 * round_)
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait(timeout=30)
         with open_store(url) as store:  # opens cleanly after the crash
