@@ -74,6 +74,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > ?)"
+_LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? AND {_LIVE}
+    ORDER BY namespace, key LIMIT ? OFFSET ?"""
+# Pinned to the changes index: unanalysed, SQLite prefers the primary key (already in key order),
+# which would read the whole namespace to find the few rows written since the mark.
+_CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
+    WHERE namespace = ? AND seq > ? AND {_LIVE} ORDER BY key"""
+_PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
 
 
 class SQLiteStore(Store):
@@ -227,10 +234,7 @@ class SQLiteStore(Store):
         validate_page(limit, offset)
         with self._lock:
             rows = self._conn.execute(
-                f"""SELECT {_COLUMNS} FROM items
-                WHERE namespace >= ? AND namespace < ? AND {_LIVE}
-                ORDER BY namespace, key LIMIT ? OFFSET ?""",
-                (prefix, prefix_upper_bound(prefix), time.time(), limit, offset),
+                _LIST, (prefix, prefix_upper_bound(prefix), time.time(), limit, offset)
             ).fetchall()
         return [self._item(row) for row in rows]
 
@@ -329,21 +333,14 @@ class SQLiteStore(Store):
         # runs between reading the changes and writing.
         with self._transaction() as conn:
             now = time.time()
-            rows = conn.execute(
-                f"""SELECT {_COLUMNS} FROM items
-                WHERE namespace = ? AND seq > ? AND {_LIVE} ORDER BY key""",
-                (encode_namespace(namespace), mark, now),
-            ).fetchall()
+            rows = conn.execute(_CHANGES, (encode_namespace(namespace), mark, now)).fetchall()
             updates = plan([self._item(row) for row in rows])
             keys = validate_updates(updates)
             return self._update_many(conn, namespace, keys, updates, ttl, now)
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
-            cursor = conn.execute(
-                "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?",
-                (time.time(),),
-            )
+            cursor = conn.execute(_PURGE, (time.time(),))
             return cursor.rowcount
 
     def close(self) -> None:
