@@ -15,8 +15,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from store_checks import changed_keys
 
-from memstrata.stores import Item, PostgresStore
+from memstrata.stores import PostgresStore
 from memstrata.stores import postgres as pg
 from memstrata.stores.base import encode_namespace, prefix_upper_bound
 
@@ -66,11 +67,9 @@ def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
         assert schema_versions(url) == [1, 2]
         old = store.get(NS, "old")
         assert old is not None and (old.value, old.version) == ({"kept": True}, 3)
-        mark = store.change_mark()
+        mark = store.change_mark(NS)
         store.put(NS, "new", 1)
-        seen: list[str] = []
-        store.update_many_since(NS, mark, lambda changed: seen.extend(i.key for i in changed) or {})
-        assert seen == ["new"]  # rows from before the upgrade are not changes
+        assert changed_keys(store, NS, mark) == ["new"]  # rows from before it are not changes
 
 
 def test_a_newer_schema_is_refused(url: str) -> None:
@@ -113,7 +112,7 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(url: str) -> None:
             FROM generate_series(1, 40000) AS i"""
         )
         conn.commit()
-        mark = store.change_mark()
+        mark = store.change_mark(("mind", "agent-1"))
         store.put(("mind", "agent-1"), "belief/new", {})
         conn.execute("ANALYZE memstrata_items")
         listing = explain(
@@ -145,7 +144,7 @@ def test_a_write_in_flight_when_the_mark_is_made_is_a_change(url: str) -> None:
     store.put(NS, "before", 0)
     with psycopg.connect(url) as slow:
         slow.execute("SELECT pg_current_xact_id()")  # its transaction id is taken now
-        mark = store.change_mark()
+        mark = store.change_mark(NS)
         slow.execute(
             "INSERT INTO memstrata_items"
             " (namespace, key, value, version, created_at, updated_at, written_by)"
@@ -153,15 +152,8 @@ def test_a_write_in_flight_when_the_mark_is_made_is_a_change(url: str) -> None:
             (encode_namespace(NS),),
         )
         store.put(NS, "after", 2)
-    seen: list[str] = []
-
-    def plan(changed: list[Item]) -> dict[str, Any]:
-        seen.extend(i.key for i in changed)
-        return {}
-
-    store.update_many_since(NS, mark, plan)
+    assert changed_keys(store, NS, mark) == ["after", "in-flight"]
     store.close()
-    assert seen == ["after", "in-flight"]
 
 
 def test_expiry_follows_the_database_clock_not_each_clients(
@@ -195,7 +187,7 @@ def test_async_twins_use_psycopg_async_connections_not_threads(
     monkeypatch.setattr(asyncio, "to_thread", no_threads)
 
     async def scenario() -> None:
-        mark = await store.achange_mark()
+        mark = await store.achange_mark(NS)
         await store.aput(NS, "a", 1)
         await store.aupdate(NS, "a", lambda v: v + 1)
         assert await store.aput_if_version(NS, "b", 1, expected_version=0) is not None

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from store_checks import changed_keys
 
 from memstrata import deep_merge
 from memstrata.exceptions import (
@@ -353,7 +354,7 @@ def test_aupdate_many_is_the_async_twin(store: Store) -> None:
 def test_update_many_since_plans_on_what_changed_after_the_mark(store: Store) -> None:
     store.put(NS, "untouched", 1)
     store.put(NS, "rewritten", 1)
-    mark = store.change_mark()
+    mark = store.change_mark(NS)
     store.put(NS, "new", 2)
     store.update(NS, "rewritten", lambda v: v + 1)
     store.put((*NS, "sub"), "below", 3)  # a sub-namespace is not the namespace
@@ -373,21 +374,14 @@ def test_update_many_since_plans_on_what_changed_after_the_mark(store: Store) ->
     ]
     assert store.get(NS, "summary").value == items[0].value  # type: ignore[union-attr]
     # Its own write is a change for the old mark; nothing is, for a mark taken after it.
-    later = store.change_mark()
-    calls: list[list[str]] = []
-
-    def record(changed: list[Item]) -> dict[str, Any]:
-        calls.append([i.key for i in changed])
-        return {}
-
-    assert store.update_many_since(NS, mark, record) == []
-    assert store.update_many_since(NS, later, record) == []
-    assert calls == [["new", "rewritten", "summary"], []]
+    later = store.change_mark(NS)
+    assert changed_keys(store, NS, mark) == ["new", "rewritten", "summary"]
+    assert changed_keys(store, NS, later) == []
 
 
 def test_update_many_since_writes_nothing_when_the_plan_or_an_update_fails(store: Store) -> None:
     store.put(NS, "a", 1)
-    mark = store.change_mark()
+    mark = store.change_mark(NS)
 
     def failing_plan(_changed: list[Item]) -> dict[str, Any]:
         raise RuntimeError("plan failed")
@@ -417,18 +411,39 @@ def test_update_many_since_writes_nothing_when_the_plan_or_an_update_fails(store
 
 
 def test_update_many_since_refuses_a_foreign_or_garbled_mark(store: Store) -> None:
-    mark = store.change_mark()
+    mark = store.change_mark(NS)
     other = "sqlite" if mark.backend != "sqlite" else "memory"
-    for bad in (None, mark.position, ChangeMark(other, "1"), ChangeMark(mark.backend, "1; --")):
+    for bad in (
+        None,
+        mark.position,
+        ChangeMark(other, NS, "1"),
+        ChangeMark(mark.backend, NS, "1; --"),
+    ):
         with pytest.raises(InvalidInputError, match="since"):
             store.update_many_since(NS, bad, lambda _c: {})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"marks namespace \('agents', 'alice'\)"):
+        store.update_many_since(("agents", "bob"), mark, lambda _c: {})
     with pytest.raises(InvalidInputError, match="label 0 is empty"):
         store.update_many_since(("",), mark, lambda _c: {})
+    with pytest.raises(InvalidInputError, match="label 0 is empty"):
+        store.change_mark(("",))
+
+
+def test_a_write_after_the_newest_item_is_deleted_is_still_a_change(store: Store) -> None:
+    store.put(NS, "a", 1)
+    store.put(NS, "newest", 2)
+    store.put(NS, "expiring", 3, ttl=0.05)
+    mark = store.change_mark(NS)
+    store.delete(NS, "newest")
+    time.sleep(0.08)
+    assert store.purge_expired() == 1
+    store.put(NS, "later", 4)
+    assert changed_keys(store, NS, mark) == ["later"]
 
 
 def test_change_tracking_async_twins(store: Store) -> None:
     async def scenario() -> None:
-        mark = await store.achange_mark()
+        mark = await store.achange_mark(NS)
         await store.aput(NS, "k", 1)
         items = await store.aupdate_many_since(
             NS, mark, lambda changed: {"seen": lambda _v: [i.key for i in changed]}
@@ -448,7 +463,7 @@ import sys
 from memstrata.stores import open_store
 from memstrata.stores.base import ChangeMark
 url, backend, position, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-mark = ChangeMark(backend, position)
+mark = ChangeMark(backend, ("agents", "alice"), position)
 
 def claim(changed):
     n = sum(1 for item in changed if item.key.startswith("ticket-"))
@@ -465,7 +480,7 @@ with open_store(url) as s:
 
 def test_update_many_since_is_serialised_across_processes(shared_url: str) -> None:
     with open_store(shared_url) as s:
-        mark = s.change_mark()
+        mark = s.change_mark(NS)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _TICKET_WORKER, shared_url, mark.backend, mark.position, "25"]

@@ -389,7 +389,7 @@ class AgentMindHandle:
         """Reads every committed entry of the namespace; a malformed one is skipped and logged,
         never deleted."""
         # Marked first: whatever is written while the pages are read counts as a change at flush.
-        self._mark = self.store.change_mark()
+        self._mark = self.store.change_mark(self.namespace)
         offset = 0
         while True:
             items = self.store.list(self.namespace, limit=_PAGE, offset=offset)

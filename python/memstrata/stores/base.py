@@ -15,11 +15,12 @@ Semantics every backend guarantees:
 * An item whose TTL has passed is never returned (``get``, ``list``, ``update`` and ``update_many``
   treat it as absent); ``purge_expired`` deletes such rows.
 * Timestamps are Unix seconds (float); ``version`` starts at 1 and grows by 1 on every write.
-* ``change_mark()`` marks a point in the store's write history, and ``update_many_since``
-  reads the items of one namespace written after a mark and writes in the same transaction,
-  serialised with every other ``update_many_since`` of that namespace in any process. Marks
-  order writes by the database's own commit order (a counter, or PostgreSQL's transaction ids),
-  never by a client's clock, and finding what changed reads an index, not the namespace.
+* ``change_mark(namespace)`` marks a point in a namespace's write history, and
+  ``update_many_since`` reads the items of the namespace written after a mark and writes in the
+  same transaction, serialised with every other ``update_many_since`` of that namespace in any
+  process. Marks order writes by the database's own commit order (a write sequence, or
+  PostgreSQL's transaction ids), never by a client's clock, and finding what changed reads an
+  index, not the namespace.
 """
 
 from __future__ import annotations
@@ -62,13 +63,14 @@ class Item:
 
 @dataclass(frozen=True)
 class ChangeMark:
-    """A point in a store's write history, made by :meth:`Store.change_mark`.
+    """A point in a namespace's write history, made by :meth:`Store.change_mark`.
 
     Opaque: only a store of the same backend over the same data understands it. ``position``
-    is a write counter (``memory``, ``sqlite``) or a PostgreSQL snapshot (``postgres``).
+    is a write sequence number (``memory``, ``sqlite``) or a PostgreSQL snapshot (``postgres``).
     """
 
     backend: str
+    namespace: Namespace
     position: str
 
 
@@ -144,20 +146,26 @@ def validate_page(limit: int, offset: int) -> None:
             raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
 
 
-def mark_position(since: ChangeMark, backend: str) -> str:
-    """The position of a mark this backend made, or InvalidInputError saying what it got."""
+def mark_position(since: ChangeMark, backend: str, namespace: Namespace) -> str:
+    """The position of a mark this backend made for ``namespace``, or InvalidInputError saying
+    what it got."""
     if not isinstance(since, ChangeMark) or since.backend != backend:
         raise InvalidInputError(
             f"since must be a ChangeMark from this {backend} store's change_mark(), got {since!r}"
         )
+    if since.namespace != namespace:
+        raise InvalidInputError(
+            f"since marks namespace {since.namespace!r}, not {namespace!r}: take the mark with "
+            "change_mark() of the namespace it is used for"
+        )
     return since.position
 
 
-def counter_position(since: ChangeMark, backend: str) -> int:
-    """The write counter a ``memory`` or ``sqlite`` mark holds."""
-    position = mark_position(since, backend)
+def sequence_position(since: ChangeMark, backend: str, namespace: Namespace) -> int:
+    """The write sequence number a ``memory`` or ``sqlite`` mark holds."""
+    position = mark_position(since, backend, namespace)
     if not position.isdigit():
-        raise InvalidInputError(f"since holds {position!r}, not a {backend} write counter")
+        raise InvalidInputError(f"since holds {position!r}, not a {backend} sequence number")
     return int(position)
 
 
@@ -250,10 +258,10 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def change_mark(self) -> ChangeMark:
-        """A mark of now: items written after it are changes since it for
-        :meth:`update_many_since` (on PostgreSQL: written by transactions not committed when
-        the mark was made).
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        """A mark of now in ``namespace``'s history: items written after it are changes since
+        it for :meth:`update_many_since` (on PostgreSQL: written by transactions not committed
+        when the mark was made).
 
         A reader takes the mark *before* reading, so a write racing with its read is reported
         as a change rather than missed.
@@ -285,8 +293,8 @@ class Store(ABC):
             The written items, in the order of the mapping ``plan`` returned.
 
         Raises:
-            InvalidInputError: ``since`` is not a mark of this backend, or ``plan`` returned a
-                bad key or a non-callable.
+            InvalidInputError: ``since`` is not a mark of this backend for ``namespace``, or
+                ``plan`` returned a bad key or a non-callable.
         """
 
     @abstractmethod
@@ -344,8 +352,8 @@ class Store(ABC):
     ) -> builtins.list[Item]:
         return await asyncio.to_thread(self.update_many, namespace, updates, ttl=ttl)
 
-    async def achange_mark(self) -> ChangeMark:
-        return await asyncio.to_thread(self.change_mark)
+    async def achange_mark(self, namespace: Namespace) -> ChangeMark:
+        return await asyncio.to_thread(self.change_mark, namespace)
 
     async def aupdate_many_since(
         self,

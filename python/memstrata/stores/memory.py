@@ -3,8 +3,9 @@
 Values are kept encoded (JSON bytes), exactly as the SQLite backend keeps them, so a caller
 mutating a value it put or got can never change what is stored, and both backends behave alike.
 
-Rows are kept in write order (a write moves its row to the end) and stamped with a write counter,
-so the changes since a mark are found by walking back from the newest write until the mark.
+Rows are kept in write order (a write moves its row to the end) and stamped with a sequence
+number, one per write operation, so the changes since a mark are found by walking back from the
+newest write until the mark.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from memstrata.stores.base import (
     Planner,
     Store,
     Updater,
-    counter_position,
+    sequence_position,
     validate_key,
     validate_namespace,
     validate_page,
@@ -43,7 +44,7 @@ class _Row:
     created_at: float
     updated_at: float
     expires_at: float | None
-    seq: int  # the write counter of the operation that wrote it
+    seq: int  # the sequence number of the operation that wrote it
 
     def live(self, now: float) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -55,7 +56,7 @@ class InMemoryStore(Store):
     def __init__(self) -> None:
         self._rows: dict[tuple[Namespace, str], _Row] = {}  # in write order
         self._lock = threading.Lock()
-        self._clock = 0  # write operations so far: what a ChangeMark holds
+        self._sequence = 0  # write operations so far: what a ChangeMark holds
 
     def _item(
         self,
@@ -78,9 +79,9 @@ class InMemoryStore(Store):
         )
 
     def _tick(self) -> int:
-        """The counter of a new write operation (every key it writes shares it)."""
-        self._clock += 1
-        return self._clock
+        """The sequence number of a new write operation (every key it writes shares it)."""
+        self._sequence += 1
+        return self._sequence
 
     def _write(
         self, namespace: Namespace, key: str, data: bytes, ttl: float | None, now: float, seq: int
@@ -203,9 +204,10 @@ class InMemoryStore(Store):
             for key, value, data in staged
         ]
 
-    def change_mark(self) -> ChangeMark:
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
         with self._lock:
-            return ChangeMark(_BACKEND, str(self._clock))
+            return ChangeMark(_BACKEND, namespace, str(self._sequence))
 
     def update_many_since(
         self,
@@ -216,7 +218,7 @@ class InMemoryStore(Store):
         ttl: float | None = None,
     ) -> builtins.list[Item]:
         namespace, ttl = validate_namespace(namespace), validate_ttl(ttl)
-        mark = counter_position(since, _BACKEND)
+        mark = sequence_position(since, _BACKEND, namespace)
         with self._lock:  # one lock for the whole store: every write is serialised
             now = time.time()
             changed = []

@@ -239,8 +239,9 @@ class PostgresStore(Store):
 
     @staticmethod
     def _since_params(namespace: Namespace, since: ChangeMark) -> dict[str, Any]:
-        ns = encode_namespace(validate_namespace(namespace))
-        mark = mark_position(since, _BACKEND)
+        namespace = validate_namespace(namespace)
+        ns = encode_namespace(namespace)
+        mark = mark_position(since, _BACKEND, namespace)
         if not _SNAPSHOT.fullmatch(mark):
             raise InvalidInputError(f"since holds {mark!r}, not a PostgreSQL snapshot")
         return {"ns": ns, "mark": mark, "now": None}
@@ -347,10 +348,11 @@ class PostgresStore(Store):
             items.append(self._written(namespace, key, value, written))
         return items
 
-    def change_mark(self) -> ChangeMark:
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
         with self._pool.connection() as conn:
             (snapshot,) = conn.execute(_MARK).fetchone()
-        return ChangeMark(_BACKEND, snapshot)
+        return ChangeMark(_BACKEND, namespace, snapshot)
 
     def update_many_since(
         self,
@@ -466,10 +468,11 @@ class PostgresStore(Store):
             items.append(self._written(namespace, key, value, written))
         return items
 
-    async def achange_mark(self) -> ChangeMark:
+    async def achange_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
         async with (await self._apool()).connection() as conn:
             (snapshot,) = await (await conn.execute(_MARK)).fetchone()
-        return ChangeMark(_BACKEND, snapshot)
+        return ChangeMark(_BACKEND, namespace, snapshot)
 
     async def aupdate_many_since(
         self,

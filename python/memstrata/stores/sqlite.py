@@ -6,10 +6,13 @@ overwriting each other, and ``busy_timeout`` makes a waiting writer wait rather 
 With WAL and ``synchronous=NORMAL`` a killed process never leaves a half-written record: a
 transaction is in the file whole or not at all.
 
-Every write transaction bumps a counter (``memstrata_clock``) and stamps the rows it writes
-with it (``seq``). Write transactions are serialised by the database lock, so the counter
-follows commit order exactly: a ``ChangeMark`` is the counter's value, and the changes since it
-are a range scan of the ``(namespace, seq)`` index.
+Every row carries a sequence number (``seq``) that is one more than the namespace's highest
+when it is written. Write transactions are serialised by the database lock, so the numbers follow
+commit order exactly: a ``ChangeMark`` is the namespace's highest number, and the changes since
+it are a range scan of the ``(namespace, seq)`` index. The highest number is read from that same
+index, which the write updates anyway, so change tracking adds one index entry per write and no
+other page; ``delete`` and ``purge_expired`` record the numbers they remove in ``seq_floor``, so
+a namespace's numbers never go back.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ from memstrata.stores.base import (
     Planner,
     Store,
     Updater,
-    counter_position,
     decode_namespace,
     encode_namespace,
     prefix_upper_bound,
+    sequence_position,
     validate_key,
     validate_namespace,
     validate_page,
@@ -65,15 +68,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE items ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
         "CREATE INDEX IF NOT EXISTS items_changes ON items (namespace, seq)",
-        "CREATE TABLE IF NOT EXISTS memstrata_clock (value INTEGER NOT NULL)",
-        "INSERT INTO memstrata_clock (value) SELECT 0 WHERE NOT EXISTS"
-        " (SELECT 1 FROM memstrata_clock)",
+        """CREATE TABLE IF NOT EXISTS seq_floor (
+            namespace TEXT PRIMARY KEY,
+            seq INTEGER NOT NULL
+        ) WITHOUT ROWID""",
     ),
 }
 
 _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
-_LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > ?)"
 _LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? AND {_LIVE}
     ORDER BY namespace, key LIMIT ? OFFSET ?"""
 # Pinned to the changes index: unanalysed, SQLite prefers the primary key (already in key order),
@@ -81,6 +84,29 @@ _LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? 
 _CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
     WHERE namespace = ? AND seq > ? AND {_LIVE} ORDER BY key"""
 _PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
+# The highest sequence number namespace :ns has used: its newest row's, or a deleted row's.
+_LAST_SEQ = """max(
+    coalesce((SELECT seq FROM items INDEXED BY items_changes
+              WHERE namespace = :ns ORDER BY seq DESC LIMIT 1), 0),
+    coalesce((SELECT seq FROM seq_floor WHERE namespace = :ns), 0))"""
+_LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
+_UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
+    VALUES (:ns, :key, :data, 1, :now, :now, :expires_at, {_LAST_SEQ} + 1)
+    ON CONFLICT (namespace, key) DO UPDATE SET
+        value = excluded.value,
+        seq = excluded.seq,
+        version = CASE WHEN {_LIVE_OLD} THEN items.version + 1 ELSE 1 END,
+        created_at = CASE WHEN {_LIVE_OLD} THEN items.created_at
+                          ELSE excluded.created_at END,
+        updated_at = excluded.updated_at,
+        expires_at = excluded.expires_at
+    RETURNING version, created_at, updated_at"""
+_KEEP_SEQ = "ON CONFLICT (namespace) DO UPDATE SET seq = max(seq_floor.seq, excluded.seq)"
+_FLOOR_DELETED = f"""INSERT INTO seq_floor (namespace, seq)
+    SELECT namespace, seq FROM items WHERE namespace = ? AND key = ? {_KEEP_SEQ}"""
+_FLOOR_PURGED = f"""INSERT INTO seq_floor (namespace, seq)
+    SELECT namespace, max(seq) FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?
+    GROUP BY namespace {_KEEP_SEQ}"""
 
 
 class SQLiteStore(Store):
@@ -150,14 +176,6 @@ class SQLiteStore(Store):
             expires_at,
         )
 
-    @staticmethod
-    def _tick(conn: sqlite3.Connection) -> int:
-        """The counter of this write transaction, in the caller's transaction."""
-        seq: int = conn.execute(
-            "UPDATE memstrata_clock SET value = value + 1 RETURNING value"
-        ).fetchone()[0]
-        return seq
-
     def _write(
         self,
         conn: sqlite3.Connection,
@@ -167,7 +185,6 @@ class SQLiteStore(Store):
         data: bytes,
         ttl: float | None,
         now: float,
-        seq: int,
     ) -> Item:
         """Upserts ``data`` (``value`` encoded) in the caller's transaction; an expired row is
         treated as absent.
@@ -176,19 +193,14 @@ class SQLiteStore(Store):
         much as the write, and the stored copy is already independent of it.
         """
         expires_at = now + ttl if ttl is not None else None
-        row = conn.execute(
-            f"""INSERT INTO items ({_COLUMNS}, seq) VALUES (?, ?, ?, 1, ?, ?, ?, ?)
-            ON CONFLICT (namespace, key) DO UPDATE SET
-                value = excluded.value,
-                seq = excluded.seq,
-                version = CASE WHEN {_LIVE_OLD} THEN items.version + 1 ELSE 1 END,
-                created_at = CASE WHEN {_LIVE_OLD} THEN items.created_at
-                                  ELSE excluded.created_at END,
-                updated_at = excluded.updated_at,
-                expires_at = excluded.expires_at
-            RETURNING version, created_at, updated_at""",
-            (encode_namespace(namespace), key, data, now, now, expires_at, seq, now, now),
-        ).fetchone()
+        params = {
+            "ns": encode_namespace(namespace),
+            "key": key,
+            "data": data,
+            "now": now,
+            "expires_at": expires_at,
+        }
+        row = conn.execute(_UPSERT, params).fetchone()
         version, created_at, updated_at = row
         return Item(namespace, key, value, version, created_at, updated_at, expires_at)
 
@@ -210,9 +222,7 @@ class SQLiteStore(Store):
         ttl = validate_ttl(ttl)
         data = codec.dumps(value)  # bad data is refused before the write lock is taken
         with self._transaction() as conn:
-            return self._write(
-                conn, namespace, key, value, data, ttl, time.time(), self._tick(conn)
-            )
+            return self._write(conn, namespace, key, value, data, ttl, time.time())
 
     def delete(self, namespace: Namespace, key: str) -> bool:
         ns = encode_namespace(validate_namespace(namespace))
@@ -224,6 +234,7 @@ class SQLiteStore(Store):
                 f"SELECT {_LIVE} FROM items WHERE namespace = ? AND key = ?",
                 (time.time(), ns, key),
             ).fetchone()
+            conn.execute(_FLOOR_DELETED, (ns, key))
             conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
         return bool(live and live[0])
 
@@ -254,7 +265,7 @@ class SQLiteStore(Store):
             current = codec.loads(row[0]) if row is not None else None
             value = fn(current)
             data = codec.dumps(value)
-            return self._write(conn, namespace, key, value, data, ttl, now, self._tick(conn))
+            return self._write(conn, namespace, key, value, data, ttl, now)
 
     def put_if_version(
         self,
@@ -279,7 +290,7 @@ class SQLiteStore(Store):
             ).fetchone()
             if (row[0] if row else 0) != expected_version:
                 return None
-            return self._write(conn, namespace, key, value, data, ttl, now, self._tick(conn))
+            return self._write(conn, namespace, key, value, data, ttl, now)
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
@@ -301,7 +312,6 @@ class SQLiteStore(Store):
     ) -> builtins.list[Item]:
         """``update_many`` in the caller's write transaction."""
         ns = encode_namespace(namespace)
-        seq = self._tick(conn)
         items = []
         for key in keys:
             row = conn.execute(
@@ -310,13 +320,16 @@ class SQLiteStore(Store):
             ).fetchone()
             value = updates[key](codec.loads(row[0]) if row is not None else None)
             data = codec.dumps(value)
-            items.append(self._write(conn, namespace, key, value, data, ttl, now, seq))
+            items.append(self._write(conn, namespace, key, value, data, ttl, now))
         return items
 
-    def change_mark(self) -> ChangeMark:
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
         with self._lock:
-            (value,) = self._conn.execute("SELECT value FROM memstrata_clock").fetchone()
-        return ChangeMark(_BACKEND, str(value))
+            (last,) = self._conn.execute(
+                f"SELECT {_LAST_SEQ}", {"ns": encode_namespace(namespace)}
+            ).fetchone()
+        return ChangeMark(_BACKEND, namespace, str(last))
 
     def update_many_since(
         self,
@@ -327,7 +340,7 @@ class SQLiteStore(Store):
         ttl: float | None = None,
     ) -> builtins.list[Item]:
         namespace = validate_namespace(namespace)
-        mark = counter_position(since, _BACKEND)
+        mark = sequence_position(since, _BACKEND, namespace)
         ttl = validate_ttl(ttl)
         # BEGIN IMMEDIATE holds the database's write lock: no other writer, in any process,
         # runs between reading the changes and writing.
@@ -340,7 +353,9 @@ class SQLiteStore(Store):
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
-            cursor = conn.execute(_PURGE, (time.time(),))
+            now = time.time()
+            conn.execute(_FLOOR_PURGED, (now,))
+            cursor = conn.execute(_PURGE, (now,))
             return cursor.rowcount
 
     def close(self) -> None:
