@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import math
 import pathlib
+import random
+import string
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, hash_embed
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.agent_mind import MindTtlDefaults, ScoreWeights
 from memstrata.layers.mind_entries import parse_due_by, parse_duration
-from memstrata.stores import Store
+from memstrata.stores import InMemoryStore, PostgresStore, Store
 
 AGENT = "research-tracker"
 NS = ("mind", AGENT)
@@ -688,6 +691,14 @@ class CountingStore(SQLiteStore):
         self.batches.append(list(updates))
         return super().update_many(namespace, updates, ttl=ttl)
 
+    def update_many_since(self, namespace: Any, since: Any, plan: Any, *, ttl: Any = None) -> Any:
+        def counted(changed: Any) -> Any:
+            updates = plan(changed)
+            self.batches.append(list(updates))
+            return updates
+
+        return super().update_many_since(namespace, since, counted, ttl=ttl)
+
 
 def test_a_clean_flush_writes_everything_in_one_transaction(tmp_path: pathlib.Path) -> None:
     store = CountingStore(tmp_path / "count.db")
@@ -786,15 +797,15 @@ def test_a_failed_flush_writes_nothing(store: Store, monkeypatch: pytest.MonkeyP
     with stack.run(agent=AGENT) as run:
         ok(run.call_tool("mind_believe", {"content": "Kept from before"}))
     before = stored_entries(store)
-    real = store.update_many
+    real = store.update_many_since
 
-    def failing(namespace: Any, updates: Any, **kw: Any) -> Any:
+    def failing(namespace: Any, since: Any, plan: Any, **kw: Any) -> Any:
         def boom(_current: Any) -> Any:
             raise OSError("disk full")
 
-        return real(namespace, {**updates, "zz/boom": boom}, **kw)
+        return real(namespace, since, lambda changed: {**plan(changed), "zz/boom": boom}, **kw)
 
-    monkeypatch.setattr(store, "update_many", failing)
+    monkeypatch.setattr(store, "update_many_since", failing)
     with pytest.raises(OSError, match="disk full"), stack.run(agent=AGENT) as run:
         ok(run.call_tool("mind_believe", {"content": "Never half written"}))
         ok(run.call_tool("mind_reflect", {"content": "Nor this"}))
@@ -1002,3 +1013,161 @@ def test_ids_from_the_model_cannot_reach_other_keys(store: Store, bad_id: Any) -
             )
             assert result["ok"] is False
     assert store.list(()) == []
+
+
+# Runs that overlap: dedup at flush against what other runs committed meanwhile ------------------
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
+    """One store that several runs (standing for several processes) write at once."""
+    s: Store
+    if request.param == "memory":
+        s = InMemoryStore()
+    elif request.param == "sqlite":
+        s = SQLiteStore(tmp_path / "shared.db")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        s = PostgresStore(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("TRUNCATE memstrata_items")
+    yield s
+    s.close()
+
+
+def test_a_belief_two_overlapping_runs_create_is_stored_once(shared_store: Store) -> None:
+    mind = AgentMind()
+    first, second = mind.open(shared_store, agent=AGENT), mind.open(shared_store, agent=AGENT)
+    kept = first.believe("TSMC Q2 capacity is fully booked.", confidence="high", tags=["tsmc"])
+    created_at = first.draft.beliefs[kept["id"]][0].created_at
+    first.flush()
+    again = second.believe("TSMC Q2 capacity is fully booked!", confidence="low", tags=["chips"])
+    other = second.believe("Invoices are emailed every Monday.")
+    # What the model was told stays as it was: the second run could not see the first's belief.
+    assert again["action"] == other["action"] == "created"
+    time.sleep(0.002)
+    second.flush()
+    assert second.folded == {again["id"]: kept["id"]}
+    beliefs = {b["content"]: b for b in stored_entries(shared_store, "belief")}
+    assert sorted(beliefs) == [
+        "Invoices are emailed every Monday.",
+        "TSMC Q2 capacity is fully booked!",
+    ]
+    folded = beliefs["TSMC Q2 capacity is fully booked!"]
+    assert folded["id"] == kept["id"]
+    assert folded["confidence"] == "high"  # only rises
+    assert folded["tags"] == ["tsmc", "chips"]
+    assert folded["createdAt"] == created_at and folded["updatedAt"] > created_at
+    assert "error" not in folded
+    assert beliefs["Invoices are emailed every Monday."]["id"] == other["id"]
+    # The next run finds the folded belief by similarity, under the first run's id.
+    with mind.session(shared_store, agent=AGENT) as handle:
+        hit = handle.recall("TSMC capacity booked", type="belief", limit=1)[0]
+        assert (hit.id, hit.content) == (kept["id"], "TSMC Q2 capacity is fully booked!")
+
+
+def test_a_fold_follows_allow_downgrade_and_flags_an_error_flush(shared_store: Store) -> None:
+    mind = AgentMind()
+    first, second = mind.open(shared_store, agent=AGENT), mind.open(shared_store, agent=AGENT)
+    first.believe("The staging database runs Postgres 16.", confidence="high")
+    first.flush()
+    second.believe("The staging database runs Postgres 16", confidence="low", allow_downgrade=True)
+    second.flush(error=True)
+    (belief,) = stored_entries(shared_store, "belief")
+    assert (belief["confidence"], belief["error"]) == ("low", True)
+
+
+def test_folding_starts_at_the_dedup_threshold(shared_store: Store) -> None:
+    a, b = "The deploy window is Tuesday morning.", "The deploy window is Tuesday evening."
+    vectors = hash_embed([a, b], 384)
+    similarity = float(vectors[0] @ vectors[1])
+    for threshold, beliefs in ((similarity - 0.01, 1), (min(1.0, similarity + 0.01), 2)):
+        mind = AgentMind(deduplication_threshold=threshold, namespace=f"mind/t{threshold}")
+        first, second = mind.open(shared_store), mind.open(shared_store)
+        first.believe(a)
+        first.flush()
+        second.believe(b)
+        second.flush()
+        stored = shared_store.list(mind.namespace_for(None))
+        assert len(stored) == beliefs, threshold
+
+
+def test_a_fold_needs_a_live_belief_and_reads_any_embedding(shared_store: Store) -> None:
+    mind = AgentMind()
+    handle = mind.open(shared_store, agent=AGENT)
+    base = {"type": "belief", "confidence": "medium", "tags": [], "createdAt": now_ms()}
+    # Committed meanwhile by runs with another embedder (no vector) - one of them expired.
+    put_raw(shared_store, {**base, "id": "b_live", "content": "Lunch is served at noon.",
+                           "updatedAt": now_ms()})  # fmt: skip
+    put_raw(shared_store, {**base, "id": "b_expired", "content": "The office closes at six.",
+                           "updatedAt": now_ms(), "expiresAt": now_ms() - 1})  # fmt: skip
+    handle.believe("Lunch is served at noon!")
+    handle.believe("The office closes at six!")
+    handle.flush()
+    beliefs = {b["id"]: b for b in stored_entries(shared_store, "belief")}
+    assert len(beliefs) == 3 and beliefs["b_live"]["content"] == "Lunch is served at noon!"
+    assert beliefs["b_expired"]["content"] == "The office closes at six."
+    assert list(handle.folded.values()) == ["b_live"]
+
+
+def test_a_second_flush_of_one_run_folds_into_its_first(shared_store: Store) -> None:
+    mind = AgentMind()
+    handle = mind.open(shared_store, agent=AGENT)
+    handle.believe("Releases ship on Thursdays.")
+    handle.flush()
+    handle.believe("Releases ship on Thursdays.", confidence="high")
+    handle.flush()
+    (belief,) = stored_entries(shared_store, "belief")
+    assert belief["confidence"] == "high"
+
+
+class ChangeCountingStore(SQLiteStore):
+    """Real SQLite, recording how many items each flush is shown and every list call."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        super().__init__(path)
+        self.shown: list[int] = []
+        self.lists = 0
+
+    def list(self, *args: Any, **kwargs: Any) -> Any:
+        self.lists += 1
+        return super().list(*args, **kwargs)
+
+    def update_many_since(self, namespace: Any, since: Any, plan: Any, *, ttl: Any = None) -> Any:
+        def shown(changed: Any) -> Any:
+            self.shown.append(len(changed))
+            return plan(changed)
+
+        return super().update_many_since(namespace, since, shown, ttl=ttl)
+
+
+def test_a_flush_reads_only_what_changed_since_the_load(tmp_path: pathlib.Path) -> None:
+    store = ChangeCountingStore(tmp_path / "big.db")
+    mind = AgentMind()
+    rng = random.Random(5)
+    with mind.session(store, agent=AGENT) as handle:
+        for _ in range(300):  # random words: no two alike
+            handle.believe(
+                " ".join("".join(rng.choices(string.ascii_lowercase, k=8)) for _ in "123")
+            )
+    first, second = mind.open(store, agent=AGENT), mind.open(store, agent=AGENT)
+    assert len(first.beliefs) == 300
+    first.believe("A belief from the first run")
+    first.flush()
+    second.believe("A belief from the second run")
+    lists_before = store.lists
+    second.flush()
+    # 300 beliefs committed before the load, one since: the flush is shown that one only.
+    assert store.shown[-2:] == [0, 1] and store.lists == lists_before
+    store.close()
+
+
+def test_a_handle_that_was_never_loaded_refuses_to_flush(store: Store) -> None:
+    from memstrata.layers.agent_mind import AgentMindHandle
+
+    mind = AgentMind()
+    handle = AgentMindHandle(mind, store, NS)
+    handle.believe("Never loaded")
+    with pytest.raises(InvalidInputError, match="never loaded"):
+        handle.flush()
+    assert store.list(NS) == []

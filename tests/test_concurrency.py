@@ -3,17 +3,22 @@ and on PostgreSQL. Each worker is a separate interpreter, as separate agent serv
 
 from __future__ import annotations
 
+import collections
+import json
 import os
 import pathlib
+import random
 import signal
+import string
 import subprocess
 import sys
 import time
 
+import numpy as np
 import psycopg
 import pytest
 
-from memstrata import MemoryStack, WorkingMemory, open_store
+from memstrata import MemoryStack, WorkingMemory, hash_embed, open_store
 
 _WORKING_MEMORY_WORKER = """
 import sys
@@ -48,6 +53,8 @@ while True:
     store.update(("crash",), "record", lambda _v, g=generation: {"gen": g, "data": [g] * 2000})
     blind = {"gen": generation, "data": [generation] * 2000}
     store.put(("crash",), f"blind-{generation % 3}", blind)
+    if generation == 1:
+        print("writing", flush=True)  # the kill is timed from here, not from a slow start
 """
 
 
@@ -83,8 +90,11 @@ def test_four_processes_merge_into_one_resource_scope(url: str) -> None:
 def test_a_writer_killed_mid_write_leaves_old_or_new_values(url: str) -> None:
     open_store(url).close()
     for round_ in range(5):
-        writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url])
-        time.sleep(0.4 + 0.1 * round_)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _KILLED_WRITER, url], stdout=subprocess.PIPE, text=True
+        )
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+        time.sleep(0.05 + 0.07 * round_)
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait(timeout=30)
         with open_store(url) as store:  # opens cleanly after the crash
@@ -93,3 +103,80 @@ def test_a_writer_killed_mid_write_leaves_old_or_new_values(url: str) -> None:
             for item in items:
                 generation = item.value["gen"]
                 assert item.value["data"] == [generation] * 2000, item.key
+
+
+# Each process runs several mind runs that hold their drafts open at the same time as the other
+# processes' runs, so the same belief is drafted by four runs none of which can see the others'.
+_MIND_WORKER = """
+import json, os, sys, time
+from memstrata import AgentMind, MemoryStack, open_store
+url, worker, barrier = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+plan = json.loads(sys.argv[4])
+open(os.path.join(barrier, str(worker)), "w").close()
+while len(os.listdir(barrier)) < 4:  # start together
+    time.sleep(0.005)
+store = open_store(url)
+stack = MemoryStack([AgentMind()], store=store)
+confidence = ["low", "medium", "high", "medium"][worker]
+for contents in plan:
+    with stack.run(agent="shared-agent") as run:
+        for content in contents:
+            result = run.call_tool("mind_believe", {
+                "content": content, "confidence": confidence, "tags": [f"w{worker}"],
+            })
+            assert result.get("status") == "ok", result
+        time.sleep(0.15)  # the run stays open while the other processes' runs draft too
+store.close()
+"""
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(5, 9)))
+        for _ in range(n)
+    )
+
+
+def test_four_processes_flushing_one_mind_store_each_belief_once(
+    url: str, tmp_path: pathlib.Path
+) -> None:
+    rng = random.Random(7)
+    runs, shared_per_run, unique_per_run = 4, 3, 3
+    shared = [f"Shared fact {i}: {_words(rng, 6)}." for i in range(runs * shared_per_run)]
+    unique = {
+        w: [f"Worker {w} note {i}: {_words(rng, 6)}." for i in range(runs * unique_per_run)]
+        for w in range(4)
+    }
+    everything = shared + [c for notes in unique.values() for c in notes]
+    vectors = hash_embed(everything, 384)
+    similarity = vectors @ vectors.T
+    np.fill_diagonal(similarity, 0)
+    assert similarity.max() < 0.5  # distinct contents: only the same text may merge
+    open_store(url).close()
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    procs = []
+    for w in range(4):
+        plan = [
+            shared[r * shared_per_run : (r + 1) * shared_per_run]
+            + unique[w][r * unique_per_run : (r + 1) * unique_per_run]
+            # Re-believing an earlier shared fact goes through the believe-time dedup.
+            + (shared[(r - 1) * shared_per_run : r * shared_per_run][:1] if r else [])
+            for r in range(runs)
+        ]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _MIND_WORKER, url, str(w), str(barrier), json.dumps(plan)]
+            )
+        )
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0, 0]
+    with open_store(url) as store:
+        beliefs = [i.value for i in store.list(("mind", "shared-agent"), limit=10_000)]
+    by_content = collections.Counter(b["content"] for b in beliefs)
+    assert {c: n for c, n in by_content.items() if n > 1} == {}, "duplicated beliefs"
+    assert sorted(by_content) == sorted(everything), "a belief was lost"
+    for belief in beliefs:
+        if belief["content"] in shared:
+            # Every process believed it: the confidence rose to the highest, tags were united.
+            assert belief["confidence"] == "high", belief
+            assert sorted(belief["tags"]) == ["w0", "w1", "w2", "w3"], belief

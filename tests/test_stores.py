@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from store_checks import changed_keys
 
 from memstrata import deep_merge
 from memstrata.exceptions import (
@@ -24,7 +25,8 @@ from memstrata.exceptions import (
     NonFiniteNumberError,
     UnsupportedTypeError,
 )
-from memstrata.stores import InMemoryStore, PostgresStore, SQLiteStore, Store, open_store
+from memstrata.stores import InMemoryStore, Item, PostgresStore, SQLiteStore, Store, open_store
+from memstrata.stores.base import ChangeMark
 
 StoreFactory = Callable[[pytest.FixtureRequest, pathlib.Path], Store]
 
@@ -344,3 +346,148 @@ def test_update_many_writes_nothing_when_one_update_fails(store: Store) -> None:
 def test_aupdate_many_is_the_async_twin(store: Store) -> None:
     items = asyncio.run(store.aupdate_many(NS, {"x": lambda _cur: [1]}))
     assert items[0].value == [1] and store.get(NS, "x").value == [1]  # type: ignore[union-attr]
+
+
+# Change tracking: change_mark and update_many_since --------------------------------------------
+
+
+def test_update_many_since_plans_on_what_changed_after_the_mark(store: Store) -> None:
+    store.put(NS, "untouched", 1)
+    store.put(NS, "rewritten", 1)
+    mark = store.change_mark(NS)
+    store.put(NS, "new", 2)
+    store.update(NS, "rewritten", lambda v: v + 1)
+    store.put((*NS, "sub"), "below", 3)  # a sub-namespace is not the namespace
+    store.put(("other",), "elsewhere", 4)
+    store.put(NS, "expiring", 5, ttl=0.05)
+    time.sleep(0.08)
+    seen: list[tuple[str, Any, int]] = []
+
+    def plan(changed: list[Item]) -> dict[str, Any]:
+        seen.extend((i.key, i.value, i.version) for i in changed)
+        return {"summary": lambda current: {"was": current, "saw": [i.key for i in changed]}}
+
+    items = store.update_many_since(NS, mark, plan)
+    assert seen == [("new", 2, 1), ("rewritten", 2, 2)]
+    assert [(i.key, i.value, i.version) for i in items] == [
+        ("summary", {"was": None, "saw": ["new", "rewritten"]}, 1)
+    ]
+    assert store.get(NS, "summary").value == items[0].value  # type: ignore[union-attr]
+    # Its own write is a change for the old mark; nothing is, for a mark taken after it.
+    later = store.change_mark(NS)
+    assert changed_keys(store, NS, mark) == ["new", "rewritten", "summary"]
+    assert changed_keys(store, NS, later) == []
+
+
+def test_update_many_since_writes_nothing_when_the_plan_or_an_update_fails(store: Store) -> None:
+    store.put(NS, "a", 1)
+    mark = store.change_mark(NS)
+
+    def failing_plan(_changed: list[Item]) -> dict[str, Any]:
+        raise RuntimeError("plan failed")
+
+    def boom(_current: Any) -> Any:
+        raise RuntimeError("update failed")
+
+    with pytest.raises(RuntimeError, match="plan failed"):
+        store.update_many_since(NS, mark, failing_plan)
+    with pytest.raises(RuntimeError, match="update failed"):
+        store.update_many_since(NS, mark, lambda _c: {"a": lambda v: v + 1, "b": boom})
+    with pytest.raises(NonFiniteNumberError):
+        store.update_many_since(
+            NS, mark, lambda _c: {"a": lambda v: v + 1, "b": lambda _v: math.nan}
+        )
+    bad_plans: list[tuple[Any, str]] = [
+        ({"a": lambda v: v + 1, "": lambda _v: 1}, "key is empty"),
+        ({"a": lambda v: v + 1, "b": 3}, "not callable"),
+        ([("a", lambda v: v + 1)], "mapping"),
+    ]
+    for returned, message in bad_plans:
+        with pytest.raises(InvalidInputError, match=message):
+            store.update_many_since(NS, mark, lambda _c, r=returned: r)
+    got = store.get(NS, "a")
+    assert got is not None and (got.value, got.version) == (1, 1)
+    assert store.get(NS, "b") is None
+
+
+def test_update_many_since_refuses_a_foreign_or_garbled_mark(store: Store) -> None:
+    mark = store.change_mark(NS)
+    other = "sqlite" if mark.backend != "sqlite" else "memory"
+    for bad in (
+        None,
+        mark.position,
+        ChangeMark(other, NS, "1"),
+        ChangeMark(mark.backend, NS, "1; --"),
+    ):
+        with pytest.raises(InvalidInputError, match="since"):
+            store.update_many_since(NS, bad, lambda _c: {})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"marks namespace \('agents', 'alice'\)"):
+        store.update_many_since(("agents", "bob"), mark, lambda _c: {})
+    with pytest.raises(InvalidInputError, match="label 0 is empty"):
+        store.update_many_since(("",), mark, lambda _c: {})
+    with pytest.raises(InvalidInputError, match="label 0 is empty"):
+        store.change_mark(("",))
+
+
+def test_a_write_after_the_newest_item_is_deleted_is_still_a_change(store: Store) -> None:
+    store.put(NS, "a", 1)
+    store.put(NS, "newest", 2)
+    store.put(NS, "expiring", 3, ttl=0.05)
+    mark = store.change_mark(NS)
+    store.delete(NS, "newest")
+    time.sleep(0.08)
+    assert store.purge_expired() == 1
+    store.put(NS, "later", 4)
+    assert changed_keys(store, NS, mark) == ["later"]
+
+
+def test_change_tracking_async_twins(store: Store) -> None:
+    async def scenario() -> None:
+        mark = await store.achange_mark(NS)
+        await store.aput(NS, "k", 1)
+        items = await store.aupdate_many_since(
+            NS, mark, lambda changed: {"seen": lambda _v: [i.key for i in changed]}
+        )
+        assert [(i.key, i.value) for i in items] == [("seen", ["k"])]
+        got = await store.aget(NS, "seen")
+        assert got is not None and got.value == ["k"]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+# Each claim counts the tickets already taken and takes the next number: two plans running at
+# once in different processes would both take the same number, and the second write would fail.
+_TICKET_WORKER = """
+import sys
+from memstrata.stores import open_store
+from memstrata.stores.base import ChangeMark
+url, backend, position, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+mark = ChangeMark(backend, ("agents", "alice"), position)
+
+def claim(changed):
+    n = sum(1 for item in changed if item.key.startswith("ticket-"))
+    def fresh(current):
+        assert current is None, f"ticket-{n} was taken twice"
+        return n
+    return {f"ticket-{n}": fresh}
+
+with open_store(url) as s:
+    for _ in range(count):
+        s.update_many_since(("agents", "alice"), mark, claim)
+"""
+
+
+def test_update_many_since_is_serialised_across_processes(shared_url: str) -> None:
+    with open_store(shared_url) as s:
+        mark = s.change_mark(NS)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TICKET_WORKER, shared_url, mark.backend, mark.position, "25"]
+        )
+        for _ in range(4)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    with open_store(shared_url) as s:
+        tickets = sorted(i.value for i in s.list(NS, limit=1000))
+    assert tickets == list(range(100))

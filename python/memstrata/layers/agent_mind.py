@@ -27,6 +27,17 @@ Decisions where the seed is silent (or its code differs from its text):
   update replaces content and expiry, unions tags, and only raises confidence unless
   ``allowDowngrade``. An update of a stored belief is checked against the stored confidence
   again at flush time, so a concurrent upgrade by another run is not undone.
+* Dedup across runs that overlap (several processes or servers on one store): ``mind_believe``
+  compares with the store as the run loaded it, so two overlapping runs can each create the
+  same belief. The flush therefore writes through ``Store.update_many_since`` from a mark taken
+  before the load: mind flushes of one namespace are serialised (in any process), and each
+  belief this run *created* that is at least ``deduplication_threshold`` similar to a live
+  belief committed since the run loaded is folded into it by the same merge rules (content and
+  expiry replaced, confidence only rises unless ``allowDowngrade``, tags united, ``createdAt``
+  kept, error flag on an error flush). Only what changed since the load is read, however big
+  the mind. What ``mind_believe`` reported stays as reported; the ``id`` it returned for a
+  folded belief is then never stored: the belief lives on under the other run's id, which
+  ``handle.folded`` maps it to (also logged at INFO).
 * ``pinned: true`` in ``mind_recall`` returns pinned reflections only (no goals, no beliefs);
   ``pinned: false`` excludes pinned reflections; absent means no filter.
 * Recall ranks exactly by the composite score in one pass over the vectors
@@ -54,7 +65,7 @@ import operator
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -93,7 +104,8 @@ from memstrata.layers.mind_tools import (
     mind_tools,
 )
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Namespace, Store
+from memstrata.stores import Item, Namespace, Store
+from memstrata.stores.base import ChangeMark, Updater
 from memstrata.tools import Tool
 from memstrata.vector_index import DEFAULT_HNSW_THRESHOLD, VectorIndex
 
@@ -366,12 +378,18 @@ class AgentMindHandle:
         self._header_budget: int | None = None
         self._index: _IndexCache | None = None
         self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
+        self._mark: ChangeMark | None = None  # where the store's history stood at load
+        # Beliefs this run created that a flush folded into an equal one another run had
+        # committed meanwhile: the id mind_believe returned -> the id the belief is stored under.
+        self.folded: dict[str, str] = {}
 
     # Loading ----------------------------------------------------------------------------------
 
     def load(self) -> None:
         """Reads every committed entry of the namespace; a malformed one is skipped and logged,
         never deleted."""
+        # Marked first: whatever is written while the pages are read counts as a change at flush.
+        self._mark = self.store.change_mark(self.namespace)
         offset = 0
         while True:
             items = self.store.list(self.namespace, limit=_PAGE, offset=offset)
@@ -813,6 +831,9 @@ class AgentMindHandle:
 
         Returns:
             ``{"status": "ok", "action": "created" | "updated_store" | "updated_draft", "id"}``.
+            A ``created`` belief that turns out, at flush, to duplicate one another run
+            committed meanwhile is folded into that one, and ``id`` is never stored:
+            :attr:`folded` maps it to the id the belief is stored under.
         """
         content = _check_content(content, "content")
         if confidence not in CONFIDENCE_LEVELS:
@@ -878,7 +899,8 @@ class AgentMindHandle:
         expires_at = now + ttl_ms if ttl_ms is not None else None
         if match is None:
             belief = MindBelief(_new_id("b"), content, confidence, list(tags), expires_at, now, now)
-            self._draft_belief(belief, vector, stored_before=False)
+            # allowDowngrade is kept for a new belief too: the flush may fold it into another.
+            self._draft_belief(belief, vector, stored_before=False, allow_downgrade=allow_downgrade)
             return {"status": "ok", "action": "created", "id": belief.id}
         id_, _similarity, action = match
         if id_ in self.draft.beliefs:
@@ -1122,17 +1144,24 @@ class AgentMindHandle:
 
         Clean flush: beliefs, reflections, goal creations and updates, unpins. Error flush
         (``error=True``): beliefs and reflections only, flagged ``error: true``; goal changes
-        and unpins are dropped. Flushing twice writes nothing the second time.
+        and unpins are dropped. Flushing twice writes nothing the second time. A belief this
+        run created is folded into an equal one committed by another run since this one loaded
+        (see :attr:`folded`), so overlapping runs in other processes never store it twice.
         """
+        if self._mark is None:
+            raise InvalidInputError("the handle was never loaded: open it with AgentMind.open")
         draft, self.draft = self.draft, _Draft()
         if draft.empty():
             return 0
         model = self.layer.embedder.model
         downgrades = draft.downgrades
-        updates: dict[str, Callable[[Any], Any]] = {}
+        updates: dict[str, Updater] = {}
+        created: list[tuple[MindBelief, npt.NDArray[np.float32], bool]] = []
         for belief, vector, stored_before in draft.beliefs.values():
             if error:
                 belief.error = True
+            if not stored_before:
+                created.append((belief, vector, belief.id in downgrades))
             updates[_key(belief)] = _belief_writer(
                 belief, vector, model, stored_before, belief.id in downgrades
             )
@@ -1152,8 +1181,81 @@ class AgentMindHandle:
                 )
         if not updates:
             return 0
-        self.store.update_many(self.namespace, updates)
-        return len(updates)
+        folds: dict[str, str] = {}
+
+        def plan(changed: list[Item]) -> dict[str, Updater]:
+            folds.clear()
+            planned = dict(updates)
+            targets = self._duplicates_committed_since_load(created, changed) if created else {}
+            for belief, vector, allow_downgrade in created:
+                target = targets.get(belief.id)
+                if target is None:
+                    continue
+                del planned[_key(belief)]
+                key = _key(target)
+                planned[key] = _fold_writer(
+                    belief, vector, model, allow_downgrade, target, planned.get(key)
+                )
+                folds[belief.id] = target.id
+            return planned
+
+        written = self.store.update_many_since(self.namespace, self._mark, plan)
+        for created_id, target_id in folds.items():
+            logger.info(
+                "belief %s duplicated %s, committed meanwhile: folded", created_id, target_id
+            )
+        self.folded.update(folds)
+        return len(written)
+
+    def _duplicates_committed_since_load(
+        self,
+        created: list[tuple[MindBelief, npt.NDArray[np.float32], bool]],
+        changed: list[Item],
+    ) -> dict[str, MindBelief]:
+        """For each belief this run created, the live belief it duplicates (at least
+        ``deduplication_threshold`` similar, the most similar) among those other runs committed
+        since this one loaded. Runs inside the flush transaction."""
+        now = now_ms()
+        model, dim = self.layer.embedder.model, self.layer.embedder.dim
+        candidates: list[MindBelief] = []
+        vectors: list[npt.NDArray[np.float32] | None] = []
+        for item in changed:
+            try:
+                entry = entry_from_payload(item.value)
+            except InvalidInputError:
+                continue
+            if not isinstance(entry, MindBelief) or item.key != _key(entry) or entry.expired(now):
+                continue
+            stored = item.value
+            vector = decode_vector(stored.get("embedding"))
+            if stored.get("embeddingModel") != model or vector is None or vector.shape[0] != dim:
+                vector = None
+            candidates.append(entry)
+            vectors.append(vector)
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            # Written by a run with another embedder: embedded here, under the flush lock.
+            texts = [candidates[i].content for i in missing]
+            fresh = np.asarray(self.layer.embedder.embed(texts), dtype=np.float32)
+            for i, vector in zip(missing, fresh):
+                vectors[i] = vector
+        index = VectorSet(dim)
+        placeable = [
+            (entry.id, v)
+            for entry, v in zip(candidates, vectors)
+            if v is not None and np.any(v) and np.isfinite(v).all()
+        ]
+        if not placeable:
+            return {}
+        index.add([i for i, _ in placeable], np.stack([v for _, v in placeable]))
+        by_id = {entry.id: entry for entry in candidates}
+        threshold = self.layer.deduplication_threshold
+        out = {}
+        for belief, vector, _ in created:
+            found = index.find_duplicate(vector, threshold)
+            if found is not None:
+                out[belief.id] = by_id[found[0]]
+        return out
 
 
 # Store writers (run inside the flush transaction) ----------------------------------------------
@@ -1189,6 +1291,40 @@ def _belief_writer(
                 belief.tags = _union(now_stored.tags, belief.tags)
                 belief.created_at = now_stored.created_at
         return _stored(belief, vector, model)
+
+    return write
+
+
+def _fold_writer(
+    belief: MindBelief,
+    vector: npt.NDArray[np.float32],
+    model: str,
+    allow_downgrade: bool,
+    target: MindBelief,
+    before: Updater | None,
+) -> Updater:
+    """Folds ``belief``, created by this run, into ``target``, which another run committed
+    meanwhile, by mind_believe's merge rules; ``before`` is this flush's own update of the
+    target, if it makes one, applied first."""
+
+    def write(current: Any) -> Any:
+        value = before(current) if before is not None else current
+        base = target
+        if isinstance(value, dict):
+            with suppress(InvalidInputError):  # unreadable now: merge into what the plan saw
+                base = MindBelief.from_payload(value)
+        merged = MindBelief(
+            target.id,
+            belief.content,
+            _merge_confidence(base.confidence, belief.confidence, allow_downgrade),
+            _union(base.tags, belief.tags),
+            belief.expires_at,
+            base.created_at,
+            # Later than what it replaces: caches of header lines and vectors key on it.
+            max(belief.updated_at, base.updated_at + 1),
+            base.error or belief.error,
+        )
+        return _stored(merged, vector, model)
 
     return write
 

@@ -15,6 +15,12 @@ Semantics every backend guarantees:
 * An item whose TTL has passed is never returned (``get``, ``list``, ``update`` and ``update_many``
   treat it as absent); ``purge_expired`` deletes such rows.
 * Timestamps are Unix seconds (float); ``version`` starts at 1 and grows by 1 on every write.
+* ``change_mark(namespace)`` marks a point in a namespace's write history, and
+  ``update_many_since`` reads the items of the namespace written after a mark and writes in the
+  same transaction, serialised with every other ``update_many_since`` of that namespace in any
+  process. Marks order writes by the database's own commit order (a write sequence, or
+  PostgreSQL's transaction ids), never by a client's clock, and finding what changed reads an
+  index, not the namespace.
 """
 
 from __future__ import annotations
@@ -53,6 +59,23 @@ class Item:
     created_at: float
     updated_at: float
     expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ChangeMark:
+    """A point in a namespace's write history, made by :meth:`Store.change_mark`.
+
+    Opaque: only a store of the same backend over the same data understands it. ``position``
+    is a write sequence number (``memory``, ``sqlite``) or a PostgreSQL snapshot (``postgres``).
+    """
+
+    backend: str
+    namespace: Namespace
+    position: str
+
+
+# What update_many_since asks of its caller: the items changed since the mark -> the updates.
+Planner = Callable[[list[Item]], Mapping[str, Updater]]
 
 
 def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -> Namespace:
@@ -121,6 +144,40 @@ def validate_page(limit: int, offset: int) -> None:
     for name, value in (("limit", limit), ("offset", offset)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
+
+
+def mark_position(since: ChangeMark, backend: str, namespace: Namespace) -> str:
+    """The position of a mark this backend made for ``namespace``, or InvalidInputError saying
+    what it got."""
+    if not isinstance(since, ChangeMark) or since.backend != backend:
+        raise InvalidInputError(
+            f"since must be a ChangeMark from this {backend} store's change_mark(), got {since!r}"
+        )
+    if since.namespace != namespace:
+        raise InvalidInputError(
+            f"since marks namespace {since.namespace!r}, not {namespace!r}: take the mark with "
+            "change_mark() of the namespace it is used for"
+        )
+    return since.position
+
+
+def sequence_position(since: ChangeMark, backend: str, namespace: Namespace) -> int:
+    """The write sequence number a ``memory`` or ``sqlite`` mark holds."""
+    position = mark_position(since, backend, namespace)
+    if not position.isdigit():
+        raise InvalidInputError(f"since holds {position!r}, not a {backend} sequence number")
+    return int(position)
+
+
+def validate_updates(updates: Any) -> builtins.list[str]:
+    """The keys of a ``{key: fn}`` mapping, each checked, or InvalidInputError."""
+    if not isinstance(updates, Mapping):
+        raise InvalidInputError(f"updates must be a mapping of key to fn, got {updates!r}")
+    keys = [validate_key(key) for key in updates]
+    for key in keys:
+        if not callable(updates[key]):
+            raise InvalidInputError(f"the update of key {key!r} is not callable")
+    return keys
 
 
 def encode_namespace(namespace: Namespace) -> str:
@@ -201,6 +258,46 @@ class Store(ABC):
         """
 
     @abstractmethod
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        """A mark of now in ``namespace``'s history: items written after it are changes since
+        it for :meth:`update_many_since` (on PostgreSQL: written by transactions not committed
+        when the mark was made).
+
+        A reader takes the mark *before* reading, so a write racing with its read is reported
+        as a change rather than missed.
+        """
+
+    @abstractmethod
+    def update_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        """Reads what changed in ``namespace`` since a mark and writes what ``plan`` makes of
+        it, in one transaction that no other ``update_many_since`` of the same namespace
+        overlaps, in any process.
+
+        ``plan(changed)`` receives the live items of exactly ``namespace`` (not its
+        sub-namespaces) written after ``since``, ordered by key, and returns ``{key: fn}``,
+        applied as :meth:`update_many` applies it. Finding the changed items reads an index on
+        write order: the cost follows what changed since the mark, not the namespace's size.
+        Deletions are not reported. If ``plan`` or any ``fn`` raises, nothing is written and
+        the exception propagates. A layer that loaded a namespace at a mark uses this to
+        reconcile its buffered writes with what other processes committed meanwhile
+        (AgentMind folds a new belief into an equal one another run committed).
+
+        Returns:
+            The written items, in the order of the mapping ``plan`` returned.
+
+        Raises:
+            InvalidInputError: ``since`` is not a mark of this backend for ``namespace``, or
+                ``plan`` returned a bad key or a non-callable.
+        """
+
+    @abstractmethod
     def purge_expired(self) -> int:
         """Deletes expired rows; returns how many."""
 
@@ -254,6 +351,19 @@ class Store(ABC):
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         return await asyncio.to_thread(self.update_many, namespace, updates, ttl=ttl)
+
+    async def achange_mark(self, namespace: Namespace) -> ChangeMark:
+        return await asyncio.to_thread(self.change_mark, namespace)
+
+    async def aupdate_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        return await asyncio.to_thread(self.update_many_since, namespace, since, plan, ttl=ttl)
 
     async def apurge_expired(self) -> int:
         return await asyncio.to_thread(self.purge_expired)

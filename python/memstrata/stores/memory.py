@@ -2,6 +2,10 @@
 
 Values are kept encoded (JSON bytes), exactly as the SQLite backend keeps them, so a caller
 mutating a value it put or got can never change what is stored, and both backends behave alike.
+
+Rows are kept in write order (a write moves its row to the end) and stamped with a sequence
+number, one per write operation, so the changes since a mark are found by walking back from the
+newest write until the mark.
 """
 
 from __future__ import annotations
@@ -14,17 +18,23 @@ from dataclasses import dataclass
 
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    ChangeMark,
     Item,
     JSONValue,
     Namespace,
+    Planner,
     Store,
     Updater,
+    sequence_position,
     validate_key,
     validate_namespace,
     validate_page,
     validate_ttl,
+    validate_updates,
     validate_version,
 )
+
+_BACKEND = "memory"
 
 
 @dataclass
@@ -34,6 +44,7 @@ class _Row:
     created_at: float
     updated_at: float
     expires_at: float | None
+    seq: int  # the sequence number of the operation that wrote it
 
     def live(self, now: float) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -43,8 +54,9 @@ class InMemoryStore(Store):
     """A thread-safe in-process store; nothing survives the process."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[Namespace, str], _Row] = {}
+        self._rows: dict[tuple[Namespace, str], _Row] = {}  # in write order
         self._lock = threading.Lock()
+        self._sequence = 0  # write operations so far: what a ChangeMark holds
 
     def _item(
         self,
@@ -66,10 +78,16 @@ class InMemoryStore(Store):
             row.expires_at,
         )
 
+    def _tick(self) -> int:
+        """The sequence number of a new write operation (every key it writes shares it)."""
+        self._sequence += 1
+        return self._sequence
+
     def _write(
-        self, namespace: Namespace, key: str, data: bytes, ttl: float | None, now: float
+        self, namespace: Namespace, key: str, data: bytes, ttl: float | None, now: float, seq: int
     ) -> _Row:
-        old = self._rows.get((namespace, key))
+        # Popped, then inserted: the row moves to the end, keeping the dict in write order.
+        old = self._rows.pop((namespace, key), None)
         live_old = old if old is not None and old.live(now) else None
         row = _Row(
             data,
@@ -77,6 +95,7 @@ class InMemoryStore(Store):
             live_old.created_at if live_old else now,
             now,
             now + ttl if ttl is not None else None,
+            seq,
         )
         self._rows[(namespace, key)] = row
         return row
@@ -95,7 +114,7 @@ class InMemoryStore(Store):
         namespace, key, ttl = validate_namespace(namespace), validate_key(key), validate_ttl(ttl)
         data = codec.dumps(value)
         with self._lock:
-            row = self._write(namespace, key, data, ttl, time.time())
+            row = self._write(namespace, key, data, ttl, time.time(), self._tick())
             return self._item(namespace, key, row, value, fresh=True)
 
     def delete(self, namespace: Namespace, key: str) -> bool:
@@ -129,7 +148,7 @@ class InMemoryStore(Store):
             current = codec.loads(row.data) if row is not None and row.live(now) else None
             value = fn(current)
             data = codec.dumps(value)
-            row = self._write(namespace, key, data, ttl, now)
+            row = self._write(namespace, key, data, ttl, now, self._tick())
             return self._item(namespace, key, row, value, fresh=True)
 
     def put_if_version(
@@ -150,7 +169,7 @@ class InMemoryStore(Store):
             current = row.version if row is not None and row.live(now) else 0
             if current != expected_version:
                 return None
-            row = self._write(namespace, key, data, ttl, now)
+            row = self._write(namespace, key, data, ttl, now, self._tick())
             return self._item(namespace, key, row, value, fresh=True)
 
     def update_many(
@@ -159,20 +178,59 @@ class InMemoryStore(Store):
         namespace, ttl = validate_namespace(namespace), validate_ttl(ttl)
         keys = [validate_key(key) for key in updates]
         with self._lock:
+            return self._update_many(namespace, keys, updates, ttl, time.time())
+
+    def _update_many(
+        self,
+        namespace: Namespace,
+        keys: builtins.list[str],
+        updates: Mapping[str, Updater],
+        ttl: float | None,
+        now: float,
+    ) -> builtins.list[Item]:
+        """``update_many`` under the caller's lock."""
+        # Compute and encode everything first, then write: a failure leaves nothing behind.
+        staged = []
+        for key in keys:
+            row = self._rows.get((namespace, key))
+            current = codec.loads(row.data) if row is not None and row.live(now) else None
+            value = updates[key](current)
+            staged.append((key, value, codec.dumps(value)))
+        seq = self._tick()
+        return [
+            self._item(
+                namespace, key, self._write(namespace, key, data, ttl, now, seq), value, fresh=True
+            )
+            for key, value, data in staged
+        ]
+
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
+        with self._lock:
+            return ChangeMark(_BACKEND, namespace, str(self._sequence))
+
+    def update_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        namespace, ttl = validate_namespace(namespace), validate_ttl(ttl)
+        mark = sequence_position(since, _BACKEND, namespace)
+        with self._lock:  # one lock for the whole store: every write is serialised
             now = time.time()
-            # Compute and encode everything first, then write: a failure leaves nothing behind.
-            staged = []
-            for key in keys:
-                row = self._rows.get((namespace, key))
-                current = codec.loads(row.data) if row is not None and row.live(now) else None
-                value = updates[key](current)
-                staged.append((key, value, codec.dumps(value)))
-            return [
-                self._item(
-                    namespace, key, self._write(namespace, key, data, ttl, now), value, fresh=True
-                )
-                for key, value, data in staged
-            ]
+            changed = []
+            for (ns, key), row in reversed(self._rows.items()):
+                if row.seq <= mark:
+                    break  # rows are in write order: everything further back is older
+                if ns == namespace and row.live(now):
+                    changed.append(self._item(ns, key, row))
+            changed.sort(key=lambda item: item.key)
+            updates = plan(changed)
+            keys = validate_updates(updates)
+            return self._update_many(namespace, keys, updates, ttl, now)
 
     def purge_expired(self) -> int:
         with self._lock:

@@ -16,35 +16,57 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   create the same absent record.
 * The async twins use psycopg's async connections (an ``AsyncConnectionPool`` opened on first
   use), not threads.
+* Times come from the database's clock, not the client's: servers sharing one database may
+  disagree about the time, and an expiry must mean the same on all of them. A single statement
+  uses its own start time; a transaction reads the clock in the statement that takes its locks
+  (so a wait for a lock is not counted against a TTL) and uses that time throughout.
+* Change tracking (``change_mark``/``update_many_since``) uses transaction ids, not clocks:
+  every write stamps its row with its transaction's id (``written_by``, ``xid8``), a mark is a
+  snapshot (``pg_current_snapshot()``), and a row changed since the mark when its writer was not
+  yet committed in that snapshot. A sequence number would not do: sequence values are handed
+  out in call order, not commit order, so a transaction that drew an earlier number could commit
+  after the mark and be missed; and clients' clocks differ between servers. The
+  ``(namespace, written_by)`` index bounds the scan to transactions at or after the snapshot's
+  oldest running one. ``update_many_since`` serialises on a transaction-scoped advisory lock per
+  namespace (in the two-key space, apart from the per-record locks), taken before the record
+  locks, so it cannot deadlock with ``update``. Needs PostgreSQL 13 or newer.
 """
 
 from __future__ import annotations
 
 import builtins
-import time
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    ChangeMark,
     Item,
     JSONValue,
     Namespace,
+    Planner,
     Store,
     Updater,
     decode_namespace,
     encode_namespace,
+    mark_position,
     prefix_upper_bound,
     validate_key,
     validate_namespace,
     validate_page,
     validate_ttl,
+    validate_updates,
     validate_version,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_BACKEND = "postgres"
 _MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
+_NAMESPACE_LOCK_CLASS = 0x6D656D6E  # "memn": first key of the two-key namespace locks
+# A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,...
+_SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -61,9 +83,19 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS memstrata_items_expires_at ON memstrata_items (expires_at)"
         " WHERE expires_at IS NOT NULL",
     ),
+    # Change tracking for update_many_since: rows written before it count as never changed.
+    2: (
+        "ALTER TABLE memstrata_items ADD COLUMN IF NOT EXISTS written_by xid8 NOT NULL DEFAULT '0'",
+        "ALTER TABLE memstrata_items ALTER COLUMN written_by SET DEFAULT pg_current_xact_id()",
+        "CREATE INDEX IF NOT EXISTS memstrata_items_changes ON memstrata_items"
+        " (namespace, written_by)",
+    ),
 }
 
-_LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
+# The time of a transaction (read with its locks) or, when %(now)s is NULL, of the statement.
+_NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)"
+_CLOCK = "extract(epoch FROM clock_timestamp())::float8"
+_LIVE = f"(expires_at IS NULL OR expires_at > {_NOW})"
 _SELECT = (
     "SELECT namespace, key, value::text, version, created_at, updated_at, expires_at"
     " FROM memstrata_items"
@@ -73,26 +105,47 @@ _LIST = (
     f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
 )
-_UPSERT = """INSERT INTO memstrata_items AS items
-        (namespace, key, value, version, created_at, updated_at, expires_at)
-    VALUES (%(ns)s, %(key)s, %(data)s::json, 1, %(now)s, %(now)s, %(expires_at)s)
+# excluded.updated_at is this write's time: an old row that expired by then is replaced anew.
+_UPSERT = f"""INSERT INTO memstrata_items AS items
+        (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
+    VALUES (%(ns)s, %(key)s, %(data)s::json, 1, {_NOW}, {_NOW}, {_NOW} + %(ttl)s::float8,
+            pg_current_xact_id())
     ON CONFLICT (namespace, key) DO UPDATE SET
         value = excluded.value,
-        version = CASE WHEN items.expires_at IS NULL OR items.expires_at > %(now)s
+        written_by = excluded.written_by,
+        version = CASE WHEN items.expires_at IS NULL OR items.expires_at > excluded.updated_at
                        THEN items.version + 1 ELSE 1 END,
-        created_at = CASE WHEN items.expires_at IS NULL OR items.expires_at > %(now)s
+        created_at = CASE WHEN items.expires_at IS NULL OR items.expires_at > excluded.updated_at
                           THEN items.created_at ELSE excluded.created_at END,
         updated_at = excluded.updated_at,
         expires_at = excluded.expires_at
-    RETURNING version, created_at, updated_at"""
-_LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s, 0))"
+    RETURNING version, created_at, updated_at, expires_at"""
+
+
+def _locked(lock: str) -> str:
+    """A lock statement that returns the database's clock read once the lock is held (the
+    subquery with OFFSET 0 is not flattened, so it runs, and waits, before the outer row)."""
+    return f"SELECT {_CLOCK} FROM ({lock} OFFSET 0) AS locked"
+
+
+_LOCK_KEY = _locked("SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s, 0))")
 _THIS_LIVE_ROW = f"FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
 _CURRENT_VALUE = f"SELECT value::text {_THIS_LIVE_ROW}"
 _CURRENT_VERSION = f"SELECT version {_THIS_LIVE_ROW}"
 _DELETE = (
     f"DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s RETURNING {_LIVE}"
 )
-_PURGE = "DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= %(now)s"
+_PURGE = f"DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= {_NOW}"
+_MARK = "SELECT pg_current_snapshot()::text"
+_LOCK_NAMESPACE = _locked(
+    f"SELECT pg_advisory_xact_lock({_NAMESPACE_LOCK_CLASS}, hashtext(%(ns)s))"
+)
+# Written by a transaction at or after the mark's oldest running one, and not committed in it.
+_CHANGES = f"""{_SELECT} WHERE namespace = %(ns)s
+        AND written_by >= pg_snapshot_xmin(%(mark)s::pg_snapshot)
+        AND NOT pg_visible_in_snapshot(written_by, %(mark)s::pg_snapshot)
+        AND {_LIVE}
+    ORDER BY key"""
 
 
 def _require_psycopg() -> Any:
@@ -129,7 +182,11 @@ class PostgresStore(Store):
             url, min_size=min_size, max_size=max_size, open=True, name="memstrata"
         )
         self._async_pool: Any = None
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self._pool.close()  # the caller never gets a store to close
+            raise
 
     def _migrate(self) -> None:
         with self._pool.connection() as conn, conn.transaction():
@@ -151,7 +208,7 @@ class PostgresStore(Store):
     @staticmethod
     def _params(namespace: Namespace, key: str) -> dict[str, Any]:
         ns = encode_namespace(validate_namespace(namespace))
-        return {"ns": ns, "key": validate_key(key), "now": time.time()}
+        return {"ns": ns, "key": validate_key(key), "now": None}
 
     @staticmethod
     def _write_params(
@@ -160,17 +217,13 @@ class PostgresStore(Store):
         params = PostgresStore._params(namespace, key)
         ttl = validate_ttl(ttl)
         params["data"] = codec.dumps(value).decode()
-        params["expires_at"] = params["now"] + ttl if ttl is not None else None
+        params["ttl"] = ttl
         return params
 
     @staticmethod
-    def _written(
-        namespace: Namespace, key: str, value: JSONValue, params: dict[str, Any], row: Any
-    ) -> Item:
-        version, created_at, updated_at = row
-        return Item(
-            tuple(namespace), key, value, version, created_at, updated_at, params["expires_at"]
-        )
+    def _written(namespace: Namespace, key: str, value: JSONValue, row: Any) -> Item:
+        version, created_at, updated_at, expires_at = row
+        return Item(tuple(namespace), key, value, version, created_at, updated_at, expires_at)
 
     @staticmethod
     def _list_params(namespace_prefix: Namespace, limit: int, offset: int) -> dict[str, Any]:
@@ -179,10 +232,26 @@ class PostgresStore(Store):
         return {
             "lo": prefix,
             "hi": prefix_upper_bound(prefix),
-            "now": time.time(),
+            "now": None,
             "limit": limit,
             "offset": offset,
         }
+
+    @staticmethod
+    def _since_params(namespace: Namespace, since: ChangeMark) -> dict[str, Any]:
+        namespace = validate_namespace(namespace)
+        ns = encode_namespace(namespace)
+        mark = mark_position(since, _BACKEND, namespace)
+        if not _SNAPSHOT.fullmatch(mark):
+            raise InvalidInputError(f"since holds {mark!r}, not a PostgreSQL snapshot")
+        return {"ns": ns, "mark": mark, "now": None}
+
+    @staticmethod
+    def _planned_params(
+        namespace: Namespace, updates: Mapping[str, Updater]
+    ) -> dict[str, dict[str, Any]]:
+        """Per-key parameters of the updates a plan returned, each key checked."""
+        return {key: PostgresStore._params(namespace, key) for key in validate_updates(updates)}
 
     # Sync -----------------------------------------------------------------------------------
 
@@ -198,7 +267,7 @@ class PostgresStore(Store):
         params = self._write_params(namespace, key, value, ttl)
         with self._pool.connection() as conn:
             row = conn.execute(_UPSERT, params).fetchone()
-        return self._written(namespace, key, value, params, row)
+        return self._written(namespace, key, value, row)
 
     def delete(self, namespace: Namespace, key: str) -> bool:
         params = self._params(namespace, key)
@@ -220,14 +289,13 @@ class PostgresStore(Store):
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
         with self._pool.connection() as conn, conn.transaction():
-            conn.execute(_LOCK_KEY, params)
-            params["now"] = time.time()
+            (params["now"],) = conn.execute(_LOCK_KEY, params).fetchone()
             row = conn.execute(_CURRENT_VALUE, params).fetchone()
             value = fn(codec.loads(row[0]) if row is not None else None)
             params["data"] = codec.dumps(value).decode()
-            params["expires_at"] = params["now"] + ttl if ttl is not None else None
+            params["ttl"] = ttl
             written = conn.execute(_UPSERT, params).fetchone()
-        return self._written(namespace, key, value, params, written)
+        return self._written(namespace, key, value, written)
 
     def put_if_version(
         self,
@@ -241,37 +309,73 @@ class PostgresStore(Store):
         params = self._write_params(namespace, key, value, ttl)
         expected_version = validate_version(expected_version)
         with self._pool.connection() as conn, conn.transaction():
-            conn.execute(_LOCK_KEY, params)
+            (params["now"],) = conn.execute(_LOCK_KEY, params).fetchone()
             row = conn.execute(_CURRENT_VERSION, params).fetchone()
             if (row[0] if row else 0) != expected_version:
                 return None
             written = conn.execute(_UPSERT, params).fetchone()
-        return self._written(namespace, key, value, params, written)
+        return self._written(namespace, key, value, written)
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        items = []
         with self._pool.connection() as conn, conn.transaction():
-            # Keys are locked in one order, so two batches over the same keys cannot deadlock.
-            for key in sorted(all_params):
-                conn.execute(_LOCK_KEY, all_params[key])
-            now = time.time()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = conn.execute(_CURRENT_VALUE, params).fetchone()
-                value = updates[key](codec.loads(row[0]) if row is not None else None)
-                params["data"] = codec.dumps(value).decode()
-                params["expires_at"] = now + ttl if ttl is not None else None
-                written = conn.execute(_UPSERT, params).fetchone()
-                items.append(self._written(namespace, key, value, params, written))
+            return self._update_many(conn, namespace, updates, all_params, ttl)
+
+    def _update_many(
+        self,
+        conn: Any,
+        namespace: Namespace,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        ttl: float | None,
+    ) -> builtins.list[Item]:
+        """``update_many`` in the caller's transaction."""
+        # Keys are locked in one order, so two batches over the same keys cannot deadlock.
+        now = None
+        for key in sorted(all_params):
+            (now,) = conn.execute(_LOCK_KEY, all_params[key]).fetchone()
+        items = []
+        for key, params in all_params.items():
+            params["now"] = now  # the clock once every lock is held
+            row = conn.execute(_CURRENT_VALUE, params).fetchone()
+            value = updates[key](codec.loads(row[0]) if row is not None else None)
+            params["data"] = codec.dumps(value).decode()
+            params["ttl"] = ttl
+            written = conn.execute(_UPSERT, params).fetchone()
+            items.append(self._written(namespace, key, value, written))
         return items
+
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
+        with self._pool.connection() as conn:
+            (snapshot,) = conn.execute(_MARK).fetchone()
+        return ChangeMark(_BACKEND, namespace, snapshot)
+
+    def update_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        params = self._since_params(namespace, since)
+        ttl = validate_ttl(ttl)
+        with self._pool.connection() as conn, conn.transaction():
+            # The lock first, in its own statement: under READ COMMITTED the next statement's
+            # snapshot then includes whatever the previous holder committed.
+            (params["now"],) = conn.execute(_LOCK_NAMESPACE, params).fetchone()
+            changed = [_item(row) for row in conn.execute(_CHANGES, params).fetchall()]
+            updates = plan(changed)
+            all_params = self._planned_params(namespace, updates)
+            return self._update_many(conn, namespace, updates, all_params, ttl)
 
     def purge_expired(self) -> int:
         with self._pool.connection() as conn:
-            cursor = conn.execute(_PURGE, {"now": time.time()})
+            cursor = conn.execute(_PURGE, {"now": None})
             return int(cursor.rowcount)
 
     def close(self) -> None:
@@ -304,7 +408,7 @@ class PostgresStore(Store):
         params = self._write_params(namespace, key, value, ttl)
         async with (await self._apool()).connection() as conn:
             row = await (await conn.execute(_UPSERT, params)).fetchone()
-        return self._written(namespace, key, value, params, row)
+        return self._written(namespace, key, value, row)
 
     async def adelete(self, namespace: Namespace, key: str) -> bool:
         params = self._params(namespace, key)
@@ -326,34 +430,66 @@ class PostgresStore(Store):
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
         async with (await self._apool()).connection() as conn, conn.transaction():
-            await conn.execute(_LOCK_KEY, params)
-            params["now"] = time.time()
+            (params["now"],) = await (await conn.execute(_LOCK_KEY, params)).fetchone()
             row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
             value = fn(codec.loads(row[0]) if row is not None else None)
             params["data"] = codec.dumps(value).decode()
-            params["expires_at"] = params["now"] + ttl if ttl is not None else None
+            params["ttl"] = ttl
             written = await (await conn.execute(_UPSERT, params)).fetchone()
-        return self._written(namespace, key, value, params, written)
+        return self._written(namespace, key, value, written)
 
     async def aupdate_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        items = []
         async with (await self._apool()).connection() as conn, conn.transaction():
-            for key in sorted(all_params):
-                await conn.execute(_LOCK_KEY, all_params[key])
-            now = time.time()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
-                value = updates[key](codec.loads(row[0]) if row is not None else None)
-                params["data"] = codec.dumps(value).decode()
-                params["expires_at"] = now + ttl if ttl is not None else None
-                written = await (await conn.execute(_UPSERT, params)).fetchone()
-                items.append(self._written(namespace, key, value, params, written))
+            return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
+
+    async def _aupdate_many(
+        self,
+        conn: Any,
+        namespace: Namespace,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        ttl: float | None,
+    ) -> builtins.list[Item]:
+        now = None
+        for key in sorted(all_params):
+            (now,) = await (await conn.execute(_LOCK_KEY, all_params[key])).fetchone()
+        items = []
+        for key, params in all_params.items():
+            params["now"] = now
+            row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
+            value = updates[key](codec.loads(row[0]) if row is not None else None)
+            params["data"] = codec.dumps(value).decode()
+            params["ttl"] = ttl
+            written = await (await conn.execute(_UPSERT, params)).fetchone()
+            items.append(self._written(namespace, key, value, written))
         return items
+
+    async def achange_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
+        async with (await self._apool()).connection() as conn:
+            (snapshot,) = await (await conn.execute(_MARK)).fetchone()
+        return ChangeMark(_BACKEND, namespace, snapshot)
+
+    async def aupdate_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        params = self._since_params(namespace, since)
+        ttl = validate_ttl(ttl)
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            (params["now"],) = await (await conn.execute(_LOCK_NAMESPACE, params)).fetchone()
+            rows = await (await conn.execute(_CHANGES, params)).fetchall()
+            updates = plan([_item(row) for row in rows])
+            all_params = self._planned_params(namespace, updates)
+            return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
 
     async def aput_if_version(
         self,
@@ -367,16 +503,16 @@ class PostgresStore(Store):
         params = self._write_params(namespace, key, value, ttl)
         expected_version = validate_version(expected_version)
         async with (await self._apool()).connection() as conn, conn.transaction():
-            await conn.execute(_LOCK_KEY, params)
+            (params["now"],) = await (await conn.execute(_LOCK_KEY, params)).fetchone()
             row = await (await conn.execute(_CURRENT_VERSION, params)).fetchone()
             if (row[0] if row else 0) != expected_version:
                 return None
             written = await (await conn.execute(_UPSERT, params)).fetchone()
-        return self._written(namespace, key, value, params, written)
+        return self._written(namespace, key, value, written)
 
     async def apurge_expired(self) -> int:
         async with (await self._apool()).connection() as conn:
-            cursor = await conn.execute(_PURGE, {"now": time.time()})
+            cursor = await conn.execute(_PURGE, {"now": None})
             return int(cursor.rowcount)
 
     async def aclose(self) -> None:

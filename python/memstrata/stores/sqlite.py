@@ -5,6 +5,14 @@ Several processes may open the same file: ``update`` takes SQLite's write lock u
 overwriting each other, and ``busy_timeout`` makes a waiting writer wait rather than fail.
 With WAL and ``synchronous=NORMAL`` a killed process never leaves a half-written record: a
 transaction is in the file whole or not at all.
+
+Every row carries a sequence number (``seq``) that is one more than the namespace's highest
+when it is written. Write transactions are serialised by the database lock, so the numbers follow
+commit order exactly: a ``ChangeMark`` is the namespace's highest number, and the changes since
+it are a range scan of the ``(namespace, seq)`` index. The highest number is read from that same
+index, which the write updates anyway, so change tracking adds one index entry per write and no
+other page; ``delete`` and ``purge_expired`` record the numbers they remove in ``seq_floor``, so
+a namespace's numbers never go back.
 """
 
 from __future__ import annotations
@@ -19,22 +27,27 @@ from contextlib import contextmanager
 
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    ChangeMark,
     Item,
     JSONValue,
     Namespace,
+    Planner,
     Store,
     Updater,
     decode_namespace,
     encode_namespace,
     prefix_upper_bound,
+    sequence_position,
     validate_key,
     validate_namespace,
     validate_page,
     validate_ttl,
+    validate_updates,
     validate_version,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_BACKEND = "sqlite"
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -51,11 +64,49 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS items_expires_at ON items (expires_at)"
         " WHERE expires_at IS NOT NULL",
     ),
+    # Change tracking for update_many_since: rows written before it count as never changed.
+    2: (
+        "ALTER TABLE items ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS items_changes ON items (namespace, seq)",
+        """CREATE TABLE IF NOT EXISTS seq_floor (
+            namespace TEXT PRIMARY KEY,
+            seq INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ),
 }
 
 _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
-_LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > ?)"
+_LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? AND {_LIVE}
+    ORDER BY namespace, key LIMIT ? OFFSET ?"""
+# Pinned to the changes index: unanalysed, SQLite prefers the primary key (already in key order),
+# which would read the whole namespace to find the few rows written since the mark.
+_CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
+    WHERE namespace = ? AND seq > ? AND {_LIVE} ORDER BY key"""
+_PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
+# The highest sequence number namespace :ns has used: its newest row's, or a deleted row's.
+_LAST_SEQ = """max(
+    coalesce((SELECT seq FROM items INDEXED BY items_changes
+              WHERE namespace = :ns ORDER BY seq DESC LIMIT 1), 0),
+    coalesce((SELECT seq FROM seq_floor WHERE namespace = :ns), 0))"""
+_LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
+_UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
+    VALUES (:ns, :key, :data, 1, :now, :now, :expires_at, {_LAST_SEQ} + 1)
+    ON CONFLICT (namespace, key) DO UPDATE SET
+        value = excluded.value,
+        seq = excluded.seq,
+        version = CASE WHEN {_LIVE_OLD} THEN items.version + 1 ELSE 1 END,
+        created_at = CASE WHEN {_LIVE_OLD} THEN items.created_at
+                          ELSE excluded.created_at END,
+        updated_at = excluded.updated_at,
+        expires_at = excluded.expires_at
+    RETURNING version, created_at, updated_at"""
+_KEEP_SEQ = "ON CONFLICT (namespace) DO UPDATE SET seq = max(seq_floor.seq, excluded.seq)"
+_FLOOR_DELETED = f"""INSERT INTO seq_floor (namespace, seq)
+    SELECT namespace, seq FROM items WHERE namespace = ? AND key = ? {_KEEP_SEQ}"""
+_FLOOR_PURGED = f"""INSERT INTO seq_floor (namespace, seq)
+    SELECT namespace, max(seq) FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?
+    GROUP BY namespace {_KEEP_SEQ}"""
 
 
 class SQLiteStore(Store):
@@ -142,18 +193,14 @@ class SQLiteStore(Store):
         much as the write, and the stored copy is already independent of it.
         """
         expires_at = now + ttl if ttl is not None else None
-        row = conn.execute(
-            f"""INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, 1, ?, ?, ?)
-            ON CONFLICT (namespace, key) DO UPDATE SET
-                value = excluded.value,
-                version = CASE WHEN {_LIVE_OLD} THEN items.version + 1 ELSE 1 END,
-                created_at = CASE WHEN {_LIVE_OLD} THEN items.created_at
-                                  ELSE excluded.created_at END,
-                updated_at = excluded.updated_at,
-                expires_at = excluded.expires_at
-            RETURNING version, created_at, updated_at""",
-            (encode_namespace(namespace), key, data, now, now, expires_at, now, now),
-        ).fetchone()
+        params = {
+            "ns": encode_namespace(namespace),
+            "key": key,
+            "data": data,
+            "now": now,
+            "expires_at": expires_at,
+        }
+        row = conn.execute(_UPSERT, params).fetchone()
         version, created_at, updated_at = row
         return Item(namespace, key, value, version, created_at, updated_at, expires_at)
 
@@ -187,6 +234,7 @@ class SQLiteStore(Store):
                 f"SELECT {_LIVE} FROM items WHERE namespace = ? AND key = ?",
                 (time.time(), ns, key),
             ).fetchone()
+            conn.execute(_FLOOR_DELETED, (ns, key))
             conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
         return bool(live and live[0])
 
@@ -197,10 +245,7 @@ class SQLiteStore(Store):
         validate_page(limit, offset)
         with self._lock:
             rows = self._conn.execute(
-                f"""SELECT {_COLUMNS} FROM items
-                WHERE namespace >= ? AND namespace < ? AND {_LIVE}
-                ORDER BY namespace, key LIMIT ? OFFSET ?""",
-                (prefix, prefix_upper_bound(prefix), time.time(), limit, offset),
+                _LIST, (prefix, prefix_upper_bound(prefix), time.time(), limit, offset)
             ).fetchall()
         return [self._item(row) for row in rows]
 
@@ -219,7 +264,8 @@ class SQLiteStore(Store):
             ).fetchone()
             current = codec.loads(row[0]) if row is not None else None
             value = fn(current)
-            return self._write(conn, namespace, key, value, codec.dumps(value), ttl, now)
+            data = codec.dumps(value)
+            return self._write(conn, namespace, key, value, data, ttl, now)
 
     def put_if_version(
         self,
@@ -250,27 +296,66 @@ class SQLiteStore(Store):
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         namespace = validate_namespace(namespace)
-        ns = encode_namespace(namespace)
         keys = [validate_key(key) for key in updates]
         ttl = validate_ttl(ttl)
+        with self._transaction() as conn:
+            return self._update_many(conn, namespace, keys, updates, ttl, time.time())
+
+    def _update_many(
+        self,
+        conn: sqlite3.Connection,
+        namespace: Namespace,
+        keys: builtins.list[str],
+        updates: Mapping[str, Updater],
+        ttl: float | None,
+        now: float,
+    ) -> builtins.list[Item]:
+        """``update_many`` in the caller's write transaction."""
+        ns = encode_namespace(namespace)
         items = []
+        for key in keys:
+            row = conn.execute(
+                f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (ns, key, now),
+            ).fetchone()
+            value = updates[key](codec.loads(row[0]) if row is not None else None)
+            data = codec.dumps(value)
+            items.append(self._write(conn, namespace, key, value, data, ttl, now))
+        return items
+
+    def change_mark(self, namespace: Namespace) -> ChangeMark:
+        namespace = validate_namespace(namespace)
+        with self._lock:
+            (last,) = self._conn.execute(
+                f"SELECT {_LAST_SEQ}", {"ns": encode_namespace(namespace)}
+            ).fetchone()
+        return ChangeMark(_BACKEND, namespace, str(last))
+
+    def update_many_since(
+        self,
+        namespace: Namespace,
+        since: ChangeMark,
+        plan: Planner,
+        *,
+        ttl: float | None = None,
+    ) -> builtins.list[Item]:
+        namespace = validate_namespace(namespace)
+        mark = sequence_position(since, _BACKEND, namespace)
+        ttl = validate_ttl(ttl)
+        # BEGIN IMMEDIATE holds the database's write lock: no other writer, in any process,
+        # runs between reading the changes and writing.
         with self._transaction() as conn:
             now = time.time()
-            for key in keys:
-                row = conn.execute(
-                    f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
-                    (ns, key, now),
-                ).fetchone()
-                value = updates[key](codec.loads(row[0]) if row is not None else None)
-                items.append(self._write(conn, namespace, key, value, codec.dumps(value), ttl, now))
-        return items
+            rows = conn.execute(_CHANGES, (encode_namespace(namespace), mark, now)).fetchall()
+            updates = plan([self._item(row) for row in rows])
+            keys = validate_updates(updates)
+            return self._update_many(conn, namespace, keys, updates, ttl, now)
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
-            cursor = conn.execute(
-                "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?",
-                (time.time(),),
-            )
+            now = time.time()
+            conn.execute(_FLOOR_PURGED, (now,))
+            cursor = conn.execute(_PURGE, (now,))
             return cursor.rowcount
 
     def close(self) -> None:

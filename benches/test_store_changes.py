@@ -1,0 +1,84 @@
+"""A flush that reconciles with what other processes committed, in a namespace of 10,000 items.
+
+Each call: another writer commits one item, then ``update_many_since`` reads what changed since
+a mark taken just before and writes one item, in one transaction. Peer: the plain way, reading
+the whole namespace back in the transaction (``list`` of every item, then the write), which is
+what a flush would cost if it had to compare with everything stored. SQLite and a throwaway
+PostgreSQL cluster (fsync off, as in the tests).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from benchkit import compare
+from postgres_cluster import throwaway_cluster
+
+from memstrata.stores import Item, PostgresStore, SQLiteStore, Store
+
+NS = ("mind", "bench")
+SIZE = 10_000
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    with throwaway_cluster() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
+    s: Store
+    if request.param == "sqlite":
+        s = SQLiteStore(tmp_path / "changes.db")
+    else:
+        s = PostgresStore(request.getfixturevalue("postgres_url"))
+    payload = {"type": "belief", "content": "x" * 200, "embedding": "A" * 2048}
+    for start in range(0, SIZE, 1000):
+        s.update_many(NS, {f"belief/{i}": (lambda _c: payload) for i in range(start, start + 1000)})
+    yield s
+    s.close()
+
+
+def test_reconcile_with_changes_in_a_10k_namespace(benchmark: Any, store: Store) -> None:
+    state = {"i": 0}
+
+    def other_writer_commits() -> None:
+        state["i"] += 1
+        store.put(NS, f"belief/other-{state['i'] % 50}", {"type": "belief", "n": state["i"]})
+
+    def ours() -> Any:
+        mark = store.change_mark(NS)
+        other_writer_commits()
+
+        def plan(changed: list[Item]) -> dict[str, Any]:
+            assert len(changed) == 1
+            return {"belief/mine": lambda _c: {"seen": changed[0].key}}
+
+        return store.update_many_since(NS, mark, plan)
+
+    def reread_everything() -> Any:
+        other_writer_commits()
+
+        def plan(_changed: list[Item]) -> dict[str, Any]:
+            everything = [
+                item
+                for offset in range(0, SIZE + 100, 1000)
+                for item in store.list(NS, limit=1000, offset=offset)
+            ]
+            return {"belief/mine": lambda _c: {"seen": len(everything)}}
+
+        # The namespace lock and transaction of update_many_since, reading everything in it.
+        return store.update_many_since(NS, store.change_mark(NS), plan)
+
+    backend = type(store).__name__
+    compare(
+        benchmark,
+        f"flush reconciling with others' writes, {SIZE:,}-item namespace, {backend}",
+        ours,
+        {"re-reading the namespace": reread_everything},
+        target="independent of the namespace's size",
+    )

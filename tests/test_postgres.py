@@ -1,0 +1,206 @@
+"""What only the PostgreSQL store has: its migrations, its indexes (checked with EXPLAIN), change
+marks that follow commit order, the database's clock, and async twins without threads.
+
+The conformance suite (``test_stores.py``) covers the behaviour it shares with every backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from store_checks import changed_keys
+
+from memstrata.stores import PostgresStore
+from memstrata.stores import postgres as pg
+from memstrata.stores.base import encode_namespace, prefix_upper_bound
+
+NS = ("agents", "alice")
+
+
+@pytest.fixture
+def url(postgres_url: str) -> Iterator[str]:
+    """The session's cluster with no memstrata tables: each test starts from an empty database."""
+
+    def drop() -> None:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+
+    drop()
+    yield postgres_url
+    drop()
+
+
+def schema_versions(url: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        return [v for (v,) in conn.execute("SELECT version FROM memstrata_schema ORDER BY 1")]
+
+
+_OPEN = "import sys; from memstrata.stores import PostgresStore; PostgresStore(sys.argv[1]).close()"
+
+
+def test_servers_starting_together_migrate_once(url: str) -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN, url]) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    PostgresStore(url).close()  # and once more, later: nothing to do
+    assert schema_versions(url) == [1, 2]
+
+
+def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        for statement in pg._MIGRATIONS[1]:
+            conn.execute(statement)
+        conn.execute("CREATE TABLE memstrata_schema (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO memstrata_schema VALUES (1)")
+        conn.execute(
+            "INSERT INTO memstrata_items (namespace, key, value, version, created_at, updated_at)"
+            " VALUES (%s, 'old', '{\"kept\": true}', 3, 1.0, 2.0)",
+            (encode_namespace(NS),),
+        )
+    with PostgresStore(url) as store:
+        assert schema_versions(url) == [1, 2]
+        old = store.get(NS, "old")
+        assert old is not None and (old.value, old.version) == ({"kept": True}, 3)
+        mark = store.change_mark(NS)
+        store.put(NS, "new", 1)
+        assert changed_keys(store, NS, mark) == ["new"]  # rows from before it are not changes
+
+
+def test_a_newer_schema_is_refused(url: str) -> None:
+    PostgresStore(url).close()
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO memstrata_schema VALUES (99)")
+    with pytest.raises(RuntimeError, match=r"schema version 99.*upgrade memstrata"):
+        PostgresStore(url)
+
+
+def test_values_are_json_because_jsonb_would_reorder_their_keys(url: str) -> None:
+    PostgresStore(url).close()
+    with psycopg.connect(url) as conn:
+        (column_type,) = conn.execute(
+            "SELECT data_type FROM information_schema.columns"
+            " WHERE table_name = 'memstrata_items' AND column_name = 'value'"
+        ).fetchone()
+        (as_jsonb,) = conn.execute("""SELECT '{"zebra": 1, "a": 2}'::jsonb::text""").fetchone()
+    assert column_type == "json"
+    # The reason: a working memory rendered from jsonb would change between turns.
+    assert as_jsonb == '{"a": 2, "zebra": 1}'
+
+
+def explain(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> str:
+    # Client-side binding: the planner sees the values, as it does for the real statement.
+    with psycopg.ClientCursor(conn) as cursor:
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_indexes_serve_prefix_listing_ttl_purging_and_changes(url: str) -> None:
+    store = PostgresStore(url)
+    with psycopg.connect(url) as conn:
+        # 10,000 entries of one mind among 40,000 rows; 100 of them with a TTL.
+        conn.execute(
+            """INSERT INTO memstrata_items
+                (namespace, key, value, version, created_at, updated_at, expires_at)
+            SELECT 'mind' || chr(31) || 'agent-' || (i % 4) || chr(31), 'belief/' || i,
+                   '{}', 1, 0, 0, CASE WHEN i % 400 = 0 THEN 1.0 END
+            FROM generate_series(1, 40000) AS i"""
+        )
+        conn.commit()
+        mark = store.change_mark(("mind", "agent-1"))
+        store.put(("mind", "agent-1"), "belief/new", {})
+        conn.execute("ANALYZE memstrata_items")
+        listing = explain(
+            conn,
+            pg._LIST,
+            {
+                "lo": encode_namespace(("mind", "agent-1")),
+                "hi": prefix_upper_bound(encode_namespace(("mind", "agent-1"))),
+                "now": None,
+                "limit": 100,
+                "offset": 0,
+            },
+        )
+        purge = explain(conn, pg._PURGE, {"now": None})
+        changes = explain(
+            conn,
+            pg._CHANGES,
+            {"ns": encode_namespace(("mind", "agent-1")), "mark": mark.position, "now": None},
+        )
+    store.close()
+    assert "Index Scan using memstrata_items_pkey" in listing, listing
+    assert "memstrata_items_expires_at" in purge, purge
+    assert "memstrata_items_changes" in changes and "Seq Scan" not in changes, changes
+
+
+def test_a_write_in_flight_when_the_mark_is_made_is_a_change(url: str) -> None:
+    # A sequence number would miss this write: drawn before the mark, committed after it.
+    store = PostgresStore(url)
+    store.put(NS, "before", 0)
+    with psycopg.connect(url) as slow:
+        slow.execute("SELECT pg_current_xact_id()")  # its transaction id is taken now
+        mark = store.change_mark(NS)
+        slow.execute(
+            "INSERT INTO memstrata_items"
+            " (namespace, key, value, version, created_at, updated_at, written_by)"
+            " VALUES (%s, 'in-flight', '1', 1, 0, 0, pg_current_xact_id())",
+            (encode_namespace(NS),),
+        )
+        store.put(NS, "after", 2)
+    assert changed_keys(store, NS, mark) == ["after", "in-flight"]
+    store.close()
+
+
+def test_expiry_follows_the_database_clock_not_each_clients(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(url)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)  # a server an hour behind
+    store.put(NS, "from-a-slow-clock", 1, ttl=60)
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)  # one an hour ahead
+    store.put(NS, "from-a-fast-clock", 1, ttl=60)
+    monkeypatch.setattr(time, "time", real)
+    for key in ("from-a-slow-clock", "from-a-fast-clock"):
+        item = store.get(NS, key)
+        assert item is not None, f"{key} expired early or lives an hour too long"
+        assert item.expires_at is not None and abs(item.expires_at - (real() + 60)) < 5
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert [i.key for i in store.list(NS)] == ["from-a-fast-clock", "from-a-slow-clock"]
+    assert store.purge_expired() == 0
+    store.close()
+
+
+def test_async_twins_use_psycopg_async_connections_not_threads(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(url)
+
+    def no_threads(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("an async twin ran in a worker thread")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_threads)
+
+    async def scenario() -> None:
+        mark = await store.achange_mark(NS)
+        await store.aput(NS, "a", 1)
+        await store.aupdate(NS, "a", lambda v: v + 1)
+        assert await store.aput_if_version(NS, "b", 1, expected_version=0) is not None
+        await store.aupdate_many(NS, {"c": lambda _v: 3})
+        items = await store.aupdate_many_since(
+            NS, mark, lambda changed: {"seen": lambda _v: [i.key for i in changed]}
+        )
+        assert items[0].value == ["a", "b", "c"]
+        assert [i.key for i in await store.alist(NS)] == ["a", "b", "c", "seen"]
+        got = await store.aget(NS, "a")
+        assert got is not None and got.value == 2
+        assert await store.adelete(NS, "b") is True
+        assert await store.apurge_expired() == 0
+        await store.aclose()
+
+    asyncio.run(scenario())
