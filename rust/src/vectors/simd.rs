@@ -203,7 +203,7 @@ pub fn int8_level() -> Int8 {
 /// `(max + 1) · Σ codes` to recover the signed product.
 ///
 /// # Panics
-/// When the shapes disagree, or on AVX2 when a query byte exceeds 127.
+/// When the shapes disagree.
 pub fn i8_dot_rows(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
     assert!(stride.is_multiple_of(64) && q_u8.len() == stride && codes.len() == out.len() * stride);
     #[cfg(target_arch = "x86_64")]
@@ -214,10 +214,9 @@ pub fn i8_dot_rows(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
             return;
         }
         Int8::Avx2 => {
-            assert!(
-                q_u8.iter().all(|&q| q < 128),
-                "query bytes must stay below 128 on AVX2"
-            );
+            // The callers quantise the query to `query_max_code` (checked here in tests only:
+            // this runs once per block of rows).
+            debug_assert!(q_u8.iter().all(|&q| q < 128));
             // SAFETY: the CPU reports avx2; lengths checked above.
             unsafe { x86::i8_dots_avx2(codes, stride, q_u8, out) };
             return;
@@ -533,8 +532,12 @@ mod x86 {
                 j += 64;
             }
             let sums = hsum4_epi32_256(acc);
-            let m = 4.min(n - i);
-            out[i..i + m].copy_from_slice(&sums[..m]);
+            if i + 4 <= n {
+                // A fixed-size copy: `copy_from_slice` of a variable length is a memcpy call.
+                out[i..i + 4].copy_from_slice(&sums);
+            } else {
+                out[i..].copy_from_slice(&sums[..n - i]);
+            }
             i += 4;
         }
     }
