@@ -21,6 +21,13 @@ const PREFILTER_MIN_ROWS: usize = 512;
 /// Beyond this the int8 dot products could overflow i32.
 const PREFILTER_MAX_DIM: usize = 16_384;
 const INT8_BLOCK: usize = 256;
+/// Width of a scoring stage: a staged scan scores this many columns of every row, then the next
+/// stage only for the rows whose bound can still reach the floor.
+const STAGE_COLUMNS: usize = 128;
+/// A block is scored in stages only while the floor is at least this fraction of the bound a
+/// typical row gets for its unscored columns (`|q_B|` times the mean `|x_B|`): below it the
+/// first stage drops few rows and staging only costs.
+const STAGE_FLOOR_RATIO: f32 = 0.8;
 /// The int8 pass reads ~60 GB/s on one core, so the wake-up cost of a second thread (see
 /// `PARALLEL_MIN_ELEMENTS`) only pays off from about 8 MB of codes (20k rows at dim 384).
 const PARALLEL_MIN_INT8_BYTES: usize = 1 << 23;
@@ -42,8 +49,100 @@ pub struct VectorSet {
     residuals: Vec<f32>,
     /// `|scale·code|`.
     code_norms: Vec<f32>,
+    /// Column ends of the scoring stages before the full width: multiples of `STAGE_COLUMNS`
+    /// below `stride`.
+    cuts: Vec<usize>,
+    /// Per cut, per row: the row's statistics over the columns before the cut.
+    partials: Vec<Partial>,
 }
 
+/// Per row, over columns `0..cut`: Σ code, `|v - scale·code|`, `|scale·code|`; and `|v|` over
+/// the columns from the cut on (the Cauchy-Schwarz bound of what the later stages can add).
+#[derive(Debug, Clone, Default)]
+struct Partial {
+    sums: Vec<i32>,
+    residuals: Vec<f32>,
+    norms: Vec<f32>,
+    tails: Vec<f32>,
+    /// Σ tails, for their mean.
+    tail_total: f64,
+}
+
+impl Partial {
+    fn set(&mut self, slot: usize, (sum, residual, norm, tail): (i32, f32, f32, f32)) {
+        self.tail_total += f64::from(tail);
+        if slot == self.sums.len() {
+            self.sums.push(sum);
+            self.residuals.push(residual);
+            self.norms.push(norm);
+            self.tails.push(tail);
+        } else {
+            self.tail_total -= f64::from(self.tails[slot]);
+            self.sums[slot] = sum;
+            self.residuals[slot] = residual;
+            self.norms[slot] = norm;
+            self.tails[slot] = tail;
+        }
+    }
+
+    fn swap_remove(&mut self, slot: usize) {
+        self.tail_total -= f64::from(self.tails[slot]);
+        self.sums.swap_remove(slot);
+        self.residuals.swap_remove(slot);
+        self.norms.swap_remove(slot);
+        self.tails.swap_remove(slot);
+    }
+
+    fn mean_tail(&self) -> f32 {
+        if self.tails.is_empty() {
+            0.0
+        } else {
+            (self.tail_total / self.tails.len() as f64) as f32
+        }
+    }
+}
+
+/// Rounded up so that bounds computed in f64 stay bounds after the cast to f32.
+fn up(x: f64) -> f32 {
+    (x.sqrt() * (1.0 + 1e-6)) as f32
+}
+
+/// Over columns `0..cut` of `v` and its codes: Σ code, `|v - scale·code|`, `|scale·code|`; and
+/// `|v|` over the columns from `cut` on. Norms are rounded up.
+fn partial_stats(v: &[f32], q: &Quantized, cut: usize) -> (i32, f32, f32, f32) {
+    let head = cut.min(v.len());
+    let codes = &q.codes[..head];
+    let sum = codes.iter().map(|&c| i32::from(c)).sum();
+    let squares: i32 = codes.iter().map(|&c| i32::from(c) * i32::from(c)).sum();
+    let scale = f64::from(q.scale);
+    let residual2: f64 = v[..head]
+        .iter()
+        .zip(codes)
+        .map(|(&x, &c)| (f64::from(x) - scale * f64::from(c)).powi(2))
+        .sum();
+    let tail2: f64 = v[head..].iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    (
+        sum,
+        up(residual2),
+        up(scale * scale * f64::from(squares)),
+        up(tail2),
+    )
+}
+
+/// The query as the int8 pass sees it.
+struct Probe {
+    /// Codes offset to unsigned by `offset` (see `Int8::query_max_code`).
+    q_u8: Vec<u8>,
+    offset: i32,
+    scale: f32,
+    /// `|q - scale·code|` and `|q|` over every column.
+    residual: f32,
+    norm: f32,
+    /// Per cut: `|q|` and `|q - scale·code|` over the columns before it, `|q|` after it.
+    partials: Vec<[f32; 3]>,
+    /// Covers the f32 rounding of the scores (see `search`).
+    margin: f32,
+}
 struct Quantized {
     codes: Vec<i8>,
     sum: i32,
@@ -105,8 +204,6 @@ fn quantize(v: &[f32], stride: usize, max_code: i32) -> Quantized {
         let d = f64::from(x) - scale64 * f64::from(c);
         *r += d * d;
     }
-    // Rounded up so the stored bounds stay bounds after the cast to f32.
-    let up = |x: f64| (x.sqrt() * (1.0 + 1e-6)) as f32;
     Quantized {
         codes,
         sum,
@@ -127,17 +224,24 @@ impl VectorSet {
                 "dim must be between 1 and 65536, got {dim}"
             )));
         }
+        let stride = dim.div_ceil(64) * 64;
+        let cuts: Vec<usize> = (1..)
+            .map(|s| s * STAGE_COLUMNS)
+            .take_while(|&c| c < stride)
+            .collect();
         Ok(Self {
             dim,
             ids: Vec::new(),
             slots: HashMap::new(),
             unit: Vec::new(),
-            stride: dim.div_ceil(64) * 64,
+            stride,
             codes: Vec::new(),
             code_sums: Vec::new(),
             scales: Vec::new(),
             residuals: Vec::new(),
             code_norms: Vec::new(),
+            partials: vec![Partial::default(); cuts.len()],
+            cuts,
         })
     }
 
@@ -178,22 +282,30 @@ impl VectorSet {
                 self.dim
             )));
         }
-        let prepare =
-            |(i, (id, v)): (usize, (&String, &[f32]))| -> CoreResult<(Vec<f32>, Quantized)> {
-                let norm = checked_norm(v, |j| format!("vectors[{i}, {j}] (id {id:?})"))?;
-                if norm == 0.0 {
-                    return Err(CoreError::ZeroVector {
-                        what: format!("the vector for id {id:?} (vectors[{i}])"),
-                    });
-                }
-                let inverse = 1.0 / norm;
-                let unit: Vec<f32> = v.iter().map(|&x| (f64::from(x) * inverse) as f32).collect();
-                let q = quantize(&unit, self.stride, 127);
-                Ok((unit, q))
-            };
+        if self.ids.len() + ids.len() > u32::MAX as usize {
+            return Err(CoreError::InvalidArgument(format!(
+                "a VectorSet holds at most {} vectors",
+                u32::MAX
+            )));
+        }
+        type Prepared = (Vec<f32>, Quantized, Vec<(i32, f32, f32, f32)>);
+        let cuts = &self.cuts;
+        let prepare = |(i, (id, v)): (usize, (&String, &[f32]))| -> CoreResult<Prepared> {
+            let norm = checked_norm(v, |j| format!("vectors[{i}, {j}] (id {id:?})"))?;
+            if norm == 0.0 {
+                return Err(CoreError::ZeroVector {
+                    what: format!("the vector for id {id:?} (vectors[{i}])"),
+                });
+            }
+            let inverse = 1.0 / norm;
+            let unit: Vec<f32> = v.iter().map(|&x| (f64::from(x) * inverse) as f32).collect();
+            let q = quantize(&unit, self.stride, 127);
+            let partials = cuts.iter().map(|&c| partial_stats(&unit, &q, c)).collect();
+            Ok((unit, q, partials))
+        };
         let rows = ids.iter().zip(vectors.chunks_exact(self.dim)).enumerate();
         // Collected in order, so the error reported is the first row's.
-        let prepared: Vec<CoreResult<(Vec<f32>, Quantized)>> =
+        let prepared: Vec<CoreResult<Prepared>> =
             if vectors.len() >= PARALLEL_MIN_ELEMENTS / 4 && rayon::current_num_threads() > 1 {
                 rows.collect::<Vec<_>>()
                     .into_par_iter()
@@ -203,8 +315,12 @@ impl VectorSet {
                 rows.map(prepare).collect()
             };
         let prepared = prepared.into_iter().collect::<CoreResult<Vec<_>>>()?;
-        for (id, (u, q)) in ids.iter().zip(prepared) {
+        for (id, (u, q, partials)) in ids.iter().zip(prepared) {
             let u = u.as_slice();
+            let slot = self.slots.get(id).copied().unwrap_or(self.ids.len());
+            for (partial, stats) in self.partials.iter_mut().zip(partials) {
+                partial.set(slot, stats);
+            }
             match self.slots.get(id) {
                 Some(&slot) => {
                     self.unit[slot * self.dim..(slot + 1) * self.dim].copy_from_slice(u);
@@ -251,6 +367,9 @@ impl VectorSet {
             self.scales.swap_remove(slot);
             self.residuals.swap_remove(slot);
             self.code_norms.swap_remove(slot);
+            for partial in &mut self.partials {
+                partial.swap_remove(slot);
+            }
             self.unit.truncate(last * self.dim);
             self.codes.truncate(last * self.stride);
         }
@@ -338,45 +457,47 @@ impl VectorSet {
         }
         let q_max = int8.query_max_code();
         let qq = quantize(q, self.stride, q_max);
-        let q_offset = q_max + 1;
-        let q_u8: Vec<u8> = qq
-            .codes
-            .iter()
-            .map(|&c| (i32::from(c) + q_offset) as u8)
-            .collect();
-        // |x| of the (finite, unit) query; its rounding is covered by `margin`.
-        let q_norm = q
-            .iter()
-            .map(|&x| f64::from(x) * f64::from(x))
-            .sum::<f64>()
-            .sqrt() as f32;
-        // f32 dot of two unit vectors: rounding error at most ~dim·ε; the approximate score adds
-        // a few ulps. Doubled for headroom.
-        let margin = 2.0 * (self.dim as f32 + 8.0) * f32::EPSILON;
-        let probe = |(s, e): (usize, usize)| {
-            self.int8_candidates(
-                &q_u8,
-                q_offset,
-                qq.scale,
-                qq.residual,
-                q_norm,
-                margin,
-                s,
-                e,
-                k,
-                threshold,
-            )
+        let offset = q_max + 1;
+        let q_norm2: f64 = q.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+        let probe = Probe {
+            q_u8: qq
+                .codes
+                .iter()
+                .map(|&c| (i32::from(c) + offset) as u8)
+                .collect(),
+            offset,
+            scale: qq.scale,
+            residual: qq.residual,
+            // |x| of the (finite, unit) query; its rounding is covered by `margin`.
+            norm: q_norm2.sqrt() as f32,
+            partials: self
+                .cuts
+                .iter()
+                .map(|&c| {
+                    let (_, residual, _, tail) = partial_stats(q, &qq, c);
+                    let head = q[..c.min(q.len())]
+                        .iter()
+                        .map(|&x| f64::from(x) * f64::from(x))
+                        .sum();
+                    [up(head), residual, tail]
+                })
+                .collect(),
+            // f32 dot of two unit vectors: rounding error at most ~dim·ε; the approximate score
+            // adds a few ulps. Doubled for headroom.
+            margin: 2.0 * (self.dim as f32 + 8.0) * f32::EPSILON,
         };
+        let margin = probe.margin;
+        let probe_rows = |(s, e): (usize, usize)| self.int8_candidates(&probe, s, e, k, threshold);
         let parallel_int8 =
             n * self.stride >= PARALLEL_MIN_INT8_BYTES && rayon::current_num_threads() > 1;
         let parts: Vec<(KthLargest, Vec<(usize, f32)>)> = if parallel_int8 {
             // The int8 rows are a quarter of the f32 bytes.
             chunk_bounds(n, self.stride / 4)
                 .into_par_iter()
-                .map(probe)
+                .map(probe_rows)
                 .collect()
         } else {
-            vec![probe((0, n))]
+            vec![probe_rows((0, n))]
         };
         let mut kth = KthLargest::new(k);
         let mut candidates = Vec::new();
@@ -432,74 +553,231 @@ impl VectorSet {
     /// Pass one over rows `start..end`: int8 scores with error bounds. Returns the k largest
     /// lower bounds and the rows whose upper bound reached the running k-th lower bound (a
     /// superset of the rows that can make the final top-k).
-    #[allow(clippy::too_many_arguments)]
+    ///
+    /// A block is scored either at full width, or in stages of `STAGE_COLUMNS` columns: after a
+    /// stage, a row whose upper bound (its int8 score so far, plus `|q_B|·|x_B|` for the columns
+    /// not yet scored) is below the floor is dropped. Threshold queries (dedup) drop nearly every
+    /// row after the first stage; a top-k query scores at full width until its floor has risen.
     fn int8_candidates(
         &self,
-        q_u8: &[u8],
-        q_offset: i32,
-        q_scale: f32,
-        q_residual: f32,
-        q_norm: f32,
-        margin: f32,
+        probe: &Probe,
         start: usize,
         end: usize,
         k: usize,
         threshold: Option<f64>,
     ) -> (KthLargest, Vec<(usize, f32)>) {
-        let mut kth = KthLargest::new(k);
-        let mut candidates = Vec::new();
-        let min_upper = threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - margin);
+        let mut pass = Pass {
+            kth: KthLargest::new(k),
+            candidates: Vec::new(),
+            min_upper: threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - probe.margin),
+        };
+        let mut rows = [0_u32; INT8_BLOCK];
         let mut raw = [0_i32; INT8_BLOCK];
-        let mut upper = [0.0_f32; INT8_BLOCK];
-        let mut lower = [0.0_f32; INT8_BLOCK];
+        // The first stage drops a row when its bound is below the floor; a typical row's bound
+        // is about |q_B| times the mean |x_B|, so below that floor staging would drop little.
+        let stage_floor = match (self.partials.first(), probe.partials.first()) {
+            (Some(partial), Some(&[_, _, q_tail])) => {
+                STAGE_FLOOR_RATIO * q_tail * partial.mean_tail()
+            }
+            _ => f32::INFINITY,
+        };
         let mut block = start;
         while block < end {
             let len = INT8_BLOCK.min(end - block);
-            let codes = &self.codes[block * self.stride..(block + len) * self.stride];
-            simd::i8_dot_rows(codes, self.stride, q_u8, &mut raw[..len]);
-            let rows = block..block + len;
-            // Every slice has exactly `len` elements, so the compiler drops the bounds checks
-            // and vectorises this branch-free loop.
-            let raw = &raw[..len];
-            let sums = &self.code_sums[rows.clone()];
-            let scales = &self.scales[rows.clone()];
-            let residuals = &self.residuals[rows.clone()];
-            let norms = &self.code_norms[rows];
-            let (up, low) = (&mut upper[..len], &mut lower[..len]);
-            for i in 0..len {
-                // Exact product of the signed codes (the query was offset by `q_offset`); no
-                // overflow below PREFILTER_MAX_DIM.
-                let product = raw[i] - q_offset * sums[i];
-                let approx = scales[i] * q_scale * product as f32;
-                // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
-                let bound = q_norm * residuals[i] + q_residual * norms[i] + margin;
-                up[i] = approx + bound;
-                low[i] = approx - bound;
-            }
-            let mut kth_lower = kth.kth();
-            for (c, (ups, lows)) in up.chunks(16).zip(low.chunks(16)).enumerate() {
-                // Most groups hold no row of interest: a branch-free test skips them whole.
-                let floor = kth_lower.max(min_upper);
-                let any = ups
-                    .iter()
-                    .zip(lows)
-                    .fold(false, |hit, (&u, &l)| hit | (l > kth_lower) | (u >= floor));
-                if !any {
-                    continue;
-                }
-                for (i, (&u, &l)) in ups.iter().zip(lows).enumerate() {
-                    if l > kth_lower {
-                        kth.push(l);
-                        kth_lower = kth.kth();
-                    }
-                    if u >= kth_lower && u >= min_upper {
-                        candidates.push((block + c * 16 + i, u));
-                    }
-                }
+            if pass.kth.kth().max(pass.min_upper) >= stage_floor {
+                self.staged_block(probe, &mut pass, &mut rows, &mut raw, block, len);
+            } else {
+                self.full_block(probe, &mut pass, &mut raw[..len], block);
             }
             block += len;
         }
-        (kth, candidates)
+        (pass.kth, pass.candidates)
+    }
+
+    /// Scores rows `block..block + raw.len()` at full width, with the bounds computed
+    /// branch-free over the whole block.
+    fn full_block(&self, probe: &Probe, pass: &mut Pass, raw: &mut [i32], block: usize) {
+        let len = raw.len();
+        let all = simd::Block { start: block, len };
+        simd::i8_dot_rows(
+            &self.codes,
+            self.stride,
+            all,
+            0..self.stride,
+            &probe.q_u8,
+            raw,
+        );
+        let mut upper = [0.0_f32; INT8_BLOCK];
+        let mut lower = [0.0_f32; INT8_BLOCK];
+        let range = block..block + len;
+        // Every slice has exactly `len` elements, so the compiler drops the bounds checks and
+        // vectorises this branch-free loop.
+        let raw = &raw[..len];
+        let sums = &self.code_sums[range.clone()];
+        let scales = &self.scales[range.clone()];
+        let residuals = &self.residuals[range.clone()];
+        let norms = &self.code_norms[range];
+        let (up, low) = (&mut upper[..len], &mut lower[..len]);
+        for i in 0..len {
+            // Exact product of the signed codes (the query was offset by `probe.offset`); no
+            // overflow below PREFILTER_MAX_DIM.
+            let product = raw[i] - probe.offset * sums[i];
+            let approx = scales[i] * probe.scale * product as f32;
+            // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
+            let bound = probe.norm * residuals[i] + probe.residual * norms[i] + probe.margin;
+            up[i] = approx + bound;
+            low[i] = approx - bound;
+        }
+        let mut kth_lower = pass.kth.kth();
+        for (c, (ups, lows)) in up.chunks(16).zip(low.chunks(16)).enumerate() {
+            // Most groups hold no row of interest: a branch-free test skips them whole.
+            let floor = kth_lower.max(pass.min_upper);
+            let any = ups
+                .iter()
+                .zip(lows)
+                .fold(false, |hit, (&u, &l)| hit | (l > kth_lower) | (u >= floor));
+            if !any {
+                continue;
+            }
+            for (i, (&u, &l)) in ups.iter().zip(lows).enumerate() {
+                kth_lower = pass.offer(block + c * 16 + i, u, l, kth_lower);
+            }
+        }
+    }
+
+    /// Scores rows `block..block + len` stage by stage, keeping in `rows` (and their partial
+    /// sums in `raw`) only those that can still reach the floor.
+    fn staged_block(
+        &self,
+        probe: &Probe,
+        pass: &mut Pass,
+        rows: &mut [u32; INT8_BLOCK],
+        raw: &mut [i32; INT8_BLOCK],
+        block: usize,
+        len: usize,
+    ) {
+        // The floor at the start of the block: it only rises, so dropping against it is safe.
+        let floor = pass.kth.kth().max(pass.min_upper);
+        // The first stage covers the whole block: its bounds are computed over contiguous
+        // slices, branch-free (the loop vectorises), then the survivors are gathered.
+        let cut = self.cuts[0];
+        let all = simd::Block { start: block, len };
+        simd::i8_dot_rows(
+            &self.codes,
+            self.stride,
+            all,
+            0..cut,
+            &probe.q_u8,
+            &mut raw[..len],
+        );
+        let range = block..block + len;
+        let first = &self.partials[0];
+        let [q_head, q_residual, q_tail] = probe.partials[0];
+        let (sums, scales) = (&first.sums[range.clone()], &self.scales[range.clone()]);
+        let (residuals, norms) = (&first.residuals[range.clone()], &first.norms[range.clone()]);
+        let tails = &first.tails[range];
+        let mut upper = [0.0_f32; INT8_BLOCK];
+        let (upper, scored) = (&mut upper[..len], &raw[..len]);
+        for i in 0..len {
+            let approx = scales[i] * probe.scale * (scored[i] - probe.offset * sums[i]) as f32;
+            // As in `full_block` over the columns scored so far, plus at most |q_B|·|x_B| from
+            // the columns after the cut (Cauchy-Schwarz).
+            upper[i] = approx
+                + q_head * residuals[i]
+                + q_residual * norms[i]
+                + q_tail * tails[i]
+                + probe.margin;
+        }
+        let mut alive = 0;
+        for (i, &u) in upper.iter().enumerate() {
+            if u >= floor {
+                rows[alive] = (block + i) as u32;
+                raw[alive] = raw[i];
+                alive += 1;
+            }
+        }
+        let mut part = [0_i32; INT8_BLOCK];
+        let mut column = cut;
+        for (stage, &cut) in self.cuts.iter().enumerate().skip(1) {
+            if alive == 0 {
+                return;
+            }
+            let kept_rows = &rows[..alive];
+            let cols = column..cut;
+            simd::i8_dot_rows(
+                &self.codes,
+                self.stride,
+                kept_rows,
+                cols,
+                &probe.q_u8,
+                &mut part[..alive],
+            );
+            let partial = &self.partials[stage];
+            let [q_head, q_residual, q_tail] = probe.partials[stage];
+            let mut kept = 0;
+            for j in 0..alive {
+                let (r, sum) = (rows[j] as usize, raw[j] + part[j]);
+                let approx =
+                    self.scales[r] * probe.scale * (sum - probe.offset * partial.sums[r]) as f32;
+                let upper = approx
+                    + q_head * partial.residuals[r]
+                    + q_residual * partial.norms[r]
+                    + q_tail * partial.tails[r]
+                    + probe.margin;
+                if upper >= floor {
+                    rows[kept] = r as u32;
+                    raw[kept] = sum;
+                    kept += 1;
+                }
+            }
+            alive = kept;
+            column = cut;
+        }
+        if alive == 0 {
+            return;
+        }
+        let (kept_rows, cols) = (&rows[..alive], column..self.stride);
+        simd::i8_dot_rows(
+            &self.codes,
+            self.stride,
+            kept_rows,
+            cols,
+            &probe.q_u8,
+            &mut part[..alive],
+        );
+        let mut kth_lower = pass.kth.kth();
+        for j in 0..alive {
+            let r = rows[j] as usize;
+            let product = raw[j] + part[j] - probe.offset * self.code_sums[r];
+            let approx = self.scales[r] * probe.scale * product as f32;
+            let bound =
+                probe.norm * self.residuals[r] + probe.residual * self.code_norms[r] + probe.margin;
+            kth_lower = pass.offer(r, approx + bound, approx - bound, kth_lower);
+        }
+    }
+}
+
+/// What the int8 pass has found so far.
+struct Pass {
+    /// The k largest lower bounds.
+    kth: KthLargest,
+    /// Rows whose upper bound reached the k-th lower bound when they were scored.
+    candidates: Vec<(usize, f32)>,
+    min_upper: f32,
+}
+
+impl Pass {
+    /// Takes a fully scored row's bounds; returns the new k-th lower bound.
+    #[inline]
+    fn offer(&mut self, row: usize, upper: f32, lower: f32, mut kth_lower: f32) -> f32 {
+        if lower > kth_lower {
+            self.kth.push(lower);
+            kth_lower = self.kth.kth();
+        }
+        if upper >= kth_lower && upper >= self.min_upper {
+            self.candidates.push((row, upper));
+        }
+        kth_lower
     }
 }
 
@@ -552,6 +830,66 @@ mod tests {
                 let e: Vec<(usize, u32)> =
                     exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
                 assert_eq!(f, e, "seed {seed} k {k} t {t:?}");
+            }
+        }
+    }
+
+    /// The fast and the exhaustive search agree, bit for bit, on `set`.
+    fn assert_exact(set: &VectorSet, qn: &[f32], cases: &[(usize, Option<f64>)], what: &str) {
+        let level = simd::float_level();
+        for &(k, t) in cases {
+            let fast = set.search(qn, k, t, level, true);
+            let exact = set.search(qn, k, t, level, false);
+            let f: Vec<(usize, u32)> = fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
+            let e: Vec<(usize, u32)> = exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
+            assert_eq!(f, e, "{what} k {k} t {t:?}");
+        }
+    }
+
+    #[test]
+    fn staged_prefilter_gives_exactly_the_exhaustive_answer() {
+        // dim 386 (stride 448): three cuts, a last stage narrower than the others.
+        for dim in [384, 386] {
+            let mut set = VectorSet::new(dim).unwrap();
+            assert!(!set.cuts.is_empty());
+            // Clusters of near-duplicates around a few centres: similarities spread over the
+            // whole range, so thresholds fall between rows that stages keep and drop.
+            let centres = random(8 * dim, 3);
+            let noise = random(6000 * dim, 4);
+            let data: Vec<f32> = noise
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    centres[(i / dim % 8) * dim + i % dim]
+                        + (0.02 + (i / dim % 5) as f32 * 0.05) * x
+                })
+                .collect();
+            set.add(&ids(0..6000), &data).unwrap();
+            // Replacing and removing rows must keep the per-cut statistics in step.
+            set.add(&ids(0..500), &random(500 * dim, 9)).unwrap();
+            set.remove(&ids(1000..1400));
+            for seed in 0..12 {
+                let centre = &centres[(seed as usize % 8) * dim..][..dim];
+                let q: Vec<f32> = random(dim, 200 + seed)
+                    .iter()
+                    .zip(centre)
+                    .map(|(x, c)| c + 0.05 * x)
+                    .collect();
+                let qn = unit_query(&q, dim, "query").unwrap();
+                let cases = [
+                    (1, Some(0.85)),
+                    (1, Some(0.99)),
+                    (1, Some(0.999)),
+                    (5, Some(0.5)),
+                    (10, None),
+                    (1, None),
+                ];
+                assert_exact(&set, &qn, &cases, &format!("dim {dim} seed {seed}"));
+            }
+            // Unrelated queries: the staged pass drops every row at its first cut.
+            for seed in 0..4 {
+                let qn = unit_query(&random(dim, 900 + seed), dim, "query").unwrap();
+                assert_exact(&set, &qn, &[(1, Some(0.85)), (3, Some(0.2))], "unrelated");
             }
         }
     }

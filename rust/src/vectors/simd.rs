@@ -196,38 +196,114 @@ pub fn int8_level() -> Int8 {
     cpu().int8
 }
 
-/// `out[i] = Σ_j q_u8[j] · codes[i·stride + j]` over `stride` columns (a multiple of 64).
+/// Which rows an int8 kernel call scores: `out[i]` is row `rows.row(i)`.
+pub trait Rows: Copy {
+    fn count(self) -> usize;
+    fn row(self, i: usize) -> usize;
+    /// Whether every row is below `total`.
+    fn within(self, total: usize) -> bool;
+}
+
+/// Rows `start..start + len`: a block of a full-width pass.
+#[derive(Clone, Copy)]
+pub struct Block {
+    pub start: usize,
+    pub len: usize,
+}
+
+impl Rows for Block {
+    #[inline(always)]
+    fn count(self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn row(self, i: usize) -> usize {
+        self.start + i
+    }
+
+    fn within(self, total: usize) -> bool {
+        self.start + self.len <= total
+    }
+}
+
+/// The listed rows: those a stage of a staged scan kept.
+impl Rows for &[u32] {
+    #[inline(always)]
+    fn count(self) -> usize {
+        self.len()
+    }
+
+    #[inline(always)]
+    fn row(self, i: usize) -> usize {
+        self[i] as usize
+    }
+
+    fn within(self, total: usize) -> bool {
+        self.iter().all(|&r| (r as usize) < total)
+    }
+}
+
+/// `out[i] = Σ_{j in cols} q_u8[j] · codes[rows.row(i)·stride + j]`: the int8 dot products of
+/// some rows over a range of columns (its bounds multiples of 64).
 ///
 /// The query is offset to unsigned (`code + max + 1`, see [`Int8::query_max_code`]) because
 /// both `vpdpbusd` and `vpmaddubsw` multiply unsigned by signed bytes; callers subtract
 /// `(max + 1) · Σ codes` to recover the signed product.
 ///
 /// # Panics
-/// When the shapes disagree.
-pub fn i8_dot_rows(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
-    assert!(stride.is_multiple_of(64) && q_u8.len() == stride && codes.len() == out.len() * stride);
+/// When the shapes disagree or a row is out of range.
+pub fn i8_dot_rows<R: Rows>(
+    codes: &[i8],
+    stride: usize,
+    rows: R,
+    cols: std::ops::Range<usize>,
+    q_u8: &[u8],
+    out: &mut [i32],
+) {
+    let n = rows.count();
+    assert!(
+        stride.is_multiple_of(64)
+            && cols.start.is_multiple_of(64)
+            && cols.end.is_multiple_of(64)
+            && cols.start <= cols.end
+            && cols.end <= stride
+            && q_u8.len() == stride
+            && n == out.len()
+            && codes.len().is_multiple_of(stride)
+    );
+    if n == 0 {
+        return;
+    }
+    // The kernels read rows without bounds checks.
+    assert!(rows.within(codes.len() / stride), "row index out of range");
+    if cols.is_empty() {
+        out.fill(0);
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     match cpu().int8 {
         Int8::Vnni => {
-            // SAFETY: the CPU reports avx512f, avx512bw and avx512vnni; lengths checked above.
-            unsafe { x86::i8_dots_vnni(codes, stride, q_u8, out) };
+            // SAFETY: the CPU reports avx512f, avx512bw and avx512vnni; rows and columns were
+            // checked to lie inside `codes` and `q_u8` above.
+            unsafe { x86::i8_dots_vnni(codes, stride, rows, cols, q_u8, out) };
             return;
         }
         Int8::Avx2 => {
             // The callers quantise the query to `query_max_code` (checked here in tests only:
             // this runs once per block of rows).
             debug_assert!(q_u8.iter().all(|&q| q < 128));
-            // SAFETY: the CPU reports avx2; lengths checked above.
-            unsafe { x86::i8_dots_avx2(codes, stride, q_u8, out) };
+            // SAFETY: the CPU reports avx2; rows and columns checked above.
+            unsafe { x86::i8_dots_avx2(codes, stride, rows, cols, q_u8, out) };
             return;
         }
         Int8::Portable => {}
     }
     for (i, o) in out.iter_mut().enumerate() {
-        let row = &codes[i * stride..(i + 1) * stride];
+        let row = &codes[rows.row(i) * stride..][cols.clone()];
         *o = row
             .iter()
-            .zip(q_u8)
+            .zip(&q_u8[cols.clone()])
             .map(|(&c, &q)| i32::from(c) * i32::from(q))
             .sum();
     }
@@ -236,6 +312,8 @@ pub fn i8_dot_rows(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    use super::Rows;
 
     #[inline]
     fn tail_mask(left: usize) -> __mmask16 {
@@ -504,68 +582,98 @@ mod x86 {
         out
     }
 
+    /// The dot products of four rows with the query over `width` columns (a multiple of 64).
+    ///
     /// `vpmaddubsw` multiplies the unsigned query bytes by the signed codes and adds pairs into
     /// i16 (exact: |pair| <= 2·127·128 < 2^15 with query bytes below 128); `vpmaddwd` by ones
     /// widens the pairs into the i32 accumulators before two of them could overflow.
+    #[inline]
     #[target_feature(enable = "avx2")]
-    pub unsafe fn i8_dots_avx2(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
-        let q = q_u8.as_ptr();
+    unsafe fn dot4_avx2(r: [*const i8; 4], q: *const u8, width: usize) -> [i32; 4] {
         let ones = _mm256_set1_epi16(1);
-        let n = out.len();
+        let mut acc = [_mm256_setzero_si256(); 4];
+        let mut j = 0;
+        while j < width {
+            let qa = _mm256_loadu_si256(q.add(j) as *const __m256i);
+            let qb = _mm256_loadu_si256(q.add(j + 32) as *const __m256i);
+            for t in 0..4 {
+                let x = _mm256_loadu_si256(r[t].add(j) as *const __m256i);
+                let y = _mm256_loadu_si256(r[t].add(j + 32) as *const __m256i);
+                let px = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, x), ones);
+                let py = _mm256_madd_epi16(_mm256_maddubs_epi16(qb, y), ones);
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(px, py));
+            }
+            j += 64;
+        }
+        hsum4_epi32_256(acc)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn i8_dots_avx2<R: Rows>(
+        codes: &[i8],
+        stride: usize,
+        rows: R,
+        cols: std::ops::Range<usize>,
+        q_u8: &[u8],
+        out: &mut [i32],
+    ) {
+        let q = q_u8.as_ptr().add(cols.start);
+        let width = cols.len();
+        let base = codes.as_ptr().add(cols.start);
+        let n = rows.count();
+        let row = |i: usize| base.add(rows.row(i) * stride);
+        // Four rows per step share each query load.
         let mut i = 0;
-        while i < n {
-            // Four rows per step share each query load. Rows past `n` repeat the last one.
-            let row = |t: usize| codes.as_ptr().add((i + t).min(n - 1) * stride);
-            let r = [row(0), row(1), row(2), row(3)];
-            let mut acc = [_mm256_setzero_si256(); 4];
-            let mut j = 0;
-            while j < stride {
-                let qa = _mm256_loadu_si256(q.add(j) as *const __m256i);
-                let qb = _mm256_loadu_si256(q.add(j + 32) as *const __m256i);
-                for t in 0..4 {
-                    let x = _mm256_loadu_si256(r[t].add(j) as *const __m256i);
-                    let y = _mm256_loadu_si256(r[t].add(j + 32) as *const __m256i);
-                    let px = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, x), ones);
-                    let py = _mm256_madd_epi16(_mm256_maddubs_epi16(qb, y), ones);
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(px, py));
-                }
-                j += 64;
-            }
-            let sums = hsum4_epi32_256(acc);
-            if i + 4 <= n {
-                // A fixed-size copy: `copy_from_slice` of a variable length is a memcpy call.
-                out[i..i + 4].copy_from_slice(&sums);
-            } else {
-                out[i..].copy_from_slice(&sums[..n - i]);
-            }
+        for group in out.chunks_exact_mut(4) {
+            let r = [row(i), row(i + 1), row(i + 2), row(i + 3)];
+            group.copy_from_slice(&dot4_avx2(r, q, width));
             i += 4;
+        }
+        if i < n {
+            // The last rows, the final one repeated to fill the step.
+            let r = [0, 1, 2, 3].map(|t| row((i + t).min(n - 1)));
+            let sums = dot4_avx2(r, q, width);
+            out[i..].copy_from_slice(&sums[..n - i]);
         }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-    pub unsafe fn i8_dots_vnni(codes: &[i8], stride: usize, q_u8: &[u8], out: &mut [i32]) {
-        let q = q_u8.as_ptr();
-        let n = out.len();
+    pub unsafe fn i8_dots_vnni<R: Rows>(
+        codes: &[i8],
+        stride: usize,
+        rows: R,
+        cols: std::ops::Range<usize>,
+        q_u8: &[u8],
+        out: &mut [i32],
+    ) {
+        let q = q_u8.as_ptr().add(cols.start);
+        let width = cols.len();
+        let base = codes.as_ptr().add(cols.start);
+        let n = rows.count();
         let mut i = 0;
         while i < n {
             // Four rows per step share each query load; two accumulators per row keep eight
             // `vpdpbusd` chains in flight. Rows past `n` repeat the last one (integer sums are
             // exact, so this is only about staying in bounds).
-            let row = |t: usize| codes.as_ptr().add((i + t).min(n - 1) * stride);
+            let row = |t: usize| base.add(rows.row((i + t).min(n - 1)) * stride);
             let r = [row(0), row(1), row(2), row(3)];
             let mut a = [_mm512_setzero_si512(); 4];
             let mut b = [_mm512_setzero_si512(); 4];
             // One core's DRAM bandwidth is bounded by its misses in flight; asking for the rows
             // PREFETCH_ROWS ahead keeps more of them in flight than the hardware prefetcher does.
             // `wrapping_add`: the address may lie past the end, which a prefetch tolerates.
-            let ahead = codes.as_ptr().wrapping_add((i + PREFETCH_ROWS) * stride);
-            let mut p = 0;
-            while p < 4 * stride {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p));
-                p += 64;
+            for t in 0..4 {
+                if i + PREFETCH_ROWS + t < n {
+                    let ahead = base.wrapping_add(rows.row(i + PREFETCH_ROWS + t) * stride);
+                    let mut p = 0;
+                    while p < width {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p));
+                        p += 64;
+                    }
+                }
             }
             let mut j = 0;
-            while j + 128 <= stride {
+            while j + 128 <= width {
                 let qa = _mm512_loadu_si512(q.add(j) as *const _);
                 let qb = _mm512_loadu_si512(q.add(j + 64) as *const _);
                 for t in 0..4 {
@@ -576,7 +684,7 @@ mod x86 {
                 }
                 j += 128;
             }
-            if j < stride {
+            if j < width {
                 let qa = _mm512_loadu_si512(q.add(j) as *const _);
                 for t in 0..4 {
                     let x = _mm512_loadu_si512(r[t].add(j) as *const _);
@@ -654,13 +762,30 @@ mod tests {
         let q: Vec<u8> = (0..stride)
             .map(|i| if i % 5 == 0 { q_max } else { (i as i32 * 11) % (q_max + 1) } as u8)
             .collect();
-        let mut out = vec![0; n];
-        i8_dot_rows(&codes, stride, &q, &mut out);
-        for i in 0..n {
-            let want: i32 = (0..stride)
-                .map(|j| i32::from(codes[i * stride + j]) * i32::from(q[j]))
-                .sum();
-            assert_eq!(out[i], want);
+        // Every row in order, the rows backwards, and each 64-column range.
+        let forward: Vec<u32> = (0..n as u32).collect();
+        let backward: Vec<u32> = forward.iter().rev().copied().collect();
+        let ranges: Vec<std::ops::Range<usize>> = std::iter::once(0..stride)
+            .chain((0..stride).step_by(64).map(|c| c..c + 64))
+            .collect();
+        for rows in [&forward, &backward] {
+            for cols in &ranges {
+                let mut out = vec![0; n];
+                i8_dot_rows(&codes, stride, rows.as_slice(), cols.clone(), &q, &mut out);
+                if rows == &forward {
+                    let mut block = vec![0; n];
+                    let all = Block { start: 0, len: n };
+                    i8_dot_rows(&codes, stride, all, cols.clone(), &q, &mut block);
+                    assert_eq!(block, out);
+                }
+                for (o, &r) in out.iter().zip(rows.iter()) {
+                    let want: i32 = cols
+                        .clone()
+                        .map(|j| i32::from(codes[r as usize * stride + j]) * i32::from(q[j]))
+                        .sum();
+                    assert_eq!(*o, want, "row {r} cols {cols:?}");
+                }
+            }
         }
     }
 }
