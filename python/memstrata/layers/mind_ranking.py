@@ -3,13 +3,14 @@
 AgentMind ranks recall hits by ``0.6·similarity + 0.2·recency + 0.2·confidence``: the last two
 terms are a per-entry bias ``b_i``, up to 0.4, large enough that ranking by similarity and
 re-scoring would have to look deep into the list. Instead each unit vector ``u_i`` is stored
-augmented as ``[w·u_i, b_i, c_i]`` with ``c_i = sqrt(C - w² - b_i²)``, so every stored row has the
-same norm ``sqrt(C)``, and the query as ``[q, 1, 0]`` (norm ``sqrt(2)``, ``q`` a unit vector).
+augmented as ``[b_i, c_i, w·u_i]`` with ``c_i = sqrt(C - w² - b_i²)``, so every stored row has the
+same norm ``sqrt(C)``, and the query as ``[1, 0, q]`` (norm ``sqrt(2)``, ``q`` a unit vector).
 Then ``cos(row_i, query) = (w·u_i·q + b_i) / sqrt(2C)``. (In the code the bias coordinate is
 split as ``b_i/g`` in the row and ``g`` in the query, which changes the constant, not the order.)
 The cosine is the composite score times a constant, so ``VectorSet``'s exact search (int8
 prefilter with proven bounds, float32 re-score, no GIL) returns exactly the top-k by composite
-score in one pass.
+score in one pass. The bias comes first because ``VectorSet`` scores a high-floor search in stages
+of leading columns and bounds the rest: the bias must be in the first stage to count.
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ class CompositeRanker:
         self._set: VectorSet | None = None
         if self.size:
             rows = np.empty((self.size, dim + 2), dtype=np.float32)
-            rows[:, :dim] = unit_vectors * np.float32(self.weight)
-            rows[:, dim] = bg
-            rows[:, dim + 1] = np.sqrt(np.maximum(self._c - self.weight**2 - bg * bg, 0.0))
+            rows[:, 0] = bg
+            rows[:, 1] = np.sqrt(np.maximum(self._c - self.weight**2 - bg * bg, 0.0))
+            rows[:, 2:] = unit_vectors * np.float32(self.weight)
             self._set = VectorSet(dim + 2)
             self._set.add(list(ids), rows)
 
@@ -72,9 +73,9 @@ class CompositeRanker:
         if self._set is None:
             return []
         query = np.empty(self.dim + 2, dtype=np.float32)
-        query[: self.dim] = query_unit
-        query[self.dim] = self._gamma
-        query[self.dim + 1] = 0.0
+        query[0] = self._gamma
+        query[1] = 0.0
+        query[2:] = query_unit
         scale = self._scale
         cut = None if threshold is None else threshold / scale - 1e-6
         found = self._set.top_k(query, min(k, self.size), threshold=cut)

@@ -28,6 +28,10 @@ const STAGE_COLUMNS: usize = 128;
 /// typical row gets for its unscored columns (`|q_B|` times the mean `|x_B|`): below it the
 /// first stage drops few rows and staging only costs.
 const STAGE_FLOOR_RATIO: f32 = 0.8;
+/// When a staged block's first stage keeps more than half its rows anyway (the rows share a
+/// large score in their first columns, as biased composite rows do), staging waits until the
+/// floor has risen this much above where it failed.
+const STAGE_RETRY_RISE: f32 = 0.05;
 /// The int8 pass reads ~60 GB/s on one core, so the wake-up cost of a second thread (see
 /// `PARALLEL_MIN_ELEMENTS`) only pays off from about 8 MB of codes (20k rows at dim 384).
 const PARALLEL_MIN_INT8_BYTES: usize = 1 << 23;
@@ -581,11 +585,16 @@ impl VectorSet {
             }
             _ => f32::INFINITY,
         };
+        let mut failed_at = f32::NEG_INFINITY;
         let mut block = start;
         while block < end {
             let len = INT8_BLOCK.min(end - block);
-            if pass.kth.kth().max(pass.min_upper) >= stage_floor {
-                self.staged_block(probe, &mut pass, &mut rows, &mut raw, block, len);
+            let floor = pass.kth.kth().max(pass.min_upper);
+            if floor >= stage_floor && floor >= failed_at + STAGE_RETRY_RISE {
+                let kept = self.staged_block(probe, &mut pass, &mut rows, &mut raw, block, len);
+                if 2 * kept > len {
+                    failed_at = floor;
+                }
             } else {
                 self.full_block(probe, &mut pass, &mut raw[..len], block);
             }
@@ -646,7 +655,8 @@ impl VectorSet {
     }
 
     /// Scores rows `block..block + len` stage by stage, keeping in `rows` (and their partial
-    /// sums in `raw`) only those that can still reach the floor.
+    /// sums in `raw`) only those that can still reach the floor; returns how many rows the
+    /// first stage kept.
     fn staged_block(
         &self,
         probe: &Probe,
@@ -655,7 +665,7 @@ impl VectorSet {
         raw: &mut [i32; INT8_BLOCK],
         block: usize,
         len: usize,
-    ) {
+    ) -> usize {
         // The floor at the start of the block: it only rises, so dropping against it is safe.
         let floor = pass.kth.kth().max(pass.min_upper);
         // The first stage covers the whole block: its bounds are computed over contiguous
@@ -696,11 +706,12 @@ impl VectorSet {
                 alive += 1;
             }
         }
+        let first_kept = alive;
         let mut part = [0_i32; INT8_BLOCK];
         let mut column = cut;
         for (stage, &cut) in self.cuts.iter().enumerate().skip(1) {
             if alive == 0 {
-                return;
+                return first_kept;
             }
             let kept_rows = &rows[..alive];
             let cols = column..cut;
@@ -734,7 +745,7 @@ impl VectorSet {
             column = cut;
         }
         if alive == 0 {
-            return;
+            return first_kept;
         }
         let (kept_rows, cols) = (&rows[..alive], column..self.stride);
         simd::i8_dot_rows(
@@ -754,6 +765,7 @@ impl VectorSet {
                 probe.norm * self.residuals[r] + probe.residual * self.code_norms[r] + probe.margin;
             kth_lower = pass.offer(r, approx + bound, approx - bound, kth_lower);
         }
+        first_kept
     }
 }
 
