@@ -344,3 +344,99 @@ def test_update_many_writes_nothing_when_one_update_fails(store: Store) -> None:
 def test_aupdate_many_is_the_async_twin(store: Store) -> None:
     items = asyncio.run(store.aupdate_many(NS, {"x": lambda _cur: [1]}))
     assert items[0].value == [1] and store.get(NS, "x").value == [1]  # type: ignore[union-attr]
+
+
+def _follow(store: Store, held: dict[str, Any], since: int | None) -> int | None:
+    """Applies ``store.changes`` to ``held`` the way a caller keeping the items does."""
+    changes = store.changes(NS, since=since)
+    if changes.complete:
+        held.clear()
+    for item in changes.items:
+        assert item.namespace == NS
+        held[item.key] = item.value
+    for key in changes.removed:
+        held.pop(key, None)
+    return changes.cursor
+
+
+def test_changes_lets_a_caller_keep_a_namespace_in_step(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    store.put(NS, "b", {"n": 2})
+    store.put((*NS, "sub"), "c", {"n": 3})  # a sub-namespace is not part of NS
+    store.put(("other",), "d", {"n": 4})
+    held: dict[str, Any] = {}
+    cursor = _follow(store, held, None)
+    assert held == {"a": {"n": 1}, "b": {"n": 2}}
+    assert store.changes(NS).complete
+    store.put(NS, "a", {"n": 10})
+    store.update(NS, "e", lambda _cur: {"n": 5})
+    store.update_many(NS, {"f": lambda _cur: {"n": 6}})
+    assert store.put_if_version(NS, "b", {"n": 20}, expected_version=1) is not None
+    store.delete(NS, "f")
+    store.put(("other",), "d", {"n": 40})
+    cursor = _follow(store, held, cursor)
+    assert held == {"a": {"n": 10}, "b": {"n": 20}, "e": {"n": 5}}
+    assert held == {i.key: i.value for i in store.list(NS) if i.namespace == NS}
+    if cursor is not None:
+        # Nothing written since: nothing to read.
+        quiet = store.changes(NS, since=cursor)
+        assert (quiet.items, quiet.removed, quiet.complete) == ([], [], False)
+        # A write elsewhere moves no item of NS.
+        store.put(("other",), "d", {"n": 41})
+        assert store.changes(NS, since=cursor).items == []
+
+
+def test_changes_report_expired_writes_as_removed(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    held: dict[str, Any] = {}
+    cursor = _follow(store, held, None)
+    store.put(NS, "short", {"n": 2}, ttl=0.05)
+    store.put(NS, "a", {"n": 3}, ttl=0.05)
+    time.sleep(0.1)
+    _follow(store, held, cursor)
+    assert held == {}
+    assert store.changes(NS).items == []
+
+
+def test_changes_refuses_a_bad_cursor(store: Store) -> None:
+    for bad in (-1, "3", 1.5, True):
+        with pytest.raises(InvalidInputError, match="since"):
+            store.changes(NS, since=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="namespace"):
+        store.changes(())
+
+
+def test_achanges_is_the_async_twin(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    changes = asyncio.run(store.achanges(NS))
+    assert [i.key for i in changes.items] == ["a"] and changes.complete
+
+
+def test_sqlite_change_log_sees_another_connection_and_an_old_file(tmp_path: pathlib.Path) -> None:
+    """Writes through a second connection to the same file are in the first one's changes, and
+    a file made before the change log existed is upgraded with its rows intact."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE memstrata_schema (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO memstrata_schema VALUES (1)")
+    conn.execute(
+        "CREATE TABLE items (namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,"
+        " version INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,"
+        " expires_at REAL, PRIMARY KEY (namespace, key)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO items VALUES ('agents\x1falice\x1f', 'old', '{\"n\": 0}', 1, 1.0, 1.0, NULL)"
+    )
+    conn.close()
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    held: dict[str, Any] = {}
+    cursor = _follow(first, held, None)
+    assert held == {"old": {"n": 0}} and cursor is not None
+    second.put(NS, "new", {"n": 1})
+    second.delete(NS, "old")
+    _follow(first, held, cursor)
+    assert held == {"new": {"n": 1}}
+    first.close()
+    second.close()

@@ -15,6 +15,8 @@ Semantics every backend guarantees:
 * An item whose TTL has passed is never returned (``get``, ``list``, ``update`` and ``update_many``
   treat it as absent); ``purge_expired`` deletes such rows.
 * Timestamps are Unix seconds (float); ``version`` starts at 1 and grows by 1 on every write.
+* ``changes(namespace, since=cursor)`` tells a caller that keeps a namespace's items between
+  calls what was written or deleted since it last looked, so it never re-reads what it holds.
 """
 
 from __future__ import annotations
@@ -53,6 +55,24 @@ class Item:
     created_at: float
     updated_at: float
     expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a namespace holds, or what changed in it, as :meth:`Store.changes` reports it.
+
+    Attributes:
+        cursor: Pass it back as ``since`` to get only what changes after this call; None when
+            the backend cannot tell (every call then lists the namespace in full).
+        items: Live items written since ``since``; every live item when ``complete``.
+        removed: Keys deleted (or written and already expired) since ``since``.
+        complete: ``items`` is the namespace's whole content: replace what you hold with it.
+    """
+
+    cursor: int | None
+    items: list[Item]
+    removed: list[str]
+    complete: bool
 
 
 def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -> Namespace:
@@ -117,6 +137,14 @@ def validate_version(expected_version: int) -> int:
     return expected_version
 
 
+def validate_cursor(since: int | None) -> int | None:
+    if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
+        raise InvalidInputError(
+            f"since must be None or the cursor of an earlier changes() call, got {since!r}"
+        )
+    return since
+
+
 def validate_page(limit: int, offset: int) -> None:
     for name, value in (("limit", limit), ("offset", offset)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -165,6 +193,25 @@ class Store(ABC):
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> list[Item]:
         """Live items whose namespace starts with the prefix, ordered by namespace then key."""
+
+    def changes(self, namespace: Namespace, *, since: int | None = None) -> Changes:
+        """The live items of exactly ``namespace`` (no sub-namespaces), or, given the ``cursor``
+        of an earlier call as ``since``, only what was written or deleted after it.
+
+        A TTL running out is not a write: items already held keep their ``expires_at`` for
+        the caller to check. This default lists the namespace in full every time (``cursor``
+        None); backends that keep a change log override it.
+        """
+        namespace = validate_namespace(namespace)
+        validate_cursor(since)
+        items: builtins.list[Item] = []
+        page = 1000
+        while True:
+            batch = self.list(namespace, limit=page, offset=len(items))
+            items.extend(batch)
+            if len(batch) < page:
+                break
+        return Changes(None, [i for i in items if i.namespace == namespace], [], True)
 
     @abstractmethod
     def update(
@@ -236,6 +283,9 @@ class Store(ABC):
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
         return await asyncio.to_thread(self.update, namespace, key, fn, ttl=ttl)
+
+    async def achanges(self, namespace: Namespace, *, since: int | None = None) -> Changes:
+        return await asyncio.to_thread(self.changes, namespace, since=since)
 
     async def aput_if_version(
         self,

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    Changes,
     Item,
     JSONValue,
     Namespace,
     Store,
     Updater,
+    validate_cursor,
     validate_key,
     validate_namespace,
     validate_page,
@@ -45,6 +47,10 @@ class InMemoryStore(Store):
     def __init__(self) -> None:
         self._rows: dict[tuple[Namespace, str], _Row] = {}
         self._lock = threading.Lock()
+        # The change log behind changes(): per namespace, key -> (seq of its last write or
+        # delete, deleted), kept in seq order (a key moves to the end when written again).
+        self._seq = 0
+        self._log: dict[Namespace, dict[str, tuple[int, bool]]] = {}
 
     def _item(
         self,
@@ -79,7 +85,14 @@ class InMemoryStore(Store):
             now + ttl if ttl is not None else None,
         )
         self._rows[(namespace, key)] = row
+        self._logged(namespace, key, deleted=False)
         return row
+
+    def _logged(self, namespace: Namespace, key: str, *, deleted: bool) -> None:
+        self._seq += 1
+        log = self._log.setdefault(namespace, {})
+        log.pop(key, None)
+        log[key] = (self._seq, deleted)
 
     def get(self, namespace: Namespace, key: str) -> Item | None:
         namespace, key = validate_namespace(namespace), validate_key(key)
@@ -102,6 +115,8 @@ class InMemoryStore(Store):
         namespace, key = validate_namespace(namespace), validate_key(key)
         with self._lock:
             row = self._rows.pop((namespace, key), None)
+            if row is not None:
+                self._logged(namespace, key, deleted=True)
             return row is not None and row.live(time.time())
 
     def list(
@@ -118,6 +133,31 @@ class InMemoryStore(Store):
             )
             page = matches[offset : offset + limit]
             return [self._item(ns, key, self._rows[(ns, key)]) for ns, key in page]
+
+    def changes(self, namespace: Namespace, *, since: int | None = None) -> Changes:
+        namespace, since = validate_namespace(namespace), validate_cursor(since)
+        now = time.time()
+        with self._lock:
+            log = self._log.get(namespace, {})
+            if since is None:
+                keys = sorted(k for k, (_seq, deleted) in log.items() if not deleted)
+            else:
+                # Newest first, stopping at the cursor: the cost is what changed, not the size.
+                keys = []
+                for key in reversed(log):
+                    if log[key][0] <= since:
+                        break
+                    keys.append(key)
+                keys.reverse()
+            items: builtins.list[Item] = []
+            removed: builtins.list[str] = []
+            for key in keys:
+                row = self._rows.get((namespace, key))
+                if row is None or not row.live(now):
+                    removed.append(key)
+                else:
+                    items.append(self._item(namespace, key, row))
+            return Changes(self._seq, items, [] if since is None else removed, since is None)
 
     def update(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
@@ -180,4 +220,5 @@ class InMemoryStore(Store):
             dead = [k for k, row in self._rows.items() if not row.live(now)]
             for k in dead:
                 del self._rows[k]
+                self._logged(*k, deleted=True)
             return len(dead)

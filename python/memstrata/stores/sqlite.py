@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    Changes,
     Item,
     JSONValue,
     Namespace,
@@ -27,6 +28,7 @@ from memstrata.stores.base import (
     decode_namespace,
     encode_namespace,
     prefix_upper_bound,
+    validate_cursor,
     validate_key,
     validate_namespace,
     validate_page,
@@ -34,7 +36,21 @@ from memstrata.stores.base import (
     validate_version,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+
+def _change_trigger(event: str, row: str, removed: int) -> str:
+    """Logs every write to ``items`` in ``item_changes``: a trigger, so that no write path can
+    forget to."""
+    return f"""CREATE TRIGGER IF NOT EXISTS items_log_{event.lower()} AFTER {event} ON items
+        BEGIN
+            UPDATE change_counter SET seq = seq + 1 WHERE id = 1;
+            INSERT INTO item_changes (namespace, key, seq, removed)
+                SELECT {row}.namespace, {row}.key, seq, {removed} FROM change_counter WHERE id = 1
+                ON CONFLICT (namespace, key) DO UPDATE
+                SET seq = excluded.seq, removed = excluded.removed;
+        END"""
+
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -50,6 +66,30 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         ) WITHOUT ROWID""",
         "CREATE INDEX IF NOT EXISTS items_expires_at ON items (expires_at)"
         " WHERE expires_at IS NOT NULL",
+    ),
+    # The change log behind changes(): the last write (or delete) of each key, numbered by one
+    # database-wide counter that only a writer, under the write lock, moves.
+    2: (
+        """CREATE TABLE IF NOT EXISTS item_changes (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            removed INTEGER NOT NULL,
+            PRIMARY KEY (namespace, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX IF NOT EXISTS item_changes_seq ON item_changes (namespace, seq)",
+        """CREATE TABLE IF NOT EXISTS change_counter (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            seq INTEGER NOT NULL
+        )""",
+        "INSERT OR IGNORE INTO change_counter (id, seq) VALUES (1, 0)",
+        # Rows written before the log existed count as written at 0: a caller's first call
+        # lists everything anyway.
+        "INSERT OR IGNORE INTO item_changes (namespace, key, seq, removed)"
+        " SELECT namespace, key, 0, 0 FROM items",
+        _change_trigger("INSERT", "NEW", 0),
+        _change_trigger("UPDATE", "NEW", 0),
+        _change_trigger("DELETE", "OLD", 1),
     ),
 }
 
@@ -203,6 +243,37 @@ class SQLiteStore(Store):
                 (prefix, prefix_upper_bound(prefix), time.time(), limit, offset),
             ).fetchall()
         return [self._item(row) for row in rows]
+
+    def changes(self, namespace: Namespace, *, since: int | None = None) -> Changes:
+        namespace = validate_namespace(namespace)
+        ns = encode_namespace(namespace)
+        since = validate_cursor(since)
+        with self._lock:
+            # The cursor is read first: a change numbered at or below it is already committed,
+            # so it is in what follows; one numbered above it comes again next time (harmless).
+            (cursor,) = self._conn.execute("SELECT seq FROM change_counter").fetchone()
+            now = time.time()
+            if since is None:
+                rows = self._conn.execute(
+                    f"SELECT {_COLUMNS} FROM items WHERE namespace = ? AND {_LIVE} ORDER BY key",
+                    (ns, now),
+                ).fetchall()
+                return Changes(cursor, [self._item(row) for row in rows], [], True)
+            changed = self._conn.execute(
+                """SELECT c.key, i.value, i.version, i.created_at, i.updated_at, i.expires_at
+                FROM item_changes c LEFT JOIN items i ON i.namespace = c.namespace AND i.key = c.key
+                WHERE c.namespace = ? AND c.seq > ? ORDER BY c.seq""",
+                (ns, since),
+            ).fetchall()
+        items: builtins.list[Item] = []
+        removed: builtins.list[str] = []
+        for key, data, version, created_at, updated_at, expires_at in changed:
+            if data is None or (expires_at is not None and expires_at <= now):
+                removed.append(key)
+            else:
+                row = (ns, key, data, version, created_at, updated_at, expires_at)
+                items.append(self._item(row))
+        return Changes(cursor, items, removed, False)
 
     def update(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
