@@ -219,7 +219,7 @@ class AgentMind:
         # Each namespace's committed entries, brought up to date by each run (see load).
         self._committed: dict[Namespace, _Committed] = {}
         # Header lines rarely change between runs; they and their token counts are kept.
-        self._line_tokens: dict[Namespace, dict[str, dict[str, tuple[int, str, int]]]] = {}
+        self._line_tokens: dict[Namespace, dict[str, dict[str, tuple[MindEntry, str, int]]]] = {}
         self._line_counter: Any = None
 
     @property
@@ -560,9 +560,11 @@ class AgentMindHandle:
         lines.append("---")
         return "\n".join(lines)
 
-    def _line_cache(self, kind: str) -> dict[str, tuple[int, str, int]]:
+    def _line_cache(self, kind: str) -> dict[str, tuple[MindEntry, str, int]]:
         """Rendered header lines and their token counts by entry id, kept by the layer across
-        runs (an entry's line only changes with its ``updatedAt``) for one token counter."""
+        runs for one token counter. Each is stamped with the entry object it was made from:
+        the layer's committed entries are never changed in place, so a new object (however its
+        ``updatedAt`` reads) means a new line."""
         layer = self.layer
         if self._tokens is None:
             self._tokens = _default_counter()
@@ -585,13 +587,13 @@ class AgentMindHandle:
             if allowance <= 0:
                 break
             hit = cache.get(entry.id)
-            if hit is None or hit[0] != entry.updated_at:
+            if hit is None or hit[0] is not entry:
                 line = (
                     f"- {entry.content} ({entry.confidence} confidence)"
                     if isinstance(entry, MindBelief)
                     else f"- [{_iso_day(entry.created_at)}] {entry.content}"
                 )
-                hit = cache[entry.id] = (entry.updated_at, line, self.count_tokens(line))
+                hit = cache[entry.id] = (entry, line, self.count_tokens(line))
             if hit[2] <= allowance:
                 kept.append(hit[1])
                 allowance -= hit[2]
