@@ -440,3 +440,21 @@ def test_sqlite_change_log_sees_another_connection_and_an_old_file(tmp_path: pat
     assert held == {"new": {"n": 1}}
     first.close()
     second.close()
+
+
+def test_stamp_names_the_value_without_reading_it(store: Store) -> None:
+    assert store.stamp(NS, "a") is None
+    first = store.put(NS, "a", {"n": 1})
+    assert store.stamp(NS, "a") == (first.version, first.created_at)
+    second = store.put(NS, "a", {"n": 2})
+    assert store.stamp(NS, "a") == (second.version, second.created_at) != (1, first.created_at)
+    store.delete(NS, "a")
+    assert store.stamp(NS, "a") is None
+    time.sleep(0.01)
+    again = store.put(NS, "a", {"n": 3})
+    assert again.version == 1 and store.stamp(NS, "a") != (first.version, first.created_at)
+    store.put(NS, "short", {"n": 4}, ttl=0.05)
+    time.sleep(0.1)
+    assert store.stamp(NS, "short") is None
+    with pytest.raises(InvalidInputError, match="key"):
+        store.stamp(NS, "")

@@ -178,6 +178,15 @@ class Store(ABC):
     def get(self, namespace: Namespace, key: str) -> Item | None:
         """Returns the item, or None when it is absent or expired."""
 
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        """``(version, created_at)`` of the live item, without reading its value; None when
+        absent or expired. A caller holding the value of an item with that stamp holds the
+        current value (a deleted and re-created item starts again at version 1, but with a new
+        ``created_at``). This default reads the item; backends override it with a cheaper
+        query."""
+        item = self.get(namespace, key)
+        return None if item is None else (item.version, item.created_at)
+
     @abstractmethod
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None

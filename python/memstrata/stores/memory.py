@@ -102,6 +102,14 @@ class InMemoryStore(Store):
                 return None
             return self._item(namespace, key, row)
 
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        namespace, key = validate_namespace(namespace), validate_key(key)
+        with self._lock:
+            row = self._rows.get((namespace, key))
+            if row is None or not row.live(time.time()):
+                return None
+            return row.version, row.created_at
+
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:

@@ -207,6 +207,17 @@ class SQLiteStore(Store):
             ).fetchone()
         return None if row is None else self._item(row)
 
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT version, created_at FROM items"
+                f" WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (ns, key, time.time()),
+            ).fetchone()
+        return None if row is None else (row[0], row[1])
+
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
