@@ -10,7 +10,6 @@ See :mod:`turn_scenario` for what the turn holds and does. Two results:
 
 from __future__ import annotations
 
-import pathlib
 import statistics
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 from benchkit import compare, fmt_seconds, record
-from turn_scenario import PlainTurn, Scenario
+from turn_scenario import NS, SHARED_NS, PlainTurn, Scenario
 
 TARGET = "p95 <= 1 ms"
 
@@ -47,8 +46,16 @@ def percentile(sorted_samples: list[float], pct: float) -> float:
     return sorted_samples[min(len(sorted_samples) - 1, int(len(sorted_samples) * pct / 100))]
 
 
-def test_turn_answers_like_the_peer(scenario: Scenario) -> None:
-    """Same answers first: a benchmark of a wrong result is worthless."""
+def test_whole_turn(benchmark: Any, scenario: Scenario) -> None:
+    """One test, so that ``--benchmark-only`` (``make bench``) runs all of it."""
+    # The sizes the README quotes.
+    assert len(scenario.store.list(NS, limit=20_000)) == 10_000
+    assert 1_000 <= len(scenario.store.list(SHARED_NS, limit=20_000)) <= 1_050
+    offloaded = [m for m in scenario.messages if m["role"] == "tool"]
+    assert offloaded and all(
+        str(m["content"]).startswith("[tool result offloaded") for m in offloaded
+    )
+    # Same answers first: a benchmark of a wrong result is worthless.
     peer = PlainTurn(scenario)
     for _ in range(len(scenario.queries)):
         ours = scenario.turn()
@@ -58,14 +65,18 @@ def test_turn_answers_like_the_peer(scenario: Scenario) -> None:
         assert not theirs["errors"]
         assert [hit["id"] for hit in recall["result"]] == theirs["hits"]
         assert len(ours["prepared"]) == len(scenario.messages) + 4  # mind, wm, team, shared
-
-
-def test_turn_percentiles(scenario: Scenario) -> None:
+    compare(
+        benchmark,
+        "whole turn: run + prepare + 3 tool calls + observe + close, every layer on, SQLite",
+        scenario.turn,
+        {"LangGraph InMemoryStore + plain Python (numpy, jsonschema-rs, trim_messages)": peer.turn},
+        target=TARGET,
+    )
     samples = per_turn(scenario.turn)
     p50, p95, p99 = (percentile(samples, p) for p in (50, 95, 99))
     print(
-        f"\n[whole turn, every layer on, SQLite] {len(samples)} turns: p50 {fmt_seconds(p50)}"
-        f" p95 {fmt_seconds(p95)} p99 {fmt_seconds(p99)} (target {TARGET})"
+        f"  per turn, {len(samples)} turns: p50 {fmt_seconds(p50)} p95 {fmt_seconds(p95)}"
+        f" p99 {fmt_seconds(p99)} (target {TARGET})"
     )
     record(
         {
@@ -78,27 +89,3 @@ def test_turn_percentiles(scenario: Scenario) -> None:
             "target": TARGET,
         }
     )
-
-
-def test_turn_vs_langgraph(benchmark: Any, scenario: Scenario) -> None:
-    peer = PlainTurn(scenario)
-    compare(
-        benchmark,
-        "whole turn: run + prepare + 3 tool calls + observe + close, every layer on, SQLite",
-        scenario.turn,
-        {"LangGraph InMemoryStore + plain Python (numpy, jsonschema-rs, trim_messages)": peer.turn},
-        target=TARGET,
-    )
-
-
-def test_scenario_is_what_it_says(scenario: Scenario) -> None:
-    """The sizes the README quotes."""
-    mind = scenario.store.list(("mind", "bench"), limit=20_000)
-    shared = scenario.store.list(("shared-memory", "workflow"), limit=20_000)
-    assert len(mind) == 10_000
-    assert 1_000 <= len(shared) <= 1_050
-    offloaded = [m for m in scenario.messages if m["role"] == "tool"]
-    assert offloaded and all(
-        str(m["content"]).startswith("[tool result offloaded") for m in offloaded
-    )
-    assert pathlib.Path(scenario.tool_results.tool_calls_dir).is_dir()
