@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 
 OURS_COLOR = "#1f6fb2"
 PEER_COLOR = "#c0c0c0"
-LABEL_WIDTH = 58
+LABEL_WIDTH = 52
 
 
 def comparisons(rows: list[dict]) -> list[tuple[str, float, str, float]]:
@@ -68,13 +68,14 @@ def draw(data: list[tuple[str, float, str, float]], out: pathlib.Path) -> None:
     smallest = min(min(d[1], d[3]) for d in data)
     largest = max(max(d[1], d[3]) for d in data)
     ax.set_xlim(smallest / 3, largest * 30)
+    ax.set_ylim(-0.7, len(data) - 0.3)
     ax.set_xlabel("median time per call (log scale; shorter is faster)")
     ax.set_title("memstrata (blue) against its main peer (grey), same process, same data")
     ax.grid(axis="x", which="major", color="#e5e5e5")
     ax.set_axisbelow(True)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
