@@ -84,6 +84,12 @@ def test_a_writer_killed_mid_write_leaves_old_or_new_values(url: str) -> None:
     open_store(url).close()
     for round_ in range(5):
         writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url])
+        # The writer's start (the interpreter, numpy) can take longer than the sleep on a
+        # loaded machine: wait for its first write, so the kill lands while it is writing.
+        with open_store(url) as watcher:
+            deadline = time.monotonic() + 60
+            while not watcher.list(("crash",), limit=1) and time.monotonic() < deadline:
+                time.sleep(0.02)
         time.sleep(0.4 + 0.1 * round_)
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait(timeout=30)
