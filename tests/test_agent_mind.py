@@ -268,6 +268,71 @@ def test_the_header_is_built_from_the_store_at_run_start(store: Store) -> None:
     assert "Visible next run" in header_of(stack)
 
 
+def test_a_long_lived_layer_sees_every_change_made_elsewhere(
+    store: SQLiteStore, tmp_path: pathlib.Path
+) -> None:
+    """The layer keeps the entries between runs and reads only what changed: writes through
+    another connection (another process), edits, deletions and malformed rewrites all show in
+    the next run, exactly as a fresh layer would see them."""
+    stack = make_stack(store, embedder=HashingEmbedder())
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
+    put_raw(store, {**base, "id": "b1", "content": "First belief", "confidence": "high"})
+    assert "First belief" in header_of(stack)
+    other = SQLiteStore(tmp_path / "mind.db")
+    put_raw(other, {**base, "id": "b2", "content": "Written elsewhere", "confidence": "high"})
+    put_raw(other, {**base, "id": "b1", "content": "First, edited", "confidence": "high"})
+    put_raw(other, {**base, "id": "b3", "content": "Soon gone", "confidence": "high"})
+    block = header_of(stack)
+    assert "Written elsewhere" in block and "First, edited" in block
+    assert "First belief" not in block
+    other.delete(NS, "belief/b3")
+    other.put(NS, "belief/b2", {"type": "belief", "id": "b2"})  # malformed now: skipped
+    for view in (stack, make_stack(store, embedder=HashingEmbedder())):
+        block = header_of(view)
+        assert "Soon gone" not in block and "Written elsewhere" not in block
+        assert "First, edited" in block
+        with view.run(agent=AGENT) as run:
+            hits = ok(run.call_tool("mind_recall", {"query": "edited", "threshold": 0}))
+            assert [h["id"] for h in hits] == ["b1"]
+    other.close()
+
+
+def test_runs_sharing_the_layer_never_see_each_others_changes(store: Store) -> None:
+    """Two open runs of one layer share its copy of the entries; what one run does to its view
+    (completing a goal) never shows in the other run's view."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_set_goal", {"description": "Ship the report"}))
+    first, second = stack.run(agent=AGENT).open(), stack.run(agent=AGENT).open()
+    goal_id = next(iter(first.layer("agent-mind").goals))
+    ok(first.call_tool("mind_complete_goal", {"id": goal_id, "outcome": "shipped"}))
+    assert first.layer("agent-mind").goals[goal_id].status == "completed"
+    assert second.layer("agent-mind").goals[goal_id].status == "active"
+    first.close()
+    second.close()
+    with stack.run(agent=AGENT) as run:
+        assert run.layer("agent-mind").goals[goal_id].status == "completed"
+
+
+def test_a_reused_header_drops_a_belief_once_it_expires(store: Store) -> None:
+    stack = make_stack(store)
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
+    put_raw(store, {**base, "id": "b1", "content": "Lasting", "confidence": "high"})
+    put_raw(
+        store,
+        {**base, "id": "b2", "content": "Fleeting", "confidence": "high", "expiresAt": now + 300},
+    )
+    assert "Fleeting" in header_of(stack)
+    time.sleep(0.4)
+    block = header_of(stack)
+    assert "Lasting" in block and "Fleeting" not in block
+    with stack.run(agent=AGENT) as run:
+        hits = ok(run.call_tool("mind_recall", {"query": "Fleeting", "threshold": 0}))
+        assert "b2" not in [h["id"] for h in hits]
+
+
 # Tools -----------------------------------------------------------------------------------------
 
 

@@ -491,3 +491,87 @@ def test_update_many_since_is_serialised_across_processes(shared_url: str) -> No
     with open_store(shared_url) as s:
         tickets = sorted(i.value for i in s.list(NS, limit=1000))
     assert tickets == list(range(100))
+
+
+def _follow(store: Store, held: dict[str, Any], since: int | None) -> int | None:
+    """Applies ``store.changes`` to ``held`` the way a caller keeping the items does."""
+    changes = store.changes(NS, since=since)
+    if changes.complete:
+        held.clear()
+    for item in changes.items:
+        assert item.namespace == NS
+        held[item.key] = item.value
+    for key in changes.removed:
+        held.pop(key, None)
+    return changes.cursor
+
+
+def test_changes_lets_a_caller_keep_a_namespace_in_step(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    store.put(NS, "b", {"n": 2})
+    store.put((*NS, "sub"), "c", {"n": 3})  # a sub-namespace is not part of NS
+    store.put(("other",), "d", {"n": 4})
+    held: dict[str, Any] = {}
+    cursor = _follow(store, held, None)
+    assert held == {"a": {"n": 1}, "b": {"n": 2}}
+    assert store.changes(NS).complete
+    store.put(NS, "a", {"n": 10})
+    store.update(NS, "e", lambda _cur: {"n": 5})
+    store.update_many(NS, {"f": lambda _cur: {"n": 6}})
+    assert store.put_if_version(NS, "b", {"n": 20}, expected_version=1) is not None
+    store.delete(NS, "f")
+    store.put(("other",), "d", {"n": 40})
+    cursor = _follow(store, held, cursor)
+    assert held == {"a": {"n": 10}, "b": {"n": 20}, "e": {"n": 5}}
+    assert held == {i.key: i.value for i in store.list(NS) if i.namespace == NS}
+    if cursor is not None:
+        # Nothing written since: nothing to read.
+        quiet = store.changes(NS, since=cursor)
+        assert (quiet.items, quiet.removed, quiet.complete) == ([], [], False)
+        # A write elsewhere moves no item of NS.
+        store.put(("other",), "d", {"n": 41})
+        assert store.changes(NS, since=cursor).items == []
+
+
+def test_changes_report_expired_writes_as_removed(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    held: dict[str, Any] = {}
+    cursor = _follow(store, held, None)
+    store.put(NS, "short", {"n": 2}, ttl=0.05)
+    store.put(NS, "a", {"n": 3}, ttl=0.05)
+    time.sleep(0.1)
+    _follow(store, held, cursor)
+    assert held == {}
+    assert store.changes(NS).items == []
+
+
+def test_changes_refuses_a_bad_cursor(store: Store) -> None:
+    for bad in (-1, "3", 1.5, True):
+        with pytest.raises(InvalidInputError, match="since"):
+            store.changes(NS, since=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="namespace"):
+        store.changes(())
+
+
+def test_achanges_is_the_async_twin(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    changes = asyncio.run(store.achanges(NS))
+    assert [i.key for i in changes.items] == ["a"] and changes.complete
+
+
+def test_stamp_names_the_value_without_reading_it(store: Store) -> None:
+    assert store.stamp(NS, "a") is None
+    first = store.put(NS, "a", {"n": 1})
+    assert store.stamp(NS, "a") == (first.version, first.created_at)
+    second = store.put(NS, "a", {"n": 2})
+    assert store.stamp(NS, "a") == (second.version, second.created_at) != (1, first.created_at)
+    store.delete(NS, "a")
+    assert store.stamp(NS, "a") is None
+    time.sleep(0.01)
+    again = store.put(NS, "a", {"n": 3})
+    assert again.version == 1 and store.stamp(NS, "a") != (first.version, first.created_at)
+    store.put(NS, "short", {"n": 4}, ttl=0.05)
+    time.sleep(0.1)
+    assert store.stamp(NS, "short") is None
+    with pytest.raises(InvalidInputError, match="key"):
+        store.stamp(NS, "")

@@ -400,3 +400,35 @@ def test_configuration_errors() -> None:
         WorkingMemory(schema={"type": "object"}, template="# x")
     with pytest.raises(InvalidInputError, match="not a valid JSON Schema"):
         WorkingMemory(schema={"type": 12})
+
+
+def test_a_long_lived_layer_starts_each_run_from_the_current_state(
+    store: SQLiteStore, db: pathlib.Path
+) -> None:
+    """The layer keeps the last checked state between runs, but a write by anyone else (another
+    connection: another process), a deletion, or an invalid state written behind its back
+    shows in the next run exactly as a fresh layer would see it."""
+    layer = WorkingMemory(schema=PROFILE_SCHEMA)
+    stack = MemoryStack([layer], store=store)
+    ns = ("working-memory", "thread", "t1")
+    with stack.run(thread_id="t1") as run:
+        assert call(run, "working-memory/update", {"profile": {"name": "Alice"}})["ok"]
+    with stack.run(thread_id="t1") as run:
+        kept = run.layer("working-memory").state
+        assert kept == {"profile": {"name": "Alice"}}
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").state is kept  # nothing changed: nothing re-read
+    other = SQLiteStore(db)
+    other.put(ns, "state", {"profile": {"name": "Bob"}})
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").state == {"profile": {"name": "Bob"}}
+        assert "Bob" in run.prepare([])[0]["content"]
+    other.delete(ns, "state")
+    other.put(ns, "state", {"profile": {"name": "Bob"}})  # re-created: version 1 again
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").version == 1
+    other.put(ns, "state", {"age": "not a number"})
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").state == {}
+        assert run.layer("working-memory").quarantined()[0]["state"] == {"age": "not a number"}
+    other.close()

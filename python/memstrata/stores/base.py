@@ -21,6 +21,8 @@ Semantics every backend guarantees:
   process. Marks order writes by the database's own commit order (a write sequence, or
   PostgreSQL's transaction ids), never by a client's clock, and finding what changed reads an
   index, not the namespace.
+* ``changes(namespace, since=cursor)`` tells a caller that keeps a namespace's items between
+  calls what was written or deleted since it last looked, so it never re-reads what it holds.
 """
 
 from __future__ import annotations
@@ -72,6 +74,24 @@ class ChangeMark:
     backend: str
     namespace: Namespace
     position: str
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a namespace holds, or what changed in it, as :meth:`Store.changes` reports it.
+
+    Attributes:
+        cursor: Pass it back as ``since`` to get only what changes after this call; None when
+            the backend cannot tell (every call then lists the namespace in full).
+        items: Live items written since ``since``; every live item when ``complete``.
+        removed: Keys deleted (or written and already expired) since ``since``.
+        complete: ``items`` is the namespace's whole content: replace what you hold with it.
+    """
+
+    cursor: int | None
+    items: list[Item]
+    removed: list[str]
+    complete: bool
 
 
 # What update_many_since asks of its caller: the items changed since the mark -> the updates.
@@ -138,6 +158,14 @@ def validate_version(expected_version: int) -> int:
             f"expected_version must be a non-negative int, got {expected_version!r}"
         )
     return expected_version
+
+
+def validate_cursor(since: int | None) -> int | None:
+    if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
+        raise InvalidInputError(
+            f"since must be None or the cursor of an earlier changes() call, got {since!r}"
+        )
+    return since
 
 
 def validate_page(limit: int, offset: int) -> None:
@@ -207,6 +235,15 @@ class Store(ABC):
     def get(self, namespace: Namespace, key: str) -> Item | None:
         """Returns the item, or None when it is absent or expired."""
 
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        """``(version, created_at)`` of the live item, without reading its value; None when
+        absent or expired. A caller holding the value of an item with that stamp holds the
+        current value (a deleted and re-created item starts again at version 1, but with a new
+        ``created_at``). This default reads the item; backends override it with a cheaper
+        query."""
+        item = self.get(namespace, key)
+        return None if item is None else (item.version, item.created_at)
+
     @abstractmethod
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
@@ -222,6 +259,25 @@ class Store(ABC):
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> list[Item]:
         """Live items whose namespace starts with the prefix, ordered by namespace then key."""
+
+    def changes(self, namespace: Namespace, *, since: int | None = None) -> Changes:
+        """The live items of exactly ``namespace`` (no sub-namespaces), or, given the ``cursor``
+        of an earlier call as ``since``, only what was written or deleted after it.
+
+        A TTL running out is not a write: items already held keep their ``expires_at`` for
+        the caller to check. This default lists the namespace in full every time (``cursor``
+        None); backends that keep a change log override it.
+        """
+        namespace = validate_namespace(namespace)
+        validate_cursor(since)
+        items: builtins.list[Item] = []
+        page = 1000
+        while True:
+            batch = self.list(namespace, limit=page, offset=len(items))
+            items.extend(batch)
+            if len(batch) < page:
+                break
+        return Changes(None, [i for i in items if i.namespace == namespace], [], True)
 
     @abstractmethod
     def update(
@@ -333,6 +389,9 @@ class Store(ABC):
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
         return await asyncio.to_thread(self.update, namespace, key, fn, ttl=ttl)
+
+    async def achanges(self, namespace: Namespace, *, since: int | None = None) -> Changes:
+        return await asyncio.to_thread(self.changes, namespace, since=since)
 
     async def aput_if_version(
         self,
