@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import psycopg
 import pytest
+from store_checks import empty_postgres_tables
 
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, hash_embed
 from memstrata.exceptions import InvalidInputError
@@ -1094,8 +1094,7 @@ def shared_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iter
     else:
         url = request.getfixturevalue("postgres_url")
         s = PostgresStore(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("TRUNCATE memstrata_items")
+        empty_postgres_tables(url)
     yield s
     s.close()
 

@@ -313,11 +313,11 @@ class AgentMind:
 
 @dataclass(eq=False)
 class _Committed:
-    """A namespace's committed entries as of a store ``cursor``, kept by the layer between runs
-    and shared by the handles reading them: never changed once handed out (except ``cursor``
+    """A namespace's committed entries as of a store ``mark``, kept by the layer between runs
+    and shared by the handles reading them: never changed once handed out (except ``mark``
     moving on past writes elsewhere); a change makes a new one."""
 
-    cursor: int | None
+    mark: ChangeMark | None
     goals: dict[str, MindGoal] = field(default_factory=dict)
     beliefs: dict[str, MindBelief] = field(default_factory=dict)
     reflections: dict[str, MindReflection] = field(default_factory=dict)
@@ -330,10 +330,10 @@ class _Committed:
         default_factory=dict
     )
 
-    def changed(self, cursor: int | None, items: list[Item], removed: list[str]) -> _Committed:
+    def changed(self, mark: ChangeMark, items: list[Item], removed: list[str]) -> _Committed:
         """A new copy with ``items`` written and ``removed`` keys gone."""
         fresh = _Committed(
-            cursor, dict(self.goals), dict(self.beliefs), dict(self.reflections), dict(self.vectors)
+            mark, dict(self.goals), dict(self.beliefs), dict(self.reflections), dict(self.vectors)
         )
         fresh.apply(items, removed)
         return fresh
@@ -454,16 +454,16 @@ class AgentMindHandle:
         self._mark = self.store.change_mark(self.namespace)
         layer = self.layer
         held = layer._committed.get(self.namespace)
-        since = held.cursor if held is not None else None
-        changes = self.store.changes(self.namespace, since=since)
+        since = held.mark if held is not None else None
+        changes = self.store.changes(self.namespace, since)
         if changes.complete or held is None:
-            committed = _Committed(changes.cursor)
+            committed = _Committed(changes.mark)
             committed.apply(changes.items, changes.removed)
         elif changes.items or changes.removed:
-            committed = held.changed(changes.cursor, changes.items, changes.removed)
+            committed = held.changed(changes.mark, changes.items, changes.removed)
         else:
             committed = held
-            held.cursor = changes.cursor
+            held.mark = changes.mark
         layer._committed[self.namespace] = committed
         self._committed = committed
         self.goals = committed.goals
