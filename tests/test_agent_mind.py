@@ -268,34 +268,84 @@ def test_the_header_is_built_from_the_store_at_run_start(store: Store) -> None:
     assert "Visible next run" in header_of(stack)
 
 
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def two_connections(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> Iterator[tuple[Store, Store]]:
+    """Two connections to one store, as two processes would hold (one store, for memory)."""
+    first: Store
+    second: Store
+    if request.param == "memory":
+        first = second = InMemoryStore()
+    elif request.param == "sqlite":
+        first, second = SQLiteStore(tmp_path / "mind.db"), SQLiteStore(tmp_path / "mind.db")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        first = PostgresStore(url)
+        empty_postgres_tables(url)
+        second = PostgresStore(url)
+    yield first, second
+    first.close()
+    second.close()
+
+
 def test_a_long_lived_layer_sees_every_change_made_elsewhere(
-    store: SQLiteStore, tmp_path: pathlib.Path
+    two_connections: tuple[Store, Store],
 ) -> None:
     """The layer keeps the entries between runs and reads only what changed: writes through
-    another connection (another process), edits, deletions and malformed rewrites all show in
-    the next run, exactly as a fresh layer would see them."""
+    another connection (another process), edits, deletions, purges, store TTLs running out and
+    malformed rewrites all show in the next run, exactly as a fresh layer would see them."""
+    store, other = two_connections
     stack = make_stack(store, embedder=HashingEmbedder())
     now = now_ms()
     base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
     put_raw(store, {**base, "id": "b1", "content": "First belief", "confidence": "high"})
     assert "First belief" in header_of(stack)
-    other = SQLiteStore(tmp_path / "mind.db")
     put_raw(other, {**base, "id": "b2", "content": "Written elsewhere", "confidence": "high"})
     put_raw(other, {**base, "id": "b1", "content": "First, edited", "confidence": "high"})
     put_raw(other, {**base, "id": "b3", "content": "Soon gone", "confidence": "high"})
+    for key, content in (("b4", "Purged later"), ("b5", "Lapses unpurged")):
+        payload = {**base, "id": key, "content": content, "confidence": "high"}
+        other.put(NS, f"belief/{key}", payload, ttl=0.3)
     block = header_of(stack)
-    assert "Written elsewhere" in block and "First, edited" in block
+    assert "Written elsewhere" in block and "First, edited" in block and "Purged later" in block
     assert "First belief" not in block
     other.delete(NS, "belief/b3")
     other.put(NS, "belief/b2", {"type": "belief", "id": "b2"})  # malformed now: skipped
+    time.sleep(0.35)
+    other.delete(NS, "belief/b4")  # one expired entry removed by hand, the other left to lapse
     for view in (stack, make_stack(store, embedder=HashingEmbedder())):
         block = header_of(view)
         assert "Soon gone" not in block and "Written elsewhere" not in block
+        assert "Purged later" not in block and "Lapses unpurged" not in block
         assert "First, edited" in block
         with view.run(agent=AGENT) as run:
             hits = ok(run.call_tool("mind_recall", {"query": "edited", "threshold": 0}))
             assert [h["id"] for h in hits] == ["b1"]
-    other.close()
+    other.purge_expired()
+    assert "First, edited" in header_of(stack)
+
+
+def test_one_layer_over_two_stores_keeps_them_apart(tmp_path: pathlib.Path) -> None:
+    """A layer opened on different stores never takes one store's entries (or its mark) for
+    the other's."""
+    mind = AgentMind(embedder=HashingEmbedder())
+    with SQLiteStore(tmp_path / "a.db") as a, SQLiteStore(tmp_path / "b.db") as b:
+        for store, content in ((a, "Only in A"), (b, "Only in B")):
+            for _ in range(3):
+                store.put(("unrelated",), "k", 1)  # the two files' numbers differ
+            with mind.session(store, agent=AGENT) as handle:
+                handle.believe(content, confidence="high")
+        for _ in range(2):
+            for store, mine, theirs in (
+                (a, "Only in A", "Only in B"),
+                (b, "Only in B", "Only in A"),
+            ):
+                with mind.session(store, agent=AGENT) as handle:
+                    contents = [belief.content for belief in handle.beliefs.values()]
+                    assert contents == [mine], (contents, theirs)
+    with InMemoryStore() as memory, mind.session(memory, agent=AGENT) as handle:
+        assert handle.beliefs == {}  # another backend: its marks are never mixed up
 
 
 def test_runs_sharing_the_layer_never_see_each_others_changes(store: Store) -> None:

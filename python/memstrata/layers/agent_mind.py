@@ -55,6 +55,9 @@ Decisions where the seed is silent (or its code differs from its text):
 * A sub-run (``run.spawn``) gets its own draft over the same namespace (or its agent's).
 * The embedder and the vector indexes are created on first use. Indexes are kept by the layer
   between runs and updated by difference, so a run only embeds or indexes what changed.
+* The layer keeps each namespace's committed entries between runs, with the store's
+  :class:`~memstrata.stores.ChangeMark` they stand at: a run reads only what was written or
+  deleted since (``Store.changes``), and that answer's mark is the one its flush reconciles from.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ import logging
 import math
 import operator
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -313,15 +317,18 @@ class AgentMind:
 
 @dataclass(eq=False)
 class _Committed:
-    """A namespace's committed entries as of a store ``mark``, kept by the layer between runs
-    and shared by the handles reading them: never changed once handed out (except ``mark``
+    """A namespace's committed entries in ``store`` as of ``mark``, kept by the layer between
+    runs and shared by the handles reading them: never changed once handed out (except ``mark``
     moving on past writes elsewhere); a change makes a new one."""
 
+    store: Store | None
     mark: ChangeMark | None
     goals: dict[str, MindGoal] = field(default_factory=dict)
     beliefs: dict[str, MindBelief] = field(default_factory=dict)
     reflections: dict[str, MindReflection] = field(default_factory=dict)
     vectors: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # id -> (model, base64)
+    # Keys stored with a store TTL -> when it runs out: the store does not report that.
+    expiring: dict[str, float] = field(default_factory=dict)
     # Built from these entries by one run, reused by the next: (budget, counter id) ->
     # (header, built at, valid until, counter), and (kinds, archived) -> (ranker, built at,
     # valid until).
@@ -333,7 +340,13 @@ class _Committed:
     def changed(self, mark: ChangeMark, items: list[Item], removed: list[str]) -> _Committed:
         """A new copy with ``items`` written and ``removed`` keys gone."""
         fresh = _Committed(
-            mark, dict(self.goals), dict(self.beliefs), dict(self.reflections), dict(self.vectors)
+            self.store,
+            mark,
+            dict(self.goals),
+            dict(self.beliefs),
+            dict(self.reflections),
+            dict(self.vectors),
+            dict(self.expiring),
         )
         fresh.apply(items, removed)
         return fresh
@@ -348,7 +361,10 @@ class _Committed:
             kind, _, id_ = key.partition("/")
             if kind in by_kind and by_kind[kind].pop(id_, None) is not None and kind != "goal":
                 self.vectors.pop(id_, None)
+            self.expiring.pop(key, None)
         for item in items:
+            if item.expires_at is not None:
+                self.expiring[item.key] = item.expires_at
             try:
                 entry = entry_from_payload(item.value)
             except InvalidInputError as exc:
@@ -432,7 +448,7 @@ class AgentMindHandle:
         self._stored_vectors: dict[str, tuple[Any, Any]] = {}  # id -> (model, base64)
         # The four dicts above are the layer's shared copy (see load); the handle replaces
         # them rather than changing them.
-        self._committed = _Committed(None)
+        self._committed = _Committed(None, None)
         self.draft = _Draft()
         self._header: str | None = None
         self._header_budget: int | None = None
@@ -446,24 +462,30 @@ class AgentMindHandle:
     # Loading ----------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Brings the layer's copy of the committed entries up to date (reading only what was
-        written since the last run looked, where the store keeps a change log) and takes it as
-        this run's view. A malformed entry is skipped and logged, never deleted."""
-        # Marked first: whatever is written while the entries are read counts as a change at
-        # flush.
-        self._mark = self.store.change_mark(self.namespace)
+        """Brings the layer's copy of the committed entries up to date, reading only what was
+        written or deleted since the last run looked, and takes it as this run's view. A
+        malformed entry is skipped and logged, never deleted."""
         layer = self.layer
         held = layer._committed.get(self.namespace)
-        since = held.mark if held is not None else None
-        changes = self.store.changes(self.namespace, since)
+        if held is not None and held.store is not self.store:
+            held = None  # a mark only means something to the store that made it
+        changes = self.store.changes(self.namespace, held.mark if held is not None else None)
+        # The answer's mark is no later than what it read: whatever is written meanwhile counts
+        # as a change at flush.
+        self._mark = changes.mark
         if changes.complete or held is None:
-            committed = _Committed(changes.mark)
+            committed = _Committed(self.store, changes.mark)
             committed.apply(changes.items, changes.removed)
         elif changes.items or changes.removed:
             committed = held.changed(changes.mark, changes.items, changes.removed)
         else:
             committed = held
             held.mark = changes.mark
+        # Rarely any: mind entries carry their expiry in the payload, not as a store TTL.
+        now = time.time()
+        expired = [key for key, at in committed.expiring.items() if at <= now]
+        if expired:
+            committed = committed.changed(changes.mark, [], expired)
         layer._committed[self.namespace] = committed
         self._committed = committed
         self.goals = committed.goals
