@@ -10,6 +10,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from store_checks import empty_postgres_tables
 
 from memstrata.exceptions import (
     BudgetExceededError,
@@ -19,7 +20,7 @@ from memstrata.exceptions import (
 )
 from memstrata.layers import WorkingMemory
 from memstrata.stack import MemoryStack
-from memstrata.stores import SQLiteStore
+from memstrata.stores import PostgresStore, SQLiteStore, Store
 
 PROFILE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -402,12 +403,27 @@ def test_configuration_errors() -> None:
         WorkingMemory(schema={"type": 12})
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_connections(
+    request: pytest.FixtureRequest, db: pathlib.Path
+) -> Iterator[tuple[Store, Store]]:
+    """Two connections to one store, as two processes would hold."""
+    if request.param == "sqlite":
+        yield SQLiteStore(db), SQLiteStore(db)
+        return
+    url = request.getfixturevalue("postgres_url")
+    first = PostgresStore(url)
+    empty_postgres_tables(url)
+    yield first, PostgresStore(url)
+
+
 def test_a_long_lived_layer_starts_each_run_from_the_current_state(
-    store: SQLiteStore, db: pathlib.Path
+    two_connections: tuple[Store, Store],
 ) -> None:
     """The layer keeps the last checked state between runs, but a write by anyone else (another
     connection: another process), a deletion, or an invalid state written behind its back
     shows in the next run exactly as a fresh layer would see it."""
+    store, other = two_connections
     layer = WorkingMemory(schema=PROFILE_SCHEMA)
     stack = MemoryStack([layer], store=store)
     ns = ("working-memory", "thread", "t1")
@@ -418,7 +434,6 @@ def test_a_long_lived_layer_starts_each_run_from_the_current_state(
         assert kept == {"profile": {"name": "Alice"}}
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state is kept  # nothing changed: nothing re-read
-    other = SQLiteStore(db)
     other.put(ns, "state", {"profile": {"name": "Bob"}})
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state == {"profile": {"name": "Bob"}}
@@ -432,3 +447,4 @@ def test_a_long_lived_layer_starts_each_run_from_the_current_state(
         assert run.layer("working-memory").state == {}
         assert run.layer("working-memory").quarantined()[0]["state"] == {"age": "not a number"}
     other.close()
+    store.close()
