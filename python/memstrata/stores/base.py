@@ -320,12 +320,12 @@ class Store(ABC):
 
     @abstractmethod
     def change_mark(self, namespace: Namespace) -> ChangeMark:
-        """A mark of now in ``namespace``'s history: items written after it are changes since
-        it for :meth:`update_many_since` (on PostgreSQL: written by transactions not committed
-        when the mark was made).
+        """A mark of now in ``namespace``'s history: items written (or deleted) after it are
+        changes since it for :meth:`changes` and :meth:`update_many_since` (on PostgreSQL:
+        written by transactions not committed when the mark was made).
 
         A reader takes the mark *before* reading, so a write racing with its read is reported
-        as a change rather than missed.
+        as a change rather than missed; :meth:`changes` returns such a mark with its answer.
         """
 
     @abstractmethod
