@@ -65,8 +65,11 @@ test: install cargo-test pytest wheel-smoke lint
 demo: install
 	$(VENV)/bin/memstrata demo
 
+# Appends to target/bench-results.jsonl, then draws docs/bench.png from it (the README's chart;
+# `tools/bench_table.py` prints its table).
 bench: install
 	$(VPY) -m pytest -q -s --benchmark-only --benchmark-columns=min,median,mean,ops benches
+	$(VPY) tools/bench_chart.py target/bench-results.jsonl docs/bench.png
 
 # Every tool through call_tool with generated garbage, 100k calls (a 150-call sample runs in
 # make test).

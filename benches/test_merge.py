@@ -18,6 +18,7 @@ import pytest
 from benchkit import compare
 from deepmerge import Merger
 from mergedeep import merge as mergedeep_merge
+from state_data import count_nodes
 
 from memstrata import deep_merge, merge_json
 
@@ -72,14 +73,6 @@ def make_state(fanout: int = 6, depth: int = 5, seed: int = 7) -> dict[str, Any]
         return {f"k{level}_{i}": node(level + 1) for i in range(fanout)}
 
     return node(0)  # type: ignore[no-any-return]
-
-
-def count_nodes(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + sum(count_nodes(v) for v in value.values())
-    if isinstance(value, list):
-        return 1 + sum(count_nodes(v) for v in value)
-    return 1
 
 
 def make_patch(state: dict[str, Any], leaves: int, seed: int = 11) -> dict[str, Any]:

@@ -1,10 +1,15 @@
-"""A flush that reconciles with what other processes committed, in a namespace of 10,000 items.
+"""Change marks in a namespace of 10,000 items, against reading the namespace back.
 
-Each call: another writer commits one item, then ``update_many_since`` reads what changed since
-a mark taken just before and writes one item, in one transaction. Peer: the plain way, reading
-the whole namespace back in the transaction (``list`` of every item, then the write), which is
-what a flush would cost if it had to compare with everything stored. SQLite and a throwaway
-PostgreSQL cluster (fsync off, as in the tests).
+* A flush that reconciles with what other processes committed: another writer commits one item,
+  then ``update_many_since`` reads what changed since a mark taken just before and writes one
+  item, in one transaction. Peer: the plain way, reading the whole namespace back in the
+  transaction (``list`` of every item, then the write), which is what a flush would cost if it
+  had to compare with everything stored.
+* A run catching up with what changed since the last one looked: another writer writes one item
+  and deletes one, then ``changes`` since the previous answer's mark. Peer: ``list`` of every
+  item, which is what a layer keeping nothing between runs reads.
+
+SQLite and a throwaway PostgreSQL cluster (fsync off, as in the tests).
 """
 
 from __future__ import annotations
@@ -78,6 +83,39 @@ def test_reconcile_with_changes_in_a_10k_namespace(benchmark: Any, store: Store)
     compare(
         benchmark,
         f"flush reconciling with others' writes, {SIZE:,}-item namespace, {backend}",
+        ours,
+        {"re-reading the namespace": reread_everything},
+        target="independent of the namespace's size",
+    )
+
+
+def test_catch_up_with_changes_in_a_10k_namespace(benchmark: Any, store: Store) -> None:
+    state = {"i": 0, "mark": store.changes(NS).mark}
+
+    def other_writer_writes_and_deletes() -> None:
+        state["i"] += 1
+        store.put(NS, f"belief/other-{state['i'] % 50}", {"type": "belief", "n": state["i"]})
+        store.delete(NS, f"belief/other-{(state['i'] + 25) % 50}")
+
+    def ours() -> Any:
+        other_writer_writes_and_deletes()
+        changes = store.changes(NS, state["mark"])
+        assert len(changes.items) == 1 and len(changes.removed) <= 1 and not changes.complete
+        state["mark"] = changes.mark
+        return changes
+
+    def reread_everything() -> Any:
+        other_writer_writes_and_deletes()
+        return [
+            item
+            for offset in range(0, SIZE + 100, 1000)
+            for item in store.list(NS, limit=1000, offset=offset)
+        ]
+
+    backend = type(store).__name__
+    compare(
+        benchmark,
+        f"catching up with one write and one delete, {SIZE:,}-item namespace, {backend}",
         ours,
         {"re-reading the namespace": reread_everything},
         target="independent of the namespace's size",

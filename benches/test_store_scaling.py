@@ -71,7 +71,10 @@ def test_updates_per_second_by_writers(
             open_store(sqlite_url).close()
             results["sqlite"][writers] = throughput(sqlite_url, writers)
             with psycopg.connect(postgres, autocommit=True) as conn:
-                conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+                conn.execute(
+                    "DROP TABLE IF EXISTS memstrata_items, memstrata_tombstones,"
+                    " memstrata_tombstone_floor, memstrata_schema"
+                )
             open_store(postgres).close()
             results["postgres"][writers] = throughput(postgres, writers)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 from memstrata.stores import Item, Namespace, Store
 from memstrata.stores.base import ChangeMark
 
@@ -18,3 +20,19 @@ def changed_keys(store: Store, namespace: Namespace, since: ChangeMark) -> list[
 
     assert store.update_many_since(namespace, since, plan) == []
     return seen
+
+
+# Every table a PostgresStore keeps; the schema table last, so dropping it means "migrate again".
+POSTGRES_DATA_TABLES = "memstrata_items, memstrata_tombstones, memstrata_tombstone_floor"
+
+
+def drop_postgres_tables(url: str) -> None:
+    """Leaves the database with no memstrata tables: the next store migrates from nothing."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {POSTGRES_DATA_TABLES}, memstrata_schema")
+
+
+def empty_postgres_tables(url: str) -> None:
+    """Deletes every row a PostgresStore wrote, tombstones too, keeping the schema."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {POSTGRES_DATA_TABLES}")

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import psycopg
 import pytest
+from store_checks import empty_postgres_tables
 
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, hash_embed
 from memstrata.exceptions import InvalidInputError
@@ -266,6 +266,121 @@ def test_the_header_is_built_from_the_store_at_run_start(store: Store) -> None:
         ok(run.call_tool("mind_believe", {"content": "Visible next run", "confidence": "high"}))
         assert run.prepare([]) == []
     assert "Visible next run" in header_of(stack)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def two_connections(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> Iterator[tuple[Store, Store]]:
+    """Two connections to one store, as two processes would hold (one store, for memory)."""
+    first: Store
+    second: Store
+    if request.param == "memory":
+        first = second = InMemoryStore()
+    elif request.param == "sqlite":
+        first, second = SQLiteStore(tmp_path / "mind.db"), SQLiteStore(tmp_path / "mind.db")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        first = PostgresStore(url)
+        empty_postgres_tables(url)
+        second = PostgresStore(url)
+    yield first, second
+    first.close()
+    second.close()
+
+
+def test_a_long_lived_layer_sees_every_change_made_elsewhere(
+    two_connections: tuple[Store, Store],
+) -> None:
+    """The layer keeps the entries between runs and reads only what changed: writes through
+    another connection (another process), edits, deletions, purges, store TTLs running out and
+    malformed rewrites all show in the next run, exactly as a fresh layer would see them."""
+    store, other = two_connections
+    stack = make_stack(store, embedder=HashingEmbedder())
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
+    put_raw(store, {**base, "id": "b1", "content": "First belief", "confidence": "high"})
+    assert "First belief" in header_of(stack)
+    put_raw(other, {**base, "id": "b2", "content": "Written elsewhere", "confidence": "high"})
+    put_raw(other, {**base, "id": "b1", "content": "First, edited", "confidence": "high"})
+    put_raw(other, {**base, "id": "b3", "content": "Soon gone", "confidence": "high"})
+    for key, content in (("b4", "Purged later"), ("b5", "Lapses unpurged")):
+        payload = {**base, "id": key, "content": content, "confidence": "high"}
+        other.put(NS, f"belief/{key}", payload, ttl=0.3)
+    block = header_of(stack)
+    assert "Written elsewhere" in block and "First, edited" in block and "Purged later" in block
+    assert "First belief" not in block
+    other.delete(NS, "belief/b3")
+    other.put(NS, "belief/b2", {"type": "belief", "id": "b2"})  # malformed now: skipped
+    time.sleep(0.35)
+    other.delete(NS, "belief/b4")  # one expired entry removed by hand, the other left to lapse
+    for view in (stack, make_stack(store, embedder=HashingEmbedder())):
+        block = header_of(view)
+        assert "Soon gone" not in block and "Written elsewhere" not in block
+        assert "Purged later" not in block and "Lapses unpurged" not in block
+        assert "First, edited" in block
+        with view.run(agent=AGENT) as run:
+            hits = ok(run.call_tool("mind_recall", {"query": "edited", "threshold": 0}))
+            assert [h["id"] for h in hits] == ["b1"]
+    other.purge_expired()
+    assert "First, edited" in header_of(stack)
+
+
+def test_one_layer_over_two_stores_keeps_them_apart(tmp_path: pathlib.Path) -> None:
+    """A layer opened on different stores never takes one store's entries (or its mark) for
+    the other's."""
+    mind = AgentMind(embedder=HashingEmbedder())
+    with SQLiteStore(tmp_path / "a.db") as a, SQLiteStore(tmp_path / "b.db") as b:
+        for store, content in ((a, "Only in A"), (b, "Only in B")):
+            for _ in range(3):
+                store.put(("unrelated",), "k", 1)  # the two files' numbers differ
+            with mind.session(store, agent=AGENT) as handle:
+                handle.believe(content, confidence="high")
+        for _ in range(2):
+            for store, mine, theirs in (
+                (a, "Only in A", "Only in B"),
+                (b, "Only in B", "Only in A"),
+            ):
+                with mind.session(store, agent=AGENT) as handle:
+                    contents = [belief.content for belief in handle.beliefs.values()]
+                    assert contents == [mine], (contents, theirs)
+    with InMemoryStore() as memory, mind.session(memory, agent=AGENT) as handle:
+        assert handle.beliefs == {}  # another backend: its marks are never mixed up
+
+
+def test_runs_sharing_the_layer_never_see_each_others_changes(store: Store) -> None:
+    """Two open runs of one layer share its copy of the entries; what one run does to its view
+    (completing a goal) never shows in the other run's view."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_set_goal", {"description": "Ship the report"}))
+    first, second = stack.run(agent=AGENT).open(), stack.run(agent=AGENT).open()
+    goal_id = next(iter(first.layer("agent-mind").goals))
+    ok(first.call_tool("mind_complete_goal", {"id": goal_id, "outcome": "shipped"}))
+    assert first.layer("agent-mind").goals[goal_id].status == "completed"
+    assert second.layer("agent-mind").goals[goal_id].status == "active"
+    first.close()
+    second.close()
+    with stack.run(agent=AGENT) as run:
+        assert run.layer("agent-mind").goals[goal_id].status == "completed"
+
+
+def test_a_reused_header_drops_a_belief_once_it_expires(store: Store) -> None:
+    stack = make_stack(store)
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
+    put_raw(store, {**base, "id": "b1", "content": "Lasting", "confidence": "high"})
+    put_raw(
+        store,
+        {**base, "id": "b2", "content": "Fleeting", "confidence": "high", "expiresAt": now + 300},
+    )
+    assert "Fleeting" in header_of(stack)
+    time.sleep(0.4)
+    block = header_of(stack)
+    assert "Lasting" in block and "Fleeting" not in block
+    with stack.run(agent=AGENT) as run:
+        hits = ok(run.call_tool("mind_recall", {"query": "Fleeting", "threshold": 0}))
+        assert "b2" not in [h["id"] for h in hits]
 
 
 # Tools -----------------------------------------------------------------------------------------
@@ -1029,8 +1144,7 @@ def shared_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iter
     else:
         url = request.getfixturevalue("postgres_url")
         s = PostgresStore(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("TRUNCATE memstrata_items")
+        empty_postgres_tables(url)
     yield s
     s.close()
 

@@ -15,8 +15,8 @@ import sys
 import time
 
 import numpy as np
-import psycopg
 import pytest
+from store_checks import drop_postgres_tables
 
 from memstrata import MemoryStack, WorkingMemory, hash_embed, open_store
 
@@ -63,8 +63,7 @@ def url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/shared.db"
     pg: str = request.getfixturevalue("postgres_url")
-    with psycopg.connect(pg, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+    drop_postgres_tables(pg)
     return pg
 
 

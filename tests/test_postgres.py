@@ -15,11 +15,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from store_checks import changed_keys
+from store_checks import changed_keys, drop_postgres_tables
 
 from memstrata.stores import PostgresStore
 from memstrata.stores import postgres as pg
-from memstrata.stores.base import encode_namespace, prefix_upper_bound
+from memstrata.stores.base import ChangeMark, encode_namespace, prefix_upper_bound
 
 NS = ("agents", "alice")
 
@@ -28,13 +28,9 @@ NS = ("agents", "alice")
 def url(postgres_url: str) -> Iterator[str]:
     """The session's cluster with no memstrata tables: each test starts from an empty database."""
 
-    def drop() -> None:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
-
-    drop()
+    drop_postgres_tables(postgres_url)
     yield postgres_url
-    drop()
+    drop_postgres_tables(postgres_url)
 
 
 def schema_versions(url: str) -> list[int]:
@@ -70,6 +66,9 @@ def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
         mark = store.change_mark(NS)
         store.put(NS, "new", 1)
         assert changed_keys(store, NS, mark) == ["new"]  # rows from before it are not changes
+        store.delete(NS, "old")
+        changes = store.changes(NS, mark)
+        assert ([i.key for i in changes.items], changes.removed) == (["new"], ["old"])
 
 
 def test_a_newer_schema_is_refused(url: str) -> None:
@@ -127,15 +126,30 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(url: str) -> None:
             },
         )
         purge = explain(conn, pg._PURGE, {"now": None})
-        changes = explain(
-            conn,
-            pg._CHANGES,
-            {"ns": encode_namespace(("mind", "agent-1")), "mark": mark.position, "now": None},
+        since = {"ns": encode_namespace(("mind", "agent-1")), "mark": mark.position, "now": None}
+        changes = explain(conn, pg._CHANGES, since)
+        # The tombstones of 8,000 deletions in four namespaces, 20 of them old enough to prune.
+        conn.execute(
+            """INSERT INTO memstrata_tombstones (namespace, key, deleted_by, deleted_at)
+            SELECT 'mind' || chr(31) || 'agent-' || (i % 4) || chr(31), 'gone/' || i, '100',
+                   CASE WHEN i % 400 = 0 THEN 0 ELSE extract(epoch FROM now()) END
+            FROM generate_series(1, 8000) AS i"""
         )
+        conn.execute("ANALYZE memstrata_tombstones")
+        reads = explain(conn, pg._SINCE, since)
+        everything = explain(conn, pg._EVERYTHING, since)
+        prune = explain(conn, pg._PRUNE, {"now": None, "retention": 86400.0})
+        conn.rollback()
     store.close()
     assert "Index Scan using memstrata_items_pkey" in listing, listing
     assert "memstrata_items_expires_at" in purge, purge
     assert "memstrata_items_changes" in changes and "Seq Scan" not in changes, changes
+    # changes(): the mark, the floor, the rows and the tombstones since it, all by index.
+    assert "memstrata_items_changes" in reads and "memstrata_tombstones_changes" in reads, reads
+    assert "Seq Scan on memstrata_items" not in reads, reads
+    assert "Seq Scan on memstrata_tombstones " not in reads, reads
+    assert "Index Cond: (namespace = " in everything and "Seq Scan" not in everything, everything
+    assert "memstrata_tombstones_deleted_at" in prune, prune
 
 
 def test_a_write_in_flight_when_the_mark_is_made_is_a_change(url: str) -> None:
@@ -153,6 +167,44 @@ def test_a_write_in_flight_when_the_mark_is_made_is_a_change(url: str) -> None:
         )
         store.put(NS, "after", 2)
     assert changed_keys(store, NS, mark) == ["after", "in-flight"]
+    store.close()
+
+
+def test_writes_and_deletes_in_flight_when_changes_reads_are_reported_next_time(
+    url: str,
+) -> None:
+    # Transactions that took their ids before the answer's snapshot and commit after it.
+    store = PostgresStore(url)
+    store.put(NS, "doomed", 0)
+    first = store.changes(NS)
+    with psycopg.connect(url) as slow:
+        slow.execute("SELECT pg_current_xact_id()")  # its transaction id is taken now
+        during = store.changes(NS, first.mark)
+        slow.execute(
+            "INSERT INTO memstrata_items"
+            " (namespace, key, value, version, created_at, updated_at, written_by)"
+            " VALUES (%s, 'in-flight', '1', 1, 0, 0, pg_current_xact_id())",
+            (encode_namespace(NS),),
+        )
+        slow.execute(pg._DELETE, {"ns": encode_namespace(NS), "key": "doomed", "now": None})
+        store.put(NS, "after", 2)
+        still = store.changes(NS, during.mark)  # the slow transaction has not committed yet
+    assert (during.items, during.removed) == ([], [])
+    assert ([i.key for i in still.items], still.removed) == (["after"], [])
+    after = store.changes(NS, during.mark)
+    assert ([i.key for i in after.items], after.removed) == (["after", "in-flight"], ["doomed"])
+    # Nothing is reported twice from a mark taken once it committed.
+    assert store.changes(NS, after.mark).items == []
+    store.close()
+
+
+def test_a_mark_from_another_database_gets_the_whole_namespace(url: str) -> None:
+    store = PostgresStore(url)
+    store.put(NS, "a", 1)
+    ahead = store.change_mark(NS).position.split(":")
+    foreign = f"{int(ahead[0]) + 10**6}:{int(ahead[1]) + 10**6}:"  # ids this one never used
+    changes = store.changes(NS, ChangeMark("postgres", NS, foreign))
+    assert changes.complete and [i.key for i in changes.items] == ["a"]
     store.close()
 
 
@@ -200,6 +252,9 @@ def test_async_twins_use_psycopg_async_connections_not_threads(
         got = await store.aget(NS, "a")
         assert got is not None and got.value == 2
         assert await store.adelete(NS, "b") is True
+        changes = await store.achanges(NS, mark)
+        assert ([i.key for i in changes.items], changes.removed) == (["a", "c", "seen"], ["b"])
+        assert await store.astamp(NS, "a") == (got.version, got.created_at)
         assert await store.apurge_expired() == 0
         await store.aclose()
 

@@ -48,6 +48,9 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
         mark = store.change_mark(NS)
         store.put(NS, "new", 1)
         assert changed_keys(store, NS, mark) == ["new"]  # rows from before it are not changes
+        store.delete(NS, "old")
+        changes = store.changes(NS, mark)
+        assert ([i.key for i in changes.items], changes.removed) == (["new"], ["old"])
 
 
 def test_a_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
@@ -70,11 +73,77 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(tmp_path: pathlib.
 
         listing = plan(sq._LIST, (lo, prefix_upper_bound(lo), time.time(), 100, 0))
         purge = plan(sq._PURGE, (time.time(),))
-        changes = plan(sq._CHANGES, (lo, 7, time.time()))
+        changes = plan(sq._CHANGES, (lo, 7))
+        deleted = plan(sq._DELETED, (lo, 7))
+        everything = plan(sq._NAMESPACE, (lo, time.time()))
         last_seq = plan(f"SELECT {sq._LAST_SEQ}", {"ns": lo})  # on every write
+        buried = plan(sq._BURY_PURGED, {"now": time.time()})
+        floor = plan(sq._RAISE_FLOOR, {"cutoff": time.time()})
+        prune = plan(sq._PRUNE, {"cutoff": time.time()})
     assert "USING PRIMARY KEY (namespace>? AND namespace<?)" in listing, listing
     assert "INDEX items_expires_at" in purge and "expires_at<?" in purge, purge
     assert "USING INDEX items_changes (namespace=? AND seq>?)" in changes, changes
-    # The newest number is the last entry of the namespace in that index: a seek, no sort.
+    assert "USING COVERING INDEX tombstones_changes (namespace=? AND seq>?)" in deleted, deleted
+    assert "USING PRIMARY KEY (namespace=?)" in everything, everything
+    # The newest number is the last entry of the namespace in each index: a seek, no sort.
     assert "USING COVERING INDEX items_changes (namespace=?)" in last_seq, last_seq
+    assert "USING COVERING INDEX tombstones_changes (namespace=?)" in last_seq, last_seq
     assert "TEMP B-TREE" not in last_seq, last_seq
+    # Purging finds expired rows and old tombstones through their indexes, never a full scan.
+    assert "INDEX items_expires_at" in buried and "SCAN items" not in buried, buried
+    assert "INDEX tombstones_deleted_at" in floor, floor
+    assert "INDEX tombstones_deleted_at" in prune, prune
+
+
+def test_a_write_in_flight_when_changes_reads_is_reported_next_time(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Another process's write transaction, open while changes() reads (WAL lets the read
+    through), is not in that answer, and is in the next one."""
+    path = tmp_path / "race.db"
+    store = SQLiteStore(path)
+    store.put(NS, "doomed", 0)
+    first = store.changes(NS)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    now = time.time()
+    params = {"ns": encode_namespace(NS), "data": b"1", "now": now, "expires_at": None}
+    other.execute(sq._UPSERT, {**params, "key": "in-flight"})
+    other.execute(sq._BURY_DELETED, {"ns": params["ns"], "key": "doomed", "now": now})
+    other.execute("DELETE FROM items WHERE key = 'doomed'")
+    during = store.changes(NS, first.mark)
+    assert (during.items, during.removed) == ([], [])
+    other.execute("COMMIT")
+    other.close()
+    after = store.changes(NS, during.mark)
+    assert ([i.key for i in after.items], after.removed) == (["in-flight"], ["doomed"])
+    store.close()
+
+
+def test_a_mark_made_over_another_file_gets_the_whole_namespace(tmp_path: pathlib.Path) -> None:
+    busy, fresh = SQLiteStore(tmp_path / "busy.db"), SQLiteStore(tmp_path / "fresh.db")
+    for n in range(5):
+        busy.put(NS, "k", n)
+    fresh.put(NS, "only", 1)
+    changes = fresh.changes(NS, busy.change_mark(NS))  # a number this file never reached
+    assert changes.complete and [i.key for i in changes.items] == ["only"]
+    busy.close()
+    fresh.close()
+
+
+def test_pruning_keeps_each_namespaces_newest_tombstone(tmp_path: pathlib.Path) -> None:
+    """The newest tombstone holds the namespace's top number once its rows are deleted."""
+    store = SQLiteStore(tmp_path / "prune.db")
+    for key in ("a", "b", "c"):
+        store.put(NS, key, 1)
+        store.delete(NS, key)
+    top = int(store.change_mark(NS).position)
+    store.tombstone_retention = 0.0
+    time.sleep(0.01)
+    store.purge_expired()
+    with sqlite3.connect(tmp_path / "prune.db") as conn:
+        kept = conn.execute("SELECT key, seq FROM tombstones").fetchall()
+        (floor,) = conn.execute("SELECT seq FROM tombstone_floor").fetchone()
+    assert kept == [("c", top)] and floor == top - 2
+    assert int(store.change_mark(NS).position) == top
+    store.close()

@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from store_checks import changed_keys
+from store_checks import changed_keys, drop_postgres_tables, empty_postgres_tables
 
 from memstrata import deep_merge
 from memstrata.exceptions import (
@@ -34,8 +33,7 @@ StoreFactory = Callable[[pytest.FixtureRequest, pathlib.Path], Store]
 def _postgres(request: pytest.FixtureRequest, _tmp: pathlib.Path) -> Store:
     url = request.getfixturevalue("postgres_url")  # one throwaway cluster per session
     store = PostgresStore(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE memstrata_items")
+    empty_postgres_tables(url)
     return store
 
 
@@ -288,8 +286,7 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/concurrent.db"
     url: str = request.getfixturevalue("postgres_url")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+    drop_postgres_tables(url)
     return url
 
 
@@ -491,3 +488,218 @@ def test_update_many_since_is_serialised_across_processes(shared_url: str) -> No
     with open_store(shared_url) as s:
         tickets = sorted(i.value for i in s.list(NS, limit=1000))
     assert tickets == list(range(100))
+
+
+# Change tracking: changes and stamp -----------------------------------------------------------
+
+
+def _follow(store: Store, held: dict[str, Any], since: ChangeMark | None) -> ChangeMark:
+    """Applies ``store.changes`` to ``held`` the way a caller keeping the items does."""
+    changes = store.changes(NS, since)
+    assert changes.mark.namespace == NS
+    assert changes.complete or since is not None
+    assert [i.key for i in changes.items] == sorted(i.key for i in changes.items)
+    assert changes.removed == sorted(set(changes.removed))
+    assert not {i.key for i in changes.items} & set(changes.removed)
+    if changes.complete:
+        assert changes.removed == []
+        held.clear()
+    for item in changes.items:
+        assert item.namespace == NS
+        held[item.key] = item.value
+    for key in changes.removed:
+        held.pop(key, None)
+    return changes.mark
+
+
+def _stored(store: Store) -> dict[str, Any]:
+    return {i.key: i.value for i in store.list(NS, limit=1000) if i.namespace == NS}
+
+
+def test_changes_lets_a_caller_keep_a_namespace_in_step(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    store.put(NS, "b", {"n": 2})
+    store.put((*NS, "sub"), "c", {"n": 3})  # a sub-namespace is not part of NS
+    store.put(("other",), "d", {"n": 4})
+    held: dict[str, Any] = {}
+    mark = _follow(store, held, None)
+    assert held == {"a": {"n": 1}, "b": {"n": 2}}
+    store.put(NS, "a", {"n": 10})
+    store.update(NS, "e", lambda _cur: {"n": 5})
+    store.update_many(NS, {"f": lambda _cur: {"n": 6}})
+    assert store.put_if_version(NS, "b", {"n": 20}, expected_version=1) is not None
+    store.delete(NS, "f")
+    store.put(("other",), "d", {"n": 40})
+    store.delete((*NS, "sub"), "c")
+    changes = store.changes(NS, mark)
+    assert [i.key for i in changes.items] == ["a", "b", "e"] and changes.removed == ["f"]
+    assert not changes.complete
+    mark = _follow(store, held, mark)
+    assert held == {"a": {"n": 10}, "b": {"n": 20}, "e": {"n": 5}} == _stored(store)
+    # Nothing written since: nothing to read; writes and deletions elsewhere change nothing.
+    quiet = store.changes(NS, mark)
+    assert (quiet.items, quiet.removed, quiet.complete) == ([], [], False)
+    store.put(("other",), "d", {"n": 41})
+    store.delete(("other",), "d")
+    store.put((*NS, "sub"), "c", {"n": 30})
+    quiet = store.changes(NS, mark)
+    assert (quiet.items, quiet.removed, quiet.complete) == ([], [], False)
+    # The mark of a later call moves on; the earlier one still answers from where it stood.
+    store.put(NS, "g", 7)
+    assert [i.key for i in store.changes(NS, mark).items] == ["g"]
+    assert [i.key for i in store.changes(NS, store.changes(NS, mark).mark).items] == []
+
+
+def test_changes_report_deletes_and_purges_once(store: Store) -> None:
+    store.put(NS, "kept", 1)
+    store.put(NS, "deleted", 2)
+    store.put(NS, "recreated", 3)
+    store.put(NS, "purged", 4, ttl=0.05)
+    held: dict[str, Any] = {}
+    mark = _follow(store, held, None)
+    assert set(held) == {"kept", "deleted", "recreated", "purged"}
+    assert store.delete(NS, "deleted") is True
+    assert store.delete(NS, "never-there") is False
+    store.delete(NS, "recreated")
+    store.put(NS, "recreated", 30)  # deleted, then written again: a write, not a removal
+    time.sleep(0.08)
+    # Expiring is not a change: a caller holding the item checks its expires_at itself ...
+    assert store.changes(NS, mark).removed == ["deleted"]
+    # ... but purging it is.
+    assert store.purge_expired() == 1
+    changes = store.changes(NS, mark)
+    assert changes.removed == ["deleted", "purged"]
+    assert [(i.key, i.value, i.version) for i in changes.items] == [("recreated", 30, 1)]
+    mark = _follow(store, held, mark)
+    assert held == {"kept": 1, "recreated": 30} == _stored(store)
+    assert store.changes(NS, mark).removed == []  # reported once, not again
+    store.delete(NS, "recreated")  # a second deletion of one key is reported again
+    assert store.changes(NS, mark).removed == ["recreated"]
+
+
+def test_changes_report_expired_writes_as_removed(store: Store) -> None:
+    store.put(NS, "a", {"n": 1})
+    held: dict[str, Any] = {}
+    mark = _follow(store, held, None)
+    store.put(NS, "short", {"n": 2}, ttl=0.05)
+    store.put(NS, "a", {"n": 3}, ttl=0.05)
+    store.put(NS, "long", {"n": 4}, ttl=60)
+    time.sleep(0.1)
+    changes = store.changes(NS, mark)
+    assert changes.removed == ["a", "short"]
+    assert [(i.key, i.expires_at is not None) for i in changes.items] == [("long", True)]
+    _follow(store, held, mark)
+    assert held == {"long": {"n": 4}} == _stored(store)
+    assert [i.key for i in store.changes(NS).items] == ["long"]
+
+
+def test_a_write_right_after_a_mark_is_never_lost(store: Store) -> None:
+    """Whatever happens between two calls is in the second, however close to the first."""
+    held: dict[str, Any] = {}
+    mark = _follow(store, held, None)
+    for n in range(20):
+        store.put(NS, f"k{n % 7}", n)
+        if n % 5 == 0:
+            store.delete(NS, f"k{(n + 3) % 7}")
+        mark = _follow(store, held, mark)
+        assert held == _stored(store)
+
+
+def test_a_mark_older_than_the_tombstones_kept_gets_the_whole_namespace(store: Store) -> None:
+    store.put(NS, "a", 1)
+    store.put(NS, "b", 2)
+    store.put(NS, "c", 3)
+    old = store.changes(NS).mark
+    store.delete(NS, "a")
+    store.delete(NS, "b")
+    assert store.changes(NS, old).removed == ["a", "b"]
+    store.tombstone_retention = 0.0  # every tombstone is old enough to prune
+    time.sleep(0.01)
+    assert store.purge_expired() == 0
+    changes = store.changes(NS, old)
+    assert changes.complete and changes.removed == []
+    assert [(i.key, i.value) for i in changes.items] == [("c", 3)]
+    # A mark from after the pruning answers with changes again, deletions included.
+    recent = changes.mark
+    store.put(NS, "d", 4)
+    store.delete(NS, "c")
+    later = store.changes(NS, recent)
+    assert not later.complete
+    assert ([i.key for i in later.items], later.removed) == (["d"], ["c"])
+    # Numbers never go back: a write after the pruning is a change for every mark since.
+    assert store.changes(NS, later.mark).items == []
+    store.put(NS, "e", 5)
+    assert [i.key for i in store.changes(NS, later.mark).items] == ["e"]
+
+
+def test_tombstones_inside_the_retention_are_kept(store: Store) -> None:
+    store.put(NS, "a", 1)
+    mark = store.change_mark(NS)
+    store.delete(NS, "a")
+    store.purge_expired()  # the default retention is a day
+    changes = store.changes(NS, mark)
+    assert not changes.complete and changes.removed == ["a"]
+
+
+def test_change_mark_and_changes_marks_are_one_concept(store: Store) -> None:
+    """A mark from change_mark serves changes, and one from changes serves update_many_since."""
+    store.put(NS, "a", 1)
+    mark = store.change_mark(NS)
+    store.put(NS, "b", 2)
+    assert [i.key for i in store.changes(NS, mark).items] == ["b"]
+    answer = store.changes(NS)
+    store.put(NS, "c", 3)
+    assert changed_keys(store, NS, answer.mark) == ["c"]
+
+
+def test_changes_refuses_a_foreign_or_garbled_mark(store: Store) -> None:
+    mark = store.change_mark(NS)
+    other = "sqlite" if mark.backend != "sqlite" else "memory"
+    for bad in (3, mark.position, ChangeMark(other, NS, "1"), ChangeMark(mark.backend, NS, "x")):
+        with pytest.raises(InvalidInputError, match="since"):
+            store.changes(NS, bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"marks namespace \('agents', 'alice'\)"):
+        store.changes(("agents", "bob"), mark)
+    with pytest.raises(InvalidInputError, match="namespace"):
+        store.changes(())
+
+
+def test_change_tracking_reads_async_twins(store: Store) -> None:
+    async def scenario() -> None:
+        await store.aput(NS, "a", {"n": 1})
+        first = await store.achanges(NS)
+        assert [i.key for i in first.items] == ["a"] and first.complete
+        await store.aput(NS, "b", 2)
+        await store.adelete(NS, "a")
+        later = await store.achanges(NS, first.mark)
+        assert ([i.key for i in later.items], later.removed, later.complete) == (
+            ["b"],
+            ["a"],
+            False,
+        )
+        item = await store.aget(NS, "b")
+        assert item is not None and await store.astamp(NS, "b") == (item.version, item.created_at)
+        assert await store.astamp(NS, "a") is None
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_stamp_names_the_value_without_reading_it(store: Store) -> None:
+    assert store.stamp(NS, "a") is None
+    first = store.put(NS, "a", {"n": 1})
+    assert store.stamp(NS, "a") == (first.version, first.created_at)
+    second = store.put(NS, "a", {"n": 2})
+    assert store.stamp(NS, "a") == (second.version, second.created_at) != (1, first.created_at)
+    store.delete(NS, "a")
+    assert store.stamp(NS, "a") is None
+    time.sleep(0.01)
+    again = store.put(NS, "a", {"n": 3})
+    assert again.version == 1 and store.stamp(NS, "a") != (first.version, first.created_at)
+    store.put(NS, "short", {"n": 4}, ttl=0.05)
+    time.sleep(0.1)
+    assert store.stamp(NS, "short") is None
+    with pytest.raises(InvalidInputError, match="key"):
+        store.stamp(NS, "")
+    with pytest.raises(InvalidInputError, match="namespace"):
+        store.stamp((), "a")

@@ -166,3 +166,30 @@ def test_null_padding_is_removed_only_from_optional_fields() -> None:
         "extra": None,
     }
     assert padded["limit"] is None  # the input is not changed
+
+
+def test_tools_with_equal_schemas_share_one_compiled_check() -> None:
+    """Layers make their tools afresh every run; the schema is compiled once per content."""
+
+    def handler(args: dict[str, Any]) -> Any:
+        return args
+
+    def make(limit: int) -> Tool:
+        schema = {
+            "type": "object",
+            "properties": {"n": {"type": "integer", "maximum": limit}},
+            "required": ["n"],
+        }
+        return Tool("t", "d", schema, handler)
+
+    first, again, other = make(5), make(5), make(9)
+    assert first.check is again.check
+    assert other.check is not first.check
+    problems: list[str] = []
+    other.check({"n": 7}, "$", problems)
+    assert problems == []
+    first.check({"n": 7}, "$", problems)
+    assert problems == ["$.n: 7 is above the maximum 5"]
+    odd = Tool("t", "d", {"type": "object", "properties": {"n": {"enum": [{1, 2}]}}}, handler)
+    odd.check({"n": 3}, "$", problems)  # not JSON: compiled on its own, still checks
+    assert problems[-1].startswith("$.n: 3 is not one of")

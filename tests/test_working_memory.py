@@ -10,6 +10,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from store_checks import empty_postgres_tables
 
 from memstrata.exceptions import (
     BudgetExceededError,
@@ -19,7 +20,7 @@ from memstrata.exceptions import (
 )
 from memstrata.layers import WorkingMemory
 from memstrata.stack import MemoryStack
-from memstrata.stores import SQLiteStore
+from memstrata.stores import PostgresStore, SQLiteStore, Store
 
 PROFILE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -400,3 +401,50 @@ def test_configuration_errors() -> None:
         WorkingMemory(schema={"type": "object"}, template="# x")
     with pytest.raises(InvalidInputError, match="not a valid JSON Schema"):
         WorkingMemory(schema={"type": 12})
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_connections(
+    request: pytest.FixtureRequest, db: pathlib.Path
+) -> Iterator[tuple[Store, Store]]:
+    """Two connections to one store, as two processes would hold."""
+    if request.param == "sqlite":
+        yield SQLiteStore(db), SQLiteStore(db)
+        return
+    url = request.getfixturevalue("postgres_url")
+    first = PostgresStore(url)
+    empty_postgres_tables(url)
+    yield first, PostgresStore(url)
+
+
+def test_a_long_lived_layer_starts_each_run_from_the_current_state(
+    two_connections: tuple[Store, Store],
+) -> None:
+    """The layer keeps the last checked state between runs, but a write by anyone else (another
+    connection: another process), a deletion, or an invalid state written behind its back
+    shows in the next run exactly as a fresh layer would see it."""
+    store, other = two_connections
+    layer = WorkingMemory(schema=PROFILE_SCHEMA)
+    stack = MemoryStack([layer], store=store)
+    ns = ("working-memory", "thread", "t1")
+    with stack.run(thread_id="t1") as run:
+        assert call(run, "working-memory/update", {"profile": {"name": "Alice"}})["ok"]
+    with stack.run(thread_id="t1") as run:
+        kept = run.layer("working-memory").state
+        assert kept == {"profile": {"name": "Alice"}}
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").state is kept  # nothing changed: nothing re-read
+    other.put(ns, "state", {"profile": {"name": "Bob"}})
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").state == {"profile": {"name": "Bob"}}
+        assert "Bob" in run.prepare([])[0]["content"]
+    other.delete(ns, "state")
+    other.put(ns, "state", {"profile": {"name": "Bob"}})  # re-created: version 1 again
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").version == 1
+    other.put(ns, "state", {"age": "not a number"})
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").state == {}
+        assert run.layer("working-memory").quarantined()[0]["state"] == {"age": "not a number"}
+    other.close()
+    store.close()

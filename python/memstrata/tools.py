@@ -58,8 +58,9 @@ class Tool:
 
     @cached_property
     def check(self) -> Check:
-        """The parameter schema compiled once (see :func:`compile_schema`)."""
-        return compile_schema(self.parameters)
+        """The parameter schema compiled once (see :func:`compile_schema`); layers make their
+        tools afresh for every run, so equal schemas share one compiled check."""
+        return compiled(self.parameters)
 
 
 def wire_name(name: str) -> str:
@@ -252,6 +253,24 @@ def _json_type(value: Any) -> str:
         if _TYPE_CHECKS[name](value):
             return name
     return type(value).__name__
+
+
+_COMPILED: dict[bytes, Check] = {}
+_COMPILED_KEPT = 1024
+
+
+def compiled(schema: Mapping[str, Any]) -> Check:
+    """:func:`compile_schema`, remembered by the schema's content."""
+    try:
+        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return compile_schema(schema)  # not JSON: compiled every time, never shared
+    check = _COMPILED.get(key)
+    if check is None:
+        if len(_COMPILED) >= _COMPILED_KEPT:
+            _COMPILED.clear()
+        check = _COMPILED[key] = compile_schema(schema)
+    return check
 
 
 def compile_schema(schema: Mapping[str, Any]) -> Check:

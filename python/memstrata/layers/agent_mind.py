@@ -55,6 +55,9 @@ Decisions where the seed is silent (or its code differs from its text):
 * A sub-run (``run.spawn``) gets its own draft over the same namespace (or its agent's).
 * The embedder and the vector indexes are created on first use. Indexes are kept by the layer
   between runs and updated by difference, so a run only embeds or indexes what changed.
+* The layer keeps each namespace's committed entries between runs, with the store's
+  :class:`~memstrata.stores.ChangeMark` they stand at: a run reads only what was written or
+  deleted since (``Store.changes``), and that answer's mark is the one its flush reconciles from.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ import logging
 import math
 import operator
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -120,7 +124,9 @@ DAY_MS = 86_400_000
 RECENCY_DECAY_DAYS = 30.0
 REEMBED_BATCH = 256
 LINE_TOKEN_CACHE = 100_000
-_PAGE = 1000
+# A ranking built by one run serves later runs this long (while no entry changed or expired):
+# recency moves scores by at most 0.2 * (1 - exp(-1 min / 30 d)), under 5e-6, in that time.
+RANKING_REUSE_MS = 60_000
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
 
 ProgressCallback = Callable[[int, int], None]
@@ -226,8 +232,10 @@ class AgentMind:
         self._embedder_spec = embedder
         self._embedder: Embedder | None = None
         self._indexes: dict[Namespace, _IndexCache] = {}
+        # Each namespace's committed entries, brought up to date by each run (see load).
+        self._committed: dict[Namespace, _Committed] = {}
         # Header lines rarely change between runs; they and their token counts are kept.
-        self._line_tokens: dict[Namespace, dict[str, dict[str, tuple[int, str, int]]]] = {}
+        self._line_tokens: dict[Namespace, dict[str, dict[str, tuple[MindEntry, str, int]]]] = {}
         self._line_counter: Any = None
 
     @property
@@ -307,6 +315,70 @@ class AgentMind:
         handle.flush(error=False)
 
 
+@dataclass(eq=False)
+class _Committed:
+    """A namespace's committed entries in ``store`` as of ``mark``, kept by the layer between
+    runs and shared by the handles reading them: never changed once handed out (except ``mark``
+    moving on past writes elsewhere); a change makes a new one."""
+
+    store: Store | None
+    mark: ChangeMark | None
+    goals: dict[str, MindGoal] = field(default_factory=dict)
+    beliefs: dict[str, MindBelief] = field(default_factory=dict)
+    reflections: dict[str, MindReflection] = field(default_factory=dict)
+    vectors: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # id -> (model, base64)
+    # Keys stored with a store TTL -> when it runs out: the store does not report that.
+    expiring: dict[str, float] = field(default_factory=dict)
+    # Built from these entries by one run, reused by the next: (budget, counter id) ->
+    # (header, built at, valid until, counter), and (kinds, archived) -> (ranker, built at,
+    # valid until).
+    headers: dict[tuple[int | None, int], tuple[str, int, float, Any]] = field(default_factory=dict)
+    rankers: dict[tuple[tuple[str, ...], bool], tuple[CompositeRanker, int, int]] = field(
+        default_factory=dict
+    )
+
+    def changed(self, mark: ChangeMark, items: list[Item], removed: list[str]) -> _Committed:
+        """A new copy with ``items`` written and ``removed`` keys gone."""
+        fresh = _Committed(
+            self.store,
+            mark,
+            dict(self.goals),
+            dict(self.beliefs),
+            dict(self.reflections),
+            dict(self.vectors),
+            dict(self.expiring),
+        )
+        fresh.apply(items, removed)
+        return fresh
+
+    def apply(self, items: list[Item], removed: list[str]) -> None:
+        by_kind: dict[str, dict[str, Any]] = {
+            "goal": self.goals,
+            "belief": self.beliefs,
+            "reflection": self.reflections,
+        }
+        for key in [*removed, *(item.key for item in items)]:
+            kind, _, id_ = key.partition("/")
+            if kind in by_kind and by_kind[kind].pop(id_, None) is not None and kind != "goal":
+                self.vectors.pop(id_, None)
+            self.expiring.pop(key, None)
+        for item in items:
+            if item.expires_at is not None:
+                self.expiring[item.key] = item.expires_at
+            try:
+                entry = entry_from_payload(item.value)
+            except InvalidInputError as exc:
+                logger.warning("skipping malformed mind entry %r: %s", item.key, exc)
+                continue
+            if item.key != _key(entry):
+                logger.warning("skipping mind entry %r stored under a foreign key", item.key)
+                continue
+            by_kind[entry.type][entry.id] = entry
+            if not isinstance(entry, MindGoal):
+                value = item.value
+                self.vectors[entry.id] = (value.get("embeddingModel"), value.get("embedding"))
+
+
 @dataclass
 class _IndexCache:
     """Vectors of one namespace's beliefs and reflections, kept by the layer across runs."""
@@ -317,6 +389,7 @@ class _IndexCache:
     reflections: VectorIndex
     stamps: dict[str, int] = field(default_factory=dict)  # id -> updatedAt indexed
     units: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)  # id -> unit vector
+    source: object = None  # the _Committed entries last synced in: the same again needs nothing
 
 
 @dataclass
@@ -373,6 +446,9 @@ class AgentMindHandle:
         self.beliefs: dict[str, MindBelief] = {}
         self.reflections: dict[str, MindReflection] = {}
         self._stored_vectors: dict[str, tuple[Any, Any]] = {}  # id -> (model, base64)
+        # The four dicts above are the layer's shared copy (see load); the handle replaces
+        # them rather than changing them.
+        self._committed = _Committed(None, None)
         self.draft = _Draft()
         self._header: str | None = None
         self._header_budget: int | None = None
@@ -386,39 +462,36 @@ class AgentMindHandle:
     # Loading ----------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Reads every committed entry of the namespace; a malformed one is skipped and logged,
-        never deleted."""
-        # Marked first: whatever is written while the pages are read counts as a change at flush.
-        self._mark = self.store.change_mark(self.namespace)
-        offset = 0
-        while True:
-            items = self.store.list(self.namespace, limit=_PAGE, offset=offset)
-            for item in items:
-                if item.namespace != self.namespace:
-                    continue
-                try:
-                    entry = entry_from_payload(item.value)
-                except InvalidInputError as exc:
-                    logger.warning("skipping malformed mind entry %r: %s", item.key, exc)
-                    continue
-                if item.key != _key(entry):
-                    logger.warning("skipping mind entry %r stored under a foreign key", item.key)
-                    continue
-                if isinstance(entry, MindGoal):
-                    self.goals[entry.id] = entry
-                elif isinstance(entry, MindBelief):
-                    self.beliefs[entry.id] = entry
-                else:
-                    self.reflections[entry.id] = entry
-                if not isinstance(entry, MindGoal):
-                    value = item.value
-                    self._stored_vectors[entry.id] = (
-                        value.get("embeddingModel"),
-                        value.get("embedding"),
-                    )
-            if len(items) < _PAGE:
-                break
-            offset += _PAGE
+        """Brings the layer's copy of the committed entries up to date, reading only what was
+        written or deleted since the last run looked, and takes it as this run's view. A
+        malformed entry is skipped and logged, never deleted."""
+        layer = self.layer
+        held = layer._committed.get(self.namespace)
+        if held is not None and held.store is not self.store:
+            held = None  # a mark only means something to the store that made it
+        changes = self.store.changes(self.namespace, held.mark if held is not None else None)
+        # The answer's mark is no later than what it read: whatever is written meanwhile counts
+        # as a change at flush.
+        self._mark = changes.mark
+        if changes.complete or held is None:
+            committed = _Committed(self.store, changes.mark)
+            committed.apply(changes.items, changes.removed)
+        elif changes.items or changes.removed:
+            committed = held.changed(changes.mark, changes.items, changes.removed)
+        else:
+            committed = held
+            held.mark = changes.mark
+        # Rarely any: mind entries carry their expiry in the payload, not as a store TTL.
+        now = time.time()
+        expired = [key for key, at in committed.expiring.items() if at <= now]
+        if expired:
+            committed = committed.changed(changes.mark, [], expired)
+        layer._committed[self.namespace] = committed
+        self._committed = committed
+        self.goals = committed.goals
+        self.beliefs = committed.beliefs
+        self.reflections = committed.reflections
+        self._stored_vectors = committed.vectors
 
     # Header -----------------------------------------------------------------------------------
 
@@ -433,9 +506,38 @@ class AgentMindHandle:
         started; empty when there is nothing to show. ``budget`` is the stack's token share for
         the whole block."""
         if self._header is None or self._header_budget != budget:
-            self._header = self._build_header(budget)
+            self._header = self._shared_header(budget)
             self._header_budget = budget
         return self._header
+
+    def _shared_header(self, budget: int | None) -> str:
+        """The header, reused from an earlier run over the same committed entries while no
+        entry it shows (or could show) has expired or left the recency window since."""
+        now = self.started_at
+        if self._tokens is None:
+            self._tokens = _default_counter()
+        key = (budget, id(self._tokens))
+        cached = self._committed.headers.get(key)
+        if cached is not None and cached[1] <= now < cached[2] and cached[3] is self._tokens:
+            return cached[0]
+        header = self._build_header(budget)
+        self._committed.headers[key] = (header, now, self._header_valid_until(now), self._tokens)
+        return header
+
+    def _header_valid_until(self, now: int) -> float:
+        """When the header built at ``now`` may first differ: the next expiry among the entries
+        it draws from, or a recent reflection leaving the window."""
+        window = self.layer.recency_window_days * DAY_MS
+        until = math.inf
+        for b in self.beliefs.values():
+            if b.confidence == "high" and not b.error and (b.expires_at or 0) > now:
+                until = min(until, b.expires_at or 0)
+        for r in self.reflections.values():
+            if r.expires_at is not None and r.expires_at > now:
+                until = min(until, r.expires_at)
+            if not r.pinned and r.created_at >= now - window:
+                until = min(until, r.created_at + window)
+        return until
 
     def _build_header(self, budget: int | None) -> str:
         now = self.started_at
@@ -499,9 +601,11 @@ class AgentMindHandle:
         lines.append("---")
         return "\n".join(lines)
 
-    def _line_cache(self, kind: str) -> dict[str, tuple[int, str, int]]:
+    def _line_cache(self, kind: str) -> dict[str, tuple[MindEntry, str, int]]:
         """Rendered header lines and their token counts by entry id, kept by the layer across
-        runs (an entry's line only changes with its ``updatedAt``) for one token counter."""
+        runs for one token counter. Each is stamped with the entry object it was made from:
+        the layer's committed entries are never changed in place, so a new object (however its
+        ``updatedAt`` reads) means a new line."""
         layer = self.layer
         if self._tokens is None:
             self._tokens = _default_counter()
@@ -524,13 +628,13 @@ class AgentMindHandle:
             if allowance <= 0:
                 break
             hit = cache.get(entry.id)
-            if hit is None or hit[0] != entry.updated_at:
+            if hit is None or hit[0] is not entry:
                 line = (
                     f"- {entry.content} ({entry.confidence} confidence)"
                     if isinstance(entry, MindBelief)
                     else f"- [{_iso_day(entry.created_at)}] {entry.content}"
                 )
-                hit = cache[entry.id] = (entry.updated_at, line, self.count_tokens(line))
+                hit = cache[entry.id] = (entry, line, self.count_tokens(line))
             if hit[2] <= allowance:
                 kept.append(hit[1])
                 allowance -= hit[2]
@@ -560,6 +664,9 @@ class AgentMindHandle:
         embedder = layer.embedder
         model, dim = embedder.model, embedder.dim
         cache = layer._indexes.get(self.namespace)
+        fresh = cache is not None and cache.source is self._committed
+        if fresh and cache is not None and (cache.model, cache.dim) == (model, dim):
+            return cache
         if cache is None or cache.model != model or cache.dim != dim:
             cache = _IndexCache(
                 model,
@@ -612,6 +719,7 @@ class AgentMindHandle:
                 )
             else:
                 target.add(ids, np.stack([cache.units[i] for i in ids]))
+        cache.source = self._committed
         layer._indexes[self.namespace] = cache
         return cache
 
@@ -649,8 +757,10 @@ class AgentMindHandle:
             self.store.update_many(
                 self.namespace, {_key(entries[i]): rewrite(entries[i], v) for i, v in out.items()}
             )
-            for i, v in out.items():
-                self._stored_vectors[i] = (model, encode_vector(v))
+            self._stored_vectors = {
+                **self._stored_vectors,
+                **{i: (model, encode_vector(v)) for i, v in out.items()},
+            }
         return out
 
     # Reading: mind_recall ---------------------------------------------------------------------
@@ -719,41 +829,59 @@ class AgentMindHandle:
         """This run's ranker over the live (or the archived) entries of the given kinds."""
         key = (kinds, expired)
         ranker = self._rankers.get(key)
-        if ranker is None:
-            cache = self.index()
-            now = self.started_at
-            chosen: list[MindBelief | MindReflection] = [
-                e
-                for kind in kinds
-                for e in (self.beliefs if kind == "belief" else self.reflections).values()
-                if e.id in cache.units and e.expired(now) == expired
-            ]
-            w = self.layer.score_weights
-            updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
-            recency = np.exp(-np.maximum(0.0, (now - updated) / DAY_MS) / RECENCY_DECAY_DAYS)
-            confidence = np.array(
-                [
-                    CONFIDENCE_SCORES[
-                        "low"
-                        if e.error
-                        else (e.confidence if isinstance(e, MindBelief) else "medium")
-                    ]
-                    for e in chosen
-                ],
-                dtype=np.float64,
-            )
-            units = (
-                np.stack([cache.units[e.id] for e in chosen])
-                if chosen
-                else np.zeros((0, cache.dim), dtype=np.float32)
-            )
-            ranker = CompositeRanker(
-                [e.id for e in chosen],
-                units,
-                w.recency * recency + w.confidence * confidence,
-                w.similarity,
-            )
-            self._rankers[key] = ranker
+        if ranker is not None:
+            return ranker
+        now = self.started_at
+        shared = self._committed.rankers.get(key)
+        if shared is not None and shared[1] <= now < shared[2]:
+            self._rankers[key] = shared[0]
+            return shared[0]
+        ranker = self._rankers[key] = self._build_ranker(kinds, expired)
+        # Valid until the first entry of these kinds expires (it would change sides).
+        expiries = [
+            e.expires_at
+            for kind in kinds
+            for e in (self.beliefs if kind == "belief" else self.reflections).values()
+            if e.expires_at is not None and e.expires_at > now
+        ]
+        until = min([now + RANKING_REUSE_MS, *expiries])
+        self._committed.rankers[key] = (ranker, now, until)
+        return ranker
+
+    def _build_ranker(self, kinds: tuple[str, ...], expired: bool) -> CompositeRanker:
+        """A ranker over the live (or the archived) entries of the given kinds, at the run's
+        start time."""
+        cache = self.index()
+        now = self.started_at
+        chosen: list[MindBelief | MindReflection] = [
+            e
+            for kind in kinds
+            for e in (self.beliefs if kind == "belief" else self.reflections).values()
+            if e.id in cache.units and e.expired(now) == expired
+        ]
+        w = self.layer.score_weights
+        updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
+        recency = np.exp(-np.maximum(0.0, (now - updated) / DAY_MS) / RECENCY_DECAY_DAYS)
+        confidence = np.array(
+            [
+                CONFIDENCE_SCORES[
+                    "low" if e.error else (e.confidence if isinstance(e, MindBelief) else "medium")
+                ]
+                for e in chosen
+            ],
+            dtype=np.float64,
+        )
+        units = (
+            np.stack([cache.units[e.id] for e in chosen])
+            if chosen
+            else np.zeros((0, cache.dim), dtype=np.float32)
+        )
+        ranker = CompositeRanker(
+            [e.id for e in chosen],
+            units,
+            w.recency * recency + w.confidence * confidence,
+            w.similarity,
+        )
         return ranker
 
     def search(
@@ -1091,16 +1219,16 @@ class AgentMindHandle:
             goal = self.draft.goals.pop(id)
             goal.status, goal.outcome, goal.updated_at = "completed", outcome, now
             self.store.put(self.namespace, _key(goal), goal.to_payload())
-            self.goals[goal.id] = goal
+            self.goals = {**self.goals, goal.id: goal}
             return {"status": "ok"}
         goal = self._active_goal(id)
         pending = self.draft.goal_patches.pop(goal.id, None)
 
         def complete(current: Any) -> Any:
             try:
-                stored = MindGoal.from_payload(current) if current is not None else goal
+                stored = MindGoal.from_payload(current) if current is not None else _copy_goal(goal)
             except InvalidInputError:
-                stored = goal
+                stored = _copy_goal(goal)
             if stored.status == "completed":
                 raise ToolError(f"goal {goal.id!r} is already completed", code="not_active")
             if pending is not None:
@@ -1114,7 +1242,7 @@ class AgentMindHandle:
             if pending is not None:
                 self.draft.goal_patches[goal.id] = pending
             raise
-        self.goals[goal.id] = MindGoal.from_payload(item.value)
+        self.goals = {**self.goals, goal.id: MindGoal.from_payload(item.value)}
         return {"status": "ok"}
 
     def _active_goal(self, id: Any) -> MindGoal:

@@ -19,13 +19,19 @@ Decisions where the seeds are silent or disagree:
   the layer starts empty with a logged warning.
 * A write that would push the rendered block past ``budget.max`` tokens is refused, stating the
   size and the limit, so the model compacts instead of bloating every prompt.
+* The layer keeps the last checked state of each scope it served (the most recent
+  ``STATES_KEPT``): a run whose stored state still has the same stamp (``Store.stamp``) starts
+  from it without reading, decoding or validating the state again. Don't mutate the state a
+  handle returns; ``handle.snapshot`` is a copy to change.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -69,6 +75,7 @@ _SCOPE_ALIASES = {
 STATE_KEY = "state"
 QUARANTINE_PREFIX = "quarantine/"
 LEGACY_TOOL = "updateWorkingMemory"
+STATES_KEPT = 256
 
 
 class WorkingMemory:
@@ -129,6 +136,31 @@ class WorkingMemory:
         self.nulls = nulls
         self.tool_flavor = tools
         self._validator = _make_validator(schema)
+        # namespace -> (store, stamp, checked state, its rendered block or None), most
+        # recently used last.
+        self._states: OrderedDict[Namespace, tuple[Any, tuple[int, float], State, str | None]]
+        self._states = OrderedDict()
+        self._states_lock = threading.Lock()
+
+    def _remember(self, handle: WorkingMemoryHandle, item: Item) -> None:
+        rendered = handle._rendered
+        block = rendered[1] if rendered is not None and rendered[0] is handle.state else None
+        kept = (handle.ctx.store, (item.version, item.created_at), handle.state, block)
+        with self._states_lock:
+            self._states[handle.namespace] = kept
+            self._states.move_to_end(handle.namespace)
+            if len(self._states) > STATES_KEPT:
+                self._states.popitem(last=False)
+
+    def _remembered(
+        self, store: Any, namespace: Namespace, stamp: tuple[int, float]
+    ) -> tuple[State, str | None] | None:
+        """The checked state last seen at ``stamp`` in ``store`` and its block, or None."""
+        with self._states_lock:
+            kept = self._states.get(namespace)
+        if kept is None or kept[0] is not store or kept[1] != stamp:
+            return None
+        return kept[2], kept[3]
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
@@ -249,7 +281,15 @@ class WorkingMemoryHandle:
     # Reading ----------------------------------------------------------------------------------
 
     def load(self) -> None:
-        item = self.ctx.store.get(self.namespace, STATE_KEY)
+        store = self.ctx.store
+        stamp = store.stamp(self.namespace, STATE_KEY)
+        kept = None if stamp is None else self.layer._remembered(store, self.namespace, stamp)
+        if kept is not None and stamp is not None:
+            self.state, self.version = kept[0], stamp[0]
+            if kept[1] is not None:
+                self._rendered = (kept[0], kept[1])
+            return
+        item = None if stamp is None else store.get(self.namespace, STATE_KEY)
         if item is None:
             self.state = (
                 self.layer.template if self.layer.template is not None else self.layer.empty_state()
@@ -261,6 +301,8 @@ class WorkingMemoryHandle:
             self.version = item.version
         except (SchemaViolationError, InvalidInputError, TypeError) as exc:
             self._quarantine(item, exc)
+            return
+        self.layer._remember(self, item)
 
     def _quarantine(self, item: Item, reason: Exception) -> None:
         moved_at = time.time()
@@ -294,8 +336,12 @@ class WorkingMemoryHandle:
 
     def render(self) -> str:
         """The ``<working_memory>`` block the model sees; empty when there is nothing to show."""
-        if self._rendered is None or self._rendered[0] is not self.state:
-            self._rendered = (self.state, _render(self.state))
+        return self._render_of(self.state)
+
+    def _render_of(self, state: State) -> str:
+        # The budget check of an update renders the new state; the next prompt reuses that.
+        if self._rendered is None or self._rendered[0] is not state:
+            self._rendered = (state, _render(state))
         return self._rendered[1]
 
     # Writing ----------------------------------------------------------------------------------
@@ -330,6 +376,7 @@ class WorkingMemoryHandle:
             item = self.ctx.store.update(self.namespace, STATE_KEY, combine)
             new_state = item.value
         self.state, self.version = new_state, item.version
+        self.layer._remember(self, item)
         return self.state
 
     def clear(self) -> None:
@@ -338,6 +385,7 @@ class WorkingMemoryHandle:
             raise ReadOnlyError("working memory is read-only")
         item = self.ctx.store.put(self.namespace, STATE_KEY, self.layer.empty_state())
         self.state, self.version = item.value, item.version
+        self.layer._remember(self, item)
 
     def _initial(self) -> State:
         return self.layer.template if self.layer.template is not None else self.layer.empty_state()
@@ -396,7 +444,7 @@ class WorkingMemoryHandle:
                 f"stored working memory is {type(state).__name__}, but the layer holds text"
             )
         if budget:
-            tokens = self.ctx.tokens.count(_render(state))
+            tokens = self.ctx.tokens.count(self._render_of(state))
             if tokens > self.layer.budget.max:
                 raise BudgetExceededError(
                     f"working memory would be {tokens} tokens, over this layer's limit of "

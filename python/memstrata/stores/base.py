@@ -1,7 +1,7 @@
 """The store protocol: a namespaced JSON document store with an atomic read-modify-write.
 
 Namespaces are tuples of labels (``("mind", "research-agent")``); values are JSON data. Every
-backend (``InMemoryStore``, ``SQLiteStore``, and later ``PostgresStore``) implements
+backend (``InMemoryStore``, ``SQLiteStore`` and ``PostgresStore``) implements
 :class:`Store` and passes the same conformance suite (``tests/test_stores.py``).
 
 Semantics every backend guarantees:
@@ -15,12 +15,19 @@ Semantics every backend guarantees:
 * An item whose TTL has passed is never returned (``get``, ``list``, ``update`` and ``update_many``
   treat it as absent); ``purge_expired`` deletes such rows.
 * Timestamps are Unix seconds (float); ``version`` starts at 1 and grows by 1 on every write.
-* ``change_mark(namespace)`` marks a point in a namespace's write history, and
-  ``update_many_since`` reads the items of the namespace written after a mark and writes in the
-  same transaction, serialised with every other ``update_many_since`` of that namespace in any
-  process. Marks order writes by the database's own commit order (a write sequence, or
-  PostgreSQL's transaction ids), never by a client's clock, and finding what changed reads an
-  index, not the namespace.
+* Change tracking has one concept, the :class:`ChangeMark`: a point in a namespace's write
+  history. ``change_mark(namespace)`` makes one; ``changes(namespace, since)`` returns what was
+  written or deleted after it, with a new mark to pass next time, so a caller that keeps a
+  namespace's items between calls never re-reads what it holds; ``update_many_since`` reads the
+  items written after a mark and writes in the same transaction, serialised with every other
+  ``update_many_since`` of that namespace in any process. Marks order writes by the database's
+  own commit order (a write sequence, or PostgreSQL's transaction ids), never by a client's
+  clock, and finding what changed reads an index, not the namespace.
+* Deletions (``delete``, ``purge_expired``) leave a tombstone (namespace, key, position) so that
+  ``changes`` can report them. ``purge_expired`` prunes tombstones older than the store's
+  ``tombstone_retention``; a mark from before a pruned tombstone is answered with the whole
+  namespace (``complete=True``) rather than with changes that might miss a deletion.
+* ``stamp(namespace, key)`` is a live item's ``(version, created_at)``, read without its value.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ NAMESPACE_SEPARATOR = "\x1f"
 MAX_NAMESPACE_DEPTH = 16
 MAX_LABEL_LENGTH = 256
 MAX_KEY_LENGTH = 1024
+# Seconds a deletion's tombstone is kept by default (see Store.purge_expired and changes): a
+# caller whose mark is older gets the whole namespace again instead of the changes.
+TOMBSTONE_RETENTION = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,28 @@ class ChangeMark:
     backend: str
     namespace: Namespace
     position: str
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a namespace holds, or what changed in it, as :meth:`Store.changes` reports it.
+
+    Attributes:
+        mark: Where this answer stands in the namespace's history: pass it back as ``since``
+            to get only what changes after it (a change racing with this call may come again;
+            none is left out).
+        items: Live items of exactly the namespace written after ``since``, ordered by key;
+            every live item when ``complete``.
+        removed: Keys deleted, or written after ``since`` and expired already, ordered by key;
+            never a key that is also in ``items``. Empty when ``complete``.
+        complete: ``items`` is the namespace's whole content (``since`` was None, or too old
+            for the tombstones kept): replace what you hold with it.
+    """
+
+    mark: ChangeMark
+    items: list[Item]
+    removed: list[str]
+    complete: bool
 
 
 # What update_many_since asks of its caller: the items changed since the mark -> the updates.
@@ -208,6 +240,16 @@ class Store(ABC):
         """Returns the item, or None when it is absent or expired."""
 
     @abstractmethod
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        """``(version, created_at)`` of the live item, read without its value; None when absent
+        or expired.
+
+        A caller holding the value of an item with that stamp holds the current value: every
+        write moves the version on, and a deleted (or expired) and re-created item starts
+        again at version 1 but with a new ``created_at``.
+        """
+
+    @abstractmethod
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
@@ -222,6 +264,25 @@ class Store(ABC):
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> list[Item]:
         """Live items whose namespace starts with the prefix, ordered by namespace then key."""
+
+    @abstractmethod
+    def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
+        """The live items of exactly ``namespace`` (no sub-namespaces) or, given a mark, what
+        was written or deleted in it after the mark, and a new mark to pass next time.
+
+        ``since`` is a mark from :meth:`change_mark` or from an earlier answer's ``mark``. The
+        new mark is taken no later than the read: a write racing with the call is reported now
+        or next time, never lost. Finding the changes reads indexes on write order, so the cost
+        follows what changed since the mark, not the namespace's size. A TTL running out is not
+        a change: items a caller holds keep their ``expires_at`` for it to check.
+
+        Returns:
+            ``complete=True`` with every live item when ``since`` is None, or when it is older
+            than the oldest tombstone kept (see ``purge_expired``) and so might miss a deletion.
+
+        Raises:
+            InvalidInputError: ``since`` is not a mark of this backend for ``namespace``.
+        """
 
     @abstractmethod
     def update(
@@ -259,12 +320,12 @@ class Store(ABC):
 
     @abstractmethod
     def change_mark(self, namespace: Namespace) -> ChangeMark:
-        """A mark of now in ``namespace``'s history: items written after it are changes since
-        it for :meth:`update_many_since` (on PostgreSQL: written by transactions not committed
-        when the mark was made).
+        """A mark of now in ``namespace``'s history: items written (or deleted) after it are
+        changes since it for :meth:`changes` and :meth:`update_many_since` (on PostgreSQL:
+        written by transactions not committed when the mark was made).
 
         A reader takes the mark *before* reading, so a write racing with its read is reported
-        as a change rather than missed.
+        as a change rather than missed; :meth:`changes` returns such a mark with its answer.
         """
 
     @abstractmethod
@@ -299,7 +360,11 @@ class Store(ABC):
 
     @abstractmethod
     def purge_expired(self) -> int:
-        """Deletes expired rows; returns how many."""
+        """Deletes expired rows, leaving a tombstone for each, and prunes tombstones older than
+        ``tombstone_retention`` seconds; returns how many rows it deleted."""
+
+    # How long a deletion stays reportable by ``changes``; set per store to keep more or fewer.
+    tombstone_retention: float = TOMBSTONE_RETENTION
 
     def close(self) -> None:  # noqa: B027 - optional hook; in-memory stores hold nothing
         """Releases connections. The store must not be used afterwards."""
@@ -333,6 +398,12 @@ class Store(ABC):
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
         return await asyncio.to_thread(self.update, namespace, key, fn, ttl=ttl)
+
+    async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
+        return await asyncio.to_thread(self.changes, namespace, since)
+
+    async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        return await asyncio.to_thread(self.stamp, namespace, key)
 
     async def aput_if_version(
         self,

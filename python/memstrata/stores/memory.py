@@ -5,7 +5,8 @@ mutating a value it put or got can never change what is stored, and both backend
 
 Rows are kept in write order (a write moves its row to the end) and stamped with a sequence
 number, one per write operation, so the changes since a mark are found by walking back from the
-newest write until the mark.
+newest write until the mark. A deletion takes a number too and leaves a tombstone in its
+namespace's own write-ordered log, walked back the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
+    Changes,
     Item,
     JSONValue,
     Namespace,
@@ -57,6 +59,10 @@ class InMemoryStore(Store):
         self._rows: dict[tuple[Namespace, str], _Row] = {}  # in write order
         self._lock = threading.Lock()
         self._sequence = 0  # write operations so far: what a ChangeMark holds
+        # Per namespace: key -> (sequence number, time) of its deletion, in deletion order.
+        self._tombstones: dict[Namespace, dict[str, tuple[int, float]]] = {}
+        # Per namespace: the newest sequence number among its pruned tombstones.
+        self._pruned_to: dict[Namespace, int] = {}
 
     def _item(
         self,
@@ -100,6 +106,12 @@ class InMemoryStore(Store):
         self._rows[(namespace, key)] = row
         return row
 
+    def _bury(self, namespace: Namespace, key: str, seq: int, now: float) -> None:
+        """Leaves the tombstone of a deletion (moved to the end: the log stays in order)."""
+        log = self._tombstones.setdefault(namespace, {})
+        log.pop(key, None)
+        log[key] = (seq, now)
+
     def get(self, namespace: Namespace, key: str) -> Item | None:
         namespace, key = validate_namespace(namespace), validate_key(key)
         with self._lock:
@@ -107,6 +119,14 @@ class InMemoryStore(Store):
             if row is None or not row.live(time.time()):
                 return None
             return self._item(namespace, key, row)
+
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        namespace, key = validate_namespace(namespace), validate_key(key)
+        with self._lock:
+            row = self._rows.get((namespace, key))
+            if row is None or not row.live(time.time()):
+                return None
+            return row.version, row.created_at
 
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
@@ -121,7 +141,11 @@ class InMemoryStore(Store):
         namespace, key = validate_namespace(namespace), validate_key(key)
         with self._lock:
             row = self._rows.pop((namespace, key), None)
-            return row is not None and row.live(time.time())
+            if row is None:
+                return False
+            now = time.time()
+            self._bury(namespace, key, self._tick(), now)
+            return row.live(now)
 
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
@@ -209,6 +233,46 @@ class InMemoryStore(Store):
         with self._lock:
             return ChangeMark(_BACKEND, namespace, str(self._sequence))
 
+    def _written_since(self, namespace: Namespace, mark: int) -> builtins.list[tuple[str, _Row]]:
+        """The rows of ``namespace`` written after ``mark``, live or not, ordered by key."""
+        written = []
+        for (ns, key), row in reversed(self._rows.items()):
+            if row.seq <= mark:
+                break  # rows are in write order: everything further back is older
+            if ns == namespace:
+                written.append((key, row))
+        written.sort(key=lambda pair: pair[0])
+        return written
+
+    def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
+        namespace = validate_namespace(namespace)
+        mark = None if since is None else sequence_position(since, _BACKEND, namespace)
+        with self._lock:
+            now = time.time()
+            new_mark = ChangeMark(_BACKEND, namespace, str(self._sequence))
+            # A mark ahead of this store's history was made by another store: answer in full.
+            if mark is None or mark < self._pruned_to.get(namespace, 0) or mark > self._sequence:
+                live = sorted(
+                    (key, row)
+                    for (ns, key), row in self._rows.items()
+                    if ns == namespace and row.live(now)
+                )
+                return Changes(new_mark, [self._item(namespace, k, r) for k, r in live], [], True)
+            items, removed = [], []
+            for key, row in self._written_since(namespace, mark):
+                if row.live(now):
+                    items.append(self._item(namespace, key, row))
+                else:
+                    removed.append(key)
+            for key, (seq, _at) in reversed(self._tombstones.get(namespace, {}).items()):
+                if seq <= mark:
+                    break
+                # A key written again after its deletion was reported with that write.
+                if (namespace, key) not in self._rows:
+                    removed.append(key)
+            removed.sort()
+            return Changes(new_mark, items, removed, False)
+
     def update_many_since(
         self,
         namespace: Namespace,
@@ -221,13 +285,11 @@ class InMemoryStore(Store):
         mark = sequence_position(since, _BACKEND, namespace)
         with self._lock:  # one lock for the whole store: every write is serialised
             now = time.time()
-            changed = []
-            for (ns, key), row in reversed(self._rows.items()):
-                if row.seq <= mark:
-                    break  # rows are in write order: everything further back is older
-                if ns == namespace and row.live(now):
-                    changed.append(self._item(ns, key, row))
-            changed.sort(key=lambda item: item.key)
+            changed = [
+                self._item(namespace, key, row)
+                for key, row in self._written_since(namespace, mark)
+                if row.live(now)
+            ]
             updates = plan(changed)
             keys = validate_updates(updates)
             return self._update_many(namespace, keys, updates, ttl, now)
@@ -236,6 +298,19 @@ class InMemoryStore(Store):
         with self._lock:
             now = time.time()
             dead = [k for k, row in self._rows.items() if not row.live(now)]
-            for k in dead:
-                del self._rows[k]
+            seq = self._tick() if dead else 0
+            for namespace, key in dead:
+                del self._rows[(namespace, key)]
+                self._bury(namespace, key, seq, now)
+            self._prune_tombstones(now - self.tombstone_retention)
             return len(dead)
+
+    def _prune_tombstones(self, cutoff: float) -> None:
+        """Drops tombstones made before ``cutoff``, remembering the newest number dropped."""
+        for namespace, log in self._tombstones.items():
+            old = [key for key, (_seq, at) in log.items() if at < cutoff]
+            for key in old:
+                seq, _at = log.pop(key)
+                self._pruned_to[namespace] = max(self._pruned_to.get(namespace, 0), seq)
+        for namespace in [ns for ns, log in self._tombstones.items() if not log]:
+            del self._tombstones[namespace]

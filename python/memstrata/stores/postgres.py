@@ -30,6 +30,14 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   oldest running one. ``update_many_since`` serialises on a transaction-scoped advisory lock per
   namespace (in the two-key space, apart from the per-record locks), taken before the record
   locks, so it cannot deadlock with ``update``. Needs PostgreSQL 13 or newer.
+* ``delete`` and ``purge_expired`` leave tombstones (``memstrata_tombstones``: namespace, key,
+  the deleting transaction's id, when) in the statement that deletes, so ``changes`` reports a
+  deletion by the same snapshot test as a write, through its own ``(namespace, deleted_by)``
+  index. ``changes`` reads the new mark (``pg_current_snapshot()``) in the statement that reads
+  the changes: under READ COMMITTED that is the statement's own snapshot, so the mark is exactly
+  what was read. Pruning old tombstones records the newest pruned transaction id per namespace
+  (``memstrata_tombstone_floor``); a mark whose oldest running transaction is not past it is
+  answered in full.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from memstrata.exceptions import InvalidInputError
 from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
+    Changes,
     Item,
     JSONValue,
     Namespace,
@@ -89,6 +98,21 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE memstrata_items ALTER COLUMN written_by SET DEFAULT pg_current_xact_id()",
         "CREATE INDEX IF NOT EXISTS memstrata_items_changes ON memstrata_items"
         " (namespace, written_by)",
+        """CREATE TABLE IF NOT EXISTS memstrata_tombstones (
+            namespace TEXT COLLATE "C" NOT NULL,
+            key TEXT COLLATE "C" NOT NULL,
+            deleted_by xid8 NOT NULL,
+            deleted_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX IF NOT EXISTS memstrata_tombstones_changes ON memstrata_tombstones"
+        " (namespace, deleted_by)",
+        "CREATE INDEX IF NOT EXISTS memstrata_tombstones_deleted_at ON memstrata_tombstones"
+        " (deleted_at)",
+        """CREATE TABLE IF NOT EXISTS memstrata_tombstone_floor (
+            namespace TEXT COLLATE "C" PRIMARY KEY,
+            pruned_to xid8 NOT NULL
+        )""",
     ),
 }
 
@@ -132,20 +156,75 @@ _LOCK_KEY = _locked("SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(k
 _THIS_LIVE_ROW = f"FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
 _CURRENT_VALUE = f"SELECT value::text {_THIS_LIVE_ROW}"
 _CURRENT_VERSION = f"SELECT version {_THIS_LIVE_ROW}"
-_DELETE = (
-    f"DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s RETURNING {_LIVE}"
-)
-_PURGE = f"DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= {_NOW}"
+# A tombstone for every row the CTE ``gone`` deleted, in the deleting statement.
+_BURY = f"""buried AS (
+        INSERT INTO memstrata_tombstones (namespace, key, deleted_by, deleted_at)
+            SELECT namespace, key, pg_current_xact_id(), {_NOW} FROM gone
+        ON CONFLICT (namespace, key) DO UPDATE
+            SET deleted_by = excluded.deleted_by, deleted_at = excluded.deleted_at)"""
+_DELETE = f"""WITH gone AS (
+        DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s
+        RETURNING namespace, key, expires_at), {_BURY}
+    SELECT {_LIVE} FROM gone"""
+_PURGE = f"""WITH gone AS (
+        DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= {_NOW}
+        RETURNING namespace, key), {_BURY}
+    SELECT count(*) FROM gone"""
+# Tombstones older than the retention go; each namespace's floor keeps the newest id pruned.
+_PRUNE = f"""WITH pruned AS (
+        DELETE FROM memstrata_tombstones WHERE deleted_at < {_NOW} - %(retention)s::float8
+        RETURNING namespace, deleted_by)
+    INSERT INTO memstrata_tombstone_floor AS kept (namespace, pruned_to)
+        SELECT DISTINCT ON (namespace) namespace, deleted_by FROM pruned
+        ORDER BY namespace, deleted_by DESC
+    ON CONFLICT (namespace) DO UPDATE
+        SET pruned_to = greatest(kept.pruned_to, excluded.pruned_to)"""
 _MARK = "SELECT pg_current_snapshot()::text"
 _LOCK_NAMESPACE = _locked(
     f"SELECT pg_advisory_xact_lock({_NAMESPACE_LOCK_CLASS}, hashtext(%(ns)s))"
 )
-# Written by a transaction at or after the mark's oldest running one, and not committed in it.
-_CHANGES = f"""{_SELECT} WHERE namespace = %(ns)s
-        AND written_by >= pg_snapshot_xmin(%(mark)s::pg_snapshot)
-        AND NOT pg_visible_in_snapshot(written_by, %(mark)s::pg_snapshot)
+
+
+def _not_seen_by_mark(column: str) -> str:
+    """Written by a transaction at or after the mark's oldest running one, and not committed in
+    it (the first test is what lets the ``(namespace, <column>)`` index bound the scan)."""
+    return (
+        f"{column} >= pg_snapshot_xmin(%(mark)s::pg_snapshot)"
+        f" AND NOT pg_visible_in_snapshot({column}, %(mark)s::pg_snapshot)"
+    )
+
+
+_CHANGES = f"""{_SELECT} WHERE namespace = %(ns)s AND {_not_seen_by_mark("written_by")}
         AND {_LIVE}
     ORDER BY key"""
+# changes(): one statement, so the mark it reads is the snapshot its rows were read with. Rows
+# are (kind, key, value, version, created_at, updated_at, expires_at).
+_MARK_ROW = (
+    "SELECT 'mark', pg_current_snapshot()::text, NULL::text, NULL::bigint,"
+    " NULL::float8, NULL::float8, NULL::float8"
+)
+_EVERYTHING = f"""{_MARK_ROW}
+    UNION ALL
+    SELECT 'item', key, value::text, version, created_at, updated_at, expires_at
+        FROM memstrata_items WHERE namespace = %(ns)s AND {_LIVE}"""
+# 'stale': tombstones this mark would need were pruned, or the mark is ahead of this database
+# (made over other data); the caller then reads _EVERYTHING instead.
+_SINCE = f"""{_MARK_ROW}
+    UNION ALL
+    SELECT 'stale', NULL, NULL, NULL, NULL, NULL, NULL
+        WHERE pg_snapshot_xmax(%(mark)s::pg_snapshot)
+                > pg_snapshot_xmax(pg_current_snapshot())
+            OR EXISTS (SELECT FROM memstrata_tombstone_floor WHERE namespace = %(ns)s
+                       AND pruned_to >= pg_snapshot_xmin(%(mark)s::pg_snapshot))
+    UNION ALL
+    SELECT CASE WHEN {_LIVE} THEN 'item' ELSE 'expired' END, key,
+            CASE WHEN {_LIVE} THEN value::text END, version, created_at, updated_at, expires_at
+        FROM memstrata_items WHERE namespace = %(ns)s AND {_not_seen_by_mark("written_by")}
+    UNION ALL
+    SELECT 'deleted', key, NULL, NULL, NULL, NULL, NULL
+        FROM memstrata_tombstones
+        WHERE namespace = %(ns)s AND {_not_seen_by_mark("deleted_by")}"""
+_STAMP = f"SELECT version, created_at {_THIS_LIVE_ROW}"
 
 
 def _require_psycopg() -> Any:
@@ -163,6 +242,37 @@ def _item(row: tuple[Any, ...]) -> Item:
     return Item(
         decode_namespace(ns), key, codec.loads(text), version, created_at, updated_at, expires_at
     )
+
+
+def _changes(
+    namespace: Namespace, rows: list[tuple[Any, ...]], *, complete: bool
+) -> Changes | None:
+    """The answer the rows of ``_SINCE`` or ``_EVERYTHING`` make; None when they say 'stale'."""
+    mark = ""
+    items: list[Item] = []
+    removed: list[str] = []
+    written: set[str] = set()
+    deleted: list[str] = []
+    for kind, key, text, version, created_at, updated_at, expires_at in rows:
+        if kind == "item":
+            items.append(
+                Item(namespace, key, codec.loads(text), version, created_at, updated_at, expires_at)
+            )
+            written.add(key)
+        elif kind == "expired":
+            removed.append(key)
+            written.add(key)
+        elif kind == "deleted":
+            deleted.append(key)
+        elif kind == "mark":
+            mark = key
+        else:
+            return None
+    # A key written again after its deletion was reported with that write.
+    removed.extend(key for key in deleted if key not in written)
+    items.sort(key=lambda item: item.key)
+    removed.sort()
+    return Changes(ChangeMark(_BACKEND, namespace, mark), items, removed, complete)
 
 
 class PostgresStore(Store):
@@ -247,6 +357,12 @@ class PostgresStore(Store):
         return {"ns": ns, "mark": mark, "now": None}
 
     @staticmethod
+    def _changes_params(namespace: Namespace, since: ChangeMark | None) -> dict[str, Any]:
+        if since is not None:
+            return PostgresStore._since_params(namespace, since)
+        return {"ns": encode_namespace(validate_namespace(namespace)), "now": None}
+
+    @staticmethod
     def _planned_params(
         namespace: Namespace, updates: Mapping[str, Updater]
     ) -> dict[str, dict[str, Any]]:
@@ -260,6 +376,12 @@ class PostgresStore(Store):
         with self._pool.connection() as conn:
             row = conn.execute(_GET, params).fetchone()
         return None if row is None else _item(row)
+
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        params = self._params(namespace, key)
+        with self._pool.connection() as conn:
+            row = conn.execute(_STAMP, params).fetchone()
+        return None if row is None else (row[0], row[1])
 
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
@@ -354,6 +476,22 @@ class PostgresStore(Store):
             (snapshot,) = conn.execute(_MARK).fetchone()
         return ChangeMark(_BACKEND, namespace, snapshot)
 
+    def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
+        params = self._changes_params(namespace, since)
+        namespace = tuple(namespace)
+        with self._pool.connection() as conn:
+            if since is not None:
+                answer = _changes(
+                    namespace, conn.execute(_SINCE, params).fetchall(), complete=False
+                )
+                if answer is not None:
+                    return answer
+            everything = _changes(
+                namespace, conn.execute(_EVERYTHING, params).fetchall(), complete=True
+            )
+        assert everything is not None  # _EVERYTHING has no 'stale' row
+        return everything
+
     def update_many_since(
         self,
         namespace: Namespace,
@@ -374,9 +512,10 @@ class PostgresStore(Store):
             return self._update_many(conn, namespace, updates, all_params, ttl)
 
     def purge_expired(self) -> int:
-        with self._pool.connection() as conn:
-            cursor = conn.execute(_PURGE, {"now": None})
-            return int(cursor.rowcount)
+        with self._pool.connection() as conn, conn.transaction():
+            (purged,) = conn.execute(_PURGE, {"now": None}).fetchone()
+            conn.execute(_PRUNE, {"now": None, "retention": self.tombstone_retention})
+        return int(purged)
 
     def close(self) -> None:
         self._pool.close()
@@ -401,6 +540,12 @@ class PostgresStore(Store):
         async with (await self._apool()).connection() as conn:
             row = await (await conn.execute(_GET, params)).fetchone()
         return None if row is None else _item(row)
+
+    async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        params = self._params(namespace, key)
+        async with (await self._apool()).connection() as conn:
+            row = await (await conn.execute(_STAMP, params)).fetchone()
+        return None if row is None else (row[0], row[1])
 
     async def aput(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
@@ -474,6 +619,20 @@ class PostgresStore(Store):
             (snapshot,) = await (await conn.execute(_MARK)).fetchone()
         return ChangeMark(_BACKEND, namespace, snapshot)
 
+    async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
+        params = self._changes_params(namespace, since)
+        namespace = tuple(namespace)
+        async with (await self._apool()).connection() as conn:
+            if since is not None:
+                rows = await (await conn.execute(_SINCE, params)).fetchall()
+                answer = _changes(namespace, rows, complete=False)
+                if answer is not None:
+                    return answer
+            rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
+        everything = _changes(namespace, rows, complete=True)
+        assert everything is not None  # _EVERYTHING has no 'stale' row
+        return everything
+
     async def aupdate_many_since(
         self,
         namespace: Namespace,
@@ -511,9 +670,10 @@ class PostgresStore(Store):
         return self._written(namespace, key, value, written)
 
     async def apurge_expired(self) -> int:
-        async with (await self._apool()).connection() as conn:
-            cursor = await conn.execute(_PURGE, {"now": None})
-            return int(cursor.rowcount)
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            (purged,) = await (await conn.execute(_PURGE, {"now": None})).fetchone()
+            await conn.execute(_PRUNE, {"now": None, "retention": self.tombstone_retention})
+        return int(purged)
 
     async def aclose(self) -> None:
         if self._async_pool is not None:

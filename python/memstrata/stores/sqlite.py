@@ -11,8 +11,15 @@ when it is written. Write transactions are serialised by the database lock, so t
 commit order exactly: a ``ChangeMark`` is the namespace's highest number, and the changes since
 it are a range scan of the ``(namespace, seq)`` index. The highest number is read from that same
 index, which the write updates anyway, so change tracking adds one index entry per write and no
-other page; ``delete`` and ``purge_expired`` record the numbers they remove in ``seq_floor``, so
-a namespace's numbers never go back.
+other page.
+
+``delete`` and ``purge_expired`` take the next number too and leave a tombstone
+(``tombstones``: namespace, key, seq, when), found by ``changes`` through its own
+``(namespace, seq)`` index; the highest number is the greater of the two indexes' last entries,
+so a namespace's numbers never go back. Only deletions write tombstones, and a write does not
+touch them (a key written again after its deletion is reported by that write). Pruning keeps
+each namespace's newest tombstone, so the numbering never loses its top, and records the newest
+number it dropped in ``tombstone_floor``: a mark below it is answered in full.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from contextlib import contextmanager
 from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
+    Changes,
     Item,
     JSONValue,
     Namespace,
@@ -64,11 +72,21 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS items_expires_at ON items (expires_at)"
         " WHERE expires_at IS NOT NULL",
     ),
-    # Change tracking for update_many_since: rows written before it count as never changed.
+    # Change tracking (changes, update_many_since): rows written before it count as never
+    # changed.
     2: (
         "ALTER TABLE items ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
         "CREATE INDEX IF NOT EXISTS items_changes ON items (namespace, seq)",
-        """CREATE TABLE IF NOT EXISTS seq_floor (
+        """CREATE TABLE IF NOT EXISTS tombstones (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            deleted_at REAL NOT NULL,
+            PRIMARY KEY (namespace, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX IF NOT EXISTS tombstones_changes ON tombstones (namespace, seq)",
+        "CREATE INDEX IF NOT EXISTS tombstones_deleted_at ON tombstones (deleted_at)",
+        """CREATE TABLE IF NOT EXISTS tombstone_floor (
             namespace TEXT PRIMARY KEY,
             seq INTEGER NOT NULL
         ) WITHOUT ROWID""",
@@ -79,16 +97,30 @@ _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? AND {_LIVE}
     ORDER BY namespace, key LIMIT ? OFFSET ?"""
-# Pinned to the changes index: unanalysed, SQLite prefers the primary key (already in key order),
-# which would read the whole namespace to find the few rows written since the mark.
+_NAMESPACE = f"SELECT {_COLUMNS} FROM items WHERE namespace = ? AND {_LIVE} ORDER BY key"
+# Pinned to the changes indexes: unanalysed, SQLite prefers the primary key (already in key
+# order), which would read the whole namespace to find the few rows written since the mark.
+# Expired rows are read too: for changes() they are removals.
 _CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
-    WHERE namespace = ? AND seq > ? AND {_LIVE} ORDER BY key"""
+    WHERE namespace = ? AND seq > ? ORDER BY key"""
+_DELETED = """SELECT key FROM tombstones INDEXED BY tombstones_changes
+    WHERE namespace = ? AND seq > ?"""
+_PRUNED_TO = "SELECT seq FROM tombstone_floor WHERE namespace = ?"
+_STAMP = f"SELECT version, created_at FROM items WHERE namespace = ? AND key = ? AND {_LIVE}"
 _PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
-# The highest sequence number namespace :ns has used: its newest row's, or a deleted row's.
-_LAST_SEQ = """max(
+
+
+def _last_seq(ns: str) -> str:
+    """The highest sequence number namespace ``ns`` (an SQL expression) has used: its newest
+    row's or its newest tombstone's, each the last entry of an index."""
+    return f"""max(
     coalesce((SELECT seq FROM items INDEXED BY items_changes
-              WHERE namespace = :ns ORDER BY seq DESC LIMIT 1), 0),
-    coalesce((SELECT seq FROM seq_floor WHERE namespace = :ns), 0))"""
+              WHERE namespace = {ns} ORDER BY seq DESC LIMIT 1), 0),
+    coalesce((SELECT seq FROM tombstones INDEXED BY tombstones_changes
+              WHERE namespace = {ns} ORDER BY seq DESC LIMIT 1), 0))"""
+
+
+_LAST_SEQ = _last_seq(":ns")
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
 _UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
     VALUES (:ns, :key, :data, 1, :now, :now, :expires_at, {_LAST_SEQ} + 1)
@@ -101,12 +133,42 @@ _UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
         updated_at = excluded.updated_at,
         expires_at = excluded.expires_at
     RETURNING version, created_at, updated_at"""
-_KEEP_SEQ = "ON CONFLICT (namespace) DO UPDATE SET seq = max(seq_floor.seq, excluded.seq)"
-_FLOOR_DELETED = f"""INSERT INTO seq_floor (namespace, seq)
-    SELECT namespace, seq FROM items WHERE namespace = ? AND key = ? {_KEEP_SEQ}"""
-_FLOOR_PURGED = f"""INSERT INTO seq_floor (namespace, seq)
-    SELECT namespace, max(seq) FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?
-    GROUP BY namespace {_KEEP_SEQ}"""
+_REBURY = "ON CONFLICT (namespace, key) DO UPDATE SET seq = excluded.seq, deleted_at = :now"
+_BURY_DELETED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at)
+    VALUES (:ns, :key, {_LAST_SEQ} + 1, :now) {_REBURY}"""
+# Every purged row of a namespace takes that namespace's next number (SQLite reads the whole
+# SELECT before inserting, as it reads the table it inserts into).
+_BURY_PURGED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at)
+    SELECT namespace, key, {_last_seq("dead.namespace")} + 1, :now FROM items AS dead
+    WHERE expires_at IS NOT NULL AND expires_at <= :now {_REBURY}"""
+# Tombstones made before :cutoff, except each namespace's newest (it holds the namespace's top
+# number once its rows are gone): the newest number dropped becomes the namespace's floor.
+_RAISE_FLOOR = """INSERT INTO tombstone_floor (namespace, seq)
+    SELECT namespace, max(seq) FROM tombstones AS old INDEXED BY tombstones_deleted_at
+        WHERE deleted_at < :cutoff
+        AND seq < (SELECT max(seq) FROM tombstones INDEXED BY tombstones_changes
+                   WHERE namespace = old.namespace)
+    GROUP BY namespace
+    ON CONFLICT (namespace) DO UPDATE SET seq = max(tombstone_floor.seq, excluded.seq)"""
+_PRUNE = """DELETE FROM tombstones WHERE deleted_at < :cutoff
+    AND seq <= (SELECT seq FROM tombstone_floor WHERE namespace = tombstones.namespace)"""
+
+
+_Row = tuple[str, str, bytes, int, float, float, "float | None"]
+
+
+def _split_live(
+    rows: builtins.list[_Row], now: float
+) -> tuple[builtins.list[_Row], builtins.list[str]]:
+    """The live rows, and the keys of the expired ones (whose values are never decoded)."""
+    live, expired = [], []
+    for row in rows:
+        expires_at = row[6]
+        if expires_at is None or expires_at > now:
+            live.append(row)
+        else:
+            expired.append(row[1])
+    return live, expired
 
 
 class SQLiteStore(Store):
@@ -164,7 +226,7 @@ class SQLiteStore(Store):
             self._conn.execute("COMMIT")
 
     @staticmethod
-    def _item(row: tuple[str, str, bytes, int, float, float, float | None]) -> Item:
+    def _item(row: _Row) -> Item:
         ns, key, data, version, created_at, updated_at, expires_at = row
         return Item(
             decode_namespace(ns),
@@ -214,6 +276,13 @@ class SQLiteStore(Store):
             ).fetchone()
         return None if row is None else self._item(row)
 
+    def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        with self._lock:
+            row = self._conn.execute(_STAMP, (ns, key, time.time())).fetchone()
+        return None if row is None else (row[0], row[1])
+
     def put(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
@@ -230,13 +299,15 @@ class SQLiteStore(Store):
         # Read, then delete, in one transaction: SQLite 3.40's DELETE ... RETURNING evaluates
         # expressions over a WITHOUT ROWID table's deleted row as NULL.
         with self._transaction() as conn:
+            now = time.time()
             live = conn.execute(
-                f"SELECT {_LIVE} FROM items WHERE namespace = ? AND key = ?",
-                (time.time(), ns, key),
+                f"SELECT {_LIVE} FROM items WHERE namespace = ? AND key = ?", (now, ns, key)
             ).fetchone()
-            conn.execute(_FLOOR_DELETED, (ns, key))
+            if live is None:
+                return False  # nothing there: no change, no tombstone
+            conn.execute(_BURY_DELETED, {"ns": ns, "key": key, "now": now})
             conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
-        return bool(live and live[0])
+        return bool(live[0])
 
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
@@ -331,6 +402,36 @@ class SQLiteStore(Store):
             ).fetchone()
         return ChangeMark(_BACKEND, namespace, str(last))
 
+    def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
+        namespace = validate_namespace(namespace)
+        mark = None if since is None else sequence_position(since, _BACKEND, namespace)
+        ns = encode_namespace(namespace)
+        # One read transaction: the new mark and what is read come from one snapshot.
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                now = time.time()
+                (last,) = self._conn.execute(f"SELECT {_LAST_SEQ}", {"ns": ns}).fetchone()
+                floor = self._conn.execute(_PRUNED_TO, (ns,)).fetchone()
+                # A mark ahead of this namespace's history was made over other data.
+                if mark is None or mark < (floor[0] if floor else 0) or mark > last:
+                    rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
+                    deleted = None
+                else:
+                    rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
+                    deleted = self._conn.execute(_DELETED, (ns, mark)).fetchall()
+            finally:
+                self._conn.execute("COMMIT")
+        new_mark = ChangeMark(_BACKEND, namespace, str(last))
+        if deleted is None:
+            return Changes(new_mark, [self._item(row) for row in rows], [], True)
+        items, removed = _split_live(rows, now)
+        written = {row[1] for row in rows}
+        # A key written again after its deletion was reported with that write.
+        removed.extend(key for (key,) in deleted if key not in written)
+        removed.sort()
+        return Changes(new_mark, [self._item(row) for row in items], removed, False)
+
     def update_many_since(
         self,
         namespace: Namespace,
@@ -346,17 +447,21 @@ class SQLiteStore(Store):
         # runs between reading the changes and writing.
         with self._transaction() as conn:
             now = time.time()
-            rows = conn.execute(_CHANGES, (encode_namespace(namespace), mark, now)).fetchall()
-            updates = plan([self._item(row) for row in rows])
+            rows = conn.execute(_CHANGES, (encode_namespace(namespace), mark)).fetchall()
+            live, _expired = _split_live(rows, now)
+            updates = plan([self._item(row) for row in live])
             keys = validate_updates(updates)
             return self._update_many(conn, namespace, keys, updates, ttl, now)
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
             now = time.time()
-            conn.execute(_FLOOR_PURGED, (now,))
-            cursor = conn.execute(_PURGE, (now,))
-            return cursor.rowcount
+            conn.execute(_BURY_PURGED, {"now": now})
+            purged = conn.execute(_PURGE, (now,)).rowcount
+            cutoff = {"cutoff": now - self.tombstone_retention}
+            conn.execute(_RAISE_FLOOR, cutoff)
+            conn.execute(_PRUNE, cutoff)
+            return purged
 
     def close(self) -> None:
         with self._lock:

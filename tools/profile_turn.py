@@ -1,0 +1,99 @@
+"""Profiles the whole-turn benchmark (benches/turn_scenario.py) and writes its top entries.
+
+Usage: python tools/profile_turn.py OUT.md [--turns N] [--label TEXT]
+
+Builds the scenario, warms up, runs N turns under cProfile and writes a markdown report: the
+median turn time under the profiler and outside it, then the top entries by own time and by
+cumulative time, with paths shortened to the package. The README quotes these files; wall-clock
+numbers on a shared machine are approximate, the ranking of the entries is what matters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pathlib
+import pstats
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "benches")]
+
+from turn_scenario import Scenario  # noqa: E402
+
+TOP = 15
+
+
+def table(stats: pstats.Stats, key: str, turns: int) -> str:
+    stats.sort_stats(key)
+    out = io.StringIO()
+    stats.stream = out  # type: ignore[attr-defined]
+    stats.print_stats(TOP)
+    rows = ["| own ms/turn | cumulative ms/turn | calls/turn | function |", "|---|---|---|---|"]
+    for line in out.getvalue().splitlines():
+        match = re.match(r"\s*([\d/]+)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+(.*)", line)
+        if not match:
+            continue
+        calls, own, cumulative, where = match.groups()
+        where = re.sub(r".*/site-packages/", "", where)
+        where = re.sub(r".*/benches/", "benches/", where)
+        ncalls = int(calls.split("/")[0]) / turns
+        rows.append(
+            f"| {float(own) * 1e3 / turns:.3f} | {float(cumulative) * 1e3 / turns:.3f} "
+            f"| {ncalls:g} | `{where}` |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=pathlib.Path)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--label", default="")
+    args = parser.parse_args()
+    scenario = Scenario(pathlib.Path(tempfile.mkdtemp(prefix="memstrata-profile-")))
+    for _ in range(10):
+        scenario.turn()
+    plain = []
+    for _ in range(args.turns):
+        start = time.perf_counter()
+        scenario.turn()
+        plain.append(time.perf_counter() - start)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(args.turns):
+        scenario.turn()
+    profiler.disable()
+    scenario.close()
+    stats = pstats.Stats(profiler)
+    total = stats.total_tt  # type: ignore[attr-defined]
+    report = [
+        f"# Whole-turn profile{': ' + args.label if args.label else ''}",
+        "",
+        f"`python tools/profile_turn.py` over {args.turns} turns of benches/turn_scenario.py "
+        "(cProfile; approximate: a shared, busy machine).",
+        "",
+        f"- median turn without the profiler: {statistics.median(plain) * 1e3:.3f} ms",
+        f"- profiled time per turn: {total * 1e3 / args.turns:.3f} ms",
+        "",
+        "## Top entries by own time",
+        "",
+        table(stats, "tottime", args.turns),
+        "",
+        "## Top entries by cumulative time",
+        "",
+        table(stats, "cumulative", args.turns),
+        "",
+    ]
+    args.out.write_text("\n".join(report))
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
