@@ -43,7 +43,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import and_, is_, is_not, not_
+from operator import is_not, lt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -171,7 +171,9 @@ class ContextGate:
         # from being reused while cached.
         self._counts: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
         self._placeholders: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
-        self._last: tuple[list[Message], list[Any], list[int]] = ([], [], [])
+        # The last call's messages, their contents and counts, and each message's position by
+        # identity.
+        self._last: tuple[list[Message], list[Any], list[int], dict[int, int]] = ([], [], [], {})
         self._lock = threading.Lock()
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._default_run = 0
@@ -242,12 +244,12 @@ class ContextGate:
     def _raw_counts(self, messages: list[Message]) -> tuple[int, list[int]]:
         """The unpadded total and each message's own tokens.
 
-        The hot path of a tool loop sees the same message objects again, at the same positions,
-        plus a few new ones (the stack's injected items are new objects each turn, the
-        conversation after them is not). So the last call's messages, contents and counts are
-        kept by position and compared by identity with C-level ``map`` passes; only positions
-        that differ are counted again (through a per-message cache keyed by identity, for lists
-        that shifted).
+        The hot path of a tool loop sees the same message objects again plus a few new ones:
+        the stack's injected items are new objects each turn, the conversation after them is
+        not, though a sliding window shifts it. So the last call's messages, contents and counts
+        are kept with each message's position by identity; a message found there with the same
+        content object reuses its count, and only the others are counted (through a
+        per-message cache keyed by identity, for messages seen before that).
         """
         if not messages:
             return 0, []
@@ -255,21 +257,18 @@ class ContextGate:
             counts = [self.tokens.count_messages([m]) - self._priming for m in messages]
             return sum(counts) + self._priming, counts
         contents = list(map(dict.get, messages, repeat("content")))
+        ids = list(map(id, messages))
         with self._lock:
-            prev_messages, prev_contents, prev_counts = self._last
-            same = list(
-                map(
-                    and_,
-                    map(is_, messages, prev_messages),
-                    map(is_, contents, prev_contents),
-                )
-            )
-            counts = prev_counts[: len(same)]
-            for i in compress(range(len(same)), map(not_, same)):
+            _held, prev_contents, prev_counts, prev_where = self._last
+            # `_held` keeps every message `prev_where` indexes alive, so an id found there is
+            # that very object; its content may have been replaced since, hence the check.
+            counts = [
+                -1 if p is None or prev_contents[p] is not c else prev_counts[p]
+                for p, c in zip(map(prev_where.get, ids), contents)
+            ]
+            for i in compress(range(len(counts)), map(lt, counts, repeat(0))):
                 counts[i] = self._message_tokens(messages[i], contents[i])
-            for i in range(len(same), len(messages)):
-                counts.append(self._message_tokens(messages[i], contents[i]))
-            self._last = (list(messages), contents, counts)
+            self._last = (list(messages), contents, counts, dict(zip(ids, range(len(ids)))))
         return sum(counts) + self._priming, counts
 
     def _raw_after_prune(
