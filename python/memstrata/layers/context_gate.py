@@ -63,6 +63,8 @@ GateState = Literal["pass", "warn", "pruned", "refused", "disabled"]
 
 _WARNED_RUNS_KEPT = 4096
 _CACHE_LIMIT = 200_000
+# Texts held for their counts: few and large (layer blocks), so a short list.
+_TEXT_CACHE_LIMIT = 64
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class ContextGate:
         # id(message) -> (message, content object, tokens); holding the message keeps its id
         # from being reused while cached.
         self._counts: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
+        self._text_counts: OrderedDict[int, tuple[str, Any, int]] = OrderedDict()
         self._placeholders: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
         # The last call's messages, their contents and counts, and each message's position by
         # identity.
@@ -301,10 +304,23 @@ class ContextGate:
         entry = entries.get(key)
         if entry is not None and entry[0] is message and entry[1] is content:
             return entry[2]
+        # A message of only a role and a text is counted from those two alone, so a new dict
+        # around the same text object (the stack wraps each layer's item afresh every turn,
+        # and a layer's large block rarely changes) reuses the count of the last one.
+        simple = len(message) == 2 and type(content) is str and "role" in message
+        if simple:
+            role = message["role"]
+            text_entry = self._text_counts.get(id(content))
+            if text_entry is not None and text_entry[0] is content and text_entry[1] == role:
+                return text_entry[2]
         tokens = self.tokens.count_messages([message]) - self._priming
         entries[key] = (message, content, tokens)
         if len(entries) > _CACHE_LIMIT:
             entries.popitem(last=False)
+        if simple:
+            self._text_counts[id(content)] = (content, role, tokens)
+            if len(self._text_counts) > _TEXT_CACHE_LIMIT:
+                self._text_counts.popitem(last=False)
         return tokens
 
     def _warn_once(self, run_id: str | None, call_id: str, estimate: int) -> None:

@@ -200,7 +200,10 @@ class WorkingMemory:
         )
         if self.read_only:
             guidelines = WORKING_MEMORY_GUIDELINES_READ_ONLY
-        return [{"content": f"{block}\n{guidelines}"}]
+        cached = handle._item_text
+        if cached is None or cached[0] is not block or cached[1] is not guidelines:
+            cached = handle._item_text = (block, guidelines, f"{block}\n{guidelines}")
+        return [{"content": cached[2]}]
 
     def observe(self, handle: WorkingMemoryHandle, message: Message) -> None:
         """Applies every legacy ``updateWorkingMemory`` call in a response, in order. A call that
@@ -258,6 +261,9 @@ class WorkingMemoryHandle:
         self.version = 0
         # prepare() runs every turn; the block only changes when the state object does.
         self._rendered: tuple[State, str] | None = None
+        # The prompt item's text for the last block: the same str object turn after turn lets
+        # the context gate reuse its token count.
+        self._item_text: tuple[str, str, str] | None = None
 
     # Introspection (VoltAgent's getWorkingMemoryFormat/Template/Schema) ------------------------
 
