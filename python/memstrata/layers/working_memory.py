@@ -18,7 +18,9 @@ Decisions where the seeds are silent or disagree:
   the same namespace (retrievable with ``handle.quarantined()``), never silently dropped, and
   the layer starts empty with a logged warning.
 * A write that would push the rendered block past ``budget.max`` tokens is refused, stating the
-  size and the limit, so the model compacts instead of bloating every prompt.
+  size and the limit, so the model compacts instead of bloating every prompt. So is a state
+  whose stored JSON would pass ``max_state_bytes`` (1 MiB by default): the byte limit still
+  holds when a caller sets a huge token budget.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from memstrata._core import deep_merge, strip_unsafe_keys
 from memstrata.exceptions import (
     BudgetExceededError,
     InvalidInputError,
+    LimitExceededError,
     ReadOnlyError,
     SchemaViolationError,
     ToolError,
@@ -51,7 +54,7 @@ from memstrata.prompts import (
     WORKING_MEMORY_UPDATE_WHAT_TEXT,
 )
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Item, Namespace
+from memstrata.stores import Item, Namespace, codec
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -69,6 +72,7 @@ _SCOPE_ALIASES = {
 STATE_KEY = "state"
 QUARANTINE_PREFIX = "quarantine/"
 LEGACY_TOOL = "updateWorkingMemory"
+DEFAULT_MAX_STATE_BYTES = 1 << 20
 
 
 class WorkingMemory:
@@ -86,6 +90,8 @@ class WorkingMemory:
         tools: ``"noetic"`` offers ``working-memory/update``; ``"voltagent"`` offers
             ``get_working_memory``, ``update_working_memory`` and ``clear_working_memory``.
         budget: ``(min, max)`` tokens of prompt; writes past ``max`` are refused.
+        max_state_bytes: Largest state, in bytes of its stored JSON; writes past it are refused
+            with :class:`~memstrata.exceptions.LimitExceededError`.
         slot: Order among the layers' prompt items.
         name: The layer's name, also the first label of its store namespace.
     """
@@ -101,6 +107,7 @@ class WorkingMemory:
         nulls: Literal["keep", "delete", "ignore"] = "keep",
         tools: Literal["noetic", "voltagent"] = "noetic",
         budget: tuple[int, int] | Budget = (200, 1500),
+        max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
         slot: int = 100,
         name: str = "working-memory",
     ) -> None:
@@ -118,6 +125,14 @@ class WorkingMemory:
             raise InvalidInputError(
                 "give a schema (structured state) or a template (markdown), not both"
             )
+        if (
+            isinstance(max_state_bytes, bool)
+            or not isinstance(max_state_bytes, int)
+            or max_state_bytes < 1
+        ):
+            raise InvalidInputError(
+                f"max_state_bytes must be a positive int, got {max_state_bytes!r}"
+            )
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
@@ -128,6 +143,7 @@ class WorkingMemory:
         self.arrays = arrays
         self.nulls = nulls
         self.tool_flavor = tools
+        self.max_state_bytes = max_state_bytes
         self._validator = _make_validator(schema)
 
     @property
@@ -307,6 +323,7 @@ class WorkingMemoryHandle:
             ReadOnlyError: The layer is read-only.
             SchemaViolationError: The merged state fails the schema (nothing is written).
             BudgetExceededError: The block would exceed the layer's max tokens (nothing written).
+            LimitExceededError: The state would exceed ``max_state_bytes`` (nothing written).
             InvalidInputError: The patch has the wrong shape for this state, or bad data.
         """
         if self.layer.read_only:
@@ -375,9 +392,10 @@ class WorkingMemoryHandle:
         return f"{base.rstrip()}\n\n{patch}"
 
     def _checked(self, state: Any, *, strip: bool = True, budget: bool = False) -> State:
-        """Checks kind and schema, and for writes the token budget. ``strip`` removes unsafe
-        keys from a state that came from outside; a merge result is already clean (deep_merge
-        strips everything it brings in, and the base it merged into was checked)."""
+        """Checks kind and schema, and for writes (``budget``) the size and the token budget.
+        ``strip`` removes unsafe keys from a state that came from outside; a merge result is
+        already clean (deep_merge strips everything it brings in, and the base it merged into
+        was checked)."""
         if self.layer.structured:
             if not isinstance(state, dict):
                 raise InvalidInputError(
@@ -396,6 +414,19 @@ class WorkingMemoryHandle:
                 f"stored working memory is {type(state).__name__}, but the layer holds text"
             )
         if budget:
+            # Bytes first: cheaper than rendering and counting, and it names data the store
+            # could not hold (nesting past its depth limit, lone surrogates) before the render
+            # trips on it.
+            size = len(codec.dumps(state))
+            if size > self.layer.max_state_bytes:
+                raise LimitExceededError(
+                    f"working memory would be {size:,} bytes, over this layer's limit of "
+                    f"{self.layer.max_state_bytes:,} (max_state_bytes); compact it instead of "
+                    "adding",
+                    setting="max_state_bytes",
+                    size=size,
+                    limit=self.layer.max_state_bytes,
+                )
             tokens = self.ctx.tokens.count(_render(state))
             if tokens > self.layer.budget.max:
                 raise BudgetExceededError(
