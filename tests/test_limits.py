@@ -160,7 +160,9 @@ def test_agent_mind_entries_per_namespace(store: SQLiteStore) -> None:
 # Stores and tool calls ------------------------------------------------------------------------
 
 
-def test_one_stored_value_has_a_ceiling(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_stored_value_has_a_ceiling(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert codec.MAX_VALUE_BYTES == 16 << 20
     monkeypatch.setattr(codec, "MAX_VALUE_BYTES", 1_000)  # read at every write
     store.put(("ns",), "k", "small")
