@@ -502,6 +502,8 @@ SECRETS: dict[str, str] = {
     "twilio auth token": _fake("TWILIO_AUTH_TOKEN=", HEX),
     "sendgrid": _fake("SG", ".", B64[:22], ".", B64[:43]),
     "huggingface": _fake("hf", "_", B64[:34]),
+    "npm": _fake("npm", "_", B64[:36]),
+    "pypi": _fake("pypi-", "AgEIcHlwaS5vcmc", B64[:60]),
     "jwt": _fake("eyJ", "hbGciOiJIUzI1NiJ9", ".", "eyJzdWIiOiJ1c2VyLTQyIn0", ".", B64[:43]),
     "url password": _fake("postgres://app:", "Hunter2xyz", "@db.internal:5432/x"),
     "url password, no user": _fake("redis://:", "s3cr3tpass", "@cache:6379/0"),
