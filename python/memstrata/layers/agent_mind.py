@@ -1339,6 +1339,7 @@ def _goal_line(goal: MindGoal) -> str:
 def _check_content(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise ToolError(f"{what} must be a string", code="invalid_arguments")
+    _require_unicode(value, what)
     text = value.strip()
     if not text:
         raise ToolError(f"{what} is empty", code="invalid_arguments")
@@ -1363,7 +1364,19 @@ def _check_tags(tags: Any) -> list[str]:
                 f"got {tag!r}",
                 code="invalid_arguments",
             )
+        _require_unicode(tag, "a tag")
     return list(dict.fromkeys(out))
+
+
+def _require_unicode(text: str, what: str) -> None:
+    """Refuses a lone surrogate now: a draft holding one could not be stored, and the flush
+    at the end of the run would then fail as a whole."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError(
+            f"{what} is not valid Unicode (it holds a lone surrogate)", code="invalid_arguments"
+        ) from None
 
 
 def _check_int(value: Any, what: str, *, minimum: int) -> None:
