@@ -66,6 +66,14 @@ def _deep(depth: int) -> str:
     return '{"a":' * depth + "1" + "}" * depth
 
 
+def _deep_object(depth: int) -> dict[str, Any]:
+    """Arguments an SDK already parsed: a dict nested ``depth`` levels, built without recursion."""
+    value: dict[str, Any] = {"a": 1}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 raw_arguments = st.one_of(
     json_values,
     json_values.map(lambda v: json.dumps(v, allow_nan=True)),
@@ -299,6 +307,8 @@ def test_the_harness_reaches_every_tool(harness: tuple[Any, SQLiteStore]) -> Non
     ("name", "arguments", "fragment"),
     [
         ("working-memory/update", _deep(100_000), "not valid JSON"),
+        ("working-memory/update", _deep_object(100_000), "1024"),
+        ("memory_write", {"key": "deep", "value": _deep_object(100_000)}, "1024"),
         ("working-memory/update", '{"a": NaN}', "not valid JSON"),
         ("working-memory/update", {"age": math.nan}, "finite"),
         ("working-memory/update", {"age": "old"}, "$.age"),
