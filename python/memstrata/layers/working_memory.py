@@ -19,7 +19,7 @@ Decisions where the seeds are silent or disagree:
   the layer starts empty with a logged warning.
 * A write that would push the rendered block past ``budget.max`` tokens is refused, stating the
   size and the limit, so the model compacts instead of bloating every prompt. So is a state
-  whose stored JSON would pass ``max_state_bytes`` (1 MiB by default): the byte limit still
+  whose block would pass ``max_state_bytes`` (1 MiB of UTF-8 by default): the byte limit still
   holds when a caller sets a huge token budget.
 """
 
@@ -90,8 +90,9 @@ class WorkingMemory:
         tools: ``"noetic"`` offers ``working-memory/update``; ``"voltagent"`` offers
             ``get_working_memory``, ``update_working_memory`` and ``clear_working_memory``.
         budget: ``(min, max)`` tokens of prompt; writes past ``max`` are refused.
-        max_state_bytes: Largest state, in bytes of its stored JSON; writes past it are refused
-            with :class:`~memstrata.exceptions.LimitExceededError`.
+        max_state_bytes: Largest state, in UTF-8 bytes of the block the model reads (the JSON
+            or the text); writes past it are refused with
+            :class:`~memstrata.exceptions.LimitExceededError`.
         slot: Order among the layers' prompt items.
         name: The layer's name, also the first label of its store namespace.
     """
@@ -414,10 +415,14 @@ class WorkingMemoryHandle:
                 f"stored working memory is {type(state).__name__}, but the layer holds text"
             )
         if budget:
-            # Bytes first: cheaper than rendering and counting, and it names data the store
-            # could not hold (nesting past its depth limit, lone surrogates) before the render
-            # trips on it.
-            size = len(codec.dumps(state))
+            try:
+                block = _render(state)
+                size = len(block.encode("utf-8"))
+            except (orjson.JSONEncodeError, UnicodeEncodeError):
+                codec.dumps(state)  # names what no store could hold: deep nesting, a surrogate
+                raise
+            # The next prepare() shows this block: keep it rather than render it again.
+            self._rendered = (state, block)
             if size > self.layer.max_state_bytes:
                 raise LimitExceededError(
                     f"working memory would be {size:,} bytes, over this layer's limit of "
@@ -427,7 +432,7 @@ class WorkingMemoryHandle:
                     size=size,
                     limit=self.layer.max_state_bytes,
                 )
-            tokens = self.ctx.tokens.count(_render(state))
+            tokens = self.ctx.tokens.count(block)
             if tokens > self.layer.budget.max:
                 raise BudgetExceededError(
                     f"working memory would be {tokens} tokens, over this layer's limit of "
