@@ -218,7 +218,7 @@ class SharedMemory:
                     f"{field_name} must be a str, got {type(field_value).__name__}"
                 )
         clean = strip_unsafe_keys(value)
-        encoded = codec.dumps(clean)
+        encoded = codec.dumps(clean, validated=True)
         if len(encoded) > self.max_value_bytes:
             raise LimitExceededError(
                 f"value for {key!r} is {len(encoded):,} bytes of JSON; the limit is "

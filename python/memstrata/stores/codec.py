@@ -23,9 +23,15 @@ MAX_STORED_DEPTH = 254
 MAX_VALUE_BYTES = 16 << 20
 
 
-def dumps(value: Any) -> bytes:
-    """Validates ``value`` as JSON data and encodes it; raises a memstrata error naming the path."""
-    strip_unsafe_keys(value, keys=())
+def dumps(value: Any, *, validated: bool = False) -> bytes:
+    """Validates ``value`` as JSON data and encodes it; raises a memstrata error naming the path.
+
+    ``validated=True`` skips the walk for a value a kernel has just produced (the result of
+    ``strip_unsafe_keys`` or ``deep_merge`` is JSON data, every number finite); the encoding
+    limits still apply.
+    """
+    if not validated:
+        strip_unsafe_keys(value, keys=())
     try:
         data = orjson.dumps(value)
     except orjson.JSONEncodeError as exc:
