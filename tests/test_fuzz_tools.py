@@ -1,5 +1,10 @@
 """Whatever a model sends, ``run.call_tool`` never raises, answers with an error payload that
-names the problem, and a failed call leaves every stored record as it was.
+names the problem, and a failed call leaves everything as it was: every stored record, and what
+the run holds unstored (the mind's draft, the handles' states, the offloaded files).
+
+Every tool the stack's layers offer is drawn (each working-memory flavour, shared memory, tool
+results, the seven mind tools), with arguments shaped by its schema most of the time so calls
+reach the handlers, and raw garbage the rest.
 
 This is the in-suite sample; ``make fuzz`` runs the same properties with far more examples
 (FUZZ_EXAMPLES, 100k by default) outside the normal test run.
@@ -20,6 +25,8 @@ from hypothesis import strategies as st
 
 from memstrata import AgentMind, MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
 from memstrata.layers.tool_results import ToolResults
+from memstrata.stores import codec
+from memstrata.tools import wire_name
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 
@@ -59,6 +66,14 @@ def _deep(depth: int) -> str:
     return '{"a":' * depth + "1" + "}" * depth
 
 
+def _deep_object(depth: int) -> dict[str, Any]:
+    """Arguments an SDK already parsed: a dict nested ``depth`` levels, built without recursion."""
+    value: dict[str, Any] = {"a": 1}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 raw_arguments = st.one_of(
     json_values,
     json_values.map(lambda v: json.dumps(v, allow_nan=True)),
@@ -83,14 +98,31 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SQL
     store = SQLiteStore(tmp / "fuzz.db")
     layers = [
         WorkingMemory(schema=SCHEMA, budget=(0, 2_000)),
-        SharedMemory(store=store, namespace=("shared-memory", "fuzz")),
+        # The other flavour, on text state: get/update/clear_working_memory.
+        WorkingMemory(
+            template="# Notes\n",
+            tools="voltagent",
+            scope="resource",
+            budget=(0, 2_000),
+            name="notes",
+        ),
+        # Small entry limits keep 100k calls from growing the state every check reads, and
+        # put the limit paths in play.
+        SharedMemory(store=store, namespace=("shared-memory", "fuzz"), max_entries=300),
         ToolResults(tool_calls_dir=tmp / "tool_calls"),
-        AgentMind(),
+        AgentMind(max_entries=300),
     ]
     stack = MemoryStack(layers, store=store)
     run = stack.run(thread_id="fuzz", resource_id="fuzz-user", agent="fuzzer").open()
     run.call_tool("working-memory/update", {"profile": {"name": "seed"}, "age": 1})
+    run.call_tool("update_working_memory", {"content": "seeded"})
     run.call_tool("memory_write", {"key": "seed", "value": [1, 2, 3]})
+    run.layer("tool-results").offload("call_seed", "a stored result " * 2_000)
+    goal = run.call_tool("mind_set_goal", {"description": "Keep the fuzzer busy."})
+    run.call_tool("mind_reflect", {"content": "Pinned rule for the fuzzer.", "pin": True})
+    run.layer("agent-mind").flush()  # committed, so ids exist in the store and the draft
+    run.call_tool("mind_believe", {"content": "Fuzzing finds crashes."})
+    assert goal["status"] == "ok"
     yield run, store
     run.close()
     store.close()
@@ -100,18 +132,108 @@ def _stored(store: SQLiteStore) -> list[tuple[Any, ...]]:
     return [(i.namespace, i.key, i.version, json.dumps(i.value)) for i in store.list(limit=10_000)]
 
 
+def _state(run: Any, store: SQLiteStore) -> tuple[Any, ...]:
+    """Everything a call could change: the store, and what the run holds that is not stored
+    yet (the mind's draft) or mirrors the store (handles' states, the shared entries, files)."""
+    mind = run.layer("agent-mind")
+    draft = mind.draft
+    tool_dir = run.layer("tool-results").tool_calls_dir
+    return (
+        _stored(store),
+        {i: b.to_payload() for i, (b, _v, _s) in draft.beliefs.items()},
+        {i: r.to_payload() for i, (r, _v) in draft.reflections.items()},
+        {i: g.to_payload() for i, g in draft.goals.items()},
+        {i: (p.description, p.priority, list(p.progress)) for i, p in draft.goal_patches.items()},
+        sorted(draft.unpins),
+        {i: g.to_payload() for i, g in mind.goals.items()},
+        [
+            (run.layer(n).version, json.dumps(run.layer(n).state))
+            for n in ("working-memory", "notes")
+        ],
+        [(e.key, json.dumps(e.value)) for e in run.layer("shared-memory").memory.snapshot()],
+        sorted(str(p.relative_to(tool_dir)) for p in tool_dir.rglob("*")),
+    )
+
+
+def _known_ids(run: Any) -> list[str]:
+    """Strings that name something that exists, so calls reach past "not found"."""
+    mind = run.layer("agent-mind")
+    draft = mind.draft
+    shared = [e.key for e in run.layer("shared-memory").memory.snapshot()]
+    return [
+        *mind.goals,
+        *mind.reflections,
+        *mind.beliefs,
+        *draft.goals,
+        *draft.reflections,
+        *shared,
+        "call_seed",
+        "seed",
+    ]
+
+
+ERROR_CODES = {
+    "unknown_tool",
+    "invalid_arguments",
+    "schema_violation",
+    "budget_exceeded",
+    "limit_exceeded",
+    "tool_error",
+    "not_found",
+    "not_pinned",
+    "not_active",
+    "cap_reached",
+}
+
+
 def _check_error_payload(result: dict[str, Any]) -> None:
     error = result["error"]
-    assert error["code"] in {
-        "unknown_tool",
-        "invalid_arguments",
-        "schema_violation",
-        "budget_exceeded",
-        "internal_error",
-        "tool_error",
-    }, error
-    assert error["code"] != "internal_error", error  # every bad input must be named, not a crash
+    # internal_error is not in the set: every bad input must be named, never a crash.
+    assert error["code"] in ERROR_CODES, error
     assert isinstance(error["message"], str) and error["message"]
+
+
+def _value_for(schema: Any, ids: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    """Mostly a value of the declared shape (so calls get past validation into the handlers),
+    sometimes anything at all."""
+    if not isinstance(schema, dict):
+        return json_values
+    if "enum" in schema:
+        shaped: st.SearchStrategy[Any] = st.sampled_from(schema["enum"])
+    else:
+        kinds = schema.get("type")
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds or ["string"])
+        options = []
+        for kind in kinds:
+            if kind == "string":
+                options.append(st.one_of(st.text(max_size=80), ids))
+            elif kind == "integer":
+                options.append(st.integers(min_value=-5, max_value=10**6))
+            elif kind == "number":
+                options.append(st.floats(allow_nan=True, allow_infinity=True))
+            elif kind == "boolean":
+                options.append(st.booleans())
+            elif kind == "array":
+                options.append(st.lists(_value_for(schema.get("items", {}), ids), max_size=4))
+            elif kind == "null":
+                options.append(st.none())
+            else:
+                options.append(json_values)
+        shaped = st.one_of(options) if options else json_values
+    return st.one_of(shaped, shaped, shaped, json_values)
+
+
+def _shaped_arguments(
+    spec: dict[str, Any], ids: st.SearchStrategy[str]
+) -> st.SearchStrategy[dict[str, Any]]:
+    properties = spec["inputSchema"].get("properties") or {}
+    fields = {name: _value_for(sub, ids) for name, sub in properties.items()}
+    extra = st.dictionaries(st.text(max_size=8), json_values, max_size=2)
+    if not fields:  # a structured working memory: any object is a patch
+        return st.one_of(st.dictionaries(st.text(max_size=10), json_values, max_size=4), extra)
+    return st.fixed_dictionaries({}, optional=fields) | st.builds(
+        lambda a, b: {**a, **b}, st.fixed_dictionaries({}, optional=fields), extra
+    )
 
 
 @settings(
@@ -119,55 +241,85 @@ def _check_error_payload(result: dict[str, Any]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(
-    name=st.one_of(
-        st.sampled_from(
-            [
-                "working-memory/update",
-                "working-memory_update",
-                "memory_list",
-                "memory_read",
-                "memory_write",
-                "read_tool_result",
-                "mind_recall",
-                "mind_believe",
-                "mind_reflect",
-                "mind_unpin_reflection",
-                "mind_set_goal",
-                "mind_update_goal",
-                "mind_complete_goal",
-                "no_such_tool",
-            ]
-        ),
-        st.text(max_size=20),
-        st.none(),
-        st.integers(),
-    ),
-    arguments=raw_arguments,
-)
+@given(data=st.data())
 def test_any_call_returns_a_payload_and_failures_change_nothing(
-    harness: tuple[Any, SQLiteStore], name: Any, arguments: Any
+    harness: tuple[Any, SQLiteStore], data: st.DataObject
 ) -> None:
     run, store = harness
-    before = _stored(store)
+    specs = {spec["name"]: spec for spec in run.tool_specs("mcp")}
+    name = data.draw(
+        st.one_of(
+            st.sampled_from(sorted(specs)),
+            st.sampled_from([*(wire_name(n) for n in specs), "no_such_tool"]),
+            st.text(max_size=20),
+            st.none(),
+            st.integers(),
+        ),
+        label="name",
+    )
+    spec = specs.get(name) if isinstance(name, str) else None
+    # Ids are drawn as indexes into what exists now: the run changes between examples, and a
+    # strategy's shape must not (hypothesis replays choices).
+    ids = st.integers(min_value=0, max_value=63).map(
+        lambda i: (lambda known: known[i % len(known)])(_known_ids(run))
+    )
+    arguments = data.draw(
+        raw_arguments if spec is None else st.one_of(_shaped_arguments(spec, ids), raw_arguments),
+        label="arguments",
+    )
+    before = _state(run, store)
     result = run.call_tool(name, arguments)
     assert isinstance(result, dict)
     json.dumps(result, allow_nan=False, default=str)  # the payload itself is serialisable
+    after = _state(run, store)
     if result.get("ok") is False or "error" in result:
         _check_error_payload(result)
-        assert _stored(store) == before
+        assert after == before
+    # What the run holds unstored can be stored: a draft that could not would fail the flush
+    # at the end of the run, and lose every write of it.
+    codec.dumps(after[1:6])
+
+
+def test_the_harness_reaches_every_tool(harness: tuple[Any, SQLiteStore]) -> None:
+    # Guards the property above: every tool the layers offer is among those it draws.
+    run, _store = harness
+    names = {spec["name"] for spec in run.tool_specs("mcp")}
+    assert names == {
+        "working-memory/update",
+        "get_working_memory",
+        "update_working_memory",
+        "clear_working_memory",
+        "memory_list",
+        "memory_read",
+        "memory_write",
+        "read_tool_result",
+        "mind_recall",
+        "mind_believe",
+        "mind_reflect",
+        "mind_unpin_reflection",
+        "mind_set_goal",
+        "mind_update_goal",
+        "mind_complete_goal",
+    }
 
 
 @pytest.mark.parametrize(
     ("name", "arguments", "fragment"),
     [
         ("working-memory/update", _deep(100_000), "not valid JSON"),
+        ("working-memory/update", _deep_object(100_000), "1024"),
+        ("memory_write", {"key": "deep", "value": _deep_object(100_000)}, "1024"),
         ("working-memory/update", '{"a": NaN}', "not valid JSON"),
         ("working-memory/update", {"age": math.nan}, "finite"),
         ("working-memory/update", {"age": "old"}, "$.age"),
         ("memory_write", b'{"key": "\xff", "value": 1}', "not valid JSON"),
         ("memory_read", '{"keys": "task:x"}', "$.keys: expected array"),
         ("read_tool_result", {"call_id": "../../etc/passwd"}, "call_id"),
+        # Found by the fuzzer: these went into the mind's draft and failed the whole flush.
+        ("mind_set_goal", {"description": "goal \ud800"}, "lone surrogate"),
+        ("mind_reflect", {"content": "ok", "tags": ["\udfff"]}, "lone surrogate"),
+        ("mind_reflect", {"content": "ok", "relatedTo": "x\ud800"}, "lone surrogate"),
+        ("mind_believe", {"content": "ok \udfff"}, "lone surrogate"),
     ],
 )
 def test_the_error_names_the_problem(

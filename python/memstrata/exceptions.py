@@ -13,7 +13,9 @@ keeps working::
     │   ├── DimensionMismatchError            vectors of different lengths
     │   ├── ZeroVectorError                   a zero vector where a direction is needed
     │   ├── SchemaViolationError              a state that fails the layer's schema
-    │   └── BudgetExceededError               a write past a layer's token budget
+    │   ├── BudgetExceededError               a write past a layer's token budget
+    │   └── LimitExceededError                a write past a size or count limit (bytes of a
+    │                                         value, entries in a namespace)
     ├── UnsupportedTypeError (TypeError)      a value that is not JSON data (set, bytes, object)
     ├── ReadOnlyError                         a write to a read-only layer
     ├── RecoverableContextError               a prompt that cannot fit the model's window even
@@ -34,6 +36,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidJSONError",
     "InvalidOptionError",
+    "LimitExceededError",
     "MemstrataError",
     "NestingTooDeepError",
     "NonFiniteNumberError",
@@ -124,7 +127,8 @@ class ToolError(MemstrataError):
 
     Attributes:
         code: A stable machine-readable reason (``unknown_tool``, ``invalid_arguments``,
-            ``schema_violation``, ``budget_exceeded``, ``read_only``, ``internal_error``).
+            ``schema_violation``, ``budget_exceeded``, ``limit_exceeded``, ``read_only``,
+            ``internal_error``; a layer may add its own, such as ``not_found``).
         details: Specific problems, one readable line each (e.g. each schema violation).
     """
 
@@ -163,6 +167,31 @@ class BudgetExceededError(InvalidInputError):
     def __init__(self, message: str, *, path: str | None = None, tokens: int = 0, limit: int = 0):
         super().__init__(message, path=path)
         self.tokens = tokens
+        self.limit = limit
+
+
+class LimitExceededError(InvalidInputError):
+    """A write that would pass a documented size or count limit; nothing was written.
+
+    Attributes:
+        setting: The option that sets the limit (``max_state_bytes``, ``max_entries``...), so
+            the message can say what to raise.
+        size: What the write would have made it (bytes, or entries).
+        limit: The limit.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        setting: str = "",
+        size: int = 0,
+        limit: int = 0,
+    ) -> None:
+        super().__init__(message, path=path)
+        self.setting = setting
+        self.size = size
         self.limit = limit
 
 

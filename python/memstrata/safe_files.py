@@ -3,7 +3,12 @@
 Tool results, checkpoints and the team state document are files named after ids a model (or a
 caller) supplied. :func:`check_file_id` refuses any id that could leave its directory;
 :func:`write_atomic` never leaves a half-written file behind (temp file in the same directory,
-fsync, rename); :func:`write_private` creates a file readable by its owner only.
+fsync, rename); :func:`write_private` creates a file readable by its owner only;
+:func:`read_regular` reads a file only if it is a regular file, never through a symlink.
+
+Directories these functions create for private files are private too (0700). A directory that
+already exists keeps its mode: it is the caller's. Symlinks planted *inside* a directory are
+never followed; the configured directory itself is trusted, symlink or not.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -19,6 +25,7 @@ from memstrata.exceptions import InvalidInputError
 MAX_FILE_ID = 128
 _FILE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 PRIVATE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
 
 
 def check_file_id(file_id: object, *, what: str = "call_id") -> str:
@@ -61,14 +68,45 @@ def path_in(directory: Path, file_id: str, suffix: str, *, what: str = "call_id"
     return path
 
 
+def make_directory(directory: Path, *, private: bool = True) -> None:
+    """Creates ``directory`` (and its parents) if missing; a new one is 0700 when ``private``.
+
+    Raises:
+        InvalidInputError: The path exists but is not a directory, or cannot be created.
+    """
+    try:
+        directory.mkdir(mode=PRIVATE_DIR_MODE if private else 0o777, parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise InvalidInputError(f"{directory} exists and is not a directory") from None
+    except OSError as exc:
+        raise InvalidInputError(f"cannot create {directory}: {exc.strerror}") from None
+
+
+def real_subdirectory(directory: Path, name: str) -> Path:
+    """``directory/name`` created private if missing, refused if it is a symlink or not a
+    directory: a directory planted as a symlink would send writes elsewhere."""
+    sub = directory / name
+    make_directory(directory)
+    try:
+        os.mkdir(sub, PRIVATE_DIR_MODE)
+    except FileExistsError:
+        info = os.lstat(sub)
+        if not stat.S_ISDIR(info.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            raise InvalidInputError(f"{sub} is {kind}; refusing to write through it") from None
+    return sub
+
+
 def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_MODE) -> None:
     """Writes ``data`` to ``path`` so readers see the old file or the new one, never a part.
 
     The temp file is created in the same directory with ``mode`` (so a private file is never
-    briefly world-readable), fsynced, then renamed over ``path``.
+    briefly world-readable), fsynced, then renamed over ``path`` (a symlink planted at ``path``
+    is replaced, never written through). A missing directory is created, private when the file
+    is.
     """
     directory = path.parent
-    directory.mkdir(parents=True, exist_ok=True)
+    make_directory(directory, private=not mode & 0o077)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         os.fchmod(fd, mode)
@@ -90,7 +128,7 @@ def write_private(path: Path, data: bytes) -> None:
     ``fchmod`` that follows repairs the mode of a file that already existed with a wider one.
     ``O_NOFOLLOW`` refuses a symlink planted at ``path``.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(path.parent)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, PRIVATE_MODE)
@@ -101,3 +139,39 @@ def write_private(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def is_regular_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file itself (a symlink to one is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file, never through a symlink.
+
+    ``O_NOFOLLOW`` refuses a symlink at ``path``; ``O_NONBLOCK`` keeps a FIFO planted there from
+    blocking the open, and the ``fstat`` that follows refuses it, a directory or a device.
+
+    Raises:
+        FileNotFoundError: Nothing is at ``path``.
+        InvalidInputError: Something other than a regular file is there.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        # ELOOP: a symlink; anything else (EACCES...) is refused the same way, by name.
+        raise InvalidInputError(f"{path.name} cannot be read: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInputError(f"{path.name} is not a regular file; refusing to read it")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()

@@ -42,7 +42,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from memstrata.exceptions import InvalidInputError, MemstrataError, ToolError
+from memstrata.exceptions import (
+    InvalidInputError,
+    LimitExceededError,
+    MemstrataError,
+    ToolError,
+)
 from memstrata.stores import Store, open_store
 from memstrata.tokens import EstimatingCounter, TokenCounter
 from memstrata.tools import (
@@ -426,6 +431,8 @@ class Run:
             return result if isinstance(result, dict) else {"ok": True, "result": result}
         except ToolError as exc:
             return error_payload(shown, exc)
+        except LimitExceededError as exc:
+            return error_payload(shown, ToolError(str(exc), code="limit_exceeded"))
         except MemstrataError as exc:
             return error_payload(shown, ToolError(str(exc), code="invalid_arguments"))
         except (ValueError, TypeError, RecursionError) as exc:

@@ -52,6 +52,11 @@ Decisions where the seed is silent (or its code differs from its text):
 * The header's beliefs and reflections share ``token_budget``, further capped by the stack's
   budget for the layer minus the goals and standing rules (which are always shown). Beliefs
   are listed newest first, reflections newest first.
+* A namespace holds at most ``max_entries`` goals, beliefs and reflections together (100,000
+  by default; archived ones count, as they are kept). A write that would add one past it is
+  refused with :class:`~memstrata.exceptions.LimitExceededError`; updating a belief never
+  counts as adding. The count is what the run loaded plus its draft, so runs of one agent
+  flushing at the same time can pass it by their drafts, never without bound.
 * A sub-run (``run.spawn``) gets its own draft over the same namespace (or its agent's).
 * The embedder and the vector indexes are created on first use. Indexes are kept by the layer
   between runs and updated by difference, so a run only embeds or indexes what changed.
@@ -79,7 +84,7 @@ import numpy.typing as npt
 
 from memstrata._core import VectorSet
 from memstrata.embedders import Embedder, HashingEmbedder
-from memstrata.exceptions import InvalidInputError, ToolError
+from memstrata.exceptions import InvalidInputError, LimitExceededError, ToolError
 from memstrata.layers.mind_entries import (
     CONFIDENCE_LEVELS,
     GOAL_PRIORITIES,
@@ -127,6 +132,7 @@ LINE_TOKEN_CACHE = 100_000
 # A ranking built by one run serves later runs this long (while no entry changed or expired):
 # recency moves scores by at most 0.2 * (1 - exp(-1 min / 30 d)), under 5e-6, in that time.
 RANKING_REUSE_MS = 60_000
+DEFAULT_MAX_ENTRIES = 100_000
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
 
 ProgressCallback = Callable[[int, int], None]
@@ -165,6 +171,7 @@ class AgentMind:
         ttl_defaults: Default expiry of beliefs and reflections (a :class:`MindTtlDefaults` or a
             dict with ``belief``/``reflection``).
         score_weights: Weights of the recall score.
+        max_entries: Most goals, beliefs and reflections one namespace holds.
         hnsw_threshold: Index size from which hnswlib replaces the exact index.
         on_progress: Called ``(done, total)`` while entries are re-embedded after an embedder
             change; progress is also logged at INFO.
@@ -186,6 +193,7 @@ class AgentMind:
         retrieval_threshold: float = 0.35,
         ttl_defaults: MindTtlDefaults | dict[str, str | None] | None = None,
         score_weights: ScoreWeights | None = None,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
         hnsw_threshold: int = DEFAULT_HNSW_THRESHOLD,
         on_progress: ProgressCallback | None = None,
         budget: tuple[int, int] | Budget = (0, 1500),
@@ -196,6 +204,7 @@ class AgentMind:
         _check_number(recency_window_days, "recency_window_days", low=0)
         _check_int(max_goals, "max_goals", minimum=1)
         _check_int(max_pinned_reflections, "max_pinned_reflections", minimum=1)
+        _check_int(max_entries, "max_entries", minimum=1)
         _check_number(deduplication_threshold, "deduplication_threshold", low=0, high=1)
         _check_number(retrieval_threshold, "retrieval_threshold", low=0, high=1)
         if isinstance(ttl_defaults, dict):
@@ -222,6 +231,7 @@ class AgentMind:
         self.recency_window_days = recency_window_days
         self.max_goals = min(max_goals, MAX_GOALS_CEILING)
         self.max_pinned_reflections = min(max_pinned_reflections, MAX_PINNED_CEILING)
+        self.max_entries = max_entries
         self.deduplication_threshold = float(deduplication_threshold)
         self.retrieval_threshold = float(retrieval_threshold)
         self.hnsw_threshold = hnsw_threshold
@@ -1026,6 +1036,7 @@ class AgentMindHandle:
         match = self.find_duplicate_belief(vector, now=now)
         expires_at = now + ttl_ms if ttl_ms is not None else None
         if match is None:
+            self._require_room("belief")
             belief = MindBelief(_new_id("b"), content, confidence, list(tags), expires_at, now, now)
             # allowDowngrade is kept for a new belief too: the flush may fold it into another.
             self._draft_belief(belief, vector, stored_before=False, allow_downgrade=allow_downgrade)
@@ -1080,6 +1091,7 @@ class AgentMindHandle:
         tag_list = _check_tags(tags or [])
         if related_to is not None:
             related_to = _check_content(related_to, "relatedTo")
+        self._require_room("reflection")
         cap = self.layer.max_pinned_reflections
         pinned_now = self.pinned_count()
         if pin and pinned_now >= cap:
@@ -1147,6 +1159,26 @@ class AgentMindHandle:
         committed = sum(1 for g in self.goals.values() if g.status == "active")
         return committed + len(self.draft.goals)
 
+    def entry_count(self) -> int:
+        """Goals, beliefs and reflections in the namespace once this run's draft is applied."""
+        committed = len(self.goals) + len(self.beliefs) + len(self.reflections)
+        drafted = sum(
+            1 for _b, _v, stored_before in self.draft.beliefs.values() if not stored_before
+        )
+        return committed + drafted + len(self.draft.reflections) + len(self.draft.goals)
+
+    def _require_room(self, kind: str) -> None:
+        limit = self.layer.max_entries
+        count = self.entry_count()
+        if count >= limit:
+            raise LimitExceededError(
+                f"this mind already holds {count:,} entries, its limit (max_entries), so a new "
+                f"{kind} cannot be added; restate an existing belief to update it instead",
+                setting="max_entries",
+                size=count + 1,
+                limit=limit,
+            )
+
     def set_goal(
         self,
         description: str,
@@ -1167,6 +1199,7 @@ class AgentMindHandle:
             due = None if due_by is None else parse_due_by(due_by, now=now)
         except InvalidInputError as exc:
             raise ToolError(str(exc), code="invalid_arguments") from None
+        self._require_room("goal")
         cap = self.layer.max_goals
         if self.active_goal_count() >= cap:
             raise ToolError(
@@ -1570,6 +1603,7 @@ def _goal_line(goal: MindGoal) -> str:
 def _check_content(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise ToolError(f"{what} must be a string", code="invalid_arguments")
+    _require_unicode(value, what)
     text = value.strip()
     if not text:
         raise ToolError(f"{what} is empty", code="invalid_arguments")
@@ -1594,7 +1628,19 @@ def _check_tags(tags: Any) -> list[str]:
                 f"got {tag!r}",
                 code="invalid_arguments",
             )
+        _require_unicode(tag, "a tag")
     return list(dict.fromkeys(out))
+
+
+def _require_unicode(text: str, what: str) -> None:
+    """Refuses a lone surrogate now: a draft holding one could not be stored, and the flush
+    at the end of the run would then fail as a whole."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError(
+            f"{what} is not valid Unicode (it holds a lone surrogate)", code="invalid_arguments"
+        ) from None
 
 
 def _check_int(value: Any, what: str, *, minimum: int) -> None:

@@ -368,31 +368,72 @@ class ContextGate:
 
 POLICY_TOOL_CONTENT = "tool.content"
 POLICY_TOOL_ARGUMENTS = "assistant.tool_calls.function.arguments"
+POLICY_FUNCTION_CALL = "assistant.function_call.arguments"
+
+# Content blocks that carry a tool's input or output inside another role's message (Anthropic's
+# tool_use / tool_result, OpenAI Responses' function_call / function_call_output): the field
+# holding the body, redacted whole like a tool-role message.
+_TOOL_BLOCK_BODIES = {
+    "tool_use": "input",
+    "server_tool_use": "input",
+    "tool_result": "content",
+    "function_call": "arguments",
+    "function_call_output": "output",
+}
 
 # Secret-shaped strings. Each pattern keeps a harmless prefix (group "keep") where one helps a
-# reader see what was there ("Bearer ", "https://user:").
+# reader see what was there ("Bearer ", "https://user:"). Checkpoints are for audit, so the
+# patterns lean towards redacting too much rather than too little.
+_ASSIGNED_VALUE = r"(?!\[redacted)(?:(?<=\")[^\"\n]{6,}(?=\")|(?<=')[^'\n]{6,}(?=')|[^\s\"',;]{6,})"
 _SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "private_key",
         re.compile(
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
+            r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
             re.DOTALL,
         ),
     ),
-    ("url_password", re.compile(r"(?P<keep>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(?=@)")),
+    ("slack_webhook", re.compile(r"(?P<keep>\bhttps://hooks\.slack\.com/services/)[\w/-]+")),
+    ("url_password", re.compile(r"(?P<keep>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+(?=@)")),
     ("bearer", re.compile(r"(?P<keep>\b[Bb]earer\s+)[A-Za-z0-9\-._~+/]{16,}=*")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    ("api_key", re.compile(r"\bsk-(?:ant-|proj-|svcacct-|or-v1-)?[A-Za-z0-9_-]{20,}")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
-    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("stripe_key", re.compile(r"\b[rs]k_(?:live|test)_[0-9A-Za-z]{16,}")),
     (
+        "basic_auth",
+        re.compile(r"(?P<keep>\b(?i:authorization)\s*[:=]\s*[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}"),
+    ),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("api_key", re.compile(r"\bsk-(?:ant-|proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}")),
+    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b")),
+    (
+        "github_token",
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    ),
+    ("gitlab_token", re.compile(r"\bgl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_-]{20,}")),
+    ("slack_token", re.compile(r"\b(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})")),
+    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("google_oauth", re.compile(r"\b(?:ya29\.[0-9A-Za-z_-]{20,}|GOCSPX-[0-9A-Za-z_-]{20,})")),
+    ("stripe_key", re.compile(r"\b(?:[rs]k_(?:live|test)_|whsec_)[0-9A-Za-z]{16,}")),
+    ("twilio_key", re.compile(r"\bSK[0-9a-fA-F]{32}\b")),
+    ("sendgrid_key", re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")),
+    ("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("package_token", re.compile(r"\b(?:npm_[A-Za-z0-9]{36}|pypi-AgE[A-Za-z0-9_-]{50,})")),
+    (
+        # An AWS secret access key has no prefix: 40 characters of base64 mixing upper case,
+        # lower case and digits. Hex digests (one case only) and prose never look like that.
+        "aws_secret_key",
+        re.compile(
+            r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+            r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+        ),
+    ),
+    (
+        # key = value pairs whose name says secret (``TWILIO_AUTH_TOKEN=...``,
+        # ``"password": "..."``, ``aws_secret_access_key: ...``), in any case.
         "assigned_secret",
         re.compile(
-            r"(?P<keep>\b(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
-            r"\s*[:=]\s*[\"']?)[^\s\"',;]{6,}",
+            r"(?P<keep>(?:password|passwd|pwd|secret|api[_-]?key|private[_-]?key"
+            r"|(?:auth|access|refresh|session|id|api)[_-]?token)"
+            r"[A-Za-z0-9_-]*[\"']?\s*[:=]\s*[\"']?)" + _ASSIGNED_VALUE,
             re.IGNORECASE,
         ),
     ),
@@ -417,59 +458,87 @@ def redact_secrets(text: str) -> tuple[str, int]:
 def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
     """Redacted copies of ``messages`` and the channels that were redacted.
 
-    Tool-role contents and assistant tool-call arguments become ``[redacted: N chars]``; the
-    prose of every other message is swept for secret-shaped strings. The inputs are not changed.
+    Tool bodies and tool-call arguments become ``[redacted: N chars]`` wherever they are: the
+    content of a tool-role message, ``tool_calls[].function.arguments``, a legacy
+    ``function_call``, and tool blocks inside content (``tool_use`` input, ``tool_result``
+    content, ``function_call`` / ``function_call_output``). Every other string of every message,
+    at any depth, is swept for secret-shaped strings. The inputs are not changed.
     """
     policy: dict[str, None] = {}
     out: list[Message] = []
     for message in messages:
         role = message.get("role")
         copy = dict(message)
-        if role == "tool":
-            if "content" in copy:
-                copy["content"] = f"[redacted: {_length(copy['content'])} chars]"
-                policy[POLICY_TOOL_CONTENT] = None
-        else:
-            content, n = _sweep(copy.get("content"))
-            if n:
-                copy["content"] = content
-                policy[f"{role}.content.secrets"] = None
+        if role == "tool" and "content" in copy:
+            copy["content"] = _redacted(copy["content"])
+            policy[POLICY_TOOL_CONTENT] = None
         calls = copy.get("tool_calls")
         if isinstance(calls, list):
             new_calls = []
             for call in calls:
                 function = call.get("function") if isinstance(call, Mapping) else None
                 if isinstance(function, Mapping) and "arguments" in function:
-                    arguments = function["arguments"]
-                    call = {
-                        **call,
-                        "function": {
-                            **function,
-                            "arguments": f"[redacted: {_length(arguments)} chars]",
-                        },
-                    }
+                    arguments = _redacted(function["arguments"])
+                    call = {**call, "function": {**function, "arguments": arguments}}
                     policy[POLICY_TOOL_ARGUMENTS] = None
                 new_calls.append(call)
             copy["tool_calls"] = new_calls
+        legacy = copy.get("function_call")
+        if isinstance(legacy, Mapping) and "arguments" in legacy:
+            copy["function_call"] = {**legacy, "arguments": _redacted(legacy["arguments"])}
+            policy[POLICY_FUNCTION_CALL] = None
+        for field, value in list(copy.items()):
+            if field == "role" or (field == "content" and role == "tool"):
+                continue
+            swept, blocks, secrets = _sweep(value)
+            if blocks or secrets:
+                copy[field] = swept
+            for kind in blocks:
+                policy[f"{role}.{field}.{kind}"] = None
+            if secrets:
+                policy[f"{role}.{field}.secrets"] = None
         out.append(copy)
     return out, list(policy)
 
 
-def _sweep(content: Any) -> tuple[Any, int]:
-    if isinstance(content, str):
-        return redact_secrets(content)
-    if isinstance(content, list):
+def _redacted(body: Any) -> str:
+    return f"[redacted: {_length(body)} chars]"
+
+
+def _sweep(value: Any) -> tuple[Any, list[str], int]:
+    """``value`` with tool blocks redacted and secrets swept from every string, at any depth;
+    the kinds of tool blocks found and how many secrets. Containers are copied only where
+    something changed."""
+    if isinstance(value, str):
+        text, n = redact_secrets(value)
+        return text, [], n
+    if isinstance(value, list):
+        blocks: list[str] = []
         total = 0
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                text, n = redact_secrets(part["text"])
-                if n:
-                    part = {**part, "text": text}
-                    total += n
-            parts.append(part)
-        return parts, total
-    return content, 0
+        items = []
+        for item in value:
+            new, found, n = _sweep(item)
+            items.append(new)
+            blocks += found
+            total += n
+        return (items if blocks or total else value), blocks, total
+    if isinstance(value, Mapping):
+        blocks = []
+        total = 0
+        kind = value.get("type")
+        body_field = _TOOL_BLOCK_BODIES.get(kind) if isinstance(kind, str) else None
+        out: dict[str, Any] = {}
+        for field, item in value.items():
+            if field == body_field:
+                out[field] = _redacted(item)
+                blocks.append(f"{kind}.{field}")
+                continue
+            new, found, n = _sweep(item)
+            out[field] = new
+            blocks += found
+            total += n
+        return (out if blocks or total else value), blocks, total
+    return value, [], 0
 
 
 def _length(value: Any) -> int:

@@ -14,6 +14,10 @@ Decisions where the seed is silent or its code disagrees with its text:
   is written, so listing 10k entries never re-serialises them.
 * A ``memory_write`` key suffix must be non-empty, at most 256 characters, with no control
   characters; values must be JSON data (checked by the Rust walker, which names the path).
+* Beyond the seed, limits: a value is at most ``max_value_bytes`` of JSON (1 MiB) and the
+  memory holds at most ``max_entries`` entries (100,000); a write past either is refused with
+  :class:`~memstrata.exceptions.LimitExceededError` (overwriting an existing key never counts
+  as a new entry).
 * Beyond the seed: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
   store, and a new instance over the same store and namespace resumes with them (a workflow
   that crashed picks up where it was). Without a store the memory lives in the process.
@@ -35,10 +39,8 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any, Literal
 
-import orjson
-
 from memstrata._core import strip_unsafe_keys
-from memstrata.exceptions import InvalidInputError, ToolError
+from memstrata.exceptions import InvalidInputError, LimitExceededError, ToolError
 from memstrata.prompts import (
     MEMORY_LIST_DESCRIPTION,
     MEMORY_READ_DESCRIPTION,
@@ -47,7 +49,7 @@ from memstrata.prompts import (
     UPSTREAM_HEADER,
 )
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Item, Namespace, Store
+from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.shared_memory")
@@ -56,6 +58,8 @@ Kind = Literal["task_result", "step_result", "input", "shared"]
 KINDS: tuple[str, ...] = ("task_result", "step_result", "input", "shared")
 LIST_CAP = 200
 MAX_SHARED_KEY_LENGTH = 256
+DEFAULT_MAX_VALUE_BYTES = 1 << 20
+DEFAULT_MAX_ENTRIES = 100_000
 
 
 class _Keys:
@@ -142,6 +146,8 @@ class SharedMemory:
         name: Layer name (``run.layer(name)``).
         slot: Order of the prompt section among layers.
         budget: Token budget of the prompt section.
+        max_value_bytes: Largest value, in bytes of its compact JSON.
+        max_entries: Most entries the memory holds.
     """
 
     def __init__(
@@ -152,7 +158,14 @@ class SharedMemory:
         name: str = "shared-memory",
         slot: int = 300,
         budget: tuple[int, int] | Budget = (50, 400),
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
+        for option, limit in (("max_value_bytes", max_value_bytes), ("max_entries", max_entries)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise InvalidInputError(f"{option} must be a positive int, got {limit!r}")
+        self.max_value_bytes = max_value_bytes
+        self.max_entries = max_entries
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
@@ -188,6 +201,8 @@ class SharedMemory:
         Raises:
             InvalidInputError: Bad key or kind, or metadata that is not a string.
             UnsupportedTypeError / NonFiniteNumberError: ``value`` is not JSON data.
+            LimitExceededError: The value is over ``max_value_bytes``, or the key is new and
+                the memory already holds ``max_entries`` entries.
         """
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
@@ -203,9 +218,25 @@ class SharedMemory:
                     f"{field_name} must be a str, got {type(field_value).__name__}"
                 )
         clean = strip_unsafe_keys(value)
-        encoded = orjson.dumps(clean)
+        encoded = codec.dumps(clean, validated=True)
+        if len(encoded) > self.max_value_bytes:
+            raise LimitExceededError(
+                f"value for {key!r} is {len(encoded):,} bytes of JSON; the limit is "
+                f"{self.max_value_bytes:,} (max_value_bytes)",
+                setting="max_value_bytes",
+                size=len(encoded),
+                limit=self.max_value_bytes,
+            )
         with self._lock:
             old = self._entries.get(key)
+            if old is None and len(self._entries) >= self.max_entries:
+                raise LimitExceededError(
+                    f"shared memory already holds {len(self._entries):,} entries, its limit "
+                    "(max_entries); overwrite an existing key or clear old entries",
+                    setting="max_entries",
+                    size=len(self._entries) + 1,
+                    limit=self.max_entries,
+                )
             entry = MemoryEntry(
                 key=key,
                 kind=kind,
@@ -335,7 +366,13 @@ class SharedMemory:
     def copy(self, *, entries: bool = False) -> SharedMemory:
         """An isolated memory for a sub-run: empty unless ``entries=True`` copies them on
         purpose. Never shares a store: the copy lives in memory."""
-        clone = SharedMemory(name=self.name, slot=self.slot, budget=self.budget)
+        clone = SharedMemory(
+            name=self.name,
+            slot=self.slot,
+            budget=self.budget,
+            max_value_bytes=self.max_value_bytes,
+            max_entries=self.max_entries,
+        )
         if entries:
             with self._lock:
                 for entry in self.snapshot():
@@ -545,7 +582,8 @@ def _entry(key: str, stored: dict[str, Any]) -> MemoryEntry:
     return MemoryEntry(
         key=key,
         kind=stored["kind"],
-        value=stored["value"],
+        # The store may have been written by other code: its values are stripped like a write.
+        value=strip_unsafe_keys(stored["value"]),
         source=stored.get("source"),
         title=stored.get("title"),
         description=stored.get("description"),

@@ -20,8 +20,9 @@ Decisions where the seed is silent:
   in ``by-hash/<sha256>.txt`` and every ``<call_id>.txt`` holding them is a hard link to it (a
   copy where the file system has no hard links). Storing a call_id again with the same text is
   a no-op; with different text it is refused, so a stored result never changes under the model.
-* Files are private (0600) and written atomically: tool results often carry data a model
-  fetched on a user's behalf.
+* Files are private (0600), directories the layer creates too (0700), and files are written
+  atomically: tool results often carry data a model fetched on a user's behalf. A symlink, FIFO
+  or directory planted under a call_id's name, or as ``by-hash``, is refused, never followed.
 * With no summarizer, the summary is a deterministic extractive digest (size, line count, the
   top-level shape of JSON, head and tail lines) within ``summary_tokens``. A summarizer that
   fails or returns something other than text falls back to the digest, with a warning.
@@ -34,7 +35,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,7 +49,14 @@ from memstrata.prompts import (
     TOOL_RESULT_OFFLOADED,
     TOOL_RESULT_PRUNED,
 )
-from memstrata.safe_files import check_file_id, path_in, write_atomic
+from memstrata.safe_files import (
+    check_file_id,
+    is_regular_file,
+    path_in,
+    read_regular,
+    real_subdirectory,
+    write_atomic,
+)
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.tokens import EstimatingCounter, TokenCounter
 from memstrata.tools import Tool
@@ -203,16 +210,17 @@ class ToolResults:
         path = path_in(directory, call_id, ".txt")
         data = text.encode("utf-8", "surrogatepass")
         digest = hashlib.sha256(data).hexdigest()
-        if path.exists():
+        if os.path.lexists(path):
+            _require_regular(path)
             if _sha256_file(path) == digest:
                 return path
             raise InvalidInputError(
                 f"call_id {call_id!r} is already stored with different content; "
                 "a stored tool result never changes"
             )
-        blob = directory / _HASH_DIR / f"{digest}.txt"
-        if not blob.exists():
-            write_atomic(blob, data)
+        blob = real_subdirectory(directory, _HASH_DIR) / f"{digest}.txt"
+        if not is_regular_file(blob):
+            write_atomic(blob, data)  # the rename replaces anything planted there
         _link_or_copy(blob, path)
         return path
 
@@ -263,7 +271,7 @@ class ToolResults:
                 f"max_tokens must be an int from 1 to {MAX_PAGE_TOKENS}, got {max_tokens!r}"
             )
         try:
-            text = path.read_bytes().decode("utf-8", "surrogatepass")
+            text = read_regular(path).decode("utf-8", "surrogatepass")
         except FileNotFoundError:
             raise ToolError(
                 f"no tool result is stored under call_id {call_id!r}", code="not_found"
@@ -439,17 +447,22 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _require_regular(path: Path) -> None:
+    if not is_regular_file(path):
+        raise InvalidInputError(
+            f"{path.name} is a symlink or not a regular file; refusing to use it"
+        )
+
+
 def _link_or_copy(blob: Path, path: Path) -> None:
     try:
         os.link(blob, path)
     except FileExistsError:
+        _require_regular(path)
         if _sha256_file(path) != _sha256_file(blob):
             raise InvalidInputError(
                 f"{path.name} appeared concurrently with different content"
             ) from None
     except OSError:
         # No hard links here (some network or FUSE file systems): a private atomic copy.
-        tmp = path.with_name(f".{path.name}.copy")
-        shutil.copyfile(blob, tmp)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        write_atomic(path, read_regular(blob))

@@ -18,7 +18,9 @@ Decisions where the seeds are silent or disagree:
   the same namespace (retrievable with ``handle.quarantined()``), never silently dropped, and
   the layer starts empty with a logged warning.
 * A write that would push the rendered block past ``budget.max`` tokens is refused, stating the
-  size and the limit, so the model compacts instead of bloating every prompt.
+  size and the limit, so the model compacts instead of bloating every prompt. So is a state
+  whose block would pass ``max_state_bytes`` (1 MiB of UTF-8 by default): the byte limit still
+  holds when a caller sets a huge token budget.
 * The layer keeps the last checked state of each scope it served (the most recent
   ``STATES_KEPT``): a run whose stored state still has the same stamp (``Store.stamp``) starts
   from it without reading, decoding or validating the state again. Don't mutate the state a
@@ -41,6 +43,7 @@ from memstrata._core import deep_merge, strip_unsafe_keys
 from memstrata.exceptions import (
     BudgetExceededError,
     InvalidInputError,
+    LimitExceededError,
     ReadOnlyError,
     SchemaViolationError,
     ToolError,
@@ -57,7 +60,7 @@ from memstrata.prompts import (
     WORKING_MEMORY_UPDATE_WHAT_TEXT,
 )
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Item, Namespace
+from memstrata.stores import Item, Namespace, codec
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -76,6 +79,7 @@ STATE_KEY = "state"
 QUARANTINE_PREFIX = "quarantine/"
 LEGACY_TOOL = "updateWorkingMemory"
 STATES_KEPT = 256
+DEFAULT_MAX_STATE_BYTES = 1 << 20
 
 
 class WorkingMemory:
@@ -93,6 +97,9 @@ class WorkingMemory:
         tools: ``"noetic"`` offers ``working-memory/update``; ``"voltagent"`` offers
             ``get_working_memory``, ``update_working_memory`` and ``clear_working_memory``.
         budget: ``(min, max)`` tokens of prompt; writes past ``max`` are refused.
+        max_state_bytes: Largest state, in UTF-8 bytes of the block the model reads (the JSON
+            or the text); writes past it are refused with
+            :class:`~memstrata.exceptions.LimitExceededError`.
         slot: Order among the layers' prompt items.
         name: The layer's name, also the first label of its store namespace.
     """
@@ -108,6 +115,7 @@ class WorkingMemory:
         nulls: Literal["keep", "delete", "ignore"] = "keep",
         tools: Literal["noetic", "voltagent"] = "noetic",
         budget: tuple[int, int] | Budget = (200, 1500),
+        max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
         slot: int = 100,
         name: str = "working-memory",
     ) -> None:
@@ -125,6 +133,14 @@ class WorkingMemory:
             raise InvalidInputError(
                 "give a schema (structured state) or a template (markdown), not both"
             )
+        if (
+            isinstance(max_state_bytes, bool)
+            or not isinstance(max_state_bytes, int)
+            or max_state_bytes < 1
+        ):
+            raise InvalidInputError(
+                f"max_state_bytes must be a positive int, got {max_state_bytes!r}"
+            )
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
@@ -135,6 +151,7 @@ class WorkingMemory:
         self.arrays = arrays
         self.nulls = nulls
         self.tool_flavor = tools
+        self.max_state_bytes = max_state_bytes
         self._validator = _make_validator(schema)
         # namespace -> (store, stamp, checked state, its rendered block or None), most
         # recently used last.
@@ -359,6 +376,7 @@ class WorkingMemoryHandle:
             ReadOnlyError: The layer is read-only.
             SchemaViolationError: The merged state fails the schema (nothing is written).
             BudgetExceededError: The block would exceed the layer's max tokens (nothing written).
+            LimitExceededError: The state would exceed ``max_state_bytes`` (nothing written).
             InvalidInputError: The patch has the wrong shape for this state, or bad data.
         """
         if self.layer.read_only:
@@ -429,9 +447,10 @@ class WorkingMemoryHandle:
         return f"{base.rstrip()}\n\n{patch}"
 
     def _checked(self, state: Any, *, strip: bool = True, budget: bool = False) -> State:
-        """Checks kind and schema, and for writes the token budget. ``strip`` removes unsafe
-        keys from a state that came from outside; a merge result is already clean (deep_merge
-        strips everything it brings in, and the base it merged into was checked)."""
+        """Checks kind and schema, and for writes (``budget``) the size and the token budget.
+        ``strip`` removes unsafe keys from a state that came from outside; a merge result is
+        already clean (deep_merge strips everything it brings in, and the base it merged into
+        was checked)."""
         if self.layer.structured:
             if not isinstance(state, dict):
                 raise InvalidInputError(
@@ -450,7 +469,24 @@ class WorkingMemoryHandle:
                 f"stored working memory is {type(state).__name__}, but the layer holds text"
             )
         if budget:
-            tokens = self.ctx.tokens.count(self._render_of(state))
+            try:
+                # Kept: the next prepare() shows this block rather than render it again.
+                block = self._render_of(state)
+                # isascii() reads a flag CPython keeps: no 200 KB encode for the usual block.
+                size = len(block) if block.isascii() else len(block.encode("utf-8"))
+            except (orjson.JSONEncodeError, UnicodeEncodeError):
+                codec.dumps(state)  # names what no store could hold: deep nesting, a surrogate
+                raise
+            if size > self.layer.max_state_bytes:
+                raise LimitExceededError(
+                    f"working memory would be {size:,} bytes, over this layer's limit of "
+                    f"{self.layer.max_state_bytes:,} (max_state_bytes); compact it instead of "
+                    "adding",
+                    setting="max_state_bytes",
+                    size=size,
+                    limit=self.layer.max_state_bytes,
+                )
+            tokens = self.ctx.tokens.count(block)
             if tokens > self.layer.budget.max:
                 raise BudgetExceededError(
                     f"working memory would be {tokens} tokens, over this layer's limit of "

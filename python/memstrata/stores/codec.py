@@ -12,18 +12,28 @@ from typing import Any
 import orjson
 
 from memstrata._core import strip_unsafe_keys
-from memstrata.exceptions import InvalidInputError, NestingTooDeepError
+from memstrata.exceptions import InvalidInputError, LimitExceededError, NestingTooDeepError
 
 # orjson refuses to serialise past this depth; deeper values get a clear error rather than
 # orjson's bare "Recursion limit reached".
 MAX_STORED_DEPTH = 254
+# The ceiling on one stored value, whatever the backend: far above what any layer writes
+# (their own limits are lower and configurable), low enough that one runaway write cannot
+# bloat the database or a PostgreSQL row. Read at every write, so a deployment can change it.
+MAX_VALUE_BYTES = 16 << 20
 
 
-def dumps(value: Any) -> bytes:
-    """Validates ``value`` as JSON data and encodes it; raises a memstrata error naming the path."""
-    strip_unsafe_keys(value, keys=())
+def dumps(value: Any, *, validated: bool = False) -> bytes:
+    """Validates ``value`` as JSON data and encodes it; raises a memstrata error naming the path.
+
+    ``validated=True`` skips the walk for a value a kernel has just produced (the result of
+    ``strip_unsafe_keys`` or ``deep_merge`` is JSON data, every number finite); the encoding
+    limits still apply.
+    """
+    if not validated:
+        strip_unsafe_keys(value, keys=())
     try:
-        return orjson.dumps(value)
+        data = orjson.dumps(value)
     except orjson.JSONEncodeError as exc:
         if "Recursion" in str(exc):
             raise NestingTooDeepError(
@@ -32,6 +42,15 @@ def dumps(value: Any) -> bytes:
                 limit=MAX_STORED_DEPTH,
             ) from None
         raise InvalidInputError(f"value cannot be stored as JSON: {exc}") from None
+    if len(data) > MAX_VALUE_BYTES:
+        raise LimitExceededError(
+            f"value is {len(data):,} bytes of JSON; the limit for one stored value is "
+            f"{MAX_VALUE_BYTES:,} (memstrata.stores.codec.MAX_VALUE_BYTES)",
+            setting="MAX_VALUE_BYTES",
+            size=len(data),
+            limit=MAX_VALUE_BYTES,
+        )
+    return data
 
 
 def loads(data: bytes | str) -> Any:

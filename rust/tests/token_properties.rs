@@ -1,0 +1,155 @@
+//! Arbitrary text for the token kernels: the estimator, the exact counter and the chat-format
+//! counter must answer any string (any code point, lone surrogates included, as CPython hands
+//! them over in UCS-4) without panicking, and agree with their own documented invariants.
+
+use memstrata::tokens::count::prefix_exceeds;
+use memstrata::tokens::estimate::{estimate_units, features, features_of_units};
+use memstrata::tokens::messages::REPLY_PRIMING;
+use memstrata::tokens::{
+    count_messages, count_tokens, encoding_for_model, estimate_tokens, fits_within, ContentPart,
+    Encoding, Message, ToolCall,
+};
+use proptest::prelude::*;
+
+fn encoding() -> impl Strategy<Value = Encoding> {
+    prop_oneof![Just(Encoding::O200kBase), Just(Encoding::Cl100kBase)]
+}
+
+/// Text that stresses the pre-tokeniser: runs of one class, mixed scripts, digits, spaces,
+/// emoji, combining marks, control characters.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => any::<String>(),
+        2 => "[a-zA-Z0-9 \\n\\t.,;:'\"!?(){}\\[\\]<>/\\\\_-]{0,200}",
+        1 => "[\\u{4e00}-\\u{4e50}\\u{ac00}-\\u{ac30}\\u{3040}-\\u{30ff} ]{0,80}",
+        1 => "[\\u{1f600}-\\u{1f64f}\\u{0300}-\\u{036f}\\u{0}-\\u{1f}\\u{feff}\\u{200b}a ]{0,80}",
+        1 => prop::collection::vec(prop::sample::select(vec![" ", "  ", "\n", "1", "'s", "a"]), 0..300)
+            .prop_map(|v| v.concat()),
+    ]
+}
+
+/// Any code point CPython can hold, surrogates included.
+fn ucs4() -> impl Strategy<Value = Vec<u32>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => 0u32..0x80,
+            2 => 0x80u32..0x800,
+            2 => 0xD800u32..0xE000,
+            2 => 0x800u32..0x10000,
+            1 => 0x10000u32..=0x10FFFF,
+        ],
+        0..300,
+    )
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    let call = || (text(), text()).prop_map(|(name, arguments)| ToolCall { name, arguments });
+    let part = prop_oneof![
+        text().prop_map(ContentPart::Text),
+        Just(ContentPart::NonText),
+        call().prop_map(ContentPart::ToolUse),
+    ];
+    (
+        "(system|user|assistant|tool|developer|[a-z]{0,8})",
+        prop::option::of(text()),
+        prop::collection::vec(part, 0..4),
+        prop::collection::vec(call(), 0..3),
+        prop::option::of(text()),
+    )
+        .prop_map(|(role, name, content, tool_calls, tool_call_id)| Message {
+            role,
+            name,
+            content,
+            tool_calls,
+            tool_call_id,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn estimate_is_zero_only_for_empty_text_and_utf8_agrees_with_ucs4(
+        text in text(), e in encoding()
+    ) {
+        let estimate = estimate_tokens(&text, e);
+        prop_assert_eq!(estimate == 0, text.is_empty());
+        let units: Vec<u32> = text.chars().map(u32::from).collect();
+        prop_assert_eq!(estimate_units(&units, e), estimate);
+        prop_assert_eq!(features(&text, e), features_of_units(&units, e));
+    }
+
+    #[test]
+    fn estimate_of_any_code_points_never_panics(units in ucs4(), e in encoding()) {
+        let estimate = estimate_units(&units, e);
+        prop_assert_eq!(estimate == 0, units.is_empty());
+        // A lone surrogate is one code point like any other: the estimate grows with the text.
+        let mut doubled = units.clone();
+        doubled.extend_from_slice(&units);
+        prop_assert!(estimate_units(&doubled, e) >= estimate);
+    }
+
+    #[test]
+    fn exact_count_is_the_fits_within_boundary(text in text(), e in encoding()) {
+        let n = count_tokens(&text, e);
+        prop_assert_eq!(n == 0, text.is_empty());
+        prop_assert!(fits_within(&text, n, e));
+        if n > 0 {
+            prop_assert!(!fits_within(&text, n - 1, e));
+        }
+    }
+
+    #[test]
+    fn a_prefix_only_answers_when_the_whole_text_agrees(
+        text in text(), cut in any::<prop::sample::Index>(), limit in 0usize..60, e in encoding()
+    ) {
+        let boundaries: Vec<usize> =
+            text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+        let at = boundaries[cut.index(boundaries.len())];
+        if let Some(answer) = prefix_exceeds(&text[..at], limit, e) {
+            prop_assert_eq!(answer, fits_within(&text, limit, e));
+        }
+    }
+
+    #[test]
+    fn message_counts_are_additive(
+        messages in prop::collection::vec(message(), 0..6), e in encoding()
+    ) {
+        let count = |t: &str| estimate_tokens(t, e);
+        let total = count_messages(&messages, count);
+        if messages.is_empty() {
+            prop_assert_eq!(total, 0);
+        } else {
+            // Each message costs the same alone as in company; the reply priming counts once.
+            let priming = REPLY_PRIMING;
+            let alone: usize = messages
+                .iter()
+                .map(|m| count_messages(std::slice::from_ref(m), count) - priming)
+                .sum();
+            prop_assert_eq!(total, alone + priming);
+        }
+    }
+
+    #[test]
+    fn any_model_name_maps_to_an_encoding(model in any::<String>()) {
+        let e = encoding_for_model(Some(&model));
+        prop_assert!(matches!(e, Encoding::O200kBase | Encoding::Cl100kBase));
+        let _ = Encoding::from_name(&model);
+    }
+}
+
+proptest! {
+    // Texts past the parallel threshold (192k units): slow in a debug build, so few cases.
+    #![proptest_config(ProptestConfig::with_cases(4))]
+
+    #[test]
+    fn long_texts_estimate_the_same_split_or_whole(
+        seed in prop::collection::vec(any::<char>(), 1..64), e in encoding()
+    ) {
+        let chunk: String = seed.into_iter().collect();
+        let text = chunk.repeat(200_000 / chunk.len() + 1);
+        let units: Vec<u32> = text.chars().map(u32::from).collect();
+        prop_assert_eq!(features(&text, e), features_of_units(&units, e));
+        prop_assert!(estimate_tokens(&text, e) >= 1);
+    }
+}

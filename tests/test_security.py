@@ -1,0 +1,839 @@
+"""What SECURITY.md promises, each promise against a corpus of attacks.
+
+* Prototype-pollution keys at depths 1…1000 never reach stored state, by any write path.
+* Traversal call_ids, and symlinks, FIFOs or directories planted where a file is expected, are
+  refused by ``read_tool_result``, by offloading and by checkpoint writing.
+* Secrets of the major providers' shapes are redacted from checkpoints wherever they appear.
+* Checkpoints, offloaded results and the directories memstrata creates for them are private.
+* A run scoped to thread / resource / agent / workflow A never reads or writes B's memory,
+  whatever its tool arguments say.
+* Namespace and key strings that look like SQL are plain data on SQLite and PostgreSQL.
+
+Elsewhere: a call that fails changes nothing (``tests/test_fuzz_tools.py``); every limit has its
+named error (``tests/test_limits.py``); a killed writer leaves old or new records
+(``tests/test_crash.py``); the store conformance suite has one SQL-looking case per backend
+(``tests/test_stores.py::test_sql_looking_strings_are_plain_data``); the reason each refused
+call_id is given (``tests/test_tool_results.py::test_call_ids_that_could_escape_are_refused``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstrata import (
+    AgentMind,
+    ContextGate,
+    MemoryStack,
+    SharedMemory,
+    SQLiteStore,
+    ToolResults,
+    WorkingMemory,
+    deep_merge,
+    merge_json,
+    strip_unsafe_keys,
+)
+from memstrata.exceptions import InvalidInputError, RecoverableContextError
+from memstrata.stores import PostgresStore, Store
+
+UNSAFE = ("__proto__", "constructor")
+
+
+def all_keys(value: Any) -> set[str]:
+    """Every object key at any depth (iterative: values here nest 1000 deep)."""
+    keys: set[str] = set()
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            keys.update(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return keys
+
+
+def poisoned(depth: int) -> dict[str, Any]:
+    """An object with unsafe keys at every depth from 1 to ``depth``: ``{"n": …, "__proto__":
+    1}`` wrappers around ``{"__proto__": {...}, "constructor": 1, "leaf": depth}``."""
+    value: dict[str, Any] = {"__proto__": {"polluted": True}, "constructor": 1, "leaf": depth}
+    for _ in range(depth - 1):
+        value = {"n": value, "__proto__": 1}
+    return value
+
+
+def poisoned_json(depth: int) -> str:
+    """:func:`poisoned` as JSON text, built without a recursive encoder."""
+    inner = f'{{"__proto__": {{"polluted": true}}, "constructor": 1, "leaf": {depth}}}'
+    return '{"n": ' * (depth - 1) + inner + ', "__proto__": 1}' * (depth - 1)
+
+
+def leaf_depth(value: Any) -> int:
+    """How many ``"n"`` levels lead to the leaf: proves the stripped value kept its shape."""
+    depth = 1
+    while isinstance(value, dict) and "n" in value:
+        value, depth = value["n"], depth + 1
+    assert isinstance(value, dict) and "leaf" in value
+    return depth
+
+
+def rows(store: Store) -> list[tuple[Any, ...]]:
+    return [(i.namespace, i.key, i.version, json.dumps(i.value)) for i in store.list(limit=10**6)]
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "security.db")
+    yield s
+    s.close()
+
+
+# 1. Unsafe keys at depths 1…1000 ---------------------------------------------------------------
+
+EVERY_DEPTH = range(1, 1001)
+# The write paths store their result, and a stored value nests at most 254 levels
+# (orjson's limit): around that edge and far past it, a write is stripped or refused whole.
+STORED_DEPTHS = (1, 2, 3, 5, 10, 50, 100, 200, 250, 251, 252, 253, 254, 255, 300, 500, 999, 1000)
+
+
+def test_kernels_strip_unsafe_keys_at_every_depth_from_1_to_1000() -> None:
+    # A stored base is clean; a base dict the patch touches is stripped too, so a dirty one
+    # under the patch's path comes out clean (untouched base subtrees are trusted as they are).
+    base = {"n": {"keep": 1, "__proto__": 0}}
+    for depth in EVERY_DEPTH:
+        patch = poisoned(depth)
+        for merged in (
+            deep_merge({"keep": 1}, patch),
+            deep_merge(base if depth > 1 else {}, patch, arrays="union", nulls="delete"),
+            strip_unsafe_keys(patch),
+        ):
+            assert not set(UNSAFE) & all_keys(merged), depth
+            assert leaf_depth(merged) == depth
+        assert not {"evil"} & all_keys(strip_unsafe_keys({"evil": 1, "n": patch}, keys=["evil"]))
+    for depth in (*range(1, 40), *range(100, 1001, 100)):
+        text = poisoned_json(depth)
+        for merged_text in (merge_json("{}", text), merge_json(text, "{}")):
+            assert b"__proto__" not in merged_text and b"constructor" not in merged_text, depth
+    with pytest.raises(InvalidInputError, match="1024"):
+        deep_merge({}, poisoned(1100))
+
+
+def _stored_clean_or_refused(
+    store: Store, before: list[Any], result: dict[str, Any], depth: int
+) -> None:
+    """A write either went through stripped, or was refused whole, naming the depth limit."""
+    if result.get("ok") is False:
+        assert depth > 200, (depth, result)
+        assert result["error"]["code"] == "invalid_arguments", result
+        assert any(word in result["error"]["message"] for word in ("254", "1024", "JSON")), result
+        assert rows(store) == before
+    else:
+        assert depth <= 254, depth
+        for item in store.list(limit=10**6):
+            assert not set(UNSAFE) & all_keys(item.value), (depth, item.key)
+
+
+def test_working_memory_tools_strip_or_refuse_at_every_depth(sqlite_store: SQLiteStore) -> None:
+    noetic = WorkingMemory(schema={"type": "object"}, budget=(0, 10**7))
+    voltagent = WorkingMemory(
+        schema={"type": "object"}, budget=(0, 10**7), tools="voltagent", name="wm-volt"
+    )
+    stack = MemoryStack([noetic, voltagent], store=sqlite_store)
+    for depth in STORED_DEPTHS:
+        with stack.run(thread_id=f"t{depth}") as run:
+            for name, args in (
+                ("working-memory/update", {"p": poisoned(depth)}),
+                ("working-memory/update", '{"p": ' + poisoned_json(depth) + "}"),
+                ("update_working_memory", {"content": {"p": poisoned(depth)}}),
+                ("update_working_memory", {"content": poisoned_json(depth), "mode": "replace"}),
+            ):
+                before = rows(sqlite_store)
+                _stored_clean_or_refused(sqlite_store, before, run.call_tool(name, args), depth)
+            for layer in ("working-memory", "wm-volt"):
+                assert not set(UNSAFE) & all_keys(run.layer(layer).snapshot)
+
+
+def test_programmatic_and_observed_updates_strip_or_refuse(sqlite_store: SQLiteStore) -> None:
+    stack = MemoryStack(
+        [WorkingMemory(schema={"type": "object"}, budget=(0, 10**7))], store=sqlite_store
+    )
+    for depth in STORED_DEPTHS:
+        with stack.run(thread_id=f"t{depth}") as run:
+            handle = run.layer("working-memory")
+            for mode in ("append", "replace"):
+                before = rows(sqlite_store)
+                try:
+                    handle.update({"p": poisoned(depth)}, mode)
+                    result: dict[str, Any] = {"ok": True}
+                except InvalidInputError as exc:
+                    result = {
+                        "ok": False,
+                        "error": {"code": "invalid_arguments", "message": str(exc)},
+                    }
+                _stored_clean_or_refused(sqlite_store, before, result, depth)
+            # The legacy updateWorkingMemory call, OpenAI and Anthropic shapes.
+            before = rows(sqlite_store)
+            diagnostics = run.observe(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {
+                                "name": "updateWorkingMemory",
+                                "arguments": '{"q": ' + poisoned_json(depth) + "}",
+                            },
+                        }
+                    ],
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "name": "updateWorkingMemory",
+                            "input": {"r": poisoned(depth)},
+                        }
+                    ],
+                }
+            )
+            observed = {"ok": not diagnostics}
+            if diagnostics:
+                observed["error"] = {"code": "invalid_arguments", "message": " ".join(diagnostics)}
+                # A dropped call leaves the state as it was; the other one may have applied.
+                assert depth > 200, diagnostics
+            else:
+                _stored_clean_or_refused(sqlite_store, before, observed, depth)
+            assert not set(UNSAFE) & all_keys(handle.snapshot)
+
+
+def test_states_loaded_from_a_store_are_stripped(sqlite_store: SQLiteStore) -> None:
+    stack = MemoryStack(
+        [WorkingMemory(schema={"type": "object"}, scope="resource", budget=(0, 10**7))],
+        store=sqlite_store,
+    )
+    for depth in (1, 2, 10, 100, 250):
+        # Written by other code (or an older version) straight into the store.
+        sqlite_store.put(("working-memory", "resource", f"u{depth}"), "state", poisoned(depth))
+        with stack.run(resource_id=f"u{depth}") as run:
+            handle = run.layer("working-memory")
+            assert not set(UNSAFE) & all_keys(handle.snapshot)
+            assert leaf_depth(handle.snapshot) == depth
+            assert "__proto__" not in "".join(str(m["content"]) for m in run.prepare([]))
+            assert run.call_tool("working-memory/update", {"x": 1})["ok"] is True
+        stored = sqlite_store.get(("working-memory", "resource", f"u{depth}"), "state")
+        assert stored is not None and not set(UNSAFE) & all_keys(stored.value)
+
+
+def test_shared_memory_values_are_stripped_on_every_path(sqlite_store: SQLiteStore) -> None:
+    ns = ("shared-memory", "w")
+    for depth in (1, 2, 10, 100, 200):
+        sqlite_store.put(
+            ns,
+            f"step:raw{depth}",
+            {"kind": "step_result", "value": poisoned(depth), "createdAt": 1, "valueBytes": 1},
+        )
+    memory = SharedMemory(store=sqlite_store, namespace=ns)
+    for depth in (1, 2, 10, 100, 200):
+        assert not set(UNSAFE) & all_keys(memory.get_value(f"step:raw{depth}"))
+    with MemoryStack([memory], store=sqlite_store).run(thread_id="t") as run:
+        for depth in STORED_DEPTHS:
+            before = rows(sqlite_store)
+            result = run.call_tool("memory_write", {"key": f"d{depth}", "value": poisoned(depth)})
+            if result.get("ok") is False:
+                assert depth > 200 and rows(sqlite_store) == before, result
+            else:
+                assert not set(UNSAFE) & all_keys(memory.get_value(f"shared:d{depth}"))
+            memory.set(key=f"step:{depth}", kind="step_result", value=[poisoned(min(depth, 200))])
+        read = run.call_tool("memory_read", {"keys": [e.key for e in memory.snapshot()][:200]})
+    assert not set(UNSAFE) & all_keys(read)
+    for item in sqlite_store.list(ns, limit=10**6):
+        # The raw entries planted above stay as written; everything memstrata wrote is clean.
+        if not item.key.startswith("step:raw"):
+            assert not set(UNSAFE) & all_keys(item.value), item.key
+
+
+def test_mind_entries_never_surface_unsafe_keys(sqlite_store: SQLiteStore) -> None:
+    # A mind entry has a fixed shape: extra keys in a stored payload are never read back.
+    payload = {
+        "type": "belief",
+        "id": "b_planted",
+        "content": "Planted beliefs carry extra keys.",
+        "confidence": "high",
+        "tags": ["__proto__"],
+        "createdAt": 1,
+        "updatedAt": 1,
+        "__proto__": {"polluted": True},
+        "constructor": poisoned(50),
+    }
+    sqlite_store.put(("mind", "a"), "belief/b_planted", payload)
+    with MemoryStack([AgentMind()], store=sqlite_store).run(agent="a") as run:
+        found = run.call_tool("mind_recall", {"query": "planted beliefs extra keys"})
+        assert found["ok"] is True and found["result"], found
+        assert not set(UNSAFE) & all_keys(found["result"])
+        assert (
+            run.call_tool(
+                "mind_believe", {"content": "Tags are plain strings.", "tags": ["__proto__"]}
+            )["status"]
+            == "ok"
+        )
+
+
+# 2. Traversal call_ids and planted files -------------------------------------------------------
+
+TRAVERSAL_IDS: list[Any] = [
+    "../x",
+    "..",
+    ".",
+    "../../etc/passwd",
+    "x/../../y",
+    "a/b",
+    "/etc/passwd",
+    "/tmp/x",
+    "..\\x",
+    "a\\b",
+    "C:\\Windows\\win.ini",
+    "\\\\server\\share",
+    "%2e%2e%2f",
+    "%2e%2e/x",
+    "..%2fx",
+    "%2F",
+    "x%2Fy",
+    "..%252f",
+    "..%c0%af",
+    "%c0%ae%c0%ae/",
+    "\xc0\xae\xc0\xae/",  # an overlong "../" decoded as Latin-1
+    "x\x00y",
+    "\x00",
+    "x%00.txt",
+    "x\ny",
+    " x",
+    "x ",
+    ".hidden",
+    "-rf",
+    "~",
+    "~root",
+    "$HOME",
+    "`id`",
+    "x;rm -rf",
+    "..\u2215x",  # DIVISION SLASH
+    "\u2215etc\u2215passwd",
+    "..\uff0fx",  # FULLWIDTH SOLIDUS
+    "\uff0e\uff0e\uff0fx",  # FULLWIDTH FULL STOPs
+    "\u2024\u2024/x",  # ONE DOT LEADER
+    "\u2024\u2024\u2215x",
+    "\u2025x",  # TWO DOT LEADER
+    "x\u202egnp.txt",  # RIGHT-TO-LEFT OVERRIDE
+    "x\u200by",  # ZERO WIDTH SPACE
+    "\uff58",  # FULLWIDTH x
+    "x" * 129,
+    "",
+    "   ",
+    5,
+    None,
+    ["a"],
+    {"a": 1},
+]
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("call_id", TRAVERSAL_IDS, ids=repr)
+def test_traversal_call_ids_are_refused_everywhere(tmp_path: Path, call_id: Any) -> None:
+    (tmp_path / "outside.txt").write_text("secret outside")
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls", threshold_tokens=1)
+    gate = ContextGate(max_input_tokens=10, checkpoints_dir=tmp_path / "ckpt")
+    before = _tree(tmp_path)
+    with MemoryStack([layer], store="memory://").run(thread_id="t") as run:
+        result = run.call_tool("read_tool_result", {"call_id": call_id})
+    assert result["ok"] is False and result["error"]["code"] == "invalid_arguments", result
+    assert "secret outside" not in json.dumps(result)
+    with pytest.raises(InvalidInputError, match="call_id"):
+        layer.offload(call_id, "words over the threshold " * 10)
+    with pytest.raises(InvalidInputError, match="call_id"):
+        gate.write_checkpoint([{"role": "user", "content": "hi"}], call_id, 99)
+    with pytest.raises(InvalidInputError, match="call_id"):
+        gate.check_and_compress([{"role": "user", "content": "word " * 100}], call_id)
+    created = _tree(tmp_path) - before
+    assert created <= {"calls", "ckpt"}, created
+
+
+def _planted(tmp_path: Path) -> tuple[Path, Path]:
+    """A tool-calls directory with a symlink, a dangling symlink, a symlink to a directory, a
+    directory and a FIFO planted under call_id names; and a secret file outside it."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not leak")
+    (tmp_path / "elsewhere").mkdir()
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    (calls / "link.txt").symlink_to(secret)
+    (calls / "dangling.txt").symlink_to(tmp_path / "missing.txt")
+    (calls / "dirlink.txt").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (calls / "adir.txt").mkdir()
+    os.mkfifo(calls / "fifo.txt")
+    return calls, secret
+
+
+PLANTED = ("link", "dangling", "dirlink", "adir", "fifo")
+
+
+def test_planted_files_are_never_read_through(tmp_path: Path) -> None:
+    calls, _secret = _planted(tmp_path)
+    layer = ToolResults(tool_calls_dir=calls)
+    with MemoryStack([layer], store="memory://").run(thread_id="t") as run:
+        for call_id in PLANTED:
+            # A FIFO read would block forever: the call must come back at once.
+            done: list[dict[str, Any]] = []
+
+            def read(call_id: str = call_id, done: list[dict[str, Any]] = done) -> None:
+                done.append(run.call_tool("read_tool_result", {"call_id": call_id}))
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            reader.join(timeout=10)
+            assert done, f"read_tool_result({call_id!r}) hung"
+            result = done[0]
+            assert result["ok"] is False, (call_id, result)
+            assert result["error"]["code"] == "invalid_arguments", (call_id, result)
+            assert "do not leak" not in json.dumps(result)
+
+
+def test_planted_files_are_never_written_through(tmp_path: Path) -> None:
+    calls, secret = _planted(tmp_path)
+    layer = ToolResults(tool_calls_dir=calls, threshold_tokens=1)
+    for call_id in PLANTED:
+        with pytest.raises(InvalidInputError, match=r"symlink|regular file"):
+            layer.offload(call_id, "a result the model should never see elsewhere " * 5)
+    assert secret.read_text() == "do not leak"
+    assert not (tmp_path / "missing.txt").exists()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_symlinked_blob_directory_is_refused(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (calls / "by-hash").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    layer = ToolResults(tool_calls_dir=calls, threshold_tokens=1)
+    with pytest.raises(InvalidInputError, match="symlink"):
+        layer.offload("call_1", "a result to be stored " * 5)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    assert not (calls / "call_1.txt").exists()
+
+
+def test_a_planted_blob_symlink_is_replaced_not_written_through(tmp_path: Path) -> None:
+    import hashlib
+
+    calls = tmp_path / "calls"
+    text = "a result to be stored " * 5
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    (calls / "by-hash").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("unchanged")
+    (calls / "by-hash" / f"{digest}.txt").symlink_to(victim)
+    layer = ToolResults(tool_calls_dir=calls, threshold_tokens=1)
+    layer.offload("call_1", text)
+    assert victim.read_text() == "unchanged"
+    assert layer.read_tool_result("call_1")["content"] == text
+
+
+def test_checkpoints_refuse_planted_files(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("unchanged")
+    (ckpt / "link.json").symlink_to(victim)
+    (ckpt / "dangling.json").symlink_to(tmp_path / "missing.json")
+    (ckpt / "adir.json").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (ckpt / "dirlink.json").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    gate = ContextGate(max_input_tokens=10, checkpoints_dir=ckpt)
+    for call_id in ("link", "dangling", "adir", "dirlink"):
+        with pytest.raises(InvalidInputError, match="cannot write"):
+            gate.check_and_compress([{"role": "user", "content": "word " * 100}], call_id)
+    assert victim.read_text() == "unchanged"
+    assert not (tmp_path / "missing.json").exists()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+# 3. Secrets in checkpoints ---------------------------------------------------------------------
+
+
+def _fake(*parts: str) -> str:
+    # Assembled at run time so no credential-shaped literal sits in the repository.
+    return "".join(parts)
+
+
+B64 = "Zq3xT9vLmN2pR7sK4wY8bC1dF6gH0jQ5eA1b2C3d4E5f6G7h8I9j0KaLbMcNdOePfQgRhSiTjUkVlWmXnYoZp"
+HEX = "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+SECRETS: dict[str, str] = {
+    "openai legacy": _fake("sk-", B64[:48]),
+    "openai project": _fake("sk-", "proj-", B64[:40], "_", B64[40:80]),
+    "openai service account": _fake("sk-", "svcacct-", B64[:48]),
+    "anthropic": _fake("sk-", "ant-", "api03-", B64[:60], "-", B64[:30], "AA"),
+    "aws access key": _fake("AKIA", "Z7QX3MPL4RT9WV2K"),
+    "aws session key": _fake("ASIA", "Z7QX3MPL4RT9WV2K"),
+    "aws secret key": _fake("wJalrXUtnFEMI/K7MDENG/", "bPxRfiCYEXAMPLEKEY"),
+    "github classic": _fake("ghp", "_", B64[:36]),
+    "github oauth": _fake("gho", "_", B64[:36]),
+    "github app": _fake("ghs", "_", B64[:36]),
+    "github fine-grained": _fake("github", "_pat_", "11ABCDEFG0", B64[:12], "_", B64[:59]),
+    "gitlab": _fake("glpat", "-", B64[:20]),
+    "google api key": _fake("AIza", "Sy", B64[:33]),
+    "google oauth token": _fake("ya29", ".", B64[:60]),
+    "slack bot": _fake("xoxb", "-", "123456789012-1234567890123-", B64[:24]),
+    "slack user": _fake("xoxp", "-", "123456789012-1234567890123-", B64[:24]),
+    "slack app": _fake("xapp", "-1-", "A0123456789-1234567890123-", HEX * 2),
+    "slack webhook": _fake("https://hooks.slack.com/services/", "T0000/B0000/", B64[:24]),
+    "stripe live": _fake("sk", "_live_", B64[:24]),
+    "stripe restricted": _fake("rk", "_live_", B64[:24]),
+    "stripe test": _fake("sk", "_test_", B64[:24]),
+    "twilio api key": _fake("SK", HEX),
+    "twilio auth token": _fake("TWILIO_AUTH_TOKEN=", HEX),
+    "sendgrid": _fake("SG", ".", B64[:22], ".", B64[:43]),
+    "huggingface": _fake("hf", "_", B64[:34]),
+    "npm": _fake("npm", "_", B64[:36]),
+    "pypi": _fake("pypi-", "AgEIcHlwaS5vcmc", B64[:60]),
+    "jwt": _fake("eyJ", "hbGciOiJIUzI1NiJ9", ".", "eyJzdWIiOiJ1c2VyLTQyIn0", ".", B64[:43]),
+    "url password": _fake("postgres://app:", "Hunter2xyz", "@db.internal:5432/x"),
+    "url password, no user": _fake("redis://:", "s3cr3tpass", "@cache:6379/0"),
+    "url password, https": _fake("https://deploy:", "ghost-Pa55", "@git.example.com/repo"),
+    "bearer header": _fake("Authorization: Bearer ", B64[:32]),
+    "basic header": _fake("Authorization: Basic ", "ZGVwbG95OnNlY3JldC1wYXNz"),
+    "api key header": _fake("x-api-key: ", B64[:32]),
+    "password pair": _fake('"password": "', "correct horse battery", '"'),
+    "aws secret pair": _fake("aws_secret_access_key = ", B64[:40]),
+}
+PEM_KINDS = (
+    "RSA PRIVATE KEY",
+    "EC PRIVATE KEY",
+    "DSA PRIVATE KEY",
+    "OPENSSH PRIVATE KEY",
+    "PRIVATE KEY",
+    "ENCRYPTED PRIVATE KEY",
+    "PGP PRIVATE KEY BLOCK",
+)
+for kind in PEM_KINDS:
+    SECRETS[f"pem {kind}"] = _fake(
+        f"-----BEGIN {kind}-----\n", B64[:64], "\n", B64[1:65], f"\n-----END {kind}-----"
+    )
+
+
+def _secret_payload(secret: str) -> str:
+    """The part of a corpus entry that must not survive (the secret, not its label)."""
+    for marker in (
+        "TWILIO_AUTH_TOKEN=",
+        "Authorization: Bearer ",
+        "Authorization: Basic ",
+        "x-api-key: ",
+        '"password": "',
+        "aws_secret_access_key = ",
+    ):
+        if secret.startswith(marker):
+            return secret[len(marker) :].strip('"')
+    if "://" in secret and "@" in secret:
+        return secret.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    if secret.startswith("https://hooks.slack.com/"):
+        return secret.rsplit("/", 1)[1]
+    if secret.startswith("-----BEGIN"):
+        return B64[:64]
+    return secret
+
+
+def _conversation_with(secret: str) -> list[dict[str, Any]]:
+    """The secret in every place a conversation can carry it."""
+    return [
+        {"role": "system", "content": f"Deploy with {secret} if asked."},
+        {"role": "user", "content": f"my key is {secret}, keep it safe"},
+        {"role": "user", "content": [{"type": "text", "text": f"again: {secret}"}]},
+        {
+            "role": "assistant",
+            "content": f"Using {secret} now.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "deploy", "arguments": json.dumps({"token": secret})},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": f"deployed with {secret}"},
+        {"role": "assistant", "function_call": {"name": "legacy", "arguments": secret}},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": f"calling with {secret}"},
+                {"type": "tool_use", "id": "tu_1", "name": "deploy", "input": {"key": secret}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "tu_1", "content": f"echo {secret}"},
+                {"type": "text", "text": f"the result said {secret}"},
+            ],
+        },
+        {"role": "user", "content": "word " * 400},
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(SECRETS))
+def test_secrets_are_redacted_from_checkpoints_wherever_they_appear(
+    tmp_path: Path, name: str
+) -> None:
+    secret = SECRETS[name]
+    hidden = _secret_payload(secret)
+    assert len(hidden) >= 6 and hidden in secret
+    gate = ContextGate(max_input_tokens=200, checkpoints_dir=tmp_path / "ckpt")
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress(_conversation_with(secret), "leak-check")
+    text = Path(err.value.checkpoint_path).read_text()
+    assert hidden not in text, f"{name} survived in the checkpoint"
+    for chunk in (hidden[i : i + 12] for i in range(0, max(1, len(hidden) - 11), 6)):
+        assert chunk not in text, f"part of {name} survived: {chunk!r}"
+    record = json.loads(text)
+    assert set(record["redaction_policy"]) >= {
+        "tool.content",
+        "assistant.tool_calls.function.arguments",
+        "assistant.function_call.arguments",
+        "assistant.content.tool_use.input",
+        "user.content.tool_result.content",
+        "system.content.secrets",
+        "user.content.secrets",
+        "assistant.content.secrets",
+    }
+    assert record["messages"][0]["content"].startswith("Deploy with ")
+
+
+def test_redaction_keeps_ordinary_text(tmp_path: Path) -> None:
+    prose = (
+        "The skeleton key opened the door; tokens of appreciation; a basic idea; max_tokens: "
+        "4000; commit 3f786850e387550fdab836ed7e6dc881de23001b; see https://example.com/a/b."
+    )
+    gate = ContextGate(max_input_tokens=50, checkpoints_dir=tmp_path)
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress([{"role": "user", "content": prose * 5}], "plain")
+    record = json.loads(Path(err.value.checkpoint_path).read_text())
+    assert record["messages"][0]["content"] == prose * 5
+    assert record["redaction_policy"] == []
+
+
+# 4. Private files and directories --------------------------------------------------------------
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """The most permissive umask: modes must come from memstrata, not from the environment."""
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_checkpoints_and_their_directory_are_private(tmp_path: Path, open_umask: None) -> None:
+    ckpt = tmp_path / "new" / "ckpt"
+    gate = ContextGate(max_input_tokens=10, checkpoints_dir=ckpt)
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress([{"role": "user", "content": "word " * 100}], "c1")
+    assert _mode(Path(err.value.checkpoint_path)) == 0o600
+    assert _mode(ckpt) == 0o700
+
+
+def test_offloaded_results_and_their_directories_are_private(
+    tmp_path: Path, open_umask: None
+) -> None:
+    calls = tmp_path / "new" / "calls"
+    layer = ToolResults(tool_calls_dir=calls, threshold_tokens=1)
+    layer.offload("call_1", "a result over the threshold " * 10)
+    for path in (calls / "call_1.txt", *(calls / "by-hash").iterdir()):
+        assert _mode(path) == 0o600, path
+    assert _mode(calls) == 0o700 and _mode(calls / "by-hash") == 0o700
+    # The default directory is a fresh private temporary one.
+    default = ToolResults(threshold_tokens=1)
+    default.offload("call_2", "a result over the threshold " * 10)
+    assert _mode(default.tool_calls_dir) == 0o700
+    assert _mode(default.tool_calls_dir / "call_2.txt") == 0o600
+
+
+# 5. Scope isolation ----------------------------------------------------------------------------
+
+MARKER = "B-PRIVATE-MARKER"
+B_NAMES = ["B", "thread-B", "user-B", "agent-B", "workflow-B"]
+
+
+def _isolation_stack(store: Store, workflow: str) -> MemoryStack:
+    return MemoryStack(
+        [
+            WorkingMemory(schema={"type": "object"}, budget=(0, 100_000)),
+            WorkingMemory(scope="resource", budget=(0, 100_000), tools="voltagent", name="profile"),
+            SharedMemory(store=store, namespace=("shared-memory", workflow)),
+            AgentMind(),
+        ],
+        store=store,
+    )
+
+
+@pytest.fixture(scope="module")
+def isolation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Store, Any]]:
+    store = SQLiteStore(tmp_path_factory.mktemp("isolation") / "iso.db")
+    stack_b = _isolation_stack(store, "workflow-B")
+    with stack_b.run(thread_id="thread-B", resource_id="user-B", agent="agent-B") as run:
+        assert run.call_tool("working-memory/update", {"secret": MARKER})["ok"]
+        assert run.call_tool("update_working_memory", {"content": f"profile {MARKER}"})["ok"]
+        assert run.call_tool("memory_write", {"key": "plan", "value": MARKER})["ok"]
+        assert run.call_tool("mind_believe", {"content": f"{MARKER} is the vault code."})["id"]
+        assert run.call_tool("mind_reflect", {"content": f"{MARKER} rule", "pin": True})["id"]
+        goal = run.call_tool("mind_set_goal", {"description": f"Guard {MARKER}."})["id"]
+    b_rows = rows(store)
+    b_ids = [goal, *(json.loads(r[3]).get("id") for r in b_rows if r[0][0] == "mind")]
+    stack_a = _isolation_stack(store, "workflow-A")
+    run = stack_a.run(thread_id="thread-A", resource_id="user-A", agent="agent-A").open()
+    yield run, store, (b_rows, [i for i in b_ids if i])
+    run.close()
+    store.close()
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_a_run_never_reads_or_writes_another_scope(
+    isolation: tuple[Any, Store, Any], data: st.DataObject
+) -> None:
+    run, store, (b_rows, b_ids) = isolation
+    names_of_b = st.sampled_from([*B_NAMES, *b_ids, "shared:plan", "plan", "state", "../B"])
+    value = st.one_of(names_of_b, st.lists(names_of_b, max_size=3), st.booleans(), st.none())
+    tool = data.draw(st.sampled_from(sorted({t["name"] for t in run.tool_specs("mcp")})))
+    properties = next(t for t in run.tool_specs("mcp") if t["name"] == tool)["inputSchema"].get(
+        "properties", {}
+    )
+    # Every declared argument, plus the scope arguments a model might invent, naming B.
+    fields = st.sampled_from(
+        [*properties, "thread_id", "resource_id", "agent", "namespace", "workflow", "userId"]
+    )
+    args = data.draw(st.dictionaries(fields, value, max_size=6))
+    result = run.call_tool(tool, args)
+    assert MARKER not in json.dumps(result, default=str), (tool, args, result)
+    prompt = run.prepare([{"role": "user", "content": "hi"}])
+    assert MARKER not in json.dumps(prompt)
+    # B's records are exactly as B left them.
+    b_namespaces = {r[0] for r in b_rows}
+    assert [r for r in rows(store) if r[0] in b_namespaces] == b_rows
+
+
+def test_a_runs_writes_land_in_its_own_scope_only(isolation: tuple[Any, Store, Any]) -> None:
+    run, store, (b_rows, _ids) = isolation
+    run.call_tool("working-memory/update", {"thread_id": "thread-B", "note": "a"})
+    run.call_tool("update_working_memory", {"content": "A's profile"})
+    run.call_tool("memory_write", {"key": "../../workflow-B/shared:plan", "value": "x"})
+    namespaces = {r[0] for r in rows(store)} - {r[0] for r in b_rows}
+    a_namespaces = {
+        ("working-memory", "thread", "thread-A"),
+        ("profile", "resource", "user-A"),
+        ("shared-memory", "workflow-A"),
+    }
+    # The mind commits at close (or on mind_complete_goal), under ("mind", "agent-A").
+    assert a_namespaces <= namespaces <= {*a_namespaces, ("mind", "agent-A")}
+
+
+# 6. SQL-looking strings ------------------------------------------------------------------------
+
+SQL_STRINGS = [
+    "'; DROP TABLE memstrata_items; --",
+    "'; DROP TABLE items; --",
+    "' OR '1'='1",
+    '" OR ""="',
+    "x' UNION SELECT namespace, key FROM memstrata_items --",
+    "1; DELETE FROM items WHERE 1=1",
+    "%",
+    "%%",
+    "_",
+    "a%",
+    "a_",
+    "\\",
+    "\\%",
+    "[a-z]*",
+    "$1",
+    "?",
+    ":key",
+    "%s",
+    "%(data)s",
+    "%(lo)s",
+    "{0}",
+    "*/ SELECT 1 /*",
+    "Robert'); DROP TABLE Students;--",
+]
+
+
+def _postgres_store(url: str) -> PostgresStore:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+    return PostgresStore(url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        store: Store = SQLiteStore(tmp_path / "sql.db")
+    else:
+        store = _postgres_store(request.getfixturevalue("postgres_url"))
+    yield store
+    store.close()
+
+
+def test_sql_looking_namespaces_and_keys_are_plain_data(sql_store: Store) -> None:
+    sql_store.put(("other",), "untouched", {"v": 1})
+    for i, text in enumerate(SQL_STRINGS):
+        sql_store.put(("sql", text), text, {"i": i, "text": text})
+        sql_store.put((text,), f"k{i}", i)
+    for i, text in enumerate(SQL_STRINGS):
+        got = sql_store.get(("sql", text), text)
+        assert got is not None and got.value == {"i": i, "text": text}, text
+        # A prefix is a prefix, never a pattern: "%" or "_" lists only its own namespace.
+        listed = sql_store.list(("sql", text))
+        assert [(item.namespace, item.key) for item in listed] == [(("sql", text), text)], text
+        assert [item.key for item in sql_store.list((text,))] == [f"k{i}"], text
+        assert sql_store.get(("sql", text), text + "x") is None
+    assert len(sql_store.list(("sql",), limit=1000)) == len(SQL_STRINGS)
+    assert len(sql_store.list(limit=10_000)) == 2 * len(SQL_STRINGS) + 1
+    assert sql_store.update(("sql", "%"), "%", lambda v: {**v, "u": 1}).value["u"] == 1
+    assert sql_store.delete(("sql", "%"), "%") is True
+    assert sql_store.get(("sql", "%%"), "%%") is not None
+    assert sql_store.get(("other",), "untouched") is not None
+
+
+def test_sql_looking_scope_ids_are_plain_data(sql_store: Store) -> None:
+    for text in SQL_STRINGS:
+        stack = MemoryStack(
+            [
+                WorkingMemory(schema={"type": "object"}),
+                SharedMemory(store=sql_store, namespace=("shared-memory", text)),
+                AgentMind(),
+            ],
+            store=sql_store,
+        )
+        with stack.run(thread_id=text, resource_id=text, agent=text) as run:
+            assert run.call_tool("working-memory/update", {"who": text})["ok"] is True
+            assert run.call_tool("memory_write", {"key": text, "value": text})["ok"] is True
+            assert run.call_tool("mind_believe", {"content": f"The name is {text} indeed"})["id"]
+    for text in SQL_STRINGS:
+        state = sql_store.get(("working-memory", "thread", text), "state")
+        assert state is not None and state.value == {"who": text}
+        assert sql_store.get(("shared-memory", text), f"shared:{text}") is not None
+        assert len(sql_store.list(("mind", text))) == 1
+    assert len(sql_store.list(("working-memory",), limit=1000)) == len(SQL_STRINGS)
