@@ -14,8 +14,9 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
 * ``update`` and ``put_if_version`` serialise on a transaction-scoped advisory lock per
   (namespace, key), which also covers the case row-level locks cannot: two writers racing to
   create the same absent record.
-* The async twins use psycopg's async connections (an ``AsyncConnectionPool`` opened on first
-  use), not threads.
+* The async twins use psycopg's async connections, not threads: per running event loop, idle
+  connections are kept and new ones opened on demand, with no background tasks, so a loop that
+  ends (``asyncio.run``) neither hangs nor leaves a pool behind (``pg_connections``).
 * Times come from the database's clock, not the client's: servers sharing one database may
   disagree about the time, and an expiry must mean the same on all of them. A single statement
   uses its own start time; a transaction reads the clock in the statement that takes its locks
@@ -69,6 +70,7 @@ from memstrata.stores.base import (
     validate_updates,
     validate_version,
 )
+from memstrata.stores.pg_connections import ConnectionsByLoop, LoopConnections
 
 SCHEMA_VERSION = 2
 _BACKEND = "postgres"
@@ -281,7 +283,8 @@ class PostgresStore(Store):
     Args:
         url: A libpq connection string, e.g. ``postgresql://user@host:5432/db``.
         min_size: Connections the pool keeps open.
-        max_size: Most connections the pool opens (per process; the async pool has its own).
+        max_size: Most connections the pool opens (per process; the async twins open up to as
+            many per event loop).
     """
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
@@ -291,7 +294,8 @@ class PostgresStore(Store):
         self._pool = pool_module.ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=True, name="memstrata"
         )
-        self._async_pool: Any = None
+        # The async twins' connections: per event loop, no background tasks (see pg_connections).
+        self._async = ConnectionsByLoop(url, max_size)
         try:
             self._migrate()
         except BaseException:
@@ -519,21 +523,12 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         self._pool.close()
-        if self._async_pool is not None:
-            # The async pool belongs to an event loop; aclose() is the way to close it there.
-            self._async_pool = None
+        self._async.close_all_now()
 
     # Async: psycopg's async connections, no threads ----------------------------------------
 
-    async def _apool(self) -> Any:
-        if self._async_pool is None:
-            pool_module = _require_psycopg()
-            pool = pool_module.AsyncConnectionPool(
-                self.url, min_size=1, max_size=self._max_size, open=False, name="memstrata-async"
-            )
-            await pool.open()
-            self._async_pool = pool
-        return self._async_pool
+    async def _apool(self) -> LoopConnections:
+        return self._async.current()
 
     async def aget(self, namespace: Namespace, key: str) -> Item | None:
         params = self._params(namespace, key)
@@ -676,7 +671,6 @@ class PostgresStore(Store):
         return int(purged)
 
     async def aclose(self) -> None:
-        if self._async_pool is not None:
-            await self._async_pool.close()
-            self._async_pool = None
+        await self._async.close_current()
+        self._async.close_all_now()
         self._pool.close()

@@ -1,0 +1,136 @@
+"""Connections for :class:`~memstrata.stores.postgres.PostgresStore`'s async twins.
+
+psycopg_pool's ``AsyncConnectionPool`` runs worker tasks in the event loop that opened it. A
+store serves whichever loop awaits it: an ASGI server's long-lived loop, or a new loop per
+``asyncio.run()``. A pool left open when its loop ends has those tasks cancelled at shutdown,
+which psycopg_pool does not always honour (``asyncio.run()`` then hangs: seen intermittently in
+this project's tests), and it cannot serve the next loop anyway. So each running loop gets a
+:class:`LoopConnections`: idle connections kept for reuse and new ones opened on demand, up to
+a limit, with nothing running in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+
+class LoopConnections:
+    """Connections of one event loop: at most ``max_size`` open, idle ones reused.
+
+    A block that ends normally has its open transaction committed, one that raises has it
+    rolled back (as a psycopg pool does); a connection that is broken or cannot be brought back
+    to idle is closed instead of kept.
+    """
+
+    def __init__(self, url: str, max_size: int) -> None:
+        # psycopg is an optional dependency: imported by whoever builds a PostgresStore.
+        import psycopg
+        from psycopg.pq import TransactionStatus
+
+        self.url = url
+        self.max_size = max_size
+        self._connect = psycopg.AsyncConnection.connect
+        self._idle_status = TransactionStatus.IDLE
+        self._open_status = TransactionStatus.INTRANS
+        self._idle: list[Any] = []
+        self._open = 0
+        self._changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        conn = await self._acquire()
+        ok = False
+        try:
+            yield conn
+            ok = True
+        finally:
+            await self._release(conn, ok)
+
+    async def _acquire(self) -> Any:
+        async with self._changed:
+            while not self._idle and self._open >= self.max_size:
+                await self._changed.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._open += 1
+        try:
+            return await self._connect(self.url)
+        except BaseException:
+            async with self._changed:
+                self._open -= 1
+                self._changed.notify()
+            raise
+
+    async def _release(self, conn: Any, ok: bool) -> None:
+        keep = False
+        with contextlib.suppress(Exception):
+            if not conn.closed:
+                status = conn.info.transaction_status
+                if ok and status == self._open_status:
+                    await conn.commit()
+                elif status != self._idle_status:
+                    await conn.rollback()
+                keep = conn.info.transaction_status == self._idle_status
+        if not keep:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        async with self._changed:
+            if keep:
+                self._idle.append(conn)
+            else:
+                self._open -= 1
+            self._changed.notify()
+
+    async def close(self) -> None:
+        """Closes the idle connections (those in use close when they are released)."""
+        async with self._changed:
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    def close_now(self) -> None:
+        """Closes the idle connections without awaiting, from outside their loop."""
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+
+
+class ConnectionsByLoop:
+    """One :class:`LoopConnections` per running event loop.
+
+    The connections of a loop that has closed are closed when the next loop first asks for its
+    own, or at :meth:`close_all_now`: a loop has no close hook to do it sooner, and a weak
+    reference would not do (each entry's condition variable refers to its loop).
+    """
+
+    def __init__(self, url: str, max_size: int) -> None:
+        self.url = url
+        self.max_size = max_size
+        self._by_loop: dict[asyncio.AbstractEventLoop, LoopConnections] = {}
+
+    def current(self) -> LoopConnections:
+        """The running loop's connections (call from inside a coroutine)."""
+        loop = asyncio.get_running_loop()
+        connections = self._by_loop.get(loop)
+        if connections is None:
+            for old in [old for old in self._by_loop if old.is_closed()]:
+                self._by_loop.pop(old).close_now()
+            connections = self._by_loop[loop] = LoopConnections(self.url, self.max_size)
+        return connections
+
+    async def close_current(self) -> None:
+        connections = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if connections is not None:
+            await connections.close()
+
+    def close_all_now(self) -> None:
+        for connections in self._by_loop.values():
+            connections.close_now()
+        self._by_loop.clear()
