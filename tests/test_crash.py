@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 import pytest
+from store_checks import drop_postgres_tables
 
 from memstrata import open_store
 from memstrata.layers.mind_entries import decode_vector, entry_from_payload
@@ -160,12 +160,16 @@ class ForkServer:
         wanted = rng.randint(1, 3)  # kill during the 1st, 2nd or 3rd write
         seen: list[tuple[str, int]] = []
         deadline = time.monotonic() + 60
-        while sum(1 for t, _ in seen if t == "b") < wanted:
-            assert time.monotonic() < deadline, f"victim {pid} never wrote: {seen}"
-            seen += self._markers(1.0)
-        # A random moment within a write's usual duration after it began.
-        time.sleep(rng.uniform(0, 0.002))
-        os.kill(int(pid), signal.SIGKILL)
+        try:
+            while sum(1 for t, _ in seen if t == "b") < wanted:
+                assert time.monotonic() < deadline, f"victim {pid} never wrote: {seen}"
+                seen += self._markers(1.0)
+            # A random moment within a write's usual duration after it began.
+            time.sleep(rng.uniform(0, 0.002))
+        finally:
+            # Killed whatever happened: a victim left running would write until the machine
+            # is rebooted.
+            os.kill(int(pid), signal.SIGKILL)
         assert self.proc.stdout.readline().split()[0] == "reaped"
         seen += self._markers(0)
         last_tag, last_gen = seen[-1]
@@ -183,8 +187,7 @@ def url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/crash.db"
     pg: str = request.getfixturevalue("postgres_url")
-    with psycopg.connect(pg, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+    drop_postgres_tables(pg)
     return pg
 
 

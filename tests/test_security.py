@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_checks import drop_postgres_tables
 
 from memstrata import (
     AgentMind,
@@ -781,8 +781,7 @@ SQL_STRINGS = [
 
 
 def _postgres_store(url: str) -> PostgresStore:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS memstrata_items, memstrata_schema")
+    drop_postgres_tables(url)
     return PostgresStore(url)
 
 
