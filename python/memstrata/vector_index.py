@@ -5,17 +5,20 @@ re-score, without the GIL). Past ``hnsw_threshold`` vectors a search over every 
 more than walking an HNSW graph, so the index is built with hnswlib instead (approximate: with
 M=16, ef_construction=200, ef=128).
 
-Crossover, measured on the 2-core dev box (dim 384, ``hash_embed`` vectors of random 12-word
-texts, top-10 query, median of 50 queries)::
+Crossover, measured by ``benches/test_vector_index.py`` on the 2-core AMD EPYC (Zen 3, AVX2)
+box the README's benchmarks ran on (dim 384, ``hash_embed`` vectors of random 12-word texts,
+top-10 queries, median of 50 queries)::
 
     vectors   VectorSet.top_k   hnswlib knn_query   hnswlib build   hnswlib recall@10
-    10,000         60 µs             226 µs              2.6 s            0.93
-    50,000        585 µs             426 µs             30.4 s            0.74
+    10,000        138 µs             387 µs              4.2 s            0.92
+    25,000        428 µs             637 µs             18.5 s            0.83
+    50,000        929 µs             847 µs             43.4 s            0.77
+   100,000       1.81 ms             822 µs             65.8 s            0.65
 
-Query time crosses at about 30,000 vectors, but below ~50,000 the exact set is still under a
-millisecond, needs no graph build and never misses; hence :data:`DEFAULT_HNSW_THRESHOLD`.
-(Hashing vectors of unrelated texts are nearly orthogonal, the hardest case for HNSW recall;
-real model embeddings cluster and fare better.)
+Query time crosses at about 50,000 vectors; below that the exact set is faster, needs no graph
+build and never misses; hence :data:`DEFAULT_HNSW_THRESHOLD`. (Hashing vectors of unrelated
+texts are nearly orthogonal, the hardest case for HNSW recall; real model embeddings cluster and
+fare better.)
 
 hnswlib is an optional dependency (``pip install memstrata[hnsw]``); it is only
 imported when an index actually crosses the threshold, and its absence then raises an error
