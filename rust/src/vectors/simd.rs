@@ -348,13 +348,7 @@ mod x86 {
         let half = |v: __m512i| -> __m256i {
             _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1))
         };
-        let x = _mm256_hadd_epi32(half(a[0]), half(a[1]));
-        let y = _mm256_hadd_epi32(half(a[2]), half(a[3]));
-        let z = _mm256_hadd_epi32(x, y);
-        let sum = _mm_add_epi32(_mm256_castsi256_si128(z), _mm256_extracti128_si256(z, 1));
-        let mut out = [0_i32; 4];
-        _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, sum);
-        out
+        hsum4_epi32_256(a.map(half))
     }
 
     /// Dot products of four rows with `q`. Two accumulators per row keep enough independent
@@ -566,7 +560,7 @@ mod x86 {
 
     const PREFETCH_ROWS: usize = 16;
 
-    /// The sums of the eight i32 lanes of each of four vectors.
+    /// The sums of the eight i32 lanes of each of four vectors: one transposing reduction.
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn hsum4_epi32_256(a: [__m256i; 4]) -> [i32; 4] {
