@@ -12,6 +12,7 @@ accepts either form in ``call_tool``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -63,6 +64,7 @@ class Tool:
         return compiled(self.parameters)
 
 
+@functools.lru_cache(maxsize=4096)
 def wire_name(name: str) -> str:
     """The name as OpenAI and Anthropic accept it: ``[A-Za-z0-9_-]{1,64}``.
 

@@ -105,7 +105,6 @@ _CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
     WHERE namespace = ? AND seq > ? ORDER BY key"""
 _DELETED = """SELECT key FROM tombstones INDEXED BY tombstones_changes
     WHERE namespace = ? AND seq > ?"""
-_PRUNED_TO = "SELECT seq FROM tombstone_floor WHERE namespace = ?"
 _STAMP = f"SELECT version, created_at FROM items WHERE namespace = ? AND key = ? AND {_LIVE}"
 _PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
 
@@ -121,6 +120,9 @@ def _last_seq(ns: str) -> str:
 
 
 _LAST_SEQ = _last_seq(":ns")
+# Where a namespace's history stands: its last sequence number and how far its tombstones
+# were pruned, in one statement.
+_POSITION = f"SELECT {_LAST_SEQ}, (SELECT seq FROM tombstone_floor WHERE namespace = :ns)"
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
 _UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
     VALUES (:ns, :key, :data, 1, :now, :now, :expires_at, {_LAST_SEQ} + 1)
@@ -411,12 +413,15 @@ class SQLiteStore(Store):
             self._conn.execute("BEGIN")
             try:
                 now = time.time()
-                (last,) = self._conn.execute(f"SELECT {_LAST_SEQ}", {"ns": ns}).fetchone()
-                floor = self._conn.execute(_PRUNED_TO, (ns,)).fetchone()
+                last, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
                 # A mark ahead of this namespace's history was made over other data.
-                if mark is None or mark < (floor[0] if floor else 0) or mark > last:
+                if mark is None or mark < (floor or 0) or mark > last:
                     rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
                     deleted = None
+                elif mark == last:
+                    # Numbers never go back, tombstones included: nothing since the mark (the
+                    # usual answer for a namespace a long-lived layer keeps).
+                    rows, deleted = [], []
                 else:
                     rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
                     deleted = self._conn.execute(_DELETED, (ns, mark)).fetchall()
