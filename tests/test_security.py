@@ -368,14 +368,15 @@ def test_traversal_call_ids_are_refused_everywhere(tmp_path: Path, call_id: Any)
     assert created <= {"calls", "ckpt"}, created
 
 
-def _planted(tmp_path: Path) -> tuple[Path, Path]:
-    """A tool-calls directory with a symlink, a dangling symlink, a symlink to a directory, a
-    directory and a FIFO planted under call_id names; and a secret file outside it."""
+def _planted(tmp_path: Path, calls: Path | None = None) -> tuple[Path, Path]:
+    """A tool-calls directory (``calls``, by default ``tmp_path/calls``) with a symlink, a
+    dangling symlink, a symlink to a directory, a directory and a FIFO planted under call_id
+    names; and a secret file outside it."""
     secret = tmp_path / "secret.txt"
     secret.write_text("do not leak")
     (tmp_path / "elsewhere").mkdir()
-    calls = tmp_path / "calls"
-    calls.mkdir()
+    calls = calls if calls is not None else tmp_path / "calls"
+    calls.mkdir(parents=True)
     (calls / "link.txt").symlink_to(secret)
     (calls / "dangling.txt").symlink_to(tmp_path / "missing.txt")
     (calls / "dirlink.txt").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
@@ -388,8 +389,9 @@ PLANTED = ("link", "dangling", "dirlink", "adir", "fifo")
 
 
 def test_planted_files_are_never_read_through(tmp_path: Path) -> None:
-    calls, _secret = _planted(tmp_path)
-    layer = ToolResults(tool_calls_dir=calls)
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls")
+    # Planted where the run of thread "t" reads.
+    _planted(tmp_path, layer.for_thread("t").tool_calls_dir)
     with MemoryStack([layer], store="memory://").run(thread_id="t") as run:
         for call_id in PLANTED:
             # A FIFO read would block forever: the call must come back at once.
@@ -671,16 +673,18 @@ def test_offloaded_results_and_their_directories_are_private(
 # 5. Scope isolation ----------------------------------------------------------------------------
 
 MARKER = "B-PRIVATE-MARKER"
-B_NAMES = ["B", "thread-B", "user-B", "agent-B", "workflow-B"]
+B_NAMES = ["B", "thread-B", "user-B", "agent-B", "workflow-B", "call_B"]
 
 
-def _isolation_stack(store: Store, workflow: str) -> MemoryStack:
+def _isolation_stack(store: Store, workflow: str, tool_calls_dir: Path) -> MemoryStack:
     return MemoryStack(
         [
             WorkingMemory(schema={"type": "object"}, budget=(0, 100_000)),
             WorkingMemory(scope="resource", budget=(0, 100_000), tools="voltagent", name="profile"),
             SharedMemory(store=store, namespace=("shared-memory", workflow)),
             AgentMind(),
+            # One directory for every thread, as a server configures it.
+            ToolResults(tool_calls_dir=tool_calls_dir, threshold_tokens=1),
         ],
         store=store,
     )
@@ -688,9 +692,12 @@ def _isolation_stack(store: Store, workflow: str) -> MemoryStack:
 
 @pytest.fixture(scope="module")
 def isolation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Store, Any]]:
-    store = SQLiteStore(tmp_path_factory.mktemp("isolation") / "iso.db")
-    stack_b = _isolation_stack(store, "workflow-B")
+    tmp = tmp_path_factory.mktemp("isolation")
+    store = SQLiteStore(tmp / "iso.db")
+    stack_b = _isolation_stack(store, "workflow-B", tmp / "tool_calls")
     with stack_b.run(thread_id="thread-B", resource_id="user-B", agent="agent-B") as run:
+        run.layer("tool-results").offload("call_B", f"{MARKER} fetched for B. " * 20)
+        assert MARKER in run.call_tool("read_tool_result", {"call_id": "call_B"})["content"]
         assert run.call_tool("working-memory/update", {"secret": MARKER})["ok"]
         assert run.call_tool("update_working_memory", {"content": f"profile {MARKER}"})["ok"]
         assert run.call_tool("memory_write", {"key": "plan", "value": MARKER})["ok"]
@@ -699,7 +706,7 @@ def isolation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, S
         goal = run.call_tool("mind_set_goal", {"description": f"Guard {MARKER}."})["id"]
     b_rows = rows(store)
     b_ids = [goal, *(json.loads(r[3]).get("id") for r in b_rows if r[0][0] == "mind")]
-    stack_a = _isolation_stack(store, "workflow-A")
+    stack_a = _isolation_stack(store, "workflow-A", tmp / "tool_calls")
     run = stack_a.run(thread_id="thread-A", resource_id="user-A", agent="agent-A").open()
     yield run, store, (b_rows, [i for i in b_ids if i])
     run.close()
@@ -749,6 +756,47 @@ def test_a_runs_writes_land_in_its_own_scope_only(isolation: tuple[Any, Store, A
     }
     # The mind commits at close (or on mind_complete_goal), under ("mind", "agent-A").
     assert a_namespaces <= namespaces <= {*a_namespaces, ("mind", "agent-A")}
+
+
+def test_offloaded_results_are_per_thread(tmp_path: Path) -> None:
+    # One stack (one layer object) serving two conversations, as an agent server runs it.
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls", threshold_tokens=1)
+    stack = MemoryStack([layer], store=SQLiteStore(tmp_path / "t.db"))
+    with stack.run(thread_id="thread-B") as run:
+        run.layer("tool-results").offload("call_1", f"{MARKER} for B only. " * 20)
+        assert MARKER in run.call_tool("read_tool_result", {"call_id": "call_1"})["content"]
+    with stack.run(thread_id="thread-A") as run:
+        refused = run.call_tool("read_tool_result", {"call_id": "call_1"})
+        assert refused["error"]["code"] == "not_found"
+        assert MARKER not in json.dumps(refused)
+        # A's own call_1 is a different result, and does not disturb B's.
+        run.layer("tool-results").offload("call_1", "A's own result. " * 20)
+        assert "A's own" in run.call_tool("read_tool_result", {"call_id": "call_1"})["content"]
+    with stack.run(thread_id="thread-B") as run:
+        assert MARKER in run.call_tool("read_tool_result", {"call_id": "call_1"})["content"]
+    # Thread ids never become paths: each thread's files sit under a hash of its id.
+    threads = sorted(p.name for p in (tmp_path / "calls" / "threads").iterdir())
+    assert len(threads) == 2 and all(len(t) == 32 and t.isalnum() for t in threads)
+    assert _mode(tmp_path / "calls" / "threads" / threads[0]) == 0o700
+
+
+def test_a_planted_symlink_for_a_thread_is_refused(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls", threshold_tokens=1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "call_1.txt").write_text("planted")
+    scoped = layer.for_thread("thread-A")
+    scoped.tool_calls_dir.parent.mkdir(parents=True)
+    scoped.tool_calls_dir.symlink_to(elsewhere)
+    stack = MemoryStack([layer], store=SQLiteStore(tmp_path / "t.db"))
+    with stack.run(thread_id="thread-A") as run:
+        read = run.call_tool("read_tool_result", {"call_id": "call_1"})
+        assert (
+            read["error"]["code"] == "invalid_arguments" and "symlink" in read["error"]["message"]
+        )
+        with pytest.raises(InvalidInputError, match="symlink"):
+            run.layer("tool-results").offload("call_2", "a result over the threshold " * 10)
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["call_1.txt"]
 
 
 # 6. SQL-looking strings ------------------------------------------------------------------------

@@ -5,7 +5,8 @@ recorded below as data (``RECORDED_CALLS``: the tool calls it made, in order), s
 the tools are the agent's own, returning deterministic payloads. Each iteration prints what the
 model would be sent after ``run.prepare()``, which ends at the context gate:
 
-* large tool results are offloaded to ``<workdir>/tool_calls/`` and replaced by a digest;
+* large tool results are offloaded to ``<workdir>/tool_calls/threads/<thread hash>/`` and
+  replaced by a digest;
 * the model reads one back, page by page, with ``read_tool_result``;
 * the gate passes, warns once, prunes old tool results, then refuses with a redacted checkpoint
   in ``<workdir>/checkpoints/`` when the recent verbatim pages alone overflow the window;

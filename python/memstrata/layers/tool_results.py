@@ -26,12 +26,18 @@ Decisions where the seed is silent:
 * With no summarizer, the summary is a deterministic extractive digest (size, line count, the
   top-level shape of JSON, head and tail lines) within ``summary_tokens``. A summarizer that
   fails or returns something other than text falls back to the digest, with a warning.
+* Results are kept per thread: a run with a ``thread_id`` stores and reads under
+  ``<tool_calls_dir>/threads/<sha256 of the thread id>/``, so on a stack serving many
+  conversations one model cannot read another conversation's results by guessing a call_id
+  (call_ids are short and often sequential). A run without a thread, and the layer used on its
+  own, use ``tool_calls_dir`` itself. Sub-runs share their parent's results.
 * ``read_tool_result`` pages by characters: ``offset`` is a character offset into the text and
   each page holds at most ``max_tokens`` tokens, cut at a line break when one is near the end.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import os
@@ -71,6 +77,7 @@ DEFAULT_SUMMARY_TOKENS = 300
 DEFAULT_PAGE_TOKENS = 4000
 MAX_PAGE_TOKENS = 32_000
 _HASH_DIR = "by-hash"
+_THREADS_DIR = "threads"
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
 
 
@@ -130,6 +137,8 @@ class ToolResults:
         if summarizer is not None and not callable(summarizer):
             raise InvalidInputError(f"summarizer must be callable, got {summarizer!r}")
         self._dir = Path(tool_calls_dir) if tool_calls_dir is not None else None
+        # Set on the per-thread copies init() hands to runs: the subdirectory of _dir.
+        self._scope: str | None = None
         self.threshold_tokens = threshold_tokens
         self.summarizer = summarizer
         self.summary_tokens = summary_tokens
@@ -141,18 +150,35 @@ class ToolResults:
 
     @property
     def tool_calls_dir(self) -> Path:
+        """Where this object's results live: the configured directory, or for a run's handle
+        its thread's subdirectory (created on the first write, never by a read)."""
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="memstrata-tool-calls-"))
-        return self._dir
+        if self._scope is None:
+            return self._dir
+        return self._dir / _THREADS_DIR / self._scope
+
+    def for_thread(self, thread_id: str | None) -> ToolResults:
+        """The layer as one conversation sees it: the same options, its own results.
+
+        Args:
+            thread_id: The conversation; None for the unscoped directory.
+        """
+        if thread_id is None:
+            return self
+        if self._dir is None:
+            self.tool_calls_dir  # noqa: B018 - every thread's copy shares one temp directory
+        scoped = copy.copy(self)
+        scoped._scope = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return scoped
 
     # Layer protocol ---------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> ToolResults:
-        # The handle is the layer itself: nothing is per run but the files, which are per dir.
         # The stack's token counter replaces the default one, never one the caller chose.
         if not self._tokens_given:
             self.tokens = ctx.tokens
-        return self
+        return self.for_thread(ctx.thread_id)
 
     def recall(self, handle: ToolResults, budget: int) -> list[Message]:
         return []
@@ -161,10 +187,11 @@ class ToolResults:
         return None
 
     def tools(self, handle: ToolResults) -> list[Tool]:
-        return [self.tool()] if self.enabled else []
+        # The handle's tool: it reads the run's thread only.
+        return [handle.tool()] if handle.enabled else []
 
     def on_spawn(self, handle: ToolResults, child: RunContext) -> ToolResults:
-        return self
+        return handle
 
     def close(self, handle: ToolResults, error: BaseException | None) -> None:
         """Nothing to flush: every result is on disk when ``offload`` returns."""
@@ -206,7 +233,7 @@ class ToolResults:
 
     def store(self, call_id: str, text: str) -> Path:
         """Writes ``text`` as ``<call_id>.txt`` (deduplicated by content hash); returns the path."""
-        directory = self.tool_calls_dir
+        directory = self._writable_dir()
         path = path_in(directory, call_id, ".txt")
         data = text.encode("utf-8", "surrogatepass")
         digest = hashlib.sha256(data).hexdigest()
@@ -223,6 +250,15 @@ class ToolResults:
             write_atomic(blob, data)  # the rename replaces anything planted there
         _link_or_copy(blob, path)
         return path
+
+    def _writable_dir(self) -> Path:
+        """The results directory, creating a thread's subdirectories (private, never through a
+        planted symlink)."""
+        directory = self.tool_calls_dir
+        if self._scope is not None:
+            assert self._dir is not None
+            return real_subdirectory(real_subdirectory(self._dir, _THREADS_DIR), self._scope)
+        return directory
 
     def summarize(self, text: str) -> str:
         """The summary that stands in for ``text``: the summarizer's, else the digest."""
@@ -260,6 +296,12 @@ class ToolResults:
             ToolError: No result is stored under this call_id (code ``not_found``).
         """
         path = path_in(self.tool_calls_dir, call_id, ".txt")
+        if self._scope is not None:
+            for directory in (path.parent.parent, path.parent):
+                if os.path.islink(directory):
+                    raise InvalidInputError(
+                        f"{directory} is a symlink; refusing to read through it"
+                    )
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidInputError(f"offset must be a non-negative int, got {offset!r}")
         if (
