@@ -53,7 +53,9 @@ json_values = st.recursive(
     lambda children: st.one_of(
         st.lists(children, max_size=5),
         st.dictionaries(
-            st.one_of(st.text(max_size=12), st.sampled_from(["__proto__", "constructor"])),
+            st.one_of(
+                st.text(max_size=12), st.sampled_from(["__proto__", "constructor", "k\ud800"])
+            ),
             children,
             max_size=5,
         ),
@@ -89,23 +91,53 @@ raw_arguments = st.one_of(
             '{"keys": ["\\ud800"]}',
         ]
     ),
+    # Parsed arguments an SDK hands over: nested 100k deep, or huge values under the
+    # 1 MiB argument limit, so they reach the handlers' own limits.
+    st.sampled_from([_deep_object(100_000), {"\ud800": 1}]),
+    st.builds(
+        lambda field, size: {field: "x" * size},
+        st.sampled_from(["content", "description", "key", "value", "call_id", "query", "note"]),
+        st.sampled_from([5_000, 100_000, 900_000]),
+    ),
 )
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SQLiteStore]]:
+# The two flavour pairings: a stack holds one working memory per tool name, so each pairing
+# is its own stack. "json+text": structured state under the seed-000 tools, text state under
+# VoltAgent's; "text+json": the other way round (working-memory/update with content/mode, and
+# update_working_memory taking an object or a JSON string).
+FLAVOURS = ["json+text", "text+json"]
+
+
+def _working_memories(flavours: str) -> list[WorkingMemory]:
+    if flavours == "json+text":
+        return [
+            WorkingMemory(schema=SCHEMA, budget=(0, 2_000)),
+            WorkingMemory(
+                template="# Notes\n",
+                tools="voltagent",
+                scope="resource",
+                budget=(0, 2_000),
+                name="notes",
+            ),
+        ]
+    return [
+        WorkingMemory(template="# Notes\n", budget=(0, 2_000)),
+        WorkingMemory(
+            schema=SCHEMA, tools="voltagent", scope="resource", budget=(0, 2_000), name="notes"
+        ),
+    ]
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def harness(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, SQLiteStore]]:
+    flavours = request.param
     tmp = tmp_path_factory.mktemp("fuzz")
     store = SQLiteStore(tmp / "fuzz.db")
     layers = [
-        WorkingMemory(schema=SCHEMA, budget=(0, 2_000)),
-        # The other flavour, on text state: get/update/clear_working_memory.
-        WorkingMemory(
-            template="# Notes\n",
-            tools="voltagent",
-            scope="resource",
-            budget=(0, 2_000),
-            name="notes",
-        ),
+        *_working_memories(flavours),
         # Small entry limits keep 100k calls from growing the state every check reads, and
         # put the limit paths in play.
         SharedMemory(store=store, namespace=("shared-memory", "fuzz"), max_entries=300),
@@ -114,8 +146,17 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SQL
     ]
     stack = MemoryStack(layers, store=store)
     run = stack.run(thread_id="fuzz", resource_id="fuzz-user", agent="fuzzer").open()
-    run.call_tool("working-memory/update", {"profile": {"name": "seed"}, "age": 1})
-    run.call_tool("update_working_memory", {"content": "seeded"})
+    if flavours == "json+text":
+        seeded = [
+            run.call_tool("working-memory/update", {"profile": {"name": "seed"}, "age": 1}),
+            run.call_tool("update_working_memory", {"content": "seeded"}),
+        ]
+    else:
+        seeded = [
+            run.call_tool("working-memory/update", {"content": "seeded", "mode": "append"}),
+            run.call_tool("update_working_memory", {"content": {"profile": {"name": "seed"}}}),
+        ]
+    assert all(r["ok"] for r in seeded), seeded
     run.call_tool("memory_write", {"key": "seed", "value": [1, 2, 3]})
     run.layer("tool-results").offload("call_seed", "a stored result " * 2_000)
     goal = run.call_tool("mind_set_goal", {"description": "Keep the fuzzer busy."})
@@ -322,6 +363,7 @@ def test_the_harness_reaches_every_tool(harness: tuple[Any, SQLiteStore]) -> Non
         ("mind_believe", {"content": "ok \udfff"}, "lone surrogate"),
     ],
 )
+@pytest.mark.parametrize("harness", ["json+text"], indirect=True)  # structured cases
 def test_the_error_names_the_problem(
     harness: tuple[Any, SQLiteStore], name: str, arguments: Any, fragment: str
 ) -> None:
