@@ -17,9 +17,9 @@ import psycopg
 import pytest
 from store_checks import changed_keys, drop_postgres_tables
 
-from memstrata.stores import PostgresStore
+from memstrata.stores import PostgresStore, open_store
 from memstrata.stores import postgres as pg
-from memstrata.stores.base import ChangeMark, encode_namespace, prefix_upper_bound
+from memstrata.stores.base import ChangeMark, Store, encode_namespace, prefix_upper_bound
 
 NS = ("agents", "alice")
 
@@ -226,6 +226,31 @@ def test_expiry_follows_the_database_clock_not_each_clients(
     assert [i.key for i in store.list(NS)] == ["from-a-fast-clock", "from-a-slow-clock"]
     assert store.purge_expired() == 0
     store.close()
+
+
+def test_every_async_twin_is_postgres_own() -> None:
+    # The base class's twins run the sync method in a worker thread; PostgresStore must
+    # override every one of them (a twin added to Store later and not here fails this test).
+    twins = {
+        name
+        for name, member in vars(Store).items()
+        if name.startswith("a") and asyncio.iscoroutinefunction(member)
+    }
+    assert len(twins) >= 13, twins
+    inherited = {name for name in twins if name not in vars(PostgresStore)}
+    assert not inherited, f"async twins inherited from Store (threads): {sorted(inherited)}"
+    for name in twins:
+        assert asyncio.iscoroutinefunction(getattr(PostgresStore, name)), name
+
+
+def test_open_store_opens_postgres_urls(url: str) -> None:
+    for scheme in ("postgresql://", "postgres://"):
+        store = open_store(scheme + url.split("://", 1)[1])
+        assert isinstance(store, PostgresStore)
+        store.put(NS, "via-open-store", {"scheme": scheme})
+        got = store.get(NS, "via-open-store")
+        assert got is not None and got.value == {"scheme": scheme}
+        store.close()
 
 
 def test_async_twins_use_psycopg_async_connections_not_threads(
