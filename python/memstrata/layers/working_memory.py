@@ -59,6 +59,7 @@ from memstrata.prompts import (
     WORKING_MEMORY_UPDATE_WHAT_STRUCTURED,
     WORKING_MEMORY_UPDATE_WHAT_TEXT,
 )
+from memstrata.schema_check import state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, codec
 from memstrata.tools import Tool
@@ -152,7 +153,9 @@ class WorkingMemory:
         self.nulls = nulls
         self.tool_flavor = tools
         self.max_state_bytes = max_state_bytes
-        self._validator = _make_validator(schema)
+        # The whole-state check, and for a JSON Schema the compiled schema that can check
+        # only what a merge changed.
+        self._validator, self._state_schema = state_checker(schema)
         # namespace -> (store, stamp, checked state, its rendered block or None), most
         # recently used last.
         self._states: OrderedDict[Namespace, tuple[Any, tuple[int, float], State, str | None]]
@@ -386,7 +389,10 @@ class WorkingMemoryHandle:
         patch = self._coerce_patch(patch)
         # Fast path: the run holds the state it loaded, already checked; if nobody wrote since,
         # merge into it and write without reading the stored value back.
-        new_state = self._checked(self._combine(self.state, patch, mode), strip=False, budget=True)
+        merged = self._combine(self.state, patch, mode)
+        # An append changed only what the patch reached: the schema checks just that part.
+        merged_from = (self.state, patch) if mode == "append" else None
+        new_state = self._checked(merged, strip=False, budget=True, merged_from=merged_from)
         item = self.ctx.store.put_if_version(
             self.namespace, STATE_KEY, new_state, expected_version=self.version
         )
@@ -395,7 +401,8 @@ class WorkingMemoryHandle:
             def combine(current: Any) -> State:
                 base = self._checked(current) if current is not None else self._initial()
                 merged = self._combine(base, patch, mode)
-                return self._checked(merged, strip=False, budget=True)
+                since = (base, patch) if mode == "append" else None
+                return self._checked(merged, strip=False, budget=True, merged_from=since)
 
             item = self.ctx.store.update(self.namespace, STATE_KEY, combine)
             new_state = item.value
@@ -446,11 +453,19 @@ class WorkingMemoryHandle:
             return patch
         return f"{base.rstrip()}\n\n{patch}"
 
-    def _checked(self, state: Any, *, strip: bool = True, budget: bool = False) -> State:
+    def _checked(
+        self,
+        state: Any,
+        *,
+        strip: bool = True,
+        budget: bool = False,
+        merged_from: tuple[State, State] | None = None,
+    ) -> State:
         """Checks kind and schema, and for writes (``budget``) the size and the token budget.
         ``strip`` removes unsafe keys from a state that came from outside; a merge result is
         already clean (deep_merge strips everything it brings in, and the base it merged into
-        was checked)."""
+        was checked). ``merged_from`` is ``(base, patch)`` when ``state`` is their merge and
+        ``base`` was checked: then only what the patch reached is checked against the schema."""
         if self.layer.structured:
             if not isinstance(state, dict):
                 raise InvalidInputError(
@@ -458,7 +473,11 @@ class WorkingMemoryHandle:
                 )
             if strip:
                 state = strip_unsafe_keys(state)
-            violations = self.layer._validator(state)
+            compiled = self.layer._state_schema
+            if merged_from is not None and compiled is not None:
+                violations = compiled.violations_after_merge(merged_from[0], state, merged_from[1])
+            else:
+                violations = self.layer._validator(state)
             if violations:
                 raise SchemaViolationError(
                     "working memory would not match its schema: " + "; ".join(violations[:5]),
@@ -508,54 +527,6 @@ def _render(state: State) -> str:
         else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode()
     )
     return f"<working_memory>\n{body}\n</working_memory>"
-
-
-def _make_validator(schema: Any) -> Any:
-    """A function ``state -> [violation, ...]`` for a pydantic model or a JSON Schema dict."""
-    if schema is None:
-        return lambda state: []
-    if isinstance(schema, Mapping):
-        # jsonschema-rs validates the Python objects directly, in Rust: the check runs on every
-        # update, so it must not cost more than the merge it guards.
-        import jsonschema_rs
-
-        try:
-            validator = jsonschema_rs.validator_for(dict(schema))
-        except jsonschema_rs.ValidationError as exc:
-            first_line = str(exc).splitlines()[0]
-            raise InvalidInputError(f"schema is not a valid JSON Schema: {first_line}") from None
-
-        def check_json_schema(state: Any) -> list[str]:
-            return [
-                f"{_json_path(err.instance_path)}: {err.message}"
-                for err in validator.iter_errors(state)
-            ]
-
-        return check_json_schema
-    validate = getattr(schema, "model_validate", None)
-    if validate is None:
-        raise InvalidInputError(
-            f"schema must be a pydantic model class or a JSON Schema dict, got {schema!r}"
-        )
-
-    def check_pydantic(state: Any) -> list[str]:
-        try:
-            validate(state)
-        except Exception as exc:  # pydantic.ValidationError, without importing pydantic
-            errors = getattr(exc, "errors", None)
-            if errors is None:
-                return [str(exc)]
-            return [f"{_json_path(e['loc'])}: {e['msg']}" for e in errors()]
-        return []
-
-    return check_pydantic
-
-
-def _json_path(parts: Any) -> str:
-    out = "$"
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
 
 
 def _legacy_calls(message: Message) -> list[Any]:
