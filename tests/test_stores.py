@@ -153,6 +153,22 @@ def test_put_if_version_writes_only_over_the_expected_version(store: Store) -> N
         store.put_if_version(NS, "k", 1, expected_version=-1)
 
 
+def test_put_if_version_of_validated_data_skips_only_the_walk(store: Store) -> None:
+    merged = deep_merge({"a": {"b": [1, 2]}}, {"a": {"c": "x"}})
+    written = store.put_if_version(NS, "v", merged, expected_version=0, validated=True)
+    assert written is not None and written.version == 1
+    got = store.get(NS, "v")
+    assert got is not None and got.value == {"a": {"b": [1, 2], "c": "x"}}
+    # Unvalidated data is still walked (a NaN would otherwise be stored as null) ...
+    with pytest.raises(NonFiniteNumberError):
+        store.put_if_version(NS, "v", {"x": math.nan}, expected_version=1)
+    # ... and what the encoder refuses is refused either way, the stored value untouched.
+    with pytest.raises(InvalidInputError):
+        store.put_if_version(NS, "v", {"x": "\ud800"}, expected_version=1, validated=True)
+    got = store.get(NS, "v")
+    assert got is not None and got.version == 1 and got.value == {"a": {"b": [1, 2], "c": "x"}}
+
+
 def test_failed_update_writes_nothing(store: Store) -> None:
     store.put(NS, "state", {"keep": 1})
 

@@ -393,8 +393,10 @@ class WorkingMemoryHandle:
         # An append changed only what the patch reached: the schema checks just that part.
         merged_from = (self.state, patch) if mode == "append" else None
         new_state = self._checked(merged, strip=False, budget=True, merged_from=merged_from)
+        # The state came out of deep_merge / strip_unsafe_keys and the render: JSON data
+        # already, so the store need not walk all of it again.
         item = self.ctx.store.put_if_version(
-            self.namespace, STATE_KEY, new_state, expected_version=self.version
+            self.namespace, STATE_KEY, new_state, expected_version=self.version, validated=True
         )
         if item is None:
             # Another writer got there first: merge into theirs, atomically.

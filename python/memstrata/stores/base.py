@@ -299,12 +299,18 @@ class Store(ABC):
         *,
         expected_version: int,
         ttl: float | None = None,
+        validated: bool = False,
     ) -> Item | None:
         """Writes only if the live item is still at ``expected_version`` (0: absent); returns
         None, writing nothing, when another writer got there first.
 
         A caller that already holds the current value (a run caches its state) writes without
         reading the stored value back, and falls back to ``update`` on a conflict.
+
+        ``validated=True`` says ``value`` is known JSON data (a ``deep_merge`` or
+        ``strip_unsafe_keys`` result, every number finite) and skips the walk that checks it,
+        which costs as much as encoding a large value; the encoding limits still apply. Passing
+        it for unchecked data can store NaN as null.
         """
 
     @abstractmethod
@@ -413,9 +419,16 @@ class Store(ABC):
         *,
         expected_version: int,
         ttl: float | None = None,
+        validated: bool = False,
     ) -> Item | None:
         return await asyncio.to_thread(
-            self.put_if_version, namespace, key, value, expected_version=expected_version, ttl=ttl
+            self.put_if_version,
+            namespace,
+            key,
+            value,
+            expected_version=expected_version,
+            ttl=ttl,
+            validated=validated,
         )
 
     async def aupdate_many(

@@ -183,10 +183,11 @@ class InMemoryStore(Store):
         *,
         expected_version: int,
         ttl: float | None = None,
+        validated: bool = False,
     ) -> Item | None:
         namespace, key, ttl = validate_namespace(namespace), validate_key(key), validate_ttl(ttl)
         expected_version = validate_version(expected_version)
-        data = codec.dumps(value)
+        data = codec.dumps(value, validated=validated)
         with self._lock:
             now = time.time()
             row = self._rows.get((namespace, key))

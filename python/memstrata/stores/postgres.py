@@ -326,11 +326,16 @@ class PostgresStore(Store):
 
     @staticmethod
     def _write_params(
-        namespace: Namespace, key: str, value: JSONValue, ttl: float | None
+        namespace: Namespace,
+        key: str,
+        value: JSONValue,
+        ttl: float | None,
+        *,
+        validated: bool = False,
     ) -> dict[str, Any]:
         params = PostgresStore._params(namespace, key)
         ttl = validate_ttl(ttl)
-        params["data"] = codec.dumps(value).decode()
+        params["data"] = codec.dumps(value, validated=validated).decode()
         params["ttl"] = ttl
         return params
 
@@ -431,8 +436,9 @@ class PostgresStore(Store):
         *,
         expected_version: int,
         ttl: float | None = None,
+        validated: bool = False,
     ) -> Item | None:
-        params = self._write_params(namespace, key, value, ttl)
+        params = self._write_params(namespace, key, value, ttl, validated=validated)
         expected_version = validate_version(expected_version)
         with self._pool.connection() as conn, conn.transaction():
             (params["now"],) = conn.execute(_LOCK_KEY, params).fetchone()
@@ -653,8 +659,9 @@ class PostgresStore(Store):
         *,
         expected_version: int,
         ttl: float | None = None,
+        validated: bool = False,
     ) -> Item | None:
-        params = self._write_params(namespace, key, value, ttl)
+        params = self._write_params(namespace, key, value, ttl, validated=validated)
         expected_version = validate_version(expected_version)
         async with (await self._apool()).connection() as conn, conn.transaction():
             (params["now"],) = await (await conn.execute(_LOCK_KEY, params)).fetchone()

@@ -348,13 +348,15 @@ class SQLiteStore(Store):
         *,
         expected_version: int,
         ttl: float | None = None,
+        validated: bool = False,
     ) -> Item | None:
         namespace = validate_namespace(namespace)
         ns = encode_namespace(namespace)
         validate_key(key)
         ttl = validate_ttl(ttl)
         expected_version = validate_version(expected_version)
-        data = codec.dumps(value)  # bad data is refused before the write lock is taken
+        # Bad data is refused before the write lock is taken.
+        data = codec.dumps(value, validated=validated)
         with self._transaction() as conn:
             now = time.time()
             row = conn.execute(
