@@ -48,6 +48,8 @@ from memstrata.exceptions import (
     SchemaViolationError,
     ToolError,
 )
+from memstrata.indented_json import render as render_json
+from memstrata.indented_json import respliced
 from memstrata.prompts import (
     WORKING_MEMORY_CLEAR_DESCRIPTION,
     WORKING_MEMORY_GET_DESCRIPTION,
@@ -364,10 +366,20 @@ class WorkingMemoryHandle:
         """The ``<working_memory>`` block the model sees; empty when there is nothing to show."""
         return self._render_of(self.state)
 
-    def _render_of(self, state: State) -> str:
+    def _render_of(self, state: State, merged_from: tuple[State, State] | None = None) -> str:
         # The budget check of an update renders the new state; the next prompt reuses that.
-        if self._rendered is None or self._rendered[0] is not state:
-            self._rendered = (state, _render(state))
+        rendered = self._rendered
+        if rendered is not None and rendered[0] is state:
+            return rendered[1]
+        block = None
+        if merged_from is not None and rendered is not None and rendered[0] is merged_from[0]:
+            # A merge into the state last rendered: rebuild only the members it changed.
+            base, patch = merged_from
+            old_block = rendered[1]
+            if old_block.startswith(_OPEN) and old_block.endswith(_CLOSE):
+                body = respliced(old_block[len(_OPEN) : -len(_CLOSE)], base, state, patch)
+                block = None if body is None else f"{_OPEN}{body}{_CLOSE}"
+        self._rendered = (state, block if block is not None else _render(state))
         return self._rendered[1]
 
     # Writing ----------------------------------------------------------------------------------
@@ -492,7 +504,7 @@ class WorkingMemoryHandle:
         if budget:
             try:
                 # Kept: the next prepare() shows this block rather than render it again.
-                block = self._render_of(state)
+                block = self._render_of(state, merged_from)
                 # isascii() reads a flag CPython keeps: no 200 KB encode for the usual block.
                 size = len(block) if block.isascii() else len(block.encode("utf-8"))
             except (orjson.JSONEncodeError, UnicodeEncodeError):
@@ -520,15 +532,14 @@ class WorkingMemoryHandle:
         return checked
 
 
+_OPEN = "<working_memory>\n"
+_CLOSE = "\n</working_memory>"
+
+
 def _render(state: State) -> str:
     if not state:
         return ""
-    body = (
-        state
-        if isinstance(state, str)
-        else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode()
-    )
-    return f"<working_memory>\n{body}\n</working_memory>"
+    return f"{_OPEN}{state if isinstance(state, str) else render_json(state)}{_CLOSE}"
 
 
 def _legacy_calls(message: Message) -> list[Any]:

@@ -1,0 +1,101 @@
+"""Indented JSON text of a merged state, rebuilt from the previous text where the merge changed it.
+
+A working memory shows the model its state as ``orjson.dumps(state, option=OPT_INDENT_2)``. After
+a merge that changed a few members of a large state, rendering it again costs as much as the
+whole state; :func:`respliced` instead replaces, in the previous text, only the members the
+patch named (recursing into objects on both sides), and returns exactly the text a full render
+would give. It relies on how orjson indents: each member of an object at depth ``d`` starts on
+its own line with ``2·(d+1)`` spaces and its quoted key, and a raw newline never occurs inside a
+JSON string, so the members of one object are found by searching for those line starts within
+the object's own text. Whatever it does not handle (an object becoming empty or starting empty,
+a patch that is not an object) returns None, and the caller renders in full.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+_INDENT = orjson.OPT_INDENT_2
+
+
+def render(value: Any) -> str:
+    """The full render: ``orjson.dumps(value, option=OPT_INDENT_2)`` as text."""
+    return orjson.dumps(value, option=_INDENT).decode()
+
+
+def _render_at(value: Any, pad: str) -> str:
+    """``value`` rendered as a member value whose own line is indented by ``pad``."""
+    text = orjson.dumps(value, option=_INDENT).decode()
+    return text.replace("\n", "\n" + pad) if "\n" in text else text
+
+
+def respliced(old_text: str, old: Any, new: Any, patch: Any) -> str | None:
+    """The render of ``new`` (the merge of ``patch`` into ``old``), built from ``old_text`` (the
+    render of ``old``), or None when the caller should render ``new`` in full."""
+    if not (type(old) is dict and type(new) is dict and type(patch) is dict):
+        return None
+    return _splice(old_text, 0, old, new, patch)
+
+
+def _splice(
+    text: str, level: int, old: dict[str, Any], new: dict[str, Any], patch: Any
+) -> str | None:
+    """``text`` renders ``old`` at depth ``level``; returns the render of ``new``."""
+    if not old or not new:
+        return None  # "{}" on one side: no member lines to work from
+    pad = "  " * (level + 1)
+    close = "\n" + "  " * level + "}"
+    closing = len(text) - len(close)
+    if not text.endswith(close):
+        return None
+    edits: list[tuple[int, int, str]] = []
+    added: list[str] = []
+    for key in patch:
+        in_old, in_new = key in old, key in new
+        if not in_old:
+            if in_new:
+                added.append(f",\n{pad}{orjson.dumps(key).decode()}: {_render_at(new[key], pad)}")
+            continue
+        before = old[key]
+        after = new.get(key, before) if in_new else None
+        if in_new and after is before:
+            continue
+        head = f"\n{pad}{orjson.dumps(key).decode()}: "
+        start = text.find(head)
+        if start < 0:
+            return None
+        value_start = start + len(head)
+        next_member = text.find(f',\n{pad}"', value_start)
+        end = closing if next_member < 0 else next_member
+        if not in_new:
+            # Removed: the member and one separator go.
+            if start > 1:
+                edits.append((start - 1, end, ""))  # ",\n  "key": value"
+            elif next_member >= 0:
+                edits.append((start, next_member + 1, ""))  # "\n  "key": value," (first)
+            else:
+                return None  # the only member: the object becomes "{}"
+            continue
+        sub_patch = patch[key]
+        if type(before) is dict and type(after) is dict and type(sub_patch) is dict:
+            inner = _splice(text[value_start:end], level + 1, before, after, sub_patch)
+        else:
+            inner = None
+        edits.append((value_start, end, inner if inner is not None else _render_at(after, pad)))
+    if added:
+        edits.append((closing, closing, "".join(added)))
+    if not edits:
+        return text
+    edits.sort(key=lambda e: e[0])
+    out = []
+    at = 0
+    for start, end, replacement in edits:
+        if start < at:
+            return None  # overlapping edits: cannot happen for distinct keys; be safe
+        out.append(text[at:start])
+        out.append(replacement)
+        at = end
+    out.append(text[at:])
+    return "".join(out)

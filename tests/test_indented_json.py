@@ -1,0 +1,85 @@
+"""respliced: the indented text of a merged state, rebuilt from the previous text, is exactly
+the full render, whatever the merge did (members changed, nested, added, removed, nulled)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstrata import MemoryStack, WorkingMemory, deep_merge
+from memstrata.indented_json import render, respliced
+
+keys = st.one_of(
+    st.sampled_from(["a", "b", "c", "ab", "a b", "é", "k\n", 'q"', "\\", "", "__proto__"]),
+    st.text(max_size=4),
+)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),  # newlines, quotes, escapes included
+)
+values = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(keys, children, max_size=5)
+    ),
+    max_leaves=30,
+)
+objects = st.dictionaries(keys, values, max_size=6)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    old=objects,
+    patch=objects,
+    nulls=st.sampled_from(["keep", "delete", "ignore"]),
+    arrays=st.sampled_from(["replace", "union"]),
+)
+def test_respliced_text_is_the_full_render(
+    old: dict[str, Any], patch: dict[str, Any], nulls: str, arrays: str
+) -> None:
+    old = deep_merge({}, old)  # a clean state, as a working memory holds
+    new = deep_merge(old, patch, nulls=nulls, arrays=arrays)  # type: ignore[arg-type]
+    got = respliced(render(old), old, new, patch)
+    if got is not None:
+        assert got == render(new)
+
+
+def test_respliced_handles_the_usual_shapes_without_a_full_render() -> None:
+    old = {
+        "user": {"name": "Priya", "tz": "Europe/Oslo"},
+        "projects": {f"p{i}": {"name": f"P{i}", "tags": ["a", "b"]} for i in range(5)},
+        "notes": ["one", "two"],
+    }
+    patches: list[dict[str, Any]] = [
+        {"projects": {"p3": {"status": "done", "tags": ["shipped"]}}},  # nested change + add
+        {"projects": {"p0": None}},  # first member nulled
+        {"user": {"tz": "UTC"}, "notes": ["three"], "new": {"x": [1, {"y": 2}]}},
+        {"projects": {"p9": {"name": "P9"}}},  # a member added at the end
+    ]
+    for patch in patches:
+        for nulls in ("keep", "delete"):
+            new = deep_merge(old, patch, nulls=nulls)  # type: ignore[arg-type]
+            got = respliced(render(old), old, new, patch)
+            assert got == render(new), (patch, nulls)
+    # Deleting the only member empties the object: the caller renders in full.
+    assert respliced(render({"a": 1}), {"a": 1}, {}, {"a": None}) is None
+
+
+def test_working_memory_blocks_match_a_full_render_after_many_updates() -> None:
+    wm = WorkingMemory(schema={"type": "object"}, budget=(0, 100_000), nulls="delete")
+    stack = MemoryStack([wm], store="memory://")
+    with stack.run(thread_id="t") as run:
+        handle = run.layer("working-memory")
+        for i in range(60):
+            patch: dict[str, Any] = {"projects": {f"p{i % 7}": {"n": i, "tags": [str(i)]}}}
+            if i % 5 == 0:
+                patch["projects"][f"p{(i + 3) % 7}"] = None
+            if i % 11 == 0:
+                patch[f"top{i}"] = {"x": i}
+            assert run.call_tool("working-memory/update", patch)["ok"]
+            assert handle.render() == f"<working_memory>\n{render(handle.state)}\n</working_memory>"
