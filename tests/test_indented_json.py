@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstrata import MemoryStack, WorkingMemory, deep_merge
+from memstrata import MemoryStack, WorkingMemory, deep_merge, estimate_tokens
 from memstrata.indented_json import render, respliced
 
 keys = st.one_of(
@@ -44,9 +44,15 @@ def test_respliced_text_is_the_full_render(
 ) -> None:
     old = deep_merge({}, old)  # a clean state, as a working memory holds
     new = deep_merge(old, patch, nulls=nulls, arrays=arrays)  # type: ignore[arg-type]
-    got = respliced(render(old), old, new, patch)
+    changes: list[tuple[str, str]] = []
+    got = respliced(render(old), old, new, patch, changes)
     if got is not None:
         assert got == render(new)
+        # The pieces account for every changed character, and each old piece was in the text.
+        assert len(got) == len(render(old)) + sum(len(n) - len(o) for o, n in changes)
+        assert all(o in render(old) for o, _n in changes)
+    else:
+        assert changes == []
 
 
 def test_respliced_handles_the_usual_shapes_without_a_full_render() -> None:
@@ -73,6 +79,7 @@ def test_respliced_handles_the_usual_shapes_without_a_full_render() -> None:
 def test_working_memory_blocks_match_a_full_render_after_many_updates() -> None:
     wm = WorkingMemory(schema={"type": "object"}, budget=(0, 100_000), nulls="delete")
     stack = MemoryStack([wm], store="memory://")
+    spliced = recounted = 0
     with stack.run(thread_id="t") as run:
         handle = run.layer("working-memory")
         for i in range(60):
@@ -82,4 +89,13 @@ def test_working_memory_blocks_match_a_full_render_after_many_updates() -> None:
             if i % 11 == 0:
                 patch[f"top{i}"] = {"x": i}
             assert run.call_tool("working-memory/update", patch)["ok"]
-            assert handle.render() == f"<working_memory>\n{render(handle.state)}\n</working_memory>"
+            block = handle.render()
+            assert block == f"<working_memory>\n{render(handle.state)}\n</working_memory>"
+            # The budget check's count, kept up to date from the changed pieces, stays within
+            # the error it tracks of a full count.
+            counted, error = handle._block_tokens[1:]
+            assert handle._block_tokens[0] is block
+            assert abs(counted - estimate_tokens(block)) <= error
+            spliced += handle._spliced is not None and handle._spliced[1] is block
+            recounted += error == 0
+    assert spliced >= 50 and 1 <= recounted < 30, (spliced, recounted)

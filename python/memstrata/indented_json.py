@@ -31,16 +31,30 @@ def _render_at(value: Any, pad: str) -> str:
     return text.replace("\n", "\n" + pad) if "\n" in text else text
 
 
-def respliced(old_text: str, old: Any, new: Any, patch: Any) -> str | None:
+Changes = list[tuple[str, str]]
+
+
+def respliced(
+    old_text: str, old: Any, new: Any, patch: Any, changes: Changes | None = None
+) -> str | None:
     """The render of ``new`` (the merge of ``patch`` into ``old``), built from ``old_text`` (the
-    render of ``old``), or None when the caller should render ``new`` in full."""
+    render of ``old``), or None when the caller should render ``new`` in full.
+
+    ``changes``, when given, receives each replaced piece of text as ``(old, new)``, innermost
+    only (an object recursed into is not itself a piece): what a caller needs to update a
+    count of the text without reading all of it.
+    """
     if not (type(old) is dict and type(new) is dict and type(patch) is dict):
         return None
-    return _splice(old_text, 0, old, new, patch)
+    pieces: Changes = []
+    text = _splice(old_text, 0, old, new, patch, pieces)
+    if text is not None and changes is not None:
+        changes.extend(pieces)
+    return text
 
 
 def _splice(
-    text: str, level: int, old: dict[str, Any], new: dict[str, Any], patch: Any
+    text: str, level: int, old: dict[str, Any], new: dict[str, Any], patch: Any, changes: Changes
 ) -> str | None:
     """``text`` renders ``old`` at depth ``level``; returns the render of ``new``."""
     if not old or not new:
@@ -72,20 +86,33 @@ def _splice(
         if not in_new:
             # Removed: the member and one separator go.
             if start > 1:
-                edits.append((start - 1, end, ""))  # ",\n  "key": value"
+                span = (start - 1, end)  # ",\n  "key": value"
             elif next_member >= 0:
-                edits.append((start, next_member + 1, ""))  # "\n  "key": value," (first)
+                span = (start, next_member + 1)  # "\n  "key": value," (the first member)
             else:
                 return None  # the only member: the object becomes "{}"
+            changes.append((text[span[0] : span[1]], ""))
+            edits.append((*span, ""))
             continue
         sub_patch = patch[key]
+        inner = None
         if type(before) is dict and type(after) is dict and type(sub_patch) is dict:
-            inner = _splice(text[value_start:end], level + 1, before, after, sub_patch)
-        else:
-            inner = None
-        edits.append((value_start, end, inner if inner is not None else _render_at(after, pad)))
+            # Its own list: a member that cannot be spliced is replaced whole, and the pieces
+            # found before that must not count too.
+            inner_changes: Changes = []
+            inner = _splice(
+                text[value_start:end], level + 1, before, after, sub_patch, inner_changes
+            )
+            if inner is not None:
+                changes.extend(inner_changes)
+        if inner is None:
+            inner = _render_at(after, pad)
+            changes.append((text[value_start:end], inner))
+        edits.append((value_start, end, inner))
     if added:
-        edits.append((closing, closing, "".join(added)))
+        joined = "".join(added)
+        changes.append(("", joined))
+        edits.append((closing, closing, joined))
     if not edits:
         return text
     edits.sort(key=lambda e: e[0])
