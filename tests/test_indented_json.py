@@ -99,3 +99,29 @@ def test_working_memory_blocks_match_a_full_render_after_many_updates() -> None:
             spliced += handle._spliced is not None and handle._spliced[1] is block
             recounted += error == 0
     assert spliced >= 50 and 1 <= recounted < 30, (spliced, recounted)
+
+
+def test_the_working_memory_item_carries_its_kept_count() -> None:
+    # The block's count, kept up to date by splicing, is noted for the prompt item, so the
+    # context gate counting that item does not read 60 KB again.
+    from memstrata import ContextGate
+    from memstrata.tokens import _memo_get
+
+    state = {"projects": {f"p{i:03d}": {"name": f"Project {i}", "n": i} for i in range(600)}}
+    wm = WorkingMemory(schema={"type": "object"}, budget=(0, 200_000))
+    stack = MemoryStack([wm], store="memory://", gate=ContextGate(max_input_tokens=400_000))
+    with stack.run(thread_id="t") as run:
+        assert run.call_tool("working-memory/update", state)["ok"]
+    for i in range(5):
+        with stack.run(thread_id="t") as run:
+            assert run.call_tool("working-memory/update", {"projects": {"p007": {"n": -i}}})["ok"]
+            # Noted when the item is made, before anything counts it...
+            handle = run.layer("working-memory")
+            (made,) = wm.recall(handle, 200_000)
+            item = made["content"]
+            noted = _memo_get("o200k_base", item)
+            # ... and the item the gate then sees is that very text.
+            prepared = run.prepare([{"role": "user", "content": "hi"}])
+            assert any(m["content"] is item for m in prepared)
+            error = run.layer("working-memory")._block_tokens[2]
+            assert noted is not None and abs(noted - estimate_tokens(item)) <= error + 1

@@ -66,6 +66,7 @@ def _splice(
         return None
     edits: list[tuple[int, int, str]] = []
     added: list[str] = []
+    last = next(reversed(old))
     for key in patch:
         in_old, in_new = key in old, key in new
         if not in_old:
@@ -81,7 +82,9 @@ def _splice(
         if start < 0:
             return None
         value_start = start + len(head)
-        next_member = text.find(f',\n{pad}"', value_start)
+        # The last member ends at the closing brace: no search through it (it is often the
+        # large one, such as a map of every project).
+        next_member = -1 if key == last else text.find(f',\n{pad}"', value_start)
         end = closing if next_member < 0 else next_member
         if not in_new:
             # Removed: the member and one separator go.

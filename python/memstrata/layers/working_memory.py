@@ -163,16 +163,20 @@ class WorkingMemory:
         # The whole-state check, and for a JSON Schema the compiled schema that can check
         # only what a merge changed.
         self._validator, self._state_schema = state_checker(schema)
-        # namespace -> (store, stamp, checked state, its rendered block or None), most
-        # recently used last.
-        self._states: OrderedDict[Namespace, tuple[Any, tuple[int, float], State, str | None]]
+        # namespace -> (store, stamp, checked state, its rendered block or None, the block's
+        # token count (block, tokens, possible error) or None), most recently used last.
+        self._states: OrderedDict[Namespace, tuple[Any, tuple[int, float], State, Any, Any]]
         self._states = OrderedDict()
         self._states_lock = threading.Lock()
 
     def _remember(self, handle: WorkingMemoryHandle, item: Item) -> None:
         rendered = handle._rendered
         block = rendered[1] if rendered is not None and rendered[0] is handle.state else None
-        kept = (handle.ctx.store, (item.version, item.created_at), handle.state, block)
+        counted = handle._block_tokens
+        tokens = (
+            counted if block is not None and counted is not None and counted[0] is block else None
+        )
+        kept = (handle.ctx.store, (item.version, item.created_at), handle.state, block, tokens)
         with self._states_lock:
             self._states[handle.namespace] = kept
             self._states.move_to_end(handle.namespace)
@@ -181,13 +185,14 @@ class WorkingMemory:
 
     def _remembered(
         self, store: Any, namespace: Namespace, stamp: tuple[int, float]
-    ) -> tuple[State, str | None] | None:
-        """The checked state last seen at ``stamp`` in ``store`` and its block, or None."""
+    ) -> tuple[State, str | None, Any] | None:
+        """The checked state last seen at ``stamp`` in ``store``, its block and the block's
+        token count, or None."""
         with self._states_lock:
             kept = self._states.get(namespace)
         if kept is None or kept[0] is not store or kept[1] != stamp:
             return None
-        return kept[2], kept[3]
+        return kept[2], kept[3], kept[4]
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
@@ -230,6 +235,12 @@ class WorkingMemory:
         cached = handle._item_text
         if cached is None or cached[0] is not block or cached[1] is not guidelines:
             cached = handle._item_text = (block, guidelines, f"{block}\n{guidelines}")
+            # The block's count is kept up to date as updates splice it: hand it on with the
+            # item, so a counter that takes notes (EstimatingCounter) need not read it again.
+            counted = handle._block_tokens
+            note = getattr(handle.ctx.tokens, "note", None)
+            if note is not None and counted is not None and counted[0] is block:
+                note(cached[2], counted[1] + handle.ctx.tokens.count(f"\n{guidelines}"))
         return [{"content": cached[2]}]
 
     def observe(self, handle: WorkingMemoryHandle, message: Message) -> None:
@@ -326,6 +337,7 @@ class WorkingMemoryHandle:
             self.state, self.version = kept[0], stamp[0]
             if kept[1] is not None:
                 self._rendered = (kept[0], kept[1])
+                self._block_tokens = kept[2]
             return
         item = None if stamp is None else store.get(self.namespace, STATE_KEY)
         if item is None:
