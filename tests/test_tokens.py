@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import reference_tokens as ref
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memstrata
@@ -61,6 +61,34 @@ def test_count_tokens_equals_tiktoken_on_the_corpus(encoding: str) -> None:
         for _, path in ref.corpus_files(split):
             text = path.read_text(encoding="utf-8")
             assert count_tokens(text, encoding=encoding) == len(peer.encode_ordinary(text)), path
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_count_tokens_of_a_long_text_equals_tiktoken(encoding: str) -> None:
+    # Long texts are counted in chunks cut at line starts, on several threads: the chunks'
+    # counts must add up to tiktoken's count of the whole.
+    peer = _peer(encoding)
+    texts = [
+        p.read_text(encoding="utf-8")
+        for s in ("calibrate", "heldout")
+        for _, p in ref.corpus_files(s)
+    ]
+    whole = "\n".join(texts)
+    assert len(whole.encode()) > 1 << 19
+    for text in (whole, whole.replace("\n", "\r\n"), "\n\n".join(reversed(texts))):
+        assert count_tokens(text, encoding=encoding) == len(peer.encode_ordinary(text))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@settings(max_examples=15, deadline=None)
+@given(lines=st.lists(st.text(alphabet=ALPHABET, max_size=60), min_size=1, max_size=40))
+def test_count_tokens_of_generated_long_text_equals_tiktoken(
+    encoding: str, lines: list[str]
+) -> None:
+    # Past the size counted in chunks, with every kind of character at every line start.
+    block = "\n".join(lines) + "\n"
+    text = block * (200_000 // len(block) + 1)
+    assert count_tokens(text, encoding=encoding) == len(_peer(encoding).encode_ordinary(text))
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
