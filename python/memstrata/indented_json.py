@@ -47,24 +47,53 @@ def respliced(
     if not (type(old) is dict and type(new) is dict and type(patch) is dict):
         return None
     pieces: Changes = []
-    text = _splice(old_text, 0, old, new, patch, pieces)
-    if text is not None and changes is not None:
+    edits: list[tuple[int, int, str]] = []
+    if not _splice(old_text, 0, len(old_text), 0, old, new, patch, edits, pieces):
+        return None
+    if not edits:
+        return old_text
+    # One pass over the text: every edit is a span of the old text, none overlapping (distinct
+    # members, or spans inside a member that was not itself replaced).
+    edits.sort(key=lambda e: e[0])
+    out = []
+    at = 0
+    for start, end, replacement in edits:
+        if start < at:
+            # Removing the first member and the next one: their spans share a separator.
+            # Rare enough to render in full.
+            return None
+        out.append(old_text[at:start])
+        out.append(replacement)
+        at = end
+    out.append(old_text[at:])
+    if changes is not None:
         changes.extend(pieces)
-    return text
+    return "".join(out)
 
 
 def _splice(
-    text: str, level: int, old: dict[str, Any], new: dict[str, Any], patch: Any, changes: Changes
-) -> str | None:
-    """``text`` renders ``old`` at depth ``level``; returns the render of ``new``."""
+    text: str,
+    lo: int,
+    hi: int,
+    level: int,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    patch: Any,
+    edits: list[tuple[int, int, str]],
+    changes: Changes,
+) -> bool:
+    """``text[lo:hi]`` renders ``old`` at depth ``level``; adds to ``edits`` (spans of ``text``
+    and their replacements) what turns it into the render of ``new``. False when it cannot, and
+    then ``edits`` and ``changes`` are as they were."""
     if not old or not new:
-        return None  # "{}" on one side: no member lines to work from
+        return False  # "{}" on one side: no member lines to work from
     pad = "  " * (level + 1)
     close = "\n" + "  " * level + "}"
-    closing = len(text) - len(close)
-    if not text.endswith(close):
-        return None
-    edits: list[tuple[int, int, str]] = []
+    closing = hi - len(close)
+    if not text.startswith(close, closing):
+        return False
+    mine: list[tuple[int, int, str]] = []
+    found: Changes = []
     added: list[str] = []
     last = next(reversed(old))
     for key in patch:
@@ -78,54 +107,40 @@ def _splice(
         if in_new and after is before:
             continue
         head = f"\n{pad}{orjson.dumps(key).decode()}: "
-        start = text.find(head)
+        start = text.find(head, lo, hi)
         if start < 0:
-            return None
+            return False
         value_start = start + len(head)
         # The last member ends at the closing brace: no search through it (it is often the
         # large one, such as a map of every project).
-        next_member = -1 if key == last else text.find(f',\n{pad}"', value_start)
+        next_member = -1 if key == last else text.find(f',\n{pad}"', value_start, hi)
         end = closing if next_member < 0 else next_member
         if not in_new:
             # Removed: the member and one separator go.
-            if start > 1:
+            if start > lo + 1:
                 span = (start - 1, end)  # ",\n  "key": value"
             elif next_member >= 0:
                 span = (start, next_member + 1)  # "\n  "key": value," (the first member)
             else:
-                return None  # the only member: the object becomes "{}"
-            changes.append((text[span[0] : span[1]], ""))
-            edits.append((*span, ""))
+                return False  # the only member: the object becomes "{}"
+            found.append((text[span[0] : span[1]], ""))
+            mine.append((*span, ""))
             continue
         sub_patch = patch[key]
-        inner = None
-        if type(before) is dict and type(after) is dict and type(sub_patch) is dict:
-            # Its own list: a member that cannot be spliced is replaced whole, and the pieces
-            # found before that must not count too.
-            inner_changes: Changes = []
-            inner = _splice(
-                text[value_start:end], level + 1, before, after, sub_patch, inner_changes
-            )
-            if inner is not None:
-                changes.extend(inner_changes)
-        if inner is None:
-            inner = _render_at(after, pad)
-            changes.append((text[value_start:end], inner))
-        edits.append((value_start, end, inner))
+        if not (
+            type(before) is dict
+            and type(after) is dict
+            and type(sub_patch) is dict
+            and _splice(text, value_start, end, level + 1, before, after, sub_patch, mine, found)
+        ):
+            # Replaced whole (the recursion added nothing when it failed).
+            rendered = _render_at(after, pad)
+            found.append((text[value_start:end], rendered))
+            mine.append((value_start, end, rendered))
     if added:
         joined = "".join(added)
-        changes.append(("", joined))
-        edits.append((closing, closing, joined))
-    if not edits:
-        return text
-    edits.sort(key=lambda e: e[0])
-    out = []
-    at = 0
-    for start, end, replacement in edits:
-        if start < at:
-            return None  # overlapping edits: cannot happen for distinct keys; be safe
-        out.append(text[at:start])
-        out.append(replacement)
-        at = end
-    out.append(text[at:])
-    return "".join(out)
+        found.append(("", joined))
+        mine.append((closing, closing, joined))
+    edits.extend(mine)
+    changes.extend(found)
+    return True
