@@ -232,6 +232,55 @@ def test_recent_reflections_respect_the_window_and_pins_always_show(store: Store
     assert "Stale lesson" in header_of(make_stack(store, recency_window_days=10))
 
 
+def test_an_expired_reflection_leaves_the_header_and_recall(store: Store) -> None:
+    # A reflection TTL (ttl_defaults or expiresIn) hides it like an expired belief: from the
+    # header, pinned or not, and from recall unless includeExpired.
+    now = now_ms()
+    base = {"type": "reflection", "tags": [], "createdAt": now, "updatedAt": now}
+    put_raw(store, {**base, "id": "r1", "content": "Live lesson", "pinned": False})
+    put_raw(
+        store,
+        {**base, "id": "r2", "content": "Lapsed lesson", "pinned": False, "expiresAt": now - 1},
+    )
+    put_raw(
+        store, {**base, "id": "r3", "content": "Lapsed rule", "pinned": True, "expiresAt": now - 1}
+    )
+    stack = make_stack(store)
+    block = header_of(stack)
+    assert "Live lesson" in block and "Lapsed" not in block
+    with stack.run(agent=AGENT) as run:
+        query = {"query": "lesson rule", "type": "reflection", "threshold": 0}
+        found = [r["content"] for r in ok(run.call_tool("mind_recall", query))]
+        assert found == ["Live lesson"]
+        everything = ok(run.call_tool("mind_recall", {**query, "includeExpired": True}))
+        assert sorted(r["content"] for r in everything) == [
+            "Lapsed lesson",
+            "Lapsed rule",
+            "Live lesson",
+        ]
+
+
+def test_recall_returns_five_hits_unless_told(store: Store) -> None:
+    now = now_ms()
+    for i in range(9):
+        put_raw(
+            store,
+            {
+                "type": "belief",
+                "id": f"b{i}",
+                "content": f"Deploy fact number {i}",
+                "confidence": "high",
+                "tags": [],
+                "createdAt": now,
+                "updatedAt": now,
+            },
+        )
+    with make_stack(store).run(agent=AGENT) as run:
+        query = {"query": "Deploy fact", "threshold": 0}
+        assert len(ok(run.call_tool("mind_recall", query))) == 5
+        assert len(ok(run.call_tool("mind_recall", {**query, "limit": 8}))) == 8
+
+
 def test_a_line_too_big_is_skipped_and_smaller_ones_still_fit(store: Store) -> None:
     now = now_ms()
     base = {"type": "belief", "tags": [], "confidence": "high"}
@@ -790,6 +839,28 @@ def test_pinning_warns_within_two_of_the_cap_and_fails_at_it(store: Store) -> No
         assert again["error"]["code"] == "not_pinned"
     pinned = [r["content"] for r in stored_entries(store, "reflection") if r["pinned"]]
     assert sorted(pinned) == ["Rule five", "Rule four", "Rule three", "Rule two"]
+
+
+def test_an_error_run_never_leaves_more_standing_rules_than_the_cap(store: Store) -> None:
+    stack = make_stack(store, max_pinned_reflections=2)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_reflect", {"content": "Rule one", "pin": True}))
+        ok(run.call_tool("mind_reflect", {"content": "Rule two", "pin": True}))
+    with pytest.raises(RuntimeError), stack.run(agent=AGENT) as run:
+        rule = ok(
+            run.call_tool("mind_recall", {"query": "Rule one", "pinned": True, "threshold": 0})
+        )[0]
+        ok(run.call_tool("mind_unpin_reflection", {"id": rule["id"]}))
+        ok(run.call_tool("mind_reflect", {"content": "Rule three", "pin": True}))
+        raise RuntimeError("the run fails: its unpin is dropped")
+    stored = {r["content"]: r for r in stored_entries(store, "reflection")}
+    # The unpin was dropped, so Rule three is kept (flagged) but not as a third standing rule.
+    assert [c for c, r in stored.items() if r["pinned"]] == ["Rule one", "Rule two"]
+    assert stored["Rule three"]["error"] is True and stored["Rule three"]["pinned"] is False
+    with stack.run(agent=AGENT) as run:
+        header = run.prepare([{"role": "user", "content": "hi"}])[0]["content"]
+        assert "Rule one" in header and "Rule two" in header
+        assert header.count("\n- ") >= 2
 
 
 # Draft buffer and flush --------------------------------------------------------------------------

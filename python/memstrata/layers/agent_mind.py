@@ -1305,7 +1305,8 @@ class AgentMindHandle:
 
         Clean flush: beliefs, reflections, goal creations and updates, unpins. Error flush
         (``error=True``): beliefs and reflections only, flagged ``error: true``; goal changes
-        and unpins are dropped. Flushing twice writes nothing the second time. A belief this
+        and unpins are dropped, and a pinned reflection that would take the standing rules
+        past the cap without those unpins is written unpinned. Flushing twice writes nothing the second time. A belief this
         run created is folded into an equal one committed by another run since this one loaded
         (see :attr:`folded`), so overlapping runs in other processes never store it twice.
         """
@@ -1326,9 +1327,23 @@ class AgentMindHandle:
             updates[_key(belief)] = _belief_writer(
                 belief, vector, model, stored_before, belief.id in downgrades
             )
+        # An error flush drops this run's unpins, so the pins it made in their place could
+        # take the standing rules past the cap: those beyond it are kept, unpinned.
+        room = self.layer.max_pinned_reflections - sum(
+            1 for r in self.reflections.values() if r.pinned and not r.expired(self.started_at)
+        )
         for reflection, vector in draft.reflections.values():
             if error:
                 reflection.error = True
+                if reflection.pinned:
+                    if room <= 0:
+                        reflection.pinned = False
+                        logger.warning(
+                            "error flush: reflection %s kept unpinned; its run's unpins were "
+                            "dropped and the standing rules are at the cap",
+                            reflection.id,
+                        )
+                    room -= 1
             updates[_key(reflection)] = _constant(_stored(reflection, vector, model))
         if not error:
             for goal in draft.goals.values():
