@@ -1306,9 +1306,10 @@ class AgentMindHandle:
         Clean flush: beliefs, reflections, goal creations and updates, unpins. Error flush
         (``error=True``): beliefs and reflections only, flagged ``error: true``; goal changes
         and unpins are dropped, and a pinned reflection that would take the standing rules
-        past the cap without those unpins is written unpinned. Flushing twice writes nothing the second time. A belief this
-        run created is folded into an equal one committed by another run since this one loaded
-        (see :attr:`folded`), so overlapping runs in other processes never store it twice.
+        past the cap without those unpins is written unpinned. Flushing twice writes nothing
+        the second time. A belief this run created is folded into an equal one committed by
+        another run since this one loaded (see :attr:`folded`), so overlapping runs in other
+        processes never store it twice.
         """
         if self._mark is None:
             raise InvalidInputError("the handle was never loaded: open it with AgentMind.open")
