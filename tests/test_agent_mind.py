@@ -801,6 +801,38 @@ def test_ttl_defaults_apply_to_beliefs_and_reflections(store: Store) -> None:
 # Caps ------------------------------------------------------------------------------------------
 
 
+def test_write_tools_return_the_seed_shapes_and_goals_list_in_creation_order(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        made = []
+        for name, priority in (("alpha", "low"), ("beta", "high"), ("gamma", "normal")):
+            made.append(
+                run.call_tool(
+                    "mind_set_goal", {"description": f"Goal {name}", "priority": priority}
+                )
+            )
+            time.sleep(0.002)  # creation times are milliseconds: keep them apart
+        assert all(set(m) == {"status", "id"} and m["status"] == "ok" for m in made), made
+        rule = run.call_tool("mind_reflect", {"content": "A standing rule", "pin": True})
+        assert set(rule) == {"status", "id"}
+    with stack.run(agent=AGENT) as run:
+        assert run.call_tool("mind_unpin_reflection", {"id": rule["id"]}) == {"status": "ok"}
+        assert run.call_tool("mind_update_goal", {"id": made[0]["id"], "progress": "Half way"}) == {
+            "status": "ok"
+        }
+        assert run.call_tool("mind_complete_goal", {"id": made[1]["id"]}) == {"status": "ok"}
+    with stack.run(agent=AGENT) as run:
+        goals = ok(run.call_tool("mind_recall", {"query": "Goal", "type": "goal"}))
+        # Active goals in the order they were created; the completed one only when asked.
+        assert [g["content"] for g in goals] == ["Goal alpha", "Goal gamma"]
+        done = ok(
+            run.call_tool("mind_recall", {"query": "Goal", "type": "goal", "status": "completed"})
+        )
+        assert [g["content"] for g in done] == ["Goal beta"]
+
+
 def test_set_goal_fails_at_the_cap_counting_stored_and_drafted(store: Store) -> None:
     stack = make_stack(store, max_goals=3)
     with stack.run(agent=AGENT) as run:
