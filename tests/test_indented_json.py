@@ -98,6 +98,8 @@ def test_working_memory_blocks_match_a_full_render_after_many_updates() -> None:
             assert abs(counted - estimate_tokens(block)) <= error
             spliced += handle._spliced is not None and handle._spliced[1] is block
             recounted += error == 0
+            # Stored from the block's own JSON text: what a new process reads back is the state.
+            assert stack.store.get(handle.namespace, "state").value == handle.state
     assert spliced >= 50 and 1 <= recounted < 30, (spliced, recounted)
 
 

@@ -15,12 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 from store_checks import changed_keys, drop_postgres_tables, empty_postgres_tables
 
 from memstrata import deep_merge
 from memstrata.exceptions import (
     InvalidInputError,
+    LimitExceededError,
     NonFiniteNumberError,
     UnsupportedTypeError,
 )
@@ -167,6 +169,22 @@ def test_put_if_version_of_validated_data_skips_only_the_walk(store: Store) -> N
         store.put_if_version(NS, "v", {"x": "\ud800"}, expected_version=1, validated=True)
     got = store.get(NS, "v")
     assert got is not None and got.version == 1 and got.value == {"a": {"b": [1, 2], "c": "x"}}
+
+
+def test_put_if_version_stores_the_callers_encoding(store: Store) -> None:
+    value = {"a": {"b": [1, 2]}, "c": "x"}
+    indented = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    written = store.put_if_version(NS, "e", value, expected_version=0, encoded=indented)
+    assert written is not None and written.value == value
+    got = store.get(NS, "e")
+    assert got is not None and got.value == value
+    with pytest.raises(InvalidInputError, match="encoded must be bytes"):
+        store.put_if_version(NS, "e", value, expected_version=1, encoded=indented.decode())  # type: ignore[arg-type]
+    huge = b'"' + b"x" * (16 << 20) + b'"'
+    with pytest.raises(LimitExceededError):
+        store.put_if_version(NS, "e", "x", expected_version=1, encoded=huge)
+    got = store.get(NS, "e")
+    assert got is not None and got.version == 1 and got.value == value
 
 
 def test_failed_update_writes_nothing(store: Store) -> None:

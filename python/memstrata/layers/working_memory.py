@@ -407,6 +407,16 @@ class WorkingMemoryHandle:
         self._rendered = (state, block if block is not None else _render(state))
         return self._rendered[1]
 
+    def _rendered_json(self, state: State) -> bytes | None:
+        """``state``'s JSON text (indented) from the block last rendered for it, or None."""
+        rendered = self._rendered
+        if not self.layer.structured or rendered is None or rendered[0] is not state:
+            return None
+        block = rendered[1]
+        if not (block.startswith(_OPEN) and block.endswith(_CLOSE)):
+            return None  # "" for an empty state
+        return block[len(_OPEN) : -len(_CLOSE)].encode("utf-8")
+
     def _count_block(self, block: str) -> int:
         """Tokens of ``block`` for the budget check. After a splice, the last count plus the
         changed pieces' counts: each piece counted apart may differ from its count in place by
@@ -455,9 +465,15 @@ class WorkingMemoryHandle:
         merged_from = (self.state, patch) if mode == "append" else None
         new_state = self._checked(merged, strip=False, budget=True, merged_from=merged_from)
         # The state came out of deep_merge / strip_unsafe_keys and the render: JSON data
-        # already, so the store need not walk all of it again.
+        # already, so the store need not walk all of it again, and the block the budget check
+        # rendered holds its JSON text, which the store can write as it is.
         item = self.ctx.store.put_if_version(
-            self.namespace, STATE_KEY, new_state, expected_version=self.version, validated=True
+            self.namespace,
+            STATE_KEY,
+            new_state,
+            expected_version=self.version,
+            validated=True,
+            encoded=self._rendered_json(new_state),
         )
         if item is None:
             # Another writer got there first: merge into theirs, atomically.

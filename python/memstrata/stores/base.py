@@ -300,6 +300,7 @@ class Store(ABC):
         expected_version: int,
         ttl: float | None = None,
         validated: bool = False,
+        encoded: bytes | None = None,
     ) -> Item | None:
         """Writes only if the live item is still at ``expected_version`` (0: absent); returns
         None, writing nothing, when another writer got there first.
@@ -310,7 +311,9 @@ class Store(ABC):
         ``validated=True`` says ``value`` is known JSON data (a ``deep_merge`` or
         ``strip_unsafe_keys`` result, every number finite) and skips the walk that checks it,
         which costs as much as encoding a large value; the encoding limits still apply. Passing
-        it for unchecked data can store NaN as null.
+        it for unchecked data can store NaN as null. ``encoded`` is ``value``'s JSON text as the
+        caller already holds it (any whitespace), stored as it is instead of encoding ``value``
+        again; the caller vouches that it encodes ``value``.
         """
 
     @abstractmethod
@@ -420,6 +423,7 @@ class Store(ABC):
         expected_version: int,
         ttl: float | None = None,
         validated: bool = False,
+        encoded: bytes | None = None,
     ) -> Item | None:
         return await asyncio.to_thread(
             self.put_if_version,
@@ -429,6 +433,7 @@ class Store(ABC):
             expected_version=expected_version,
             ttl=ttl,
             validated=validated,
+            encoded=encoded,
         )
 
     async def aupdate_many(

@@ -23,13 +23,19 @@ MAX_STORED_DEPTH = 254
 MAX_VALUE_BYTES = 16 << 20
 
 
-def dumps(value: Any, *, validated: bool = False) -> bytes:
+def dumps(value: Any, *, validated: bool = False, encoded: bytes | None = None) -> bytes:
     """Validates ``value`` as JSON data and encodes it; raises a memstrata error naming the path.
 
     ``validated=True`` skips the walk for a value a kernel has just produced (the result of
     ``strip_unsafe_keys`` or ``deep_merge`` is JSON data, every number finite); the encoding
-    limits still apply.
+    limits still apply. ``encoded`` is the value's JSON text as the caller already holds it (any
+    whitespace, e.g. the indented text a working memory shows the model): it is stored as it
+    is, after the size check, and the caller vouches that it encodes ``value``.
     """
+    if encoded is not None:
+        if type(encoded) is not bytes:
+            raise InvalidInputError(f"encoded must be bytes, got {type(encoded).__name__}")
+        return _within_limit(encoded)
     if not validated:
         strip_unsafe_keys(value, keys=())
     try:
@@ -42,6 +48,10 @@ def dumps(value: Any, *, validated: bool = False) -> bytes:
                 limit=MAX_STORED_DEPTH,
             ) from None
         raise InvalidInputError(f"value cannot be stored as JSON: {exc}") from None
+    return _within_limit(data)
+
+
+def _within_limit(data: bytes) -> bytes:
     if len(data) > MAX_VALUE_BYTES:
         raise LimitExceededError(
             f"value is {len(data):,} bytes of JSON; the limit for one stored value is "

@@ -184,10 +184,11 @@ class InMemoryStore(Store):
         expected_version: int,
         ttl: float | None = None,
         validated: bool = False,
+        encoded: bytes | None = None,
     ) -> Item | None:
         namespace, key, ttl = validate_namespace(namespace), validate_key(key), validate_ttl(ttl)
         expected_version = validate_version(expected_version)
-        data = codec.dumps(value, validated=validated)
+        data = codec.dumps(value, validated=validated, encoded=encoded)
         with self._lock:
             now = time.time()
             row = self._rows.get((namespace, key))

@@ -332,10 +332,11 @@ class PostgresStore(Store):
         ttl: float | None,
         *,
         validated: bool = False,
+        encoded: bytes | None = None,
     ) -> dict[str, Any]:
         params = PostgresStore._params(namespace, key)
         ttl = validate_ttl(ttl)
-        params["data"] = codec.dumps(value, validated=validated).decode()
+        params["data"] = codec.dumps(value, validated=validated, encoded=encoded).decode()
         params["ttl"] = ttl
         return params
 
@@ -437,8 +438,11 @@ class PostgresStore(Store):
         expected_version: int,
         ttl: float | None = None,
         validated: bool = False,
+        encoded: bytes | None = None,
     ) -> Item | None:
-        params = self._write_params(namespace, key, value, ttl, validated=validated)
+        params = self._write_params(
+            namespace, key, value, ttl, validated=validated, encoded=encoded
+        )
         expected_version = validate_version(expected_version)
         with self._pool.connection() as conn, conn.transaction():
             (params["now"],) = conn.execute(_LOCK_KEY, params).fetchone()
@@ -660,8 +664,11 @@ class PostgresStore(Store):
         expected_version: int,
         ttl: float | None = None,
         validated: bool = False,
+        encoded: bytes | None = None,
     ) -> Item | None:
-        params = self._write_params(namespace, key, value, ttl, validated=validated)
+        params = self._write_params(
+            namespace, key, value, ttl, validated=validated, encoded=encoded
+        )
         expected_version = validate_version(expected_version)
         async with (await self._apool()).connection() as conn, conn.transaction():
             (params["now"],) = await (await conn.execute(_LOCK_KEY, params)).fetchone()

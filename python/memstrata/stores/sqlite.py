@@ -349,6 +349,7 @@ class SQLiteStore(Store):
         expected_version: int,
         ttl: float | None = None,
         validated: bool = False,
+        encoded: bytes | None = None,
     ) -> Item | None:
         namespace = validate_namespace(namespace)
         ns = encode_namespace(namespace)
@@ -356,7 +357,7 @@ class SQLiteStore(Store):
         ttl = validate_ttl(ttl)
         expected_version = validate_version(expected_version)
         # Bad data is refused before the write lock is taken.
-        data = codec.dumps(value, validated=validated)
+        data = codec.dumps(value, validated=validated, encoded=encoded)
         with self._transaction() as conn:
             now = time.time()
             row = conn.execute(
