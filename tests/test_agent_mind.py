@@ -891,8 +891,11 @@ def test_an_error_run_never_leaves_more_standing_rules_than_the_cap(store: Store
     assert stored["Rule three"]["error"] is True and stored["Rule three"]["pinned"] is False
     with stack.run(agent=AGENT) as run:
         header = run.prepare([{"role": "user", "content": "hi"}])[0]["content"]
-        assert "Rule one" in header and "Rule two" in header
-        assert header.count("\n- ") >= 2
+        rules = header.split("## Standing Rules (Pinned)\n")[1].split("\n## ")[0]
+        assert sorted(line for line in rules.splitlines() if line.startswith("- ")) == [
+            "- Rule one",
+            "- Rule two",
+        ]
 
 
 # Draft buffer and flush --------------------------------------------------------------------------

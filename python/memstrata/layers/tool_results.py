@@ -152,11 +152,15 @@ class ToolResults:
     def tool_calls_dir(self) -> Path:
         """Where this object's results live: the configured directory, or for a run's handle
         its thread's subdirectory (created on the first write, never by a read)."""
+        base = self._base_dir()
+        return base if self._scope is None else base / _THREADS_DIR / self._scope
+
+    def _base_dir(self) -> Path:
+        """The configured directory, or the private temporary one made on first use (before any
+        per-thread copy is taken, so every thread's copy shares it)."""
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="memstrata-tool-calls-"))
-        if self._scope is None:
-            return self._dir
-        return self._dir / _THREADS_DIR / self._scope
+        return self._dir
 
     def for_thread(self, thread_id: str | None) -> ToolResults:
         """The layer as one conversation sees it: the same options, its own results.
@@ -166,8 +170,7 @@ class ToolResults:
         """
         if thread_id is None:
             return self
-        if self._dir is None:
-            self.tool_calls_dir  # noqa: B018 - every thread's copy shares one temp directory
+        self._base_dir()
         scoped = copy.copy(self)
         scoped._scope = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
         return scoped
@@ -254,11 +257,10 @@ class ToolResults:
     def _writable_dir(self) -> Path:
         """The results directory, creating a thread's subdirectories (private, never through a
         planted symlink)."""
-        directory = self.tool_calls_dir
-        if self._scope is not None:
-            assert self._dir is not None
-            return real_subdirectory(real_subdirectory(self._dir, _THREADS_DIR), self._scope)
-        return directory
+        base = self._base_dir()
+        if self._scope is None:
+            return base
+        return real_subdirectory(real_subdirectory(base, _THREADS_DIR), self._scope)
 
     def summarize(self, text: str) -> str:
         """The summary that stands in for ``text``: the summarizer's, else the digest."""
