@@ -19,7 +19,13 @@ from store_checks import changed_keys, drop_postgres_tables
 
 from memstrata.stores import PostgresStore, open_store
 from memstrata.stores import postgres as pg
-from memstrata.stores.base import ChangeMark, Store, encode_namespace, prefix_upper_bound
+from memstrata.stores.base import (
+    ChangeMark,
+    ConditionalWrite,
+    Store,
+    encode_namespace,
+    prefix_upper_bound,
+)
 
 NS = ("agents", "alice")
 
@@ -268,6 +274,7 @@ def test_async_twins_use_psycopg_async_connections_not_threads(
         await store.aput(NS, "a", 1)
         await store.aupdate(NS, "a", lambda v: v + 1)
         assert await store.aput_if_version(NS, "b", 1, expected_version=0) is not None
+        assert await store.aput_many_if_versions(NS, {"b": ConditionalWrite(1, 0)}) is None
         await store.aupdate_many(NS, {"c": lambda _v: 3})
         items = await store.aupdate_many_since(
             NS, mark, lambda changed: {"seen": lambda _v: [i.key for i in changed]}

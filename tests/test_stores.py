@@ -27,7 +27,7 @@ from memstrata.exceptions import (
     UnsupportedTypeError,
 )
 from memstrata.stores import InMemoryStore, Item, PostgresStore, SQLiteStore, Store, open_store
-from memstrata.stores.base import ChangeMark
+from memstrata.stores.base import ChangeMark, ConditionalWrite
 
 StoreFactory = Callable[[pytest.FixtureRequest, pathlib.Path], Store]
 
@@ -187,6 +187,56 @@ def test_put_if_version_stores_the_callers_encoding(store: Store) -> None:
     assert got is not None and got.version == 1 and got.value == value
 
 
+def test_put_many_if_versions_writes_every_key_or_none(store: Store) -> None:
+    store.put(NS, "snapshot", {"n": 1})
+    # One key stale (journal is absent, not at version 3): nothing is written.
+    stale = {
+        "snapshot": ConditionalWrite({"n": 2}, 1),
+        "journal": ConditionalWrite({"base": 2}, 3),
+    }
+    assert store.put_many_if_versions(NS, stale) is None
+    got = store.get(NS, "snapshot")
+    assert got is not None and got.value == {"n": 1} and got.version == 1
+    assert store.get(NS, "journal") is None
+    # Both at their expected versions: both written, in the order given.
+    indented = orjson.dumps({"n": 2}, option=orjson.OPT_INDENT_2)
+    written = store.put_many_if_versions(
+        NS,
+        {
+            "snapshot": ConditionalWrite({"n": 2}, 1, encoded=indented),
+            "journal": ConditionalWrite({"base": 2}, 0),
+        },
+    )
+    assert written is not None
+    assert [(i.key, i.value, i.version) for i in written] == [
+        ("snapshot", {"n": 2}, 2),
+        ("journal", {"base": 2}, 1),
+    ]
+    assert store.get(NS, "snapshot").value == {"n": 2}  # type: ignore[union-attr]
+    assert store.get(NS, "journal").value == {"base": 2}  # type: ignore[union-attr]
+    # The same writes again are stale now.
+    again = {"snapshot": ConditionalWrite({"n": 3}, 1), "journal": ConditionalWrite({}, 0)}
+    assert store.put_many_if_versions(NS, again) is None
+    assert store.put_many_if_versions(NS, {}) == []
+
+
+def test_put_many_if_versions_refuses_bad_data_before_writing(store: Store) -> None:
+    store.put(NS, "a", 1)
+    with pytest.raises(NonFiniteNumberError):
+        store.put_many_if_versions(
+            NS, {"a": ConditionalWrite(2, 1), "b": ConditionalWrite({"x": math.nan}, 0)}
+        )
+    with pytest.raises(InvalidInputError, match="ConditionalWrite"):
+        store.put_many_if_versions(NS, {"a": (2, 1)})  # type: ignore[dict-item]
+    with pytest.raises(InvalidInputError, match="expected_version"):
+        store.put_many_if_versions(NS, {"a": ConditionalWrite(2, -1)})
+    with pytest.raises(InvalidInputError, match="mapping"):
+        store.put_many_if_versions(NS, [("a", ConditionalWrite(2, 1))])  # type: ignore[arg-type]
+    got = store.get(NS, "a")
+    assert got is not None and got.value == 1 and got.version == 1
+    assert store.get(NS, "b") is None
+
+
 def test_failed_update_writes_nothing(store: Store) -> None:
     store.put(NS, "state", {"keep": 1})
 
@@ -268,6 +318,10 @@ def test_async_twins(store: Store) -> None:
         assert await store.adelete(NS, "k") is True
         assert await store.apurge_expired() == 0
         assert await store.aput_if_version(NS, "k", 1, expected_version=0) is not None
+        both = {"k": ConditionalWrite(2, 1), "j": ConditionalWrite(3, 0)}
+        written = await store.aput_many_if_versions(NS, both)
+        assert written is not None and [i.version for i in written] == [2, 1]
+        assert await store.aput_many_if_versions(NS, both) is None
         await store.aclose()
 
     asyncio.run(scenario())

@@ -12,13 +12,14 @@ from __future__ import annotations
 from urllib.parse import unquote, urlsplit
 
 from memstrata.exceptions import InvalidInputError
-from memstrata.stores.base import ChangeMark, Changes, Item, Namespace, Store
+from memstrata.stores.base import ChangeMark, Changes, ConditionalWrite, Item, Namespace, Store
 from memstrata.stores.memory import InMemoryStore
 from memstrata.stores.sqlite import SQLiteStore
 
 __all__ = [
     "ChangeMark",
     "Changes",
+    "ConditionalWrite",
     "InMemoryStore",
     "Item",
     "Namespace",

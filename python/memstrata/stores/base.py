@@ -110,6 +110,17 @@ class Changes:
 Planner = Callable[[list[Item]], Mapping[str, Updater]]
 
 
+@dataclass(frozen=True)
+class ConditionalWrite:
+    """One write of :meth:`Store.put_many_if_versions`: ``value`` for a key, only if the key's
+    live item is at ``expected_version`` (0: absent). ``encoded`` is ``value``'s JSON text as
+    the caller already holds it, as for :meth:`Store.put_if_version`."""
+
+    value: JSONValue
+    expected_version: int
+    encoded: bytes | None = None
+
+
 def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -> Namespace:
     """Returns the namespace as a tuple, or raises InvalidInputError naming the bad label."""
     if not isinstance(namespace, (tuple, list)):
@@ -199,6 +210,23 @@ def sequence_position(since: ChangeMark, backend: str, namespace: Namespace) -> 
     if not position.isdigit():
         raise InvalidInputError(f"since holds {position!r}, not a {backend} sequence number")
     return int(position)
+
+
+def validate_writes(writes: Any) -> builtins.list[str]:
+    """The keys of a ``put_many_if_versions`` mapping, each checked, with its write's version."""
+    if not isinstance(writes, Mapping):
+        raise InvalidInputError(
+            f"writes must be a mapping of key to ConditionalWrite, got {type(writes).__name__}"
+        )
+    keys = []
+    for key, write in writes.items():
+        if not isinstance(write, ConditionalWrite):
+            raise InvalidInputError(
+                f"writes[{key!r}] must be a ConditionalWrite, got {type(write).__name__}"
+            )
+        validate_version(write.expected_version)
+        keys.append(validate_key(key))
+    return keys
 
 
 def validate_updates(updates: Any) -> builtins.list[str]:
@@ -314,6 +342,24 @@ class Store(ABC):
         it for unchecked data can store NaN as null. ``encoded`` is ``value``'s JSON text as the
         caller already holds it (any whitespace), stored as it is instead of encoding ``value``
         again; the caller vouches that it encodes ``value``.
+        """
+
+    @abstractmethod
+    def put_many_if_versions(
+        self,
+        namespace: Namespace,
+        writes: Mapping[str, ConditionalWrite],
+        *,
+        validated: bool = False,
+    ) -> builtins.list[Item] | None:
+        """Writes every ``key: ConditionalWrite`` in one transaction, only if every key's live
+        item is still at its write's ``expected_version``; returns the items in the order of
+        ``writes``, or None, writing nothing, when any key was written by someone else first.
+
+        The values are checked and encoded before anything is written, so bad data is refused
+        with every key untouched. ``validated`` is as for :meth:`put_if_version`, for all the
+        values. A layer whose record spans several keys (a working memory's snapshot and its
+        journal) moves them together with it, so a reader never sees one without the other.
         """
 
     @abstractmethod
@@ -434,6 +480,17 @@ class Store(ABC):
             ttl=ttl,
             validated=validated,
             encoded=encoded,
+        )
+
+    async def aput_many_if_versions(
+        self,
+        namespace: Namespace,
+        writes: Mapping[str, ConditionalWrite],
+        *,
+        validated: bool = False,
+    ) -> builtins.list[Item] | None:
+        return await asyncio.to_thread(
+            self.put_many_if_versions, namespace, writes, validated=validated
         )
 
     async def aupdate_many(

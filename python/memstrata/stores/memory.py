@@ -21,6 +21,7 @@ from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
     Changes,
+    ConditionalWrite,
     Item,
     JSONValue,
     Namespace,
@@ -34,6 +35,7 @@ from memstrata.stores.base import (
     validate_ttl,
     validate_updates,
     validate_version,
+    validate_writes,
 )
 
 _BACKEND = "memory"
@@ -197,6 +199,31 @@ class InMemoryStore(Store):
                 return None
             row = self._write(namespace, key, data, ttl, now, self._tick())
             return self._item(namespace, key, row, value, fresh=True)
+
+    def put_many_if_versions(
+        self,
+        namespace: Namespace,
+        writes: Mapping[str, ConditionalWrite],
+        *,
+        validated: bool = False,
+    ) -> builtins.list[Item] | None:
+        namespace, keys = validate_namespace(namespace), validate_writes(writes)
+        data = [
+            codec.dumps(writes[key].value, validated=validated, encoded=writes[key].encoded)
+            for key in keys
+        ]
+        with self._lock:
+            now = time.time()
+            for key in keys:
+                row = self._rows.get((namespace, key))
+                current = row.version if row is not None and row.live(now) else 0
+                if current != writes[key].expected_version:
+                    return None
+            items = []
+            for key, encoded in zip(keys, data):
+                row = self._write(namespace, key, encoded, None, now, self._tick())
+                items.append(self._item(namespace, key, row, writes[key].value, fresh=True))
+            return items
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None

@@ -53,6 +53,7 @@ from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
     Changes,
+    ConditionalWrite,
     Item,
     JSONValue,
     Namespace,
@@ -69,6 +70,7 @@ from memstrata.stores.base import (
     validate_ttl,
     validate_updates,
     validate_version,
+    validate_writes,
 )
 from memstrata.stores.pg_connections import ConnectionsByLoop, LoopConnections
 
@@ -452,6 +454,47 @@ class PostgresStore(Store):
             written = conn.execute(_UPSERT, params).fetchone()
         return self._written(namespace, key, value, written)
 
+    def _conditional_params(
+        self, namespace: Namespace, writes: Mapping[str, ConditionalWrite], validated: bool
+    ) -> dict[str, dict[str, Any]]:
+        validate_namespace(namespace)
+        return {
+            key: self._write_params(
+                namespace,
+                key,
+                writes[key].value,
+                None,
+                validated=validated,
+                encoded=writes[key].encoded,
+            )
+            for key in validate_writes(writes)
+        }
+
+    def put_many_if_versions(
+        self,
+        namespace: Namespace,
+        writes: Mapping[str, ConditionalWrite],
+        *,
+        validated: bool = False,
+    ) -> builtins.list[Item] | None:
+        all_params = self._conditional_params(namespace, writes, validated)
+        with self._pool.connection() as conn, conn.transaction():
+            # Keys are locked in one order, so two batches over the same keys cannot deadlock.
+            now = None
+            for key in sorted(all_params):
+                (now,) = conn.execute(_LOCK_KEY, all_params[key]).fetchone()
+            for key, params in all_params.items():
+                params["now"] = now
+                row = conn.execute(_CURRENT_VERSION, params).fetchone()
+                if (row[0] if row else 0) != writes[key].expected_version:
+                    return None
+            return [
+                self._written(
+                    namespace, key, writes[key].value, conn.execute(_UPSERT, params).fetchone()
+                )
+                for key, params in all_params.items()
+            ]
+
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
@@ -677,6 +720,29 @@ class PostgresStore(Store):
                 return None
             written = await (await conn.execute(_UPSERT, params)).fetchone()
         return self._written(namespace, key, value, written)
+
+    async def aput_many_if_versions(
+        self,
+        namespace: Namespace,
+        writes: Mapping[str, ConditionalWrite],
+        *,
+        validated: bool = False,
+    ) -> builtins.list[Item] | None:
+        all_params = self._conditional_params(namespace, writes, validated)
+        async with (await self._apool()).connection() as conn, conn.transaction():
+            now = None
+            for key in sorted(all_params):
+                (now,) = await (await conn.execute(_LOCK_KEY, all_params[key])).fetchone()
+            for key, params in all_params.items():
+                params["now"] = now
+                row = await (await conn.execute(_CURRENT_VERSION, params)).fetchone()
+                if (row[0] if row else 0) != writes[key].expected_version:
+                    return None
+            items = []
+            for key, params in all_params.items():
+                written = await (await conn.execute(_UPSERT, params)).fetchone()
+                items.append(self._written(namespace, key, writes[key].value, written))
+            return items
 
     async def apurge_expired(self) -> int:
         async with (await self._apool()).connection() as conn, conn.transaction():

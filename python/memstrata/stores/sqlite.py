@@ -36,6 +36,7 @@ from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
     Changes,
+    ConditionalWrite,
     Item,
     JSONValue,
     Namespace,
@@ -52,6 +53,7 @@ from memstrata.stores.base import (
     validate_ttl,
     validate_updates,
     validate_version,
+    validate_writes,
 )
 
 SCHEMA_VERSION = 2
@@ -367,6 +369,34 @@ class SQLiteStore(Store):
             if (row[0] if row else 0) != expected_version:
                 return None
             return self._write(conn, namespace, key, value, data, ttl, now)
+
+    def put_many_if_versions(
+        self,
+        namespace: Namespace,
+        writes: Mapping[str, ConditionalWrite],
+        *,
+        validated: bool = False,
+    ) -> builtins.list[Item] | None:
+        namespace, keys = validate_namespace(namespace), validate_writes(writes)
+        ns = encode_namespace(namespace)
+        # Bad data is refused before the write lock is taken.
+        data = [
+            codec.dumps(writes[key].value, validated=validated, encoded=writes[key].encoded)
+            for key in keys
+        ]
+        with self._transaction() as conn:
+            now = time.time()
+            for key in keys:
+                row = conn.execute(
+                    f"SELECT version FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
+                    (ns, key, now),
+                ).fetchone()
+                if (row[0] if row else 0) != writes[key].expected_version:
+                    return None
+            return [
+                self._write(conn, namespace, key, writes[key].value, encoded, None, now)
+                for key, encoded in zip(keys, data)
+            ]
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
