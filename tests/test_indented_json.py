@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from memstrata import MemoryStack, WorkingMemory, deep_merge, estimate_tokens
 from memstrata.indented_json import render, respliced
+from memstrata.layers.wm_journal import read_state
 
 keys = st.one_of(
     st.sampled_from(["a", "b", "c", "ab", "a b", "é", "k\n", 'q"', "\\", "", "__proto__"]),
@@ -98,8 +99,8 @@ def test_working_memory_blocks_match_a_full_render_after_many_updates() -> None:
             assert abs(counted - estimate_tokens(block)) <= error
             spliced += handle._spliced is not None and handle._spliced[1] is block
             recounted += error == 0
-            # Stored from the block's own JSON text: what a new process reads back is the state.
-            assert stack.store.get(handle.namespace, "state").value == handle.state
+            # What a new process reads back (snapshot and journal) is the state.
+            assert read_state(stack.store, handle.namespace) == (handle.state, handle.version)
     assert spliced >= 50 and 1 <= recounted < 30, (spliced, recounted)
 
 

@@ -44,6 +44,7 @@ from memstrata import (
     strip_unsafe_keys,
 )
 from memstrata.exceptions import InvalidInputError, RecoverableContextError
+from memstrata.layers.wm_journal import read_state
 from memstrata.stores import PostgresStore, Store
 
 UNSAFE = ("__proto__", "constructor")
@@ -879,8 +880,8 @@ def test_sql_looking_scope_ids_are_plain_data(sql_store: Store) -> None:
             assert run.call_tool("memory_write", {"key": text, "value": text})["ok"] is True
             assert run.call_tool("mind_believe", {"content": f"The name is {text} indeed"})["id"]
     for text in SQL_STRINGS:
-        state = sql_store.get(("working-memory", "thread", text), "state")
-        assert state is not None and state.value == {"who": text}
+        assert read_state(sql_store, ("working-memory", "thread", text)) == ({"who": text}, 1)
         assert sql_store.get(("shared-memory", text), f"shared:{text}") is not None
         assert len(sql_store.list(("mind", text))) == 1
-    assert len(sql_store.list(("working-memory",), limit=1000)) == len(SQL_STRINGS)
+    # Each working memory is its snapshot and its journal.
+    assert len(sql_store.list(("working-memory",), limit=1000)) == 2 * len(SQL_STRINGS)

@@ -18,6 +18,7 @@ from memstrata.exceptions import (
     SchemaViolationError,
 )
 from memstrata.layers import WorkingMemory
+from memstrata.layers.wm_journal import read_state
 from memstrata.stack import MemoryStack
 from memstrata.stores import PostgresStore, SQLiteStore, Store
 
@@ -89,8 +90,8 @@ def test_concurrent_runs_merge_into_each_others_writes(store: SQLiteStore) -> No
             "version": 2,
         }
         assert second.layer("working-memory").snapshot == {"from_first": 1, "from_second": 2}
-    item = store.get(("working-memory", "thread", "t"), "state")
-    assert item is not None and item.value == {"from_first": 1, "from_second": 2}
+    stored = read_state(store, ("working-memory", "thread", "t"))
+    assert stored == ({"from_first": 1, "from_second": 2}, 2)
 
 
 def test_state_survives_reopening_the_file(db: pathlib.Path) -> None:
@@ -344,7 +345,9 @@ def test_state_failing_the_schema_at_load_is_moved_aside(
     assert len(kept) == 1 and kept[0]["state"] == {"age": "old-format"}
     assert kept[0]["key"].startswith("quarantine/") and kept[0]["violations"]
     assert "moved aside" in caplog.text
-    assert store.get(("working-memory", "thread", "t"), "state") is None
+    # Both rows were reset to the empty state in one write.
+    assert read_state(store, ("working-memory", "thread", "t")) == ({}, 2)
+    assert store.get(("working-memory", "thread", "t"), "journal").value["patches"] == []  # type: ignore[union-attr]
 
 
 def test_spawn_clones_resource_scope_but_not_thread_scope(store: SQLiteStore) -> None:
@@ -419,14 +422,29 @@ def test_a_long_lived_layer_starts_each_run_from_the_current_state(
         assert kept == {"profile": {"name": "Alice"}}
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state is kept  # nothing changed: nothing re-read
-    other.put(ns, "state", {"profile": {"name": "Bob"}})
+    # Another process's layer appends (a journal patch: this one merges just that in) ...
+    elsewhere = MemoryStack([WorkingMemory(schema=PROFILE_SCHEMA)], store=other)
+    with elsewhere.run(thread_id="t1") as run:
+        assert call(run, "working-memory/update", {"profile": {"name": "Bob"}})["ok"]
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state == {"profile": {"name": "Bob"}}
+        assert run.layer("working-memory").version == 2
         assert "Bob" in run.prepare([])[0]["content"]
+    # ... replaces (a new snapshot) ...
+    with elsewhere.run(thread_id="t1") as run:
+        run.layer("working-memory").update({"age": 41}, mode="replace")
+    with stack.run(thread_id="t1") as run:
+        assert run.layer("working-memory").state == {"age": 41}
+    # ... or the rows are deleted and written again: version 1 again.
+    other.delete(ns, "journal")
     other.delete(ns, "state")
-    other.put(ns, "state", {"profile": {"name": "Bob"}})  # re-created: version 1 again
+    with elsewhere.run(thread_id="t1") as run:
+        assert call(run, "working-memory/update", {"profile": {"name": "Cy"}})["ok"]
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").version == 1
+        assert run.layer("working-memory").state == {"profile": {"name": "Cy"}}
+    # A state written behind the layers' backs (an older memstrata wrote only the snapshot).
+    other.delete(ns, "journal")
     other.put(ns, "state", {"age": "not a number"})
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state == {}

@@ -19,11 +19,13 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
+from memstrata.layers.wm_journal import JOURNAL_KEY, STATE_KEY, read_state
 from memstrata.stack import MemoryStack
 from memstrata.stores import Item, Store, open_store
 
@@ -75,8 +77,31 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
+    """A working memory is stored as a snapshot and a journal of the updates since (see
+    ``memstrata.layers.wm_journal``): inspect shows the pair as the one state a run loads."""
+    journals = {
+        i.namespace: i for i in items if i.namespace[0] == "working-memory" and i.key == JOURNAL_KEY
+    }
+    snapshots = {i.namespace for i in items if i.namespace in journals and i.key == STATE_KEY}
+    folded = []
+    for item in items:
+        if item.namespace in snapshots:
+            if item.key == JOURNAL_KEY:
+                continue
+            current = read_state(store, item.namespace) if item.key == STATE_KEY else None
+            if current is not None:
+                journal = journals[item.namespace]
+                item = replace(
+                    item, value=current[0], version=current[1], updated_at=journal.updated_at
+                )
+        folded.append(item)
+    return folded
+
+
 def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) -> str:
     items = [item for prefix in prefixes or [()] for item in _items(store, prefix)]
+    items = _fold_working_memories(store, items)
     if as_json:
         return json.dumps(
             [

@@ -35,11 +35,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
-from memstrata._core import deep_merge, strip_unsafe_keys
+from memstrata._core import strip_unsafe_keys
 from memstrata.exceptions import (
     BudgetExceededError,
     InvalidInputError,
@@ -50,6 +51,21 @@ from memstrata.exceptions import (
 )
 from memstrata.indented_json import render as render_json
 from memstrata.indented_json import respliced
+from memstrata.layers.wm_journal import (
+    JOURNAL_KEY,
+    MAX_JOURNAL_PATCHES,
+    STATE_KEY,
+    Options,
+    Position,
+    StorageRaceError,
+    apply_patch,
+    head_stamp,
+    journal_limit,
+    journal_since,
+    journal_value,
+    position_of,
+)
+from memstrata.layers.wm_journal import read as read_stored
 from memstrata.prompts import (
     WORKING_MEMORY_CLEAR_DESCRIPTION,
     WORKING_MEMORY_GET_DESCRIPTION,
@@ -63,7 +79,7 @@ from memstrata.prompts import (
 )
 from memstrata.schema_check import state_checker
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Item, Namespace, codec
+from memstrata.stores import ConditionalWrite, Item, Namespace, codec
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -78,16 +94,29 @@ _SCOPE_ALIASES = {
     "resource": "resource",
     "user": "resource",
 }
-STATE_KEY = "state"
 QUARANTINE_PREFIX = "quarantine/"
 LEGACY_TOOL = "updateWorkingMemory"
 STATES_KEPT = 256
+# An update that keeps losing the race to other writers gives up after this many attempts
+# (each attempt reads only what they wrote, so this is never reached by plain contention).
+MAX_WRITE_ATTEMPTS = 1000
 DEFAULT_MAX_STATE_BYTES = 1 << 20
 # How far the count of one spliced piece may be from its share of the block's count (measured:
 # within 1 for the native estimator on JSON members; doubled), and how much such error a
 # block's count may carry before it is counted in full again.
 SPLICE_ERROR_TOKENS = 2
 MAX_COUNT_ERROR_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A checked state the layer keeps between runs, with its block and where it stands."""
+
+    store: Any
+    state: State
+    block: str | None
+    tokens: tuple[str, int, int] | None
+    position: Position
 
 
 class WorkingMemory:
@@ -163,36 +192,23 @@ class WorkingMemory:
         # The whole-state check, and for a JSON Schema the compiled schema that can check
         # only what a merge changed.
         self._validator, self._state_schema = state_checker(schema)
-        # namespace -> (store, stamp, checked state, its rendered block or None, the block's
-        # token count (block, tokens, possible error) or None), most recently used last.
-        self._states: OrderedDict[Namespace, tuple[Any, tuple[int, float], State, Any, Any]]
-        self._states = OrderedDict()
+        # namespace -> the checked state last seen there, most recently used last.
+        self._states: OrderedDict[Namespace, _Kept] = OrderedDict()
         self._states_lock = threading.Lock()
 
-    def _remember(self, handle: WorkingMemoryHandle, item: Item) -> None:
-        rendered = handle._rendered
-        block = rendered[1] if rendered is not None and rendered[0] is handle.state else None
-        counted = handle._block_tokens
-        tokens = (
-            counted if block is not None and counted is not None and counted[0] is block else None
-        )
-        kept = (handle.ctx.store, (item.version, item.created_at), handle.state, block, tokens)
+    def _remember(self, handle: WorkingMemoryHandle) -> None:
+        kept = handle._kept()
         with self._states_lock:
             self._states[handle.namespace] = kept
             self._states.move_to_end(handle.namespace)
             if len(self._states) > STATES_KEPT:
                 self._states.popitem(last=False)
 
-    def _remembered(
-        self, store: Any, namespace: Namespace, stamp: tuple[int, float]
-    ) -> tuple[State, str | None, Any] | None:
-        """The checked state last seen at ``stamp`` in ``store``, its block and the block's
-        token count, or None."""
+    def _remembered(self, store: Any, namespace: Namespace) -> _Kept | None:
+        """The checked state last seen in ``namespace`` of ``store`` (current or not), or None."""
         with self._states_lock:
             kept = self._states.get(namespace)
-        if kept is None or kept[0] is not store or kept[1] != stamp:
-            return None
-        return kept[2], kept[3], kept[4]
+        return kept if kept is not None and kept.store is store else None
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
@@ -280,7 +296,7 @@ class WorkingMemory:
         scope_id = child.resource_id or handle.namespace[2]
         clone = WorkingMemoryHandle(self, child, (self.name, self.scope, scope_id))
         clone.state = copy.deepcopy(handle.state)
-        clone.version = handle.version
+        clone._position = handle._position
         return clone
 
     def close(self, handle: WorkingMemoryHandle, error: BaseException | None) -> None:
@@ -296,7 +312,8 @@ class WorkingMemoryHandle:
         self.ctx = ctx
         self.namespace = namespace
         self.state: State = layer.empty_state()
-        self.version = 0
+        # Where the state stands in the store: versions, the journal's patches.
+        self._position = Position()
         # prepare() runs every turn; the block only changes when the state object does.
         self._rendered: tuple[State, str] | None = None
         # (old block, new block, pieces replaced) of the last block built by splicing, and
@@ -329,55 +346,130 @@ class WorkingMemoryHandle:
 
     # Reading ----------------------------------------------------------------------------------
 
+    @property
+    def version(self) -> int:
+        """The working memory's version: how many writes it has taken (0: never written)."""
+        return self._position.version
+
     def load(self) -> None:
         store = self.ctx.store
-        stamp = store.stamp(self.namespace, STATE_KEY)
-        kept = None if stamp is None else self.layer._remembered(store, self.namespace, stamp)
-        if kept is not None and stamp is not None:
-            self.state, self.version = kept[0], stamp[0]
-            if kept[1] is not None:
-                self._rendered = (kept[0], kept[1])
-                self._block_tokens = kept[2]
+        stamp = head_stamp(store, self.namespace)
+        if stamp is None:
+            self._start_empty()
             return
-        item = None if stamp is None else store.get(self.namespace, STATE_KEY)
-        if item is None:
-            self.state = (
-                self.layer.template if self.layer.template is not None else self.layer.empty_state()
-            )
-            self.version = 0
+        kept = self.layer._remembered(store, self.namespace)
+        if kept is not None and kept.position.stamp == stamp:
+            self._adopt(kept)
             return
-        try:
-            self.state = self._checked(item.value)
-            self.version = item.version
-        except (SchemaViolationError, InvalidInputError, TypeError) as exc:
-            self._quarantine(item, exc)
-            return
-        self.layer._remember(self, item)
+        self._read(kept)
 
-    def _quarantine(self, item: Item, reason: Exception) -> None:
+    def _start_empty(self) -> None:
+        self.state = self._initial()
+        self._position = Position()
+        self._rendered = self._block_tokens = None
+
+    def _kept(self) -> _Kept:
+        """What the layer keeps of this handle's state for the next run."""
+        rendered = self._rendered
+        block = rendered[1] if rendered is not None and rendered[0] is self.state else None
+        counted = self._block_tokens
+        tokens = (
+            counted if block is not None and counted is not None and counted[0] is block else None
+        )
+        return _Kept(self.ctx.store, self.state, block, tokens, self._position)
+
+    def _adopt(self, kept: _Kept) -> None:
+        self.state, self._position = kept.state, kept.position
+        if kept.block is not None:
+            self._rendered = (kept.state, kept.block)
+            self._block_tokens = kept.tokens
+
+    def _read(self, kept: _Kept | None) -> None:
+        """Reads the stored state: from the state ``kept`` holds when the journal only grew
+        since (only the journal is read, and its new patches merged in), else from the
+        snapshot and every patch."""
+        store = self.ctx.store
+        try:
+            if kept is not None:
+                held = kept.position.snapshot_version
+                journal = journal_since(store, self.namespace, held)
+                if journal is not None:
+                    position = position_of(None, journal, snapshot_version=held)
+                    if self._catch_up(kept, position):
+                        self._position = position
+                        self.layer._remember(self)
+                        return
+            snapshot, journal = read_stored(store, self.namespace)
+            if snapshot is None and journal is None:
+                self._start_empty()
+                return
+            position = position_of(snapshot, journal)
+            state = snapshot.value if snapshot is not None else self._initial()
+            for patch in position.patches:
+                state = self._combine(state, patch, "append", position.options)
+            self.state = self._checked(state)
+            self._position = position
+        except (SchemaViolationError, InvalidInputError, TypeError) as exc:
+            self._quarantine(exc)
+            return
+        self.layer._remember(self)
+
+    def _catch_up(self, kept: _Kept, position: Position) -> bool:
+        """Merges into ``kept``'s state the patches written since, when that is all that
+        changed; False when the snapshot moved on (or anything else did)."""
+        held = kept.position
+        done = len(held.patches)
+        if (
+            held.snapshot_version != position.snapshot_version
+            or (done and held.options != position.options)
+            or position.patches[:done] != held.patches
+        ):
+            return False
+        self._adopt(kept)
+        state = kept.state
+        for patch in position.patches[done:]:
+            merged = self._combine(state, patch, "append", position.options)
+            merged_from = (state, patch)
+            state = self._checked(merged, strip=False, merged_from=merged_from)
+            # Keeps the block (and its count) up to date by splicing, as an update does.
+            self._count_block(self._render_of(state, merged_from))
+        self.state = state
+        return True
+
+    def _quarantine(self, reason: Exception) -> None:
         moved_at = time.time()
         key = f"{QUARANTINE_PREFIX}{moved_at:.6f}"
         violations = getattr(reason, "violations", None) or [str(reason)]
-        # Copy first, then delete: a crash between the two leaves a duplicate, never a loss.
+        # Copy first, then start over: a crash between the two leaves a duplicate, never a loss.
+        snapshot = self.ctx.store.get(self.namespace, STATE_KEY)
+        journal = self.ctx.store.get(self.namespace, JOURNAL_KEY)
+        previous = max((i.version for i in (snapshot, journal) if i is not None), default=0)
         self.ctx.store.put(
             self.namespace,
             key,
             {
-                "state": item.value,
-                "version": item.version,
+                "state": snapshot.value if snapshot is not None else None,
+                "journal": journal.value if journal is not None else None,
+                "version": previous,
                 "moved_at": moved_at,
                 "violations": violations,
             },
         )
-        self.ctx.store.delete(self.namespace, STATE_KEY)
         logger.warning(
             "working memory %s failed its schema at load and was moved aside to %r: %s",
             "/".join(self.namespace),
             key,
             "; ".join(violations),
         )
-        self.state = self.layer.empty_state()
-        self.version = 0
+        # Both rows are reset in one write, and only if nobody wrote since they were read: a
+        # write that raced this one stands, and is what the next run loads.
+        self._start_empty()
+        self._position = Position(
+            previous,
+            snapshot.version if snapshot is not None else 0,
+            journal.version if journal is not None else 0,
+        )
+        self._commit(self.layer.empty_state(), None)
 
     def quarantined(self) -> list[dict[str, Any]]:
         """States moved aside because they failed the schema at load, oldest first."""
@@ -458,44 +550,111 @@ class WorkingMemoryHandle:
         if mode not in ("append", "replace"):
             raise InvalidInputError(f"mode must be 'append' or 'replace', got {mode!r}")
         patch = self._coerce_patch(patch)
-        # Fast path: the run holds the state it loaded, already checked; if nobody wrote since,
-        # merge into it and write without reading the stored value back.
-        merged = self._combine(self.state, patch, mode)
-        # An append changed only what the patch reached: the schema checks just that part.
-        merged_from = (self.state, patch) if mode == "append" else None
-        new_state = self._checked(merged, strip=False, budget=True, merged_from=merged_from)
-        # The state came out of deep_merge / strip_unsafe_keys and the render: JSON data
-        # already, so the store need not walk all of it again, and the block the budget check
-        # rendered holds its JSON text, which the store can write as it is.
-        item = self.ctx.store.put_if_version(
-            self.namespace,
-            STATE_KEY,
-            new_state,
-            expected_version=self.version,
-            validated=True,
-            encoded=self._rendered_json(new_state),
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            # The run holds the state it loaded, already checked: merge into it and write, if
+            # nobody wrote since, without reading the stored value back.
+            merged = self._combine(self.state, patch, mode)
+            # An append changed only what the patch reached: the schema checks just that part.
+            merged_from = (self.state, patch) if mode == "append" else None
+            new_state = self._checked(merged, strip=False, budget=True, merged_from=merged_from)
+            if self._commit(new_state, patch if mode == "append" else None):
+                return self.state
+            # Another writer got there first: catch up with what they wrote, merge again.
+            self._read(self._kept())
+        raise StorageRaceError(
+            f"working memory {'/'.join(self.namespace)}: {MAX_WRITE_ATTEMPTS} attempts to "
+            "write lost to other writers"
         )
-        if item is None:
-            # Another writer got there first: merge into theirs, atomically.
-            def combine(current: Any) -> State:
-                base = self._checked(current) if current is not None else self._initial()
-                merged = self._combine(base, patch, mode)
-                since = (base, patch) if mode == "append" else None
-                return self._checked(merged, strip=False, budget=True, merged_from=since)
-
-            item = self.ctx.store.update(self.namespace, STATE_KEY, combine)
-            new_state = item.value
-        self.state, self.version = new_state, item.version
-        self.layer._remember(self, item)
-        return self.state
 
     def clear(self) -> None:
         """Empties the state (a template does not come back; the model cleared it on purpose)."""
         if self.layer.read_only:
             raise ReadOnlyError("working memory is read-only")
-        item = self.ctx.store.put(self.namespace, STATE_KEY, self.layer.empty_state())
-        self.state, self.version = item.value, item.version
-        self.layer._remember(self, item)
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if self._commit(self.layer.empty_state(), None):
+                return
+            self._read(self._kept())
+        raise StorageRaceError(
+            f"working memory {'/'.join(self.namespace)}: {MAX_WRITE_ATTEMPTS} attempts to "
+            "clear lost to other writers"
+        )
+
+    def _commit(self, new_state: State, patch: State | None) -> bool:
+        """Writes ``new_state``, the merge of ``patch`` (None: a replace) into the state held,
+        if the store is still where this handle last saw it; False, writing nothing, if not.
+
+        An append goes into the journal as its patch. The whole state is written (and the
+        journal emptied, in the same transaction) for a replace, the first write, a change of
+        merge options, or once the journal is full.
+        """
+        held = self._position
+        options: Options = (self.layer.arrays, self.layer.nulls)
+        store = self.ctx.store
+        rendered = self._rendered
+        state_bytes = len(rendered[1]) if rendered is not None and rendered[0] is new_state else 0
+        if (
+            patch is not None
+            and held.journal_version
+            and held.snapshot_version
+            and (not held.patches or held.options == options)
+            and len(held.patches) < MAX_JOURNAL_PATCHES
+        ):
+            # The patch as merged: deep_merge strips unsafe keys from what it brings in, so
+            # the stored patch merges to the same state on replay.
+            clean = strip_unsafe_keys(patch) if isinstance(patch, dict) else patch
+            text = orjson.dumps(clean)
+            if held.journal_bytes + len(text) + 1 <= journal_limit(state_bytes):
+                patches, texts = (*held.patches, clean), (*held.texts, text)
+                value, encoded = journal_value(
+                    held.version + 1, held.snapshot_version, options, patches, texts
+                )
+                item = store.put_if_version(
+                    self.namespace,
+                    JOURNAL_KEY,
+                    value,
+                    expected_version=held.journal_version,
+                    validated=True,
+                    encoded=encoded,
+                )
+                if item is None:
+                    return False
+                self._wrote(new_state, held.snapshot_version, item, options, patches, texts)
+                return True
+        value, encoded = journal_value(held.version + 1, held.snapshot_version + 1, options, (), ())
+        # The state came out of deep_merge / strip_unsafe_keys and the render: JSON data
+        # already, so the store need not walk all of it again, and the block the budget check
+        # rendered holds its JSON text, which the store can write as it is.
+        written = store.put_many_if_versions(
+            self.namespace,
+            {
+                STATE_KEY: ConditionalWrite(
+                    new_state, held.snapshot_version, self._rendered_json(new_state)
+                ),
+                JOURNAL_KEY: ConditionalWrite(value, held.journal_version, encoded),
+            },
+            validated=True,
+        )
+        if written is None:
+            return False
+        self._wrote(new_state, written[0].version, written[1], options, (), ())
+        return True
+
+    def _wrote(
+        self,
+        new_state: State,
+        snapshot_version: int,
+        journal: Item,
+        options: Options,
+        patches: tuple[Any, ...],
+        texts: tuple[bytes, ...],
+    ) -> None:
+        stamp = (JOURNAL_KEY, journal.version, journal.created_at)
+        version = self._position.version + 1
+        self._position = Position(
+            version, snapshot_version, journal.version, stamp, options, patches, texts
+        )
+        self.state = new_state
+        self.layer._remember(self)
 
     def _initial(self) -> State:
         return self.layer.template if self.layer.template is not None else self.layer.empty_state()
@@ -520,17 +679,15 @@ class WorkingMemoryHandle:
             )
         return patch
 
-    def _combine(self, base: State, patch: State, mode: Mode) -> State:
-        if isinstance(patch, dict):
-            if mode == "replace":
-                return dict(strip_unsafe_keys(patch))
-            merged: dict[str, Any] = deep_merge(
-                base, patch, arrays=self.layer.arrays, nulls=self.layer.nulls
-            )
-            return merged
-        if mode == "replace" or not isinstance(base, str) or not base.strip():
-            return patch
-        return f"{base.rstrip()}\n\n{patch}"
+    def _combine(
+        self, base: State, patch: State, mode: Mode, options: Options | None = None
+    ) -> State:
+        """``patch`` merged into (append) or written over (replace) ``base``; ``options`` are
+        the ``(arrays, nulls)`` a stored patch was made with, the layer's by default."""
+        if mode == "replace":
+            return dict(strip_unsafe_keys(patch)) if isinstance(patch, dict) else patch
+        merged: State = apply_patch(base, patch, options or (self.layer.arrays, self.layer.nulls))
+        return merged
 
     def _checked(
         self,
