@@ -54,6 +54,10 @@ def test_respliced_text_is_the_full_render(
         assert all(o in render(old) for o, _n in changes)
     else:
         assert changes == []
+    # Inside a block around the render: the same splice, the text around it kept.
+    block = f"<tag>\n{render(old)}\n</tag>"
+    inside = respliced(block, old, new, patch, within=(6, len(block) - 7))
+    assert inside == (None if got is None else f"<tag>\n{got}\n</tag>")
 
 
 def test_respliced_handles_the_usual_shapes_without_a_full_render() -> None:

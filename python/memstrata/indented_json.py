@@ -35,20 +35,29 @@ Changes = list[tuple[str, str]]
 
 
 def respliced(
-    old_text: str, old: Any, new: Any, patch: Any, changes: Changes | None = None
+    old_text: str,
+    old: Any,
+    new: Any,
+    patch: Any,
+    changes: Changes | None = None,
+    *,
+    within: tuple[int, int] | None = None,
 ) -> str | None:
     """The render of ``new`` (the merge of ``patch`` into ``old``), built from ``old_text`` (the
     render of ``old``), or None when the caller should render ``new`` in full.
 
     ``changes``, when given, receives each replaced piece of text as ``(old, new)``, innermost
     only (an object recursed into is not itself a piece): what a caller needs to update a
-    count of the text without reading all of it.
+    count of the text without reading all of it. ``within=(lo, hi)`` says the render of
+    ``old`` is ``old_text[lo:hi]`` (a block around it); the text around it is kept as it is,
+    which spares the caller copying a large text out and back in.
     """
     if not (type(old) is dict and type(new) is dict and type(patch) is dict):
         return None
+    lo, hi = within if within is not None else (0, len(old_text))
     pieces: Changes = []
     edits: list[tuple[int, int, str]] = []
-    if not _splice(old_text, 0, len(old_text), 0, old, new, patch, edits, pieces):
+    if not _splice(old_text, lo, hi, 0, old, new, patch, edits, pieces):
         return None
     if not edits:
         return old_text

@@ -61,7 +61,8 @@ class Position:
 
     ``version`` is the working memory's version; ``snapshot_version`` and ``journal_version``
     the store versions of the two rows (0: absent); ``stamp`` what ``head_stamp`` returns while
-    nothing was written since; ``patches`` the journal's patches and ``texts`` their JSON."""
+    nothing was written since; ``patches`` the journal's patches, ``texts`` their JSON and
+    ``journal_bytes`` its size."""
 
     version: int = 0
     snapshot_version: int = 0
@@ -70,10 +71,8 @@ class Position:
     options: Options | None = None
     patches: tuple[Any, ...] = ()
     texts: tuple[bytes, ...] = field(default=(), repr=False)
-
-    @property
-    def journal_bytes(self) -> int:
-        return sum(len(text) + 1 for text in self.texts)
+    # Bytes of the patches' texts with their separators, kept rather than summed per write.
+    journal_bytes: int = 0
 
 
 def head_stamp(store: Store, namespace: Namespace) -> tuple[str, int, float] | None:
@@ -168,6 +167,7 @@ def position_of(
         stamp = None if snapshot is None else (STATE_KEY, snapshot.version, snapshot.created_at)
         return Position(snapshot_version, snapshot_version, 0, stamp)
     version, _base, options, patches = parse(journal)
+    texts = tuple(orjson.dumps(patch) for patch in patches)
     return Position(
         version,
         snapshot_version,
@@ -175,7 +175,8 @@ def position_of(
         (JOURNAL_KEY, journal.version, journal.created_at),
         options,
         tuple(patches),
-        tuple(orjson.dumps(patch) for patch in patches),
+        texts,
+        sum(len(text) + 1 for text in texts),
     )
 
 

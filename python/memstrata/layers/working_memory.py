@@ -492,9 +492,10 @@ class WorkingMemoryHandle:
             old_block = rendered[1]
             if old_block.startswith(_OPEN) and old_block.endswith(_CLOSE):
                 pieces: list[tuple[str, str]] = []
-                body = respliced(old_block[len(_OPEN) : -len(_CLOSE)], base, state, patch, pieces)
-                if body is not None:
-                    block = f"{_OPEN}{body}{_CLOSE}"
+                # Spliced in place: the tags around the JSON stay, no 200 KB copies out and in.
+                body = (len(_OPEN), len(old_block) - len(_CLOSE))
+                block = respliced(old_block, base, state, patch, pieces, within=body)
+                if block is not None:
                     self._spliced = (old_block, block, pieces)
         self._rendered = (state, block if block is not None else _render(state))
         return self._rendered[1]
@@ -603,7 +604,8 @@ class WorkingMemoryHandle:
             # the stored patch merges to the same state on replay.
             clean = strip_unsafe_keys(patch) if isinstance(patch, dict) else patch
             text = orjson.dumps(clean)
-            if held.journal_bytes + len(text) + 1 <= journal_limit(state_bytes):
+            size = held.journal_bytes + len(text) + 1
+            if size <= journal_limit(state_bytes):
                 patches, texts = (*held.patches, clean), (*held.texts, text)
                 value, encoded = journal_value(
                     held.version + 1, held.snapshot_version, options, patches, texts
@@ -618,7 +620,7 @@ class WorkingMemoryHandle:
                 )
                 if item is None:
                     return False
-                self._wrote(new_state, held.snapshot_version, item, options, patches, texts)
+                self._wrote(new_state, held.snapshot_version, item, options, patches, texts, size)
                 return True
         value, encoded = journal_value(held.version + 1, held.snapshot_version + 1, options, (), ())
         # The state came out of deep_merge / strip_unsafe_keys and the render: JSON data
@@ -636,7 +638,7 @@ class WorkingMemoryHandle:
         )
         if written is None:
             return False
-        self._wrote(new_state, written[0].version, written[1], options, (), ())
+        self._wrote(new_state, written[0].version, written[1], options, (), (), 0)
         return True
 
     def _wrote(
@@ -647,11 +649,19 @@ class WorkingMemoryHandle:
         options: Options,
         patches: tuple[Any, ...],
         texts: tuple[bytes, ...],
+        journal_bytes: int,
     ) -> None:
         stamp = (JOURNAL_KEY, journal.version, journal.created_at)
         version = self._position.version + 1
         self._position = Position(
-            version, snapshot_version, journal.version, stamp, options, patches, texts
+            version,
+            snapshot_version,
+            journal.version,
+            stamp,
+            options,
+            patches,
+            texts,
+            journal_bytes,
         )
         self.state = new_state
         self.layer._remember(self)
