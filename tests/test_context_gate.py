@@ -318,3 +318,49 @@ def test_gate_in_the_stack_checks_every_prepare(tmp_path: Path, caplog) -> None:
         assert run.prepare(base[:2]) == base[:2]
     with pytest.raises(InvalidInputError, match="check_and_compress"):
         MemoryStack([], store=InMemoryStore(), gate=object())  # type: ignore[arg-type]
+
+
+def test_a_new_large_layer_item_every_turn_is_not_kept_alive() -> None:
+    # The stack wraps each layer's item in a new dict every turn; a working memory's item is a
+    # new 100 KB text after each update. Neither may pile up in the gate's caches (they did:
+    # every turn's item stayed cached by its wrapper's identity, 200 KB a turn on a server).
+    import gc
+    import tracemalloc
+
+    gate = ContextGate(max_input_tokens=1_000_000)
+    conversation = [{"role": "user", "content": f"question {i}"} for i in range(20)]
+
+    def turn(i: int) -> None:
+        item = {"role": "system", "content": f"<working_memory>{i:06d}" + "x" * 100_000}
+        assert gate.estimate([item, *conversation]) > 0
+
+    tracemalloc.start()
+    for i in range(80):  # the text cache (64 entries) fills up first
+        turn(i)
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(80, 280):
+        turn(i)
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 2_000_000, f"{grown:,} bytes kept after 200 turns of 100 KB items"
+
+
+def test_the_message_count_cache_is_bounded_by_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memstrata.layers.context_gate as gate_module
+
+    monkeypatch.setattr(gate_module, "_CACHE_MAX_CHARS", 1_000_000)
+    gate = ContextGate(max_input_tokens=10_000_000)
+    messages = [
+        {"role": "tool", "tool_call_id": f"c{i}", "content": f"{i} " + "y" * 100_000}
+        for i in range(30)
+    ]
+    total = gate.estimate(messages)
+    assert gate._counts_chars <= 1_000_000 and len(gate._counts) <= 10
+    # What stays cached is still right: the same answer as a gate that counts afresh.
+    assert (
+        gate.estimate(messages)
+        == total
+        == ContextGate(max_input_tokens=10_000_000).estimate(messages)
+    )

@@ -62,7 +62,10 @@ Message = dict[str, Any]
 GateState = Literal["pass", "warn", "pruned", "refused", "disabled"]
 
 _WARNED_RUNS_KEPT = 4096
+# Messages whose counts are cached by identity, and the characters of content (text, or JSON
+# for structured content) they may keep alive between them.
 _CACHE_LIMIT = 200_000
+_CACHE_MAX_CHARS = 64 << 20
 # Texts held for their counts: few and large (layer blocks), so a short list.
 _TEXT_CACHE_LIMIT = 64
 
@@ -172,6 +175,7 @@ class ContextGate:
         # id(message) -> (message, content object, tokens); holding the message keeps its id
         # from being reused while cached.
         self._counts: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
+        self._counts_chars = 0
         self._text_counts: OrderedDict[int, tuple[str, Any, int]] = OrderedDict()
         self._placeholders: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
         # The last call's messages, their contents and counts, and each message's position by
@@ -314,13 +318,19 @@ class ContextGate:
             if text_entry is not None and text_entry[0] is content and text_entry[1] == role:
                 return text_entry[2]
         tokens = self.tokens.count_messages([message]) - self._priming
-        entries[key] = (message, content, tokens)
-        if len(entries) > _CACHE_LIMIT:
-            entries.popitem(last=False)
         if simple:
+            # Only by its text: the stack's wrapper dict is new every turn, and caching it by
+            # identity too would hold every turn's copy of a large block (a 200 KB working
+            # memory each turn) until 200,000 messages had passed.
             self._text_counts[id(content)] = (content, role, tokens)
             if len(self._text_counts) > _TEXT_CACHE_LIMIT:
                 self._text_counts.popitem(last=False)
+            return tokens
+        entries[key] = (message, content, tokens)
+        self._counts_chars += _length(content)
+        while len(entries) > _CACHE_LIMIT or self._counts_chars > _CACHE_MAX_CHARS:
+            _key, (_message, dropped, _tokens) = entries.popitem(last=False)
+            self._counts_chars -= _length(dropped)
         return tokens
 
     def _warn_once(self, run_id: str | None, call_id: str, estimate: int) -> None:
