@@ -96,12 +96,16 @@ def test_working_memory_blocks_match_a_full_render_after_many_updates() -> None:
             assert run.call_tool("working-memory/update", patch)["ok"]
             block = handle.render()
             assert block == f"<working_memory>\n{render(handle.state)}\n</working_memory>"
-            # The budget check's count, kept up to date from the changed pieces, stays within
-            # the error it tracks of a full count.
-            counted, error = handle._block_tokens[1:]
-            assert handle._block_tokens[0] is block
-            assert abs(counted - estimate_tokens(block)) <= error
-            spliced += handle._spliced is not None and handle._spliced[1] is block
+            # The prompt item is the block and the guidelines, spliced as one text.
+            (made,) = wm.recall(handle, 100_000)
+            item = made["content"]
+            assert item == block + wm._tail
+            # The count, kept up to date from the changed pieces, stays within the error it
+            # tracks of a full count.
+            counted, error = handle._item_tokens[1:]
+            assert handle._item_tokens[0] is item
+            assert abs(counted - estimate_tokens(item)) <= error
+            spliced += handle._spliced is not None and handle._spliced[1] is item
             recounted += error == 0
             # What a new process reads back (snapshot and journal) is the state.
             assert read_state(stack.store, handle.namespace) == (handle.state, handle.version)
@@ -130,5 +134,5 @@ def test_the_working_memory_item_carries_its_kept_count() -> None:
             # ... and the item the gate then sees is that very text.
             prepared = run.prepare([{"role": "user", "content": "hi"}])
             assert any(m["content"] is item for m in prepared)
-            error = run.layer("working-memory")._block_tokens[2]
+            error = run.layer("working-memory")._item_tokens[2]
             assert noted is not None and abs(noted - estimate_tokens(item)) <= error + 1

@@ -110,11 +110,12 @@ MAX_COUNT_ERROR_TOKENS = 64
 
 @dataclass(frozen=True)
 class _Kept:
-    """A checked state the layer keeps between runs, with its block and where it stands."""
+    """A checked state the layer keeps between runs, with its prompt item, the item's token
+    count, and where it stands in the store."""
 
     store: Any
     state: State
-    block: str | None
+    item: str | None
     tokens: tuple[str, int, int] | None
     position: Position
 
@@ -192,6 +193,15 @@ class WorkingMemory:
         # The whole-state check, and for a JSON Schema the compiled schema that can check
         # only what a merge changed.
         self._validator, self._state_schema = state_checker(schema)
+        # What follows the block in the prompt item: the update guidelines for this flavour.
+        # The item (block and tail) is kept as one text and spliced in place, so a turn makes
+        # one large string rather than a block and then a copy of it with the tail.
+        guidelines = (
+            WORKING_MEMORY_GUIDELINES_VOLTAGENT
+            if tools == "voltagent"
+            else WORKING_MEMORY_GUIDELINES_NOETIC
+        )
+        self._tail = "\n" + (WORKING_MEMORY_GUIDELINES_READ_ONLY if read_only else guidelines)
         # namespace -> the checked state last seen there, most recently used last.
         self._states: OrderedDict[Namespace, _Kept] = OrderedDict()
         self._states_lock = threading.Lock()
@@ -238,26 +248,18 @@ class WorkingMemory:
         return handle
 
     def recall(self, handle: WorkingMemoryHandle, budget: int) -> list[Message]:
-        block = handle.render()
-        if not block:
+        item = handle._render_of(handle.state)
+        if not item:
             return []
-        guidelines = (
-            WORKING_MEMORY_GUIDELINES_VOLTAGENT
-            if self.tool_flavor == "voltagent"
-            else WORKING_MEMORY_GUIDELINES_NOETIC
-        )
-        if self.read_only:
-            guidelines = WORKING_MEMORY_GUIDELINES_READ_ONLY
-        cached = handle._item_text
-        if cached is None or cached[0] is not block or cached[1] is not guidelines:
-            cached = handle._item_text = (block, guidelines, f"{block}\n{guidelines}")
-            # The block's count is kept up to date as updates splice it: hand it on with the
+        if handle._noted is not item:
+            # The item's count is kept up to date as updates splice it: hand it on with the
             # item, so a counter that takes notes (EstimatingCounter) need not read it again.
-            counted = handle._block_tokens
+            counted = handle._item_tokens
             note = getattr(handle.ctx.tokens, "note", None)
-            if note is not None and counted is not None and counted[0] is block:
-                note(cached[2], counted[1] + handle.ctx.tokens.count(f"\n{guidelines}"))
-        return [{"content": cached[2]}]
+            if note is not None and counted is not None and counted[0] is item:
+                note(item, counted[1])
+            handle._noted = item
+        return [{"content": item}]
 
     def observe(self, handle: WorkingMemoryHandle, message: Message) -> None:
         """Applies every legacy ``updateWorkingMemory`` call in a response, in order. A call that
@@ -314,16 +316,16 @@ class WorkingMemoryHandle:
         self.state: State = layer.empty_state()
         # Where the state stands in the store: versions, the journal's patches.
         self._position = Position()
-        # prepare() runs every turn; the block only changes when the state object does.
+        # prepare() runs every turn; the prompt item only changes when the state object does.
+        # It is the block and the layer's tail (guidelines) in one text: (state, item).
         self._rendered: tuple[State, str] | None = None
         # (old block, new block, pieces replaced) of the last block built by splicing, and
         # (block, its token count, how far that count may be off): an update's budget check
         # counts only the pieces that changed, and recounts in full now and then.
         self._spliced: tuple[str, str, list[tuple[str, str]]] | None = None
-        self._block_tokens: tuple[str, int, int] | None = None
-        # The prompt item's text for the last block: the same str object turn after turn lets
-        # the context gate reuse its token count.
-        self._item_text: tuple[str, str, str] | None = None
+        self._item_tokens: tuple[str, int, int] | None = None
+        # The item whose count was last handed to the token counter.
+        self._noted: str | None = None
 
     # Introspection (VoltAgent's getWorkingMemoryFormat/Template/Schema) ------------------------
 
@@ -366,23 +368,23 @@ class WorkingMemoryHandle:
     def _start_empty(self) -> None:
         self.state = self._initial()
         self._position = Position()
-        self._rendered = self._block_tokens = None
+        self._rendered = self._item_tokens = None
 
     def _kept(self) -> _Kept:
         """What the layer keeps of this handle's state for the next run."""
         rendered = self._rendered
-        block = rendered[1] if rendered is not None and rendered[0] is self.state else None
-        counted = self._block_tokens
+        item = rendered[1] if rendered is not None and rendered[0] is self.state else None
+        counted = self._item_tokens
         tokens = (
-            counted if block is not None and counted is not None and counted[0] is block else None
+            counted if item is not None and counted is not None and counted[0] is item else None
         )
-        return _Kept(self.ctx.store, self.state, block, tokens, self._position)
+        return _Kept(self.ctx.store, self.state, item, tokens, self._position)
 
     def _adopt(self, kept: _Kept) -> None:
         self.state, self._position = kept.state, kept.position
-        if kept.block is not None:
-            self._rendered = (kept.state, kept.block)
-            self._block_tokens = kept.tokens
+        if kept.item is not None:
+            self._rendered = (kept.state, kept.item)
+            self._item_tokens = kept.tokens
 
     def _read(self, kept: _Kept | None) -> None:
         """Reads the stored state: from the state ``kept`` holds when the journal only grew
@@ -432,7 +434,7 @@ class WorkingMemoryHandle:
             merged_from = (state, patch)
             state = self._checked(merged, strip=False, merged_from=merged_from)
             # Keeps the block (and its count) up to date by splicing, as an update does.
-            self._count_block(self._render_of(state, merged_from))
+            self._count_item(self._render_of(state, merged_from))
         self.state = state
         return True
 
@@ -478,61 +480,82 @@ class WorkingMemoryHandle:
 
     def render(self) -> str:
         """The ``<working_memory>`` block the model sees; empty when there is nothing to show."""
-        return self._render_of(self.state)
+        item = self._render_of(self.state)
+        return item[: len(item) - len(self.layer._tail)] if item else ""
 
     def _render_of(self, state: State, merged_from: tuple[State, State] | None = None) -> str:
+        """The prompt item (block and tail) of ``state``; "" for an empty state."""
         # The budget check of an update renders the new state; the next prompt reuses that.
         rendered = self._rendered
         if rendered is not None and rendered[0] is state:
             return rendered[1]
-        block = None
+        item = None
         if merged_from is not None and rendered is not None and rendered[0] is merged_from[0]:
             # A merge into the state last rendered: rebuild only the members it changed.
             base, patch = merged_from
-            old_block = rendered[1]
-            if old_block.startswith(_OPEN) and old_block.endswith(_CLOSE):
+            old_item = rendered[1]
+            end = _CLOSE + self.layer._tail
+            if old_item.startswith(_OPEN) and old_item.endswith(end):
                 pieces: list[tuple[str, str]] = []
-                # Spliced in place: the tags around the JSON stay, no 200 KB copies out and in.
-                body = (len(_OPEN), len(old_block) - len(_CLOSE))
-                block = respliced(old_block, base, state, patch, pieces, within=body)
-                if block is not None:
-                    self._spliced = (old_block, block, pieces)
-        self._rendered = (state, block if block is not None else _render(state))
-        return self._rendered[1]
+                # Spliced in place: the text around the JSON stays, no 200 KB copies of it.
+                body = (len(_OPEN), len(old_item) - len(end))
+                item = respliced(old_item, base, state, patch, pieces, within=body)
+                if item is not None:
+                    self._spliced = (old_item, item, pieces)
+        if item is None:
+            item = f"{_OPEN}{state if isinstance(state, str) else render_json(state)}{_CLOSE}"
+            item = f"{item}{self.layer._tail}" if state else ""
+        self._rendered = (state, item)
+        return item
 
     def _rendered_json(self, state: State) -> bytes | None:
-        """``state``'s JSON text (indented) from the block last rendered for it, or None."""
+        """``state``'s JSON text (indented) from the item last rendered for it, or None."""
         rendered = self._rendered
         if not self.layer.structured or rendered is None or rendered[0] is not state:
             return None
-        block = rendered[1]
-        if not (block.startswith(_OPEN) and block.endswith(_CLOSE)):
+        item = rendered[1]
+        end = _CLOSE + self.layer._tail
+        if not (item.startswith(_OPEN) and item.endswith(end)):
             return None  # "" for an empty state
-        return block[len(_OPEN) : -len(_CLOSE)].encode("utf-8")
+        return item[len(_OPEN) : len(item) - len(end)].encode("utf-8")
 
-    def _count_block(self, block: str) -> int:
-        """Tokens of ``block`` for the budget check. After a splice, the last count plus the
-        changed pieces' counts: each piece counted apart may differ from its count in place by
-        a token or two at its edges, so the possible error is tracked and the block is counted
-        in full once it could matter (near the budget) or has built up."""
-        known, spliced = self._block_tokens, self._spliced
-        if known is not None and known[0] is block:
-            return known[1]
+    def _count_item(self, item: str) -> tuple[int, int]:
+        """Tokens of the prompt item and how far that count may be off. After a splice, the
+        last count plus the changed pieces' counts: each piece counted apart may differ from
+        its count in place by a token or two at its edges, so the possible error is tracked
+        and the item is counted in full once it has built up."""
+        known, spliced = self._item_tokens, self._spliced
+        if known is not None and known[0] is item:
+            return known[1], known[2]
         if (
             known is not None
             and spliced is not None
             and spliced[0] is known[0]
-            and spliced[1] is block
+            and spliced[1] is item
         ):
             count = self.ctx.tokens.count
             tokens = known[1] + sum(count(new) - count(old) for old, new in spliced[2])
             error = known[2] + SPLICE_ERROR_TOKENS * len(spliced[2])
-            if error <= MAX_COUNT_ERROR_TOKENS and tokens + error <= self.layer.budget.max:
-                self._block_tokens = (block, tokens, error)
-                return tokens
-        tokens = self.ctx.tokens.count(block)
-        self._block_tokens = (block, tokens, 0)
-        return tokens
+            if error <= MAX_COUNT_ERROR_TOKENS:
+                self._item_tokens = (item, tokens, error)
+                return tokens, error
+        tokens = self.ctx.tokens.count(item)
+        self._item_tokens = (item, tokens, 0)
+        return tokens, 0
+
+    def _count_block(self, item: str) -> int:
+        """Tokens of the block in ``item`` for the budget check: the item's count less its
+        tail's, unless that could pass the budget, when the block is counted exactly."""
+        if not item:
+            return 0
+        tokens, error = self._count_item(item)
+        tail = self.layer._tail
+        estimate = tokens - self.ctx.tokens.count(tail)
+        # Counted apart, the block and the tail may differ from the item's count by a token
+        # or two where they meet.
+        if estimate + error + SPLICE_ERROR_TOKENS <= self.layer.budget.max:
+            return estimate
+        return self.ctx.tokens.count(item[: len(item) - len(tail)])
 
     # Writing ----------------------------------------------------------------------------------
 
@@ -735,10 +758,17 @@ class WorkingMemoryHandle:
             )
         if budget:
             try:
-                # Kept: the next prepare() shows this block rather than render it again.
-                block = self._render_of(state, merged_from)
+                # Kept: the next prepare() shows this item rather than render it again.
+                item = self._render_of(state, merged_from)
                 # isascii() reads a flag CPython keeps: no 200 KB encode for the usual block.
-                size = len(block) if block.isascii() else len(block.encode("utf-8"))
+                tail = self.layer._tail
+                size = (
+                    len(item) - len(tail)
+                    if item.isascii()
+                    else len(item.encode("utf-8")) - len(tail.encode("utf-8"))
+                )
+                if not item:
+                    size = 0
             except (orjson.JSONEncodeError, UnicodeEncodeError):
                 codec.dumps(state)  # names what no store could hold: deep nesting, a surrogate
                 raise
@@ -751,7 +781,7 @@ class WorkingMemoryHandle:
                     size=size,
                     limit=self.layer.max_state_bytes,
                 )
-            tokens = self._count_block(block)
+            tokens = self._count_block(item)
             if tokens > self.layer.budget.max:
                 raise BudgetExceededError(
                     f"working memory would be {tokens} tokens, over this layer's limit of "
@@ -766,12 +796,6 @@ class WorkingMemoryHandle:
 
 _OPEN = "<working_memory>\n"
 _CLOSE = "\n</working_memory>"
-
-
-def _render(state: State) -> str:
-    if not state:
-        return ""
-    return f"{_OPEN}{state if isinstance(state, str) else render_json(state)}{_CLOSE}"
 
 
 def _legacy_calls(message: Message) -> list[Any]:
