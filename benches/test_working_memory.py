@@ -20,6 +20,7 @@ from benchkit import compare, fmt_seconds, record
 from state_data import SCHEMA, count_nodes, make_state, python_merge
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory
+from memstrata.layers.wm_journal import read_state
 
 
 def per_call(fn: Callable[[], Any], n: int = 1500) -> tuple[float, float]:
@@ -105,9 +106,9 @@ def test_update_tool_call_on_sqlite(benchmark: Any, tmp_path: pathlib.Path) -> N
             "plain_p99": plain_p99,
         }
     )
-    final = store.get(("working-memory", "thread", "bench"), "state")
+    final = read_state(store, ("working-memory", "thread", "bench"))
     (plain_text,) = conn.execute("SELECT value FROM wm").fetchone()
-    assert final is not None and final.value == json.loads(plain_text)
+    assert final is not None and final[0] == json.loads(plain_text)
     run.close()
     store.close()
     assert ratios
