@@ -141,3 +141,19 @@ def test_as_a_layer_it_injects_the_block(tmp_path: Path) -> None:
         assert out[1]["role"] == "system"
         assert out[1]["content"].startswith("## Team State\n### first")
         assert run.tool_specs() == []
+
+
+def test_the_item_is_read_again_only_when_the_file_changed(tmp_path: Path) -> None:
+    mine, theirs = TeamState(state_dir=tmp_path), TeamState(state_dir=tmp_path)  # two processes
+    assert mine.recall(mine, 1000) == []
+    theirs.record("first", shipped="a.py")
+    (item,) = mine.recall(mine, 1000)
+    assert "### first" in item["content"]
+    # Unchanged: the very same text (the context gate reuses its count), without a read.
+    (again,) = mine.recall(mine, 1000)
+    assert again["content"] is item["content"]
+    theirs.record("second", shipped="b.py")
+    (newer,) = mine.recall(mine, 1000)
+    assert "### second" in newer["content"] and "### first" in newer["content"]
+    (tmp_path / "current_state.json").unlink()
+    assert mine.recall(mine, 1000) == []

@@ -145,6 +145,10 @@ class TeamState:
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
+        # The prompt item and the state file it was read from, by (inode, mtime, size): every
+        # write replaces the file (a new inode), so a prepare whose file is unchanged reuses
+        # the item, the same text object, whose token count the context gate then reuses too.
+        self._item: tuple[tuple[int, int, int], str] | None = None
 
     @property
     def md_path(self) -> Path:
@@ -275,8 +279,20 @@ class TeamState:
         return self
 
     def recall(self, handle: TeamState, budget: int) -> list[Message]:
-        body = self.render()
-        return [{"content": f"{TEAM_STATE_HEADER}\n{body}"}] if body else []
+        if not self.enabled:
+            return []
+        try:
+            stat = os.stat(self.state_dir / STATE_JSON)
+        except FileNotFoundError:
+            return []
+        key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        item = self._item
+        if item is None or item[0] != key:
+            # Read after the stat: a write racing with it changes the file's key, and the next
+            # prepare reads again.
+            body = self.render()
+            item = self._item = (key, f"{TEAM_STATE_HEADER}\n{body}" if body else "")
+        return [{"content": item[1]}] if item[1] else []
 
     def observe(self, handle: TeamState, message: Message) -> None:
         return None
