@@ -136,3 +136,23 @@ def test_the_working_memory_item_carries_its_kept_count() -> None:
             assert any(m["content"] is item for m in prepared)
             error = run.layer("working-memory")._item_tokens[2]
             assert noted is not None and abs(noted - estimate_tokens(item)) <= error + 1
+
+
+def test_a_large_blocks_count_is_recounted_rarely_and_stays_within_its_error() -> None:
+    state = {"projects": {f"p{i:03d}": {"status": "open", "tags": ["a"]} for i in range(1000)}}
+    wm = WorkingMemory(schema={"type": "object"}, budget=(0, 200_000))
+    stack = MemoryStack([wm], store="memory://")
+    recounts = 0
+    with stack.run(thread_id="t") as run:
+        handle = run.layer("working-memory")
+        handle.update(state)
+        for i in range(150):
+            patch = {"projects": {f"p{i * 7 % 1000:03d}": {"status": f"s{i}", "tags": [str(i)]}}}
+            handle.update(patch)
+            item, counted, error = handle._item_tokens
+            assert item is handle._rendered[1]
+            assert abs(counted - estimate_tokens(item)) <= error
+            recounts += error == 0
+    # About 12k tokens: 1% allows 120 tokens of error, four per update; 64 would have meant a
+    # full count every 16 updates.
+    assert 1 <= recounts <= 6, recounts

@@ -103,9 +103,12 @@ MAX_WRITE_ATTEMPTS = 1000
 DEFAULT_MAX_STATE_BYTES = 1 << 20
 # How far the count of one spliced piece may be from its share of the block's count (measured:
 # within 1 for the native estimator on JSON members; doubled), and how much such error a
-# block's count may carry before it is counted in full again.
+# block's count may carry before it is counted in full again: 64 tokens, or 1% of the count
+# for a large block (a 60k-token block is then counted in full every ~150 one-field updates
+# rather than every ~16, and the budget check counts exactly whenever the error could matter).
 SPLICE_ERROR_TOKENS = 2
 MAX_COUNT_ERROR_TOKENS = 64
+MAX_COUNT_ERROR_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -536,7 +539,7 @@ class WorkingMemoryHandle:
             count = self.ctx.tokens.count
             tokens = known[1] + sum(count(new) - count(old) for old, new in spliced[2])
             error = known[2] + SPLICE_ERROR_TOKENS * len(spliced[2])
-            if error <= MAX_COUNT_ERROR_TOKENS:
+            if error <= max(MAX_COUNT_ERROR_TOKENS, MAX_COUNT_ERROR_SHARE * tokens):
                 self._item_tokens = (item, tokens, error)
                 return tokens, error
         tokens = self.ctx.tokens.count(item)
