@@ -22,6 +22,7 @@ import memstrata.layers.working_memory as working_memory_module
 from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_journal import (
     JOURNAL_KEY,
+    JOURNAL_MIN_STATE_BYTES,
     MAX_JOURNAL_PATCHES,
     STATE_KEY,
     journal_limit,
@@ -31,6 +32,13 @@ from memstrata.stack import MemoryStack
 from memstrata.stores import InMemoryStore, SQLiteStore, Store
 
 NS = ("working-memory", "thread", "t")
+
+
+@pytest.fixture(autouse=True)
+def journal_from_the_first_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # These tests use small states; a state this small is written whole unless told otherwise
+    # (test_a_small_state_is_written_whole_until_it_grows checks that rule itself).
+    monkeypatch.setattr(working_memory_module, "JOURNAL_MIN_STATE_BYTES", 0)
 
 
 @pytest.fixture
@@ -101,6 +109,31 @@ def test_replace_and_clear_write_the_snapshot(store: SQLiteStore) -> None:
         run.layer("working-memory").clear()
     assert versions(store) == (3, 4, 0)
     assert read_state(store, NS) == ({}, 4)
+
+
+def test_a_small_state_is_written_whole_until_it_grows(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(working_memory_module, "JOURNAL_MIN_STATE_BYTES", JOURNAL_MIN_STATE_BYTES)
+    layer = WorkingMemory(schema={"type": "object"}, budget=(0, 100_000))
+    for i in range(3):
+        update(layer, store, {"n": i})
+    snapshot = store.get(NS, STATE_KEY)
+    assert snapshot is not None and snapshot.version == 3 and snapshot.value == {"n": 2}
+    assert store.get(NS, JOURNAL_KEY) is None
+    assert loaded(WorkingMemory(schema={"type": "object"}), store)[:2] == ({"n": 2}, 3)
+    # Past the size, the state is written whole once more, with a journal from then on ...
+    big = {"blob": "x" * JOURNAL_MIN_STATE_BYTES}
+    update(layer, store, big)
+    assert versions(store) == (4, 1, 0)
+    update(layer, store, {"n": 4})
+    assert versions(store) == (4, 2, 1)
+    # ... which stays when the state shrinks again.
+    update(layer, store, {"n": 5}, mode="replace")
+    update(layer, store, {"m": 6})
+    assert versions(store) == (5, 4, 1)
+    assert read_state(store, NS) == ({"n": 5, "m": 6}, 7)
+    assert loaded(WorkingMemory(schema={"type": "object"}), store)[:2] == ({"n": 5, "m": 6}, 7)
 
 
 def test_a_long_lived_layer_reads_only_the_new_patches(
@@ -244,12 +277,22 @@ _steps = st.lists(
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(steps=_steps, arrays=st.sampled_from(["replace", "union"]))
+@given(
+    steps=_steps,
+    arrays=st.sampled_from(["replace", "union"]),
+    # A journal from the first write, from when the block passes ~400 characters (the
+    # guidelines alone are ~200), or never.
+    journal_from=st.sampled_from([0, 400, 10**9]),
+)
 def test_every_reader_sees_what_the_writers_wrote(
-    steps: list[tuple[int, str, dict[str, Any]]], arrays: str, monkeypatch: pytest.MonkeyPatch
+    steps: list[tuple[int, str, dict[str, Any]]],
+    arrays: str,
+    journal_from: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A small journal, so that the steps fold it into snapshots often.
     monkeypatch.setattr(working_memory_module, "MAX_JOURNAL_PATCHES", 3)
+    monkeypatch.setattr(working_memory_module, "JOURNAL_MIN_STATE_BYTES", journal_from)
     store = InMemoryStore()
     writers = [
         WorkingMemory(schema={"type": "object"}, arrays=arrays, nulls=nulls)  # type: ignore[arg-type]

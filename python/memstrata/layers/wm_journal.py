@@ -10,7 +10,10 @@ Two keys in the layer's namespace:
   version (one per accepted write), the store version of the snapshot the patches apply to, the
   merge options they were made with, and the patches, oldest first.
 
-Every write goes through the journal row, so its store version is what concurrent writers
+A state under ``JOURNAL_MIN_STATE_BYTES`` that has no journal is kept in ``state`` alone and
+written whole, as before the journal existed: below that size a journal saves nothing. The
+first write of a larger state makes the journal, and from then on every write goes through
+the journal row, so its store version is what concurrent writers
 compare (``put_if_version``) and what a run checks to reuse the state it holds. An append adds
 its patch to the journal. A replace, a clear, a change of merge options, or a journal grown past
 ``MAX_JOURNAL_PATCHES`` patches or its share of the state's size (``journal_limit``) writes the
@@ -36,6 +39,11 @@ from memstrata.stores import Item, Namespace, Store
 
 STATE_KEY = "state"
 JOURNAL_KEY = "journal"
+# States smaller than this (characters of their block) are written whole while they have no
+# journal. Measured on SQLite, one small patch per update (p50): a 22 KB state 106 us whole
+# against 121 us through the journal; even at 32-41 KB; 57 KB 236 against 137; 161 KB 427
+# against 175. A state that grows past it gets a journal, and keeps it.
+JOURNAL_MIN_STATE_BYTES = 48 * 1024
 # Patches a journal holds before the state is written whole again: bounds the replay a cold
 # load does (one small merge each).
 MAX_JOURNAL_PATCHES = 128

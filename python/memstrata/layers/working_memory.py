@@ -53,6 +53,7 @@ from memstrata.indented_json import render as render_json
 from memstrata.indented_json import respliced
 from memstrata.layers.wm_journal import (
     JOURNAL_KEY,
+    JOURNAL_MIN_STATE_BYTES,
     MAX_JOURNAL_PATCHES,
     STATE_KEY,
     Options,
@@ -610,9 +611,12 @@ class WorkingMemoryHandle:
         """Writes ``new_state``, the merge of ``patch`` (None: a replace) into the state held,
         if the store is still where this handle last saw it; False, writing nothing, if not.
 
-        An append goes into the journal as its patch. The whole state is written (and the
-        journal emptied, in the same transaction) for a replace, the first write, a change of
-        merge options, or once the journal is full.
+        A state under ``JOURNAL_MIN_STATE_BYTES`` that has no journal yet is written whole, in
+        its one record. Otherwise an append goes into the journal as its patch, and the whole
+        state is written (with the journal emptied, in the same transaction) for a replace, the
+        first write, a change of merge options, or once the journal is full. A journal, once
+        made, stays: a record that came and went would restart its version, and a writer still
+        holding the old one could then write over a state it never saw.
         """
         held = self._position
         options: Options = (self.layer.arrays, self.layer.nulls)
@@ -648,16 +652,33 @@ class WorkingMemoryHandle:
                     return False
                 self._wrote(new_state, held.snapshot_version, item, options, patches, texts, size)
                 return True
-        value, encoded = journal_value(held.version + 1, held.snapshot_version + 1, options, (), ())
         # The state came out of deep_merge / strip_unsafe_keys and the render: JSON data
         # already, so the store need not walk all of it again, and the block the budget check
         # rendered holds its JSON text, which the store can write as it is.
+        encoded_state = self._rendered_json(new_state)
+        if not held.journal_version and state_bytes < JOURNAL_MIN_STATE_BYTES:
+            # A small state with no journal yet is written whole in its one record: below this
+            # size a journal write costs as much as the state's, and the record is the state.
+            item = store.put_if_version(
+                self.namespace,
+                STATE_KEY,
+                new_state,
+                expected_version=held.snapshot_version,
+                validated=True,
+                encoded=encoded_state,
+            )
+            if item is None:
+                return False
+            stamp = (STATE_KEY, item.version, item.created_at)
+            self._position = Position(item.version, item.version, 0, stamp)
+            self.state = new_state
+            self.layer._remember(self)
+            return True
+        value, encoded = journal_value(held.version + 1, held.snapshot_version + 1, options, (), ())
         written = store.put_many_if_versions(
             self.namespace,
             {
-                STATE_KEY: ConditionalWrite(
-                    new_state, held.snapshot_version, self._rendered_json(new_state)
-                ),
+                STATE_KEY: ConditionalWrite(new_state, held.snapshot_version, encoded_state),
                 JOURNAL_KEY: ConditionalWrite(value, held.journal_version, encoded),
             },
             validated=True,
