@@ -112,7 +112,7 @@ MAX_COUNT_ERROR_TOKENS = 64
 MAX_COUNT_ERROR_SHARE = 0.01
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen, as Position: one is made on every update
 class _Kept:
     """A checked state the layer keeps between runs, with its prompt item, the item's token
     count, and where it stands in the store."""
@@ -206,9 +206,18 @@ class WorkingMemory:
             else WORKING_MEMORY_GUIDELINES_NOETIC
         )
         self._tail = "\n" + (WORKING_MEMORY_GUIDELINES_READ_ONLY if read_only else guidelines)
+        self._tail_count: tuple[Any, int] | None = None
         # namespace -> the checked state last seen there, most recently used last.
         self._states: OrderedDict[Namespace, _Kept] = OrderedDict()
         self._states_lock = threading.Lock()
+
+    def _tail_tokens(self, tokens: Any) -> int:
+        """Tokens of the tail (the guidelines), counted once per token counter."""
+        counted = self._tail_count
+        if counted is None or counted[0] is not tokens:
+            counted = self._tail_count = (tokens, tokens.count(self._tail))
+        result: int = counted[1]
+        return result
 
     def _remember(self, handle: WorkingMemoryHandle) -> None:
         kept = handle._kept()
@@ -554,7 +563,7 @@ class WorkingMemoryHandle:
             return 0
         tokens, error = self._count_item(item)
         tail = self.layer._tail
-        estimate = tokens - self.ctx.tokens.count(tail)
+        estimate = tokens - self.layer._tail_tokens(self.ctx.tokens)
         # Counted apart, the block and the tail may differ from the item's count by a token
         # or two where they meet.
         if estimate + error + SPLICE_ERROR_TOKENS <= self.layer.budget.max:
