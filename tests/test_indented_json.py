@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memstrata import MemoryStack, WorkingMemory, deep_merge, estimate_tokens
@@ -156,3 +156,29 @@ def test_a_large_blocks_count_is_recounted_rarely_and_stays_within_its_error() -
     # About 12k tokens: 1% allows 120 tokens of error, four per update; 64 would have meant a
     # full count every 16 updates.
     assert 1 <= recounts <= 6, recounts
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 3000), min_size=32, max_size=120),
+    picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=4),
+)
+def test_large_objects_are_searched_from_a_guess_and_still_spliced_exactly(
+    sizes: list[int], picks: list[int]
+) -> None:
+    # Members of very different lengths: the guessed start is often past the member or far
+    # before it, and the member must be found either way.
+    from memstrata.indented_json import HINT_MIN_CHARS, _find_member
+
+    old = {"big": {f"k{i}": {"text": "x" * size, "n": i} for i, size in enumerate(sizes)}}
+    text = render(old)
+    assume(len(text) >= HINT_MIN_CHARS)
+    members = old["big"]
+    lo, hi = text.index('"big": {') + 7, len(text) - 2
+    for key in members:
+        head = f'\n    "{key}": '
+        assert _find_member(text, head, lo, hi, members, key) == text.find(head, lo, hi)
+    keys = [f"k{pick % len(sizes)}" for pick in picks]
+    patch = {"big": {key: {"n": -1, "text": "changed"} for key in keys}}
+    new = deep_merge(old, patch)
+    assert respliced(text, old, new, patch) == render(new)

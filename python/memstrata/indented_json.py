@@ -13,6 +13,7 @@ a patch that is not an object) returns None, and the caller renders in full.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import orjson
@@ -80,6 +81,29 @@ def respliced(
     return "".join(out)
 
 
+# Below this many characters (or members) an object is searched from its start: working out
+# where a member probably is costs more than reading that far.
+HINT_MIN_CHARS = 16_384
+HINT_MIN_MEMBERS = 32
+
+
+def _find_member(text: str, head: str, lo: int, hi: int, obj: dict[str, Any], key: str) -> int:
+    """Where ``head`` (a member's line start: newline, indent, quoted key) is in ``text[lo:hi]``,
+    or -1. Only that member's line can match: a raw newline never occurs inside a JSON string,
+    and the indent is exactly its object's. Members are rendered in the object's key order, so
+    in a large object the search starts a little before the share of the text the members
+    before the key probably take, rather than reading half the object on average."""
+    if hi - lo < HINT_MIN_CHARS or len(obj) < HINT_MIN_MEMBERS:
+        return text.find(head, lo, hi)
+    share = operator.indexOf(obj, key) / len(obj)
+    start = max(lo, lo + int((hi - lo) * (share - 0.1)))
+    found = text.find(head, start, hi)
+    if found < 0 and start > lo:
+        # The members before the key were longer than most: it is before the guess.
+        found = text.find(head, lo, start + len(head))
+    return found
+
+
 def _splice(
     text: str,
     lo: int,
@@ -116,7 +140,7 @@ def _splice(
         if in_new and after is before:
             continue
         head = f"\n{pad}{orjson.dumps(key).decode()}: "
-        start = text.find(head, lo, hi)
+        start = _find_member(text, head, lo, hi, old, key)
         if start < 0:
             return False
         value_start = start + len(head)
