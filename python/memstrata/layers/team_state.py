@@ -149,6 +149,7 @@ class TeamState:
         # write replaces the file (a new inode), so a prepare whose file is unchanged reuses
         # the item, the same text object, whose token count the context gate then reuses too.
         self._item: tuple[tuple[int, int, int], str] | None = None
+        self._json_path = os.fspath(self.state_dir / STATE_JSON)
 
     @property
     def md_path(self) -> Path:
@@ -282,7 +283,7 @@ class TeamState:
         if not self.enabled:
             return []
         try:
-            stat = os.stat(self.state_dir / STATE_JSON)
+            stat = os.stat(self._json_path)
         except FileNotFoundError:
             return []
         key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
