@@ -18,6 +18,8 @@ keeps working::
     │                                         value, entries in a namespace)
     ├── UnsupportedTypeError (TypeError)      a value that is not JSON data (set, bytes, object)
     ├── ReadOnlyError                         a write to a read-only layer
+    ├── StorageRaceError                      other writers kept changing a record past every
+    │                                         retry (a working memory's state and journal)
     ├── RecoverableContextError               a prompt that cannot fit the model's window even
     │                                         after pruning; carries the checkpoint's path
     └── ToolError                             a model's tool call that cannot be carried out;
@@ -43,6 +45,7 @@ __all__ = [
     "ReadOnlyError",
     "RecoverableContextError",
     "SchemaViolationError",
+    "StorageRaceError",
     "ToolError",
     "UnsupportedTypeError",
     "ZeroVectorError",
@@ -193,6 +196,11 @@ class LimitExceededError(InvalidInputError):
         self.setting = setting
         self.size = size
         self.limit = limit
+
+
+class StorageRaceError(MemstrataError):
+    """Other writers kept changing a record a read or a write depends on past every retry: a
+    working memory's state and journal, written by many processes at once."""
 
 
 class RecoverableContextError(MemstrataError):

@@ -12,13 +12,13 @@ Two keys in the layer's namespace:
 
 A state under ``JOURNAL_MIN_STATE_BYTES`` that has no journal is kept in ``state`` alone and
 written whole, as before the journal existed: below that size a journal saves nothing. The
-first write of a larger state makes the journal, and from then on every write goes through
-the journal row, so its store version is what concurrent writers
-compare (``put_if_version``) and what a run checks to reuse the state it holds. An append adds
-its patch to the journal. A replace, a clear, a change of merge options, or a journal grown past
-``MAX_JOURNAL_PATCHES`` patches or its share of the state's size (``journal_limit``) writes the
-new state as the snapshot and empties the journal, both in one transaction
-(``put_many_if_versions``): a crash leaves either the old pair or the new one.
+first write of a larger state makes the journal, and from then on every write goes through the
+journal row, so its store version is what concurrent writers compare (``put_if_version``) and
+what a run checks to reuse the state it holds. An append adds its patch to the journal. A
+replace, a clear, a change of merge options, or a journal grown past ``MAX_JOURNAL_PATCHES``
+patches or its share of the state's size (``journal_limit``) writes the new state as the
+snapshot and empties the journal, both in one transaction (``put_many_if_versions``): a crash
+leaves either the old pair or the new one.
 
 The two keys are read by separate statements, so a reader racing such a compaction can see the
 new journal with the old snapshot, or the reverse; the journal's ``base`` names the snapshot it
@@ -34,7 +34,7 @@ from typing import Any, Literal, cast
 import orjson
 
 from memstrata._core import deep_merge
-from memstrata.exceptions import InvalidInputError, MemstrataError
+from memstrata.exceptions import InvalidInputError, StorageRaceError
 from memstrata.stores import Item, Namespace, Store
 
 STATE_KEY = "state"
@@ -47,7 +47,7 @@ JOURNAL_MIN_STATE_BYTES = 48 * 1024
 # Patches a journal holds before the state is written whole again: bounds the replay a cold
 # load does (one small merge each).
 MAX_JOURNAL_PATCHES = 128
-# A journal may grow to this many bytes, or to JOURNAL_SHARE of the state's size if more: an
+# A journal may grow to this many bytes, or to 1/JOURNAL_SHARE of the state's size if more: an
 # append rewrites the journal, a compaction the state, and this keeps the journal's share of
 # what updates write small while compactions stay rare.
 MIN_JOURNAL_BYTES = 4096
@@ -57,10 +57,6 @@ JOURNAL_SHARE = 8
 MAX_READ_ATTEMPTS = 100
 
 Options = tuple[Literal["replace", "union"], Literal["keep", "delete", "ignore"]]
-
-
-class StorageRaceError(MemstrataError):
-    """The snapshot and the journal kept changing under a reader (or writer) past every retry."""
 
 
 # Not frozen (never changed once made, all the same): a frozen dataclass's __init__ costs five

@@ -47,6 +47,7 @@ from memstrata.exceptions import (
     LimitExceededError,
     ReadOnlyError,
     SchemaViolationError,
+    StorageRaceError,
     ToolError,
 )
 from memstrata.indented_json import render as render_json
@@ -58,7 +59,6 @@ from memstrata.layers.wm_journal import (
     STATE_KEY,
     Options,
     Position,
-    StorageRaceError,
     apply_patch,
     head_stamp,
     journal_limit,
