@@ -68,6 +68,7 @@ demo: install
 # Appends to target/bench-results.jsonl, then draws docs/bench.png from it (the README's chart;
 # `tools/bench_table.py` prints its table).
 bench: install
+	rm -f target/bench-results.jsonl  # the table and the chart come from this run alone
 	$(VPY) -m pytest -q -s --benchmark-only --benchmark-columns=min,median,mean,ops benches
 	$(VPY) tools/bench_chart.py target/bench-results.jsonl docs/bench.png
 
