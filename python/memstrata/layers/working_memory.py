@@ -21,10 +21,13 @@ Decisions where the seeds are silent or disagree:
   size and the limit, so the model compacts instead of bloating every prompt. So is a state
   whose block would pass ``max_state_bytes`` (1 MiB of UTF-8 by default): the byte limit still
   holds when a caller sets a huge token budget.
+* A state of 48 KB or more is stored as a snapshot and a journal of the patches since
+  (:mod:`memstrata.layers.wm_journal`), so an update writes its patch, not the state.
 * The layer keeps the last checked state of each scope it served (the most recent
   ``STATES_KEPT``): a run whose stored state still has the same stamp (``Store.stamp``) starts
-  from it without reading, decoding or validating the state again. Don't mutate the state a
-  handle returns; ``handle.snapshot`` is a copy to change.
+  from it without reading, decoding or validating the state again, and one whose journal only
+  grew since merges in just the new patches. Don't mutate the state a handle returns;
+  ``handle.snapshot`` is a copy to change.
 """
 
 from __future__ import annotations
