@@ -196,7 +196,11 @@ fn quantize(v: &[f32], stride: usize, max_code: i32) -> Quantized {
     let squares: i32 = codes.iter().map(|&c| i32::from(c) * i32::from(c)).sum();
     let mut res2 = [0.0_f64; LANES];
     let scale64 = f64::from(scale);
-    let (code_chunks, v_chunks) = (codes.chunks_exact(LANES), v.chunks_exact(LANES));
+    // Over the vector's own columns: `codes` runs on to `stride` with zeros, and chunking it
+    // whole would leave the last `dim % LANES` columns out of the tail (their residual, and so
+    // the bound, went missing for every dim that is not a multiple of 8).
+    let used = &codes[..v.len()];
+    let (code_chunks, v_chunks) = (used.chunks_exact(LANES), v.chunks_exact(LANES));
     let (code_tail, v_tail) = (code_chunks.remainder(), v_chunks.remainder());
     for (cs, xs) in code_chunks.zip(v_chunks) {
         for ((r, &c), &x) in res2.iter_mut().zip(cs).zip(xs) {
@@ -811,6 +815,36 @@ mod tests {
 
     fn ids(range: std::ops::Range<usize>) -> Vec<String> {
         range.map(|i| format!("id{i}")).collect()
+    }
+
+    #[test]
+    fn the_residual_covers_every_column_whatever_the_dim() {
+        // It once skipped the last `dim % 8` columns (the codes run on to the stride), so the
+        // bounds were too tight and top-k could miss a row: dim 2 found it, and the composite
+        // ranker's dim (384 + 2) had it too.
+        for dim in [1_usize, 2, 7, 9, 63, 65, 386] {
+            let raw = random(dim, dim as u64 + 3);
+            let norm = raw
+                .iter()
+                .map(|&x| f64::from(x).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            let v: Vec<f32> = raw.iter().map(|&x| (f64::from(x) / norm) as f32).collect();
+            let q = quantize(&v, dim.div_ceil(64) * 64, 127);
+            let scale = f64::from(q.scale);
+            let exact = v
+                .iter()
+                .zip(&q.codes)
+                .map(|(&x, &c)| (f64::from(x) - scale * f64::from(c)).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            assert!(exact > 0.0, "dim {dim}");
+            let residual = f64::from(q.residual);
+            assert!(
+                residual >= exact && residual <= exact * 1.0001,
+                "dim {dim}: {residual} vs {exact}"
+            );
+        }
     }
 
     #[test]
