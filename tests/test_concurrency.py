@@ -19,6 +19,7 @@ import pytest
 from store_checks import drop_postgres_tables
 
 from memstrata import MemoryStack, WorkingMemory, hash_embed, open_store
+from memstrata.layers.wm_journal import read_state
 
 _WORKING_MEMORY_WORKER = """
 import sys
@@ -67,8 +68,22 @@ def url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     return pg
 
 
-def test_four_processes_merge_into_one_resource_scope(url: str) -> None:
+@pytest.mark.parametrize("pad", [0, 60_000], ids=["one-record", "snapshot-and-journal"])
+def test_four_processes_merge_into_one_resource_scope(url: str, pad: int) -> None:
     open_store(url).close()
+    written = 0
+    if pad:
+        # A state past JOURNAL_MIN_STATE_BYTES: the workers' patches go into its journal, and
+        # their compactions race with each other's appends.
+        with open_store(url) as store:
+            stack = MemoryStack(
+                [WorkingMemory(schema={"type": "object"}, scope="resource", budget=(0, 10**6))],
+                store=store,
+            )
+            with stack.run(resource_id="shared-user") as run:
+                run.layer("working-memory").update({"pad": "x" * pad})
+            assert store.get(("working-memory", "resource", "shared-user"), "journal")
+        written = 1
     procs = [
         subprocess.Popen([sys.executable, "-c", _WORKING_MEMORY_WORKER, url, str(w), "250"])
         for w in range(4)
@@ -81,8 +96,13 @@ def test_four_processes_merge_into_one_resource_scope(url: str) -> None:
     )
     with stack.run(resource_id="shared-user") as run:
         state = run.layer("working-memory").snapshot
-        assert run.layer("working-memory").version == 1000
+        assert run.layer("working-memory").version == 1000 + written
+    assert read_state(store, ("working-memory", "resource", "shared-user")) == (
+        state,
+        1000 + written,
+    )
     store.close()
+    state.pop("pad", None)
     assert sorted(state) == sorted(f"p{w}_{j}" for w in range(4) for j in range(250))
 
 
