@@ -23,9 +23,9 @@ from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_journal import (
     JOURNAL_KEY,
     JOURNAL_MIN_STATE_BYTES,
+    JOURNAL_PAGE_BYTES,
     MAX_JOURNAL_PATCHES,
     STATE_KEY,
-    journal_limit,
     read_state,
 )
 from memstrata.stack import MemoryStack
@@ -91,11 +91,26 @@ def test_a_full_journal_is_folded_into_a_new_snapshot(store: SQLiteStore) -> Non
     update(layer, store, {"n": "next"})  # one patch too many: the state is written whole
     assert versions(store) == (2, MAX_JOURNAL_PATCHES + 2, 0)
     assert read_state(store, NS) == ({"n": "next"}, MAX_JOURNAL_PATCHES + 2)
-    # A patch bigger than the journal may hold goes into a new snapshot at once.
-    big = {"blob": "x" * (journal_limit(100) + 10)}
+    # A patch bigger than a page, into a state less than 8 times its size, goes into a new
+    # snapshot at once ...
+    big = {"blob": "x" * (JOURNAL_PAGE_BYTES + 10)}
     update(layer, store, big)
     assert versions(store) == (3, MAX_JOURNAL_PATCHES + 3, 0)
     assert read_state(store, NS) == ({"n": "next", **big}, MAX_JOURNAL_PATCHES + 3)
+    # ... and into a state 8 times its size or more, into the journal; the small patch after it
+    # no longer fits in a page with it, and the state is written whole.
+    update(layer, store, {"pad": "p" * 9 * JOURNAL_PAGE_BYTES}, mode="replace")
+    assert versions(store) == (4, MAX_JOURNAL_PATCHES + 4, 0)
+    update(layer, store, {"blob": "y" * (JOURNAL_PAGE_BYTES + 10)})
+    assert versions(store) == (4, MAX_JOURNAL_PATCHES + 5, 1)
+    update(layer, store, {"n": 1})
+    assert versions(store) == (5, MAX_JOURNAL_PATCHES + 6, 0)
+    # Small patches fill a page's worth of journal, then the state is written whole.
+    for i in range(2, 2000):
+        update(layer, store, {"n": i, "note": "z" * 60})  # 80 bytes of JSON
+        if versions(store)[2] == 0:
+            break
+    assert JOURNAL_PAGE_BYTES // 81 <= i <= JOURNAL_PAGE_BYTES // 79 + 2, i
 
 
 def test_replace_and_clear_write_the_snapshot(store: SQLiteStore) -> None:

@@ -64,7 +64,7 @@ from memstrata.layers.wm_journal import (
     Position,
     apply_patch,
     head_stamp,
-    journal_limit,
+    journal_fits,
     journal_since,
     journal_value,
     position_of,
@@ -647,7 +647,7 @@ class WorkingMemoryHandle:
             clean = strip_unsafe_keys(patch) if isinstance(patch, dict) else patch
             text = orjson.dumps(clean)
             size = held.journal_bytes + len(text) + 1
-            if size <= journal_limit(state_bytes):
+            if journal_fits(size, len(text), state_bytes):
                 patches, texts = (*held.patches, clean), (*held.texts, text)
                 value, encoded = journal_value(
                     held.version + 1, held.snapshot_version, options, patches, texts
