@@ -88,3 +88,24 @@ def test_reindex_re_embeds_a_mind_once_with_progress(tmp_path: pathlib.Path) -> 
 
     again = run_cli("reindex", "--store", f"sqlite:///{path}", "--agent", "a", "--dim", "256")
     assert again.returncode == 0 and "re-embedding" not in again.stderr
+
+
+def test_inspect_shows_a_working_memory_with_its_journal_merged(tmp_path: pathlib.Path) -> None:
+    ns = ("working-memory", "thread", "big")
+    journal = {"version": 2, "base": 1, "arrays": "replace", "nulls": "keep", "patches": [{"b": 2}]}
+    with SQLiteStore(tmp_path / "m.db") as store:
+        store.put(ns, "state", {"a": 1})
+        store.put(ns, "journal", journal)
+        store.put(("working-memory", "thread", "broken"), "state", {"a": 1})
+        store.put(("working-memory", "thread", "broken"), "journal", {"base": 9})
+    result = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db", "--json", "working-memory")
+    assert result.returncode == 0, result.stderr
+    items = {(tuple(i["namespace"]), i["key"]): i for i in json.loads(result.stdout)}
+    # One record, the state a run loads; a journal that belongs to no state is shown raw.
+    assert set(items) == {
+        (ns, "state"),
+        (("working-memory", "thread", "broken"), "journal"),
+        (("working-memory", "thread", "broken"), "state"),
+    }
+    assert items[(ns, "state")]["value"] == {"a": 1, "b": 2}
+    assert items[(ns, "state")]["version"] == 2

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
-from memstrata.exceptions import MemstrataError
+from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
 from memstrata.layers.wm_journal import JOURNAL_KEY, STATE_KEY, read_state
 from memstrata.stack import MemoryStack
@@ -83,18 +83,23 @@ def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
     journals = {
         i.namespace: i for i in items if i.namespace[0] == "working-memory" and i.key == JOURNAL_KEY
     }
-    snapshots = {i.namespace for i in items if i.namespace in journals and i.key == STATE_KEY}
+    merged: dict[tuple[str, ...], tuple[Any, int]] = {}
+    for namespace in {i.namespace for i in items if i.namespace in journals and i.key == STATE_KEY}:
+        try:
+            current = read_state(store, namespace)
+        except InvalidInputError:
+            continue  # a broken journal: shown as it is stored, for whoever looks into it
+        if current is not None:
+            merged[namespace] = current
     folded = []
     for item in items:
-        if item.namespace in snapshots:
+        if item.namespace in merged:
             if item.key == JOURNAL_KEY:
                 continue
-            current = read_state(store, item.namespace) if item.key == STATE_KEY else None
-            if current is not None:
-                journal = journals[item.namespace]
-                item = replace(
-                    item, value=current[0], version=current[1], updated_at=journal.updated_at
-                )
+            if item.key == STATE_KEY:
+                value, version = merged[item.namespace]
+                updated_at = journals[item.namespace].updated_at
+                item = replace(item, value=value, version=version, updated_at=updated_at)
         folded.append(item)
     return folded
 
