@@ -83,10 +83,13 @@ proptest! {
     fn estimate_of_any_code_points_never_panics(units in ucs4(), e in encoding()) {
         let estimate = estimate_units(&units, e);
         prop_assert_eq!(estimate == 0, units.is_empty());
-        // A lone surrogate is one code point like any other: the estimate grows with the text.
+        // A lone surrogate is one code point like any other: the estimate grows with the text,
+        // give or take the rounding of the linear model. Doubling a text can lose that one
+        // token: cl100k "zZ" is 3 (a word and an all-caps segment at its end), "zZzZ" 2 (one
+        // word). 200,000 random short texts in both families found no larger loss.
         let mut doubled = units.clone();
         doubled.extend_from_slice(&units);
-        prop_assert!(estimate_units(&doubled, e) >= estimate);
+        prop_assert!(estimate_units(&doubled, e) + 1 >= estimate);
     }
 
     #[test]
