@@ -151,6 +151,31 @@ def test_a_small_state_is_written_whole_until_it_grows(
     assert loaded(WorkingMemory(schema={"type": "object"}), store)[:2] == ({"n": 5, "m": 6}, 7)
 
 
+def test_a_small_state_kept_between_runs_costs_one_stamp_read(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(working_memory_module, "JOURNAL_MIN_STATE_BYTES", JOURNAL_MIN_STATE_BYTES)
+    layer = WorkingMemory(schema={"type": "object"}, budget=(0, 100_000))
+    update(layer, store, {"n": 1})
+    stamped: list[str] = []
+    real_stamp = store.stamp
+
+    def stamp(namespace: Any, key: str) -> Any:
+        stamped.append(key)
+        return real_stamp(namespace, key)
+
+    monkeypatch.setattr(store, "stamp", stamp)
+    assert loaded(layer, store)[:2] == ({"n": 1}, 1)
+    assert stamped == [STATE_KEY]
+    # Another process's write past the size makes a journal, and rewrites the state with it:
+    # the changed stamp sends the layer to read both.
+    big = {"blob": "x" * JOURNAL_MIN_STATE_BYTES}
+    update(WorkingMemory(schema={"type": "object"}, budget=(0, 100_000)), store, big)
+    update(WorkingMemory(schema={"type": "object"}, budget=(0, 100_000)), store, {"n": 2})
+    assert versions(store) == (2, 2, 1)
+    assert loaded(layer, store)[:2] == ({"n": 2, **big}, 3)
+
+
 def test_a_long_lived_layer_reads_only_the_new_patches(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,6 +28,7 @@ belongs to, and a reader that sees a different one reads again (:func:`read`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -85,9 +86,19 @@ class Position:
     journal_bytes: int = 0
 
 
-def head_stamp(store: Store, namespace: Namespace) -> tuple[str, int, float] | None:
+def head_stamp(
+    store: Store, namespace: Namespace, held: tuple[str, int, float] | None = None
+) -> tuple[str, int, float] | None:
     """A stamp that changes with every write: the journal's, or the snapshot's where no journal
-    was written yet; None when the working memory was never written."""
+    was written yet; None when the working memory was never written.
+
+    ``held`` is the stamp the caller last saw. When that is the snapshot's, the snapshot's stamp
+    alone says whether anything was written since (one read, not two): a journal is only ever
+    made by a write that also writes the snapshot."""
+    if held is not None and held[0] == STATE_KEY:
+        stamp = store.stamp(namespace, STATE_KEY)
+        if stamp is not None and (STATE_KEY, *stamp) == held:
+            return held
     stamp = store.stamp(namespace, JOURNAL_KEY)
     if stamp is not None:
         return (JOURNAL_KEY, *stamp)
@@ -221,6 +232,13 @@ def apply_patch(state: Any, patch: Any, options: Options) -> Any:
     return f"{state.rstrip()}\n\n{patch}"
 
 
+def replay(state: Any, patches: Sequence[Any], options: Options) -> Any:
+    """``state`` with ``patches`` appended in order, as the updates that wrote them did."""
+    for patch in patches:
+        state = apply_patch(state, patch, options)
+    return state
+
+
 def read_state(store: Store, namespace: Namespace) -> tuple[Any, int] | None:
     """The state stored in a working memory's namespace and its version, the journal merged
     in, or None if it was never written. A plain read (no schema check, no cache) for tools
@@ -233,9 +251,4 @@ def read_state(store: Store, namespace: Namespace) -> tuple[Any, int] | None:
     if journal is None:
         return None if snapshot is None else (snapshot.value, snapshot.version)
     version, _base, options, patches = parse(journal)
-    state = snapshot.value if snapshot is not None else None
-    for patch in patches:
-        if state is None:
-            state = {} if isinstance(patch, dict) else ""
-        state = apply_patch(state, patch, options)
-    return state, version
+    return replay(snapshot.value if snapshot is not None else None, patches, options), version

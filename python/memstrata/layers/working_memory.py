@@ -68,6 +68,7 @@ from memstrata.layers.wm_journal import (
     journal_since,
     journal_value,
     position_of,
+    replay,
 )
 from memstrata.layers.wm_journal import read as read_stored
 from memstrata.prompts import (
@@ -371,11 +372,11 @@ class WorkingMemoryHandle:
 
     def load(self) -> None:
         store = self.ctx.store
-        stamp = head_stamp(store, self.namespace)
+        kept = self.layer._remembered(store, self.namespace)
+        stamp = head_stamp(store, self.namespace, kept.position.stamp if kept else None)
         if stamp is None:
             self._start_empty()
             return
-        kept = self.layer._remembered(store, self.namespace)
         if kept is not None and kept.position.stamp == stamp:
             self._adopt(kept)
             return
@@ -423,8 +424,8 @@ class WorkingMemoryHandle:
                 return
             position = position_of(snapshot, journal)
             state = snapshot.value if snapshot is not None else self._initial()
-            for patch in position.patches:
-                state = self._combine(state, patch, "append", position.options)
+            if position.options is not None:
+                state = replay(state, position.patches, position.options)
             self.state = self._checked(state)
             self._position = position
         except (SchemaViolationError, InvalidInputError, TypeError) as exc:
