@@ -172,9 +172,9 @@ class ContextGate:
         self.enabled = enabled
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter(model)
         self.cache = cache
-        # id(message) -> (message, content object, tokens); holding the message keeps its id
-        # from being reused while cached.
-        self._counts: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
+        # id(message) -> (message, content object, tokens, characters of the content); holding
+        # the message keeps its id from being reused while cached.
+        self._counts: OrderedDict[int, tuple[Message, Any, int, int]] = OrderedDict()
         self._counts_chars = 0
         self._text_counts: OrderedDict[int, tuple[str, Any, int]] = OrderedDict()
         self._placeholders: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
@@ -326,11 +326,11 @@ class ContextGate:
             if len(self._text_counts) > _TEXT_CACHE_LIMIT:
                 self._text_counts.popitem(last=False)
             return tokens
-        entries[key] = (message, content, tokens)
-        self._counts_chars += _length(content)
+        size = _length(content)
+        entries[key] = (message, content, tokens, size)
+        self._counts_chars += size
         while len(entries) > _CACHE_LIMIT or self._counts_chars > _CACHE_MAX_CHARS:
-            _key, (_message, dropped, _tokens) = entries.popitem(last=False)
-            self._counts_chars -= _length(dropped)
+            self._counts_chars -= entries.popitem(last=False)[1][3]
         return tokens
 
     def _warn_once(self, run_id: str | None, call_id: str, estimate: int) -> None:
