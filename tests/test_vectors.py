@@ -233,6 +233,57 @@ def test_vector_set_large_prefiltered_search_is_exact() -> None:
             check_top_k(positions, [s for _, s in got], ref, k, t, ties_by_index=False)
 
 
+def test_vector_set_ranks_by_weighted_similarity_plus_bias_exactly() -> None:
+    """AgentMind's composite score (0.6 * similarity + a per-entry bias up to 0.4) through the
+    prefiltered search, against float64 numpy, for related and unrelated queries."""
+    rng = np.random.default_rng(11)
+    dim, n = 384, 6000
+    centres = rng.standard_normal((6, dim))
+    data = (centres[rng.integers(0, 6, n)] + 0.3 * rng.standard_normal((n, dim))).astype(np.float32)
+    biases = rng.uniform(0.0, 0.4, n).astype(np.float32)
+    ids = [f"e{i}" for i in range(n)]
+    vs = memstrata.VectorSet(dim)
+    vs.add(ids, data, biases=biases)
+    unit = data.astype(np.float64) / np.linalg.norm(data.astype(np.float64), axis=1, keepdims=True)
+    queries = [centres[i] + 0.3 * rng.standard_normal(dim) for i in range(4)]
+    queries += [rng.standard_normal(dim) for _ in range(2)]
+    for q in queries:
+        q = q.astype(np.float32)
+        for weight, k, t in [(0.6, 5, 0.35), (0.6, 20, None), (0.0, 3, None), (2.0, 1, 0.5)]:
+            got = vs.top_k(q, k, threshold=t, weight=weight)
+            ref = weight * (unit @ (q / np.linalg.norm(q))) + biases
+            order = np.argsort(-ref, kind="stable")
+            if t is not None:
+                order = order[ref[order] >= t - TOL]
+            want = order[:k]
+            assert len(got) == len(want)
+            for (i, score), j in zip(got, want):
+                # The same entry, or one whose score ties it within float32 rounding.
+                assert abs(score - ref[j]) <= TOL
+                assert abs(ref[ids.index(i)] - ref[j]) <= TOL
+    # Replacing a vector without biases resets its bias; a bias alone can win at weight 0.
+    vs.add(["e0"], data[:1])
+    assert vs.top_k(data[1], 1, weight=0.0)[0][1] == pytest.approx(float(biases.max()))
+    assert dict(vs.top_k(data[0], n))["e0"] == pytest.approx(1.0)
+
+
+def test_vector_set_refuses_bad_biases_and_weights() -> None:
+    vs = memstrata.VectorSet(2)
+    with pytest.raises(InvalidInputError, match="got 2 ids but 1 biases"):
+        vs.add(["a", "b"], [[1, 0], [0, 1]], biases=[0.5])
+    with pytest.raises(InvalidInputError, match=r'biases\[1\] \(id "b"\) must be a finite number'):
+        vs.add(["a", "b"], [[1, 0], [0, 1]], biases=[0.5, np.inf])
+    with pytest.raises(UnsupportedTypeError, match="biases must be an array of real numbers"):
+        vs.add(["a"], [[1, 0]], biases=["high"])
+    assert len(vs) == 0
+    vs.add(["a", "b"], [[1, 0], [0, 1]], biases=[0.0, 0.5])
+    for weight in (-0.1, math.nan, math.inf, 1e300):
+        with pytest.raises(InvalidInputError, match="weight must be a finite number >= 0"):
+            vs.top_k([1, 0], 1, weight=weight)
+    assert [i for i, _ in vs.top_k([1, 0], 2)] == ["a", "b"]
+    assert [i for i, _ in vs.top_k([1, 0], 2, weight=0.25)] == ["b", "a"]
+
+
 def test_vector_set_add_replace_remove_and_duplicates() -> None:
     vs = memstrata.VectorSet(3)
     vs.add(["a", "b"], np.array([[1, 0, 0], [0, 2, 0]], np.float32))

@@ -213,7 +213,9 @@ class VectorSet:
     @property
     def dim(self) -> int:
         """The vectors' dimension."""
-    def add(self, ids: Iterable[str], vectors: npt.ArrayLike) -> None:
+    def add(
+        self, ids: Iterable[str], vectors: npt.ArrayLike, *, biases: npt.ArrayLike | None = None
+    ) -> None:
         """Adds ``ids[i]`` with ``vectors[i]``; an id already present gets the new vector.
 
         Within one call a repeated id keeps its last vector. The call is all-or-nothing: every
@@ -222,12 +224,16 @@ class VectorSet:
         Args:
             ids: The ids (a list of str; a lone str is refused).
             vectors: Shape ``(len(ids), dim)``, converted to float32 like ``cosine_top_k``'s.
+            biases: Shape ``(len(ids),)``, finite: what ``top_k`` adds to each id's weighted
+                similarity (recency or confidence, say). Omitted: zero (a replaced id's bias
+                is reset too).
 
         Raises:
             ZeroVectorError: A vector is all zeros (the message names its id).
             NonFiniteNumberError: A vector holds NaN or infinity (the message names its id).
             DimensionMismatchError: ``vectors`` does not have ``dim`` columns.
-            InvalidInputError: ``vectors`` does not have one row per id.
+            InvalidInputError: ``vectors`` does not have one row per id, or ``biases`` one
+                finite number per id.
             UnsupportedTypeError: ``ids`` is not a list of str.
         """
     def remove(self, ids: Iterable[str]) -> int:
@@ -237,23 +243,33 @@ class VectorSet:
             How many ids were removed.
         """
     def top_k(
-        self, query: npt.ArrayLike, k: int, *, threshold: float | None = None
+        self,
+        query: npt.ArrayLike,
+        k: int,
+        *,
+        threshold: float | None = None,
+        weight: float = 1.0,
     ) -> list[tuple[str, float]]:
-        """The ``k`` ids most cosine-similar to ``query``, best first, with their similarity.
+        """The ``k`` ids scoring highest against ``query``, best first, with their score.
 
+        The score is ``weight * cosine + bias`` (float32, the cosine clamped to [-1, 1]; the
+        bias given to ``add``, zero by default), so with the defaults it is the cosine
+        similarity. The search is exact for any weight and biases, and reads the same bytes.
         Ties go to the id stored first (removal moves the last stored id into the hole).
 
         Args:
             query: Shape ``(dim,)``.
             k: How many ids to return at most (``>= 1``).
             threshold: When given, only ids scoring at least this are returned.
+            weight: The similarity's weight, finite and ``>= 0``.
 
         Raises:
             DimensionMismatchError, ZeroVectorError, NonFiniteNumberError, InvalidInputError:
-                as for ``cosine_top_k``.
+                as for ``cosine_top_k``; InvalidInputError also for a bad ``weight``.
         """
     def find_duplicate(self, vector: npt.ArrayLike, threshold: float) -> tuple[str, float] | None:
-        """The id most similar to ``vector`` if its similarity is at least ``threshold``.
+        """The id most similar to ``vector`` if its similarity is at least ``threshold``
+        (``top_k(vector, 1, threshold=threshold)``: a set given biases adds them).
 
         Raises:
             DimensionMismatchError, ZeroVectorError, NonFiniteNumberError, InvalidInputError:

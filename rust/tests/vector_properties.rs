@@ -194,3 +194,47 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// `weight · cosine + bias` ranked past the prefilter's threshold, against the formula in f64.
+    #[test]
+    fn vector_set_weighted_top_k_matches_an_exhaustive_scan(
+        (dim, values, biases, query) in (1usize..40, 580usize..700).prop_flat_map(|(dim, rows)| {
+            (
+                Just(dim),
+                prop::collection::vec(finite_element(), dim * rows),
+                prop::collection::vec(-1.0f32..1.0, rows),
+                prop::collection::vec(-1.0f32..1.0, dim),
+            )
+        }),
+        k in 1usize..20,
+        weight in 0.0f32..2.0,
+    ) {
+        prop_assume!(query.iter().any(|&x| x != 0.0));
+        let mut set = VectorSet::new(dim).unwrap();
+        let mut kept: Vec<(String, Vec<f32>, f32)> = Vec::new();
+        for (i, (row, &bias)) in values.chunks(dim).zip(&biases).enumerate() {
+            if row.iter().any(|&x| x != 0.0) {
+                kept.push((format!("v{i}"), row.to_vec(), bias));
+            }
+        }
+        let ids: Vec<String> = kept.iter().map(|(id, _, _)| id.clone()).collect();
+        let flat: Vec<f32> = kept.iter().flat_map(|(_, v, _)| v.clone()).collect();
+        let kept_biases: Vec<f32> = kept.iter().map(|(_, _, b)| *b).collect();
+        set.add_with_biases(&ids, &flat, Some(&kept_biases)).unwrap();
+        let hits = set.top_k_weighted(&query, k, None, weight).unwrap();
+        prop_assert_eq!(hits.len(), k.min(kept.len()));
+        let worst_kept = hits.last().map_or(f64::INFINITY, |h| f64::from(h.1));
+        for (id, vector, bias) in &kept {
+            let score = f64::from(weight) * cosine(vector, &query).unwrap() + f64::from(*bias);
+            match hits.iter().find(|h| h.0 == id) {
+                Some(hit) => prop_assert!((f64::from(hit.1) - score).abs() < 3.0 * TOLERANCE),
+                None => {
+                    prop_assert!(score <= worst_kept + 3.0 * TOLERANCE, "{} beats the kept ones", id)
+                }
+            }
+        }
+    }
+}

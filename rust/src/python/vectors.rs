@@ -214,14 +214,19 @@ impl PyVectorSet {
         self.dim
     }
 
+    #[pyo3(signature = (ids, vectors, *, biases=None))]
     fn add(
         &self,
         py: Python<'_>,
         ids: &Bound<'_, PyAny>,
         vectors: &Bound<'_, PyAny>,
+        biases: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let ids = str_list(py, ids, "ids")?;
         let array = f32_array(py, vectors, "vectors", 2, "(n, dim)")?;
+        let biases = biases
+            .map(|b| f32_array(py, b, "biases", 1, "(n,)"))
+            .transpose()?;
         let (rows, dim) = (array.shape()[0], array.shape()[1]);
         if dim != self.dim {
             return Err(errors::to_pyerr(
@@ -240,7 +245,8 @@ impl PyVectorSet {
             ));
         }
         let values = array.as_slice()?;
-        py.detach(|| self.write().add(&ids, values))
+        let biases = biases.as_ref().map(|b| b.as_slice()).transpose()?;
+        py.detach(|| self.write().add_with_biases(&ids, values, biases))
             .into_py_result(py)
     }
 
@@ -249,21 +255,28 @@ impl PyVectorSet {
         Ok(py.detach(|| self.write().remove(&ids)))
     }
 
-    #[pyo3(signature = (query, k, *, threshold=None))]
+    #[pyo3(signature = (query, k, *, threshold=None, weight=1.0))]
     fn top_k(
         &self,
         py: Python<'_>,
         query: &Bound<'_, PyAny>,
         k: i64,
         threshold: Option<f64>,
+        weight: f64,
     ) -> PyResult<Vec<(String, f32)>> {
+        if !(weight.is_finite() && (0.0..=f64::from(f32::MAX)).contains(&weight)) {
+            return Err(invalid(
+                py,
+                format!("weight must be a finite number >= 0, got {weight}"),
+            ));
+        }
         let k = positive_k(py, k)?;
         let query = self.query(py, query, "query")?;
         let q = query.as_slice()?;
         py.detach(|| {
             let set = self.read();
             let k = k.min(set.len().max(1));
-            set.top_k(q, k, threshold)
+            set.top_k_weighted(q, k, threshold, weight as f32)
                 .map(|hits| hits.into_iter().map(|(id, s)| (id.to_owned(), s)).collect())
         })
         .into_py_result(py)

@@ -6,6 +6,10 @@
 //! of the row and of the query, plus f32 rounding), so only rows whose upper bound reaches the
 //! k-th best lower bound can be in the answer. Those few are re-scored in f32, and the result is
 //! identical to an exhaustive f32 scan, ordering and tie-breaks included.
+//!
+//! A search can also rank by `weight · cosine + bias`, with one bias per row given at `add`
+//! (recency and confidence, say): the bounds carry through the affine map, so a composite
+//! ranking is as exact as a cosine one and reads no more bytes.
 
 use std::collections::HashMap;
 
@@ -58,6 +62,12 @@ pub struct VectorSet {
     cuts: Vec<usize>,
     /// Per cut, per row: the row's statistics over the columns before the cut.
     partials: Vec<Partial>,
+    /// Added to each row's weighted similarity (zero unless given at `add`).
+    biases: Vec<f32>,
+    /// Σ biases, for their mean.
+    bias_total: f64,
+    /// The largest |bias| ever stored (only grows: it sizes a rounding margin).
+    max_abs_bias: f32,
 }
 
 /// Per row, over columns `0..cut`: Σ code, `|v - scale·code|`, `|scale·code|`; and `|v|` over
@@ -144,8 +154,19 @@ struct Probe {
     norm: f32,
     /// Per cut: `|q|` and `|q - scale·code|` over the columns before it, `|q|` after it.
     partials: Vec<[f32; 3]>,
-    /// Covers the f32 rounding of the scores (see `search`).
+    /// Covers the f32 rounding of the cosines (see `search`).
     margin: f32,
+    /// The similarity's weight in the score.
+    weight: f32,
+    /// Covers the f32 rounding of `weight * cosine + bias` (see `VectorSet::score_margin`).
+    score_margin: f32,
+}
+
+/// A row's score: its weighted cosine (clamped to [-1, 1]) plus its bias, in one fixed order of
+/// f32 operations wherever a score is computed.
+#[inline]
+fn composite(weight: f32, cosine: f32, bias: f32) -> f32 {
+    weight * cosine.clamp(-1.0, 1.0) + bias
 }
 struct Quantized {
     codes: Vec<i8>,
@@ -250,6 +271,9 @@ impl VectorSet {
             code_norms: Vec::new(),
             partials: vec![Partial::default(); cuts.len()],
             cuts,
+            biases: Vec::new(),
+            bias_total: 0.0,
+            max_abs_bias: 0.0,
         })
     }
 
@@ -281,6 +305,35 @@ impl VectorSet {
     /// `InvalidArgument` when the counts disagree, `DimensionMismatch`, `NonFiniteVector` and
     /// `ZeroVector` naming the id.
     pub fn add(&mut self, ids: &[String], vectors: &[f32]) -> CoreResult<()> {
+        self.add_with_biases(ids, vectors, None)
+    }
+
+    /// [`VectorSet::add`], each row with a bias that [`VectorSet::top_k_weighted`] adds to its
+    /// weighted similarity (`None`: zero). A replaced id takes the new bias.
+    ///
+    /// # Errors
+    /// As [`VectorSet::add`]; `InvalidArgument` when there is not one finite bias per id.
+    pub fn add_with_biases(
+        &mut self,
+        ids: &[String],
+        vectors: &[f32],
+        biases: Option<&[f32]>,
+    ) -> CoreResult<()> {
+        if let Some(biases) = biases {
+            if biases.len() != ids.len() {
+                return Err(CoreError::InvalidArgument(format!(
+                    "got {} ids but {} biases",
+                    ids.len(),
+                    biases.len()
+                )));
+            }
+            if let Some(i) = biases.iter().position(|b| !b.is_finite()) {
+                return Err(CoreError::InvalidArgument(format!(
+                    "biases[{i}] (id {:?}) must be a finite number, got {}",
+                    ids[i], biases[i]
+                )));
+            }
+        }
         if vectors.len() != ids.len() * self.dim {
             return Err(CoreError::InvalidArgument(format!(
                 "got {} ids but {} values, which is not {} vectors of dimension {}",
@@ -323,8 +376,11 @@ impl VectorSet {
                 rows.map(prepare).collect()
             };
         let prepared = prepared.into_iter().collect::<CoreResult<Vec<_>>>()?;
-        for (id, (u, q, partials)) in ids.iter().zip(prepared) {
+        for (i, (id, (u, q, partials))) in ids.iter().zip(prepared).enumerate() {
             let u = u.as_slice();
+            let bias = biases.map_or(0.0, |b| b[i]);
+            self.bias_total += f64::from(bias);
+            self.max_abs_bias = self.max_abs_bias.max(bias.abs());
             let slot = self.slots.get(id).copied().unwrap_or(self.ids.len());
             for (partial, stats) in self.partials.iter_mut().zip(partials) {
                 partial.set(slot, stats);
@@ -338,6 +394,8 @@ impl VectorSet {
                     self.scales[slot] = q.scale;
                     self.residuals[slot] = q.residual;
                     self.code_norms[slot] = q.norm;
+                    self.bias_total -= f64::from(self.biases[slot]);
+                    self.biases[slot] = bias;
                 }
                 None => {
                     self.slots.insert(id.clone(), self.ids.len());
@@ -348,6 +406,7 @@ impl VectorSet {
                     self.scales.push(q.scale);
                     self.residuals.push(q.residual);
                     self.code_norms.push(q.norm);
+                    self.biases.push(bias);
                 }
             }
         }
@@ -375,6 +434,7 @@ impl VectorSet {
             self.scales.swap_remove(slot);
             self.residuals.swap_remove(slot);
             self.code_norms.swap_remove(slot);
+            self.bias_total -= f64::from(self.biases.swap_remove(slot));
             for partial in &mut self.partials {
                 partial.swap_remove(slot);
             }
@@ -402,6 +462,28 @@ impl VectorSet {
         k: usize,
         threshold: Option<f64>,
     ) -> CoreResult<Vec<(&str, f32)>> {
+        self.top_k_weighted(query, k, threshold, 1.0)
+    }
+
+    /// The `k` ids with the highest `weight · cosine(query, v) + bias` (the bias given at
+    /// [`VectorSet::add_with_biases`]), best first, with that score; only those scoring at
+    /// least `threshold` when it is given. Ties go to the id stored first. Each score is
+    /// computed in f32 as `weight * cosine + bias`, the cosine clamped to [-1, 1].
+    ///
+    /// # Errors
+    /// As [`VectorSet::top_k`]; `InvalidArgument` unless `weight` is finite and at least 0.
+    pub fn top_k_weighted(
+        &self,
+        query: &[f32],
+        k: usize,
+        threshold: Option<f64>,
+        weight: f32,
+    ) -> CoreResult<Vec<(&str, f32)>> {
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(CoreError::InvalidArgument(format!(
+                "weight must be a finite number >= 0, got {weight}"
+            )));
+        }
         if k == 0 {
             return Err(CoreError::InvalidArgument(
                 "k must be at least 1, got 0".into(),
@@ -413,7 +495,7 @@ impl VectorSet {
             ));
         }
         let q = unit_query(query, self.dim, "query")?;
-        let hits = self.search(&q, k, threshold, simd::float_level(), true);
+        let hits = self.search(&q, k, threshold, weight, simd::float_level(), true);
         Ok(hits
             .into_iter()
             .map(|s| (self.ids[s.index].as_str(), s.score))
@@ -432,11 +514,19 @@ impl VectorSet {
         Ok(self.top_k(vector, 1, Some(threshold))?.into_iter().next())
     }
 
+    /// The rounding margin of a score computed as `weight * cosine + bias` in f32, against the
+    /// same expression evaluated at a bound (each side rounds twice, |cosine| and the bounds
+    /// stay below 4).
+    fn score_margin(&self, weight: f32) -> f32 {
+        16.0 * f32::EPSILON * (4.0 * weight + self.max_abs_bias)
+    }
+
     fn search(
         &self,
         q: &[f32],
         k: usize,
         threshold: Option<f64>,
+        weight: f32,
         level: Level,
         allow_prefilter: bool,
     ) -> Vec<super::Scored> {
@@ -449,7 +539,7 @@ impl VectorSet {
             && k < n / 4;
         let parallel = n * self.dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1;
         if !prefilter {
-            let scan = |(s, e): (usize, usize)| self.exact_scan(q, s, e, k, threshold, level);
+            let scan = |rows: (usize, usize)| self.exact_scan(q, rows, k, threshold, weight, level);
             let top = if parallel {
                 let parts: Vec<TopK> = chunk_bounds(n, self.dim)
                     .into_par_iter()
@@ -493,8 +583,11 @@ impl VectorSet {
             // f32 dot of two unit vectors: rounding error at most ~dim·ε; the approximate score
             // adds a few ulps. Doubled for headroom.
             margin: 2.0 * (self.dim as f32 + 8.0) * f32::EPSILON,
+            weight,
+            score_margin: self.score_margin(weight),
         };
-        let margin = probe.margin;
+        // In score units: how far an f32 score may sit from the bounds' arithmetic.
+        let margin = weight * probe.margin + probe.score_margin;
         let probe_rows = |(s, e): (usize, usize)| self.int8_candidates(&probe, s, e, k, threshold);
         let parallel_int8 =
             n * self.stride >= PARALLEL_MIN_INT8_BYTES && rayon::current_num_threads() > 1;
@@ -527,18 +620,22 @@ impl VectorSet {
                 break;
             }
             let row = &self.unit[index * self.dim..(index + 1) * self.dim];
-            top.push(simd::dot(level, row, q).clamp(-1.0, 1.0), index);
+            top.push(
+                composite(weight, simd::dot(level, row, q), self.biases[index]),
+                index,
+            );
         }
         top.into_sorted()
     }
 
+    /// Rows `start..end` scored in f32, the k best kept.
     fn exact_scan(
         &self,
         q: &[f32],
-        start: usize,
-        end: usize,
+        (start, end): (usize, usize),
         k: usize,
         threshold: Option<f64>,
+        weight: f32,
         level: Level,
     ) -> TopK {
         let mut top = TopK::new(k, threshold);
@@ -548,9 +645,11 @@ impl VectorSet {
             let len = 128.min(end - block);
             let rows = &self.unit[block * self.dim..(block + len) * self.dim];
             simd::dot_rows(level, rows, self.dim, q, &mut scores[..len]);
-            for (i, &s) in scores[..len].iter().enumerate() {
-                if s >= top.floor() {
-                    top.push(s.clamp(-1.0, 1.0), block + i);
+            let biases = &self.biases[block..block + len];
+            for (i, (&s, &b)) in scores[..len].iter().zip(biases).enumerate() {
+                let score = composite(weight, s, b);
+                if score >= top.floor() {
+                    top.push(score, block + i);
                 }
             }
             block += len;
@@ -577,15 +676,23 @@ impl VectorSet {
         let mut pass = Pass {
             kth: KthLargest::new(k),
             candidates: Vec::new(),
-            min_upper: threshold.map_or(f32::NEG_INFINITY, |t| t as f32 - probe.margin),
+            min_upper: threshold.map_or(f32::NEG_INFINITY, |t| {
+                t as f32 - (probe.weight * probe.margin + probe.score_margin)
+            }),
         };
         let mut rows = [0_u32; INT8_BLOCK];
         let mut raw = [0_i32; INT8_BLOCK];
         // The first stage drops a row when its bound is below the floor; a typical row's bound
-        // is about |q_B| times the mean |x_B|, so below that floor staging would drop little.
+        // is about |q_B| times the mean |x_B| (weighted, plus the mean bias), so below that
+        // floor staging would drop little.
+        let mean_bias = if self.biases.is_empty() {
+            0.0
+        } else {
+            (self.bias_total / self.biases.len() as f64) as f32
+        };
         let stage_floor = match (self.partials.first(), probe.partials.first()) {
             (Some(partial), Some(&[_, _, q_tail])) => {
-                STAGE_FLOOR_RATIO * q_tail * partial.mean_tail()
+                probe.weight * STAGE_FLOOR_RATIO * q_tail * partial.mean_tail() + mean_bias
             }
             _ => f32::INFINITY,
         };
@@ -629,8 +736,10 @@ impl VectorSet {
         let sums = &self.code_sums[range.clone()];
         let scales = &self.scales[range.clone()];
         let residuals = &self.residuals[range.clone()];
-        let norms = &self.code_norms[range];
+        let norms = &self.code_norms[range.clone()];
+        let biases = &self.biases[range];
         let (up, low) = (&mut upper[..len], &mut lower[..len]);
+        let (w, extra) = (probe.weight, probe.score_margin);
         for i in 0..len {
             // Exact product of the signed codes (the query was offset by `probe.offset`); no
             // overflow below PREFILTER_MAX_DIM.
@@ -638,8 +747,8 @@ impl VectorSet {
             let approx = scales[i] * probe.scale * product as f32;
             // |x·v - x̂·v̂| <= |x|·|v - v̂| + |x - x̂|·|v̂|
             let bound = probe.norm * residuals[i] + probe.residual * norms[i] + probe.margin;
-            up[i] = approx + bound;
-            low[i] = approx - bound;
+            up[i] = w * (approx + bound) + biases[i] + extra;
+            low[i] = w * (approx - bound) + biases[i] - extra;
         }
         let mut kth_lower = pass.kth.kth();
         for (c, (ups, lows)) in up.chunks(16).zip(low.chunks(16)).enumerate() {
@@ -689,18 +798,23 @@ impl VectorSet {
         let [q_head, q_residual, q_tail] = probe.partials[0];
         let (sums, scales) = (&first.sums[range.clone()], &self.scales[range.clone()]);
         let (residuals, norms) = (&first.residuals[range.clone()], &first.norms[range.clone()]);
-        let tails = &first.tails[range];
+        let tails = &first.tails[range.clone()];
+        let biases = &self.biases[range];
+        let (w, extra) = (probe.weight, probe.score_margin);
         let mut upper = [0.0_f32; INT8_BLOCK];
         let (upper, scored) = (&mut upper[..len], &raw[..len]);
         for i in 0..len {
             let approx = scales[i] * probe.scale * (scored[i] - probe.offset * sums[i]) as f32;
             // As in `full_block` over the columns scored so far, plus at most |q_B|·|x_B| from
             // the columns after the cut (Cauchy-Schwarz).
-            upper[i] = approx
-                + q_head * residuals[i]
-                + q_residual * norms[i]
-                + q_tail * tails[i]
-                + probe.margin;
+            upper[i] = w
+                * (approx
+                    + q_head * residuals[i]
+                    + q_residual * norms[i]
+                    + q_tail * tails[i]
+                    + probe.margin)
+                + biases[i]
+                + extra;
         }
         let mut alive = 0;
         for (i, &u) in upper.iter().enumerate() {
@@ -734,11 +848,14 @@ impl VectorSet {
                 let (r, sum) = (rows[j] as usize, raw[j] + part[j]);
                 let approx =
                     self.scales[r] * probe.scale * (sum - probe.offset * partial.sums[r]) as f32;
-                let upper = approx
-                    + q_head * partial.residuals[r]
-                    + q_residual * partial.norms[r]
-                    + q_tail * partial.tails[r]
-                    + probe.margin;
+                let upper = w
+                    * (approx
+                        + q_head * partial.residuals[r]
+                        + q_residual * partial.norms[r]
+                        + q_tail * partial.tails[r]
+                        + probe.margin)
+                    + self.biases[r]
+                    + extra;
                 if upper >= floor {
                     rows[kept] = r as u32;
                     raw[kept] = sum;
@@ -767,7 +884,13 @@ impl VectorSet {
             let approx = self.scales[r] * probe.scale * product as f32;
             let bound =
                 probe.norm * self.residuals[r] + probe.residual * self.code_norms[r] + probe.margin;
-            kth_lower = pass.offer(r, approx + bound, approx - bound, kth_lower);
+            let bias = self.biases[r];
+            kth_lower = pass.offer(
+                r,
+                w * (approx + bound) + bias + extra,
+                w * (approx - bound) + bias - extra,
+                kth_lower,
+            );
         }
         first_kept
     }
@@ -869,8 +992,8 @@ mod tests {
             let qn = unit_query(&q, dim, "query").unwrap();
             for (k, t) in [(1, None), (10, None), (50, Some(0.99)), (1, Some(0.999))] {
                 let level = simd::float_level();
-                let fast = set.search(&qn, k, t, level, true);
-                let exact = set.search(&qn, k, t, level, false);
+                let fast = set.search(&qn, k, t, 1.0, level, true);
+                let exact = set.search(&qn, k, t, 1.0, level, false);
                 let f: Vec<(usize, u32)> =
                     fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
                 let e: Vec<(usize, u32)> =
@@ -882,10 +1005,20 @@ mod tests {
 
     /// The fast and the exhaustive search agree, bit for bit, on `set`.
     fn assert_exact(set: &VectorSet, qn: &[f32], cases: &[(usize, Option<f64>)], what: &str) {
+        assert_exact_weighted(set, qn, cases, 1.0, what);
+    }
+
+    fn assert_exact_weighted(
+        set: &VectorSet,
+        qn: &[f32],
+        cases: &[(usize, Option<f64>)],
+        weight: f32,
+        what: &str,
+    ) {
         let level = simd::float_level();
         for &(k, t) in cases {
-            let fast = set.search(qn, k, t, level, true);
-            let exact = set.search(qn, k, t, level, false);
+            let fast = set.search(qn, k, t, weight, level, true);
+            let exact = set.search(qn, k, t, weight, level, false);
             let f: Vec<(usize, u32)> = fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
             let e: Vec<(usize, u32)> = exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
             assert_eq!(f, e, "{what} k {k} t {t:?}");
@@ -941,6 +1074,97 @@ mod tests {
     }
 
     #[test]
+    fn biased_search_gives_exactly_the_brute_force_answer() {
+        // A composite ranking, as AgentMind's recall: biases up to 0.4 against a 0.6 weight,
+        // so a row's rank depends on both; and the same rows under other weights.
+        for dim in [384, 386, 96] {
+            let mut set = VectorSet::new(dim).unwrap();
+            let centres = random(8 * dim, 13);
+            let noise = random(4000 * dim, 14);
+            let data: Vec<f32> = noise
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    centres[(i / dim % 8) * dim + i % dim]
+                        + (0.02 + (i / dim % 5) as f32 * 0.05) * x
+                })
+                .collect();
+            let biases: Vec<f32> = random(4000, 15).iter().map(|b| (b + 0.5) * 0.4).collect();
+            set.add_with_biases(&ids(0..4000), &data, Some(&biases))
+                .unwrap();
+            // A replaced row takes its new bias; an `add` without biases resets it to zero.
+            set.add_with_biases(&ids(0..300), &random(300 * dim, 16), Some(&vec![0.35; 300]))
+                .unwrap();
+            set.add(&ids(300..400), &random(100 * dim, 17)).unwrap();
+            set.remove(&ids(1000..1300));
+            let level = simd::float_level();
+            for seed in 0..8 {
+                let centre = &centres[(seed as usize % 8) * dim..][..dim];
+                let q: Vec<f32> = random(dim, 300 + seed)
+                    .iter()
+                    .zip(centre)
+                    .map(|(x, c)| c + if seed < 6 { 0.05 } else { 5.0 } * x)
+                    .collect();
+                let qn = unit_query(&q, dim, "query").unwrap();
+                for weight in [0.6_f32, 0.0, 1.0, 3.0] {
+                    let cases = [
+                        (5, Some(0.35)),
+                        (1, Some(0.9)),
+                        (10, None),
+                        (1, None),
+                        (50, Some(0.5)),
+                    ];
+                    let what = format!("dim {dim} seed {seed} weight {weight}");
+                    assert_exact_weighted(&set, &qn, &cases, weight, &what);
+                    // And the exhaustive search is the formula, row by row.
+                    let mut all: Vec<(f32, usize)> = (0..set.len())
+                        .map(|r| {
+                            let row = &set.unit[r * dim..(r + 1) * dim];
+                            (
+                                composite(weight, simd::dot(level, row, &qn), set.biases[r]),
+                                r,
+                            )
+                        })
+                        .collect();
+                    all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                    let got: Vec<(usize, u32)> = set
+                        .search(&qn, 10, None, weight, level, true)
+                        .iter()
+                        .map(|s| (s.index, s.score.to_bits()))
+                        .collect();
+                    let want: Vec<(usize, u32)> =
+                        all[..10].iter().map(|&(s, r)| (r, s.to_bits())).collect();
+                    assert_eq!(got, want, "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weights_and_biases_are_checked() {
+        let mut set = VectorSet::new(4).unwrap();
+        let v = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0];
+        let two = ids(0..2);
+        let e = set.add_with_biases(&two, &v, Some(&[0.1])).unwrap_err();
+        assert!(e.to_string().contains("2 ids but 1 biases"), "{e}");
+        let e = set
+            .add_with_biases(&two, &v, Some(&[0.1, f32::NAN]))
+            .unwrap_err();
+        assert!(e.to_string().contains("biases[1]"), "{e}");
+        assert!(set.is_empty(), "a refused add changes nothing");
+        set.add_with_biases(&two, &v, Some(&[0.0, 0.5])).unwrap();
+        let q = [1.0, 0.0, 0.0, 0.0];
+        for bad in [-1.0, f32::NAN, f32::INFINITY] {
+            let e = set.top_k_weighted(&q, 1, None, bad).unwrap_err();
+            assert!(e.to_string().contains("weight"), "{e}");
+        }
+        // cos 1 + 0 against cos 0 + 0.5: the weight decides.
+        assert_eq!(set.top_k_weighted(&q, 1, None, 1.0).unwrap()[0].0, "id0");
+        assert_eq!(set.top_k_weighted(&q, 1, None, 0.4).unwrap()[0].0, "id1");
+        assert_eq!(set.top_k(&q, 2, None).unwrap()[1], ("id1", 0.5));
+    }
+
+    #[test]
     fn parallel_prefilter_gives_exactly_the_exhaustive_answer() {
         let (n, dim) = (22_000, 384);
         let mut set = VectorSet::new(dim).unwrap();
@@ -950,8 +1174,8 @@ mod tests {
             let qn = unit_query(&random(dim, 50 + seed), dim, "query").unwrap();
             for (k, t) in [(1, None), (10, None), (5, Some(0.1))] {
                 let level = simd::float_level();
-                let fast = set.search(&qn, k, t, level, true);
-                let exact = set.search(&qn, k, t, level, false);
+                let fast = set.search(&qn, k, t, 1.0, level, true);
+                let exact = set.search(&qn, k, t, 1.0, level, false);
                 let f: Vec<(usize, u32)> =
                     fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
                 let e: Vec<(usize, u32)> =
@@ -1036,7 +1260,7 @@ mod tests {
         }
         let best = set.top_k(&q, 5, None).unwrap();
         let qn = unit_query(&q, dim, "q").unwrap();
-        let exact = set.search(&qn, 5, None, simd::float_level(), false);
+        let exact = set.search(&qn, 5, None, 1.0, simd::float_level(), false);
         let e: Vec<&str> = exact.iter().map(|s| set.ids[s.index].as_str()).collect();
         let b: Vec<&str> = best.iter().map(|s| s.0).collect();
         assert_eq!(b, e);
