@@ -51,6 +51,9 @@ pub struct VectorSet {
     /// `dim` rounded up to 64 bytes: one VNNI step.
     stride: usize,
     codes: Vec<i8>,
+    /// Each row's codes before the first cut, again, rows back to back: a staged scan's first
+    /// stage reads them as one contiguous stream instead of the first lines of every row.
+    head_codes: Vec<i8>,
     code_sums: Vec<i32>,
     scales: Vec<f32>,
     /// `|v - scale·code|`: how far the int8 copy is from the unit vector.
@@ -162,6 +165,23 @@ struct Probe {
     score_margin: f32,
 }
 
+/// Bit `i` set when `group[i] >= floor` (`group` holds at most 16 values).
+#[inline(always)]
+fn survivors(group: &[f32], floor: f32) -> u32 {
+    if let Ok(full) = <&[f32; 16]>::try_from(group) {
+        // A fixed 16-lane loop: one vector compare into a mask where the CPU has one.
+        let mut mask = 0_u32;
+        for (i, &u) in full.iter().enumerate() {
+            mask |= u32::from(u >= floor) << i;
+        }
+        return mask;
+    }
+    group
+        .iter()
+        .enumerate()
+        .fold(0, |mask, (i, &u)| mask | u32::from(u >= floor) << i)
+}
+
 /// A row's score: its weighted cosine (clamped to [-1, 1]) plus its bias, in one fixed order of
 /// f32 operations wherever a score is computed.
 #[inline]
@@ -265,6 +285,7 @@ impl VectorSet {
             unit: Vec::new(),
             stride,
             codes: Vec::new(),
+            head_codes: Vec::new(),
             code_sums: Vec::new(),
             scales: Vec::new(),
             residuals: Vec::new(),
@@ -275,6 +296,11 @@ impl VectorSet {
             bias_total: 0.0,
             max_abs_bias: 0.0,
         })
+    }
+
+    /// How many leading codes of each row `head_codes` keeps: the first cut (none without one).
+    fn head_width(&self) -> usize {
+        self.cuts.first().copied().unwrap_or(0)
     }
 
     pub fn dim(&self) -> usize {
@@ -390,6 +416,9 @@ impl VectorSet {
                     self.unit[slot * self.dim..(slot + 1) * self.dim].copy_from_slice(u);
                     self.codes[slot * self.stride..(slot + 1) * self.stride]
                         .copy_from_slice(&q.codes);
+                    let head = self.head_width();
+                    self.head_codes[slot * head..(slot + 1) * head]
+                        .copy_from_slice(&q.codes[..head]);
                     self.code_sums[slot] = q.sum;
                     self.scales[slot] = q.scale;
                     self.residuals[slot] = q.residual;
@@ -402,6 +431,8 @@ impl VectorSet {
                     self.ids.push(id.clone());
                     self.unit.extend_from_slice(u);
                     self.codes.extend_from_slice(&q.codes);
+                    self.head_codes
+                        .extend_from_slice(&q.codes[..self.head_width()]);
                     self.code_sums.push(q.sum);
                     self.scales.push(q.scale);
                     self.residuals.push(q.residual);
@@ -427,6 +458,9 @@ impl VectorSet {
                 let (d, s) = (self.dim, self.stride);
                 self.unit.copy_within(last * d..(last + 1) * d, slot * d);
                 self.codes.copy_within(last * s..(last + 1) * s, slot * s);
+                let h = self.head_width();
+                self.head_codes
+                    .copy_within(last * h..(last + 1) * h, slot * h);
                 self.slots.insert(self.ids[last].clone(), slot);
             }
             self.ids.swap_remove(slot);
@@ -440,6 +474,7 @@ impl VectorSet {
             }
             self.unit.truncate(last * self.dim);
             self.codes.truncate(last * self.stride);
+            self.head_codes.truncate(last * self.head_width());
         }
         removed
     }
@@ -673,6 +708,60 @@ impl VectorSet {
         k: usize,
         threshold: Option<f64>,
     ) -> (KthLargest, Vec<(usize, f32)>) {
+        // The bounds around the int8 kernel are a quarter to a third of the pass: compiled for
+        // the baseline they run four lanes at a time (and multiply i32 with two shuffles), so
+        // the pass is compiled again for the instruction set the kernel itself runs with.
+        #[cfg(target_arch = "x86_64")]
+        match simd::int8_level() {
+            // SAFETY: the level is only `Vnni` when the CPU reports avx512f, avx512bw and
+            // avx512vnni, and only `Avx2` when it reports avx2.
+            simd::Int8::Vnni => {
+                return unsafe { self.int8_candidates_avx512(probe, start, end, k, threshold) }
+            }
+            simd::Int8::Avx2 => {
+                return unsafe { self.int8_candidates_avx2(probe, start, end, k, threshold) }
+            }
+            simd::Int8::Portable => {}
+        }
+        self.int8_candidates_inline(probe, start, end, k, threshold)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn int8_candidates_avx512(
+        &self,
+        probe: &Probe,
+        start: usize,
+        end: usize,
+        k: usize,
+        threshold: Option<f64>,
+    ) -> (KthLargest, Vec<(usize, f32)>) {
+        self.int8_candidates_inline(probe, start, end, k, threshold)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn int8_candidates_avx2(
+        &self,
+        probe: &Probe,
+        start: usize,
+        end: usize,
+        k: usize,
+        threshold: Option<f64>,
+    ) -> (KthLargest, Vec<(usize, f32)>) {
+        self.int8_candidates_inline(probe, start, end, k, threshold)
+    }
+
+    /// The pass itself, inlined into each of the dispatch targets above.
+    #[inline(always)]
+    fn int8_candidates_inline(
+        &self,
+        probe: &Probe,
+        start: usize,
+        end: usize,
+        k: usize,
+        threshold: Option<f64>,
+    ) -> (KthLargest, Vec<(usize, f32)>) {
         let mut pass = Pass {
             kth: KthLargest::new(k),
             candidates: Vec::new(),
@@ -716,6 +805,7 @@ impl VectorSet {
 
     /// Scores rows `block..block + raw.len()` at full width, with the bounds computed
     /// branch-free over the whole block.
+    #[inline(always)]
     fn full_block(&self, probe: &Probe, pass: &mut Pass, raw: &mut [i32], block: usize) {
         let len = raw.len();
         let all = simd::Block { start: block, len };
@@ -770,6 +860,7 @@ impl VectorSet {
     /// Scores rows `block..block + len` stage by stage, keeping in `rows` (and their partial
     /// sums in `raw`) only those that can still reach the floor; returns how many rows the
     /// first stage kept.
+    #[inline(always)]
     fn staged_block(
         &self,
         probe: &Probe,
@@ -786,11 +877,11 @@ impl VectorSet {
         let cut = self.cuts[0];
         let all = simd::Block { start: block, len };
         simd::i8_dot_rows(
-            &self.codes,
-            self.stride,
+            &self.head_codes,
+            cut,
             all,
             0..cut,
-            &probe.q_u8,
+            &probe.q_u8[..cut],
             &mut raw[..len],
         );
         let range = block..block + len;
@@ -816,12 +907,17 @@ impl VectorSet {
                 + biases[i]
                 + extra;
         }
+        // A dedup query keeps almost no row: one compare per 16 rows, then only the kept ones
+        // visited (a compare and branch per row was a tenth of the whole search).
         let mut alive = 0;
-        for (i, &u) in upper.iter().enumerate() {
-            if u >= floor {
+        for (c, group) in upper.chunks(16).enumerate() {
+            let mut kept = survivors(group, floor);
+            while kept != 0 {
+                let i = c * 16 + kept.trailing_zeros() as usize;
                 rows[alive] = (block + i) as u32;
                 raw[alive] = raw[i];
                 alive += 1;
+                kept &= kept - 1;
             }
         }
         let first_kept = alive;
