@@ -916,10 +916,11 @@ class AgentMindHandle:
             raise ToolError("threshold must be a number", code="invalid_arguments")
         if not 0 <= threshold <= 1:
             raise ToolError("threshold must be between 0 and 1", code="invalid_arguments")
-        norm = float(np.linalg.norm(vector))
-        if not norm or not math.isfinite(norm):
+        query = np.asarray(vector, dtype=np.float32)
+        # The ranker normalises the query itself; this only refuses one it cannot.
+        norm2 = float(query @ query)
+        if not norm2 or not math.isfinite(norm2):
             raise ToolError("the query has no direction to search by", code="invalid_arguments")
-        query = np.asarray(vector, dtype=np.float32) / np.float32(norm)
         filtered = bool(tags) or pinned is not None
         if pinned:
             kinds = tuple(kind for kind in kinds if kind != "belief")

@@ -49,11 +49,12 @@ class CompositeRanker:
             self._set.add(list(ids), unit_vectors, biases=np.asarray(biases, dtype=np.float32))
 
     def top(
-        self, query_unit: npt.NDArray[np.float32], k: int, *, threshold: float | None = None
+        self, query: npt.NDArray[np.float32], k: int, *, threshold: float | None = None
     ) -> list[tuple[str, float]]:
-        """The ``k`` best ``(id, composite score)``, best first, scoring at least ``threshold``."""
+        """The ``k`` best ``(id, composite score)``, best first, scoring at least ``threshold``;
+        ``query`` need not be normalised (``VectorSet`` does it)."""
         if self._set is None:
             return []
         # A hair under the threshold: the peer computes the score in float64, this in float32.
         cut = None if threshold is None else threshold - 1e-6
-        return self._set.top_k(query_unit, min(k, self.size), threshold=cut, weight=self.weight)
+        return self._set.top_k(query, min(k, self.size), threshold=cut, weight=self.weight)
