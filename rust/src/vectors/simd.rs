@@ -773,16 +773,20 @@ mod x86 {
         };
         let mut i = 0;
         while i < n {
-            let mut acc = [_mm512_setzero_si512(); 16];
-            for t in 0..16 {
+            let acc: [__m512i; 16] = std::array::from_fn(|t| {
                 // Rows past `n` repeat the last one (their sums are not stored).
                 let r = base.add((i + t).min(n - 1) * stride);
-                acc[t] = _mm512_dpbusd_epi32(acc[t], qa, _mm512_loadu_si512(r as *const _));
+                let a = _mm512_dpbusd_epi32(
+                    _mm512_setzero_si512(),
+                    qa,
+                    _mm512_loadu_si512(r as *const _),
+                );
                 if stride > 64 {
-                    acc[t] =
-                        _mm512_dpbusd_epi32(acc[t], qb, _mm512_loadu_si512(r.add(64) as *const _));
+                    _mm512_dpbusd_epi32(a, qb, _mm512_loadu_si512(r.add(64) as *const _))
+                } else {
+                    a
                 }
-            }
+            });
             let sums = hsum16_epi32(acc);
             let m = 16.min(n - i);
             let mask = if m == 16 {
