@@ -28,6 +28,8 @@ const INT8_BLOCK: usize = 256;
 /// Width of a scoring stage: a staged scan scores this many columns of every row, then the next
 /// stage only for the rows whose bound can still reach the floor.
 const STAGE_COLUMNS: usize = 128;
+/// The codes are stored in planes of this many columns, one per stage.
+const PLANE_COLUMNS: usize = STAGE_COLUMNS;
 /// A block is scored in stages only while the floor is at least this fraction of the bound a
 /// typical row gets for its unscored columns (`|q_B|` times the mean `|x_B|`): below it the
 /// first stage drops few rows and staging only costs.
@@ -50,10 +52,11 @@ pub struct VectorSet {
     unit: Vec<f32>,
     /// `dim` rounded up to 64 bytes: one VNNI step.
     stride: usize,
-    codes: Vec<i8>,
-    /// Each row's codes before the first cut, again, rows back to back: a staged scan's first
-    /// stage reads them as one contiguous stream instead of the first lines of every row.
-    head_codes: Vec<i8>,
+    /// The int8 codes in column planes: plane `p` holds columns `128p..128p + 128` (the last
+    /// one what is left of `stride`) of every row, rows back to back. A scan stage is one plane,
+    /// and a full-width scan reads each plane as one contiguous stream: the hardware prefetcher
+    /// follows that, where rows read a few lines at a time across the whole matrix stalled.
+    planes: Vec<Vec<i8>>,
     code_sums: Vec<i32>,
     scales: Vec<f32>,
     /// `|v - scale·code|`: how far the int8 copy is from the unit vector.
@@ -284,8 +287,7 @@ impl VectorSet {
             slots: HashMap::new(),
             unit: Vec::new(),
             stride,
-            codes: Vec::new(),
-            head_codes: Vec::new(),
+            planes: vec![Vec::new(); stride.div_ceil(PLANE_COLUMNS)],
             code_sums: Vec::new(),
             scales: Vec::new(),
             residuals: Vec::new(),
@@ -298,9 +300,17 @@ impl VectorSet {
         })
     }
 
-    /// How many leading codes of each row `head_codes` keeps: the first cut (none without one).
-    fn head_width(&self) -> usize {
-        self.cuts.first().copied().unwrap_or(0)
+    /// The columns plane `p` holds.
+    fn plane_columns(&self, p: usize) -> std::ops::Range<usize> {
+        p * PLANE_COLUMNS..((p + 1) * PLANE_COLUMNS).min(self.stride)
+    }
+
+    /// `out[i]` = the int8 dot product of `rows.row(i)` with the query over plane `p`.
+    #[inline(always)]
+    fn plane_dots<R: simd::Rows>(&self, p: usize, rows: R, q_u8: &[u8], out: &mut [i32]) {
+        let cols = self.plane_columns(p);
+        let width = cols.len();
+        simd::i8_dot_rows(&self.planes[p], width, rows, 0..width, &q_u8[cols], out);
     }
 
     pub fn dim(&self) -> usize {
@@ -414,11 +424,11 @@ impl VectorSet {
             match self.slots.get(id) {
                 Some(&slot) => {
                     self.unit[slot * self.dim..(slot + 1) * self.dim].copy_from_slice(u);
-                    self.codes[slot * self.stride..(slot + 1) * self.stride]
-                        .copy_from_slice(&q.codes);
-                    let head = self.head_width();
-                    self.head_codes[slot * head..(slot + 1) * head]
-                        .copy_from_slice(&q.codes[..head]);
+                    for p in 0..self.planes.len() {
+                        let cols = self.plane_columns(p);
+                        let w = cols.len();
+                        self.planes[p][slot * w..(slot + 1) * w].copy_from_slice(&q.codes[cols]);
+                    }
                     self.code_sums[slot] = q.sum;
                     self.scales[slot] = q.scale;
                     self.residuals[slot] = q.residual;
@@ -430,9 +440,10 @@ impl VectorSet {
                     self.slots.insert(id.clone(), self.ids.len());
                     self.ids.push(id.clone());
                     self.unit.extend_from_slice(u);
-                    self.codes.extend_from_slice(&q.codes);
-                    self.head_codes
-                        .extend_from_slice(&q.codes[..self.head_width()]);
+                    for p in 0..self.planes.len() {
+                        let cols = self.plane_columns(p);
+                        self.planes[p].extend_from_slice(&q.codes[cols]);
+                    }
                     self.code_sums.push(q.sum);
                     self.scales.push(q.scale);
                     self.residuals.push(q.residual);
@@ -455,12 +466,12 @@ impl VectorSet {
             removed += 1;
             let last = self.ids.len() - 1;
             if slot != last {
-                let (d, s) = (self.dim, self.stride);
+                let d = self.dim;
                 self.unit.copy_within(last * d..(last + 1) * d, slot * d);
-                self.codes.copy_within(last * s..(last + 1) * s, slot * s);
-                let h = self.head_width();
-                self.head_codes
-                    .copy_within(last * h..(last + 1) * h, slot * h);
+                for p in 0..self.planes.len() {
+                    let w = self.plane_columns(p).len();
+                    self.planes[p].copy_within(last * w..(last + 1) * w, slot * w);
+                }
                 self.slots.insert(self.ids[last].clone(), slot);
             }
             self.ids.swap_remove(slot);
@@ -473,8 +484,10 @@ impl VectorSet {
                 partial.swap_remove(slot);
             }
             self.unit.truncate(last * self.dim);
-            self.codes.truncate(last * self.stride);
-            self.head_codes.truncate(last * self.head_width());
+            for p in 0..self.planes.len() {
+                let w = self.plane_columns(p).len();
+                self.planes[p].truncate(last * w);
+            }
         }
         removed
     }
@@ -809,14 +822,14 @@ impl VectorSet {
     fn full_block(&self, probe: &Probe, pass: &mut Pass, raw: &mut [i32], block: usize) {
         let len = raw.len();
         let all = simd::Block { start: block, len };
-        simd::i8_dot_rows(
-            &self.codes,
-            self.stride,
-            all,
-            0..self.stride,
-            &probe.q_u8,
-            raw,
-        );
+        self.plane_dots(0, all, &probe.q_u8, raw);
+        let mut part = [0_i32; INT8_BLOCK];
+        for p in 1..self.planes.len() {
+            self.plane_dots(p, all, &probe.q_u8, &mut part[..len]);
+            for (r, x) in raw.iter_mut().zip(&part[..len]) {
+                *r += x;
+            }
+        }
         let mut upper = [0.0_f32; INT8_BLOCK];
         let mut lower = [0.0_f32; INT8_BLOCK];
         let range = block..block + len;
@@ -874,16 +887,9 @@ impl VectorSet {
         let floor = pass.kth.kth().max(pass.min_upper);
         // The first stage covers the whole block: its bounds are computed over contiguous
         // slices, branch-free (the loop vectorises), then the survivors are gathered.
-        let cut = self.cuts[0];
         let all = simd::Block { start: block, len };
-        simd::i8_dot_rows(
-            &self.head_codes,
-            cut,
-            all,
-            0..cut,
-            &probe.q_u8[..cut],
-            &mut raw[..len],
-        );
+        // Stage s is plane s: the cuts are the planes' boundaries.
+        self.plane_dots(0, all, &probe.q_u8, &mut raw[..len]);
         let range = block..block + len;
         let first = &self.partials[0];
         let [q_head, q_residual, q_tail] = probe.partials[0];
@@ -922,21 +928,11 @@ impl VectorSet {
         }
         let first_kept = alive;
         let mut part = [0_i32; INT8_BLOCK];
-        let mut column = cut;
-        for (stage, &cut) in self.cuts.iter().enumerate().skip(1) {
+        for stage in 1..self.cuts.len() {
             if alive == 0 {
                 return first_kept;
             }
-            let kept_rows = &rows[..alive];
-            let cols = column..cut;
-            simd::i8_dot_rows(
-                &self.codes,
-                self.stride,
-                kept_rows,
-                cols,
-                &probe.q_u8,
-                &mut part[..alive],
-            );
+            self.plane_dots(stage, &rows[..alive], &probe.q_u8, &mut part[..alive]);
             let partial = &self.partials[stage];
             let [q_head, q_residual, q_tail] = probe.partials[stage];
             let mut kept = 0;
@@ -959,20 +955,12 @@ impl VectorSet {
                 }
             }
             alive = kept;
-            column = cut;
         }
         if alive == 0 {
             return first_kept;
         }
-        let (kept_rows, cols) = (&rows[..alive], column..self.stride);
-        simd::i8_dot_rows(
-            &self.codes,
-            self.stride,
-            kept_rows,
-            cols,
-            &probe.q_u8,
-            &mut part[..alive],
-        );
+        let last = self.planes.len() - 1;
+        self.plane_dots(last, &rows[..alive], &probe.q_u8, &mut part[..alive]);
         let mut kth_lower = pass.kth.kth();
         for j in 0..alive {
             let r = rows[j] as usize;
