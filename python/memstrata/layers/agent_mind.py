@@ -924,7 +924,10 @@ class AgentMindHandle:
         filtered = bool(tags) or pinned is not None
         if pinned:
             kinds = tuple(kind for kind in kinds if kind != "belief")
-        hits: list[tuple[float, str]] = []
+        hits: list[tuple[float, str, MindBelief | MindReflection]] = []
+        # Little Python runs after the scan, and it runs cold: the scan has just streamed
+        # megabytes through the caches. Each hit's entry is looked up once.
+        beliefs, reflections = self.beliefs, self.reflections
         for expired in [False, True] if include_expired and kinds else [False]:
             if not kinds:
                 break
@@ -934,26 +937,26 @@ class AgentMindHandle:
                 found = ranker.top(query, k, threshold=threshold)
                 passing = []
                 for id_, score in found:
-                    entry = self.beliefs.get(id_) or self.reflections[id_]
-                    if tags and not tags.issubset(entry.tags):
-                        continue
-                    if (
-                        pinned is not None
-                        and isinstance(entry, MindReflection)
-                        and entry.pinned != pinned
-                    ):
-                        continue
-                    passing.append((score, id_))
+                    entry = beliefs.get(id_) or reflections[id_]
+                    if filtered:
+                        if tags and not tags.issubset(entry.tags):
+                            continue
+                        if (
+                            pinned is not None
+                            and isinstance(entry, MindReflection)
+                            and entry.pinned != pinned
+                        ):
+                            continue
+                    passing.append((score, id_, entry))
                 if len(passing) >= limit or len(found) < k or k >= ranker.size:
                     hits += passing[:limit]
                     break
                 k *= 4
-        hits.sort(key=lambda h: (-h[0], h[1]))
-        out = []
-        for score, id_ in hits[:limit]:
-            entry = self.beliefs.get(id_) or self.reflections[id_]
-            out.append(MindRecallResult.of(entry, score=max(0.0, min(1.0, score))))
-        return out
+        hits.sort(key=_best_first)
+        return [
+            MindRecallResult.of(entry, score=max(0.0, min(1.0, score)))
+            for score, _, entry in hits[:limit]
+        ]
 
     # Writing: the draft -----------------------------------------------------------------------
 
@@ -1695,3 +1698,8 @@ __all__ = [
     "MindTtlDefaults",
     "ScoreWeights",
 ]
+
+
+def _best_first(hit: tuple[float, str, object]) -> tuple[float, str]:
+    """Recall order: higher score first, then the lower id (stable across runs and kinds)."""
+    return (-hit[0], hit[1])
