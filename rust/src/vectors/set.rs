@@ -1100,12 +1100,17 @@ mod tests {
         what: &str,
     ) {
         let level = simd::float_level();
-        for &(k, t) in cases {
-            let fast = set.search(qn, k, t, weight, level, true);
+        for (&(k, t), int8) in cases.iter().flat_map(|c| {
+            simd::available_int8_levels()
+                .into_iter()
+                .map(move |l| (c, l))
+        }) {
+            // The int8 pass of every level the CPU runs (the AVX2 one on a VNNI machine too).
+            let fast = simd::with_int8_level(int8, || set.search(qn, k, t, weight, level, true));
             let exact = set.search(qn, k, t, weight, level, false);
             let f: Vec<(usize, u32)> = fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
             let e: Vec<(usize, u32)> = exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
-            assert_eq!(f, e, "{what} k {k} t {t:?}");
+            assert_eq!(f, e, "{what} k {k} t {t:?} int8 {int8:?}");
         }
     }
 

@@ -193,7 +193,37 @@ fn portable_dot(row: &[f32], q: &[f32]) -> f32 {
 /// The int8 kernel this CPU runs. The int8 prefilter pays off only on a vector one: the
 /// portable loop is slower than the f32 scan it would save.
 pub fn int8_level() -> Int8 {
+    #[cfg(test)]
+    if let Some(level) = INT8_LEVEL_FOR_TESTS.with(std::cell::Cell::get) {
+        return level;
+    }
     cpu().int8
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Lets a test run the int8 path of a lower level than the CPU's on this thread.
+    static INT8_LEVEL_FOR_TESTS: std::cell::Cell<Option<Int8>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the int8 kernels of `level` on this thread (a level the CPU supports).
+#[cfg(test)]
+pub fn with_int8_level<T>(level: Int8, f: impl FnOnce() -> T) -> T {
+    INT8_LEVEL_FOR_TESTS.with(|l| l.set(Some(level)));
+    let out = f();
+    INT8_LEVEL_FOR_TESTS.with(|l| l.set(None));
+    out
+}
+
+/// The int8 levels this CPU can run, the best first.
+#[cfg(test)]
+pub fn available_int8_levels() -> Vec<Int8> {
+    let mut levels = vec![cpu().int8];
+    #[cfg(target_arch = "x86_64")]
+    if cpu().int8 == Int8::Vnni && is_x86_feature_detected!("avx2") {
+        levels.push(Int8::Avx2);
+    }
+    levels
 }
 
 /// Which rows an int8 kernel call scores: `out[i]` is row `rows.row(i)`.
@@ -292,7 +322,7 @@ pub fn i8_dot_rows<R: Rows>(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    match cpu().int8 {
+    match int8_level() {
         Int8::Vnni => {
             // SAFETY: the CPU reports avx512f, avx512bw and avx512vnni; rows and columns were
             // checked to lie inside `codes` and `q_u8` above.
@@ -858,6 +888,43 @@ mod tests {
             (64, 40),
         ] {
             int8_case(stride, n);
+        }
+    }
+
+    /// The AVX2 kernel on a CPU that runs the VNNI one (a machine without VNNI takes it).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_int8_dots_are_exact_too() {
+        if !is_x86_feature_detected!("avx2") {
+            return;
+        }
+        for (stride, n) in [(64, 1), (128, 7), (384, 9), (448, 50)] {
+            let codes: Vec<i8> = (0..n * stride).map(|i| ((i * 37) % 256) as i8).collect();
+            // 7-bit query bytes: the most `vpmaddubsw` multiplies without saturating.
+            let q: Vec<u8> = (0..stride)
+                .map(|i| {
+                    if i % 5 == 0 {
+                        127
+                    } else {
+                        (i * 11 % 128) as u8
+                    }
+                })
+                .collect();
+            let rows: Vec<u32> = (0..n as u32).rev().collect();
+            for cols in [0..stride, 0..64, stride - 64..stride] {
+                let mut out = vec![0; n];
+                // SAFETY: avx2 was detected above; rows and columns lie inside the data.
+                unsafe {
+                    x86::i8_dots_avx2(&codes, stride, rows.as_slice(), cols.clone(), &q, &mut out)
+                };
+                for (o, &r) in out.iter().zip(&rows) {
+                    let want: i32 = cols
+                        .clone()
+                        .map(|j| i32::from(codes[r as usize * stride + j]) * i32::from(q[j]))
+                        .sum();
+                    assert_eq!(*o, want, "row {r} cols {cols:?}");
+                }
+            }
         }
     }
 
