@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memstrata import MemoryStack, RecoverableContextError, estimate_messages
 from memstrata.exceptions import InvalidInputError
@@ -90,6 +92,49 @@ def test_estimate_is_padded_and_matches_the_uncached_count(tmp_path: Path) -> No
     ) == estimate_messages(messages)
     before = gate.estimate(messages)
     assert before == -(-estimate_messages(messages) * 105 // 100)
+
+
+_EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "slide", "replace", "insert", "inject", "copy", "drop"]),
+        st.integers(0, 10_000),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_EDITS)
+def test_cached_counts_follow_any_edit_of_the_conversation(edits: list[tuple[str, int]]) -> None:
+    """The gate reuses the last call's counts for messages it finds again at a shifted position;
+    whatever a caller does to the list or its messages between calls, the cached estimate is the
+    uncached one."""
+    gate = ContextGate(max_input_tokens=10**9, pad_pct=0.0)
+    plain = ContextGate(max_input_tokens=10**9, pad_pct=0.0, cache=False)
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"message {i} " + "word " * (i % 7)} for i in range(12)
+    ]
+    assert gate.estimate(messages) == plain.estimate(messages)
+    for step, (edit, r) in enumerate(edits):
+        if edit == "append":
+            messages = [*messages, {"role": "user", "content": f"new {step} " * (r % 5 + 1)}]
+        elif edit == "slide" and messages:
+            messages = [*messages[r % 3 + 1 :], {"role": "assistant", "content": f"reply {r}"}]
+        elif edit == "replace" and messages:
+            # In place: the same dict, a new content (the case identity alone would miss).
+            messages[r % len(messages)]["content"] = f"replaced {r} " * (r % 9 + 1)
+        elif edit == "insert":
+            at = r % (len(messages) + 1)
+            messages = [*messages[:at], {"role": "tool", "content": "x" * (r % 50)}, *messages[at:]]
+        elif edit == "inject":
+            # What the stack does each turn: fresh items in front of the conversation.
+            fresh = [{"role": "system", "content": f"block {r}"} for _ in range(r % 4)]
+            messages = [*fresh, *messages[r % 4 :]]
+        elif edit == "copy":
+            messages = [dict(m) for m in messages]
+        elif edit == "drop" and messages:
+            del messages[r % len(messages)]
+        assert gate.estimate(messages) == plain.estimate(messages), (step, edit)
 
 
 def test_pass_below_soft_warn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
