@@ -45,8 +45,16 @@ class CompositeRanker:
         self.dim = int(unit_vectors.shape[1]) if unit_vectors.ndim == 2 else 0
         self._set: VectorSet | None = None
         if self.size:
+            bias32 = np.asarray(biases, dtype=np.float32)
+            # Stored by descending bias: the scan's floor rises fastest on the rows most likely
+            # to rank, and the later, low-bias rows are dropped after their first 128 columns.
+            order = np.argsort(-bias32, kind="stable")
             self._set = VectorSet(self.dim)
-            self._set.add(list(ids), unit_vectors, biases=np.asarray(biases, dtype=np.float32))
+            self._set.add(
+                [ids[int(i)] for i in order],
+                np.ascontiguousarray(unit_vectors[order]),
+                biases=bias32[order],
+            )
 
     def top(
         self, query: npt.NDArray[np.float32], k: int, *, threshold: float | None = None

@@ -185,6 +185,21 @@ fn survivors(group: &[f32], floor: f32) -> u32 {
         .fold(0, |mask, (i, &u)| mask | u32::from(u >= floor) << i)
 }
 
+/// The mean of `values` (not empty), summed in 16 independent lanes: a single running f32 sum
+/// is one long dependency chain the compiler may not reorder.
+#[inline(always)]
+fn mean(values: &[f32]) -> f32 {
+    let mut lanes = [0.0_f32; 16];
+    let chunks = values.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane += v;
+        }
+    }
+    (lanes.iter().sum::<f32>() + tail) / values.len() as f32
+}
+
 /// A row's score: its weighted cosine (clamped to [-1, 1]) plus its bias, in one fixed order of
 /// f32 operations wherever a score is computed.
 #[inline]
@@ -785,28 +800,32 @@ impl VectorSet {
         let mut rows = [0_u32; INT8_BLOCK];
         let mut raw = [0_i32; INT8_BLOCK];
         // The first stage drops a row when its bound is below the floor; a typical row's bound
-        // is about |q_B| times the mean |x_B| (weighted, plus the mean bias), so below that
-        // floor staging would drop little.
-        let mean_bias = if self.biases.is_empty() {
-            0.0
-        } else {
-            (self.bias_total / self.biases.len() as f64) as f32
-        };
-        let stage_floor = match (self.partials.first(), probe.partials.first()) {
+        // is about |q_B| times the mean |x_B|, weighted, plus its bias, so below that floor
+        // staging would drop little. The bias is the block's mean: rows stored by descending
+        // bias (a composite ranking does) make later blocks worth staging where early ones
+        // were not.
+        let tail_bound = match (self.partials.first(), probe.partials.first()) {
             (Some(partial), Some(&[_, _, q_tail])) => {
-                probe.weight * STAGE_FLOOR_RATIO * q_tail * partial.mean_tail() + mean_bias
+                probe.weight * STAGE_FLOOR_RATIO * q_tail * partial.mean_tail()
             }
             _ => f32::INFINITY,
         };
-        let mut failed_at = f32::NEG_INFINITY;
+        // How far above its block's mean bias the floor was when staging last kept most rows.
+        let mut failed_margin = f32::NEG_INFINITY;
         let mut block = start;
         while block < end {
             let len = INT8_BLOCK.min(end - block);
             let floor = pass.kth.kth().max(pass.min_upper);
-            if floor >= stage_floor && floor >= failed_at + STAGE_RETRY_RISE {
+            let block_bias = if self.max_abs_bias == 0.0 {
+                0.0
+            } else {
+                mean(&self.biases[block..block + len])
+            };
+            let margin = floor - block_bias;
+            if margin >= tail_bound && margin >= failed_margin + STAGE_RETRY_RISE {
                 let kept = self.staged_block(probe, &mut pass, &mut rows, &mut raw, block, len);
                 if 2 * kept > len {
-                    failed_at = floor;
+                    failed_margin = margin;
                 }
             } else {
                 self.full_block(probe, &mut pass, &mut raw[..len], block);
