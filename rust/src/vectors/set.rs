@@ -1197,7 +1197,12 @@ mod tests {
                         + (0.02 + (i / dim % 5) as f32 * 0.05) * x
                 })
                 .collect();
-            let biases: Vec<f32> = random(4000, 15).iter().map(|b| (b + 0.5) * 0.4).collect();
+            let mut biases: Vec<f32> = random(4000, 15).iter().map(|b| (b + 0.5) * 0.4).collect();
+            if dim == 384 {
+                // Stored by descending bias, as AgentMind's ranker stores them: blocks of
+                // high-bias rows read whole, then staged blocks of low-bias ones.
+                biases.sort_by(|a, b| b.total_cmp(a));
+            }
             set.add_with_biases(&ids(0..4000), &data, Some(&biases))
                 .unwrap();
             // A replaced row takes its new bias; an `add` without biases resets it to zero.
