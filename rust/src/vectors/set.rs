@@ -168,9 +168,15 @@ struct Probe {
     score_margin: f32,
 }
 
-/// Bit `i` set when `group[i] >= floor` (`group` holds at most 16 values).
+/// Bit `i` set when `group[i] >= floor` (`group` holds at most 16 values). `AVX512` only where
+/// the CPU has AVX-512.
 #[inline(always)]
-fn survivors(group: &[f32], floor: f32) -> u32 {
+fn survivors<const AVX512: bool>(group: &[f32], floor: f32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if AVX512 {
+        // SAFETY: only instantiated with `AVX512` inside the AVX-512 dispatch target.
+        return unsafe { simd::ge_mask16_avx512(group, floor) };
+    }
     if let Ok(full) = <&[f32; 16]>::try_from(group) {
         // A fixed 16-lane loop: one vector compare into a mask where the CPU has one.
         let mut mask = 0_u32;
@@ -751,7 +757,7 @@ impl VectorSet {
             }
             simd::Int8::Portable => {}
         }
-        self.int8_candidates_inline(probe, start, end, k, threshold)
+        self.int8_candidates_inline::<false>(probe, start, end, k, threshold)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -764,7 +770,7 @@ impl VectorSet {
         k: usize,
         threshold: Option<f64>,
     ) -> (KthLargest, Vec<(usize, f32)>) {
-        self.int8_candidates_inline(probe, start, end, k, threshold)
+        self.int8_candidates_inline::<true>(probe, start, end, k, threshold)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -777,12 +783,13 @@ impl VectorSet {
         k: usize,
         threshold: Option<f64>,
     ) -> (KthLargest, Vec<(usize, f32)>) {
-        self.int8_candidates_inline(probe, start, end, k, threshold)
+        self.int8_candidates_inline::<false>(probe, start, end, k, threshold)
     }
 
-    /// The pass itself, inlined into each of the dispatch targets above.
+    /// The pass itself, inlined into each of the dispatch targets above; `AVX512` only where
+    /// the CPU has AVX-512 (it compares sixteen bounds with one instruction).
     #[inline(always)]
-    fn int8_candidates_inline(
+    fn int8_candidates_inline<const AVX512: bool>(
         &self,
         probe: &Probe,
         start: usize,
@@ -823,7 +830,8 @@ impl VectorSet {
             };
             let margin = floor - block_bias;
             if margin >= tail_bound && margin >= failed_margin + STAGE_RETRY_RISE {
-                let kept = self.staged_block(probe, &mut pass, &mut rows, &mut raw, block, len);
+                let kept =
+                    self.staged_block::<AVX512>(probe, &mut pass, &mut rows, &mut raw, block, len);
                 if 2 * kept > len {
                     failed_margin = margin;
                 }
@@ -893,7 +901,7 @@ impl VectorSet {
     /// sums in `raw`) only those that can still reach the floor; returns how many rows the
     /// first stage kept.
     #[inline(always)]
-    fn staged_block(
+    fn staged_block<const AVX512: bool>(
         &self,
         probe: &Probe,
         pass: &mut Pass,
@@ -936,7 +944,7 @@ impl VectorSet {
         // visited (a compare and branch per row was a tenth of the whole search).
         let mut alive = 0;
         for (c, group) in upper.chunks(16).enumerate() {
-            let mut kept = survivors(group, floor);
+            let mut kept = survivors::<AVX512>(group, floor);
             while kept != 0 {
                 let i = c * 16 + kept.trailing_zeros() as usize;
                 rows[alive] = (block + i) as u32;

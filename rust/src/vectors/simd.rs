@@ -226,6 +226,25 @@ pub fn available_int8_levels() -> Vec<Int8> {
     levels
 }
 
+/// Bit `i` set when `values[i] >= floor` (at most 16 values; false for NaN), in one compare.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn ge_mask16_avx512(values: &[f32], floor: f32) -> u32 {
+    use std::arch::x86_64::*;
+    assert!(values.len() <= 16);
+    let lanes = ((1_u32 << values.len()) - 1) as __mmask16;
+    let v = _mm512_maskz_loadu_ps(lanes, values.as_ptr());
+    u32::from(_mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(
+        lanes,
+        v,
+        _mm512_set1_ps(floor),
+    ))
+}
+
 /// Which rows an int8 kernel call scores: `out[i]` is row `rows.row(i)`.
 pub trait Rows: Copy {
     fn count(self) -> usize;
@@ -888,6 +907,44 @@ mod tests {
             (64, 40),
         ] {
             int8_case(stride, n);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn ge_mask_matches_the_scalar_compare() {
+        if !is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let values = [
+            0.5,
+            -1.0,
+            f32::NAN,
+            0.25,
+            0.25,
+            f32::INFINITY,
+            -0.0,
+            0.0,
+            1e-9,
+            -1e-9,
+            0.3,
+            0.2,
+            0.1,
+            f32::NEG_INFINITY,
+            0.25,
+            0.7,
+        ];
+        for len in 0..=16 {
+            for floor in [0.25, 0.0, -0.0, f32::NEG_INFINITY, 2.0] {
+                let group = &values[..len];
+                let want = group
+                    .iter()
+                    .enumerate()
+                    .fold(0, |m, (i, &u)| m | u32::from(u >= floor) << i);
+                // SAFETY: avx512f was detected above.
+                let got = unsafe { ge_mask16_avx512(group, floor) };
+                assert_eq!(got, want, "len {len} floor {floor}");
+            }
         }
     }
 
