@@ -30,13 +30,14 @@ const INT8_BLOCK: usize = 256;
 const STAGE_COLUMNS: usize = 128;
 /// The codes are stored in planes of this many columns, one per stage.
 const PLANE_COLUMNS: usize = STAGE_COLUMNS;
-/// A block is scored in stages only while the floor is at least this fraction of the bound a
-/// typical row gets for its unscored columns (`|q_B|` times the mean `|x_B|`): below it the
-/// first stage drops few rows and staging only costs.
+/// A block is scored in stages only while the floor, less the block's mean bias, is at least
+/// this fraction of the bound a typical row gets for its unscored columns (the weight times
+/// `|q_B|` times the mean `|x_B|`): below it the first stage drops few rows and staging only
+/// costs.
 const STAGE_FLOOR_RATIO: f32 = 0.8;
 /// When a staged block's first stage keeps more than half its rows anyway (the rows share a
-/// large score in their first columns, as biased composite rows do), staging waits until the
-/// floor has risen this much above where it failed.
+/// large score in their first columns, as high-bias rows do), staging waits until the floor,
+/// less the block's mean bias, has risen this much above where it failed.
 const STAGE_RETRY_RISE: f32 = 0.05;
 /// The int8 pass reads ~60 GB/s on one core, so the wake-up cost of a second thread (see
 /// `PARALLEL_MIN_ELEMENTS`) only pays off from about 8 MB of codes (20k rows at dim 384).
