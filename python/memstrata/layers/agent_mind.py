@@ -1554,6 +1554,11 @@ def _is_embedder(obj: Any) -> bool:
     return all(hasattr(kind, name) for name in ("embed", "aembed", "dim", "model"))
 
 
+def _best_first(hit: tuple[float, str, object]) -> tuple[float, str]:
+    """Recall order: higher score first, then the lower id (stable across runs and kinds)."""
+    return (-hit[0], hit[1])
+
+
 def _key(entry: MindEntry) -> str:
     return f"{entry.type}/{entry.id}"
 
@@ -1698,8 +1703,3 @@ __all__ = [
     "MindTtlDefaults",
     "ScoreWeights",
 ]
-
-
-def _best_first(hit: tuple[float, str, object]) -> tuple[float, str]:
-    """Recall order: higher score first, then the lower id (stable across runs and kinds)."""
-    return (-hit[0], hit[1])
