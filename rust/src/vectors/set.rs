@@ -944,10 +944,19 @@ impl VectorSet {
         // A dedup query keeps almost no row: one compare per 16 rows, then only the kept ones
         // visited (a compare and branch per row was a tenth of the whole search).
         let mut alive = 0;
+        // The kept rows' next plane is read row by row, scattered: asked for as each is found,
+        // their lines arrive while the rest of the block is sorted.
+        let next_plane = self
+            .planes
+            .get(1)
+            .map(|p| (p.as_ptr(), self.plane_columns(1).len()));
         for (c, group) in upper.chunks(16).enumerate() {
             let mut kept = survivors::<AVX512>(group, floor);
             while kept != 0 {
                 let i = c * 16 + kept.trailing_zeros() as usize;
+                if let Some((codes, width)) = next_plane {
+                    simd::prefetch_row(codes, (block + i) * width, width);
+                }
                 rows[alive] = (block + i) as u32;
                 raw[alive] = raw[i];
                 alive += 1;
