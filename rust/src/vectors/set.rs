@@ -35,10 +35,17 @@ const PLANE_COLUMNS: usize = STAGE_COLUMNS;
 /// `|q_B|` times the mean `|x_B|`): below it the first stage drops few rows and staging only
 /// costs.
 const STAGE_FLOOR_RATIO: f32 = 0.8;
+/// Where the second cut may start a block's first stage too, the first cut does only from this
+/// fraction: below it, the first cut kept most rows of the recall benchmark's high-bias blocks
+/// where the second kept a few, and each row the first cut keeps reads two more planes, one row
+/// at a time.
+const EARLY_STAGE_FLOOR_RATIO: f32 = 1.2;
 /// When a staged block's first stage keeps more than half its rows anyway (the rows share a
 /// large score in their first columns, as high-bias rows do), staging waits until the floor,
 /// less the block's mean bias, has risen this much above where it failed.
 const STAGE_RETRY_RISE: f32 = 0.05;
+/// The cuts a block's first stage may end at: the first, or the second.
+const MAX_FIRST_CUTS: usize = 2;
 /// The int8 pass reads ~60 GB/s on one core, so the wake-up cost of a second thread (see
 /// `PARALLEL_MIN_ELEMENTS`) only pays off from about 8 MB of codes (20k rows at dim 384).
 const PARALLEL_MIN_INT8_BYTES: usize = 1 << 23;
@@ -734,7 +741,8 @@ impl VectorSet {
     /// A block is scored either at full width, or in stages of `STAGE_COLUMNS` columns: after a
     /// stage, a row whose upper bound (its int8 score so far, plus `|q_B|·|x_B|` for the columns
     /// not yet scored) is below the floor is dropped. Threshold queries (dedup) drop nearly every
-    /// row after the first stage; a top-k query scores at full width until its floor has risen.
+    /// row after the first stage; a top-k query scores at full width until its floor has risen,
+    /// and a block of high-bias rows may take its first stage over two planes' columns.
     fn int8_candidates(
         &self,
         probe: &Probe,
@@ -812,14 +820,19 @@ impl VectorSet {
         // staging would drop little. The bias is the block's mean: rows stored by descending
         // bias (a composite ranking does) make later blocks worth staging where early ones
         // were not.
-        let tail_bound = match (self.partials.first(), probe.partials.first()) {
-            (Some(partial), Some(&[_, _, q_tail])) => {
-                probe.weight * STAGE_FLOOR_RATIO * q_tail * partial.mean_tail()
-            }
-            _ => f32::INFINITY,
-        };
-        // How far above its block's mean bias the floor was when staging last kept most rows.
-        let mut failed_margin = f32::NEG_INFINITY;
+        //
+        // A block the first cut cannot thin (high-bias rows, whose floor less bias is low) may
+        // still be thinned at the second: its first stage then scores two planes, and only the
+        // rows it keeps read the rest. Per cut (at most `MAX_FIRST_CUTS`), that typical bound.
+        let mut typical = [f32::INFINITY; MAX_FIRST_CUTS];
+        for ((bound, partial), &[_, _, q_tail]) in
+            typical.iter_mut().zip(&self.partials).zip(&probe.partials)
+        {
+            *bound = probe.weight * q_tail * partial.mean_tail();
+        }
+        // Per cut: how far above its block's mean bias the floor was when a first stage at
+        // that cut last kept most rows.
+        let mut failed_margins = [f32::NEG_INFINITY; MAX_FIRST_CUTS];
         let mut block = start;
         while block < end {
             let len = INT8_BLOCK.min(end - block);
@@ -830,11 +843,30 @@ impl VectorSet {
                 mean(&self.biases[block..block + len])
             };
             let margin = floor - block_bias;
-            if margin >= tail_bound && margin >= failed_margin + STAGE_RETRY_RISE {
-                let kept =
-                    self.staged_block::<AVX512>(probe, &mut pass, &mut rows, &mut raw, block, len);
+            let worth = |cut: usize, ratio: f32| {
+                margin >= ratio * typical[cut] && margin >= failed_margins[cut] + STAGE_RETRY_RISE
+            };
+            let first = if worth(0, EARLY_STAGE_FLOOR_RATIO) {
+                Some(0)
+            } else if worth(1, STAGE_FLOOR_RATIO) {
+                Some(1)
+            } else if worth(0, STAGE_FLOOR_RATIO) {
+                Some(0)
+            } else {
+                None
+            };
+            #[cfg(test)]
+            let first = FIRST_CUT_FOR_TESTS
+                .with(std::cell::Cell::get)
+                .map_or(first, |forced| {
+                    forced.filter(|&c| c < self.cuts.len().min(MAX_FIRST_CUTS))
+                });
+            if let Some(first) = first {
+                let kept = self.staged_block::<AVX512>(
+                    probe, &mut pass, &mut rows, &mut raw, block, len, first,
+                );
                 if 2 * kept > len {
-                    failed_margin = margin;
+                    failed_margins[first] = margin;
                 }
             } else {
                 self.full_block(probe, &mut pass, &mut raw[..len], block);
@@ -900,7 +932,9 @@ impl VectorSet {
 
     /// Scores rows `block..block + len` stage by stage, keeping in `rows` (and their partial
     /// sums in `raw`) only those that can still reach the floor; returns how many rows the
-    /// first stage kept.
+    /// first stage kept. The first stage scores every row up to cut `first` (planes
+    /// `0..=first`), each later stage one plane of the rows still kept.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn staged_block<const AVX512: bool>(
         &self,
@@ -910,6 +944,7 @@ impl VectorSet {
         raw: &mut [i32; INT8_BLOCK],
         block: usize,
         len: usize,
+        first: usize,
     ) -> usize {
         // The floor at the start of the block: it only rises, so dropping against it is safe.
         let floor = pass.kth.kth().max(pass.min_upper);
@@ -918,12 +953,19 @@ impl VectorSet {
         let all = simd::Block { start: block, len };
         // Stage s is plane s: the cuts are the planes' boundaries.
         self.plane_dots(0, all, &probe.q_u8, &mut raw[..len]);
+        let mut part = [0_i32; INT8_BLOCK];
+        for p in 1..=first {
+            self.plane_dots(p, all, &probe.q_u8, &mut part[..len]);
+            for (r, x) in raw[..len].iter_mut().zip(&part[..len]) {
+                *r += x;
+            }
+        }
         let range = block..block + len;
-        let first = &self.partials[0];
-        let [q_head, q_residual, q_tail] = probe.partials[0];
-        let (sums, scales) = (&first.sums[range.clone()], &self.scales[range.clone()]);
-        let (residuals, norms) = (&first.residuals[range.clone()], &first.norms[range.clone()]);
-        let tails = &first.tails[range.clone()];
+        let head = &self.partials[first];
+        let [q_head, q_residual, q_tail] = probe.partials[first];
+        let (sums, scales) = (&head.sums[range.clone()], &self.scales[range.clone()]);
+        let (residuals, norms) = (&head.residuals[range.clone()], &head.norms[range.clone()]);
+        let tails = &head.tails[range.clone()];
         let biases = &self.biases[range];
         let (w, extra) = (probe.weight, probe.score_margin);
         let mut upper = [0.0_f32; INT8_BLOCK];
@@ -948,8 +990,8 @@ impl VectorSet {
         // their lines arrive while the rest of the block is sorted.
         let next_plane = self
             .planes
-            .get(1)
-            .map(|p| (p.as_ptr(), self.plane_columns(1).len()));
+            .get(first + 1)
+            .map(|p| (p.as_ptr(), self.plane_columns(first + 1).len()));
         for (c, group) in upper.chunks(16).enumerate() {
             let mut kept = survivors::<AVX512>(group, floor);
             while kept != 0 {
@@ -964,8 +1006,7 @@ impl VectorSet {
             }
         }
         let first_kept = alive;
-        let mut part = [0_i32; INT8_BLOCK];
-        for stage in 1..self.cuts.len() {
+        for stage in first + 1..self.cuts.len() {
             if alive == 0 {
                 return first_kept;
             }
@@ -1015,6 +1056,23 @@ impl VectorSet {
         }
         first_kept
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Set by `with_first_cut`: every block's choice, `None` for full width.
+    static FIRST_CUT_FOR_TESTS: std::cell::Cell<Option<Option<usize>>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with every block of the int8 pass on this thread scored as `first` says: from a
+/// first stage at that cut, or at full width (`None`), whatever the staging rule would choose.
+#[cfg(test)]
+fn with_first_cut<T>(first: Option<usize>, f: impl FnOnce() -> T) -> T {
+    FIRST_CUT_FOR_TESTS.with(|c| c.set(Some(first)));
+    let out = f();
+    FIRST_CUT_FOR_TESTS.with(|c| c.set(None));
+    out
 }
 
 /// What the int8 pass has found so far.
@@ -1142,12 +1200,29 @@ mod tests {
                 .into_iter()
                 .map(move |l| (c, l))
         }) {
-            // The int8 pass of every level the CPU runs (the AVX2 one on a VNNI machine too).
-            let fast = simd::with_int8_level(int8, || set.search(qn, k, t, weight, level, true));
             let exact = set.search(qn, k, t, weight, level, false);
-            let f: Vec<(usize, u32)> = fast.iter().map(|s| (s.index, s.score.to_bits())).collect();
             let e: Vec<(usize, u32)> = exact.iter().map(|s| (s.index, s.score.to_bits())).collect();
+            // The int8 pass of every level the CPU runs (the AVX2 one on a VNNI machine too),
+            // with the staging rule's own choices, then with every block at full width and
+            // from a first stage at each cut: whatever a block's path, the answer is the same.
+            let fast = || set.search(qn, k, t, weight, level, true);
+            let chosen = simd::with_int8_level(int8, fast);
+            let f: Vec<(usize, u32)> = chosen
+                .iter()
+                .map(|s| (s.index, s.score.to_bits()))
+                .collect();
             assert_eq!(f, e, "{what} k {k} t {t:?} int8 {int8:?}");
+            for first in [None, Some(0), Some(1)] {
+                let forced = simd::with_int8_level(int8, || with_first_cut(first, fast));
+                let f: Vec<(usize, u32)> = forced
+                    .iter()
+                    .map(|s| (s.index, s.score.to_bits()))
+                    .collect();
+                assert_eq!(
+                    f, e,
+                    "{what} k {k} t {t:?} int8 {int8:?} first cut {first:?}"
+                );
+            }
         }
     }
 
