@@ -260,6 +260,9 @@ proptest! {
     fn deep_values_merge_below_the_limit_and_are_refused_above(
         depth in 1usize..3000, patch_side in any::<bool>(), o in options()
     ) {
+        // The levels are `{"k": ...}`: with "k" among the unsafe keys (a generated extra key
+        // can be), stripping cuts the value at its first level, and any depth is accepted.
+        prop_assume!(!o.unsafe_keys.contains("k"));
         let result = on_big_stack(|| {
             let deep = nested(depth, "__proto__");
             let empty = Value::Object(Map::new());
