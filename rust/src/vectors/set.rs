@@ -815,6 +815,13 @@ impl VectorSet {
         };
         let mut rows = [0_u32; INT8_BLOCK];
         let mut raw = [0_i32; INT8_BLOCK];
+        // Zeroed once per search rather than once per block: a dedup check's blocks drop
+        // nearly every row, and clearing 2-3 KB of scratch for each was a few percent of it.
+        let mut scratch = Scratch {
+            part: [0; INT8_BLOCK],
+            upper: [0.0; INT8_BLOCK],
+            lower: [0.0; INT8_BLOCK],
+        };
         // The first stage drops a row when its bound is below the floor; a typical row's bound
         // is about |q_B| times the mean |x_B|, weighted, plus its bias, so below that floor
         // staging would drop little. The bias is the block's mean: rows stored by descending
@@ -863,13 +870,20 @@ impl VectorSet {
                 });
             if let Some(first) = first {
                 let kept = self.staged_block::<AVX512>(
-                    probe, &mut pass, &mut rows, &mut raw, block, len, first,
+                    probe,
+                    &mut pass,
+                    &mut rows,
+                    &mut raw,
+                    &mut scratch,
+                    block,
+                    len,
+                    first,
                 );
                 if 2 * kept > len {
                     failed_margins[first] = margin;
                 }
             } else {
-                self.full_block(probe, &mut pass, &mut raw[..len], block);
+                self.full_block(probe, &mut pass, &mut raw[..len], &mut scratch, block);
             }
             block += len;
         }
@@ -879,19 +893,24 @@ impl VectorSet {
     /// Scores rows `block..block + raw.len()` at full width, with the bounds computed
     /// branch-free over the whole block.
     #[inline(always)]
-    fn full_block(&self, probe: &Probe, pass: &mut Pass, raw: &mut [i32], block: usize) {
+    fn full_block(
+        &self,
+        probe: &Probe,
+        pass: &mut Pass,
+        raw: &mut [i32],
+        scratch: &mut Scratch,
+        block: usize,
+    ) {
         let len = raw.len();
         let all = simd::Block { start: block, len };
         self.plane_dots(0, all, &probe.q_u8, raw);
-        let mut part = [0_i32; INT8_BLOCK];
+        let Scratch { part, upper, lower } = scratch;
         for p in 1..self.planes.len() {
             self.plane_dots(p, all, &probe.q_u8, &mut part[..len]);
             for (r, x) in raw.iter_mut().zip(&part[..len]) {
                 *r += x;
             }
         }
-        let mut upper = [0.0_f32; INT8_BLOCK];
-        let mut lower = [0.0_f32; INT8_BLOCK];
         let range = block..block + len;
         // Every slice has exactly `len` elements, so the compiler drops the bounds checks and
         // vectorises this branch-free loop.
@@ -942,6 +961,7 @@ impl VectorSet {
         pass: &mut Pass,
         rows: &mut [u32; INT8_BLOCK],
         raw: &mut [i32; INT8_BLOCK],
+        scratch: &mut Scratch,
         block: usize,
         len: usize,
         first: usize,
@@ -953,7 +973,7 @@ impl VectorSet {
         let all = simd::Block { start: block, len };
         // Stage s is plane s: the cuts are the planes' boundaries.
         self.plane_dots(0, all, &probe.q_u8, &mut raw[..len]);
-        let mut part = [0_i32; INT8_BLOCK];
+        let Scratch { part, upper, .. } = scratch;
         for p in 1..=first {
             self.plane_dots(p, all, &probe.q_u8, &mut part[..len]);
             for (r, x) in raw[..len].iter_mut().zip(&part[..len]) {
@@ -968,7 +988,6 @@ impl VectorSet {
         let tails = &head.tails[range.clone()];
         let biases = &self.biases[range];
         let (w, extra) = (probe.weight, probe.score_margin);
-        let mut upper = [0.0_f32; INT8_BLOCK];
         let (upper, scored) = (&mut upper[..len], &raw[..len]);
         for i in 0..len {
             let approx = scales[i] * probe.scale * (scored[i] - probe.offset * sums[i]) as f32;
@@ -1073,6 +1092,14 @@ fn with_first_cut<T>(first: Option<usize>, f: impl FnOnce() -> T) -> T {
     let out = f();
     FIRST_CUT_FOR_TESTS.with(|c| c.set(None));
     out
+}
+
+/// Per-block working arrays of the int8 pass, made once per search (every use writes before it
+/// reads).
+struct Scratch {
+    part: [i32; INT8_BLOCK],
+    upper: [f32; INT8_BLOCK],
+    lower: [f32; INT8_BLOCK],
 }
 
 /// What the int8 pass has found so far.
