@@ -42,6 +42,9 @@ from memstrata.layers.mind_entries import decode_vector, entry_from_payload
 from memstrata.layers.wm_journal import read_state
 
 KILLS = 50
+# A loaded machine's sleeps overshoot, so more of its kills land between writes: the rounds go on
+# past KILLS until a quarter of KILLS landed inside one, up to this many.
+MAX_KILLS = 4 * KILLS
 ITEMS = 4000  # values in the working-memory state (about 80 KB of JSON)
 REFLECTIONS = 60  # entries one mind flush commits
 
@@ -213,20 +216,28 @@ def _opens_cleanly(url: str) -> Any:
     return open_store(url)
 
 
+def _enough(outcomes: list[Outcome]) -> bool:
+    """Whether the rounds can stop: KILLS of them, a quarter of KILLS inside a write."""
+    return len(outcomes) >= KILLS and sum(o.inside for o in outcomes) >= KILLS // 4
+
+
 def _check_inside(outcomes: list[Outcome]) -> None:
-    # Proves the kills interrupt writes rather than the work between them; a quarter is far
-    # below what a quiet machine gets (most land inside), so a loaded one passes too.
+    # Proves the kills interrupt writes rather than the work between them. A quiet machine gets
+    # a quarter of KILLS inside within KILLS rounds (most land inside); under load (a `make
+    # fuzz` on the other core: 9 of 50) the rounds go on, up to MAX_KILLS.
     inside = sum(o.inside for o in outcomes)
-    assert inside >= len(outcomes) // 4, f"only {inside} of {len(outcomes)} kills were inside"
+    assert inside >= KILLS // 4, f"only {inside} of {len(outcomes)} kills were inside"
 
 
 def test_a_working_memory_update_killed_mid_write_is_old_or_new(
     url: str, server: ForkServer
 ) -> None:
     rng = random.Random(9)
-    outcomes = []
+    outcomes: list[Outcome] = []
     previous = 0
-    for round_ in range(KILLS):
+    for round_ in range(MAX_KILLS):
+        if _enough(outcomes):
+            break
         outcome = server.kill_one("wm", round_, rng)
         outcomes.append(outcome)
         with _opens_cleanly(url) as store:
@@ -253,8 +264,10 @@ def test_a_working_memory_update_killed_mid_write_is_old_or_new(
 
 def test_a_mind_flush_killed_mid_write_is_all_or_nothing(url: str, server: ForkServer) -> None:
     rng = random.Random(11)
-    outcomes = []
-    for round_ in range(KILLS):
+    outcomes: list[Outcome] = []
+    for round_ in range(MAX_KILLS):
+        if _enough(outcomes):
+            break
         outcome = server.kill_one("mind", round_, rng)
         outcomes.append(outcome)
         with _opens_cleanly(url) as store:
