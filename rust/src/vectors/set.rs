@@ -1018,7 +1018,7 @@ impl VectorSet {
             while kept != 0 {
                 let i = c * 16 + kept.trailing_zeros() as usize;
                 if let Some((codes, width)) = next_plane {
-                    simd::prefetch_row(codes, (block + i) * width, 64);
+                    simd::prefetch_line(codes, (block + i) * width);
                 }
                 rows[alive] = (block + i) as u32;
                 raw[alive] = raw[i];

@@ -303,23 +303,20 @@ impl Rows for &[u32] {
     }
 }
 
-/// Asks for the cache lines of `codes[offset..offset + width]` ahead of a gathered read; a
-/// no-op where there is no prefetch instruction. `wrapping_add`: a prefetch never faults, but
-/// the pointer arithmetic must not claim to stay in bounds.
+/// Asks for the cache line holding `codes[offset]` ahead of a gathered read; a no-op where there
+/// is no prefetch instruction. `wrapping_add`: a prefetch never faults, but the pointer
+/// arithmetic must not claim to stay in bounds.
 #[inline(always)]
-pub fn prefetch_row(codes: *const i8, offset: usize, width: usize) {
+pub fn prefetch_line(codes: *const i8, offset: usize) {
     #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let mut p = 0;
-        while p < width {
-            // SAFETY: a prefetch has no architectural effect and cannot fault.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(codes.wrapping_add(offset + p)) };
-            p += 64;
-        }
-    }
+    // SAFETY: a prefetch has no architectural effect and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            codes.wrapping_add(offset),
+        )
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (codes, offset, width);
+    let _ = (codes, offset);
 }
 
 /// `out[i] = Σ_{j in cols} q_u8[j] · codes[rows.row(i)·stride + j]`: the int8 dot products of
