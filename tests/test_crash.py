@@ -85,8 +85,9 @@ def working_memory(round_):
             gen += 1
             current[0] = gen
             # Every fourth update rewrites every item (too big for the journal: the state is
-            # written whole); the others are small patches that go into the journal.
-            patch = {"gen": gen, "check": gen}
+            # written whole); the others go into the journal, and the third of them, which no
+            # longer fits in its page, moves the journal's patches into the archive.
+            patch = {"gen": gen, "check": gen, "pad": "p" * 1200}
             if gen % 4 == 0:
                 patch["items"] = {f"k{i}": gen for i in range(items)}
             handle.update(patch)
@@ -260,6 +261,11 @@ def test_a_working_memory_update_killed_mid_write_is_old_or_new(
             assert "items" not in state
         previous = gen
     _check_inside(outcomes)
+    # The third write of every four moved a full journal into the archive: those writes ran
+    # (and were killed among the others) too.
+    with _opens_cleanly(url) as store:
+        archive = store.get(("working-memory", "resource", "crash"), "archive")
+    assert archive is not None and archive.version >= 10, archive
 
 
 def test_a_mind_flush_killed_mid_write_is_all_or_nothing(url: str, server: ForkServer) -> None:

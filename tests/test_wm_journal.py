@@ -1,9 +1,9 @@
-"""How a working memory is stored: a snapshot, and a journal of the patches since.
+"""How a working memory is stored: a snapshot, an archive and a journal of the patches since.
 
-Updates append their patch to the journal; a replace, a clear, the first write, a change of
-merge options or a full journal write the whole state (and empty the journal) in one
-transaction. Every reader (a fresh layer, a long-lived layer catching up, ``read_state``) sees
-the state the writer saw.
+Updates append their patch to the journal; a full journal moves its patches into the archive;
+a replace, a clear, the first write, a change of merge options or a full archive write the
+whole state (and empty the journal and the archive) in one transaction. Every reader (a fresh
+layer, a long-lived layer catching up, ``read_state``) sees the state the writer saw.
 """
 
 from __future__ import annotations
@@ -18,14 +18,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_merge import deep_merge as reference_merge
 
+import memstrata.layers.wm_journal as wm_journal_module
 import memstrata.layers.working_memory as working_memory_module
+from memstrata.exceptions import InvalidInputError
 from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_journal import (
+    ARCHIVE_KEY,
+    ARCHIVE_SHARE,
     JOURNAL_KEY,
     JOURNAL_MIN_STATE_BYTES,
     JOURNAL_PAGE_BYTES,
     MAX_JOURNAL_PATCHES,
     STATE_KEY,
+    read,
     read_state,
 )
 from memstrata.stack import MemoryStack
@@ -68,6 +73,12 @@ def versions(store: Store) -> tuple[int, int, int]:
     return snapshot.version, journal.version, len(journal.value["patches"])
 
 
+def archived(store: Store) -> tuple[int, int]:
+    """(archive version, patches in the archive); (0, 0) when there is none."""
+    archive = store.get(NS, ARCHIVE_KEY)
+    return (0, 0) if archive is None else (archive.version, len(archive.value["patches"]))
+
+
 def test_appends_write_the_journal_not_the_state(store: SQLiteStore) -> None:
     layer = WorkingMemory(schema={"type": "object"})
     for i in range(10):
@@ -98,19 +109,214 @@ def test_a_full_journal_is_folded_into_a_new_snapshot(store: SQLiteStore) -> Non
     assert versions(store) == (3, MAX_JOURNAL_PATCHES + 3, 0)
     assert read_state(store, NS) == ({"n": "next", **big}, MAX_JOURNAL_PATCHES + 3)
     # ... and into a state 8 times its size or more, into the journal; the small patch after it
-    # no longer fits in a page with it, and the state is written whole.
+    # no longer fits in a page with it, and both move into the archive (within 1/8 of the state).
     update(layer, store, {"pad": "p" * 9 * JOURNAL_PAGE_BYTES}, mode="replace")
     assert versions(store) == (4, MAX_JOURNAL_PATCHES + 4, 0)
     update(layer, store, {"blob": "y" * (JOURNAL_PAGE_BYTES + 10)})
     assert versions(store) == (4, MAX_JOURNAL_PATCHES + 5, 1)
+    assert archived(store) == (0, 0)
     update(layer, store, {"n": 1})
-    assert versions(store) == (5, MAX_JOURNAL_PATCHES + 6, 0)
-    # Small patches fill a page's worth of journal, then the state is written whole.
+    assert versions(store) == (4, MAX_JOURNAL_PATCHES + 6, 0)
+    assert archived(store) == (1, 2)
+    expected = {"pad": "p" * 9 * JOURNAL_PAGE_BYTES, "blob": "y" * (JOURNAL_PAGE_BYTES + 10)}
+    assert read_state(store, NS) == ({**expected, "n": 1}, MAX_JOURNAL_PATCHES + 6)
+    # Small patches fill a page's worth of journal; the archive has no room for them, so the
+    # state is written whole, and the archive emptied with it.
     for i in range(2, 2000):
         update(layer, store, {"n": i, "note": "z" * 60})  # 80 bytes of JSON
         if versions(store)[2] == 0:
             break
     assert JOURNAL_PAGE_BYTES // 81 <= i <= JOURNAL_PAGE_BYTES // 79 + 2, i
+    assert versions(store)[0] == 5 and archived(store) == (2, 0)
+    assert read_state(store, NS) == ({**expected, "n": i, "note": "z" * 60}, versions(store)[1])
+
+
+def big_state(pages: int) -> dict[str, Any]:
+    """A state whose archive has room for ``pages`` journal pages."""
+    return {"pad": "p" * (ARCHIVE_SHARE * JOURNAL_PAGE_BYTES * pages + 1000)}
+
+
+def test_a_full_journal_moves_into_the_archive(store: SQLiteStore) -> None:
+    layer = WorkingMemory(schema={"type": "object"}, budget=(0, 1_000_000))
+    update(layer, store, big_state(3), mode="replace")
+    model = big_state(3)
+    moves = []
+    for i in range(1, 400):
+        patch = {"n": i, "note": "z" * 60}  # 80 bytes of JSON
+        update(layer, store, patch)
+        model.update(patch)
+        snapshot_version, journal_version, in_journal = versions(store)
+        archive_version, in_archive = archived(store)
+        if in_journal == 0:
+            moves.append((i, snapshot_version, archive_version, in_archive))
+        # Every write is one journal version; the state is where every reader finds it.
+        assert journal_version == i + 1
+        assert read_state(store, NS) == (model, i + 1)
+        if snapshot_version > 1:
+            break
+    # A page of patches at a time moved into the archive (the snapshot untouched), until the
+    # archive held what 1/8 of the state allows; then the state was written whole, and the
+    # archive emptied in the same transaction.
+    assert [move[1:] for move in moves[:-1]] == [
+        (1, k, i) for k, (i, *_) in enumerate(moves[:-1], start=1)
+    ], moves
+    pages = [i - before for (i, *_), (before, *_) in zip(moves, [(0,), *moves])]
+    assert all(JOURNAL_PAGE_BYTES // 82 <= n <= JOURNAL_PAGE_BYTES // 79 + 2 for n in pages), pages
+    assert len(moves) - 1 in (2, 3), moves
+    assert moves[-1][1:] == (2, len(moves), 0)
+    # A new process replays the snapshot, the archive and the journal.
+    update(layer, store, {"after": True})
+    model["after"] = True
+    fresh = loaded(WorkingMemory(schema={"type": "object"}, budget=(0, 1_000_000)), store)
+    assert fresh[:2] == (model, versions(store)[1])
+    assert fresh[2] == loaded(layer, store)[2]
+
+
+def test_the_archive_holds_at_most_its_patch_limit(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(working_memory_module, "MAX_JOURNAL_PATCHES", 2)
+    monkeypatch.setattr(wm_journal_module, "MAX_ARCHIVED_PATCHES", 6)
+    layer = WorkingMemory(schema={"type": "object"}, budget=(0, 1_000_000))
+    update(layer, store, big_state(3), mode="replace")
+    seen = []
+    for i in range(1, 11):
+        update(layer, store, {"n": i})
+        seen.append((versions(store)[0], versions(store)[2], archived(store)[1]))
+    # Two patches in the journal, the third moves all three into the archive; twice; the next
+    # move would make nine archived patches, over six: the state is written whole.
+    assert seen == [
+        (1, 1, 0),
+        (1, 2, 0),
+        (1, 0, 3),
+        (1, 1, 3),
+        (1, 2, 3),
+        (1, 0, 6),
+        (1, 1, 6),
+        (1, 2, 6),
+        (2, 0, 0),
+        (2, 1, 0),
+    ]
+    assert read_state(store, NS) == ({**big_state(3), "n": 10}, 11)
+
+
+def test_a_journal_written_before_the_archive_existed_still_loads_and_moves(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(working_memory_module, "MAX_JOURNAL_PATCHES", 2)
+    state = big_state(3)
+    store.put(NS, STATE_KEY, state)
+    old = {"version": 3, "base": 1, "arrays": "replace", "nulls": "keep", "patches": [{"a": 1}]}
+    store.put(NS, JOURNAL_KEY, old)  # no "archive" field
+    layer = WorkingMemory(schema={"type": "object"}, budget=(0, 1_000_000))
+    assert loaded(layer, store)[:2] == ({**state, "a": 1}, 3)
+    update(layer, store, {"b": 2})
+    update(layer, store, {"c": 3})  # the journal is full: all three move into a new archive
+    assert versions(store) == (1, 3, 0) and archived(store) == (1, 3)
+    expected = {**state, "a": 1, "b": 2, "c": 3}
+    assert read_state(store, NS) == (expected, 5)
+    assert loaded(WorkingMemory(schema={"type": "object"}), store)[:2] == (expected, 5)
+
+
+def test_a_long_lived_layer_catches_up_across_a_move_into_the_archive(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(working_memory_module, "MAX_JOURNAL_PATCHES", 2)
+    mine = WorkingMemory(schema={"type": "object"}, budget=(0, 1_000_000))
+    theirs = WorkingMemory(schema={"type": "object"}, budget=(0, 1_000_000))
+    update(mine, store, big_state(3), mode="replace")
+    update(mine, store, {"mine": 1})
+    held, _, _ = loaded(mine, store)
+    update(theirs, store, {"theirs": 1})
+    update(theirs, store, {"theirs": 2})  # moves all three into the archive
+    update(theirs, store, {"last": 3})
+    assert archived(store) == (1, 3)
+    read_keys: list[str] = []
+    real_get = store.get
+
+    def get(namespace: Any, key: str) -> Any:
+        read_keys.append(key)
+        return real_get(namespace, key)
+
+    monkeypatch.setattr(store, "get", get)
+    state, version, block = loaded(mine, store)
+    # The journal, and the archive it names; not the snapshot.
+    assert read_keys == [JOURNAL_KEY, ARCHIVE_KEY]
+    assert (state, version) == ({**big_state(3), "mine": 1, "theirs": 2, "last": 3}, 5)
+    assert state is not held
+    # The block was spliced from the one it held, and is what a full render gives.
+    monkeypatch.undo()
+    assert block == loaded(WorkingMemory(schema={"type": "object"}), store)[2]
+    # With the archive unchanged since, only the journal is read.
+    update(theirs, store, {"later": 4})
+    monkeypatch.setattr(store, "get", get)
+    read_keys.clear()
+    assert loaded(mine, store)[0]["later"] == 4
+    assert read_keys == [JOURNAL_KEY]
+
+
+def test_a_reader_racing_a_move_into_the_archive_reads_again(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(working_memory_module, "MAX_JOURNAL_PATCHES", 1)
+    layer = WorkingMemory(schema={"type": "object"}, budget=(0, 1_000_000))
+    update(layer, store, big_state(3), mode="replace")
+    update(layer, store, {"a": 1})
+    update(layer, store, {"b": 2})  # into the archive
+    real_get = store.get
+    raced = []
+
+    def get(namespace: Any, key: str) -> Any:
+        if key == ARCHIVE_KEY and not raced:
+            # Another writer moves the journal into the archive between the two reads.
+            raced.append(True)
+            update(layer, store, {"c": 3})
+            update(layer, store, {"d": 4})
+        return real_get(namespace, key)
+
+    monkeypatch.setattr(store, "get", get)
+    _, journal, archive = read(store, NS)
+    monkeypatch.undo()
+    assert raced and journal is not None and archive is not None
+    assert journal.value["archive"] == archive.version == 2
+    assert read_state(store, NS) == ({**big_state(3), "a": 1, "b": 2, "c": 3, "d": 4}, 5)
+
+
+def test_an_archive_that_never_matches_its_journal_is_an_error(store: SQLiteStore) -> None:
+    store.put(NS, STATE_KEY, {"kept": True})
+    journal = {
+        "version": 4,
+        "base": 1,
+        "arrays": "replace",
+        "nulls": "keep",
+        "patches": [],
+        "archive": 3,
+    }
+    store.put(NS, JOURNAL_KEY, journal)
+    store.put(NS, ARCHIVE_KEY, {"patches": [{"x": 1}]})  # version 1, not 3
+    with pytest.raises(InvalidInputError, match="archive version 3, but the stored archive is at"):
+        read_state(store, NS)
+
+
+def test_a_broken_archive_is_moved_aside(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.put(NS, STATE_KEY, {"kept": True})
+    store.put(NS, ARCHIVE_KEY, {"patches": "not a list"})
+    journal = {"version": 3, "base": 1, "arrays": "replace", "nulls": "keep", "patches": []}
+    store.put(NS, JOURNAL_KEY, {**journal, "archive": 1})
+    with caplog.at_level(logging.WARNING):
+        layer = WorkingMemory(schema={"type": "object"})
+        with MemoryStack([layer], store=store).run(thread_id="t") as run:
+            handle = run.layer("working-memory")
+            assert handle.state == {}
+            moved = handle.quarantined()
+    assert len(moved) == 1 and moved[0]["archive"] == {"patches": "not a list"}
+    assert any("archive" in v for v in moved[0]["violations"]), moved[0]["violations"]
+    # The three rows were reset together, the archive emptied; writes work again.
+    assert read_state(store, NS) == ({}, 2)
+    assert archived(store) == (2, 0)
+    assert update(layer, store, {"fresh": 1}) == {"fresh": 1}
 
 
 def test_replace_and_clear_write_the_snapshot(store: SQLiteStore) -> None:
@@ -272,6 +478,28 @@ def test_a_state_stored_before_the_journal_still_loads(store: SQLiteStore) -> No
         ({"version": 2, "base": 1, "arrays": "replace", "nulls": "keep", "patches": 5}, "list"),
         ({"version": 2, "base": 7, "arrays": "replace", "nulls": "keep", "patches": []}, "7"),
         ({"version": 2, "base": 1, "arrays": "replace", "nulls": "keep", "patches": [3]}, "int"),
+        (
+            {
+                "version": 2,
+                "base": 1,
+                "arrays": "replace",
+                "nulls": "keep",
+                "patches": [],
+                "archive": "x",
+            },
+            "archive is 'x'",
+        ),
+        (
+            {
+                "version": 2,
+                "base": 1,
+                "arrays": "replace",
+                "nulls": "keep",
+                "patches": [],
+                "archive": 2,
+            },
+            "archive version 2",
+        ),
     ],
 )
 def test_a_broken_journal_is_moved_aside(
@@ -315,7 +543,7 @@ _steps = st.lists(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     steps=_steps,
@@ -323,15 +551,21 @@ _steps = st.lists(
     # A journal from the first write, from when the block passes ~400 characters (the
     # guidelines alone are ~200), or never.
     journal_from=st.sampled_from([0, 400, 10**9]),
+    # An archive that takes up to the state's size (most full journals move into it), or none.
+    archive_share=st.sampled_from([1, 10**9]),
 )
 def test_every_reader_sees_what_the_writers_wrote(
     steps: list[tuple[int, str, dict[str, Any]]],
     arrays: str,
     journal_from: int,
+    archive_share: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A small journal, so that the steps fold it into snapshots often.
-    monkeypatch.setattr(working_memory_module, "MAX_JOURNAL_PATCHES", 3)
+    # A journal of one patch and an archive of three, so that the steps move patches into the
+    # archive and fold both into snapshots often.
+    monkeypatch.setattr(working_memory_module, "MAX_JOURNAL_PATCHES", 1)
+    monkeypatch.setattr(wm_journal_module, "MAX_ARCHIVED_PATCHES", 3)
+    monkeypatch.setattr(wm_journal_module, "ARCHIVE_SHARE", archive_share)
     monkeypatch.setattr(working_memory_module, "JOURNAL_MIN_STATE_BYTES", journal_from)
     store = InMemoryStore()
     writers = [

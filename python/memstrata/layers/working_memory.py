@@ -56,6 +56,7 @@ from memstrata.exceptions import (
 from memstrata.indented_json import render as render_json
 from memstrata.indented_json import respliced
 from memstrata.layers.wm_journal import (
+    ARCHIVE_KEY,
     JOURNAL_KEY,
     JOURNAL_MIN_STATE_BYTES,
     MAX_JOURNAL_PATCHES,
@@ -63,6 +64,8 @@ from memstrata.layers.wm_journal import (
     Options,
     Position,
     apply_patch,
+    archive_fits,
+    archive_value,
     head_stamp,
     journal_fits,
     journal_since,
@@ -84,7 +87,7 @@ from memstrata.prompts import (
 )
 from memstrata.schema_check import state_checker
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import ConditionalWrite, Item, Namespace, codec
+from memstrata.stores import ConditionalWrite, Namespace, codec
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -410,22 +413,21 @@ class WorkingMemoryHandle:
         store = self.ctx.store
         try:
             if kept is not None:
-                held = kept.position.snapshot_version
-                journal = journal_since(store, self.namespace, held)
-                if journal is not None:
-                    position = position_of(None, journal, snapshot_version=held)
+                since = journal_since(store, self.namespace, kept.position)
+                if since is not None:
+                    position = position_of(None, *since, held=kept.position)
                     if self._catch_up(kept, position):
                         self._position = position
                         self.layer._remember(self)
                         return
-            snapshot, journal = read_stored(store, self.namespace)
+            snapshot, journal, archive = read_stored(store, self.namespace)
             if snapshot is None and journal is None:
                 self._start_empty()
                 return
-            position = position_of(snapshot, journal)
+            position = position_of(snapshot, journal, archive)
             state = snapshot.value if snapshot is not None else self._initial()
             if position.options is not None:
-                state = replay(state, position.patches, position.options)
+                state = replay(state, position.all_patches(), position.options)
             self.state = self._checked(state)
             self._position = position
         except (SchemaViolationError, InvalidInputError, TypeError) as exc:
@@ -437,16 +439,17 @@ class WorkingMemoryHandle:
         """Merges into ``kept``'s state the patches written since, when that is all that
         changed; False when the snapshot moved on (or anything else did)."""
         held = kept.position
-        done = len(held.patches)
+        held_patches, patches = held.all_patches(), position.all_patches()
+        done = len(held_patches)
         if (
             held.snapshot_version != position.snapshot_version
             or (done and held.options != position.options)
-            or position.patches[:done] != held.patches
+            or patches[:done] != held_patches
         ):
             return False
         self._adopt(kept)
         state = kept.state
-        for patch in position.patches[done:]:
+        for patch in patches[done:]:
             merged = self._combine(state, patch, "append", position.options)
             merged_from = (state, patch)
             state = self._checked(merged, strip=False, merged_from=merged_from)
@@ -462,13 +465,16 @@ class WorkingMemoryHandle:
         # Copy first, then start over: a crash between the two leaves a duplicate, never a loss.
         snapshot = self.ctx.store.get(self.namespace, STATE_KEY)
         journal = self.ctx.store.get(self.namespace, JOURNAL_KEY)
-        previous = max((i.version for i in (snapshot, journal) if i is not None), default=0)
+        archive = self.ctx.store.get(self.namespace, ARCHIVE_KEY)
+        rows = (snapshot, journal, archive)
+        previous = max((i.version for i in rows if i is not None), default=0)
         self.ctx.store.put(
             self.namespace,
             key,
             {
                 "state": snapshot.value if snapshot is not None else None,
                 "journal": journal.value if journal is not None else None,
+                "archive": archive.value if archive is not None else None,
                 "version": previous,
                 "moved_at": moved_at,
                 "violations": violations,
@@ -480,13 +486,14 @@ class WorkingMemoryHandle:
             key,
             "; ".join(violations),
         )
-        # Both rows are reset in one write, and only if nobody wrote since they were read: a
+        # The rows are reset in one write, and only if nobody wrote since they were read: a
         # write that raced this one stands, and is what the next run loads.
         self._start_empty()
         self._position = Position(
             previous,
             snapshot.version if snapshot is not None else 0,
             journal.version if journal is not None else 0,
+            archive_version=archive.version if archive is not None else 0,
         )
         self._commit(self.layer.empty_state(), None)
 
@@ -625,11 +632,12 @@ class WorkingMemoryHandle:
         if the store is still where this handle last saw it; False, writing nothing, if not.
 
         A state under ``JOURNAL_MIN_STATE_BYTES`` that has no journal yet is written whole, in
-        its one record. Otherwise an append goes into the journal as its patch, and the whole
-        state is written (with the journal emptied, in the same transaction) for a replace, the
-        first write, a change of merge options, or once the journal is full. A journal, once
-        made, stays: a record that came and went would restart its version, and a writer still
-        holding the old one could then write over a state it never saw.
+        its one record. Otherwise an append goes into the journal as its patch, or, with the
+        journal's patches, into the archive when the journal is full. The whole state is written
+        (with the journal and the archive emptied, in the same transaction) for a replace, the
+        first write, a change of merge options, or once the archive is full too. A journal or
+        an archive, once made, stays: a record that came and went would restart its version,
+        and a writer still holding the old one could then write over a state it never saw.
         """
         held = self._position
         options: Options = (self.layer.arrays, self.layer.nulls)
@@ -640,18 +648,24 @@ class WorkingMemoryHandle:
             patch is not None
             and held.journal_version
             and held.snapshot_version
-            and (not held.patches or held.options == options)
-            and len(held.patches) < MAX_JOURNAL_PATCHES
+            and (held.options == options or not (held.patches or held.archived))
         ):
             # The patch as merged: deep_merge strips unsafe keys from what it brings in, so
             # the stored patch merges to the same state on replay.
             clean = strip_unsafe_keys(patch) if isinstance(patch, dict) else patch
             text = orjson.dumps(clean)
             size = held.journal_bytes + len(text) + 1
-            if journal_fits(size, len(text), state_bytes):
+            if len(held.patches) < MAX_JOURNAL_PATCHES and journal_fits(
+                size, len(text), state_bytes
+            ):
                 patches, texts = (*held.patches, clean), (*held.texts, text)
                 value, encoded = journal_value(
-                    held.version + 1, held.snapshot_version, options, patches, texts
+                    held.version + 1,
+                    held.snapshot_version,
+                    options,
+                    patches,
+                    texts,
+                    held.archive_version,
                 )
                 item = store.put_if_version(
                     self.namespace,
@@ -663,8 +677,76 @@ class WorkingMemoryHandle:
                 )
                 if item is None:
                     return False
-                self._wrote(new_state, held.snapshot_version, item, options, patches, texts, size)
+                self._wrote(
+                    new_state,
+                    Position(
+                        held.version + 1,
+                        held.snapshot_version,
+                        item.version,
+                        (JOURNAL_KEY, item.version, item.created_at),
+                        options,
+                        patches,
+                        texts,
+                        size,
+                        held.archive_version,
+                        held.archived,
+                        held.archived_text,
+                    ),
+                )
                 return True
+            archived = (*held.archived, *held.patches, clean)
+            if archive_fits(len(held.archived_text) + size, len(archived), state_bytes):
+                return self._archive(new_state, options, archived, (*held.texts, text))
+        return self._write_whole(new_state, options, state_bytes)
+
+    def _archive(
+        self,
+        new_state: State,
+        options: Options,
+        archived: tuple[Any, ...],
+        texts: tuple[bytes, ...],
+    ) -> bool:
+        """Writes ``new_state`` by moving the journal's patches and the new one (``texts``
+        their JSON) into the archive, and emptying the journal, in one transaction."""
+        held = self._position
+        joined = b",".join(texts)
+        archived_text = b",".join((held.archived_text, joined)) if held.archived_text else joined
+        archive, archive_encoded = archive_value(archived, archived_text)
+        archive_version = held.archive_version + 1
+        value, encoded = journal_value(
+            held.version + 1, held.snapshot_version, options, (), (), archive_version
+        )
+        written = self.ctx.store.put_many_if_versions(
+            self.namespace,
+            {
+                ARCHIVE_KEY: ConditionalWrite(archive, held.archive_version, archive_encoded),
+                JOURNAL_KEY: ConditionalWrite(value, held.journal_version, encoded),
+            },
+            validated=True,
+        )
+        if written is None:
+            return False
+        journal = written[1]
+        self._wrote(
+            new_state,
+            Position(
+                held.version + 1,
+                held.snapshot_version,
+                journal.version,
+                (JOURNAL_KEY, journal.version, journal.created_at),
+                options,
+                archive_version=written[0].version,
+                archived=archived,
+                archived_text=archived_text,
+            ),
+        )
+        return True
+
+    def _write_whole(self, new_state: State, options: Options, state_bytes: int) -> bool:
+        """Writes ``new_state`` as the snapshot, emptying the journal and the archive (if any)
+        in the same transaction; or alone, as the one record of a small state."""
+        held = self._position
+        store = self.ctx.store
         # The state came out of deep_merge / strip_unsafe_keys and the render: JSON data
         # already, so the store need not walk all of it again, and the block the budget check
         # rendered holds its JSON text, which the store can write as it is.
@@ -683,46 +765,38 @@ class WorkingMemoryHandle:
             if item is None:
                 return False
             stamp = (STATE_KEY, item.version, item.created_at)
-            self._position = Position(item.version, item.version, 0, stamp)
-            self.state = new_state
-            self.layer._remember(self)
+            self._wrote(new_state, Position(item.version, item.version, 0, stamp))
             return True
-        value, encoded = journal_value(held.version + 1, held.snapshot_version + 1, options, (), ())
-        written = store.put_many_if_versions(
-            self.namespace,
-            {
-                STATE_KEY: ConditionalWrite(new_state, held.snapshot_version, encoded_state),
-                JOURNAL_KEY: ConditionalWrite(value, held.journal_version, encoded),
-            },
-            validated=True,
+        archive_version = held.archive_version + 1 if held.archive_version else 0
+        value, encoded = journal_value(
+            held.version + 1, held.snapshot_version + 1, options, (), (), archive_version
         )
+        writes = {
+            STATE_KEY: ConditionalWrite(new_state, held.snapshot_version, encoded_state),
+            JOURNAL_KEY: ConditionalWrite(value, held.journal_version, encoded),
+        }
+        if held.archive_version:
+            empty, empty_encoded = archive_value((), b"")
+            writes[ARCHIVE_KEY] = ConditionalWrite(empty, held.archive_version, empty_encoded)
+        written = store.put_many_if_versions(self.namespace, writes, validated=True)
         if written is None:
             return False
-        self._wrote(new_state, written[0].version, written[1], options, (), (), 0)
+        journal = written[1]
+        self._wrote(
+            new_state,
+            Position(
+                held.version + 1,
+                written[0].version,
+                journal.version,
+                (JOURNAL_KEY, journal.version, journal.created_at),
+                options,
+                archive_version=written[2].version if held.archive_version else 0,
+            ),
+        )
         return True
 
-    def _wrote(
-        self,
-        new_state: State,
-        snapshot_version: int,
-        journal: Item,
-        options: Options,
-        patches: tuple[Any, ...],
-        texts: tuple[bytes, ...],
-        journal_bytes: int,
-    ) -> None:
-        stamp = (JOURNAL_KEY, journal.version, journal.created_at)
-        version = self._position.version + 1
-        self._position = Position(
-            version,
-            snapshot_version,
-            journal.version,
-            stamp,
-            options,
-            patches,
-            texts,
-            journal_bytes,
-        )
+    def _wrote(self, new_state: State, position: Position) -> None:
+        self._position = position
         self.state = new_state
         self.layer._remember(self)
 
