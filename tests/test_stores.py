@@ -155,6 +155,26 @@ def test_put_if_version_writes_only_over_the_expected_version(store: Store) -> N
         store.put_if_version(NS, "k", 1, expected_version=-1)
 
 
+def test_put_if_version_over_an_expired_item_counts_it_absent(store: Store) -> None:
+    first = store.put_if_version(NS, "t", {"v": 1}, expected_version=0, ttl=0.05)
+    assert first is not None and first.expires_at is not None
+    again = store.put_if_version(NS, "t", {"v": 2}, expected_version=1, ttl=0.05)
+    assert again is not None and again.version == 2 and again.created_at == first.created_at
+    mark = store.change_mark(NS)
+    time.sleep(0.08)
+    # Expired: its version no longer counts, and a write expecting none starts it over.
+    assert store.put_if_version(NS, "t", {"v": "stale"}, expected_version=2) is None
+    fresh = store.put_if_version(NS, "t", {"v": 3}, expected_version=0)
+    assert fresh is not None and fresh.version == 1 and fresh.expires_at is None
+    assert fresh.created_at > first.created_at
+    assert store.put_if_version(NS, "t", {"v": "lost"}, expected_version=0) is None
+    got = store.get(NS, "t")
+    assert got is not None and (got.value, got.version) == ({"v": 3}, 1)
+    # Each write took a new change number: a reader of the changes since the mark sees it.
+    changed = store.changes(NS, mark)
+    assert [(i.key, i.value) for i in changed.items] == [("t", {"v": 3})]
+
+
 def test_put_if_version_of_validated_data_skips_only_the_walk(store: Store) -> None:
     merged = deep_merge({"a": {"b": [1, 2]}}, {"a": {"c": "x"}})
     written = store.put_if_version(NS, "v", merged, expected_version=0, validated=True)
