@@ -580,6 +580,9 @@ def _priming_tokens(counter: TokenCounter) -> int:
 
 # How far back from the last call's end a shifted window's anchor is looked for.
 _ALIGN_SEARCH = 8
+# How many fresh messages at the head of a call are stepped over before the rest is compared
+# with the last call's as one run.
+_HEAD_SEARCH = 16
 
 
 def _reused_counts(
@@ -590,7 +593,8 @@ def _reused_counts(
     held_counts: list[int],
 ) -> list[int]:
     """Each message's count from the last call where it is the same message with the same
-    content object, -1 elsewhere.
+    content object (or, for a run of messages, an equal one: equal messages count the same),
+    -1 elsewhere.
 
     A tool loop's conversation is the last call's shifted by a sliding window, so the two lists
     are aligned by one of the newest messages found near the end of the last call, and compared
@@ -614,6 +618,20 @@ def _reused_counts(
         return counts
     lo, hi = max(0, -shift), min(n, m - shift)
     if lo >= hi:
+        return counts
+    # The usual call: a few fresh items at the head (the stack's injected ones), then the last
+    # call's messages, shifted. Past that head, the two runs are compared as lists, in C
+    # (identity first, then equality, and an equal message has the same count): in the
+    # whole-turn benchmark ~19 -> ~5 us for 204 messages. Anything else is compared one by one.
+    head = lo
+    while head < min(hi, lo + _HEAD_SEARCH) and messages[head] is not held[head + shift]:
+        head += 1
+    if (
+        head < hi
+        and messages[head:hi] == held[head + shift : hi + shift]
+        and contents[head:hi] == held_contents[head + shift : hi + shift]
+    ):
+        counts[head:hi] = held_counts[head + shift : hi + shift]
         return counts
     same = list(
         map(
