@@ -182,3 +182,59 @@ def test_large_objects_are_searched_from_a_guess_and_still_spliced_exactly(
     patch = {"big": {key: {"n": -1, "text": "changed"} for key in keys}}
     new = deep_merge(old, patch)
     assert respliced(text, old, new, patch) == render(new)
+
+
+def _chain(
+    steps: int, patch_of: Any, nulls: str = "keep"
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """``steps`` splices in a row into a 1,000-member object; the last state, its text and the
+    one before it."""
+    state: dict[str, Any] = {"big": {f"k{i:04d}": {"n": i, "pad": "x" * 30} for i in range(1000)}}
+    text = render(state)
+    before = state
+    for step in range(steps):
+        patch = patch_of(step)
+        merged = deep_merge(state, patch, nulls=nulls)
+        spliced = respliced(text, state, merged, patch)
+        assert spliced == render(merged), step
+        before, state, text = state, merged, spliced
+    return state, text, before
+
+
+def test_a_chain_of_splices_carries_the_key_positions() -> None:
+    from memstrata.indented_json import _key_orders
+
+    state, _, before = _chain(4, lambda step: {"big": {f"k{step * 97:04d}": {"n": -step}}})
+    # Marked by the first splice, built by the second, carried since: the newest object's
+    # positions are its key order, and the old object's entry is gone.
+    entry = _key_orders.get(id(state["big"]))
+    assert entry is not None and entry[0] is state["big"]
+    assert entry[1] == {key: index for index, key in enumerate(state["big"])}
+    assert id(before["big"]) not in _key_orders
+    # Appended members take the next positions.
+    state, _, _ = _chain(4, lambda step: {"big": {f"new{step}": step, "k0001": {"n": step}}})
+    positions = _key_orders[id(state["big"])][1]
+    assert positions == {key: index for index, key in enumerate(state["big"])}
+    assert list(positions)[-4:] == ["new0", "new1", "new2", "new3"]
+    # A removed member ends the chain: its positions would be off by one from there on.
+    patches = [{"big": {"k0001": {"n": 0}}}, {"big": {"k0002": {"n": 0}}}, {"big": {"k0003": None}}]
+    state, _, before = _chain(3, patches.__getitem__, nulls="delete")
+    assert "k0003" not in state["big"] and id(before["big"]) in _key_orders
+    assert id(state["big"]) not in _key_orders
+
+
+def test_wrong_key_positions_cost_a_search_never_a_wrong_splice() -> None:
+    from memstrata.indented_json import _key_orders, _key_orders_lock
+
+    old = {"big": {f"k{i:04d}": {"n": i, "pad": "y" * (i % 50)} for i in range(500)}}
+    text = render(old)
+    # Every key placed at the wrong end of the object.
+    wrong = {key: 499 - index for index, key in enumerate(old["big"])}
+    with _key_orders_lock:
+        _key_orders[id(old["big"])] = (old["big"], wrong)
+    for key in ("k0000", "k0250", "k0499"):
+        patch = {"big": {key: {"n": "changed"}}}
+        merged = deep_merge(old, patch)
+        assert respliced(text, old, merged, patch) == render(merged), key
+        with _key_orders_lock:
+            _key_orders[id(old["big"])] = (old["big"], wrong)
