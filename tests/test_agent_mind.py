@@ -500,6 +500,37 @@ def test_bad_tool_calls_give_error_payloads_and_store_nothing(
     assert store.list(NS) == []
 
 
+class FixedEmbedder(HashingEmbedder):
+    """Embeds every text as one given vector (a broken embedder's output)."""
+
+    def __init__(self, vector: list[float]) -> None:
+        super().__init__(dim=len(vector))
+        self.vector = vector
+
+    def embed(self, texts: Any) -> Any:
+        return np.array([self.vector] * len(texts), dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [[0.0] * 8, [1.0] * 7 + [math.nan], [1.0] * 7 + [math.inf], [3e38] * 8],
+    ids=["zero", "nan", "inf", "overflowing"],
+)
+def test_a_vector_without_a_direction_is_an_error_payload(
+    store: Store, vector: list[float]
+) -> None:
+    stack = MemoryStack([AgentMind(embedder=FixedEmbedder(vector))], store=store)
+    with stack.run(agent=AGENT) as run:
+        for tool, args in (
+            ("mind_believe", {"content": "The sky is green."}),
+            ("mind_recall", {"query": "sky"}),
+        ):
+            result = run.call_tool(tool, args)
+            assert result["ok"] is False, result
+            assert "no words the embedder can place" in result["error"]["message"]
+    assert store.list(NS) == []
+
+
 # Dedup -----------------------------------------------------------------------------------------
 
 

@@ -133,6 +133,9 @@ LINE_TOKEN_CACHE = 100_000
 # recency moves scores by at most 0.2 * (1 - exp(-1 min / 30 d)), under 5e-6, in that time.
 RANKING_REUSE_MS = 60_000
 DEFAULT_MAX_ENTRIES = 100_000
+# An embedding's squared norm is below this, so float32 arithmetic on it (its squared norm,
+# its dot product with another such vector) stays far from float32's limit, 3.4e38.
+MAX_EMBEDDING_NORM2 = 1e30
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
 
 ProgressCallback = Callable[[int, int], None]
@@ -656,7 +659,12 @@ class AgentMindHandle:
         vector: npt.NDArray[np.float32] = np.asarray(
             self.layer.embedder.embed([text]), dtype=np.float32
         )[0]
-        if not np.any(vector) or not np.isfinite(vector).all():
+        # One dot product (in float64, which cannot overflow here) says it all: zero for a
+        # zero vector, inf or NaN for a non-finite one, and past MAX_EMBEDDING_NORM2 for one
+        # whose float32 norm would overflow in the index. np.any and np.isfinite took two
+        # more numpy calls on every recall and belief.
+        wide = vector.astype(np.float64)
+        if not 0.0 < float(wide @ wide) < MAX_EMBEDDING_NORM2:
             raise ToolError(
                 "this text has no words the embedder can place; write it in words",
                 code="invalid_arguments",
