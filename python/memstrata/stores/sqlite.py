@@ -379,7 +379,25 @@ class SQLiteStore(Store):
         expected_version = validate_version(expected_version)
         # Bad data is refused before the write lock is taken.
         data = codec.dumps(value, validated=validated, encoded=encoded)
-        now = time.time()
+        with self._lock:
+            return self._write_if_version(
+                self._conn, namespace, ns, key, value, data, ttl, expected_version, time.time()
+            )
+
+    @staticmethod
+    def _write_if_version(
+        conn: sqlite3.Connection,
+        namespace: Namespace,
+        ns: str,
+        key: str,
+        value: JSONValue,
+        data: bytes,
+        ttl: float | None,
+        expected_version: int,
+        now: float,
+    ) -> Item | None:
+        """Writes ``data`` (``value`` encoded) if the live row is at ``expected_version`` (0:
+        absent), in one statement (see _UPDATE_IF_VERSION); None, writing nothing, if not."""
         expires_at = now + ttl if ttl is not None else None
         params = {
             "ns": ns,
@@ -390,9 +408,8 @@ class SQLiteStore(Store):
             "expected": expected_version,
         }
         statement = _UPDATE_IF_VERSION if expected_version else _INSERT_IF_ABSENT
-        with self._lock:
-            # fetchall: the statement runs to its end, which commits it.
-            rows = self._conn.execute(statement, params).fetchall()
+        # fetchall: the statement runs to its end (outside a transaction, that commits it).
+        rows = conn.execute(statement, params).fetchall()
         if not rows:
             return None
         version, created_at, updated_at = rows[0]
@@ -412,19 +429,35 @@ class SQLiteStore(Store):
             codec.dumps(writes[key].value, validated=validated, encoded=writes[key].encoded)
             for key in keys
         ]
-        with self._transaction() as conn:
-            now = time.time()
-            for key in keys:
-                row = conn.execute(
-                    f"SELECT version FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
-                    (ns, key, now),
-                ).fetchone()
-                if (row[0] if row else 0) != writes[key].expected_version:
-                    return None
-            return [
-                self._write(conn, namespace, key, writes[key].value, encoded, None, now)
-                for key, encoded in zip(keys, data)
-            ]
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                now = time.time()
+                written = []
+                for key, encoded in zip(keys, data):
+                    write = writes[key]
+                    item = self._write_if_version(
+                        conn,
+                        namespace,
+                        ns,
+                        key,
+                        write.value,
+                        encoded,
+                        None,
+                        write.expected_version,
+                        now,
+                    )
+                    if item is None:
+                        # Someone else wrote this key first: the keys written before it go too.
+                        conn.execute("ROLLBACK")
+                        return None
+                    written.append(item)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return written
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
