@@ -73,6 +73,20 @@ def versions(store: Store) -> tuple[int, int, int]:
     return snapshot.version, journal.version, len(journal.value["patches"])
 
 
+def recorded_keys(store: Store, method: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys ``store.<method>`` (``get``, ``stamp``) is called with from now on, in order
+    (until ``monkeypatch.undo()``)."""
+    keys: list[str] = []
+    real = getattr(store, method)
+
+    def recording(namespace: Any, key: str) -> Any:
+        keys.append(key)
+        return real(namespace, key)
+
+    monkeypatch.setattr(store, method, recording)
+    return keys
+
+
 def archived(store: Store) -> tuple[int, int]:
     """(archive version, patches in the archive); (0, 0) when there is none."""
     archive = store.get(NS, ARCHIVE_KEY)
@@ -231,14 +245,7 @@ def test_a_long_lived_layer_catches_up_across_a_move_into_the_archive(
     update(theirs, store, {"theirs": 2})  # moves all three into the archive
     update(theirs, store, {"last": 3})
     assert archived(store) == (1, 3)
-    read_keys: list[str] = []
-    real_get = store.get
-
-    def get(namespace: Any, key: str) -> Any:
-        read_keys.append(key)
-        return real_get(namespace, key)
-
-    monkeypatch.setattr(store, "get", get)
+    read_keys = recorded_keys(store, "get", monkeypatch)
     state, version, block = loaded(mine, store)
     # The journal, and the archive it names; not the snapshot.
     assert read_keys == [JOURNAL_KEY, ARCHIVE_KEY]
@@ -249,8 +256,7 @@ def test_a_long_lived_layer_catches_up_across_a_move_into_the_archive(
     assert block == loaded(WorkingMemory(schema={"type": "object"}), store)[2]
     # With the archive unchanged since, only the journal is read.
     update(theirs, store, {"later": 4})
-    monkeypatch.setattr(store, "get", get)
-    read_keys.clear()
+    read_keys = recorded_keys(store, "get", monkeypatch)
     assert loaded(mine, store)[0]["later"] == 4
     assert read_keys == [JOURNAL_KEY]
 
@@ -298,27 +304,6 @@ def test_an_archive_that_never_matches_its_journal_is_an_error(store: SQLiteStor
         read_state(store, NS)
 
 
-def test_a_broken_archive_is_moved_aside(
-    store: SQLiteStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    store.put(NS, STATE_KEY, {"kept": True})
-    store.put(NS, ARCHIVE_KEY, {"patches": "not a list"})
-    journal = {"version": 3, "base": 1, "arrays": "replace", "nulls": "keep", "patches": []}
-    store.put(NS, JOURNAL_KEY, {**journal, "archive": 1})
-    with caplog.at_level(logging.WARNING):
-        layer = WorkingMemory(schema={"type": "object"})
-        with MemoryStack([layer], store=store).run(thread_id="t") as run:
-            handle = run.layer("working-memory")
-            assert handle.state == {}
-            moved = handle.quarantined()
-    assert len(moved) == 1 and moved[0]["archive"] == {"patches": "not a list"}
-    assert any("archive" in v for v in moved[0]["violations"]), moved[0]["violations"]
-    # The three rows were reset together, the archive emptied; writes work again.
-    assert read_state(store, NS) == ({}, 2)
-    assert archived(store) == (2, 0)
-    assert update(layer, store, {"fresh": 1}) == {"fresh": 1}
-
-
 def test_replace_and_clear_write_the_snapshot(store: SQLiteStore) -> None:
     layer = WorkingMemory(schema={"type": "object"})
     update(layer, store, {"a": 1})
@@ -363,14 +348,7 @@ def test_a_small_state_kept_between_runs_costs_one_stamp_read(
     monkeypatch.setattr(working_memory_module, "JOURNAL_MIN_STATE_BYTES", JOURNAL_MIN_STATE_BYTES)
     layer = WorkingMemory(schema={"type": "object"}, budget=(0, 100_000))
     update(layer, store, {"n": 1})
-    stamped: list[str] = []
-    real_stamp = store.stamp
-
-    def stamp(namespace: Any, key: str) -> Any:
-        stamped.append(key)
-        return real_stamp(namespace, key)
-
-    monkeypatch.setattr(store, "stamp", stamp)
+    stamped = recorded_keys(store, "stamp", monkeypatch)
     assert loaded(layer, store)[:2] == ({"n": 1}, 1)
     assert stamped == [STATE_KEY]
     # Another process's write past the size makes a journal, and rewrites the state with it:
@@ -392,14 +370,7 @@ def test_a_long_lived_layer_reads_only_the_new_patches(
     held, _, _ = loaded(mine, store)
     update(theirs, store, {"theirs": 1, "shared": [2]})
     update(theirs, store, {"mine": {"a": None}})
-    read_keys: list[str] = []
-    real_get = store.get
-
-    def get(namespace: Any, key: str) -> Any:
-        read_keys.append(key)
-        return real_get(namespace, key)
-
-    monkeypatch.setattr(store, "get", get)
+    read_keys = recorded_keys(store, "get", monkeypatch)
     state, version, block = loaded(mine, store)
     assert read_keys == [JOURNAL_KEY]  # the snapshot was not read, only its stamp
     expected = {"mine": {"a": None, "b": 2}, "shared": [2], "theirs": 1}
@@ -500,12 +471,27 @@ def test_a_state_stored_before_the_journal_still_loads(store: SQLiteStore) -> No
             },
             "archive version 2",
         ),
+        (
+            {
+                "version": 2,
+                "base": 1,
+                "arrays": "replace",
+                "nulls": "keep",
+                "patches": [],
+                "archive": 1,
+            },
+            "archive is not an object with a patches list",
+        ),
     ],
 )
-def test_a_broken_journal_is_moved_aside(
+def test_a_broken_journal_or_archive_is_moved_aside(
     store: SQLiteStore, caplog: pytest.LogCaptureFixture, journal: Any, reason: str
 ) -> None:
     store.put(NS, STATE_KEY, {"kept": True})
+    # The last case's journal names archive version 1: this row, which is not an archive.
+    broken_archive = {"patches": "not a list"}
+    if journal.get("archive") == 1:
+        store.put(NS, ARCHIVE_KEY, broken_archive)
     store.put(NS, JOURNAL_KEY, journal)
     with caplog.at_level(logging.WARNING):
         layer = WorkingMemory(schema={"type": "object"})
@@ -515,10 +501,13 @@ def test_a_broken_journal_is_moved_aside(
             moved = handle.quarantined()
     assert len(moved) == 1 and moved[0]["state"] == {"kept": True}
     assert moved[0]["journal"] == journal
+    has_archive = journal.get("archive") == 1
+    assert moved[0]["archive"] == (broken_archive if has_archive else None)
     assert any(reason in v for v in moved[0]["violations"]), moved[0]["violations"]
     assert "moved aside" in caplog.text
-    # Started over with both rows reset together; writes work again.
+    # Started over with the rows reset together (an archive emptied); writes work again.
     assert read_state(store, NS) == ({}, 2)
+    assert archived(store) == ((2, 0) if has_archive else (0, 0))
     assert update(layer, store, {"fresh": 1}) == {"fresh": 1}
 
 

@@ -87,7 +87,7 @@ from memstrata.prompts import (
 )
 from memstrata.schema_check import state_checker
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import ConditionalWrite, Namespace, codec
+from memstrata.stores import ConditionalWrite, Item, Namespace, codec
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -677,21 +677,17 @@ class WorkingMemoryHandle:
                 )
                 if item is None:
                     return False
-                self._wrote(
+                self._wrote_journal(
                     new_state,
-                    Position(
-                        held.version + 1,
-                        held.snapshot_version,
-                        item.version,
-                        (JOURNAL_KEY, item.version, item.created_at),
-                        options,
-                        patches,
-                        texts,
-                        size,
-                        held.archive_version,
-                        held.archived,
-                        held.archived_text,
-                    ),
+                    item,
+                    held.snapshot_version,
+                    options,
+                    patches,
+                    texts,
+                    size,
+                    held.archive_version,
+                    held.archived,
+                    held.archived_text,
                 )
                 return True
             archived = (*held.archived, *held.patches, clean)
@@ -726,19 +722,14 @@ class WorkingMemoryHandle:
         )
         if written is None:
             return False
-        journal = written[1]
-        self._wrote(
+        self._wrote_journal(
             new_state,
-            Position(
-                held.version + 1,
-                held.snapshot_version,
-                journal.version,
-                (JOURNAL_KEY, journal.version, journal.created_at),
-                options,
-                archive_version=written[0].version,
-                archived=archived,
-                archived_text=archived_text,
-            ),
+            written[1],
+            held.snapshot_version,
+            options,
+            archive_version=written[0].version,
+            archived=archived,
+            archived_text=archived_text,
         )
         return True
 
@@ -781,19 +772,41 @@ class WorkingMemoryHandle:
         written = store.put_many_if_versions(self.namespace, writes, validated=True)
         if written is None:
             return False
-        journal = written[1]
-        self._wrote(
-            new_state,
-            Position(
-                held.version + 1,
-                written[0].version,
-                journal.version,
-                (JOURNAL_KEY, journal.version, journal.created_at),
-                options,
-                archive_version=written[2].version if held.archive_version else 0,
-            ),
+        archive_version = written[2].version if held.archive_version else 0
+        self._wrote_journal(
+            new_state, written[1], written[0].version, options, archive_version=archive_version
         )
         return True
+
+    def _wrote_journal(
+        self,
+        new_state: State,
+        journal: Item,
+        snapshot_version: int,
+        options: Options,
+        patches: tuple[Any, ...] = (),
+        texts: tuple[bytes, ...] = (),
+        journal_bytes: int = 0,
+        archive_version: int = 0,
+        archived: tuple[Any, ...] = (),
+        archived_text: bytes = b"",
+    ) -> None:
+        """Takes ``new_state`` as written by a write that wrote ``journal`` (and the rows the
+        other arguments describe)."""
+        position = Position(
+            self._position.version + 1,
+            snapshot_version,
+            journal.version,
+            (JOURNAL_KEY, journal.version, journal.created_at),
+            options,
+            patches,
+            texts,
+            journal_bytes,
+            archive_version,
+            archived,
+            archived_text,
+        )
+        self._wrote(new_state, position)
 
     def _wrote(self, new_state: State, position: Position) -> None:
         self._position = position
