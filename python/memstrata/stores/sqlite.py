@@ -179,6 +179,10 @@ _PRUNE = """DELETE FROM tombstones WHERE deleted_at < :cutoff
 _Row = tuple[str, str, bytes, int, float, float, "float | None"]
 
 
+class _StaleWrite(Exception):
+    """A conditional write found its key at another version: the transaction rolls back."""
+
+
 def _split_live(
     rows: builtins.list[_Row], now: float
 ) -> tuple[builtins.list[_Row], builtins.list[str]]:
@@ -429,10 +433,8 @@ class SQLiteStore(Store):
             codec.dumps(writes[key].value, validated=validated, encoded=writes[key].encoded)
             for key in keys
         ]
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+        try:
+            with self._transaction() as conn:
                 now = time.time()
                 written = []
                 for key, encoded in zip(keys, data):
@@ -450,14 +452,11 @@ class SQLiteStore(Store):
                     )
                     if item is None:
                         # Someone else wrote this key first: the keys written before it go too.
-                        conn.execute("ROLLBACK")
-                        return None
+                        raise _StaleWrite
                     written.append(item)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return written
+        except _StaleWrite:
+            return None
+        return written
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
