@@ -27,7 +27,12 @@ def test_migrations_run_once_and_are_recorded(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.db"
     for _ in range(3):
         SQLiteStore(path).close()
-    assert schema_versions(path) == [1, 2]
+    assert schema_versions(path) == [1, 2, 3]
+    with sqlite3.connect(path) as conn:
+        (items,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'items'").fetchone()
+        indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    assert "WITHOUT ROWID" not in items  # see migration 3
+    assert {"items_changes", "items_expires_at"} <= indexes
 
 
 def test_a_version_1_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
@@ -42,7 +47,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
             (encode_namespace(NS), b'{"kept": true}'),
         )
     with SQLiteStore(path) as store:
-        assert schema_versions(path) == [1, 2]
+        assert schema_versions(path) == [1, 2, 3]
         old = store.get(NS, "old")
         assert old is not None and (old.value, old.version) == ({"kept": True}, 3)
         mark = store.change_mark(NS)
@@ -51,6 +56,69 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
         store.delete(NS, "old")
         changes = store.changes(NS, mark)
         assert ([i.key for i in changes.items], changes.removed) == (["new"], ["old"])
+
+
+def test_a_version_2_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
+    # Version 2 kept items in a WITHOUT ROWID table; 3 rebuilds it. Every column survives,
+    # sequence numbers too, so a change mark taken before the upgrade still works after it.
+    path = tmp_path / "v2.db"
+    with sqlite3.connect(path) as conn:
+        for version in (1, 2):
+            for statement in sq._MIGRATIONS[version]:
+                conn.execute(statement)
+        conn.execute("CREATE TABLE memstrata_schema (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO memstrata_schema VALUES (1), (2)")
+        ns = encode_namespace(NS)
+        conn.executemany(
+            "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (ns, "kept", b'{"a": [1, 2]}', 4, 1.0, 2.0, None, 7),
+                (ns, "expiring", b'"soon"', 1, 3.0, 3.0, time.time() + 3600, 8),
+                (ns, "stale", b"0", 2, 1.0, 1.5, 1.0, 5),
+            ],
+        )
+    with SQLiteStore(path) as store:
+        assert schema_versions(path) == [1, 2, 3]
+        kept, expiring = store.get(NS, "kept"), store.get(NS, "expiring")
+        assert kept is not None and expiring is not None
+        assert (kept.value, kept.version, kept.created_at, kept.updated_at) == (
+            {"a": [1, 2]},
+            4,
+            1.0,
+            2.0,
+        )
+        assert expiring.value == "soon" and expiring.expires_at is not None
+        assert store.get(NS, "stale") is None  # expired before the upgrade, still expired
+        rows = store._conn.execute("SELECT key, seq FROM items ORDER BY key").fetchall()
+        assert rows == [("expiring", 8), ("kept", 7), ("stale", 5)]
+        # The next write numbers on from the highest sequence number, as before.
+        mark = store.change_mark(NS)
+        store.put(NS, "kept", {"a": [3]})
+        assert changed_keys(store, NS, mark) == ["kept"]
+        assert store.get(NS, "kept").version == 5  # type: ignore[union-attr]
+        assert store.purge_expired() == 1
+
+
+def test_rewriting_a_growing_journal_logs_two_pages_a_time(tmp_path: pathlib.Path) -> None:
+    # Why migration 3 made items a rowid table: a working memory's journal (up to ~3.5 KB),
+    # rewritten a patch longer each time, logs its leaf and one changes-index page to the WAL;
+    # in a WITHOUT ROWID table, past ~1 KB it spilled into overflow pages and logged 3-5.
+    page = 4096 + 24  # a WAL frame: header and page
+    with SQLiteStore(tmp_path / "wal.db") as store:
+        for i in range(50):
+            store.put(NS, f"other-{i}", {"n": i})
+        patches = [f"patch {i:02d} " + "x" * 90 for i in range(12)]
+        store.put(NS, "journal", patches)
+        store._conn.execute("PRAGMA wal_autocheckpoint = 0")
+        wal = pathlib.Path(f"{store.path}-wal")
+        frames = []
+        for i in range(12, 34):  # the journal grows a patch at a time, ~1.3 -> ~3.5 KB
+            patches.append(f"patch {i:02d} " + "x" * 90)
+            before = wal.stat().st_size
+            item = store.put_if_version(NS, "journal", patches, expected_version=i - 11)
+            assert item is not None
+            frames.append((wal.stat().st_size - before) // page)
+    assert max(frames) <= 2, frames
 
 
 def test_a_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
@@ -80,11 +148,12 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(tmp_path: pathlib.
         buried = plan(sq._BURY_PURGED, {"now": time.time()})
         floor = plan(sq._RAISE_FLOOR, {"cutoff": time.time()})
         prune = plan(sq._PRUNE, {"cutoff": time.time()})
-    assert "USING PRIMARY KEY (namespace>? AND namespace<?)" in listing, listing
+    assert "INDEX sqlite_autoindex_items_1 (namespace>? AND namespace<?)" in listing, listing
     assert "INDEX items_expires_at" in purge and "expires_at<?" in purge, purge
     assert "USING INDEX items_changes (namespace=? AND seq>?)" in changes, changes
     assert "USING COVERING INDEX tombstones_changes (namespace=? AND seq>?)" in deleted, deleted
-    assert "USING PRIMARY KEY (namespace=?)" in everything, everything
+    assert "INDEX sqlite_autoindex_items_1 (namespace=?)" in everything, everything
+    assert "TEMP B-TREE" not in listing + everything  # read in key order, no sort
     # The newest number is the last entry of the namespace in each index: a seek, no sort.
     assert "USING COVERING INDEX items_changes (namespace=?)" in last_seq, last_seq
     assert "USING COVERING INDEX tombstones_changes (namespace=?)" in last_seq, last_seq

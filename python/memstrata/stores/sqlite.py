@@ -56,9 +56,10 @@ from memstrata.stores.base import (
     validate_writes,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _BACKEND = "sqlite"
 
+_COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE IF NOT EXISTS items (
@@ -93,9 +94,33 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             seq INTEGER NOT NULL
         ) WITHOUT ROWID""",
     ),
+    # items becomes a rowid table. A WITHOUT ROWID table keeps each row in its primary-key
+    # b-tree, whose pages hold at most ~1 KB of a row (4 KB pages): a working memory's journal
+    # (up to ~3.5 KB, rewritten on every update) spilled into an overflow page, so each rewrite
+    # freed and allocated one and logged ~4.9 pages to the WAL. A rowid table keeps it in its
+    # leaf, and the primary-key index does not change when only the value does: 2 pages. In
+    # the whole-turn benchmark, WAL pages per turn 7.0 -> 4.2 (so a checkpoint every ~240
+    # turns, not ~140), and the turn's SQL time -11 us (median).
+    3: (
+        """CREATE TABLE items_rowid (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value BLOB NOT NULL,
+            version INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            expires_at REAL,
+            seq INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (namespace, key)
+        )""",
+        f"INSERT INTO items_rowid ({_COLUMNS}, seq) SELECT {_COLUMNS}, seq FROM items",
+        "DROP TABLE items",  # and its indexes
+        "ALTER TABLE items_rowid RENAME TO items",
+        "CREATE INDEX items_expires_at ON items (expires_at) WHERE expires_at IS NOT NULL",
+        "CREATE INDEX items_changes ON items (namespace, seq)",
+    ),
 }
 
-_COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? AND {_LIVE}
     ORDER BY namespace, key LIMIT ? OFFSET ?"""
