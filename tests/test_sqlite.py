@@ -79,6 +79,9 @@ def test_a_version_2_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
         )
     with SQLiteStore(path) as store:
         assert schema_versions(path) == [1, 2, 3]
+        # The old table's pages went back to the file system, and the log is empty again.
+        assert store._conn.execute("PRAGMA freelist_count").fetchone() == (0,)
+        assert pathlib.Path(f"{path}-wal").stat().st_size == 0
         kept, expiring = store.get(NS, "kept"), store.get(NS, "expiring")
         assert kept is not None and expiring is not None
         assert (kept.value, kept.version, kept.created_at, kept.updated_at) == (

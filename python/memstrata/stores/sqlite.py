@@ -25,6 +25,7 @@ number it dropped in ``tombstone_floor``: a mark below it is answered in full.
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 import sqlite3
 import threading
@@ -57,7 +58,10 @@ from memstrata.stores.base import (
 )
 
 SCHEMA_VERSION = 3
+# The migration that rebuilds the items table: a file upgraded through it is compacted after.
+_REBUILDS_ITEMS = 3
 _BACKEND = "sqlite"
+logger = logging.getLogger(__name__)
 
 _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -263,6 +267,21 @@ class SQLiteStore(Store):
                 for statement in _MIGRATIONS[version]:
                     self._conn.execute(statement)
                 self._conn.execute("INSERT INTO memstrata_schema (version) VALUES (?)", (version,))
+        if 0 < current < _REBUILDS_ITEMS:
+            self._compact_after_rebuild()
+
+    def _compact_after_rebuild(self) -> None:
+        """Gives the file system back the pages of the table migration 3 replaced. Without it
+        the file keeps them on top of the new table's (a 47.7 MB file grew to 89.7 MB; with
+        it, 42.3 MB, for another ~250 ms, once). Not needed to open the store: a failure (say
+        another process holds the database) is logged and the pages are reused as it grows."""
+        try:
+            with self._lock:
+                self._conn.execute("VACUUM")
+                # VACUUM goes through the WAL: a log the size of the file, emptied here.
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.OperationalError as exc:
+            logger.warning("%s: could not compact after the schema upgrade: %s", self.path, exc)
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
