@@ -105,7 +105,7 @@ def test_a_version_2_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
 def test_rewriting_a_growing_journal_logs_two_pages_a_time(tmp_path: pathlib.Path) -> None:
     # Why migration 3 made items a rowid table: a working memory's journal (up to ~3.5 KB),
     # rewritten a patch longer each time, logs its leaf and one changes-index page to the WAL;
-    # in a WITHOUT ROWID table, past ~1 KB it spilled into overflow pages and logged 3-5.
+    # in a WITHOUT ROWID table, past ~1 KB it spilled into an overflow page and logged 5.
     page = 4096 + 24  # a WAL frame: header and page
     with SQLiteStore(tmp_path / "wal.db") as store:
         for i in range(50):
