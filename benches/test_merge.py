@@ -179,9 +179,9 @@ def test_union_long_arrays(benchmark: Any, size: int) -> None:
 
     def python_union() -> Any:
         # What a Python developer would write for structural dedup: a set of canonical dumps.
-        seen = {json.dumps(v, sort_keys=True) for v in base["events"]}
-        out = list(base["events"])
-        for v in patch["events"]:
+        seen: set[str] = set()
+        out = []
+        for v in base["events"] + patch["events"]:
             key = json.dumps(v, sort_keys=True)
             if key not in seen:
                 seen.add(key)

@@ -30,6 +30,7 @@ def json_equal(a: Any, b: Any) -> bool:
 
 
 def copy_in(value: Any, nulls: str, unsafe: frozenset[str]) -> Any:
+    """A patch value with nothing to merge into. An array is a value: beneath it nulls stay."""
     if isinstance(value, dict):
         return {
             k: copy_in(v, nulls, unsafe)
@@ -37,7 +38,7 @@ def copy_in(value: Any, nulls: str, unsafe: frozenset[str]) -> Any:
             if k not in unsafe and (v is not None or nulls == "keep")
         }
     if isinstance(value, (list, tuple)):
-        return [copy_in(v, nulls, unsafe) for v in value]
+        return [copy_in(v, "keep", unsafe) for v in value]
     return value
 
 
@@ -61,9 +62,8 @@ def merge(base: Any, patch: Any, arrays: str, nulls: str, unsafe: frozenset[str]
                 out[k] = copy_in(v, nulls, unsafe)
         return out
     if arrays == "union" and isinstance(patch, (list, tuple)) and isinstance(base, (list, tuple)):
-        result = list(base)
-        for item in patch:
-            item = copy_in(item, nulls, unsafe)
+        result: list[Any] = []
+        for item in [*base, *copy_in(patch, nulls, unsafe)]:
             if not any(json_equal(item, present) for present in result):
                 result.append(item)
         return result

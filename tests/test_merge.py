@@ -161,8 +161,6 @@ def test_union_uses_json_equality() -> None:
     patch = {"t": [1.0, True, {"j": 0.0, "k": [1, 2]}, [True], [1], "a", "b", "b"]}
     out = deep_merge(base, patch, arrays="union")
     assert dump(out) == dump({"t": [1, "a", {"k": [1, 2], "j": 0}, [True], True, [1], "b"]})
-    # The base array is kept as it is, duplicates included.
-    assert deep_merge([1, 1], [1, 2, 2], arrays="union") == [1, 1, 2]
     # Without union, arrays replace.
     assert deep_merge({"t": [1]}, {"t": [2]}) == {"t": [2]}
 
@@ -174,6 +172,75 @@ def test_union_of_long_arrays_of_objects() -> None:
     assert len(out) == 7500
     assert out[:5000] == base and all(a is b for a, b in zip(out, base))
     assert out[-1] == {"tags": [7499 % 7], "id": 7499.0}
+
+
+def merged_both_ways(base: Any, patch: Any, **options: Any) -> Any:
+    """``deep_merge``'s result, after checking that ``merge_json`` gives the same."""
+    out = deep_merge(base, patch, **options)
+    text = merge_json(json.dumps(base), json.dumps(patch), **options)
+    assert dump(json.loads(text)) == dump(out)
+    return out
+
+
+def test_union_drops_duplicates_already_in_the_base() -> None:
+    out = merged_both_ways({"a": [1, 1, 2]}, {"a": [2, 3]}, arrays="union")
+    assert dump(out) == dump({"a": [1, 2, 3]})
+    out = merged_both_ways(
+        [{"k": 1}, 1, {"k": 1.0}, 1.0, True, [1], {"k": 1}],
+        [1, {"k": 1}, True, 2, 2],
+        arrays="union",
+    )
+    # The first occurrence stays: 1 (not 1.0), {"k": 1} (not {"k": 1.0}); True is not 1.
+    assert dump(out) == dump([{"k": 1}, 1, True, [1], 2])
+    assert dump(merged_both_ways([1.0, 1], [], arrays="union")) == "[1.0]"
+    base = [{"k": 1}, {"k": 1}]
+    out = deep_merge(base, [], arrays="union")
+    assert out == [{"k": 1}] and out[0] is base[0]
+
+
+def test_union_drops_base_duplicates_past_the_pairwise_limit() -> None:
+    # 16 values is the kernel's pairwise limit: past it the hash index dedups.
+    distinct = [{"id": i, "tags": [i % 3]} for i in range(20)]
+    base = distinct + copy.deepcopy(distinct) * 2
+    patch = [{"tags": [i % 3], "id": float(i)} for i in range(10, 40)]
+    out = merged_both_ways(base, patch, arrays="union")
+    assert dump(out) == dump(distinct + patch[10:])
+    out = deep_merge(base, patch, arrays="union")
+    assert all(a is b for a, b in zip(out, distinct))
+    out = merged_both_ways([1, 1.0, True, "1"] * 10, [1.0, True, 2], arrays="union")
+    assert dump(out) == dump([1, True, "1", 2])
+
+
+@pytest.mark.parametrize("arrays", ARRAYS)
+@pytest.mark.parametrize("nulls", NULLS)
+def test_nulls_inside_arrays_are_kept_verbatim(arrays: str, nulls: str) -> None:
+    items = [None, {"x": None, "y": [{"z": None}], "w": {"v": None}}, [None]]
+    out = merged_both_ways({}, {"a": items}, arrays=arrays, nulls=nulls)
+    assert out == {"a": items}
+    out = merged_both_ways({"a": [1]}, {"a": items}, arrays=arrays, nulls=nulls)
+    assert out == {"a": [1, *items] if arrays == "union" else items}
+    assert merged_both_ways({}, items, arrays=arrays, nulls=nulls) == items
+    assert deep_merge({}, {"a": tuple(items)}, arrays=arrays, nulls=nulls) == {"a": items}  # type: ignore[arg-type]
+    # Keys of patch objects reached through object keys still follow the policy.
+    patch = {"b": {"c": None, "d": [{"e": None}]}}
+    out = merged_both_ways({"b": {"c": 1}}, patch, arrays=arrays, nulls=nulls)
+    wants: dict[str, dict[str, Any]] = {"keep": {"c": None}, "delete": {}, "ignore": {"c": 1}}
+    assert out == {"b": {**wants[nulls], "d": [{"e": None}]}}
+    out = merged_both_ways({}, {"n": {"x": None, "y": [{"x": None}]}}, arrays=arrays, nulls=nulls)
+    assert out == {
+        "n": {"x": None, "y": [{"x": None}]} if nulls == "keep" else {"y": [{"x": None}]}
+    }
+
+
+@pytest.mark.parametrize("nulls", NULLS)
+def test_unsafe_keys_are_stripped_inside_arrays_whatever_the_null_mode(nulls: str) -> None:
+    patch = {"a": [{"__proto__": None, "constructor": {"x": 1}, "k": None, "bad": None}]}
+    for arrays in ARRAYS:
+        options = {"arrays": arrays, "nulls": nulls, "unsafe_keys": (*DEFAULT_UNSAFE_KEYS, "bad")}
+        assert merged_both_ways({"a": []}, patch, **options) == {"a": [{"k": None}]}
+    with pytest.raises(UnsupportedTypeError) as err:
+        deep_merge({}, {"a": [{"k": None, "s": {1}}]}, nulls=nulls)  # type: ignore[arg-type]
+    assert err.value.path == "$.a[0].s"
 
 
 def test_touched_base_dicts_are_stripped_untouched_ones_trusted() -> None:

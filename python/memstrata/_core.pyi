@@ -50,13 +50,14 @@ def deep_merge(
         patch: The update. A top-level ``None`` gives ``None``, or ``base`` with
             ``nulls="ignore"``.
         arrays: ``"replace"``: a patch array replaces the old one. ``"union"``: the old array
-            (kept as it is) followed by the patch values not equal to a value already present,
-            by JSON equality (equal objects and arrays count; ``True`` is not ``1``; ``1`` is
-            ``1.0``).
+            followed by the patch array, each value once, at its first occurrence (so
+            duplicates already in the old array go too), by JSON equality (equal objects and
+            arrays count; ``True`` is not ``1``; ``1`` is ``1.0``).
         nulls: What ``None`` under a key of a patch object does, at every depth: ``"keep"``
             stores it, ``"delete"`` removes the key, ``"ignore"`` leaves the old value (for
-            OpenAI strict-mode tools that pad optional fields with null). ``None`` inside
-            arrays is a value.
+            OpenAI strict-mode tools that pad optional fields with null). An array is a value
+            stored verbatim: ``None`` inside it, even under a key of an object in it, is kept
+            in every mode.
         unsafe_keys: Keys removed at every depth of what the merge produces.
         allow_nan: Accept NaN and ±Infinity floats in the patch.
 

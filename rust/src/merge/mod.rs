@@ -9,6 +9,10 @@
 //! - [`trace::Trace`], which builds the JSON path of an error while it unwinds, so the happy path
 //!   never formats or allocates a path.
 //!
+//! Both front ends treat an array as a value: a union is a deduplicated concatenation, and the
+//! null policy governs the keys of patch objects reached through object keys, never anything
+//! beneath an array, whose nulls are kept verbatim (unsafe keys are stripped there all the same).
+//!
 //! [`value`] implements the merge over `serde_json::Value` (used by `merge_json` and the unit
 //! tests). The Python binding (`python/merge.rs`) walks Python objects directly with the same
 //! policy: converting a whole state to `Value` and back would cost more than the merge itself
@@ -34,7 +38,8 @@ pub const DEFAULT_UNSAFE_KEYS: [&str; 2] = ["__proto__", "constructor"];
 pub enum ArrayMode {
     /// The patch array replaces the old one (seed 000).
     Replace,
-    /// The old array followed by the patch values not already present (seed 002).
+    /// The old array followed by the patch array, each value once, at its first occurrence:
+    /// seed 002's deduplicated concatenation, so duplicates already in the old array go too.
     Union,
 }
 
@@ -50,7 +55,8 @@ impl ArrayMode {
     }
 }
 
-/// What a `null` in a patch object does to the key it names.
+/// What a `null` under a key of a patch object does to that key. Nulls beneath an array,
+/// including under the keys of objects inside it, are values and are kept in every mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NullMode {
     /// Store `null`.

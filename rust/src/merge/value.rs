@@ -127,7 +127,8 @@ fn merge_node(base: Value, patch: Value, options: &MergeOptions, depth: usize) -
                 let merged = match base.get_mut(&key) {
                     Some(slot) => merge_node(slot.take(), value, options, depth + 1)
                         .map_err(|t| t.at_key(&key))?,
-                    None => copy_in(value, options, depth + 1).map_err(|t| t.at_key(&key))?,
+                    None => copy_in(value, options, options.nulls, depth + 1)
+                        .map_err(|t| t.at_key(&key))?,
                 };
                 base.insert(key, merged);
             }
@@ -137,13 +138,14 @@ fn merge_node(base: Value, patch: Value, options: &MergeOptions, depth: usize) -
             check_depth(depth)?;
             union_arrays(base, patch, options, depth)
         }
-        (_, patch) => copy_in(patch, options, depth),
+        (_, patch) => copy_in(patch, options, options.nulls, depth),
     }
 }
 
-/// A patch value entering the result where there is nothing to merge with: stripped, with the
-/// null policy applied to its objects.
-fn copy_in(value: Value, options: &MergeOptions, depth: usize) -> Walk<Value> {
+/// A patch value entering the result where there is nothing to merge with: stripped, with
+/// `nulls` applied to the keys of its objects. An array is a value, kept verbatim, so its items
+/// are copied with `NullMode::Keep`.
+fn copy_in(value: Value, options: &MergeOptions, nulls: NullMode, depth: usize) -> Walk<Value> {
     match value {
         Value::Object(map) => {
             check_depth(depth)?;
@@ -153,12 +155,13 @@ fn copy_in(value: Value, options: &MergeOptions, depth: usize) -> Walk<Value> {
                     continue;
                 }
                 if value.is_null() {
-                    if options.nulls == NullMode::Keep {
+                    if nulls == NullMode::Keep {
                         out.insert(key, Value::Null);
                     }
                     continue;
                 }
-                let value = copy_in(value, options, depth + 1).map_err(|t| t.at_key(&key))?;
+                let value =
+                    copy_in(value, options, nulls, depth + 1).map_err(|t| t.at_key(&key))?;
                 out.insert(key, value);
             }
             Ok(Value::Object(out))
@@ -168,7 +171,9 @@ fn copy_in(value: Value, options: &MergeOptions, depth: usize) -> Walk<Value> {
             items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| copy_in(item, options, depth + 1).map_err(|t| t.at_index(i)))
+                .map(|(i, item)| {
+                    copy_in(item, options, NullMode::Keep, depth + 1).map_err(|t| t.at_index(i))
+                })
                 .collect::<Walk<Vec<_>>>()
                 .map(Value::Array)
         }
@@ -176,45 +181,67 @@ fn copy_in(value: Value, options: &MergeOptions, depth: usize) -> Walk<Value> {
     }
 }
 
+/// `arrays="union"`: the base items then the patch items, each value once (its first
+/// occurrence). The base is trusted, so only patch items are copied in.
 fn union_arrays(
     base: Vec<Value>,
     patch: Vec<Value>,
     options: &MergeOptions,
     depth: usize,
 ) -> Walk<Value> {
-    let mut out = base;
-    let base_len = out.len();
-    let pairwise = base_len + patch.len() <= PAIRWISE_LIMIT;
-    let mut index = UnionIndex::default();
-    if !pairwise {
-        index = UnionIndex::with_capacity(base_len + patch.len());
-        for (i, value) in out.iter().enumerate() {
-            index.insert(json_hash(value, depth + 1).map_err(|t| t.at_index(i))?, i);
-        }
+    let base_len = base.len();
+    let mut seen = Seen::new(base_len + patch.len(), depth + 1);
+    for (i, item) in base.into_iter().enumerate() {
+        seen.push_new(item).map_err(|t| t.at_index(i))?;
     }
     for (i, item) in patch.into_iter().enumerate() {
         let at = |t: Trace<WalkError>| t.at_index(base_len + i);
-        let item = copy_in(item, options, depth + 1).map_err(at)?;
-        if pairwise {
-            let mut seen = false;
-            for present in &out {
-                if json_equal(present, &item, depth + 1).map_err(at)? {
-                    seen = true;
-                    break;
-                }
-            }
-            if !seen {
-                out.push(item);
-            }
-        } else {
-            let hash = json_hash(&item, depth + 1).map_err(at)?;
-            if !index.contains(hash, |j| json_equal(&out[j], &item, depth + 1))? {
-                index.insert(hash, out.len());
-                out.push(item);
-            }
+        let item = copy_in(item, options, NullMode::Keep, depth + 1).map_err(at)?;
+        seen.push_new(item).map_err(at)?;
+    }
+    Ok(Value::Array(seen.items))
+}
+
+/// The distinct values of a union so far. A few values are compared pairwise; past
+/// [`PAIRWISE_LIMIT`] the hash index keeps the dedup linear.
+struct Seen {
+    items: Vec<Value>,
+    index: Option<UnionIndex>,
+    depth: usize,
+}
+
+impl Seen {
+    fn new(capacity: usize, depth: usize) -> Self {
+        Self {
+            items: Vec::with_capacity(capacity),
+            index: (capacity > PAIRWISE_LIMIT).then(|| UnionIndex::with_capacity(capacity)),
+            depth,
         }
     }
-    Ok(Value::Array(out))
+
+    /// Appends `item` unless an equal value is already there.
+    fn push_new(&mut self, item: Value) -> Walk<()> {
+        let depth = self.depth;
+        match &mut self.index {
+            None => {
+                for present in &self.items {
+                    if json_equal(present, &item, depth)? {
+                        return Ok(());
+                    }
+                }
+            }
+            Some(index) => {
+                let hash = json_hash(&item, depth)?;
+                let items = &self.items;
+                if index.contains(hash, |j| json_equal(&items[j], &item, depth))? {
+                    return Ok(());
+                }
+                index.insert(hash, items.len());
+            }
+        }
+        self.items.push(item);
+        Ok(())
+    }
 }
 
 /// Removes unsafe keys at every depth, in place.
@@ -450,9 +477,73 @@ mod tests {
         let out = out.as_array().unwrap();
         assert_eq!(out.len(), 750);
         assert_eq!(out[749], json!({"tags": [749 % 7], "id": 749.0}));
-        // Base duplicates are base content and stay.
-        let out = merge(json!([1, 1]), json!([1, 2, 2]), &o);
-        assert_eq!(out, json!([1, 1, 2]));
+    }
+
+    #[test]
+    fn union_drops_duplicates_already_in_the_base() {
+        let o = opts(ArrayMode::Union, NullMode::Keep);
+        let out = merge(json!({"a": [1, 1, 2]}), json!({"a": [2, 3]}), &o);
+        assert_eq!(out, json!({"a": [1, 2, 3]}));
+        let out = merge(
+            json!([{"k": 1}, 1, {"k": 1.0}, 1.0, true, [1]]),
+            json!([1, {"k": 1}, true, 2, 2]),
+            &o,
+        );
+        assert_eq!(out, json!([{"k": 1}, 1, true, [1], 2]));
+    }
+
+    #[test]
+    fn union_drops_base_duplicates_past_the_pairwise_limit() {
+        let o = opts(ArrayMode::Union, NullMode::Keep);
+        let base: Vec<Value> = (0..3 * PAIRWISE_LIMIT)
+            .map(|i| json!({"id": i % PAIRWISE_LIMIT}))
+            .collect();
+        let patch: Vec<Value> = (0..2 * PAIRWISE_LIMIT)
+            .map(|i| json!({"id": i as f64}))
+            .collect();
+        let out = merge(Value::Array(base), Value::Array(patch), &o);
+        let want: Vec<Value> = (0..2 * PAIRWISE_LIMIT)
+            .map(|i| {
+                if i < PAIRWISE_LIMIT {
+                    json!({"id": i})
+                } else {
+                    json!({"id": i as f64})
+                }
+            })
+            .collect();
+        assert_eq!(out, Value::Array(want));
+    }
+
+    #[test]
+    fn nulls_inside_arrays_are_kept_verbatim_in_every_null_mode() {
+        for nulls in [NullMode::Keep, NullMode::Delete, NullMode::Ignore] {
+            for arrays in [ArrayMode::Replace, ArrayMode::Union] {
+                let o = opts(arrays, nulls);
+                let patch = json!({"a": [null, {"x": null, "y": [{"z": null}]}]});
+                assert_eq!(merge(json!({}), patch.clone(), &o), patch);
+                let out = merge(json!({"a": [1]}), patch.clone(), &o);
+                let want = match arrays {
+                    ArrayMode::Replace => patch.clone(),
+                    ArrayMode::Union => {
+                        json!({"a": [1, null, {"x": null, "y": [{"z": null}]}]})
+                    }
+                };
+                assert_eq!(out, want, "{arrays:?} {nulls:?}");
+                let top = json!([{"x": null, "__proto__": 1}]);
+                assert_eq!(merge(json!({}), top, &o), json!([{"x": null}]));
+            }
+        }
+    }
+
+    #[test]
+    fn nulls_inside_arrays_still_lose_their_unsafe_keys() {
+        let o = opts(ArrayMode::Union, NullMode::Delete);
+        let out = merge(
+            json!({"a": []}),
+            json!({"a": [{"__proto__": null, "constructor": {"x": 1}, "k": null}]}),
+            &o,
+        );
+        assert_eq!(out, json!({"a": [{"k": null}]}));
     }
 
     #[test]
@@ -494,6 +585,21 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn merge_json_dedups_union_and_keeps_nulls_in_arrays() {
+        let o = opts(ArrayMode::Union, NullMode::Delete);
+        let out = merge_json(
+            br#"{"a": [1, 1, 2], "b": {"c": 1}}"#,
+            br#"{"a": [2, 3, null, {"x": null}], "b": {"c": null, "d": [{"e": null}]}}"#,
+            &o,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            br#"{"a":[1,2,3,null,{"x":null}],"b":{"d":[{"e":null}]}}"#
+        );
     }
 
     #[test]

@@ -525,7 +525,8 @@ impl<'py> Walker<'_, 'py> {
     }
 
     /// A patch value entering the result with nothing to merge into: copied, stripped, with
-    /// the null policy applied to its objects.
+    /// the null policy applied to the keys of its objects (none beneath an array: see
+    /// [`Self::verbatim`]).
     fn copy_in(
         &self,
         value: &Bound<'py, PyAny>,
@@ -540,14 +541,25 @@ impl<'py> Walker<'_, 'py> {
         }
     }
 
+    /// The walker for the items of an array: an array is a value, kept verbatim, so the null
+    /// policy (which is about the keys a patch merges) does not reach into it.
+    fn verbatim(&self) -> Walker<'_, 'py> {
+        Walker {
+            nulls: NullMode::Keep,
+            ..*self
+        }
+    }
+
     #[inline(never)]
     fn copy_seq(&self, value: &Bound<'py, PyAny>, depth: usize) -> Walk<Bound<'py, PyAny>> {
         check_depth(depth)?;
         let items = seq_items(value)?;
+        let walker = self.verbatim();
         let mut out = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             out.push(
-                self.copy_in(item, classify(item), depth + 1)
+                walker
+                    .copy_in(item, classify(item), depth + 1)
                     .map_err(|t| at_index(t, i))?,
             );
         }
@@ -570,7 +582,8 @@ impl<'py> Walker<'_, 'py> {
         Ok(out.into_any())
     }
 
-    /// `arrays="union"`: base items as they are, then the patch items not already present.
+    /// `arrays="union"`: the base items then the patch items, each value once (its first
+    /// occurrence). The base is trusted, so only patch items are copied in.
     #[inline(never)]
     fn union(
         &self,
@@ -579,44 +592,22 @@ impl<'py> Walker<'_, 'py> {
         depth: usize,
     ) -> Walk<Bound<'py, PyAny>> {
         check_depth(depth)?;
-        let mut out = seq_items(base)?;
-        let base_len = out.len();
+        let base_items = seq_items(base)?;
         let patch_items = seq_items(patch)?;
-        let pairwise = base_len + patch_items.len() <= PAIRWISE_LIMIT;
-        let mut index = UnionIndex::default();
-        if !pairwise {
-            index = UnionIndex::with_capacity(base_len + patch_items.len());
-            for (i, item) in out.iter().enumerate() {
-                index.insert(self.hash(item, depth + 1).map_err(|t| at_index(t, i))?, i);
-            }
+        let base_len = base_items.len();
+        let mut seen = Seen::new(base_len + patch_items.len(), depth + 1);
+        for (i, item) in base_items.into_iter().enumerate() {
+            seen.push_new(self, item).map_err(|t| at_index(t, i))?;
         }
+        let walker = self.verbatim();
         for (i, item) in patch_items.iter().enumerate() {
             let at = |t: Failure| at_index(t, base_len + i);
-            let item = self.copy_in(item, classify(item), depth + 1).map_err(at)?;
-            let present = if pairwise {
-                let mut seen = false;
-                for existing in &out {
-                    if self.equal(existing, &item, depth + 1).map_err(at)? {
-                        seen = true;
-                        break;
-                    }
-                }
-                seen
-            } else {
-                let hash = self.hash(&item, depth + 1).map_err(at)?;
-                let seen = index
-                    .contains(hash, |j| self.equal(&out[j], &item, depth + 1))
-                    .map_err(at)?;
-                if !seen {
-                    index.insert(hash, out.len());
-                }
-                seen
-            };
-            if !present {
-                out.push(item);
-            }
+            let item = walker
+                .copy_in(item, classify(item), depth + 1)
+                .map_err(at)?;
+            seen.push_new(self, item).map_err(at)?;
         }
-        Ok(PyList::new(self.py, out).map_err(py_fail)?.into_any())
+        new_list(self.py, seen.items)
     }
 
     /// JSON equality (see `crate::merge`): numbers compare exactly as Python does, except that
@@ -764,6 +755,48 @@ impl<'py> Walker<'_, 'py> {
     }
 }
 
+/// The distinct values of a union so far. A few values are compared pairwise; past
+/// [`PAIRWISE_LIMIT`] the hash index keeps the dedup linear.
+struct Seen<'py> {
+    items: Vec<Bound<'py, PyAny>>,
+    index: Option<UnionIndex>,
+    depth: usize,
+}
+
+impl<'py> Seen<'py> {
+    fn new(capacity: usize, depth: usize) -> Self {
+        Self {
+            items: Vec::with_capacity(capacity),
+            index: (capacity > PAIRWISE_LIMIT).then(|| UnionIndex::with_capacity(capacity)),
+            depth,
+        }
+    }
+
+    /// Appends `item` unless an equal value is already there.
+    fn push_new(&mut self, walker: &Walker<'_, 'py>, item: Bound<'py, PyAny>) -> Walk<()> {
+        let depth = self.depth;
+        match &mut self.index {
+            None => {
+                for present in &self.items {
+                    if walker.equal(present, &item, depth)? {
+                        return Ok(());
+                    }
+                }
+            }
+            Some(index) => {
+                let hash = walker.hash(&item, depth)?;
+                let items = &self.items;
+                if index.contains(hash, |j| walker.equal(&items[j], &item, depth))? {
+                    return Ok(());
+                }
+                index.insert(hash, items.len());
+            }
+        }
+        self.items.push(item);
+        Ok(())
+    }
+}
+
 fn with_key_set<'py, T>(
     py: Python<'py>,
     keys: KeysArg<'py>,
@@ -793,13 +826,14 @@ fn with_key_set<'py, T>(
 ///     patch: The update. A top-level ``None`` gives ``None``, or ``base`` with
 ///         ``nulls="ignore"``.
 ///     arrays: ``"replace"``: a patch array replaces the old one. ``"union"``: the old array
-///         (kept as it is) followed by the patch values not equal to a value already present,
-///         by JSON equality (equal objects and arrays count; ``True`` is not ``1``; ``1`` is
-///         ``1.0``).
+///         followed by the patch array, each value once, at its first occurrence (so
+///         duplicates already in the old array go too), by JSON equality (equal objects and
+///         arrays count; ``True`` is not ``1``; ``1`` is ``1.0``).
 ///     nulls: What ``None`` under a key of a patch object does, at every depth: ``"keep"``
 ///         stores it, ``"delete"`` removes the key, ``"ignore"`` leaves the old value (for
-///         OpenAI strict-mode tools that pad optional fields with null). ``None`` inside
-///         arrays is a value.
+///         OpenAI strict-mode tools that pad optional fields with null). An array is a value
+///         stored verbatim: ``None`` inside it, even under a key of an object in it, is kept
+///         in every mode.
 ///     unsafe_keys: Keys removed at every depth of what the merge produces.
 ///     allow_nan: Accept NaN and ±Infinity floats in the patch.
 ///
