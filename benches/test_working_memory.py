@@ -20,7 +20,7 @@ from benchkit import compare, fmt_seconds, record
 from state_data import SCHEMA, count_nodes, make_state, python_merge
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory
-from memstrata.layers.wm_journal import read_state
+from memstrata.layers.wm_stored import read_state
 
 
 def per_call(fn: Callable[[], Any], n: int = 1500) -> tuple[float, float]:

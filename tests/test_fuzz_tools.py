@@ -102,10 +102,10 @@ raw_arguments = st.one_of(
 )
 
 
-# The two flavour pairings: a stack holds one working memory per tool name, so each pairing
-# is its own stack. "json+text": structured state under the seed-000 tools, text state under
-# VoltAgent's; "text+json": the other way round (working-memory/update with content/mode, and
-# update_working_memory taking an object or a JSON string).
+# The two flavour pairings, each its own stack: "json+text": structured state under noetic's
+# tools, text state under VoltAgent's (a layer named "notes": update_notes_memory...);
+# "text+json": the other way round (working-memory/update with content/mode, and
+# update_notes_memory taking an object or a JSON string).
 FLAVOURS = ["json+text", "text+json"]
 
 
@@ -149,12 +149,12 @@ def harness(
     if flavours == "json+text":
         seeded = [
             run.call_tool("working-memory/update", {"profile": {"name": "seed"}, "age": 1}),
-            run.call_tool("update_working_memory", {"content": "seeded"}),
+            run.call_tool("update_notes_memory", {"content": "seeded"}),
         ]
     else:
         seeded = [
             run.call_tool("working-memory/update", {"content": "seeded", "mode": "append"}),
-            run.call_tool("update_working_memory", {"content": {"profile": {"name": "seed"}}}),
+            run.call_tool("update_notes_memory", {"content": {"profile": {"name": "seed"}}}),
         ]
     assert all(r["ok"] for r in seeded), seeded
     run.call_tool("memory_write", {"key": "seed", "value": [1, 2, 3]})
@@ -325,11 +325,12 @@ def test_the_harness_reaches_every_tool(harness: tuple[Any, SQLiteStore]) -> Non
     # Guards the property above: every tool the layers offer is among those it draws.
     run, _store = harness
     names = {spec["name"] for spec in run.tool_specs("mcp")}
-    assert names == {
+    structured = run.layer("working-memory").layer.structured
+    assert names - {"working-memory/replace"} == {
         "working-memory/update",
-        "get_working_memory",
-        "update_working_memory",
-        "clear_working_memory",
+        "get_notes_memory",
+        "update_notes_memory",
+        "clear_notes_memory",
         "memory_list",
         "memory_read",
         "memory_write",
@@ -342,6 +343,7 @@ def test_the_harness_reaches_every_tool(harness: tuple[Any, SQLiteStore]) -> Non
         "mind_update_goal",
         "mind_complete_goal",
     }
+    assert ("working-memory/replace" in names) == structured
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def test_working_memory_state_bytes(store: SQLiteStore) -> None:
         assert run.call_tool("working-memory/update", {"a": "short"})["ok"] is True
     text = WorkingMemory(budget=(0, 10**9), max_state_bytes=100, name="notes")
     with MemoryStack([text], store=store).run(thread_id="t") as run:
-        refused(run.call_tool("working-memory/update", {"content": "z" * 200}), "max_state_bytes")
+        refused(run.call_tool("notes/update", {"content": "z" * 200}), "max_state_bytes")
 
 
 def test_working_memory_default_state_limit_is_one_mebibyte() -> None:

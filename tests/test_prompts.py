@@ -13,12 +13,17 @@ from memstrata.stores import InMemoryStore
 
 # UTF-8 bytes of each text.
 PINNED_SIZES = {
-    "WORKING_MEMORY_GUIDELINES_NOETIC": 204,
-    "WORKING_MEMORY_GUIDELINES_VOLTAGENT": 223,
+    # Sizes before the tool names are filled in; the names replace {update} and its kin.
+    # NOETIC grew by its sentence naming the replace tool: the update tool cannot remove keys.
+    "WORKING_MEMORY_GUIDELINES_NOETIC": 249,
+    "WORKING_MEMORY_GUIDELINES_NOETIC_TEXT": 168,
+    "WORKING_MEMORY_GUIDELINES_VOLTAGENT": 197,
     "WORKING_MEMORY_GUIDELINES_READ_ONLY": 76,
+    "WORKING_MEMORY_TRUNCATED": 100,
     "WORKING_MEMORY_UPDATE_DESCRIPTION": 40,
     "WORKING_MEMORY_UPDATE_WHAT_STRUCTURED": 50,
     "WORKING_MEMORY_UPDATE_WHAT_TEXT": 11,
+    "WORKING_MEMORY_REPLACE_DESCRIPTION": 74,
     "WORKING_MEMORY_GET_DESCRIPTION": 44,
     "WORKING_MEMORY_SET_DESCRIPTION": 99,
     "WORKING_MEMORY_CLEAR_DESCRIPTION": 33,
@@ -62,7 +67,8 @@ def test_layers_use_the_shared_texts(tmp_path) -> None:
     with stack.run(thread_id="t") as run:
         run.call_tool("working-memory/update", {"content": "likes tea"})
         block = run.prepare([])[0]["content"]
-        assert block.endswith(prompts.WORKING_MEMORY_GUIDELINES_NOETIC)
+        guidelines = prompts.WORKING_MEMORY_GUIDELINES_NOETIC_TEXT
+        assert block.endswith(guidelines.format(update="working-memory_update"))
         specs = {s["name"]: s["description"] for s in run.tool_specs("mcp")}
     assert specs["read_tool_result"] == prompts.READ_TOOL_RESULT_DESCRIPTION
     assert specs["working-memory/update"] == prompts.WORKING_MEMORY_UPDATE_DESCRIPTION.format(

@@ -44,7 +44,7 @@ from memstrata import (
     strip_unsafe_keys,
 )
 from memstrata.exceptions import InvalidInputError, RecoverableContextError
-from memstrata.layers.wm_journal import read_state
+from memstrata.layers.wm_stored import read_state
 from memstrata.stores import PostgresStore, Store
 
 UNSAFE = ("__proto__", "constructor")
@@ -149,14 +149,14 @@ def test_working_memory_tools_strip_or_refuse_at_every_depth(sqlite_store: SQLit
     voltagent = WorkingMemory(
         schema={"type": "object"}, budget=(0, 10**7), tools="voltagent", name="wm-volt"
     )
-    stack = MemoryStack([noetic, voltagent], store=sqlite_store)
+    stack = MemoryStack([noetic, voltagent], store=sqlite_store, total_budget=2 * 10**7)
     for depth in STORED_DEPTHS:
         with stack.run(thread_id=f"t{depth}") as run:
             for name, args in (
                 ("working-memory/update", {"p": poisoned(depth)}),
                 ("working-memory/update", '{"p": ' + poisoned_json(depth) + "}"),
-                ("update_working_memory", {"content": {"p": poisoned(depth)}}),
-                ("update_working_memory", {"content": poisoned_json(depth), "mode": "replace"}),
+                ("update_wm-volt_memory", {"content": {"p": poisoned(depth)}}),
+                ("update_wm-volt_memory", {"content": poisoned_json(depth), "mode": "replace"}),
             ):
                 before = rows(sqlite_store)
                 _stored_clean_or_refused(sqlite_store, before, run.call_tool(name, args), depth)
@@ -166,7 +166,9 @@ def test_working_memory_tools_strip_or_refuse_at_every_depth(sqlite_store: SQLit
 
 def test_programmatic_and_observed_updates_strip_or_refuse(sqlite_store: SQLiteStore) -> None:
     stack = MemoryStack(
-        [WorkingMemory(schema={"type": "object"}, budget=(0, 10**7))], store=sqlite_store
+        [WorkingMemory(schema={"type": "object"}, budget=(0, 10**7))],
+        store=sqlite_store,
+        total_budget=10**7,
     )
     for depth in STORED_DEPTHS:
         with stack.run(thread_id=f"t{depth}") as run:
@@ -220,6 +222,7 @@ def test_states_loaded_from_a_store_are_stripped(sqlite_store: SQLiteStore) -> N
     stack = MemoryStack(
         [WorkingMemory(schema={"type": "object"}, scope="resource", budget=(0, 10**7))],
         store=sqlite_store,
+        total_budget=10**7,
     )
     for depth in (1, 2, 10, 100, 250):
         # Written by other code (or an older version) straight into the store.
@@ -700,7 +703,7 @@ def isolation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, S
         run.layer("tool-results").offload("call_B", f"{MARKER} fetched for B. " * 20)
         assert MARKER in run.call_tool("read_tool_result", {"call_id": "call_B"})["content"]
         assert run.call_tool("working-memory/update", {"secret": MARKER})["ok"]
-        assert run.call_tool("update_working_memory", {"content": f"profile {MARKER}"})["ok"]
+        assert run.call_tool("update_profile_memory", {"content": f"profile {MARKER}"})["ok"]
         assert run.call_tool("memory_write", {"key": "plan", "value": MARKER})["ok"]
         assert run.call_tool("mind_believe", {"content": f"{MARKER} is the vault code."})["id"]
         assert run.call_tool("mind_reflect", {"content": f"{MARKER} rule", "pin": True})["id"]
@@ -747,7 +750,7 @@ def test_a_run_never_reads_or_writes_another_scope(
 def test_a_runs_writes_land_in_its_own_scope_only(isolation: tuple[Any, Store, Any]) -> None:
     run, store, (b_rows, _ids) = isolation
     run.call_tool("working-memory/update", {"thread_id": "thread-B", "note": "a"})
-    run.call_tool("update_working_memory", {"content": "A's profile"})
+    run.call_tool("update_profile_memory", {"content": "A's profile"})
     run.call_tool("memory_write", {"key": "../../workflow-B/shared:plan", "value": "x"})
     namespaces = {r[0] for r in rows(store)} - {r[0] for r in b_rows}
     a_namespaces = {

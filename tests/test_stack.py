@@ -112,7 +112,7 @@ def test_tools_are_routed_by_seed_or_wire_name() -> None:
 @pytest.mark.parametrize(
     ("name", "arguments", "code", "fragment"),
     [
-        ("nope", {}, "unknown_tool", "available: wm/echo"),
+        ("nope", {}, "unknown_tool", "available: wm_echo"),
         ("wm/echo", "{bad json", "invalid_arguments", "not valid JSON"),
         ("wm/echo", {"n": "one"}, "invalid_arguments", "$.n: expected integer"),
         ("wm/echo", {"zzz": 1}, "invalid_arguments", "unexpected field 'zzz'"),

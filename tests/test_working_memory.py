@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import pathlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +20,7 @@ from memstrata.exceptions import (
     SchemaViolationError,
 )
 from memstrata.layers import WorkingMemory
-from memstrata.layers.wm_journal import read_state
+from memstrata.layers.wm_stored import read_state
 from memstrata.stack import MemoryStack
 from memstrata.stores import PostgresStore, SQLiteStore, Store
 
@@ -192,16 +194,27 @@ def test_budget_overflow_is_refused_with_size_and_limit(store: SQLiteStore) -> N
 
 def test_recall_shows_the_block_and_guidelines(store: SQLiteStore) -> None:
     with stack_with(store, schema={"type": "object"}).run(thread_id="t") as run:
-        assert run.prepare([{"role": "user", "content": "hi"}]) == [
-            {"role": "user", "content": "hi"}
-        ]
         call(run, "working-memory/update", {"goal": "ship"})
         out = run.prepare([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}])
     assert out[0]["content"] == "S" and out[2]["content"] == "hi"
     block = out[1]["content"]
     assert out[1]["role"] == "system"
     assert block.startswith("<working_memory>\n{") and '"goal": "ship"' in block
-    assert "working-memory/update" in block
+    assert "`working-memory_update`" in block
+
+
+def test_an_empty_memory_shows_its_guidelines_on_the_first_turn(store: SQLiteStore) -> None:
+    """VoltAgent shows its usage instructions whether or not the memory holds anything; the
+    guidelines name the tools as the model sees them (wire names, no '/')."""
+    for options in ({}, {"schema": {"type": "object"}}, {"tools": "voltagent"}):
+        with stack_with(store, **options).run(thread_id="empty") as run:
+            (item,) = run.prepare([])
+            names = [s["function"]["name"] for s in run.tool_specs()]
+        assert item["content"].startswith("<working_memory>\n</working_memory>\n")
+        named = re.findall(r"`([^`]+)`", item["content"])
+        assert named and set(named) <= set(names), (named, names)
+    with stack_with(store, read_only=True).run(thread_id="empty") as run:
+        assert run.prepare([]) == []
 
 
 def test_markdown_template_voltagent_tools(store: SQLiteStore) -> None:
@@ -407,21 +420,15 @@ def two_connections(
 def test_a_long_lived_layer_starts_each_run_from_the_current_state(
     two_connections: tuple[Store, Store],
 ) -> None:
-    """The layer keeps the last checked state between runs, but a write by anyone else (another
-    connection: another process), a deletion, or an invalid state written behind its back
-    shows in the next run exactly as a fresh layer would see it."""
+    """A write by anyone else (another connection: another process), a deletion, or an
+    invalid state written behind the layer's back shows in the next run exactly as a fresh
+    layer would see it."""
     store, other = two_connections
     layer = WorkingMemory(schema=PROFILE_SCHEMA)
     stack = MemoryStack([layer], store=store)
     ns = ("working-memory", "thread", "t1")
     with stack.run(thread_id="t1") as run:
         assert call(run, "working-memory/update", {"profile": {"name": "Alice"}})["ok"]
-    with stack.run(thread_id="t1") as run:
-        kept = run.layer("working-memory").state
-        assert kept == {"profile": {"name": "Alice"}}
-    with stack.run(thread_id="t1") as run:
-        assert run.layer("working-memory").state is kept  # nothing changed: nothing re-read
-    # Another process's layer appends (a journal patch: this one merges just that in) ...
     elsewhere = MemoryStack([WorkingMemory(schema=PROFILE_SCHEMA)], store=other)
     with elsewhere.run(thread_id="t1") as run:
         assert call(run, "working-memory/update", {"profile": {"name": "Bob"}})["ok"]
@@ -429,24 +436,296 @@ def test_a_long_lived_layer_starts_each_run_from_the_current_state(
         assert run.layer("working-memory").state == {"profile": {"name": "Bob"}}
         assert run.layer("working-memory").version == 2
         assert "Bob" in run.prepare([])[0]["content"]
-    # ... replaces (a new snapshot) ...
     with elsewhere.run(thread_id="t1") as run:
         run.layer("working-memory").update({"age": 41}, mode="replace")
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state == {"age": 41}
-    # ... or the rows are deleted and written again: version 1 again.
-    other.delete(ns, "journal")
+    # Deleted and written again: version 1 again.
     other.delete(ns, "state")
     with elsewhere.run(thread_id="t1") as run:
         assert call(run, "working-memory/update", {"profile": {"name": "Cy"}})["ok"]
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").version == 1
         assert run.layer("working-memory").state == {"profile": {"name": "Cy"}}
-    # A state written behind the layers' backs (an older memstrata wrote only the snapshot).
-    other.delete(ns, "journal")
     other.put(ns, "state", {"age": "not a number"})
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state == {}
         assert run.layer("working-memory").quarantined()[0]["state"] == {"age": "not a number"}
     other.close()
     store.close()
+
+
+# Spawned runs, scopes and read-only layers ---------------------------------------------------
+
+
+def test_a_child_for_another_user_loads_that_users_memory(store: SQLiteStore) -> None:
+    """Resource scope: only a child in the parent's namespace gets a copy of its state; a
+    child for another user must neither see user A's state nor write it under user B."""
+    stack = MemoryStack([WorkingMemory(schema={"type": "object"}, scope="user")], store=store)
+    with stack.run(thread_id="t", resource_id="B") as run:
+        call(run, "working-memory/update", {"owner": "B", "b_only": 1})
+    with stack.run(thread_id="t", resource_id="A") as run:
+        call(run, "working-memory/update", {"owner": "A", "secret": "A's"})
+        with run.spawn(resource_id="B") as child:
+            assert child.layer("working-memory").snapshot == {"owner": "B", "b_only": 1}
+            assert "secret" not in child.prepare([])[0]["content"]
+            assert call(child, "working-memory/update", {"seen": True})["ok"]
+        with run.spawn() as same_user:
+            assert same_user.layer("working-memory").snapshot == {"owner": "A", "secret": "A's"}
+    assert read_state(store, ("working-memory", "resource", "B")) == (
+        {"owner": "B", "b_only": 1, "seen": True},
+        2,
+    )
+    assert read_state(store, ("working-memory", "resource", "A")) == (
+        {"owner": "A", "secret": "A's"},
+        1,
+    )
+
+
+def test_a_thread_scoped_child_gets_its_own_unsaved_state(store: SQLiteStore) -> None:
+    stack = stack_with(store, schema={"type": "object"})
+    with stack.run(thread_id="p") as run:
+        call(run, "working-memory/update", {"plan": ["a"]})
+        with run.spawn() as child:
+            handle = child.layer("working-memory")
+            assert handle.snapshot == {}
+            assert "plan" not in child.prepare([])[0]["content"]
+            assert call(child, "working-memory/update", {"scratch": 1})["ok"]
+            assert handle.snapshot == {"scratch": 1}
+        assert run.layer("working-memory").snapshot == {"plan": ["a"]}
+    assert read_state(store, ("working-memory", "thread", "p")) == ({"plan": ["a"]}, 1)
+
+
+def test_a_read_only_layer_never_writes_over_a_state_it_cannot_check(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns = ("working-memory", "thread", "t")
+    with stack_with(store, schema={"type": "object"}).run(thread_id="t") as run:
+        call(run, "working-memory/update", {"age": "forty", "name": "Ada"})
+    strict = stack_with(store, schema=PROFILE_SCHEMA, read_only=True)
+    with caplog.at_level(logging.WARNING), strict.run(thread_id="t") as run:
+        assert run.prepare([]) == []
+        assert run.layer("working-memory").quarantined() == []
+    assert "read-only" in caplog.text and "$.age" in caplog.text
+    assert read_state(store, ns) == ({"age": "forty", "name": "Ada"}, 1)
+    assert [i.key for i in store.list(ns)] == ["state"]
+
+
+# Merging -------------------------------------------------------------------------------------
+
+
+def test_voltagent_flavour_appends_arrays_as_a_deduplicated_union(store: SQLiteStore) -> None:
+    stack = stack_with(store, schema=PROFILE_SCHEMA, tools="voltagent")
+    with stack.run(thread_id="t") as run:
+        call(run, "update_working_memory", {"content": {"goals": ["Learn TypeScript"]}})
+        call(run, "update_working_memory", {"content": {"goals": ["Build an API"]}})
+        assert run.layer("working-memory").snapshot == {
+            "goals": ["Learn TypeScript", "Build an API"]
+        }
+    union = stack_with(store, schema={"type": "object"}, arrays="union")
+    with union.run(thread_id="u") as run:
+        run.layer("working-memory").update({"ids": [1, 1, 2]}, mode="replace")
+        call(run, "working-memory/update", {"ids": [2, 3]})
+        assert run.layer("working-memory").snapshot == {"ids": [1, 2, 3]}
+    assert WorkingMemory(schema={}).arrays == "replace"
+    assert WorkingMemory(tools="voltagent", arrays="replace").arrays == "replace"
+
+
+def test_nulls_delete_leaves_a_replaced_array_verbatim(store: SQLiteStore) -> None:
+    with stack_with(store, schema={"type": "object"}, nulls="delete").run(thread_id="t") as run:
+        call(run, "working-memory/update", {"a": 1, "gone": 2})
+        call(run, "working-memory/update", {"gone": None, "items": [None, {"x": None}]})
+        assert run.layer("working-memory").snapshot == {"a": 1, "items": [None, {"x": None}]}
+
+
+# Legacy calls --------------------------------------------------------------------------------
+
+
+def legacy_response(arguments: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "updateWorkingMemory", "arguments": arguments},
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize("options", [{}, {"template": TEMPLATE}], ids=["free-form", "markdown"])
+def test_legacy_calls_apply_to_text_memory(store: SQLiteStore, options: dict[str, Any]) -> None:
+    with stack_with(store, **options).run(thread_id="t") as run:
+        assert run.observe(legacy_response('{"content": "User likes tea."}')) == []
+        assert run.layer("working-memory").snapshot.endswith("User likes tea.")
+        result = call(run, "updateWorkingMemory", {"content": "Lives in Oslo."})
+        assert result == {"ok": True, "version": 2}
+        assert run.layer("working-memory").snapshot.endswith("User likes tea.\n\nLives in Oslo.")
+        # Accepted, but never offered to the model.
+        assert "updateWorkingMemory" not in json.dumps(run.tool_specs())
+
+
+@pytest.mark.parametrize("call_first", [True, False], ids=["call_tool-first", "observe-first"])
+def test_a_legacy_call_seen_by_call_tool_and_observe_is_applied_once(
+    store: SQLiteStore, call_first: bool
+) -> None:
+    stack = stack_with(store, schema={"type": "object"}, arrays="union")
+    response = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "1", "function": {"name": "updateWorkingMemory", "arguments": '{"n": [1]}'}},
+            {"id": "2", "function": {"name": "updateWorkingMemory", "arguments": '{"n": [2]}'}},
+            {"id": "3", "function": {"name": "updateWorkingMemory", "arguments": '{"n": [1]}'}},
+        ],
+    }
+    with stack.run(thread_id="t") as run:
+
+        def run_the_calls() -> None:
+            for tool_call in response["tool_calls"]:
+                function = tool_call["function"]
+                assert call(run, function["name"], function["arguments"])["ok"]
+
+        if call_first:
+            run_the_calls()
+            assert run.observe(response) == []
+        else:
+            assert run.observe(response) == []
+            run_the_calls()
+        # Three calls, the first and third the same: three writes, whichever path came first.
+        assert run.layer("working-memory").version == 3
+        assert run.layer("working-memory").snapshot == {"n": [1, 2]}
+
+
+# Budgets -------------------------------------------------------------------------------------
+
+
+def test_the_budget_error_names_a_way_to_shorten_that_works(store: SQLiteStore) -> None:
+    with stack_with(store, schema={"type": "object"}, budget=(10, 80)).run(thread_id="t") as run:
+        assert call(run, "working-memory/update", {"notes": ["n"] * 15})["ok"]
+        refused = call(run, "working-memory_update", {"more": "word " * 20})
+        assert refused["error"]["code"] == "budget_exceeded"
+        advice = re.search(r"call `([^`]+)`", refused["error"]["message"])
+        assert advice is not None and advice.group(1) == "working-memory_replace"
+        assert call(run, advice.group(1), {"notes": ["n"], "more": "word"})["ok"]
+        assert run.layer("working-memory").snapshot == {"notes": ["n"], "more": "word"}
+    with stack_with(store, budget=(10, 40)).run(thread_id="text") as run:
+        refused = call(run, "working-memory_update", {"content": "word " * 60})
+        assert "`working-memory_update` with mode 'replace'" in refused["error"]["message"]
+        assert call(run, "working-memory_update", {"content": "short", "mode": "replace"})["ok"]
+
+
+def test_the_stacks_budget_allocation_holds(store: SQLiteStore) -> None:
+    """Two layers sharing a total budget smaller than their maxima: each write is held to the
+    layer's share, and a block stored under a larger budget is shown cut to the share."""
+    roomy = stack_with(store, schema={"type": "object"})
+    with roomy.run(thread_id="t") as run:
+        assert call(run, "working-memory/update", {"log": [f"entry {i}" for i in range(60)]})["ok"]
+    tight = MemoryStack(
+        [WorkingMemory(schema={"type": "object"}), WorkingMemory(name="persona")],
+        store=store,
+        total_budget=400,
+    )
+    assert tight.budgets == {"working-memory": 200, "persona": 200}
+    with tight.run(thread_id="t") as run:
+        block = run.prepare([])[0]["content"]
+        assert "[... cut: this memory is" in block and "entry 0" in block
+        assert "entry 59" not in block
+        assert tight.tokens.count(block.split("</working_memory>")[0]) <= 200
+        refused = call(run, "working-memory_update", {"more": 1})
+        assert refused["error"]["code"] == "budget_exceeded"
+        assert "limit of 200" in refused["error"]["message"]
+
+
+def test_whitespace_cannot_slip_past_the_budget(store: SQLiteStore) -> None:
+    """The budget is checked by exact count: a value the estimator undercounts (runs of spaces
+    and newlines) is still refused."""
+    with stack_with(store, budget=(10, 200)).run(thread_id="t") as run:
+        refused = call(run, "working-memory_update", {"content": "note" + " " * 40_000})
+        assert refused["error"]["code"] == "budget_exceeded"
+        assert run.layer("working-memory").snapshot == ""
+
+
+# Copies at the boundary ----------------------------------------------------------------------
+
+
+def test_states_handed_out_are_the_callers_copies(store: SQLiteStore) -> None:
+    stack = stack_with(store, schema={"type": "object"})
+    with stack.run(thread_id="t") as run:
+        handle = run.layer("working-memory")
+        patch = {"plan": ["a"]}
+        result = handle.update(patch)
+        result["plan"].append("from the result")
+        patch["plan"].append("from the patch")
+        handle.state["plan"].append("from state")
+        handle.snapshot["plan"].append("from the snapshot")
+        assert handle.snapshot == {"plan": ["a"]}
+        assert '"from' not in run.prepare([])[0]["content"]
+    with stack.run(thread_id="t") as run:
+        assert run.layer("working-memory").snapshot == {"plan": ["a"]}
+
+
+# Several working memories --------------------------------------------------------------------
+
+
+def test_named_working_memories_have_their_own_tools_and_blocks(store: SQLiteStore) -> None:
+    stack = MemoryStack(
+        [
+            WorkingMemory(name="human", schema={"type": "object"}),
+            WorkingMemory(name="persona", scope="user"),
+            WorkingMemory(name="prefs", tools="voltagent"),
+        ],
+        store=store,
+    )
+    with stack.run(thread_id="t", resource_id="u") as run:
+        names = sorted(s["function"]["name"] for s in run.tool_specs())
+        assert names == [
+            "clear_prefs_memory",
+            "get_prefs_memory",
+            "human_replace",
+            "human_update",
+            "persona_update",
+            "update_prefs_memory",
+        ]
+        assert call(run, "human/update", {"name": "Ada"})["ok"]
+        assert call(run, "persona_update", {"content": "Terse and kind."})["ok"]
+        assert call(run, "update_prefs_memory", {"content": "Likes tea."})["ok"]
+        blocks = [m["content"] for m in run.prepare([])]
+    assert [b.split("\n", 1)[0] for b in blocks] == ["<human>", "<persona>", "<prefs>"]
+    assert '"name": "Ada"' in blocks[0] and "`human_update`" in blocks[0]
+    assert "Terse and kind." in blocks[1] and "Likes tea." in blocks[2]
+    assert read_state(store, ("persona", "resource", "u")) == ("Terse and kind.", 1)
+
+
+# Older stores --------------------------------------------------------------------------------
+
+
+def test_a_state_stored_with_a_journal_and_an_archive_is_folded_into_one_record(
+    store: SQLiteStore,
+) -> None:
+    """What older memstrata wrote for a large state: a snapshot, an archive of older patches
+    and a journal of newer ones. The first run reads them once, merged, and writes them back
+    as one record."""
+    ns = ("working-memory", "thread", "old")
+    snapshot = store.put(ns, "state", {"a": 1, "tags": ["x"]})
+    archive = store.put(ns, "archive", {"patches": [{"b": 2}, {"tags": ["y"]}]})
+    journal = {
+        "version": 9,
+        "base": snapshot.version,
+        "arrays": "replace",
+        "nulls": "keep",
+        "archive": archive.version,
+        "patches": [{"c": 3}, {"a": None}],
+    }
+    store.put(ns, "journal", journal)
+    merged = {"a": None, "tags": ["y"], "b": 2, "c": 3}
+    assert read_state(store, ns) == (merged, 1)
+    stack = stack_with(store, schema={"type": "object"})
+    with stack.run(thread_id="old") as run:
+        assert run.layer("working-memory").snapshot == merged
+        assert run.layer("working-memory").version == 2
+        assert call(run, "working-memory/update", {"d": 4})["ok"]
+    assert [i.key for i in store.list(ns)] == ["state"]
+    assert read_state(store, ns) == ({**merged, "d": 4}, 3)

@@ -25,7 +25,7 @@ from typing import Any
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
-from memstrata.layers.wm_journal import ARCHIVE_KEY, JOURNAL_KEY, STATE_KEY, read_state
+from memstrata.layers.wm_stored import ARCHIVE_KEY, JOURNAL_KEY, STATE_KEY, read_state
 from memstrata.stack import MemoryStack
 from memstrata.stores import Item, Store, open_store
 
@@ -78,9 +78,9 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 
 
 def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
-    """A working memory is stored as a snapshot and a journal (and an archive) of the updates
-    since (see ``memstrata.layers.wm_journal``): inspect shows them as the one state a run
-    loads."""
+    """Older memstrata stored a large working memory as a snapshot and a journal (and an
+    archive) of the updates since (see ``memstrata.layers.wm_stored``): inspect shows them as
+    the one state a run loads."""
     journals = {
         i.namespace: i for i in items if i.namespace[0] == "working-memory" and i.key == JOURNAL_KEY
     }

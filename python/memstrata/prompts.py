@@ -14,23 +14,38 @@ from __future__ import annotations
 
 # Working memory (layers/working_memory.py) ---------------------------------------------------
 
+# ``{update}``, ``{replace}`` and ``{clear}`` are the names of the layer's tools as the model
+# sees them (``working-memory_update``: wire-safe, see memstrata.tools.wire_name).
 WORKING_MEMORY_GUIDELINES_NOETIC = (
     "This is your working memory: notes that persist across turns. Keep it current and "
-    "compact. To change it, call `working-memory/update` with only the fields that changed; "
-    "they are merged into what is there."
+    "compact. To change it, call `{update}` with only the fields that changed; they are "
+    "merged into what is there. To shorten it, call `{replace}` with the whole new state."
+)
+WORKING_MEMORY_GUIDELINES_NOETIC_TEXT = (
+    "This is your working memory: notes that persist across turns. Keep it current and "
+    "compact. Call `{update}` with text to add, or with mode 'replace' to rewrite it whole."
 )
 WORKING_MEMORY_GUIDELINES_VOLTAGENT = (
     "This is your working memory: context that persists across turns. Call "
-    "`update_working_memory` when you learn something worth keeping (mode 'append' adds, "
-    "'replace' rewrites everything), `clear_working_memory` to start over."
+    "`{update}` when you learn something worth keeping (mode 'append' adds, "
+    "'replace' rewrites everything), `{clear}` to start over."
 )
 WORKING_MEMORY_GUIDELINES_READ_ONLY = (
     "This is your working memory (read-only): context that persists across turns."
+)
+# Shown in place of the end of a block that is over the prompt budget it was given (the stack's
+# budgets changed since it was written); ``{rewrite}`` names the tool that can shorten it.
+WORKING_MEMORY_TRUNCATED = (
+    "[... cut: this memory is {tokens} tokens, over its budget of {budget}. "
+    "Shorten it with `{rewrite}`.]"
 )
 # ``{what}`` is WORKING_MEMORY_UPDATE_WHAT_STRUCTURED or WORKING_MEMORY_UPDATE_WHAT_TEXT.
 WORKING_MEMORY_UPDATE_DESCRIPTION = "Update your working memory: pass {what}."
 WORKING_MEMORY_UPDATE_WHAT_STRUCTURED = "only the fields that changed; they are deep-merged"
 WORKING_MEMORY_UPDATE_WHAT_TEXT = "text to add"
+WORKING_MEMORY_REPLACE_DESCRIPTION = (
+    "Replace your whole working memory with the state you pass (to shorten it)."
+)
 WORKING_MEMORY_GET_DESCRIPTION = "Retrieve the current working memory content."
 WORKING_MEMORY_SET_DESCRIPTION = (
     "Update the working memory. mode 'append' (default) merges or adds; "

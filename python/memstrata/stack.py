@@ -37,8 +37,8 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from memstrata.exceptions import (
@@ -86,7 +86,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a layer knows about the run it serves: its scope and the shared services."""
+    """What a layer knows about the run it serves: its scope, the shared services, and the
+    prompt tokens the stack gives each layer (``budgets``, by layer name; see
+    :func:`allocate_budgets`)."""
 
     store: Store
     tokens: TokenCounter
@@ -94,6 +96,7 @@ class RunContext:
     resource_id: str | None = None
     agent: str | None = None
     parent: RunContext | None = None
+    budgets: Mapping[str, int] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -227,7 +230,9 @@ class MemoryStack:
         agent: str | None = None,
     ) -> Run:
         """A run for one agent turn or task; use it as a context manager."""
-        ctx = RunContext(self.store, self.tokens, thread_id, resource_id, agent)
+        ctx = RunContext(
+            self.store, self.tokens, thread_id, resource_id, agent, budgets=self.budgets
+        )
         return Run(self, ctx)
 
     def arun(
@@ -289,7 +294,7 @@ class Run:
         for layer in self.stack.layers:
             for tool in layer.tools(self._handles[layer.name]):
                 for key in {tool.name, tool.wire_name}:
-                    if key in self._tools and self._tools[key][1].name != tool.name:
+                    if key in self._tools:
                         raise InvalidInputError(
                             f"tool name {key!r} is offered by both layer"
                             f" {self._tools[key][0]!r} and layer {layer.name!r}"
@@ -393,7 +398,7 @@ class Run:
         seen: set[str] = set()
         specs = []
         for _layer, tool in self._tools.values():
-            if tool.name not in seen:
+            if tool.listed and tool.name not in seen:
                 seen.add(tool.name)
                 specs.append(tool_spec(tool, fmt, strict=strict))
         return specs
@@ -416,7 +421,8 @@ class Run:
             self._require_open()
             entry = self._tools.get(name) if isinstance(name, str) else None
             if entry is None:
-                available = ", ".join(sorted({t.name for _, t in self._tools.values()}))
+                listed = {t.wire_name for _, t in self._tools.values() if t.listed}
+                available = ", ".join(sorted(listed))
                 raise ToolError(
                     f"unknown tool {shown}; available: {available or 'none'}", code="unknown_tool"
                 )

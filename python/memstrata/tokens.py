@@ -45,6 +45,7 @@ __all__ = [
     "encoding_for",
     "estimate_messages",
     "estimate_tokens",
+    "exact_count",
     "fits_within",
 ]
 
@@ -135,6 +136,33 @@ class EstimatingCounter:
 
     def __repr__(self) -> str:
         return f"EstimatingCounter(model={self.model!r})"
+
+
+# Exact counts of texts a budget check counted, by content: a layer that checks its block when
+# it is written meets the same text again when the next run renders it.
+_EXACT_KEPT = 64
+_exact: OrderedDict[tuple[str, str], int] = OrderedDict()
+_exact_lock = threading.Lock()
+
+
+def exact_count(counter: TokenCounter, text: str) -> int:
+    """``text``'s tokens as a budget must count them: exactly, in the encoding of an
+    :class:`EstimatingCounter`, or by any other counter itself (it is the caller's own
+    definition of a token). Exact counts are kept by content for the texts last counted."""
+    if not isinstance(counter, EstimatingCounter):
+        return counter.count(text)
+    key = (counter.encoding, text)
+    with _exact_lock:
+        kept = _exact.get(key)
+        if kept is not None:
+            _exact.move_to_end(key)
+            return kept
+    tokens = count_tokens(text, encoding=counter.encoding)
+    with _exact_lock:
+        _exact[key] = tokens
+        while len(_exact) > _EXACT_KEPT:
+            _exact.popitem(last=False)
+    return tokens
 
 
 class ExactCounter:

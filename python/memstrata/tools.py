@@ -45,6 +45,9 @@ class Tool:
         validate: Whether ``parameters`` is enforced before the handler runs. A layer that
             validates the effect instead (a working-memory patch is checked after merging) turns
             it off.
+        listed: Whether tool specs offer it. An unlisted tool is one a model may call by a name
+            it learned elsewhere (noetic's legacy ``updateWorkingMemory``): ``call_tool``
+            accepts it, but it is never advertised.
     """
 
     name: str
@@ -52,6 +55,7 @@ class Tool:
     parameters: Mapping[str, Any]
     handler: Callable[[dict[str, Any]], Any] = field(compare=False)
     validate: bool = True
+    listed: bool = True
 
     @property
     def wire_name(self) -> str:

@@ -1,0 +1,220 @@
+"""The working memory's tools, their names and the guidelines that name them.
+
+noetic's flavour offers ``<name>/update`` (the patch's fields as its parameters; text memory
+takes ``content`` and ``mode``) and, for structured state, ``<name>/replace``: the patch tool
+has no way to remove a key, so a model told its memory is over budget needs one to shorten it.
+VoltAgent's flavour offers ``get_``, ``update_`` and ``clear_working_memory``. The layer named
+``working-memory`` also takes legacy ``updateWorkingMemory`` calls through ``call_tool``, a tool
+no spec lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from memstrata.exceptions import BudgetExceededError, SchemaViolationError, ToolError
+from memstrata.prompts import (
+    WORKING_MEMORY_CLEAR_DESCRIPTION,
+    WORKING_MEMORY_GET_DESCRIPTION,
+    WORKING_MEMORY_GUIDELINES_NOETIC,
+    WORKING_MEMORY_GUIDELINES_NOETIC_TEXT,
+    WORKING_MEMORY_GUIDELINES_READ_ONLY,
+    WORKING_MEMORY_GUIDELINES_VOLTAGENT,
+    WORKING_MEMORY_REPLACE_DESCRIPTION,
+    WORKING_MEMORY_SET_DESCRIPTION,
+    WORKING_MEMORY_UPDATE_DESCRIPTION,
+    WORKING_MEMORY_UPDATE_WHAT_STRUCTURED,
+    WORKING_MEMORY_UPDATE_WHAT_TEXT,
+)
+from memstrata.tools import Tool, wire_name
+
+if TYPE_CHECKING:
+    from memstrata.layers.working_memory import WorkingMemory, WorkingMemoryHandle
+
+DEFAULT_NAME = "working-memory"
+LEGACY_TOOL = "updateWorkingMemory"
+_MODE = {"type": "string", "enum": ["append", "replace"]}
+_NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def tool_names(layer: WorkingMemory) -> dict[str, str]:
+    """The layer's tool names (``update``, and ``replace`` or ``get`` and ``clear``), the
+    guidelines shown with its block, the wire name of the tool that rewrites it whole
+    (``rewrite_wire``) and the advice a refused write gives (``compact``)."""
+    if layer.tool_flavor == "voltagent":
+        noun = "working_memory" if layer.name == DEFAULT_NAME else layer.label
+        noun = noun if noun.endswith("memory") else f"{noun}_memory"
+        names = {"get": f"get_{noun}", "update": f"update_{noun}", "clear": f"clear_{noun}"}
+        update = wire_name(names["update"])
+        guidelines = WORKING_MEMORY_GUIDELINES_VOLTAGENT.format(
+            update=update, clear=wire_name(names["clear"])
+        )
+        rewrite, compact = update, f"shorten it: call `{update}` with mode 'replace'"
+    elif layer.structured:
+        names = {"update": f"{layer.name}/update", "replace": f"{layer.name}/replace"}
+        update, rewrite = wire_name(names["update"]), wire_name(names["replace"])
+        guidelines = WORKING_MEMORY_GUIDELINES_NOETIC.format(update=update, replace=rewrite)
+        compact = f"shorten it: call `{rewrite}` with the whole, shorter state"
+    else:
+        names = {"update": f"{layer.name}/update"}
+        rewrite = wire_name(names["update"])
+        guidelines = WORKING_MEMORY_GUIDELINES_NOETIC_TEXT.format(update=rewrite)
+        compact = f"shorten it: call `{rewrite}` with mode 'replace' and a shorter text"
+    if layer.read_only:
+        guidelines = WORKING_MEMORY_GUIDELINES_READ_ONLY
+    return {**names, "guidelines": guidelines, "rewrite_wire": rewrite, "compact": compact}
+
+
+def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
+    if layer.read_only:
+        return []
+    names = layer.tool_names
+    if layer.tool_flavor == "voltagent":
+        tools = _voltagent_tools(layer, handle, names)
+    else:
+        what = WORKING_MEMORY_UPDATE_WHAT_TEXT
+        if layer.structured:
+            what = WORKING_MEMORY_UPDATE_WHAT_STRUCTURED
+        tools = [
+            Tool(
+                names["update"],
+                WORKING_MEMORY_UPDATE_DESCRIPTION.format(what=what),
+                _patch_schema(layer),
+                _for_model(handle, lambda args: _update(handle, layer, args)),
+                # A structured patch is checked after merging, against the full schema.
+                validate=not layer.structured,
+            )
+        ]
+        if layer.structured:
+            tools.append(
+                Tool(
+                    names["replace"],
+                    WORKING_MEMORY_REPLACE_DESCRIPTION,
+                    _full_schema(layer),
+                    _for_model(handle, lambda args: handle.update(args, "replace")),
+                    validate=False,
+                )
+            )
+    if layer.name == DEFAULT_NAME:
+        tools.append(
+            Tool(
+                LEGACY_TOOL,
+                "",
+                {"type": "object"},
+                _for_model(handle, lambda args: handle.apply_legacy(args, source="call_tool")),
+                validate=False,
+                listed=False,
+            )
+        )
+    return tools
+
+
+def _update(handle: WorkingMemoryHandle, layer: WorkingMemory, args: dict[str, Any]) -> Any:
+    if layer.structured:
+        return handle.update(args)
+    return handle.update(args["content"], args.get("mode", "append"))
+
+
+def _for_model(
+    handle: WorkingMemoryHandle, write: Callable[[dict[str, Any]], Any]
+) -> Callable[[dict[str, Any]], Any]:
+    """A write as a tool handler: ``{"ok": true, "version": n}``, or the refusals the model
+    must learn from (schema, budget) as tool errors carrying their reason code."""
+
+    def handler(args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            write(args)
+        except SchemaViolationError as exc:
+            raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
+        except BudgetExceededError as exc:
+            raise ToolError(str(exc), code="budget_exceeded") from None
+        return {"ok": True, "version": handle.version}
+
+    return handler
+
+
+def _voltagent_tools(
+    layer: WorkingMemory, handle: WorkingMemoryHandle, names: dict[str, str]
+) -> list[Tool]:
+    def get(_args: dict[str, Any]) -> dict[str, Any]:
+        return {"content": handle.snapshot, "format": layer.format}
+
+    def clear(_args: dict[str, Any]) -> dict[str, Any]:
+        handle.clear()
+        return {"ok": True}
+
+    content: dict[str, Any] = (
+        {"type": ["object", "string"], "description": "Fields to merge (or a JSON string of them)."}
+        if layer.structured
+        else {"type": "string", "description": "Markdown or text to add."}
+    )
+    update_schema = {
+        "type": "object",
+        "properties": {"content": content, "mode": _MODE},
+        "required": ["content"],
+        "additionalProperties": False,
+    }
+    return [
+        Tool(names["get"], WORKING_MEMORY_GET_DESCRIPTION, _NO_ARGUMENTS, get),
+        Tool(
+            names["update"],
+            WORKING_MEMORY_SET_DESCRIPTION,
+            update_schema,
+            _for_model(handle, lambda a: handle.update(a["content"], a.get("mode", "append"))),
+        ),
+        Tool(names["clear"], WORKING_MEMORY_CLEAR_DESCRIPTION, _NO_ARGUMENTS, clear),
+    ]
+
+
+def _full_schema(layer: WorkingMemory) -> dict[str, Any]:
+    schema = layer.schema
+    full = dict(schema) if isinstance(schema, Mapping) else schema.model_json_schema()
+    full.pop("title", None)
+    full["type"] = "object"
+    return full
+
+
+def _patch_schema(layer: WorkingMemory) -> dict[str, Any]:
+    """Parameters of the update tool: the schema's fields, all optional (a patch is partial)."""
+    if layer.schema is None:
+        return {
+            "type": "object",
+            "properties": {
+                "content": {
+                    "type": "string",
+                    "description": "Text to add (or to write, with mode 'replace').",
+                },
+                "mode": _MODE,
+            },
+            "required": ["content"],
+            "additionalProperties": False,
+        }
+    partial = _full_schema(layer)
+    partial.pop("required", None)
+    return partial
+
+
+def legacy_calls(message: Any) -> list[Any]:
+    """Arguments of every ``updateWorkingMemory`` call in a response, OpenAI or Anthropic
+    style."""
+    if not isinstance(message, Mapping):
+        return []
+    found: list[Any] = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping) and function.get("name") == LEGACY_TOOL:
+            found.append(function.get("arguments"))
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping) and legacy.get("name") == LEGACY_TOOL:
+        found.append(legacy.get("arguments"))
+    content = message.get("content")
+    if isinstance(content, list):
+        for block in content:
+            if (
+                isinstance(block, Mapping)
+                and block.get("type") == "tool_use"
+                and block.get("name") == LEGACY_TOOL
+            ):
+                found.append(block.get("input"))
+    return found
