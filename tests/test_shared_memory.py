@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import pathlib
 import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
+from store_checks import empty_postgres_tables
 
 from memstrata import MemoryStack, SQLiteStore
-from memstrata.exceptions import InvalidInputError, NonFiniteNumberError, UnsupportedTypeError
+from memstrata.exceptions import (
+    InvalidInputError,
+    LimitExceededError,
+    NonFiniteNumberError,
+    UnsupportedTypeError,
+)
 from memstrata.layers import SharedMemory, memory_keys
-from memstrata.stores import InMemoryStore
+from memstrata.stores import InMemoryStore, PostgresStore, Store
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -210,11 +220,11 @@ def test_persistence_lets_a_workflow_resume(tmp_path: pathlib.Path) -> None:
         memory.set(key="step:tmp", kind="step_result", value=0)
         memory.clear(key_prefix="step:")
         SharedMemory(store=store, namespace=("wf", "other")).set(key="x", kind="shared", value=1)
+        written = memory.get("task:a")
     with SQLiteStore(path) as store:
         resumed = SharedMemory(store=store, namespace=("wf", "run-1"))
         assert keys(resumed.list()) == ["input:q", "task:a"]
-        assert resumed.get("task:a") is not None and resumed.get("task:a").title == "A"  # type: ignore[union-attr]
-        assert resumed.get("task:a").created_at == memory.get("task:a").created_at  # type: ignore[union-attr]
+        assert resumed.get("task:a") == written
 
 
 def test_propagation_flow_of_the_seed() -> None:
@@ -254,3 +264,260 @@ def test_spawned_runs_share_the_workflow_memory() -> None:
     with stack.run(thread_id="p") as run, run.spawn(thread_id="c") as child:
         child.call_tool("memory_write", {"key": "from_child", "value": 1})
         assert run.call_tool("memory_read", {"keys": ["shared:from_child"]})["missing"] == []
+
+
+def test_memory_write_records_its_source() -> None:
+    """The model's writes carry ``source: "memory_write"``, so a listing can pick them out."""
+    memory = SharedMemory()
+    memory.set(key="shared:by_code", kind="shared", value=1, source="pipeline")
+    with run_for(memory) as run:
+        run.call_tool("memory_write", {"key": "by_model", "value": 2})
+        listed = run.call_tool("memory_list", {"sources": ["memory_write"]})
+    assert [e["key"] for e in listed["entries"]] == ["shared:by_model"]
+    assert listed["entries"][0]["source"] == "memory_write"
+    assert memory.get("shared:by_model").source == "memory_write"  # type: ignore[union-attr]
+    assert keys(memory.list(sources=["memory_write"])) == ["shared:by_model"]
+
+
+def test_memory_list_cuts_long_descriptions_but_memory_read_does_not() -> None:
+    memory = SharedMemory()
+    long, exact = "d" * 239 + "é" + "tail" * 20, "e" * 240
+    memory.set(key="task:long", kind="task_result", value=1, description=long)
+    memory.set(key="task:exact", kind="task_result", value=2, description=exact)
+    with run_for(memory) as run:
+        listed = {e["key"]: e for e in run.call_tool("memory_list", {})["entries"]}
+        read = run.call_tool("memory_read", {"keys": ["task:long"]})
+    assert listed["task:long"]["description"] == "d" * 239 + "é…"
+    assert listed["task:exact"]["description"] == exact  # at the limit: not cut
+    assert read["entries"]["task:long"]["description"] == long
+    assert memory.get("task:long").description == long  # type: ignore[union-attr]
+
+
+@contextlib.contextmanager
+def frozen_time(monkeypatch: pytest.MonkeyPatch, now: float) -> Iterator[None]:
+    with monkeypatch.context() as patch:
+        patch.setattr(time, "time", lambda: now)
+        yield
+
+
+@pytest.fixture
+def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write lands in the same millisecond."""
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.5)
+
+
+def listed_keys(memory: SharedMemory, **args: Any) -> list[str]:
+    return [e["key"] for e in memory.tool_list(args)["entries"]]
+
+
+@pytest.mark.usefixtures("frozen_clock")
+def test_same_millisecond_writes_keep_their_order_after_a_restart(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "workflow.db"
+    written = [f"step:{i:03d}" for i in reversed(range(250))]  # against key order
+    with SQLiteStore(path) as store:
+        memory = SharedMemory(store=store, namespace=("wf", "r"))
+        for key in written:
+            memory.set(key=key, kind="step_result", value=key)
+        memory.set(key="step:200", kind="step_result", value="again")  # keeps its position
+        before = listed_keys(memory)
+    assert before == written[-200:]
+    with SQLiteStore(path) as store:
+        resumed = SharedMemory(store=store, namespace=("wf", "r"))
+        assert listed_keys(resumed) == before
+        assert keys(resumed.snapshot()) == written
+        resumed.set(key="step:new", kind="step_result", value=0)
+        assert listed_keys(resumed)[-1] == "step:new"
+
+
+def test_entries_stored_without_a_sequence_still_load_first() -> None:
+    """Entries an earlier version stored (no sequence number) order by createdAt then key,
+    before the entries written with one; overwriting one keeps its place."""
+    store, ns = InMemoryStore(), ("wf", "r")
+    for key, created in [("task:b", 2), ("task:a", 2), ("task:c", 1)]:
+        legacy = {"kind": "task_result", "value": key, "createdAt": created, "valueBytes": 9}
+        store.put(ns, key, {**legacy, "source": None, "title": None, "description": None})
+    memory = SharedMemory(store=store, namespace=ns)
+    assert keys(memory.list()) == ["task:c", "task:a", "task:b"]
+    memory.set(key="task:new", kind="task_result", value=1)
+    memory.set(key="task:a", kind="task_result", value="again")
+    assert keys(SharedMemory(store=store, namespace=ns).list()) == [
+        "task:c",
+        "task:a",
+        "task:b",
+        "task:new",
+    ]
+    assert memory.get("task:a").created_at == 2  # type: ignore[union-attr]
+    # One stored by older code now still lands among its kind, in a running instance too.
+    store.put(ns, "task:0", {"kind": "input", "value": 0, "createdAt": 0, "valueBytes": 1})
+    assert keys(memory.list())[:2] == ["task:0", "task:c"]
+
+
+def test_malformed_stored_entries_are_skipped_not_deleted(caplog: pytest.LogCaptureFixture) -> None:
+    store, ns = InMemoryStore(), ("wf", "r")
+    store.put(ns, "bad-kind", {"kind": "result", "value": 1, "createdAt": 1})
+    store.put(ns, "no-time", {"kind": "input", "value": 1})
+    store.put(ns, "bad-title", {"kind": "input", "value": [1], "createdAt": 1, "title": 5})
+    with caplog.at_level(logging.WARNING):
+        memory = SharedMemory(store=store, namespace=ns)
+        memory.set(key="ok", kind="input", value=1)
+    assert keys(memory.list()) == ["ok"]
+    assert caplog.text.count("skipping malformed shared-memory entry") == 3
+    assert len(store.list(ns)) == 4
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_connections(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> Iterator[tuple[Store, Store]]:
+    """Two connections to one store, as two processes would hold."""
+    if request.param == "sqlite":
+        first, second = SQLiteStore(tmp_path / "shared.db"), SQLiteStore(tmp_path / "shared.db")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        first = PostgresStore(url)
+        empty_postgres_tables(url)
+        second = PostgresStore(url)
+    yield first, second
+    first.close()
+    second.close()
+
+
+def test_two_instances_on_one_store_see_each_others_writes(
+    two_connections: tuple[Store, Store],
+) -> None:
+    store, other = two_connections
+    ns = ("workflow", "run-1")
+    here = SharedMemory(store=store, namespace=ns)
+    there = SharedMemory(store=other, namespace=ns, max_entries=4)
+    here.set(key="input:q", kind="input", value={"q": "chips"}, title="question")
+    # Every read sees it, without a new instance.
+    assert there.has("input:q") and len(there) == 1
+    assert there.get_value("input:q") == {"q": "chips"}
+    assert there.get("input:q").title == "question"  # type: ignore[union-attr]
+    assert keys(there.snapshot()) == keys(there.list(kind="input")) == ["input:q"]
+    assert there.tool_read({"keys": ["input:q"]})["missing"] == []
+    assert listed_keys(there) == ["input:q"]
+    # A write through the other instance: the model's, then the executor's.
+    assert there.tool_write({"key": "fact", "value": 1})["ok"]
+    there.set(key="task:t", kind="task_result", value="done")
+    assert keys(here.list()) == ["input:q", "shared:fact", "task:t"]
+    assert here.tool_read({"keys": ["shared:fact"]})["entries"]["shared:fact"]["value"] == 1
+    # An overwrite of a key the other instance wrote keeps its createdAt and position.
+    first = here.get("input:q")
+    there.set(key="input:q", kind="input", value="changed")
+    assert here.get_value("input:q") == "changed"
+    assert here.get("input:q").created_at == first.created_at  # type: ignore[union-attr]
+    assert keys(here.list()) == ["input:q", "shared:fact", "task:t"]
+    # max_entries counts what is stored, whoever wrote it.
+    here.set(key="step:s", kind="step_result", value=0)
+    with pytest.raises(LimitExceededError):
+        there.set(key="step:one-too-many", kind="step_result", value=0)
+    # Deletions show on the other side too.
+    assert here.clear(kind="step_result") == 1
+    assert not there.has("step:s") and len(there) == 3
+    assert here.clear() == 3
+    assert len(there) == 0 and there.tool_list({})["total"] == 0
+    there.set(key="step:after", kind="step_result", value=1)
+    assert keys(here.list()) == ["step:after"]
+
+
+def test_a_write_racing_another_instance_keeps_the_stored_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another instance stores the key between this one's refresh and its write: the write
+    still lands, with the createdAt and place of the entry it overwrites."""
+    store, ns = InMemoryStore(), ("wf", "r")
+    here, there = SharedMemory(store=store, namespace=ns), SharedMemory(store=store, namespace=ns)
+    here.set(key="task:first", kind="task_result", value=0)
+    conditional_write = store.put_if_version
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(store, "put_if_version", conditional_write)
+        with frozen_time(monkeypatch, 1_700_000_000.0):
+            there.set(key="task:raced", kind="task_result", value="theirs")
+        return conditional_write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "put_if_version", racing)
+    with frozen_time(monkeypatch, 1_800_000_000.0):
+        mine = here.set(key="task:raced", kind="task_result", value="mine")
+    theirs = there.get("task:raced")
+    assert theirs is not None and theirs.value == "mine" == here.get_value("task:raced")
+    assert mine.created_at == theirs.created_at == 1_700_000_000_000
+    here.set(key="task:last", kind="task_result", value=0)
+    assert keys(there.list()) == keys(here.list()) == ["task:first", "task:raced", "task:last"]
+
+
+def test_writing_over_a_malformed_stored_entry_replaces_it() -> None:
+    store, ns = InMemoryStore(), ("wf", "r")
+    store.put(ns, "task:t", {"kind": "nonsense"})
+    memory = SharedMemory(store=store, namespace=ns)
+    assert not memory.has("task:t")
+    memory.set(key="task:t", kind="task_result", value=1)
+    assert SharedMemory(store=store, namespace=ns).get_value("task:t") == 1
+
+
+ORIGINAL = {"items": [1, 2], "meta": {"ok": True}}
+
+
+def original() -> dict[str, Any]:
+    return json.loads(json.dumps(ORIGINAL))  # type: ignore[no-any-return]
+
+
+def spoil(value: Any) -> None:
+    """What a careless caller does to a value it was handed."""
+    value["items"].append(3)
+    value["meta"]["ok"] = False
+    value["extra"] = "x" * 100
+
+
+def assert_unspoiled(memory: SharedMemory) -> None:
+    assert memory.get_value("task:t") == ORIGINAL
+    read = memory.tool_read({"keys": ["task:t"]})
+    assert read["entries"]["task:t"]["value"] == ORIGINAL
+    listed = memory.tool_list({})["entries"]
+    assert listed[0]["valueBytes"] == len(orjson.dumps(ORIGINAL))
+
+
+def handed_to_a_listener(memory: SharedMemory) -> Any:
+    seen: list[Any] = []
+    memory.subscribe(seen.append)
+    memory.set(key="task:t", kind="task_result", value=original())
+    return seen[0].value
+
+
+def passed_to_set(memory: SharedMemory) -> Any:
+    value = original()
+    memory.set(key="task:t", kind="task_result", value=value)
+    return value
+
+
+HANDOUTS = {
+    "the value passed to set": passed_to_set,
+    "set's entry": lambda m: m.set(key="task:t", kind="task_result", value=original()).value,
+    "a listener's entry": handed_to_a_listener,
+    "get": lambda m: m.get("task:t").value,
+    "get_value": lambda m: m.get_value("task:t"),
+    "snapshot": lambda m: m.snapshot()[0].value,
+    "list": lambda m: m.list(kind="task_result")[0].value,
+    "memory_read": lambda m: m.tool_read({"keys": ["task:t"]})["entries"]["task:t"]["value"],
+    "copy(entries=True)": lambda m: m.copy(entries=True).get_value("task:t"),
+}
+
+
+@pytest.mark.parametrize("handout", HANDOUTS.values(), ids=HANDOUTS.keys())
+def test_values_crossing_the_api_are_the_callers_own_copies(handout: Any) -> None:
+    """Whatever a caller does to a value it passed in or got out changes nothing stored: not
+    what the next reader gets, not memory_read, not valueBytes."""
+    memory = SharedMemory()
+    memory.set(key="task:t", kind="task_result", value=original())
+    spoil(handout(memory))
+    assert_unspoiled(memory)
+
+
+def test_a_copy_holds_its_own_values() -> None:
+    memory = SharedMemory()
+    memory.set(key="task:t", kind="task_result", value=original())
+    clone = memory.copy(entries=True)
+    spoil(clone.get_value("task:t"))
+    memory.set(key="task:other", kind="task_result", value=0)
+    assert_unspoiled(clone)

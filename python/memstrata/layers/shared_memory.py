@@ -8,19 +8,31 @@ pulled on demand instead of being pasted into every prompt.
 
 Decisions where the seed is silent or its code disagrees with its text:
 
-* ``memory_list`` is capped at 200 entries and returns the *newest* 200 (by ``createdAt``, then
-  insertion), as the document says; the seed's code keeps the oldest.
-* ``valueBytes`` is the UTF-8 size of the compact JSON of the value, computed once when the value
-  is written, so listing 10k entries never re-serialises them.
-* A ``memory_write`` key suffix must be non-empty, at most 256 characters, with no control
-  characters; values must be JSON data (checked by the Rust walker, which names the path).
+* Entries are ordered by first write: each new key takes the next sequence number, stored with
+  the entry, and an overwrite keeps the number and ``createdAt``. The order therefore survives a
+  restart even for entries written in the same millisecond. Entries stored without a number (by
+  an earlier version) come first, by ``createdAt`` then key. Two processes writing new keys at
+  the same moment may draw the same number; those order by ``createdAt`` then key, the same in
+  every instance.
+* ``memory_list`` is capped at 200 entries and returns the *newest* 200 in that order, as the
+  document says (the seed's code keeps the oldest). Descriptions longer than 240 characters are
+  cut there, with "…" appended, as the seed's tool does; ``memory_read`` returns them whole.
+* ``valueBytes`` is the UTF-8 size of the compact JSON of the value, as written.
+* ``memory_write`` stores ``source: "memory_write"``, as the seed's tool does. Its key suffix must
+  be non-empty, at most 256 characters, with no control characters; values must be JSON data
+  (checked by the Rust walker, which names the path).
+* Values are copied at the boundary: each entry keeps the JSON text of its value and every
+  reader (``get``, ``get_value``, ``list``, ``snapshot``, ``memory_read``, listeners, the entry
+  ``set`` returns) gets a freshly decoded copy, so mutating one never changes what is stored.
 * Beyond the seed, limits: a value is at most ``max_value_bytes`` of JSON (1 MiB) and the
   memory holds at most ``max_entries`` entries (100,000); a write past either is refused with
   :class:`~memstrata.exceptions.LimitExceededError` (overwriting an existing key never counts
   as a new entry).
 * Beyond the seed: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
-  store, and a new instance over the same store and namespace resumes with them (a workflow
-  that crashed picks up where it was). Without a store the memory lives in the process.
+  store, and every public read and every write first catches up with the store's change
+  tracking. A new instance resumes a crashed workflow, and several instances on one store (two
+  agent servers) see each other's writes and deletions. Without a store the memory lives in the
+  process.
 * As a stack layer it injects the "Memory Tools (progressive disclosure)" section and, when a
   run declares upstream keys (``run.layer("shared-memory").require([...])``), the
   "Required upstream memory" hint: keys and titles, never values.
@@ -28,19 +40,23 @@ Decisions where the seed is silent or its code disagrees with its text:
 
 from __future__ import annotations
 
-import bisect
 import builtins
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from functools import cached_property
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import orjson
+
 from memstrata._core import strip_unsafe_keys
-from memstrata.exceptions import InvalidInputError, LimitExceededError, ToolError
+from memstrata.exceptions import (
+    InvalidInputError,
+    LimitExceededError,
+    MemstrataError,
+    ToolError,
+)
 from memstrata.prompts import (
     MEMORY_LIST_DESCRIPTION,
     MEMORY_READ_DESCRIPTION,
@@ -50,6 +66,7 @@ from memstrata.prompts import (
 )
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
+from memstrata.stores.base import ChangeMark
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.shared_memory")
@@ -57,9 +74,12 @@ logger = logging.getLogger("memstrata.shared_memory")
 Kind = Literal["task_result", "step_result", "input", "shared"]
 KINDS: tuple[str, ...] = ("task_result", "step_result", "input", "shared")
 LIST_CAP = 200
+LIST_DESCRIPTION_CHARS = 240
 MAX_SHARED_KEY_LENGTH = 256
+MEMORY_WRITE_SOURCE = "memory_write"
 DEFAULT_MAX_VALUE_BYTES = 1 << 20
 DEFAULT_MAX_ENTRIES = 100_000
+MAX_CREATED_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 class _Keys:
@@ -87,8 +107,10 @@ memory_keys = _Keys()
 
 @dataclass(frozen=True)
 class MemoryEntry:
-    """One value in shared memory. ``created_at`` is wall-clock milliseconds of the first write;
-    overwriting the value keeps it."""
+    """One value in shared memory, as handed to a caller: ``value`` is the caller's own copy.
+
+    ``created_at`` is wall-clock milliseconds of the first write; overwriting the value keeps it.
+    """
 
     key: str
     kind: Kind
@@ -100,26 +122,24 @@ class MemoryEntry:
     value_bytes: int = 0
 
     def metadata(self) -> dict[str, Any]:
-        """The ``memory_list`` view: everything but the value, ``createdAt`` as ISO 8601."""
-        return dict(self._metadata)
-
-    @cached_property
-    def _metadata(self) -> dict[str, Any]:
-        # Entries never change once written, and listing is the hot path: build this once.
+        """The ``memory_list`` view: no value, a description cut at 240 characters,
+        ``createdAt`` as ISO 8601."""
         item: dict[str, Any] = {"key": self.key, "kind": self.kind}
-        for name in ("title", "description", "source"):
-            if getattr(self, name) is not None:
-                item[name] = getattr(self, name)
+        if self.title is not None:
+            item["title"] = self.title
+        if self.description is not None:
+            description = self.description
+            if len(description) > LIST_DESCRIPTION_CHARS:
+                description = description[:LIST_DESCRIPTION_CHARS] + "…"
+            item["description"] = description
+        if self.source is not None:
+            item["source"] = self.source
         item["valueBytes"] = self.value_bytes
         item["createdAt"] = iso_ms(self.created_at)
         return item
 
     def to_json(self) -> dict[str, Any]:
         """The ``memory_read`` view, with the seed's field names and ``createdAt`` in ms."""
-        return dict(self._read_view)
-
-    @cached_property
-    def _read_view(self) -> dict[str, Any]:
         item: dict[str, Any] = {"key": self.key, "kind": self.kind, "value": self.value}
         for name in ("source", "title", "description"):
             if getattr(self, name) is not None:
@@ -128,9 +148,50 @@ class MemoryEntry:
         return item
 
 
+class _Record:
+    """What the memory holds for one entry, never changed once made: its metadata
+    (``meta.value`` is None) and the value only as JSON text, so nothing a caller holds can
+    alias it. ``stamp`` is the store item's ``(version, created_at)``, to recognise an item the
+    store reports again."""
+
+    __slots__ = ("encoded", "listed", "meta", "order", "read", "sequence", "stamp")
+
+    def __init__(
+        self,
+        meta: MemoryEntry,
+        encoded: bytes,
+        sequence: int,
+        stamp: tuple[int, float] | None = None,
+    ) -> None:
+        self.meta, self.encoded, self.sequence, self.stamp = meta, encoded, sequence, stamp
+        self.order = (sequence, meta.created_at, meta.key)
+        # The tools' views, built once: a model lists and reads far more often than it writes.
+        self.listed, self.read = meta.metadata(), meta.to_json()
+
+    def entry(self) -> MemoryEntry:
+        meta = self.meta
+        return MemoryEntry(
+            key=meta.key,
+            kind=meta.kind,
+            value=orjson.loads(self.encoded),
+            source=meta.source,
+            title=meta.title,
+            description=meta.description,
+            created_at=meta.created_at,
+            value_bytes=meta.value_bytes,
+        )
+
+    def read_view(self) -> dict[str, Any]:
+        """The ``memory_read`` view with a fresh copy of the value."""
+        view = dict(self.read)
+        view["value"] = orjson.loads(self.encoded)  # keeps its place: "value" is in self.read
+        return view
+
+
 def iso_ms(ms: int) -> str:
-    stamp = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """Milliseconds since the epoch as ISO 8601 UTC with milliseconds (``...T14:00:01.234Z``)."""
+    seconds, millis = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 Listener = Callable[[MemoryEntry], None]
@@ -140,8 +201,9 @@ class SharedMemory:
     """The seed's ``AgentMemory``, usable on its own and as a :class:`~memstrata.stack.Layer`.
 
     Args:
-        store: Optional store to write entries through to; entries already stored under
-            ``namespace`` are loaded, so a workflow resumes after a crash.
+        store: Optional store to write entries through to. Entries already stored under
+            ``namespace`` are loaded, so a workflow resumes after a crash, and writes by other
+            instances on the same store show in every read.
         namespace: Store namespace for the entries (default ``("shared-memory", "default")``).
         name: Layer name (``run.layer(name)``).
         slot: Order of the prompt section among layers.
@@ -172,17 +234,11 @@ class SharedMemory:
         self._store = store
         self._namespace = tuple(namespace)
         self._lock = threading.RLock()
-        self._entries: dict[str, MemoryEntry] = {}
-        self._order: dict[str, int] = {}  # key -> insertion sequence, for "newest" ordering
-        self._sequence = 0
-        self._sorted_keys: list[str] = []  # for key_prefix listing by bisection
-        # Insertion-ordered, like _entries, so one kind's entries list oldest first unsorted.
-        self._by_kind: dict[str, dict[str, None]] = {kind: {} for kind in KINDS}
-        # An overwrite that changes an entry's kind appends it to its new kind out of order.
-        self._kinds_reordered = False
+        # Kept in (sequence, createdAt, key) order: iteration order is listing order.
+        self._entries: dict[str, _Record] = {}
+        self._mark: ChangeMark | None = None  # how far into the store's history we have read
         self._listeners: list[Listener] = []
-        if store is not None:
-            self._load()
+        self._refresh()
 
     # Writing --------------------------------------------------------------------------------
 
@@ -196,7 +252,7 @@ class SharedMemory:
         title: str | None = None,
         description: str | None = None,
     ) -> MemoryEntry:
-        """Writes an entry and returns it; an existing key keeps its ``created_at``.
+        """Writes an entry and returns it; an existing key keeps its ``created_at`` and place.
 
         Raises:
             InvalidInputError: Bad key or kind, or metadata that is not a string.
@@ -217,8 +273,8 @@ class SharedMemory:
                 raise InvalidInputError(
                     f"{field_name} must be a str, got {type(field_value).__name__}"
                 )
-        clean = strip_unsafe_keys(value)
-        encoded = codec.dumps(clean, validated=True)
+        # Encoding now takes the value out of the caller's hands: later changes to it are theirs.
+        encoded = codec.dumps(strip_unsafe_keys(value), validated=True)
         if len(encoded) > self.max_value_bytes:
             raise LimitExceededError(
                 f"value for {key!r} is {len(encoded):,} bytes of JSON; the limit is "
@@ -228,6 +284,7 @@ class SharedMemory:
                 limit=self.max_value_bytes,
             )
         with self._lock:
+            self._refresh()
             old = self._entries.get(key)
             if old is None and len(self._entries) >= self.max_entries:
                 raise LimitExceededError(
@@ -237,55 +294,84 @@ class SharedMemory:
                     size=len(self._entries) + 1,
                     limit=self.max_entries,
                 )
-            entry = MemoryEntry(
+            last = next(reversed(self._entries.values()), None)
+            meta = MemoryEntry(
                 key=key,
                 kind=kind,
-                value=clean,
+                value=None,
                 source=source,
                 title=title,
                 description=description,
-                created_at=old.created_at if old else int(time.time() * 1000),
+                created_at=old.meta.created_at if old else int(time.time() * 1000),
                 value_bytes=len(encoded),
             )
+            sequence = old.sequence if old else (last.sequence + 1 if last else 1)
+            stamp = None
             if self._store is not None:
-                self._store.put(self._namespace, key, _stored(entry))
-            self._index(entry, old)
+                meta, sequence, stamp = self._write_through(meta, encoded, sequence, old)
+            record = _Record(meta, encoded, sequence, stamp)
+            if not self._hold(record, old):
+                self._sort()
             listeners = list(self._listeners)
         for listener in listeners:
             try:
-                listener(entry)
+                listener(record.entry())
             except Exception:
                 # A UI panel or mirror failing must never break the write that fed it.
                 logger.exception("shared-memory listener failed on %s", key)
-        return entry
+        return record.entry()
 
-    def _index(self, entry: MemoryEntry, old: MemoryEntry | None) -> None:
-        if old is None:
-            bisect.insort(self._sorted_keys, entry.key)
-            self._order[entry.key] = self._sequence
-            self._sequence += 1
-        elif old.kind != entry.kind:
-            self._by_kind[old.kind].pop(entry.key, None)
-            self._kinds_reordered = True
-        self._entries[entry.key] = entry
-        self._by_kind[entry.kind].setdefault(entry.key)
+    def _write_through(
+        self, meta: MemoryEntry, encoded: bytes, sequence: int, old: _Record | None
+    ) -> tuple[MemoryEntry, int, tuple[int, float]]:
+        """Stores the entry; returns its metadata and sequence number as stored (those of the
+        entry another process stored under the key since the refresh, if one did) and the
+        store's stamp."""
+        assert self._store is not None
+        # valueBytes and the empty fields keep the row readable by versions that expect them.
+        ours = {
+            "kind": meta.kind,
+            "value": orjson.loads(encoded),  # JSON data already: validated=True below
+            "source": meta.source,
+            "title": meta.title,
+            "description": meta.description,
+            "createdAt": meta.created_at,
+            "sequence": sequence,
+            "valueBytes": meta.value_bytes,
+        }
+        expected = old.stamp[0] if old is not None and old.stamp is not None else 0
+        item = self._store.put_if_version(
+            self._namespace, meta.key, ours, expected_version=expected, validated=True
+        )
+        if item is not None:
+            return meta, sequence, (item.version, item.created_at)
+        # Written by someone else since the refresh (or held there malformed): read it, keep
+        # its position, and write, in one transaction.
+        prior: tuple[int, int] | None = None
+
+        def write(current: Any) -> dict[str, Any]:
+            nonlocal prior
+            prior = _position(current)
+            return ours if prior is None else {**ours, "createdAt": prior[0], "sequence": prior[1]}
+
+        item = self._store.update(self._namespace, meta.key, write)
+        if prior is not None:
+            meta, sequence = replace(meta, created_at=prior[0]), prior[1]
+        return meta, sequence, (item.version, item.created_at)
 
     def clear(self, *, kind: Kind | None = None, key_prefix: str | None = None) -> int:
         """Removes every entry, or those of a kind and/or under a key prefix; returns how many."""
         with self._lock:
-            doomed = [e.key for e in self.list(kind=kind, key_prefix=key_prefix)]
+            doomed = [r.meta.key for r in self._matching(kind=kind, key_prefix=key_prefix)]
             for key in doomed:
-                entry = self._entries.pop(key)
-                self._by_kind[entry.kind].pop(key, None)
-                del self._order[key]
-                index = bisect.bisect_left(self._sorted_keys, key)
-                del self._sorted_keys[index]
                 if self._store is not None:
                     self._store.delete(self._namespace, key)
+                del self._entries[key]
             return len(doomed)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Calls ``listener(entry)`` after every write; returns the function that unsubscribes."""
+        """Calls ``listener(entry)`` after every write through this instance; returns the
+        function that unsubscribes."""
         with self._lock:
             self._listeners.append(listener)
 
@@ -299,22 +385,24 @@ class SharedMemory:
     # Reading --------------------------------------------------------------------------------
 
     def get(self, key: str) -> MemoryEntry | None:
-        return self._entries.get(key)
+        record = self._find(key)
+        return None if record is None else record.entry()
 
     def get_value(self, key: str) -> Any:
-        entry = self._entries.get(key)
-        return None if entry is None else entry.value
+        record = self._find(key)
+        return None if record is None else orjson.loads(record.encoded)
 
     def has(self, key: str) -> bool:
-        return key in self._entries
+        return self._find(key) is not None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            self._refresh()
+            return len(self._entries)
 
     def snapshot(self) -> builtins.list[MemoryEntry]:
-        """Every entry, oldest first (insertion order: ``created_at`` is kept on overwrite)."""
-        with self._lock:
-            return list(self._entries.values())
+        """Every entry, oldest first (first-write order: an overwrite keeps its place)."""
+        return [record.entry() for record in self._matching()]
 
     def list(
         self,
@@ -324,44 +412,37 @@ class SharedMemory:
         key_prefix: str | None = None,
         sources: Iterable[str] | None = None,
     ) -> builtins.list[MemoryEntry]:
-        """Entries matching every given filter, oldest first.
+        """Entries matching every given filter, oldest first."""
+        matches = self._matching(kind=kind, keys=keys, key_prefix=key_prefix, sources=sources)
+        return [record.entry() for record in matches]
 
-        Candidates come from the narrowest index (explicit keys, the kind sets, or the sorted
-        keys under the prefix), so a filtered listing does not scan the whole memory.
-        """
+    def _find(self, key: str) -> _Record | None:
+        with self._lock:
+            self._refresh()
+            return self._entries.get(key)
+
+    def _matching(
+        self,
+        *,
+        kind: str | Sequence[str] | None = None,
+        keys: Iterable[str] | None = None,
+        key_prefix: str | None = None,
+        sources: Iterable[str] | None = None,
+    ) -> builtins.list[_Record]:
+        # A workflow holds tens of entries: one pass over them beats keeping indexes in step.
         kinds = _kinds(kind)
+        key_set = None if keys is None else {*keys}
         source_set = None if sources is None else {*sources}
         with self._lock:
-            candidates: Iterable[str]
-            # Candidates already in insertion order (all entries, one kind) need no sort.
-            in_order = False
-            if keys is not None:
-                candidates = [k for k in dict.fromkeys(keys) if k in self._entries]
-            elif key_prefix is not None:
-                start = bisect.bisect_left(self._sorted_keys, key_prefix)
-                end = bisect.bisect_left(self._sorted_keys, key_prefix + "\U0010ffff")
-                candidates = self._sorted_keys[start:end]
-            elif kinds is not None and len(kinds) == 1:
-                candidates = self._by_kind[next(iter(kinds))]
-                in_order = not self._kinds_reordered
-            elif kinds is not None:
-                candidates = [k for kind_name in kinds for k in self._by_kind[kind_name]]
-            else:
-                candidates, in_order = self._entries, True
-            matches = []
-            for key in candidates:
-                entry = self._entries[key]
-                if kinds is not None and entry.kind not in kinds:
-                    continue
-                if key_prefix is not None and not key.startswith(key_prefix):
-                    continue
-                if source_set is not None and entry.source not in source_set:
-                    continue
-                matches.append(entry)
-            if not in_order:
-                order = self._order
-                matches.sort(key=lambda e: order[e.key])
-            return matches
+            self._refresh()
+            return [
+                record
+                for record in self._entries.values()
+                if (kinds is None or record.meta.kind in kinds)
+                and (key_set is None or record.meta.key in key_set)
+                and (key_prefix is None or record.meta.key.startswith(key_prefix))
+                and (source_set is None or record.meta.source in source_set)
+            ]
 
     def copy(self, *, entries: bool = False) -> SharedMemory:
         """An isolated memory for a sub-run: empty unless ``entries=True`` copies them on
@@ -375,33 +456,89 @@ class SharedMemory:
         )
         if entries:
             with self._lock:
-                for entry in self.snapshot():
-                    clone._index(entry, None)
+                self._refresh()
+                # Records are immutable and hold values only as JSON text: safe to share.
+                clone._entries = dict(self._entries)
         return clone
 
-    def _load(self) -> None:
-        assert self._store is not None
-        offset = 0
-        loaded: builtins.list[Item] = []
-        while True:
-            page = self._store.list(self._namespace, limit=1000, offset=offset)
-            loaded.extend(item for item in page if item.namespace == self._namespace)
-            if len(page) < 1000:
-                break
-            offset += 1000
-        entries = []
-        for item in loaded:
-            try:
-                entries.append(_entry(item.key, item.value))
-            except (KeyError, TypeError, ValueError) as exc:
-                logger.warning("skipping malformed shared-memory entry %r: %s", item.key, exc)
-        for entry in sorted(entries, key=lambda e: (e.created_at, e.key)):
-            self._index(entry, None)
+    # Following the store ----------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Catches up with what was written to or deleted from the store since the last look,
+        by this instance or any other. Callers hold the lock."""
+        if self._store is None:
+            return
+        changes = self._store.changes(self._namespace, self._mark)
+        self._mark = changes.mark
+        if changes.complete:
+            held = self._entries
+            records = [self._record(item, held.get(item.key)) for item in changes.items]
+            ordered = sorted((r for r in records if r is not None), key=lambda r: r.order)
+            self._entries = {record.meta.key: record for record in ordered}
+            return
+        for key in changes.removed:
+            self._entries.pop(key, None)
+        in_order = True
+        for item in changes.items:
+            old = self._entries.get(item.key)
+            record = self._record(item, old)
+            if record is None:
+                self._entries.pop(item.key, None)
+            elif record is not old:
+                in_order = self._hold(record, old) and in_order
+        if not in_order:
+            self._sort()
+
+    @staticmethod
+    def _record(item: Item, held: _Record | None) -> _Record | None:
+        """The record of a stored item (``held`` itself when it is that item already), or None
+        when the item is not a valid entry: skipped and logged, never deleted."""
+        stamp = (item.version, item.created_at)
+        if held is not None and held.stamp == stamp:
+            return held  # our own write, or one already read: nothing to decode
+        stored = item.value
+        try:
+            if stored["kind"] not in KINDS:
+                raise ValueError(f"unknown kind {stored['kind']!r}")
+            position = _position(stored)
+            if position is None:
+                raise ValueError("createdAt and sequence must be integers")
+            texts = {name: stored.get(name) for name in ("source", "title", "description")}
+            if any(text is not None and not isinstance(text, str) for text in texts.values()):
+                raise ValueError("source, title and description must be strings")
+            # The store may have been written by other code: its values are stripped like a write.
+            encoded = codec.dumps(strip_unsafe_keys(stored["value"]), validated=True)
+        except (KeyError, TypeError, ValueError, MemstrataError) as exc:
+            logger.warning("skipping malformed shared-memory entry %r: %s", item.key, exc)
+            return None
+        meta = MemoryEntry(
+            key=item.key,
+            kind=stored["kind"],
+            value=None,
+            created_at=position[0],
+            value_bytes=len(encoded),
+            **texts,
+        )
+        return _Record(meta, encoded, position[1], stamp)
+
+    def _hold(self, record: _Record, old: _Record | None) -> bool:
+        """Holds ``record`` in place of ``old``; returns whether the entries are still in
+        order (a new key lands last, an overwrite where the old record was)."""
+        last = next(reversed(self._entries.values()), None)
+        self._entries[record.meta.key] = record
+        if old is None:
+            return last is None or last.order < record.order
+        return old.order == record.order
+
+    def _sort(self) -> None:
+        # Only when another instance's entry lands among ours: rare, over tens of entries.
+        self._entries = dict(sorted(self._entries.items(), key=lambda pair: pair[1].order))
 
     # The model's tools ------------------------------------------------------------------------
 
     def tool_list(self, args: dict[str, Any]) -> dict[str, Any]:
-        matches = self.list(
+        """``memory_list``: metadata of the newest 200 matching entries, oldest of them first."""
+        matches = self._matching(
             kind=args.get("kind"), key_prefix=args.get("key_prefix"), sources=args.get("sources")
         )
         newest = matches[-LIST_CAP:]
@@ -409,21 +546,25 @@ class SharedMemory:
             "total": len(matches),
             "returned": len(newest),
             "truncated": len(matches) > LIST_CAP,
-            "entries": [entry.metadata() for entry in newest],
+            "entries": [dict(record.listed) for record in newest],
         }
 
     def tool_read(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``memory_read``: the entries of the given keys, values included, and the keys missing."""
         found: dict[str, Any] = {}
         missing: builtins.list[str] = []
-        for key in dict.fromkeys(args["keys"]):
-            entry = self._entries.get(key)
-            if entry is None:
+        with self._lock:
+            self._refresh()
+            records = {key: self._entries.get(key) for key in dict.fromkeys(args["keys"])}
+        for key, record in records.items():
+            if record is None:
                 missing.append(key)
             else:
-                found[key] = entry.to_json()
+                found[key] = record.read_view()
         return {"entries": found, "missing": missing}
 
     def tool_write(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``memory_write``: stores the value under ``shared:<key>``, whatever key is given."""
         suffix = args["key"]
         if suffix.startswith("shared:"):
             suffix = suffix[len("shared:") :]
@@ -440,7 +581,7 @@ class SharedMemory:
             key=memory_keys.shared(suffix),
             kind="shared",
             value=args["value"],
-            source=args.get("source"),
+            source=MEMORY_WRITE_SOURCE,
             title=args.get("title"),
             description=args.get("description"),
         )
@@ -452,6 +593,7 @@ class SharedMemory:
         }
 
     def tools_for_model(self) -> builtins.list[Tool]:
+        """The three tools, with their argument schemas."""
         kind_filter = {
             "anyOf": [
                 {"type": "string", "enum": list(KINDS)},
@@ -544,12 +686,13 @@ class SharedMemoryHandle:
         self.upstream = list(dict.fromkeys([*self.upstream, *keys]))
 
     def upstream_hint(self) -> str:
+        """The "Required upstream memory" lines: each declared key and its title, if any."""
         if not self.upstream:
             return ""
         lines = [UPSTREAM_HEADER]
         for key in self.upstream:
-            entry = self.memory.get(key)
-            title = entry.title if entry is not None and entry.title else None
+            record = self.memory._find(key)  # the title only: no value decoded
+            title = record.meta.title if record is not None else None
             lines.append(f"- {key} — {title}" if title else f"- {key}")
         return "\n".join(lines)
 
@@ -564,32 +707,16 @@ def _kinds(kind: str | Sequence[str] | None) -> set[str] | None:
     return set(wanted)
 
 
-def _stored(entry: MemoryEntry) -> dict[str, Any]:
-    return {
-        "kind": entry.kind,
-        "value": entry.value,
-        "source": entry.source,
-        "title": entry.title,
-        "description": entry.description,
-        "createdAt": entry.created_at,
-        "valueBytes": entry.value_bytes,
-    }
-
-
-def _entry(key: str, stored: dict[str, Any]) -> MemoryEntry:
-    if stored["kind"] not in KINDS:
-        raise ValueError(f"unknown kind {stored['kind']!r}")
-    return MemoryEntry(
-        key=key,
-        kind=stored["kind"],
-        # The store may have been written by other code: its values are stripped like a write.
-        value=strip_unsafe_keys(stored["value"]),
-        source=stored.get("source"),
-        title=stored.get("title"),
-        description=stored.get("description"),
-        created_at=int(stored["createdAt"]),
-        value_bytes=int(stored["valueBytes"]),
-    )
+def _position(stored: Any) -> tuple[int, int] | None:
+    """``(createdAt, sequence)`` of a stored entry, or None when it has no usable createdAt.
+    An entry stored without a sequence number gets 0: it sorts before every numbered one."""
+    if not isinstance(stored, dict):
+        return None
+    created_at, sequence = stored.get("createdAt"), stored.get("sequence", 0)
+    if type(created_at) is not int or type(sequence) is not int:  # bool is not a number here
+        return None
+    # Beyond year 9999 a date cannot be formatted: such an entry would break every listing.
+    return (created_at, sequence) if 0 <= created_at <= MAX_CREATED_AT else None
 
 
 __all__ = ["MemoryEntry", "SharedMemory", "SharedMemoryHandle", "memory_keys"]
