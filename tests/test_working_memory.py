@@ -11,6 +11,8 @@ from typing import Any
 
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from store_checks import empty_postgres_tables
 
 from memstrata.exceptions import (
@@ -22,7 +24,8 @@ from memstrata.exceptions import (
 from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_stored import read_state
 from memstrata.stack import MemoryStack
-from memstrata.stores import PostgresStore, SQLiteStore, Store
+from memstrata.stores import InMemoryStore, PostgresStore, SQLiteStore, Store
+from memstrata.tokens import EstimatingCounter, count_tokens
 
 PROFILE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -41,6 +44,7 @@ PROFILE_SCHEMA: dict[str, Any] = {
 }
 
 TEMPLATE = "# User Profile\n- Name:\n- Role:\n"
+NAMES = ["working-memory", "human"]
 
 
 @pytest.fixture
@@ -729,3 +733,33 @@ def test_a_state_stored_with_a_journal_and_an_archive_is_folded_into_one_record(
         assert call(run, "working-memory/update", {"d": 4})["ok"]
     assert [i.key for i in store.list(ns)] == ["state"]
     assert read_state(store, ns) == ({**merged, "d": 4}, 3)
+
+
+_TRICKY_TEXT = st.text(
+    alphabet=st.sampled_from([*"ab /\\\"\n\t\r<>{}[],:10-._'s", "é", "日", "😀", "\u2028"]),
+    max_size=20,
+)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | _TRICKY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=st.dictionaries(_TRICKY_TEXT, _JSON, max_size=5), name=st.sampled_from(NAMES))
+def test_a_structured_block_counted_line_by_line_is_its_exact_count(
+    state: dict[str, Any], name: str
+) -> None:
+    """The budget check counts indented JSON line by line (each line's count kept); that sum
+    must be the exact count of the whole block, in both encodings."""
+    for encoding in ("o200k_base", "cl100k_base"):
+        layer = WorkingMemory(schema={"type": "object"}, name=name)
+        counter = EstimatingCounter("gpt-4" if encoding == "cl100k_base" else None)
+        assert counter.encoding == encoding
+        stack = MemoryStack([layer], store=InMemoryStore(), tokens=counter)
+        with stack.run(thread_id="t") as run:
+            handle = run.layer(name)
+            handle._take(state, 0)
+            body = handle._rendered()
+            assert handle._tokens(body) == count_tokens(handle._block(body), encoding=encoding)

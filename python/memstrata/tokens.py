@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from memstrata._core import (
@@ -138,31 +138,60 @@ class EstimatingCounter:
         return f"EstimatingCounter(model={self.model!r})"
 
 
-# Exact counts of texts a budget check counted, by content: a layer that checks its block when
-# it is written meets the same text again when the next run renders it.
-_EXACT_KEPT = 64
-_exact: OrderedDict[tuple[str, str], int] = OrderedDict()
+# Exact counts of texts a budget check counted, by encoding and content: a layer that checks its
+# block when it is written meets the same text (or most of its lines) again when the next run
+# renders it. Bounded by the characters held; the oldest go first.
+_EXACT_KEPT_CHARS = 1 << 20
+_exact: dict[str, dict[str, int]] = {}
+_exact_chars = 0
 _exact_lock = threading.Lock()
 
 
-def exact_count(counter: TokenCounter, text: str) -> int:
+def exact_count(
+    counter: TokenCounter, text: str, split: Callable[[str], Sequence[str]] | None = None
+) -> int:
     """``text``'s tokens as a budget must count them: exactly, in the encoding of an
     :class:`EstimatingCounter`, or by any other counter itself (it is the caller's own
-    definition of a token). Exact counts are kept by content for the texts last counted."""
+    definition of a token). Counts are kept by content, for the texts last counted.
+
+    ``split`` cuts ``text`` into parts that are counted one by one and added up, each part's
+    count kept, so an edit recounts only the parts it changed. The caller guarantees that no
+    piece of the encoding's pre-tokenizer spans two parts: BPE never merges across pieces, so
+    the counts then add up exactly. Indented JSON split after each line break qualifies (see
+    WorkingMemory); arbitrary text does not.
+    """
     if not isinstance(counter, EstimatingCounter):
         return counter.count(text)
-    key = (counter.encoding, text)
     with _exact_lock:
-        kept = _exact.get(key)
-        if kept is not None:
-            _exact.move_to_end(key)
-            return kept
-    tokens = count_tokens(text, encoding=counter.encoding)
+        kept = _exact.setdefault(counter.encoding, {})
+        known = kept.get(text)
+    if known is not None:
+        return known
+    parts = split(text) if split is not None else (text,)
     with _exact_lock:
-        _exact[key] = tokens
-        while len(_exact) > _EXACT_KEPT:
-            _exact.popitem(last=False)
-    return tokens
+        counts = [kept.get(part) for part in parts]
+    total, new = 0, {}
+    for part, tokens in zip(parts, counts):
+        if tokens is None:
+            tokens = new[part] = count_tokens(part, encoding=counter.encoding)
+        total += tokens
+    new[text] = total
+    _keep(kept, new)
+    return total
+
+
+def _keep(kept: dict[str, int], new: dict[str, int]) -> None:
+    global _exact_chars
+    with _exact_lock:
+        for text, tokens in new.items():
+            if text not in kept:
+                kept[text] = tokens
+                _exact_chars += len(text)
+        while _exact_chars > _EXACT_KEPT_CHARS:
+            largest = max(_exact.values(), key=len)
+            oldest = next(iter(largest))
+            del largest[oldest]
+            _exact_chars -= len(oldest)
 
 
 class ExactCounter:

@@ -368,7 +368,7 @@ class WorkingMemoryHandle:
         block = self._block(body)
         limit = min(budget, layer.budget.max)
         if not _fits(block, limit):
-            tokens = exact_count(self.ctx.tokens, block)
+            tokens = self._tokens(body)
             if tokens > limit:
                 block = self._cut(body, tokens, limit)
         return [{"content": f"{block}\n{layer.tool_names['guidelines']}"}]
@@ -404,6 +404,11 @@ class WorkingMemoryHandle:
                     orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() if state else ""
                 )
         return self._body
+
+    def _tokens(self, body: str) -> int:
+        """Exact tokens of the block of ``body``."""
+        split = _json_lines if self.layer.structured and body else None
+        return exact_count(self.ctx.tokens, self._block(body), split)
 
     def _block(self, body: str) -> str:
         label = self.layer.label
@@ -566,9 +571,8 @@ class WorkingMemoryHandle:
                 limit=layer.max_state_bytes,
             )
         limit = min(layer.budget.max, self.ctx.budgets.get(layer.name, layer.budget.max))
-        block = self._block(body)
-        if not _fits(block, limit):
-            tokens = exact_count(self.ctx.tokens, block)
+        if not _fits(self._block(body), limit):
+            tokens = self._tokens(body)
             if tokens > limit:
                 raise BudgetExceededError(
                     f"working memory would be {tokens} tokens, over this layer's limit of "
@@ -577,6 +581,17 @@ class WorkingMemoryHandle:
                     limit=limit,
                 )
         return body
+
+
+def _json_lines(block: str) -> list[str]:
+    """A block of indented JSON cut after each line break, for counting line by line: no piece
+    of the BPE pre-tokenizer spans a break there. A break ends the piece it is in, and only a
+    line starting with '/' could join the piece before it: no JSON line does, and the closing
+    tag, which does, stays with the last line."""
+    lines = [f"{line}\n" for line in block.split("\n")]
+    closing = lines.pop()
+    lines[-1] += closing[:-1]
+    return lines
 
 
 def _fits(block: str, limit: int) -> bool:
