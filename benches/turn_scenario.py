@@ -4,7 +4,8 @@ Shared by ``benches/test_turn.py`` (timings, percentiles, the peer ratio) and
 ``tools/profile_turn.py`` (the profile the README quotes). The state a long-lived agent server
 has when a turn arrives:
 
-* WorkingMemory: a 10k-node structured state under a JSON Schema;
+* WorkingMemory: a structured state under a JSON Schema at the layer's default budget (about
+  1,500 tokens of block; the kernel benchmark ``test_merge.py`` keeps the 10k-node state);
 * AgentMind: 10,000 entries (7,000 beliefs, 3,000 reflections) with stored vectors;
 * a 200-message conversation whose large tool results were offloaded by ToolResults, passed
   through the ContextGate at every ``prepare``;
@@ -60,10 +61,15 @@ THREAD, USER, AGENT = "thread-1", "user-42", "bench"
 SHARED_NS = ("shared-memory", "workflow")
 WINDOW_TOKENS = 400_000
 CONVERSATION = 200
-WM_PATCHES = [
-    json.dumps({"projects": {f"p{i:03d}": {"status": "done", "tags": ["backend", "shipped"]}}})
-    for i in range(0, 1000, 37)
-]
+WM_PROJECTS = 19  # about 1,400 tokens of block: the default budget is 1,500
+
+
+def wm_patch(turn: int) -> str:
+    """The turn's working-memory update: one project's status and owner, so every state is new
+    and of the same size."""
+    key = f"p{turn * 7 % WM_PROJECTS:03d}"
+    status = "done" if turn % 2 else "doing"
+    return json.dumps({"projects": {key: {"status": status, "owner": {"name": f"d{turn:07d}"}}}})
 DAY_MS = 86_400_000
 
 
@@ -165,8 +171,8 @@ class Scenario:
         _, self.mind_texts = fill_store(7_000, 3_000, seed=2, store=self.store)
         self.queries = recall_queries(self.mind_texts)
         self.embedder = PrecomputedEmbedder(self.queries)
-        self.state = make_state(1000)
-        assert 9_500 <= count_nodes(self.state) <= 11_000
+        self.state = make_state(WM_PROJECTS)
+        assert count_nodes(self.state) == 195
         self.tool_results = ToolResults(tool_calls_dir=workdir / "tool_calls")
         self.messages = conversation(self.tool_results)
         self.team = TeamState(state_dir=workdir / "team")
@@ -176,7 +182,7 @@ class Scenario:
         self.shared = SharedMemory(store=self.store, namespace=SHARED_NS)
         shared_entries(self.shared)
         self.gate = ContextGate(max_input_tokens=WINDOW_TOKENS, checkpoints_dir=workdir / "ckpt")
-        self.working_memory = WorkingMemory(schema=SCHEMA, budget=(200, 150_000))
+        self.working_memory = WorkingMemory(schema=SCHEMA)
         self.mind = AgentMind(embedder=self.embedder, namespace=NS)
         self.stack = MemoryStack(
             [
@@ -198,7 +204,7 @@ class Scenario:
         """One agent turn; returns what the three tools answered."""
         i = next(self.turns)
         calls = [
-            ("working-memory/update", WM_PATCHES[i % len(WM_PATCHES)]),
+            ("working-memory/update", wm_patch(i)),
             ("mind_recall", json.dumps({"query": self.queries[i % len(self.queries)]})),
             (
                 "memory_write",
@@ -296,7 +302,7 @@ class PlainTurn:
     def turn(self) -> dict[str, Any]:
         i = next(self.turns)
         # working-memory/update: read, merge, validate the whole state, write back.
-        patch = json.loads(WM_PATCHES[i % len(WM_PATCHES)])
+        patch = json.loads(wm_patch(i))
         item = self.store.get(("wm", THREAD), "state")
         assert item is not None
         state = python_merge(item.value, patch)
