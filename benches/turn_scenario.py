@@ -70,6 +70,8 @@ def wm_patch(turn: int) -> str:
     key = f"p{turn * 7 % WM_PROJECTS:03d}"
     status = "done" if turn % 2 else "doing"
     return json.dumps({"projects": {key: {"status": status, "owner": {"name": f"d{turn:07d}"}}}})
+
+
 DAY_MS = 86_400_000
 
 

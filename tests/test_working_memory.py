@@ -763,3 +763,20 @@ def test_a_structured_block_counted_line_by_line_is_its_exact_count(
             handle._take(state, 0)
             body = handle._rendered()
             assert handle._tokens(body) == count_tokens(handle._block(body), encoding=encoding)
+
+
+def test_a_journal_that_belongs_to_no_state_is_moved_aside_never_replayed(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns = ("working-memory", "thread", "odd")
+    store.put(ns, "state", {"a": 1})
+    journal = {"version": 3, "base": 9, "arrays": "replace", "nulls": "keep", "patches": [{"b": 2}]}
+    store.put(ns, "journal", journal)
+    with caplog.at_level(logging.WARNING), stack_with(store, schema={}).run(thread_id="odd") as run:
+        handle = run.layer("working-memory")
+        assert handle.snapshot == {}
+        (moved,) = handle.quarantined()
+    assert moved["state"] == {"a": 1} and moved["journal"] == journal
+    assert "snapshot version" in moved["violations"][0] and "moved aside" in caplog.text
+    assert sorted(i.key for i in store.list(ns)) == [moved["key"], "state"]
+    assert read_state(store, ns) == ({}, 2)
