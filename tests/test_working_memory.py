@@ -234,7 +234,7 @@ def test_markdown_template_voltagent_tools(store: SQLiteStore) -> None:
         assert run.layer("working-memory").snapshot == "Fresh context"
         bad = call(run, "update_working_memory", {"content": "x", "mode": "merge"})
         assert bad["error"]["code"] == "invalid_arguments"
-        assert call(run, "clear_working_memory", {}) == {"ok": True}
+        assert call(run, "clear_working_memory", {})["ok"]
         assert run.layer("working-memory").snapshot == ""
         handle = run.layer("working-memory")
         assert (handle.format, handle.template, handle.schema) == ("markdown", TEMPLATE, None)
@@ -401,7 +401,7 @@ def test_programmatic_update_errors(store: SQLiteStore) -> None:
 def test_configuration_errors() -> None:
     with pytest.raises(InvalidInputError, match="scope must be one of"):
         WorkingMemory(scope="global")  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="not both"):
+    with pytest.raises(InvalidInputError, match="not given with a schema"):
         WorkingMemory(schema={"type": "object"}, template="# x")
     with pytest.raises(InvalidInputError, match="not a valid JSON Schema"):
         WorkingMemory(schema={"type": 12})

@@ -14,19 +14,19 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from memstrata.exceptions import BudgetExceededError, SchemaViolationError, ToolError
+from memstrata.prompts import WORKING_MEMORY_CLEAR_DESCRIPTION as CLEAR_DESCRIPTION
+from memstrata.prompts import WORKING_MEMORY_GET_DESCRIPTION as GET_DESCRIPTION
 from memstrata.prompts import (
-    WORKING_MEMORY_CLEAR_DESCRIPTION,
-    WORKING_MEMORY_GET_DESCRIPTION,
     WORKING_MEMORY_GUIDELINES_NOETIC,
     WORKING_MEMORY_GUIDELINES_NOETIC_TEXT,
     WORKING_MEMORY_GUIDELINES_READ_ONLY,
     WORKING_MEMORY_GUIDELINES_VOLTAGENT,
-    WORKING_MEMORY_REPLACE_DESCRIPTION,
-    WORKING_MEMORY_SET_DESCRIPTION,
-    WORKING_MEMORY_UPDATE_DESCRIPTION,
-    WORKING_MEMORY_UPDATE_WHAT_STRUCTURED,
-    WORKING_MEMORY_UPDATE_WHAT_TEXT,
 )
+from memstrata.prompts import WORKING_MEMORY_REPLACE_DESCRIPTION as REPLACE_DESCRIPTION
+from memstrata.prompts import WORKING_MEMORY_SET_DESCRIPTION as SET_DESCRIPTION
+from memstrata.prompts import WORKING_MEMORY_UPDATE_DESCRIPTION as UPDATE_DESCRIPTION
+from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_STRUCTURED as WHAT_STRUCTURED
+from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_TEXT as WHAT_TEXT
 from memstrata.tools import Tool, wire_name
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 DEFAULT_NAME = "working-memory"
 LEGACY_TOOL = "updateWorkingMemory"
-_MODE = {"type": "string", "enum": ["append", "replace"]}
+MODES = ("append", "replace")
 _NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
@@ -70,50 +70,48 @@ def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
     if layer.read_only:
         return []
     names = layer.tool_names
+
+    def tool(name: str, description: str, parameters: Any, write: Any, **kw: Any) -> Tool:
+        return Tool(names.get(name, name), description, parameters, _for_model(handle, write), **kw)
+
+    def update(args: dict[str, Any]) -> Any:
+        if layer.structured and layer.tool_flavor == "noetic":
+            return handle.update(args)
+        return handle.update(args["content"], args.get("mode", "append"))
+
+    def get() -> dict[str, Any]:
+        return {"content": handle.snapshot, "format": layer.format}
+
     if layer.tool_flavor == "voltagent":
-        tools = _voltagent_tools(layer, handle, names)
-    else:
-        what = WORKING_MEMORY_UPDATE_WHAT_TEXT
-        if layer.structured:
-            what = WORKING_MEMORY_UPDATE_WHAT_STRUCTURED
         tools = [
-            Tool(
-                names["update"],
-                WORKING_MEMORY_UPDATE_DESCRIPTION.format(what=what),
-                _patch_schema(layer),
-                _for_model(handle, lambda args: _update(handle, layer, args)),
-                # A structured patch is checked after merging, against the full schema.
-                validate=not layer.structured,
-            )
+            Tool(names["get"], GET_DESCRIPTION, _NO_ARGUMENTS, lambda _: get()),
+            tool("update", SET_DESCRIPTION, _content_schema(layer), update),
+            tool("clear", CLEAR_DESCRIPTION, _NO_ARGUMENTS, lambda _: handle.clear()),
         ]
-        if layer.structured:
-            tools.append(
-                Tool(
-                    names["replace"],
-                    WORKING_MEMORY_REPLACE_DESCRIPTION,
-                    _full_schema(layer),
-                    _for_model(handle, lambda args: handle.update(args, "replace")),
-                    validate=False,
-                )
-            )
+    elif layer.structured:
+
+        def replace(args: dict[str, Any]) -> Any:
+            return handle.update(args, "replace")
+
+        # A patch is partial; it is checked after merging, against the full schema.
+        partial = {k: v for k, v in _full_schema(layer).items() if k != "required"}
+        what = UPDATE_DESCRIPTION.format(what=WHAT_STRUCTURED)
+        tools = [
+            tool("update", what, partial, update, validate=False),
+            tool("replace", REPLACE_DESCRIPTION, _full_schema(layer), replace, validate=False),
+        ]
+    else:
+        what = UPDATE_DESCRIPTION.format(what=WHAT_TEXT)
+        tools = [tool("update", what, _content_schema(layer), update)]
     if layer.name == DEFAULT_NAME:
+
+        def legacy(args: dict[str, Any]) -> Any:
+            return handle.apply_legacy(args, source="call_tool")
+
         tools.append(
-            Tool(
-                LEGACY_TOOL,
-                "",
-                {"type": "object"},
-                _for_model(handle, lambda args: handle.apply_legacy(args, source="call_tool")),
-                validate=False,
-                listed=False,
-            )
+            tool(LEGACY_TOOL, "", {"type": "object"}, legacy, validate=False, listed=False)
         )
     return tools
-
-
-def _update(handle: WorkingMemoryHandle, layer: WorkingMemory, args: dict[str, Any]) -> Any:
-    if layer.structured:
-        return handle.update(args)
-    return handle.update(args["content"], args.get("mode", "append"))
 
 
 def _for_model(
@@ -134,37 +132,18 @@ def _for_model(
     return handler
 
 
-def _voltagent_tools(
-    layer: WorkingMemory, handle: WorkingMemoryHandle, names: dict[str, str]
-) -> list[Tool]:
-    def get(_args: dict[str, Any]) -> dict[str, Any]:
-        return {"content": handle.snapshot, "format": layer.format}
-
-    def clear(_args: dict[str, Any]) -> dict[str, Any]:
-        handle.clear()
-        return {"ok": True}
-
+def _content_schema(layer: WorkingMemory) -> dict[str, Any]:
     content: dict[str, Any] = (
         {"type": ["object", "string"], "description": "Fields to merge (or a JSON string of them)."}
         if layer.structured
-        else {"type": "string", "description": "Markdown or text to add."}
+        else {"type": "string", "description": "Text to add (or to write, with mode 'replace')."}
     )
-    update_schema = {
+    return {
         "type": "object",
-        "properties": {"content": content, "mode": _MODE},
+        "properties": {"content": content, "mode": {"type": "string", "enum": list(MODES)}},
         "required": ["content"],
         "additionalProperties": False,
     }
-    return [
-        Tool(names["get"], WORKING_MEMORY_GET_DESCRIPTION, _NO_ARGUMENTS, get),
-        Tool(
-            names["update"],
-            WORKING_MEMORY_SET_DESCRIPTION,
-            update_schema,
-            _for_model(handle, lambda a: handle.update(a["content"], a.get("mode", "append"))),
-        ),
-        Tool(names["clear"], WORKING_MEMORY_CLEAR_DESCRIPTION, _NO_ARGUMENTS, clear),
-    ]
 
 
 def _full_schema(layer: WorkingMemory) -> dict[str, Any]:
@@ -173,26 +152,6 @@ def _full_schema(layer: WorkingMemory) -> dict[str, Any]:
     full.pop("title", None)
     full["type"] = "object"
     return full
-
-
-def _patch_schema(layer: WorkingMemory) -> dict[str, Any]:
-    """Parameters of the update tool: the schema's fields, all optional (a patch is partial)."""
-    if layer.schema is None:
-        return {
-            "type": "object",
-            "properties": {
-                "content": {
-                    "type": "string",
-                    "description": "Text to add (or to write, with mode 'replace').",
-                },
-                "mode": _MODE,
-            },
-            "required": ["content"],
-            "additionalProperties": False,
-        }
-    partial = _full_schema(layer)
-    partial.pop("required", None)
-    return partial
 
 
 def legacy_calls(message: Any) -> list[Any]:

@@ -7,30 +7,21 @@ scope, ``get_working_memory``/``update_working_memory``/``clear_working_memory``
 
 Decisions where the two are silent or disagree:
 
-* State kinds: free-form text (no schema, no template), markdown (``template``), structured
-  (``schema``: a pydantic model or a JSON Schema dict; ``{"type": "object"}`` for structured
-  state with no constraints).
-* Append is the default everywhere. A structured append deep-merges; arrays replace in the noetic
-  flavour and are a deduplicated concatenation in the VoltAgent flavour (``arrays`` overrides).
-  Text append adds the new text after a blank line.
-* A write is refused when the block would pass the layer's token budget (``budget.max``, or the
-  share of the stack's total budget it was given, if smaller), by exact count; the error names
-  the tool call that shortens the memory. A state past ``max_state_bytes`` (1 MiB of UTF-8) is
-  refused too, whatever the token budget.
-* The state is one record in the store (:mod:`memstrata.layers.wm_stored`), written whole with
-  ``put_if_version``: a writer that lost a race reads the winner's state and merges again.
-* A stored state that fails the schema is moved aside under ``quarantine/<time>`` (see
-  ``handle.quarantined()``) and the layer starts over, with a logged warning. A read-only layer
-  never writes: it shows nothing of such a state and logs why.
-* Spawned runs: a child in the parent's namespace starts from a copy of the parent's state under
-  resource scope, and from its own empty state, kept in memory only, under thread scope; a child
-  in another namespace (another user or thread) loads that namespace's own state.
-* Several working memories in one stack (Letta's ``human`` and ``persona`` blocks): each layer's
-  ``name`` labels its block (``<human>``) and its tools (``human/update``; ``get_human_memory``
-  in the VoltAgent flavour). The default name keeps the seeds' names.
-* Legacy ``updateWorkingMemory`` calls reach the layer named ``working-memory`` through
-  ``run.observe`` and through ``run.call_tool``; a call seen by both in one run is applied once.
-* Every state handed out (``snapshot``, ``state``, ``update``'s result) is the caller's copy.
+* State is text (no schema), markdown (``template``) or structured (``schema``). Append is the
+  default; arrays replace in noetic's flavour and are a deduplicated union in VoltAgent's.
+* A write is refused when the block would pass the layer's token budget (``budget.max``, or its
+  share of the stack's total, if smaller), counted exactly, or ``max_state_bytes``; the error
+  names the tool call that shortens the memory.
+* One record in the store (:mod:`~memstrata.layers.wm_stored`), written with ``put_if_version``:
+  a writer that lost a race reads the winner's state and merges again.
+* A stored state failing the schema is moved aside under ``quarantine/<time>`` and the layer
+  starts over; a read-only layer never writes, shows nothing of it, and logs why.
+* A spawned child in the parent's namespace gets a copy of its state (resource scope) or its
+  own empty, unsaved one (thread scope); a child in another namespace loads its own state.
+* Each layer's ``name`` labels its block and tools (``<human>``, ``human/update``), so several
+  can share a stack; the default name keeps the seeds' names and takes legacy calls, applied
+  once when both ``call_tool`` and ``observe`` see one.
+* Every state handed out is the caller's copy.
 """
 
 from __future__ import annotations
@@ -79,8 +70,7 @@ DEFAULT_MAX_STATE_BYTES = 1 << 20
 # Each attempt that loses a race reads what the winner wrote and merges again; plain contention
 # never needs this many.
 MAX_WRITE_ATTEMPTS = 100
-_SCOPE_ALIASES = {"thread": "thread", "conversation": "thread", "resource": "resource"}
-_SCOPE_ALIASES["user"] = "resource"
+_SCOPES = {"thread": "thread", "conversation": "thread", "resource": "resource", "user": "resource"}
 
 
 class WorkingMemory:
@@ -122,30 +112,24 @@ class WorkingMemory:
         slot: int = 100,
         name: str = DEFAULT_NAME,
     ) -> None:
-        if scope not in _SCOPE_ALIASES:
-            raise InvalidInputError(f"scope must be one of {sorted(_SCOPE_ALIASES)}, got {scope!r}")
-        if tools not in ("noetic", "voltagent"):
-            raise InvalidInputError(f"tools must be 'noetic' or 'voltagent', got {tools!r}")
-        if arrays not in (None, "replace", "union"):
-            raise InvalidInputError(f"arrays must be 'replace' or 'union', got {arrays!r}")
-        if nulls not in ("keep", "delete", "ignore"):
-            raise InvalidInputError(f"nulls must be 'keep', 'delete' or 'ignore', got {nulls!r}")
-        if template is not None and not isinstance(template, str):
-            raise InvalidInputError(f"template must be str, got {type(template).__name__}")
-        if schema is not None and template is not None:
-            raise InvalidInputError(
-                "give a schema (structured state) or a template (markdown), not both"
-            )
-        if isinstance(max_state_bytes, bool) or not isinstance(max_state_bytes, int):
-            raise InvalidInputError(f"max_state_bytes must be an int, got {max_state_bytes!r}")
-        if max_state_bytes < 1:
-            raise InvalidInputError(f"max_state_bytes must be positive, got {max_state_bytes}")
+        for option, value, allowed in (
+            ("scope", scope, tuple(_SCOPES)),
+            ("tools", tools, ("noetic", "voltagent")),
+            ("arrays", arrays, (None, "replace", "union")),
+            ("nulls", nulls, ("keep", "delete", "ignore")),
+        ):
+            if value not in allowed:
+                raise InvalidInputError(f"{option} must be one of {allowed}, got {value!r}")
+        if template is not None and (schema is not None or not isinstance(template, str)):
+            raise InvalidInputError("template must be a str, and not given with a schema")
+        if type(max_state_bytes) is not int or max_state_bytes < 1:
+            raise InvalidInputError(f"max_state_bytes must be a positive int: {max_state_bytes!r}")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,48}", name):
             raise InvalidInputError(f"name must be 1-48 of [A-Za-z0-9_-], got {name!r}")
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
-        self.scope: Literal["thread", "resource"] = _SCOPE_ALIASES[scope]  # type: ignore[assignment]
+        self.scope: Literal["thread", "resource"] = _SCOPES[scope]  # type: ignore[assignment]
         self.schema = schema
         self.template = template
         self.read_only = read_only
@@ -317,15 +301,10 @@ class WorkingMemoryHandle:
         version = snapshot.version if snapshot is not None else 0
         moved_at = time.time()
         key = f"{QUARANTINE_PREFIX}{moved_at:.6f}"
-        record = {
-            "state": snapshot.value if snapshot is not None else None,
-            "version": version,
-            "moved_at": moved_at,
-            "violations": getattr(reason, "violations", None) or [str(reason)],
-        }
-        for name, row in rows.items():
-            if row is not None and name != wm_stored.STATE_KEY:
-                record[name] = row.value
+        record = {name: row.value for name, row in rows.items() if row is not None}
+        record.setdefault("state", None)
+        violations = getattr(reason, "violations", None) or [str(reason)]
+        record.update(version=version, moved_at=moved_at, violations=violations)
         # Copy first, then start over: a crash between the two leaves a duplicate, not a loss.
         store.put(namespace, key, record)
         logger.warning(
@@ -393,16 +372,8 @@ class WorkingMemoryHandle:
             keep = keep * 9 // 10
 
     def _rendered(self) -> str:
-        """The state as the model reads it: text as it is, structured state as indented JSON;
-        "" for an empty state."""
         if self._body is None:
-            state = self._state
-            if isinstance(state, str):
-                self._body = state
-            else:
-                self._body = (
-                    orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() if state else ""
-                )
+            self._body = _body_of(self._state)
         return self._body
 
     def _tokens(self, body: str) -> int:
@@ -529,11 +500,12 @@ class WorkingMemoryHandle:
     def _checked(self, state: Any, *, strip: bool = True) -> State:
         """``state`` if it is of the layer's kind and passes its schema; ``strip`` removes
         unsafe keys from a state that came from outside (a merge result is clean already)."""
+        kind = dict if self.layer.structured else str
+        if not isinstance(state, kind):
+            raise InvalidInputError(
+                f"stored working memory is {type(state).__name__}, but the layer holds {kind}"
+            )
         if self.layer.structured:
-            if not isinstance(state, dict):
-                raise InvalidInputError(
-                    f"stored working memory is {type(state).__name__}, but the layer is structured"
-                )
             if strip:
                 state = strip_unsafe_keys(state)
             violations = self.layer._violations(state)
@@ -542,10 +514,6 @@ class WorkingMemoryHandle:
                     "working memory would not match its schema: " + "; ".join(violations[:5]),
                     violations=violations,
                 )
-        elif not isinstance(state, str):
-            raise InvalidInputError(
-                f"stored working memory is {type(state).__name__}, but the layer holds text"
-            )
         checked: State = state
         return checked
 
@@ -554,10 +522,7 @@ class WorkingMemoryHandle:
         budget; raises naming the limit otherwise."""
         layer = self.layer
         try:
-            if isinstance(state, str):
-                body = state
-            else:
-                body = orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() if state else ""
+            body = _body_of(state)
             size = len(body.encode("utf-8"))
         except (orjson.JSONEncodeError, UnicodeEncodeError):
             codec.dumps(state)  # names what no store could hold: deep nesting, a surrogate
@@ -581,6 +546,13 @@ class WorkingMemoryHandle:
                     limit=limit,
                 )
         return body
+
+
+def _body_of(state: State) -> str:
+    """The state as the model reads it: text as it is, structured state as indented JSON."""
+    if isinstance(state, str):
+        return state
+    return orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() if state else ""
 
 
 def _json_lines(block: str) -> list[str]:
