@@ -473,23 +473,3 @@ def test_anthropic_blocks_are_priced_by_what_they_hold() -> None:
     assert size > 1000
     for message in (anthropic_result, nested):
         assert abs(estimate_messages([message]) - estimate_messages([openai_result])) <= 10
-
-
-def test_a_noted_count_is_what_the_next_count_of_that_text_returns() -> None:
-    counter, other = EstimatingCounter(), EstimatingCounter("gpt-4o")  # same encoding
-    text = "word " * 2_000
-    fresh = estimate_tokens(text)
-    assert counter.count(text) == fresh
-    counter.note(text, fresh + 7)  # a caller that tracks the text as it changes
-    assert counter.count(text) == other.count(text) == fresh + 7
-    message = {"role": "system", "content": text}
-    # One {role, content} message: framing, role and the noted content, as the convention adds.
-    assert other.count_messages([message]) == estimate_messages([message]) + 7
-    # An equal text that is another object, a longer message or another encoding: counted.
-    copy_of_text = "".join(["word "] * 2_000)
-    assert copy_of_text is not text and counter.count(copy_of_text) == fresh
-    assert counter.count_messages([message, message]) == estimate_messages([message, message])
-    assert EstimatingCounter("gpt-4").count(text) == estimate_tokens(text, model="gpt-4")
-    # Short texts are not worth remembering.
-    counter.note("short", 99)
-    assert counter.count("short") == estimate_tokens("short")

@@ -23,7 +23,6 @@ Model names map to encodings by longest prefix (``gpt-4o-mini-2024-07-18`` -> o2
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -50,32 +49,6 @@ __all__ = [
 ]
 
 Messages = Sequence[Mapping[str, Any]]
-
-# Counts of large texts, by identity (the text is held, so an id stays its own) and encoding,
-# shared by every EstimatingCounter: a layer that keeps a large block's count up to date as the
-# block changes notes it here, and whoever counts that very text next (the context gate, as a
-# message) does not read all of it again.
-_MEMO_MIN_CHARS = 4096
-_MEMO_SIZE = 64
-_memo: OrderedDict[tuple[str, int], tuple[str, int]] = OrderedDict()
-_memo_lock = threading.Lock()
-# estimate_messages of one {role, content} message: framing, role and content, reply priming.
-_MESSAGE_FRAMING = 3
-_REPLY_PRIMING = 3
-
-
-def _memo_get(encoding: str, text: str) -> int | None:
-    with _memo_lock:
-        kept = _memo.get((encoding, id(text)))
-    return kept[1] if kept is not None and kept[0] is text else None
-
-
-def _memo_put(encoding: str, text: str, tokens: int) -> None:
-    with _memo_lock:
-        _memo[(encoding, id(text))] = (text, tokens)
-        _memo.move_to_end((encoding, id(text)))
-        while len(_memo) > _MEMO_SIZE:
-            _memo.popitem(last=False)
 
 
 @runtime_checkable
@@ -104,35 +77,11 @@ class EstimatingCounter:
 
     def count(self, text: str) -> int:
         """Returns the estimated number of tokens of ``text``."""
-        if type(text) is str and len(text) >= _MEMO_MIN_CHARS:
-            noted = _memo_get(self.encoding, text)
-            if noted is not None:
-                return noted
-            tokens = estimate_tokens(text, model=self.encoding)
-            _memo_put(self.encoding, text, tokens)
-            return tokens
         return estimate_tokens(text, model=self.encoding)
 
     def count_messages(self, messages: Messages) -> int:
         """Returns the estimated prompt tokens of ``messages``."""
-        if len(messages) == 1:
-            # One {role, content} message whose large text was counted or noted already.
-            message = messages[0]
-            content = message.get("content") if len(message) == 2 else None
-            if type(content) is str and len(content) >= _MEMO_MIN_CHARS:
-                role = message.get("role")
-                noted = _memo_get(self.encoding, content)
-                if noted is not None and type(role) is str:
-                    return _REPLY_PRIMING + _MESSAGE_FRAMING + self.count(role) + noted
         return estimate_messages(messages, model=self.encoding)
-
-    def note(self, text: str, tokens: int) -> None:
-        """Records ``tokens`` as the count of this very ``text`` object, for whoever counts it
-        next: a caller that keeps a large text's count up to date as the text changes (a
-        working memory splicing its block) saves the next reader a full pass. The count is the
-        caller's: it may differ from a fresh estimate by the error the caller tracks."""
-        if type(text) is str and len(text) >= _MEMO_MIN_CHARS:
-            _memo_put(self.encoding, text, tokens)
 
     def __repr__(self) -> str:
         return f"EstimatingCounter(model={self.model!r})"
