@@ -23,6 +23,7 @@ from memstrata.exceptions import (
 )
 from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_stored import read_state
+from memstrata.layers.working_memory import WorkingMemoryHandle
 from memstrata.stack import MemoryStack
 from memstrata.stores import InMemoryStore, PostgresStore, SQLiteStore, Store
 from memstrata.tokens import EstimatingCounter, count_tokens
@@ -494,7 +495,12 @@ def test_a_thread_scoped_child_gets_its_own_unsaved_state(store: SQLiteStore) ->
             handle = child.layer("working-memory")
             assert handle.snapshot == {}
             assert "plan" not in child.prepare([])[0]["content"]
-            assert call(child, "working-memory/update", {"scratch": 1})["ok"]
+            # Accepted, and the model is told it is kept for this run only.
+            assert call(child, "working-memory/update", {"scratch": 1}) == {
+                "ok": True,
+                "version": 0,
+                "saved": False,
+            }
             assert handle.snapshot == {"scratch": 1}
         assert run.layer("working-memory").snapshot == {"plan": ["a"]}
     assert read_state(store, ("working-memory", "thread", "p")) == ({"plan": ["a"]}, 1)
@@ -667,8 +673,15 @@ def test_states_handed_out_are_the_callers_copies(store: SQLiteStore) -> None:
         handle.snapshot["plan"].append("from the snapshot")
         assert handle.snapshot == {"plan": ["a"]}
         assert '"from' not in run.prepare([])[0]["content"]
+        # A replace keeps none of the caller's objects either, however deep.
+        whole = {"plan": {"step": 1}}
+        assert call(run, "working-memory_replace", whole)["ok"]
+        handle.update(whole, mode="replace")
+        whole["plan"]["step"] = "changed by the caller"
+        assert handle.snapshot == {"plan": {"step": 1}}
+        assert call(run, "working-memory_update", {"other": 1})["ok"]
     with stack.run(thread_id="t") as run:
-        assert run.layer("working-memory").snapshot == {"plan": ["a"]}
+        assert run.layer("working-memory").snapshot == {"plan": {"step": 1}, "other": 1}
 
 
 # Several working memories --------------------------------------------------------------------
@@ -780,3 +793,27 @@ def test_a_journal_that_belongs_to_no_state_is_moved_aside_never_replayed(
     assert "snapshot version" in moved["violations"][0] and "moved aside" in caplog.text
     assert sorted(i.key for i in store.list(ns)) == [moved["key"], "state"]
     assert read_state(store, ns) == ({}, 2)
+
+
+def test_a_state_written_after_a_bad_one_was_read_is_never_moved_aside(
+    db: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run B reads a state that fails the schema; before B moves it aside, run A (another
+    process) moves it aside and writes a valid state. B must leave A's state alone."""
+    ns = ("working-memory", "thread", "t")
+    schema = {"type": "object", "properties": {"count": {"type": "integer"}}}
+    with SQLiteStore(db) as setup:
+        setup.put(ns, "state", {"count": "not-an-int"})
+    quarantine = WorkingMemoryHandle._quarantine
+
+    def a_runs_first(self: WorkingMemoryHandle, reason: Exception, checked: Any) -> bool:
+        monkeypatch.setattr(WorkingMemoryHandle, "_quarantine", quarantine)
+        with SQLiteStore(db) as other, stack_with(other, schema=schema).run(thread_id="t") as a:
+            assert call(a, "working-memory_update", {"count": 42})["ok"]
+        return quarantine(self, reason, checked)
+
+    monkeypatch.setattr(WorkingMemoryHandle, "_quarantine", a_runs_first)
+    with SQLiteStore(db) as store, stack_with(store, schema=schema).run(thread_id="t") as b:
+        assert b.layer("working-memory").snapshot == {"count": 42}
+        moved = b.layer("working-memory").quarantined()
+    assert [m["state"] for m in moved] == [{"count": "not-an-int"}]

@@ -127,6 +127,8 @@ def _for_model(
             raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
         except BudgetExceededError as exc:
             raise ToolError(str(exc), code="budget_exceeded") from None
+        if not handle.saved:
+            return {"ok": True, "version": handle.version, "saved": False}
         return {"ok": True, "version": handle.version}
 
     return handler

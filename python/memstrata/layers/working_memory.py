@@ -281,7 +281,7 @@ class WorkingMemoryHandle:
                     )
                     self._take(layer.empty_state(), stored.version if stored else 0)
                     return
-                if self._quarantine(exc):
+                if self._quarantine(exc, stored.version if stored else None):
                     return
                 continue
             version: int | None = stored.version
@@ -292,13 +292,16 @@ class WorkingMemoryHandle:
                 return
         raise StorageRaceError(f"working memory {'/'.join(self.namespace)} kept changing")
 
-    def _quarantine(self, reason: Exception) -> bool:
+    def _quarantine(self, reason: Exception, checked: int | None) -> bool:
         """Copies the stored rows aside, then starts over from the initial state if nobody
-        wrote since; False (and nothing reset) if someone did."""
+        wrote since the state record at version ``checked`` failed (None: the rows could not
+        be read together); False, and nothing moved or reset, if someone did."""
         store, namespace = self.ctx.store, self.namespace
         rows = {key: store.get(namespace, key) for key in wm_stored.ALL_KEYS}
         snapshot = rows[wm_stored.STATE_KEY]
         version = snapshot.version if snapshot is not None else 0
+        if checked is not None and version != checked:
+            return False  # written since it was checked: read again, never move a new state
         moved_at = time.time()
         key = f"{QUARANTINE_PREFIX}{moved_at:.6f}"
         record = {name: row.value for name, row in rows.items() if row is not None}
@@ -488,7 +491,7 @@ class WorkingMemoryHandle:
     def _combine(self, base: State, patch: State, mode: Mode) -> State:
         if isinstance(patch, dict):
             if mode == "replace":
-                return dict(strip_unsafe_keys(patch))
+                return _copy(strip_unsafe_keys(patch))
             merged: State = deep_merge(
                 base, patch, arrays=self.layer.arrays, nulls=self.layer.nulls
             )
