@@ -27,7 +27,14 @@ Decisions where the seed is silent or its code disagrees with its text:
 * Beyond the seed, limits: a value is at most ``max_value_bytes`` of JSON (1 MiB) and the
   memory holds at most ``max_entries`` entries (100,000); a write past either is refused with
   :class:`~memstrata.exceptions.LimitExceededError` (overwriting an existing key never counts
-  as a new entry).
+  as a new entry). The entry count is checked against what the instance sees after catching up
+  with the store, so instances writing new keys at the same moment can pass it by those writes,
+  never without bound. A ``title`` or ``source`` holds at most 256 characters and a
+  ``description`` 4,000.
+* A stored row that is not an entry (written by other code) is skipped when reading; a write
+  over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost.
+* The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
+  stays within the layer's token budget (keys past it are counted, not listed).
 * Beyond the seed: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
   store, and every public read and every write first catches up with the store's change
   tracking. A new instance resumes a crashed workflow, and several instances on one store (two
@@ -67,6 +74,7 @@ from memstrata.prompts import (
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import ChangeMark
+from memstrata.tokens import EstimatingCounter, TokenCounter
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.shared_memory")
@@ -80,6 +88,8 @@ MEMORY_WRITE_SOURCE = "memory_write"
 DEFAULT_MAX_VALUE_BYTES = 1 << 20
 DEFAULT_MAX_ENTRIES = 100_000
 MAX_CREATED_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+MAX_TEXT_CHARS = {"source": 256, "title": 256, "description": 4_000}
+HINT_TITLE_CHARS = 120
 
 
 class _Keys:
@@ -273,6 +283,14 @@ class SharedMemory:
                 raise InvalidInputError(
                     f"{field_name} must be a str, got {type(field_value).__name__}"
                 )
+            limit = MAX_TEXT_CHARS[field_name]
+            if field_value is not None and len(field_value) > limit:
+                raise LimitExceededError(
+                    f"{field_name} is {len(field_value):,} characters; the limit is {limit:,}",
+                    setting=field_name,
+                    size=len(field_value),
+                    limit=limit,
+                )
         # Encoding now takes the value out of the caller's hands: later changes to it are theirs.
         encoded = codec.dumps(strip_unsafe_keys(value), validated=True)
         if len(encoded) > self.max_value_bytes:
@@ -346,7 +364,12 @@ class SharedMemory:
         if item is not None:
             return meta, sequence, (item.version, item.created_at)
         # Written by someone else since the refresh (or held there malformed): read it, keep
-        # its position, and write, in one transaction.
+        # its position, and write, in one transaction. A row that is no entry is copied aside
+        # first, so the write replaces nothing without a trace.
+        current = self._store.get(self._namespace, meta.key)
+        if current is not None and _position(current.value) is None:
+            aside = (*self._namespace, "quarantine")
+            self._store.put(aside, f"{meta.key}@{time.time():.6f}", current.value)
         prior: tuple[int, int] | None = None
 
         def write(current: Any) -> dict[str, Any]:
@@ -636,8 +659,11 @@ class SharedMemory:
                     "properties": {
                         "key": {"type": "string", "description": "Suffix; stored as shared:<key>."},
                         "value": {},
-                        "title": {"type": "string"},
-                        "description": {"type": "string"},
+                        "title": {"type": "string", "maxLength": MAX_TEXT_CHARS["title"]},
+                        "description": {
+                            "type": "string",
+                            "maxLength": MAX_TEXT_CHARS["description"],
+                        },
                     },
                     "required": ["key", "value"],
                     "additionalProperties": False,
@@ -649,14 +675,14 @@ class SharedMemory:
     # Layer protocol -------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> SharedMemoryHandle:
-        return SharedMemoryHandle(self)
+        return SharedMemoryHandle(self, ctx.tokens)
 
     def recall(self, handle: SharedMemoryHandle, budget: int) -> builtins.list[Message]:
-        text = MEMORY_TOOLS_SECTION
-        hint = handle.upstream_hint()
-        if hint:
-            text = f"{text}\n\n{hint}"
-        return [{"content": text}]
+        """The "Memory Tools" section, and the upstream hint within what is left of
+        ``budget`` (the section itself is fixed template, shown whole)."""
+        left = budget - handle.tokens.count(MEMORY_TOOLS_SECTION) - 2
+        hint = handle.upstream_hint(left)
+        return [{"content": f"{MEMORY_TOOLS_SECTION}\n\n{hint}" if hint else MEMORY_TOOLS_SECTION}]
 
     def observe(self, handle: SharedMemoryHandle, message: Message) -> None:
         """Nothing to do: the model writes through ``memory_write``."""
@@ -667,7 +693,7 @@ class SharedMemory:
     def on_spawn(self, handle: SharedMemoryHandle, child: RunContext) -> SharedMemoryHandle:
         """A spawned sub-run shares the workflow's memory (it is a step of the same workflow);
         use :meth:`copy` for an isolated one."""
-        return SharedMemoryHandle(handle.memory)
+        return SharedMemoryHandle(handle.memory, handle.tokens)
 
     def close(self, handle: SharedMemoryHandle, error: BaseException | None) -> None:
         """Nothing to flush: every write is already stored."""
@@ -677,23 +703,32 @@ class SharedMemoryHandle:
     """A run's view of the shared memory: the memory itself plus the upstream keys this run's
     step declared (shown to the model as a hint, values not included)."""
 
-    def __init__(self, memory: SharedMemory) -> None:
+    def __init__(self, memory: SharedMemory, tokens: TokenCounter | None = None) -> None:
         self.memory = memory
+        self.tokens = tokens if tokens is not None else EstimatingCounter()
         self.upstream: list[str] = []
 
     def require(self, keys: Iterable[str]) -> None:
         """Declares upstream keys (``step.dependsOn``, parent ``task.dependsOn``)."""
         self.upstream = list(dict.fromkeys([*self.upstream, *keys]))
 
-    def upstream_hint(self) -> str:
-        """The "Required upstream memory" lines: each declared key and its title, if any."""
+    def upstream_hint(self, budget: int | None = None) -> str:
+        """The "Required upstream memory" lines: each declared key and its title, if any, on
+        one line; within ``budget`` tokens, the keys past it counted, not listed."""
         if not self.upstream:
             return ""
         lines = [UPSTREAM_HEADER]
-        for key in self.upstream:
+        used = self.tokens.count(UPSTREAM_HEADER)
+        for index, key in enumerate(self.upstream):
             record = self.memory._find(key)  # the title only: no value decoded
-            title = record.meta.title if record is not None else None
-            lines.append(f"- {key} — {title}" if title else f"- {key}")
+            title = " ".join((record.meta.title or "").split()) if record is not None else ""
+            line = f"- {key} — {title[:HINT_TITLE_CHARS]}" if title else f"- {key}"
+            cost = self.tokens.count(line) + 1
+            if budget is not None and used + cost > budget:
+                lines.append(f"- ... {len(self.upstream) - index} more; call `memory_list`")
+                break
+            lines.append(line)
+            used += cost
         return "\n".join(lines)
 
 
