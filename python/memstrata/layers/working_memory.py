@@ -578,7 +578,11 @@ def _fits(block: str, limit: int) -> bool:
 def _copy(state: State) -> State:
     if isinstance(state, str):
         return state
-    copied: State = orjson.loads(orjson.dumps(state))
+    try:
+        copied: State = orjson.loads(orjson.dumps(state))
+    except orjson.JSONEncodeError:
+        codec.dumps(state)  # names what cannot be copied as JSON: nesting past the limit
+        raise
     return copied
 
 
