@@ -408,8 +408,9 @@ def test_two_instances_on_one_store_see_each_others_writes(
     assert here.get_value("input:q") == "changed"
     assert here.get("input:q").created_at == first.created_at  # type: ignore[union-attr]
     assert keys(here.list()) == ["input:q", "shared:fact", "task:t"]
-    # max_entries counts what is stored, whoever wrote it.
+    # max_entries counts what is stored, whoever wrote it, as of the instance's last read.
     here.set(key="step:s", kind="step_result", value=0)
+    assert len(there) == 4
     with pytest.raises(LimitExceededError):
         there.set(key="step:one-too-many", kind="step_result", value=0)
     # Deletions show on the other side too.
@@ -428,22 +429,24 @@ def test_a_write_racing_another_instance_keeps_the_stored_position(
     still lands, with the createdAt and place of the entry it overwrites."""
     store, ns = InMemoryStore(), ("wf", "r")
     here, there = SharedMemory(store=store, namespace=ns), SharedMemory(store=store, namespace=ns)
-    here.set(key="task:first", kind="task_result", value=0)
+    with frozen_time(monkeypatch, 1_900_000_000.0):
+        here.set(key="task:first", kind="task_result", value=0)
     conditional_write = store.put_if_version
 
     def racing(*args: Any, **kwargs: Any) -> Any:
         monkeypatch.setattr(store, "put_if_version", conditional_write)
-        with frozen_time(monkeypatch, 1_700_000_000.0):
+        with frozen_time(monkeypatch, 1_900_000_001.0):
             there.set(key="task:raced", kind="task_result", value="theirs")
         return conditional_write(*args, **kwargs)
 
     monkeypatch.setattr(store, "put_if_version", racing)
-    with frozen_time(monkeypatch, 1_800_000_000.0):
+    with frozen_time(monkeypatch, 1_900_000_002.0):
         mine = here.set(key="task:raced", kind="task_result", value="mine")
     theirs = there.get("task:raced")
     assert theirs is not None and theirs.value == "mine" == here.get_value("task:raced")
-    assert mine.created_at == theirs.created_at == 1_700_000_000_000
-    here.set(key="task:last", kind="task_result", value=0)
+    assert mine.created_at == theirs.created_at == 1_900_000_001_000
+    with frozen_time(monkeypatch, 1_900_000_003.0):
+        here.set(key="task:last", kind="task_result", value=0)
     assert keys(there.list()) == keys(here.list()) == ["task:first", "task:raced", "task:last"]
 
 

@@ -118,12 +118,13 @@ def exact_count(
         return known
     parts = split(text) if split is not None else (text,)
     with _exact_lock:
-        counts = [kept.get(part) for part in parts]
-    total, new = 0, {}
-    for part, tokens in zip(parts, counts):
-        if tokens is None:
-            tokens = new[part] = count_tokens(part, encoding=counter.encoding)
-        total += tokens
+        counts = list(map(kept.get, parts))
+    new = {}
+    if None in counts:
+        for index, part in enumerate(parts):
+            if counts[index] is None:
+                counts[index] = new[part] = count_tokens(part, encoding=counter.encoding)
+    total: int = sum(counts)  # type: ignore[arg-type]
     new[text] = total
     _keep(kept, new)
     return total

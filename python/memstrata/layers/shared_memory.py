@@ -8,12 +8,10 @@ pulled on demand instead of being pasted into every prompt.
 
 Decisions where the seed is silent or its code disagrees with its text:
 
-* Entries are ordered by first write: each new key takes the next sequence number, stored with
-  the entry, and an overwrite keeps the number and ``createdAt``. The order therefore survives a
-  restart even for entries written in the same millisecond. Entries stored without a number (by
-  an earlier version) come first, by ``createdAt`` then key. Two processes writing new keys at
-  the same moment may draw the same number; those order by ``createdAt`` then key, the same in
-  every instance.
+* Entries are ordered by first write: by ``createdAt`` (kept on overwrite), then by a sequence
+  number each new key takes, stored with the entry, so entries written in the same millisecond
+  keep their order after a restart; then by key (entries stored by earlier versions have no
+  number, and two servers may draw the same one), the same in every instance.
 * ``memory_list`` is capped at 200 entries and returns the *newest* 200 in that order, as the
   document says (the seed's code keeps the oldest). Descriptions longer than 240 characters are
   cut there, with "…" appended, as the seed's tool does; ``memory_read`` returns them whole.
@@ -27,16 +25,16 @@ Decisions where the seed is silent or its code disagrees with its text:
 * Beyond the seed, limits: a value is at most ``max_value_bytes`` of JSON (1 MiB) and the
   memory holds at most ``max_entries`` entries (100,000); a write past either is refused with
   :class:`~memstrata.exceptions.LimitExceededError` (overwriting an existing key never counts
-  as a new entry). The entry count is checked against what the instance sees after catching up
-  with the store, so instances writing new keys at the same moment can pass it by those writes,
-  never without bound. A ``title`` or ``source`` holds at most 256 characters and a
+  as a new entry). The entry count is checked against what the instance has read from the
+  store, so servers writing new keys between their reads can pass it by those writes, never
+  without bound. A ``title`` or ``source`` holds at most 256 characters and a
   ``description`` 4,000.
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost.
 * The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
   stays within the layer's token budget (keys past it are counted, not listed).
 * Beyond the seed: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
-  store, and every public read and every write first catches up with the store's change
+  store, and every public read first catches up with the store's change
   tracking. A new instance resumes a crashed workflow, and several instances on one store (two
   agent servers) see each other's writes and deletions. Without a store the memory lives in the
   process.
@@ -174,7 +172,7 @@ class _Record:
         stamp: tuple[int, float] | None = None,
     ) -> None:
         self.meta, self.encoded, self.sequence, self.stamp = meta, encoded, sequence, stamp
-        self.order = (sequence, meta.created_at, meta.key)
+        self.order = (meta.created_at, sequence, meta.key)
         # The tools' views, built once: a model lists and reads far more often than it writes.
         self.listed, self.read = meta.metadata(), meta.to_json()
 
@@ -244,7 +242,7 @@ class SharedMemory:
         self._store = store
         self._namespace = tuple(namespace)
         self._lock = threading.RLock()
-        # Kept in (sequence, createdAt, key) order: iteration order is listing order.
+        # Kept in (createdAt, sequence, key) order: iteration order is listing order.
         self._entries: dict[str, _Record] = {}
         self._mark: ChangeMark | None = None  # how far into the store's history we have read
         self._listeners: list[Listener] = []
@@ -302,7 +300,8 @@ class SharedMemory:
                 limit=self.max_value_bytes,
             )
         with self._lock:
-            self._refresh()
+            # No catch-up first: a key another server wrote since keeps its createdAt and place
+            # all the same (the conditional write fails over to one that reads the stored row).
             old = self._entries.get(key)
             if old is None and len(self._entries) >= self.max_entries:
                 raise LimitExceededError(

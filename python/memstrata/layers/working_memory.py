@@ -563,9 +563,9 @@ def _json_lines(block: str) -> list[str]:
     of the BPE pre-tokenizer spans a break there. A break ends the piece it is in, and only a
     line starting with '/' could join the piece before it: no JSON line does, and the closing
     tag, which does, stays with the last line."""
-    lines = [f"{line}\n" for line in block.split("\n")]
+    lines = block.replace("\n", "\n\0").split("\0")  # NUL never occurs in JSON text
     closing = lines.pop()
-    lines[-1] += closing[:-1]
+    lines[-1] += closing
     return lines
 
 
