@@ -23,6 +23,7 @@ Model names map to encodings by longest prefix (``gpt-4o-mini-2024-07-18`` -> o2
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -87,12 +88,14 @@ class EstimatingCounter:
         return f"EstimatingCounter(model={self.model!r})"
 
 
-# Exact counts of texts a budget check counted, by encoding and content: a layer that checks its
-# block when it is written meets the same text (or most of its lines) again when the next run
-# renders it. Bounded by the characters held; the oldest go first.
-_EXACT_KEPT_CHARS = 1 << 20
-_exact: dict[str, dict[str, int]] = {}
-_exact_chars = 0
+# Exact counts a budget check made, by encoding and content: a layer that checks its block when
+# it is written meets the same text again when the next run renders it, and most of its lines
+# in the next update. Whole texts: the last _TEXTS_KEPT. Parts: all of them, forgotten together
+# once there are _PARTS_KEPT (a part seen since is counted again, once).
+_TEXTS_KEPT = 32
+_PARTS_KEPT = 1 << 16
+_texts: dict[str, OrderedDict[str, int]] = {}
+_parts: dict[str, dict[str, int]] = {}
 _exact_lock = threading.Lock()
 
 
@@ -111,37 +114,34 @@ def exact_count(
     """
     if not isinstance(counter, EstimatingCounter):
         return counter.count(text)
+    encoding = counter.encoding
     with _exact_lock:
-        kept = _exact.setdefault(counter.encoding, {})
-        known = kept.get(text)
+        texts = _texts.setdefault(encoding, OrderedDict())
+        known = texts.get(text)
     if known is not None:
         return known
-    parts = split(text) if split is not None else (text,)
+    if split is None:
+        total = count_tokens(text, encoding=encoding)
+    else:
+        parts = split(text)
+        with _exact_lock:
+            kept = _parts.setdefault(encoding, {})
+            counts = list(map(kept.get, parts))
+        if None in counts:
+            new = {}
+            for index, part in enumerate(parts):
+                if counts[index] is None:
+                    counts[index] = new[part] = count_tokens(part, encoding=encoding)
+            with _exact_lock:
+                if len(kept) + len(new) > _PARTS_KEPT:
+                    kept.clear()
+                kept.update(new)
+        total = sum(counts)  # type: ignore[arg-type]
     with _exact_lock:
-        counts = list(map(kept.get, parts))
-    new = {}
-    if None in counts:
-        for index, part in enumerate(parts):
-            if counts[index] is None:
-                counts[index] = new[part] = count_tokens(part, encoding=counter.encoding)
-    total: int = sum(counts)  # type: ignore[arg-type]
-    new[text] = total
-    _keep(kept, new)
+        texts[text] = total
+        while len(texts) > _TEXTS_KEPT:
+            texts.popitem(last=False)
     return total
-
-
-def _keep(kept: dict[str, int], new: dict[str, int]) -> None:
-    global _exact_chars
-    with _exact_lock:
-        for text, tokens in new.items():
-            if text not in kept:
-                kept[text] = tokens
-                _exact_chars += len(text)
-        while _exact_chars > _EXACT_KEPT_CHARS:
-            largest = max(_exact.values(), key=len)
-            oldest = next(iter(largest))
-            del largest[oldest]
-            _exact_chars -= len(oldest)
 
 
 class ExactCounter:

@@ -404,7 +404,8 @@ class WorkingMemoryHandle:
         if mode not in ("append", "replace"):
             raise InvalidInputError(f"mode must be 'append' or 'replace', got {mode!r}")
         patch = self._coerce(patch)
-        return self._write(lambda state: self._combine(state, patch, mode))
+        self._write(lambda state: self._combine(state, patch, mode))
+        return self.snapshot
 
     def clear(self) -> None:
         """Empties the state (a template does not come back; the model cleared it on purpose)."""
@@ -437,7 +438,7 @@ class WorkingMemoryHandle:
         self._legacy[source][key] += 1
         return self._version
 
-    def _write(self, change: Any) -> State:
+    def _write(self, change: Any) -> None:
         if self.layer.read_only:
             raise ReadOnlyError("working memory is read-only")
         for _ in range(MAX_WRITE_ATTEMPTS):
@@ -446,7 +447,7 @@ class WorkingMemoryHandle:
             self._checked(new, strip=False)
             if not self.saved:
                 self._take(new, self._version, body)
-                return _copy(new)
+                return
             encoded = body.encode() if self.layer.structured and body else None
             item = self.ctx.store.put_if_version(
                 self.namespace,
@@ -458,7 +459,7 @@ class WorkingMemoryHandle:
             )
             if item is not None:
                 self._take(new, item.version, body)
-                return _copy(new)
+                return
             self.load()  # another writer got there first: merge into what they wrote
         raise StorageRaceError(
             f"working memory {'/'.join(self.namespace)}: {MAX_WRITE_ATTEMPTS} attempts to "
