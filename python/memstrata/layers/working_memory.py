@@ -286,7 +286,7 @@ class WorkingMemoryHandle:
                 continue
             version: int | None = stored.version
             if stored.legacy and not layer.read_only:
-                version = wm_stored.fold_legacy_rows(store, self.namespace, stored)
+                version = wm_stored.fold_legacy_rows(store, self.namespace, stored, state)
             if version is not None:
                 self._take(state, version)
                 return
