@@ -6,6 +6,7 @@ CI runs derandomized so a red build is reproducible; locally every run explores 
 from __future__ import annotations
 
 import os
+import pathlib
 from collections.abc import Iterator
 
 import pytest
@@ -31,3 +32,26 @@ def postgres_url() -> Iterator[str]:
 
     with throwaway_cluster() as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_connections(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> Iterator[tuple[object, object]]:
+    """Two connections to one store, as two processes would hold (SQLite, then PostgreSQL)."""
+    from store_checks import empty_postgres_tables
+
+    from memstrata.stores import PostgresStore, SQLiteStore
+
+    first: object
+    second: object
+    if request.param == "sqlite":
+        first, second = SQLiteStore(tmp_path / "two.db"), SQLiteStore(tmp_path / "two.db")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        first = PostgresStore(url)
+        empty_postgres_tables(url)
+        second = PostgresStore(url)
+    yield first, second
+    first.close()  # type: ignore[attr-defined]
+    second.close()  # type: ignore[attr-defined]

@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 import pytest
-from store_checks import empty_postgres_tables
 
 from memstrata import MemoryStack, SQLiteStore
 from memstrata.exceptions import (
@@ -23,7 +22,7 @@ from memstrata.exceptions import (
     UnsupportedTypeError,
 )
 from memstrata.layers import SharedMemory, memory_keys
-from memstrata.stores import InMemoryStore, PostgresStore, Store
+from memstrata.stores import InMemoryStore, Store
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -363,23 +362,6 @@ def test_malformed_stored_entries_are_skipped_not_deleted(caplog: pytest.LogCapt
     assert keys(memory.list()) == ["ok"]
     assert caplog.text.count("skipping malformed shared-memory entry") == 3
     assert len(store.list(ns)) == 4
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def two_connections(
-    request: pytest.FixtureRequest, tmp_path: pathlib.Path
-) -> Iterator[tuple[Store, Store]]:
-    """Two connections to one store, as two processes would hold."""
-    if request.param == "sqlite":
-        first, second = SQLiteStore(tmp_path / "shared.db"), SQLiteStore(tmp_path / "shared.db")
-    else:
-        url = request.getfixturevalue("postgres_url")
-        first = PostgresStore(url)
-        empty_postgres_tables(url)
-        second = PostgresStore(url)
-    yield first, second
-    first.close()
-    second.close()
 
 
 def test_two_instances_on_one_store_see_each_others_writes(

@@ -13,7 +13,6 @@ import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_checks import empty_postgres_tables
 
 from memstrata.exceptions import (
     BudgetExceededError,
@@ -25,7 +24,7 @@ from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_stored import read_state
 from memstrata.layers.working_memory import WorkingMemoryHandle
 from memstrata.stack import MemoryStack
-from memstrata.stores import InMemoryStore, PostgresStore, SQLiteStore, Store
+from memstrata.stores import InMemoryStore, SQLiteStore, Store
 from memstrata.tokens import EstimatingCounter, count_tokens
 
 PROFILE_SCHEMA: dict[str, Any] = {
@@ -408,20 +407,6 @@ def test_configuration_errors() -> None:
         WorkingMemory(schema={"type": 12})
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def two_connections(
-    request: pytest.FixtureRequest, db: pathlib.Path
-) -> Iterator[tuple[Store, Store]]:
-    """Two connections to one store, as two processes would hold."""
-    if request.param == "sqlite":
-        yield SQLiteStore(db), SQLiteStore(db)
-        return
-    url = request.getfixturevalue("postgres_url")
-    first = PostgresStore(url)
-    empty_postgres_tables(url)
-    yield first, PostgresStore(url)
-
-
 def test_a_long_lived_layer_starts_each_run_from_the_current_state(
     two_connections: tuple[Store, Store],
 ) -> None:
@@ -456,8 +441,6 @@ def test_a_long_lived_layer_starts_each_run_from_the_current_state(
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state == {}
         assert run.layer("working-memory").quarantined()[0]["state"] == {"age": "not a number"}
-    other.close()
-    store.close()
 
 
 # Spawned runs, scopes and read-only layers ---------------------------------------------------

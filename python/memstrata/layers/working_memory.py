@@ -416,16 +416,7 @@ class WorkingMemoryHandle:
         dict), unless the same call already came through the other path in this run (a
         server may both run the call and pass the response to ``observe``); returns the
         version after it."""
-        if isinstance(arguments, (str, bytes)):
-            try:
-                arguments = orjson.loads(arguments)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInputError(f"arguments are not valid JSON: {exc}") from None
-        if not isinstance(arguments, Mapping):
-            raise InvalidInputError(
-                f"{LEGACY_TOOL} takes an object, got {type(arguments).__name__}"
-            )
-        arguments = dict(arguments)
+        arguments = _json_object(arguments, f"{LEGACY_TOOL}'s arguments")
         key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
         other = self._legacy["call_tool" if source == "observe" else "observe"]
         if other[key]:
@@ -471,17 +462,7 @@ class WorkingMemoryHandle:
 
     def _coerce(self, patch: Any) -> State:
         if self.layer.structured:
-            if isinstance(patch, (str, bytes)):
-                try:
-                    patch = orjson.loads(patch)
-                except orjson.JSONDecodeError as exc:
-                    raise InvalidInputError(f"update is not valid JSON: {exc}") from None
-            if not isinstance(patch, Mapping):
-                raise InvalidInputError(
-                    "this working memory holds a JSON object; the update must be an object, "
-                    f"got {type(patch).__name__}"
-                )
-            return dict(patch)
+            return _json_object(patch, "the update (this working memory holds a JSON object)")
         if not isinstance(patch, str):
             raise InvalidInputError(
                 "this working memory holds text; the update must be a string, "
@@ -550,6 +531,18 @@ class WorkingMemoryHandle:
                     limit=limit,
                 )
         return body
+
+
+def _json_object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` (a mapping, or its JSON text) as a dict; raises naming ``what`` otherwise."""
+    if isinstance(value, (str, bytes)):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be an object, got {type(value).__name__}")
+    return dict(value)
 
 
 def _body_of(state: State) -> str:
