@@ -800,3 +800,17 @@ def test_a_state_written_after_a_bad_one_was_read_is_never_moved_aside(
         assert b.layer("working-memory").snapshot == {"count": 42}
         moved = b.layer("working-memory").quarantined()
     assert [m["state"] for m in moved] == [{"count": "not-an-int"}]
+
+
+def test_a_write_after_someone_stored_an_unreadable_state_moves_it_aside_first(
+    store: SQLiteStore,
+) -> None:
+    ns = ("working-memory", "thread", "t")
+    with stack_with(store, schema=PROFILE_SCHEMA).run(thread_id="t") as run:
+        assert call(run, "working-memory/update", {"age": 1})["ok"]
+        store.put(ns, "state", {"age": "written by other code"})
+        assert call(run, "working-memory/update", {"goals": ["g"]}) == {"ok": True, "version": 4}
+        assert run.layer("working-memory").snapshot == {"goals": ["g"]}
+        (moved,) = run.layer("working-memory").quarantined()
+    assert moved["state"] == {"age": "written by other code"}
+    assert read_state(store, ns) == ({"goals": ["g"]}, 4)

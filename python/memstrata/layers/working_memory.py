@@ -430,32 +430,53 @@ class WorkingMemoryHandle:
         return self._version
 
     def _write(self, change: Any) -> None:
+        """Writes ``change(state)``: without reading, if the store still holds the state this
+        run holds; else, after another writer got there first, merged into what they wrote
+        inside one store transaction (which waits for no one and so cannot be starved)."""
         if self.layer.read_only:
             raise ReadOnlyError("working memory is read-only")
-        for _ in range(MAX_WRITE_ATTEMPTS):
-            new = change(self._state)
-            body = self._admitted(new)
-            self._checked(new, strip=False)
-            if not self.saved:
-                self._take(new, self._version, body)
-                return
-            encoded = body.encode() if self.layer.structured and body else None
-            item = self.ctx.store.put_if_version(
-                self.namespace,
-                wm_stored.STATE_KEY,
-                new,
-                expected_version=self._version,
-                validated=True,
-                encoded=encoded,
-            )
-            if item is not None:
-                self._take(new, item.version, body)
-                return
-            self.load()  # another writer got there first: merge into what they wrote
-        raise StorageRaceError(
-            f"working memory {'/'.join(self.namespace)}: {MAX_WRITE_ATTEMPTS} attempts to "
-            "write lost to other writers"
+        new, body = self._changed(self._state, change)
+        if not self.saved:
+            self._take(new, self._version, body)
+            return
+        item = self.ctx.store.put_if_version(
+            self.namespace,
+            wm_stored.STATE_KEY,
+            new,
+            expected_version=self._version,
+            validated=True,
+            encoded=body.encode() if self.layer.structured and body else None,
         )
+        if item is not None:
+            self._take(new, item.version, body)
+            return
+        written: list[tuple[State, str]] = []
+
+        def merge(current: Any) -> State:
+            try:
+                base = self.layer.initial_state() if current is None else self._checked(current)
+            except (SchemaViolationError, InvalidInputError) as exc:
+                raise _StoredStateUnreadable from exc
+            written.append(self._changed(base, change))
+            return written[-1][0]
+
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            try:
+                item = self.ctx.store.update(self.namespace, wm_stored.STATE_KEY, merge)
+            except _StoredStateUnreadable:
+                self.load()  # moves the unreadable state aside; then merge into what is there
+                continue
+            new, body = written[-1]
+            self._take(new, item.version, body)
+            return
+        raise StorageRaceError(f"working memory {'/'.join(self.namespace)} kept changing")
+
+    def _changed(self, state: State, change: Any) -> tuple[State, str]:
+        """``change(state)`` and the body of its block, if it is within every limit."""
+        new = change(state)
+        body = self._admitted(new)
+        self._checked(new, strip=False)
+        return new, body
 
     def _take(self, state: State, version: int, body: str | None = None) -> None:
         self._state, self._version, self._body = state, version, body
@@ -531,6 +552,10 @@ class WorkingMemoryHandle:
                     limit=limit,
                 )
         return body
+
+
+class _StoredStateUnreadable(Exception):
+    """The stored state another writer left fails the kind or schema check."""
 
 
 def _json_object(value: Any, what: str) -> dict[str, Any]:
