@@ -12,8 +12,8 @@ Decisions where the two are silent or disagree:
 * A write is refused when the block would pass the layer's token budget (``budget.max``, or its
   share of the stack's total, if smaller), counted exactly, or ``max_state_bytes``; the error
   names the tool call that shortens the memory.
-* One record in the store (:mod:`~memstrata.layers.wm_stored`), written with ``put_if_version``:
-  a writer that lost a race reads the winner's state and merges again.
+* One record in the store (:mod:`~memstrata.layers.wm_stored`), written with ``put_if_version``;
+  a writer that lost a race merges into the winner's state inside one store transaction.
 * A stored state failing the schema is moved aside under ``quarantine/<time>`` and the layer
   starts over; a read-only layer never writes, shows nothing of it, and logs why.
 * A spawned child in the parent's namespace gets a copy of its state (resource scope) or its
@@ -67,8 +67,8 @@ State = str | dict[str, Any]
 
 QUARANTINE_PREFIX = "quarantine/"
 DEFAULT_MAX_STATE_BYTES = 1 << 20
-# Each attempt that loses a race reads what the winner wrote and merges again; plain contention
-# never needs this many.
+# Reads that race a write, and stored states moved aside, are tried again this many times; plain
+# contention never needs more than one.
 MAX_WRITE_ATTEMPTS = 100
 _SCOPES = {"thread": "thread", "conversation": "thread", "resource": "resource", "user": "resource"}
 
