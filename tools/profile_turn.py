@@ -4,7 +4,7 @@ Usage: python tools/profile_turn.py OUT.md [--turns N] [--label TEXT]
 
 Builds the scenario, warms up, runs N turns under cProfile and writes a markdown report: the
 median turn time under the profiler and outside it, then the top entries by own time and by
-cumulative time, with paths shortened to the package. The README quotes these files; wall-clock
+cumulative time, with paths shortened to the package. Wall-clock
 numbers on a shared machine are approximate, the ranking of the entries is what matters.
 """
 
