@@ -193,3 +193,15 @@ def test_tools_with_equal_schemas_share_one_compiled_check() -> None:
     odd = Tool("t", "d", {"type": "object", "properties": {"n": {"enum": [{1, 2}]}}}, handler)
     odd.check({"n": 3}, "$", problems)  # not JSON: compiled on its own, still checks
     assert problems[-1].startswith("$.n: 3 is not one of")
+
+
+def test_an_integer_past_64_bits_is_refused_not_rounded() -> None:
+    """orjson reads such an integer as a float: stored, it would be silently another number."""
+    with pytest.raises(ToolError, match=r"\$\.a\[1\]: the integer 123456789012345678901234567890"):
+        parse_arguments('{"a": [1, 123456789012345678901234567890]}')
+    with pytest.raises(ToolError, match=r"\$\.n: the integer -9223372036854775809"):
+        parse_arguments(b'{"n": -9223372036854775809}')
+    edges = '{"max": 18446744073709551615, "min": -9223372036854775808}'
+    assert parse_arguments(edges) == {"max": 2**64 - 1, "min": -(2**63)}
+    # Long runs of digits inside strings are text.
+    assert parse_arguments('{"id": "123456789012345678901234567890"}')["id"].startswith("1234")

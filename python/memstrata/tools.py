@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -200,17 +201,49 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
         if not arguments.strip():
             return {}
         try:
-            arguments = orjson.loads(arguments)
+            parsed = orjson.loads(arguments)
         except orjson.JSONDecodeError as exc:
             raise ToolError(
                 f"arguments are not valid JSON: {exc}", code="invalid_arguments"
             ) from None
+        _refuse_long_integers(arguments)
+        arguments = parsed
     if not isinstance(arguments, dict):
         raise ToolError(
             f"arguments must be a JSON object, got {_json_type(arguments)}",
             code="invalid_arguments",
         )
     return arguments
+
+
+# 2**63 has 19 digits: a run of 19 or more may be an integer orjson reads as a rounded float.
+_LONG_DIGITS = re.compile(r"[0-9]{19,}")
+_LONG_DIGITS_BYTES = re.compile(rb"[0-9]{19,}")
+
+
+def _refuse_long_integers(text: str | bytes | bytearray) -> None:
+    """Refuses an integer past the 64-bit range, which orjson would read as a rounded float
+    (and no store can hold): the text is parsed again, exactly, only when it has such a run of
+    digits (in a string or not)."""
+    pattern = _LONG_DIGITS if isinstance(text, str) else _LONG_DIGITS_BYTES
+    if pattern.search(text) is None:  # type: ignore[arg-type]
+        return
+    try:
+        exact = json.loads(text)
+    except (ValueError, RecursionError):
+        return  # orjson accepted it; json's own limits are not the caller's problem
+    pending: list[tuple[str, Any]] = [("$", exact)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend((f"{path}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+        elif type(value) is int and not -(2**63) <= value < 2**64:
+            raise ToolError(
+                f"{path}: the integer {value} is past the 64-bit range JSON storage holds",
+                code="invalid_arguments",
+            )
 
 
 def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
