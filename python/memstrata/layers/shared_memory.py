@@ -679,8 +679,9 @@ class SharedMemory:
     def recall(self, handle: SharedMemoryHandle, budget: int) -> builtins.list[Message]:
         """The "Memory Tools" section, and the upstream hint within what is left of
         ``budget`` (the section itself is fixed template, shown whole)."""
-        left = budget - handle.tokens.count(MEMORY_TOOLS_SECTION) - 2
-        hint = handle.upstream_hint(left)
+        hint = ""
+        if handle.upstream:
+            hint = handle.upstream_hint(budget - handle.tokens.count(MEMORY_TOOLS_SECTION) - 2)
         return [{"content": f"{MEMORY_TOOLS_SECTION}\n\n{hint}" if hint else MEMORY_TOOLS_SECTION}]
 
     def observe(self, handle: SharedMemoryHandle, message: Message) -> None:

@@ -350,7 +350,7 @@ class WorkingMemoryHandle:
         block = self._block(body)
         limit = min(budget, layer.budget.max)
         if not _fits(block, limit):
-            tokens = self._tokens(body)
+            tokens = self._tokens(block)
             if tokens > limit:
                 block = self._cut(body, tokens, limit)
         return [{"content": f"{block}\n{layer.tool_names['guidelines']}"}]
@@ -379,10 +379,10 @@ class WorkingMemoryHandle:
             self._body = _body_of(self._state)
         return self._body
 
-    def _tokens(self, body: str) -> int:
-        """Exact tokens of the block of ``body``."""
-        split = _json_lines if self.layer.structured and body else None
-        return exact_count(self.ctx.tokens, self._block(body), split)
+    def _tokens(self, block: str) -> int:
+        """Exact tokens of ``block``; a structured one is counted line by line."""
+        split = _json_lines if self.layer.structured else None
+        return exact_count(self.ctx.tokens, block, split)
 
     def _block(self, body: str) -> str:
         label = self.layer.label
@@ -542,8 +542,9 @@ class WorkingMemoryHandle:
                 limit=layer.max_state_bytes,
             )
         limit = min(layer.budget.max, self.ctx.budgets.get(layer.name, layer.budget.max))
-        if not _fits(self._block(body), limit):
-            tokens = self._tokens(body)
+        block = self._block(body)
+        if not _fits(block, limit):
+            tokens = self._tokens(block)
             if tokens > limit:
                 raise BudgetExceededError(
                     f"working memory would be {tokens} tokens, over this layer's limit of "
