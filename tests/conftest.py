@@ -34,18 +34,20 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def two_connections(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path
 ) -> Iterator[tuple[object, object]]:
-    """Two connections to one store, as two processes would hold (SQLite, then PostgreSQL)."""
+    """Two connections to one store, as two processes would hold (one store, for memory)."""
     from store_checks import empty_postgres_tables
 
-    from memstrata.stores import PostgresStore, SQLiteStore
+    from memstrata.stores import InMemoryStore, PostgresStore, SQLiteStore
 
     first: object
     second: object
-    if request.param == "sqlite":
+    if request.param == "memory":
+        first = second = InMemoryStore()
+    elif request.param == "sqlite":
         first, second = SQLiteStore(tmp_path / "two.db"), SQLiteStore(tmp_path / "two.db")
     else:
         url = request.getfixturevalue("postgres_url")

@@ -317,27 +317,6 @@ def test_the_header_is_built_from_the_store_at_run_start(store: Store) -> None:
     assert "Visible next run" in header_of(stack)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def two_connections(
-    request: pytest.FixtureRequest, tmp_path: pathlib.Path
-) -> Iterator[tuple[Store, Store]]:
-    """Two connections to one store, as two processes would hold (one store, for memory)."""
-    first: Store
-    second: Store
-    if request.param == "memory":
-        first = second = InMemoryStore()
-    elif request.param == "sqlite":
-        first, second = SQLiteStore(tmp_path / "mind.db"), SQLiteStore(tmp_path / "mind.db")
-    else:
-        url = request.getfixturevalue("postgres_url")
-        first = PostgresStore(url)
-        empty_postgres_tables(url)
-        second = PostgresStore(url)
-    yield first, second
-    first.close()
-    second.close()
-
-
 def test_a_long_lived_layer_sees_every_change_made_elsewhere(
     two_connections: tuple[Store, Store],
 ) -> None:

@@ -193,9 +193,9 @@ def test_union_drops_duplicates_already_in_the_base() -> None:
     # The first occurrence stays: 1 (not 1.0), {"k": 1} (not {"k": 1.0}); True is not 1.
     assert dump(out) == dump([{"k": 1}, 1, True, [1], 2])
     assert dump(merged_both_ways([1.0, 1], [], arrays="union")) == "[1.0]"
-    base = [{"k": 1}, {"k": 1}]
-    out = deep_merge(base, [], arrays="union")
-    assert out == [{"k": 1}] and out[0] is base[0]
+    # The base's own duplicates go too, the first occurrence staying ({"k": 1}, an int).
+    out = deep_merge([{"k": 1}, {"k": 1.0}], [], arrays="union")
+    assert out == [{"k": 1}] and type(out[0]["k"]) is int
 
 
 def test_union_drops_base_duplicates_past_the_pairwise_limit() -> None:

@@ -758,7 +758,8 @@ def test_a_structured_block_counted_line_by_line_is_its_exact_count(
             handle = run.layer(name)
             handle._take(state, 0)
             body = handle._rendered()
-            assert handle._tokens(body) == count_tokens(handle._block(body), encoding=encoding)
+            block = handle._block(body)
+            assert handle._tokens(block) == count_tokens(block, encoding=encoding)
 
 
 def test_a_journal_that_belongs_to_no_state_is_moved_aside_never_replayed(
