@@ -25,7 +25,7 @@ from memstrata.layers.wm_stored import read_state
 from memstrata.layers.working_memory import WorkingMemoryHandle
 from memstrata.stack import MemoryStack
 from memstrata.stores import InMemoryStore, SQLiteStore, Store
-from memstrata.tokens import EstimatingCounter, count_tokens
+from memstrata.tokens import EstimatingCounter, count_tokens, exact_count, json_lines
 
 PROFILE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -322,6 +322,18 @@ def test_observe_accepts_anthropic_tool_use_blocks(store: SQLiteStore) -> None:
     }
     with stack_with(store, schema={"type": "object"}).run(thread_id="t") as run:
         assert run.observe(message) == []
+        assert run.layer("working-memory").snapshot == {"k": "v"}
+
+
+def test_observe_accepts_responses_api_function_call_items(store: SQLiteStore) -> None:
+    item = {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "updateWorkingMemory",
+        "arguments": '{"k": "v"}',
+    }
+    with stack_with(store, schema={"type": "object"}).run(thread_id="t") as run:
+        assert run.observe(item) == []
         assert run.layer("working-memory").snapshot == {"k": "v"}
 
 
@@ -759,7 +771,7 @@ def test_a_structured_block_counted_line_by_line_is_its_exact_count(
             handle._take(state, 0)
             body = handle._rendered()
             block = handle._block(body)
-            assert handle._tokens(block) == count_tokens(block, encoding=encoding)
+            assert exact_count(counter, block, json_lines) == count_tokens(block, encoding=encoding)
 
 
 def test_a_journal_that_belongs_to_no_state_is_moved_aside_never_replayed(

@@ -46,7 +46,9 @@ __all__ = [
     "estimate_messages",
     "estimate_tokens",
     "exact_count",
+    "exact_count_over",
     "fits_within",
+    "json_lines",
 ]
 
 Messages = Sequence[Mapping[str, Any]]
@@ -142,6 +144,35 @@ def exact_count(
         while len(texts) > _TEXTS_KEPT:
             texts.popitem(last=False)
     return total
+
+
+def exact_count_over(
+    counter: TokenCounter,
+    text: str,
+    limit: int,
+    split: Callable[[str], Sequence[str]] | None = None,
+) -> int | None:
+    """``text``'s exact tokens (see :func:`exact_count`) when they pass ``limit``; None when
+    it fits. A BPE token covers at least one byte, so with an :class:`EstimatingCounter`'s
+    encoding a text of at most ``limit`` bytes fits without being counted."""
+    fits_bytes = len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= limit
+    if fits_bytes and isinstance(counter, EstimatingCounter):
+        return None
+    tokens = exact_count(counter, text, split)
+    return tokens if tokens > limit else None
+
+
+def json_lines(text: str) -> list[str]:
+    """Indented JSON (optionally closed by a final line such as ``</tag>``) cut after each line
+    break, a ``split`` for :func:`exact_count`: no piece of the BPE pre-tokenizer spans a break
+    there. A break ends the piece it is in, and only a line starting with '/' could join the
+    piece before it: no JSON line does, and a closing tag, which does, stays with the line
+    before it."""
+    lines = text.replace("\n", "\n\0").split("\0")  # NUL never occurs in JSON text
+    if len(lines) > 1:
+        closing = lines.pop()
+        lines[-1] += closing
+    return lines
 
 
 class ExactCounter:

@@ -10,7 +10,7 @@ no spec lists.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memstrata.exceptions import BudgetExceededError, SchemaViolationError, ToolError
@@ -27,6 +27,7 @@ from memstrata.prompts import WORKING_MEMORY_SET_DESCRIPTION as SET_DESCRIPTION
 from memstrata.prompts import WORKING_MEMORY_UPDATE_DESCRIPTION as UPDATE_DESCRIPTION
 from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_STRUCTURED as WHAT_STRUCTURED
 from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_TEXT as WHAT_TEXT
+from memstrata.schemas import json_schema_of
 from memstrata.tools import Tool, wire_name
 
 if TYPE_CHECKING:
@@ -94,11 +95,18 @@ def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
             return handle.update(args, "replace")
 
         # A patch is partial; it is checked after merging, against the full schema.
-        partial = {k: v for k, v in _full_schema(layer).items() if k != "required"}
+        full = json_schema_of(layer.schema)
+        partial = {k: v for k, v in full.items() if k != "required"}
         what = UPDATE_DESCRIPTION.format(what=WHAT_STRUCTURED)
         tools = [
             tool("update", what, partial, update, validate=False),
-            tool("replace", REPLACE_DESCRIPTION, _full_schema(layer), replace, validate=False),
+            tool(
+                "replace",
+                REPLACE_DESCRIPTION,
+                json_schema_of(layer.schema),
+                replace,
+                validate=False,
+            ),
         ]
     else:
         what = UPDATE_DESCRIPTION.format(what=WHAT_TEXT)
@@ -146,36 +154,3 @@ def _content_schema(layer: WorkingMemory) -> dict[str, Any]:
         "required": ["content"],
         "additionalProperties": False,
     }
-
-
-def _full_schema(layer: WorkingMemory) -> dict[str, Any]:
-    schema = layer.schema
-    full = dict(schema) if isinstance(schema, Mapping) else schema.model_json_schema()
-    full.pop("title", None)
-    full["type"] = "object"
-    return full
-
-
-def legacy_calls(message: Any) -> list[Any]:
-    """Arguments of every ``updateWorkingMemory`` call in a response, OpenAI or Anthropic
-    style."""
-    if not isinstance(message, Mapping):
-        return []
-    found: list[Any] = []
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping) and function.get("name") == LEGACY_TOOL:
-            found.append(function.get("arguments"))
-    legacy = message.get("function_call")
-    if isinstance(legacy, Mapping) and legacy.get("name") == LEGACY_TOOL:
-        found.append(legacy.get("arguments"))
-    content = message.get("content")
-    if isinstance(content, list):
-        for block in content:
-            if (
-                isinstance(block, Mapping)
-                and block.get("type") == "tool_use"
-                and block.get("name") == LEGACY_TOOL
-            ):
-                found.append(block.get("input"))
-    return found

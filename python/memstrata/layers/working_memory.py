@@ -49,14 +49,15 @@ from memstrata.layers import wm_stored
 from memstrata.layers.wm_tools import (
     DEFAULT_NAME,
     LEGACY_TOOL,
-    legacy_calls,
     tool_names,
     tools_for,
 )
+from memstrata.messages import tool_calls
 from memstrata.prompts import WORKING_MEMORY_TRUNCATED
+from memstrata.schemas import state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Namespace, codec
-from memstrata.tokens import exact_count
+from memstrata.tokens import exact_count, exact_count_over, json_lines
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -142,7 +143,7 @@ class WorkingMemory:
         # The block's tag: <working_memory> for the default name, as noetic shows it.
         self.label = "working_memory" if name == DEFAULT_NAME else name
         self.tool_names = tool_names(self)
-        self._violations = _state_checker(schema)
+        self._violations = state_checker(schema)
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
@@ -187,7 +188,8 @@ class WorkingMemory:
         if self.read_only or self.name != DEFAULT_NAME:
             return
         failures = []
-        for index, arguments in enumerate(legacy_calls(message)):
+        calls = [call.arguments for call in tool_calls(message) if call.name == LEGACY_TOOL]
+        for index, arguments in enumerate(calls):
             try:
                 handle.apply_legacy(arguments, source="observe")
             except (InvalidInputError, ToolError, SchemaViolationError, BudgetExceededError) as exc:
@@ -349,10 +351,9 @@ class WorkingMemoryHandle:
             return []
         block = self._block(body)
         limit = min(budget, layer.budget.max)
-        if not _fits(block, limit):
-            tokens = self._tokens(block)
-            if tokens > limit:
-                block = self._cut(body, tokens, limit)
+        tokens = self._tokens_over(block, limit)
+        if tokens is not None:
+            block = self._cut(body, tokens, limit)
         return [{"content": f"{block}\n{layer.tool_names['guidelines']}"}]
 
     def _cut(self, body: str, tokens: int, limit: int) -> str:
@@ -379,10 +380,10 @@ class WorkingMemoryHandle:
             self._body = _body_of(self._state)
         return self._body
 
-    def _tokens(self, block: str) -> int:
-        """Exact tokens of ``block``; a structured one is counted line by line."""
-        split = _json_lines if self.layer.structured else None
-        return exact_count(self.ctx.tokens, block, split)
+    def _tokens_over(self, block: str, limit: int) -> int | None:
+        """Exact tokens of ``block`` if over ``limit``; a structured one is counted by line."""
+        split = json_lines if self.layer.structured else None
+        return exact_count_over(self.ctx.tokens, block, limit, split)
 
     def _block(self, body: str) -> str:
         label = self.layer.label
@@ -542,16 +543,14 @@ class WorkingMemoryHandle:
                 limit=layer.max_state_bytes,
             )
         limit = min(layer.budget.max, self.ctx.budgets.get(layer.name, layer.budget.max))
-        block = self._block(body)
-        if not _fits(block, limit):
-            tokens = self._tokens(block)
-            if tokens > limit:
-                raise BudgetExceededError(
-                    f"working memory would be {tokens} tokens, over this layer's limit of "
-                    f"{limit}; {layer.tool_names['compact']}",
-                    tokens=tokens,
-                    limit=limit,
-                )
+        tokens = self._tokens_over(self._block(body), limit)
+        if tokens is not None:
+            raise BudgetExceededError(
+                f"working memory would be {tokens} tokens, over this layer's limit of "
+                f"{limit}; {layer.tool_names['compact']}",
+                tokens=tokens,
+                limit=limit,
+            )
         return body
 
 
@@ -578,23 +577,6 @@ def _body_of(state: State) -> str:
     return orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() if state else ""
 
 
-def _json_lines(block: str) -> list[str]:
-    """A block of indented JSON cut after each line break, for counting line by line: no piece
-    of the BPE pre-tokenizer spans a break there. A break ends the piece it is in, and only a
-    line starting with '/' could join the piece before it: no JSON line does, and the closing
-    tag, which does, stays with the last line."""
-    lines = block.replace("\n", "\n\0").split("\0")  # NUL never occurs in JSON text
-    closing = lines.pop()
-    lines[-1] += closing
-    return lines
-
-
-def _fits(block: str, limit: int) -> bool:
-    """True when ``block`` surely fits ``limit`` tokens without counting: a BPE token covers at
-    least one byte."""
-    return len(block) <= limit and len(block.encode("utf-8")) <= limit
-
-
 def _copy(state: State) -> State:
     if isinstance(state, str):
         return state
@@ -611,54 +593,6 @@ def _reason(exc: Exception) -> str:
     return (
         "fails its schema: " + "; ".join(violations[:5]) if violations else f"is unreadable: {exc}"
     )
-
-
-def _state_checker(schema: Any) -> Any:
-    """The whole-state check of a pydantic model or a JSON Schema dict: a function from a
-    state to its violations, ``"$.path: message"`` each."""
-    if schema is None:
-        return lambda state: []
-    if isinstance(schema, Mapping):
-        import jsonschema_rs
-
-        try:
-            validator = jsonschema_rs.validator_for(dict(schema))
-        except (jsonschema_rs.ValidationError, ValueError, TypeError) as exc:
-            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InvalidInputError(f"schema is not a valid JSON Schema: {first_line}") from None
-
-        def check_json_schema(state: Any) -> list[str]:
-            try:
-                return [
-                    f"{_json_path(err.instance_path)}: {err.message}"
-                    for err in validator.iter_errors(state)
-                ]
-            except (TypeError, ValueError, RecursionError) as exc:  # nesting past its limit
-                return [f"$: cannot be checked: {exc}"]
-
-        return check_json_schema
-    validate = getattr(schema, "model_validate", None)
-    if validate is None:
-        raise InvalidInputError(
-            f"schema must be a pydantic model class or a JSON Schema dict, got {schema!r}"
-        )
-
-    def check_pydantic(state: Any) -> list[str]:
-        try:
-            validate(state)
-        except Exception as exc:  # pydantic.ValidationError, without importing pydantic
-            errors = getattr(exc, "errors", None)
-            if errors is None:
-                return [str(exc)]
-            return [f"{_json_path(e['loc'])}: {e['msg']}" for e in errors()]
-        return []
-
-    return check_pydantic
-
-
-def _json_path(parts: Any) -> str:
-    """``$.a[0].b`` for the path parts ``("a", 0, "b")``."""
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
 __all__ = ["WorkingMemory", "WorkingMemoryHandle"]
