@@ -435,7 +435,8 @@ def test_the_seven_tools_are_offered_with_the_seed_parameters(store: Store) -> N
     assert props["mind_set_goal"] == {"description", "priority", "tags", "dueBy"}
     assert props["mind_update_goal"] == {"id", "description", "priority", "progress"}
     assert props["mind_complete_goal"] == {"id", "outcome"}
-    assert specs["mind_recall"]["inputSchema"]["required"] == ["query"]
+    # The query is optional: pinned=true without one lists the standing rules.
+    assert specs["mind_recall"]["inputSchema"]["required"] == []
 
 
 def test_no_mind_layer_means_no_mind_tools_and_nothing_stored(store: Store) -> None:
@@ -732,7 +733,7 @@ def test_recall_filters(store: Store) -> None:
         assert set(recall(tags=["db", "infra"])) == {ids["b_db"]}
         assert len(recall(limit=2)) == 2
         everything = recall(limit=10)
-        assert everything[0] == ids["g_db"] and set(everything) == {
+        assert set(everything) == {
             ids["g_db"],
             ids["b_db"],
             ids["r_pin"],
@@ -747,9 +748,9 @@ def test_recall_filters(store: Store) -> None:
                     {"query": "database cluster", "threshold": 0, "type": "all", "limit": 10},
                 )
             )
-            if "score" in f
         ]
-        assert scores == sorted(scores, reverse=True)
+        # Goals are scored and ranked with the rest, not listed first.
+        assert len(scores) == 4 and scores == sorted(scores, reverse=True)
         ok(run.call_tool("mind_complete_goal", {"id": ids["g_db"], "outcome": "on v16"}))
         done = ok(
             run.call_tool(
@@ -835,8 +836,9 @@ def test_write_tools_return_the_seed_shapes_and_goals_list_in_creation_order(
         assert run.call_tool("mind_complete_goal", {"id": made[1]["id"]}) == {"status": "ok"}
     with stack.run(agent=AGENT) as run:
         goals = ok(run.call_tool("mind_recall", {"query": "Goal", "type": "goal"}))
-        # Active goals in the order they were created; the completed one only when asked.
-        assert [g["content"] for g in goals] == ["Goal alpha", "Goal gamma"]
+        # Active goals ranked by score; the completed one only when asked.
+        assert {g["content"] for g in goals} == {"Goal alpha", "Goal gamma"}
+        assert [g["score"] for g in goals] == sorted((g["score"] for g in goals), reverse=True)
         done = ok(
             run.call_tool("mind_recall", {"query": "Goal", "type": "goal", "status": "completed"})
         )
@@ -1401,3 +1403,132 @@ def test_a_handle_that_was_never_loaded_refuses_to_flush(store: Store) -> None:
     with pytest.raises(InvalidInputError, match="never loaded"):
         handle.flush()
     assert store.list(NS) == []
+
+
+FRESH_FACTS = [
+    "The user's production database runs PostgreSQL 16",
+    "Deploys go out on Tuesdays after the standup",
+    "The staging cluster has three nodes",
+    "The team prefers short pull requests",
+]
+
+
+def test_recall_returns_nothing_for_an_unrelated_query() -> None:
+    """Fresh high-confidence beliefs score 0.40 with no similarity at all, over the 0.35
+    threshold: the similarity floor keeps them out of an unrelated query's answer."""
+    stack = make_stack(InMemoryStore())
+    with stack.run(agent=AGENT) as run:
+        for fact in FRESH_FACTS:
+            ok(run.call_tool("mind_believe", {"content": fact, "confidence": "high"}))
+        ok(run.call_tool("mind_reflect", {"content": "Double-check the deploy calendar"}))
+    with stack.run(agent=AGENT) as run:
+        found = ok(
+            run.call_tool("mind_recall", {"query": "What is the weather in Paris tomorrow?"})
+        )
+        assert found == []
+        found = ok(run.call_tool("mind_recall", {"query": "which database does production run"}))
+        assert [f["content"] for f in found][:1] == [FRESH_FACTS[0]]
+    seed_formula = make_stack(InMemoryStore(), similarity_floor=0.0)
+    with seed_formula.run(agent=AGENT) as run:
+        for fact in FRESH_FACTS:
+            ok(run.call_tool("mind_believe", {"content": fact, "confidence": "high"}))
+    with seed_formula.run(agent=AGENT) as run:
+        found = ok(
+            run.call_tool("mind_recall", {"query": "What is the weather in Paris tomorrow?"})
+        )
+        assert len(found) == len(FRESH_FACTS)  # what the floor prevents
+
+
+def test_goals_match_by_meaning_not_by_a_shared_stop_word() -> None:
+    stack = make_stack(InMemoryStore())
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_set_goal", {"description": "Migrate the production databases"}))
+        for text in ("Ship the onboarding guide", "Review the budget for the quarter"):
+            ok(run.call_tool("mind_set_goal", {"description": text}))
+        ok(
+            run.call_tool(
+                "mind_believe",
+                {
+                    "content": "The database migration needs a maintenance window",
+                    "confidence": "high",
+                },
+            )
+        )
+    with stack.run(agent=AGENT) as run:
+        found = ok(run.call_tool("mind_recall", {"query": "database migration"}))
+        contents = [f["content"] for f in found]
+        assert "Migrate the production databases" in contents
+        assert "The database migration needs a maintenance window" in contents
+        assert not {"Ship the onboarding guide", "Review the budget for the quarter"} & set(
+            contents
+        )
+        query = "What is the weather for the weekend?"
+        assert ok(run.call_tool("mind_recall", {"query": query, "type": "goal"})) == []
+
+
+def test_pinned_listing_without_a_query_lists_every_standing_rule() -> None:
+    stack = make_stack(InMemoryStore())
+    rules = [f"Rule {i}: always {word} before merging" for i, word in enumerate("abcdefgh")]
+    with stack.run(agent=AGENT) as run:
+        for rule in rules:
+            ok(run.call_tool("mind_reflect", {"content": rule, "pin": True}))
+        ok(run.call_tool("mind_reflect", {"content": "An ordinary note"}))
+    with stack.run(agent=AGENT) as run:
+        listed = ok(run.call_tool("mind_recall", {"type": "reflection", "pinned": True}))
+        assert sorted(r["content"] for r in listed) == sorted(rules)
+        assert all(r["pinned"] for r in listed)
+        refused = run.call_tool("mind_recall", {"type": "belief"})
+        assert refused["ok"] is False and "query" in refused["error"]["message"]
+
+
+def test_a_fold_keeps_the_content_it_replaced(shared_store: Store) -> None:
+    """A restatement replaces a belief's content; what it said before stays on the entry, is
+    returned by mind_recall, and survives a fold at flush and a restatement by another run."""
+    mind = AgentMind()
+    with mind.session(shared_store, agent=AGENT) as handle:
+        first = handle.believe("The payments API allows 100 requests per minute", confidence="high")
+    with mind.session(shared_store, agent=AGENT) as handle:
+        again = handle.believe("The payments API allows 100 requests per minute.")
+        assert again == {"status": "ok", "action": "updated_store", "id": first["id"]}
+    # Two runs restate it at once: the later flush keeps the earlier one's content.
+    a, b = mind.open(shared_store, agent=AGENT), mind.open(shared_store, agent=AGENT)
+    a.believe("The payments API allows 100 requests per minute!")
+    b.believe("The payments API allows 100 requests per minute, per key")
+    a.flush()
+    time.sleep(0.002)
+    b.flush()
+    (stored,) = stored_entries(shared_store, "belief")
+    assert stored["content"] == "The payments API allows 100 requests per minute, per key"
+    assert [p["content"] for p in stored["previous"]] == [
+        "The payments API allows 100 requests per minute",
+        "The payments API allows 100 requests per minute.",
+        "The payments API allows 100 requests per minute!",
+    ]
+    with mind.session(shared_store, agent=AGENT) as handle:
+        (hit,) = handle.recall("payments API requests per minute", type="belief")
+        assert hit.to_payload()["previous"] == stored["previous"]
+
+
+def test_a_clean_restatement_clears_the_error_flag(store: Store) -> None:
+    mind = AgentMind()
+    handle = mind.open(store, agent=AGENT)
+    handle.believe("The nightly export finishes by 3am", confidence="high")
+    handle.flush(error=True)
+    assert "AGENT MIND" not in header_of(MemoryStack([mind], store=store))
+    with mind.session(store, agent=AGENT) as handle:
+        handle.believe("The nightly export finishes by 3am", confidence="high")
+    (stored,) = stored_entries(store, "belief")
+    assert "error" not in stored
+    assert "The nightly export finishes by 3am" in header_of(MemoryStack([mind], store=store))
+
+
+def test_reflections_from_a_crashed_run_leave_the_header_like_beliefs(store: Store) -> None:
+    mind = AgentMind()
+    handle = mind.open(store, agent=AGENT)
+    handle.reflect("Retries hid the real failure")
+    handle.believe("The cache is warm after deploys", confidence="high")
+    handle.flush(error=True)
+    assert header_of(MemoryStack([mind], store=store)) == ""
+    with mind.session(store, agent=AGENT) as handle:
+        found = handle.recall("real failure retries", type="reflection")
+        assert [(r.content, r.error) for r in found] == [("Retries hid the real failure", True)]

@@ -73,7 +73,7 @@ import operator
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -89,6 +89,7 @@ from memstrata.layers.mind_entries import (
     CONFIDENCE_LEVELS,
     GOAL_PRIORITIES,
     GOAL_STATUSES,
+    MAX_PREVIOUS,
     ConfidenceLevel,
     GoalPriority,
     GoalStatus,
@@ -133,6 +134,9 @@ LINE_TOKEN_CACHE = 100_000
 # recency moves scores by at most 0.2 * (1 - exp(-1 min / 30 d)), under 5e-6, in that time.
 RANKING_REUSE_MS = 60_000
 DEFAULT_MAX_ENTRIES = 100_000
+DEFAULT_SIMILARITY_FLOOR = 0.2
+PRIORITY_SCORES: dict[str, float] = {"low": 0.3, "normal": 0.6, "high": 1.0}
+GOAL_VECTORS_KEPT = 4096
 # An embedding's squared norm is below this, so float32 arithmetic on it (its squared norm,
 # its dot product with another such vector) stays far from float32's limit, 3.4e38.
 MAX_EMBEDDING_NORM2 = 1e30
@@ -171,6 +175,9 @@ class AgentMind:
         max_pinned_reflections: Cap on pinned reflections (at most 10).
         deduplication_threshold: Cosine similarity from which a new belief updates an old one.
         retrieval_threshold: Default minimum score of ``mind_recall`` hits.
+        similarity_floor: Minimum cosine similarity between a query and a hit, whatever its
+            score: recency and confidence rank related entries, they never make an unrelated
+            one a hit (a fresh high-confidence belief scores 0.40 with no similarity at all).
         ttl_defaults: Default expiry of beliefs and reflections (a :class:`MindTtlDefaults` or a
             dict with ``belief``/``reflection``).
         score_weights: Weights of the recall score.
@@ -194,6 +201,7 @@ class AgentMind:
         max_pinned_reflections: int = 10,
         deduplication_threshold: float = 0.85,
         retrieval_threshold: float = 0.35,
+        similarity_floor: float = DEFAULT_SIMILARITY_FLOOR,
         ttl_defaults: MindTtlDefaults | dict[str, str | None] | None = None,
         score_weights: ScoreWeights | None = None,
         max_entries: int = DEFAULT_MAX_ENTRIES,
@@ -210,6 +218,7 @@ class AgentMind:
         _check_int(max_entries, "max_entries", minimum=1)
         _check_number(deduplication_threshold, "deduplication_threshold", low=0, high=1)
         _check_number(retrieval_threshold, "retrieval_threshold", low=0, high=1)
+        _check_number(similarity_floor, "similarity_floor", low=0, high=1)
         if isinstance(ttl_defaults, dict):
             unknown = set(ttl_defaults) - {"belief", "reflection"}
             if unknown:
@@ -237,6 +246,7 @@ class AgentMind:
         self.max_entries = max_entries
         self.deduplication_threshold = float(deduplication_threshold)
         self.retrieval_threshold = float(retrieval_threshold)
+        self.similarity_floor = float(similarity_floor)
         self.hnsw_threshold = hnsw_threshold
         self.on_progress = on_progress
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
@@ -247,6 +257,8 @@ class AgentMind:
         self._indexes: dict[Namespace, _IndexCache] = {}
         # Each namespace's committed entries, brought up to date by each run (see load).
         self._committed: dict[Namespace, _Committed] = {}
+        # Goals' unit vectors by (embedder model, goal text): goals have no stored vector.
+        self._goal_vectors: dict[tuple[str, str], npt.NDArray[np.float64]] = {}
         # Header lines rarely change between runs; they and their token counts are kept.
         self._line_tokens: dict[Namespace, dict[str, dict[str, tuple[MindEntry, str, int]]]] = {}
         self._line_counter: Any = None
@@ -577,6 +589,7 @@ class AgentMindHandle:
             r
             for r in self.reflections.values()
             if not r.pinned
+            and not r.error
             and r.created_at >= window_start
             and (r.expires_at is None or r.expires_at > now)
         ]
@@ -785,7 +798,7 @@ class AgentMindHandle:
 
     def recall(
         self,
-        query: str,
+        query: str | None,
         *,
         type: Literal["belief", "reflection", "goal", "all"] = "all",
         status: GoalStatus = "active",
@@ -797,11 +810,14 @@ class AgentMindHandle:
     ) -> list[MindRecallResult]:
         """Searches the committed store (this run's writes are not visible until the next run).
 
+        Goals, beliefs and reflections are ranked together by one score (similarity, recency,
+        and confidence or a goal's priority); a hit is at least ``similarity_floor`` similar to
+        the query and scores at least ``threshold``. ``pinned=True`` without a query lists every
+        pinned reflection (the standing rules), oldest first.
+
         Raises:
             ToolError: An argument is out of range.
         """
-        if not isinstance(query, str) or not query.strip():
-            raise ToolError("query must be a non-empty string", code="invalid_arguments")
         if type not in ("belief", "reflection", "goal", "all"):
             raise ToolError(f"unknown type {type!r}", code="invalid_arguments")
         if status not in GOAL_STATUSES:
@@ -810,38 +826,91 @@ class AgentMindHandle:
             raise ToolError("limit must be a positive integer", code="invalid_arguments")
         limit = min(limit, MAX_RECALL_LIMIT)
         wanted = set(_check_tags(tags or []))
-        results: list[MindRecallResult] = []
+        if query is None or (isinstance(query, str) and not query.strip()):
+            if pinned is True and type in ("reflection", "all"):
+                return self._pinned(wanted, include_expired)
+            raise ToolError(
+                "query must be a non-empty string (only pinned=true lists without one)",
+                code="invalid_arguments",
+            )
+        if not isinstance(query, str):
+            raise ToolError("query must be a string", code="invalid_arguments")
+        if threshold is None:
+            threshold = self.layer.retrieval_threshold
+        vector = self.embed_one(query)
+        scored: list[MindRecallResult] = []
         if type in ("goal", "all") and not pinned:
-            results += self._recall_goals(query, status, wanted, limit)
-        if type != "goal" and len(results) < limit:
-            vector = self.embed_one(query)
-            results += self.search(
+            scored += self._recall_goals(vector, status, wanted, threshold, limit)
+        if type != "goal":
+            scored += self.search(
                 vector,
                 kinds=("belief", "reflection") if type == "all" else (type,),
                 tags=wanted,
                 pinned=pinned,
                 include_expired=include_expired,
-                threshold=self.layer.retrieval_threshold if threshold is None else threshold,
-                limit=limit - len(results),
+                threshold=threshold,
+                limit=limit,
             )
-        return results[:limit]
+        scored.sort(key=lambda r: (-(r.score or 0.0), r.created_at, r.id))
+        return scored[:limit]
+
+    def _pinned(self, tags: set[str], include_expired: bool) -> list[MindRecallResult]:
+        now = self.started_at
+        rules = [
+            r
+            for r in self.reflections.values()
+            if r.pinned and tags.issubset(r.tags) and (include_expired or not r.expired(now))
+        ]
+        rules.sort(key=lambda r: (r.created_at, r.id))
+        return [MindRecallResult.of(r) for r in rules]
 
     def _recall_goals(
-        self, query: str, status: str, tags: set[str], limit: int
+        self,
+        vector: npt.NDArray[np.float32],
+        status: str,
+        tags: set[str],
+        threshold: float,
+        limit: int,
     ) -> list[MindRecallResult]:
-        words = {w.lower() for w in _WORD.findall(query)}
-        if not words:
+        """Goals scored like beliefs: similarity of their text to the query (embedded by the
+        layer's embedder), recency, and priority in place of confidence."""
+        goals = [g for g in self.goals.values() if g.status == status and tags.issubset(g.tags)]
+        if not goals:
             return []
+        query = np.asarray(vector, dtype=np.float64)
+        query = query / np.linalg.norm(query)
+        units = self._goal_units(goals)
+        w, now, floor = self.layer.score_weights, self.started_at, self.layer.similarity_floor
         scored = []
-        for goal in self.goals.values():
-            if goal.status != status or not tags.issubset(goal.tags):
-                continue
-            text = " ".join([goal.description, *goal.progress, *goal.tags, goal.outcome or ""])
-            hits = len(words & {w.lower() for w in _WORD.findall(text)})
-            if hits:
-                scored.append((-hits, goal.created_at, goal.id, goal))
-        scored.sort(key=lambda t: t[:3])
-        return [MindRecallResult.of(t[3]) for t in scored[:limit]]
+        for goal, unit in zip(goals, units):
+            similarity = float(unit @ query)
+            score = (
+                w.similarity * similarity
+                + w.recency * _recency(goal.updated_at, now)
+                + w.confidence * PRIORITY_SCORES[goal.priority]
+            )
+            if similarity >= floor and score >= threshold:
+                scored.append((score, goal))
+        scored.sort(key=lambda t: -t[0])
+        return [
+            MindRecallResult.of(goal, score=max(0.0, min(1.0, score)))
+            for score, goal in scored[:limit]
+        ]
+
+    def _goal_units(self, goals: list[MindGoal]) -> list[npt.NDArray[np.float64]]:
+        """The goals' unit vectors, kept by the layer by their text and embedder model."""
+        kept = self.layer._goal_vectors
+        model = self.layer.embedder.model
+        texts = [" ".join([g.description, *g.progress, *g.tags]) for g in goals]
+        missing = sorted({t for t in texts if (model, t) not in kept})
+        if missing:
+            if len(kept) + len(missing) > GOAL_VECTORS_KEPT:
+                kept.clear()
+            matrix = np.asarray(self.layer.embedder.embed(missing), dtype=np.float64)
+            for text, row in zip(missing, matrix):
+                norm = float(np.linalg.norm(row))
+                kept[(model, text)] = row / norm if norm and math.isfinite(norm) else row * 0
+        return [kept[(model, t)] for t in texts]
 
     def _ranker(self, kinds: tuple[str, ...], expired: bool) -> CompositeRanker:
         """This run's ranker over the live (or the archived) entries of the given kinds."""
@@ -902,6 +971,15 @@ class AgentMindHandle:
         )
         return ranker
 
+    def _bias(self, entry: MindBelief | MindReflection) -> float:
+        """The recency and confidence part of ``entry``'s score (see :meth:`_build_ranker`)."""
+        w = self.layer.score_weights
+        level = "low" if entry.error else getattr(entry, "confidence", "medium")
+        return (
+            w.recency * _recency(entry.updated_at, self.started_at)
+            + w.confidence * (CONFIDENCE_SCORES[level])
+        )
+
     def search(
         self,
         vector: npt.NDArray[np.float32],
@@ -929,7 +1007,9 @@ class AgentMindHandle:
         norm2 = float(query @ query)
         if not norm2 or not math.isfinite(norm2):
             raise ToolError("the query has no direction to search by", code="invalid_arguments")
-        filtered = bool(tags) or pinned is not None
+        w = self.layer.score_weights
+        floor = self.layer.similarity_floor if w.similarity > 0 else 0.0
+        filtered = bool(tags) or pinned is not None or floor > 0
         if pinned:
             kinds = tuple(kind for kind in kinds if kind != "belief")
         hits: list[tuple[float, str, MindBelief | MindReflection]] = []
@@ -940,13 +1020,17 @@ class AgentMindHandle:
             if not kinds:
                 break
             ranker = self._ranker(kinds, expired)
+            # A hit at the floor scores at least w * floor + its bias: the scan skips the rest.
+            cut = max(threshold, w.similarity * floor + ranker.min_bias) if floor else threshold
             k = 4 * limit if filtered else limit
             while ranker.size:
-                found = ranker.top(query, k, threshold=threshold)
+                found = ranker.top(query, k, threshold=cut)
                 passing = []
                 for id_, score in found:
                     entry = beliefs.get(id_) or reflections[id_]
                     if filtered:
+                        if floor and score - self._bias(entry) < w.similarity * floor - 1e-6:
+                            continue
                         if tags and not tags.issubset(entry.tags):
                             continue
                         if (
@@ -1058,6 +1142,7 @@ class AgentMindHandle:
             base, _old, stored_before = self.draft.beliefs[id_]
         else:
             base, stored_before = _copy_belief(self.beliefs[id_]), True
+        base.previous = _previous_after(base, content)
         base.content = content
         base.confidence = _merge_confidence(base.confidence, confidence, allow_downgrade)
         base.tags = _union(base.tags, tags)
@@ -1333,8 +1418,7 @@ class AgentMindHandle:
         updates: dict[str, Updater] = {}
         created: list[tuple[MindBelief, npt.NDArray[np.float32], bool]] = []
         for belief, vector, stored_before in draft.beliefs.values():
-            if error:
-                belief.error = True
+            belief.error = error  # a clean restatement clears a crashed run's flag
             if not stored_before:
                 created.append((belief, vector, belief.id in downgrades))
             updates[_key(belief)] = _belief_writer(
@@ -1479,6 +1563,8 @@ def _belief_writer(
                 )
                 belief.tags = _union(now_stored.tags, belief.tags)
                 belief.created_at = now_stored.created_at
+                # Another run may have restated it since this one loaded: keep what it said.
+                belief.previous = _previous_after(now_stored, belief.content, belief.previous)
         return _stored(belief, vector, model)
 
     return write
@@ -1511,7 +1597,8 @@ def _fold_writer(
             base.created_at,
             # Later than what it replaces: caches of header lines and vectors key on it.
             max(belief.updated_at, base.updated_at + 1),
-            base.error or belief.error,
+            belief.error,
+            _previous_after(base, belief.content, belief.previous),
         )
         return _stored(merged, vector, model)
 
@@ -1585,6 +1672,7 @@ def _copy_belief(b: MindBelief) -> MindBelief:
         b.created_at,
         b.updated_at,
         b.error,
+        [dict(p) for p in b.previous],
     )
 
 
@@ -1609,6 +1697,24 @@ def _merge_confidence(
     if allow_downgrade or _CONFIDENCE_RANK[new] >= _CONFIDENCE_RANK[old]:
         return new
     return old
+
+
+def _previous_after(
+    base: MindBelief, content: str, also: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """``base``'s previous contents, then ``base``'s own content, then ``also`` (another
+    version's previous contents), once each and without ``content`` (what the belief says
+    now), by time: the history of a belief restated as ``content``."""
+    versions = [*base.previous, {"content": base.content, "updatedAt": base.updated_at}, *also]
+    seen = {content}
+    kept = []
+    for version in sorted(versions, key=lambda v: v["updatedAt"]):
+        if version["content"] not in seen:
+            seen.add(version["content"])
+            kept.append(dict(version))
+    if len(kept) > MAX_PREVIOUS:
+        logger.info("belief %s keeps its last %d previous contents", base.id, MAX_PREVIOUS)
+    return kept[-MAX_PREVIOUS:]
 
 
 def _union(a: list[str], b: list[str]) -> list[str]:

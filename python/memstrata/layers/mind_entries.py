@@ -171,9 +171,17 @@ class MindGoal:
         )
 
 
+MAX_PREVIOUS = 16
+
+
 @dataclass
 class MindBelief:
-    """A fact the agent holds, with a confidence and usually an expiry (``type: 'belief'``)."""
+    """A fact the agent holds, with a confidence and usually an expiry (``type: 'belief'``).
+
+    ``previous`` is memstrata's addition to the seed's shape: the contents a restatement
+    replaced, oldest first, each ``{"content", "updatedAt"}`` (the last ``MAX_PREVIOUS``), so
+    that folding a belief into a similar one never destroys what it said before.
+    """
 
     id: str
     content: str
@@ -183,6 +191,7 @@ class MindBelief:
     created_at: int = 0
     updated_at: int = 0
     error: bool = False
+    previous: list[dict[str, Any]] = field(default_factory=list)
     type: Literal["belief"] = "belief"
 
     def expired(self, now: int) -> bool:
@@ -201,6 +210,8 @@ class MindBelief:
         _opt(out, "expiresAt", self.expires_at)
         if self.error:
             out["error"] = True
+        if self.previous:
+            out["previous"] = [dict(p) for p in self.previous]
         return out
 
     @classmethod
@@ -215,7 +226,25 @@ class MindBelief:
             created_at=_int(p.get("createdAt"), "createdAt"),
             updated_at=_int(p.get("updatedAt"), "updatedAt"),
             error=p.get("error") is True,
+            previous=_previous(p.get("previous", [])),
         )
+
+
+def _previous(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise InvalidInputError("previous must be a list")
+    return [
+        {
+            "content": _text(item.get("content"), "previous content"),
+            "updatedAt": _int(item.get("updatedAt"), "previous updatedAt"),
+        }
+        for item in value
+        if isinstance(item, dict) or _fail("previous items must be objects")
+    ]
+
+
+def _fail(message: str) -> bool:
+    raise InvalidInputError(message)
 
 
 @dataclass
@@ -299,6 +328,7 @@ class MindRecallResult:
     pinned: bool | None = None
     related_to: str | None = None
     error: bool | None = None
+    previous: list[dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, entry: MindEntry, score: float | None = None) -> MindRecallResult:
@@ -310,6 +340,7 @@ class MindRecallResult:
                 list(entry.tags),
                 entry.created_at,
                 entry.updated_at,
+                score=score,
                 priority=entry.priority,
                 status=entry.status,
                 progress=list(entry.progress),
@@ -326,6 +357,7 @@ class MindRecallResult:
                 confidence=entry.confidence,
                 expires_at=entry.expires_at,
                 error=entry.error,
+                previous=[dict(p) for p in entry.previous] or None,
             )
         return cls(
             *common,
@@ -359,6 +391,7 @@ class MindRecallResult:
             ("pinned", self.pinned),
             ("relatedTo", self.related_to),
             ("error", self.error),
+            ("previous", None if self.previous is None else [dict(p) for p in self.previous]),
         ):
             _opt(out, key, value)
         return out

@@ -44,6 +44,8 @@ class CompositeRanker:
         self.weight = float(weight)
         self.dim = int(unit_vectors.shape[1]) if unit_vectors.ndim == 2 else 0
         self._set: VectorSet | None = None
+        # The smallest bias: no entry scores under ``weight * cosine + min_bias``.
+        self.min_bias = float(np.min(biases)) if self.size else 0.0
         if self.size:
             bias32 = np.asarray(biases, dtype=np.float32)
             # Stored by descending bias: the scan's floor rises fastest on the rows most likely

@@ -48,7 +48,7 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
     def recall(args: dict[str, Any]) -> list[dict[str, Any]]:
         a = _args(args)
         found = handle.recall(
-            a["query"],
+            a.get("query"),
             type=a.get("type", "all"),
             status=a.get("status", "active"),
             tags=a.get("tags"),
@@ -105,10 +105,11 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
         Tool(
             "mind_recall",
             "Search your persistent memory (goals, beliefs, reflections). Reads what earlier "
-            "runs committed; writes made in this run are not visible until the next run.",
+            "runs committed; writes made in this run are not visible until the next run. "
+            "Without a query, pinned=true lists all your standing rules.",
             _schema(
-                ["query"],
-                query={**_TEXT, "description": "Free-text query."},
+                [],
+                query={**_TEXT, "description": "Free-text query (needed unless pinned=true)."},
                 type={"type": "string", "enum": ["belief", "reflection", "goal", "all"]},
                 status={"type": "string", "enum": list(GOAL_STATUSES)},
                 tags=_TAGS_SCHEMA,
