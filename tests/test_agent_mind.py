@@ -1532,3 +1532,43 @@ def test_reflections_from_a_crashed_run_leave_the_header_like_beliefs(store: Sto
     with mind.session(store, agent=AGENT) as handle:
         found = handle.recall("real failure retries", type="reflection")
         assert [(r.content, r.error) for r in found] == [("Retries hid the real failure", True)]
+
+
+def test_overlapping_runs_cannot_pass_the_goal_and_pin_caps(
+    shared_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    mind = AgentMind(max_goals=3, max_pinned_reflections=3)
+    with mind.session(shared_store, agent=AGENT) as handle:
+        for i in range(2):
+            handle.set_goal(f"Existing goal {i}")
+            handle.reflect(f"Existing rule {i}", pin=True)
+    a, b = mind.open(shared_store, agent=AGENT), mind.open(shared_store, agent=AGENT)
+    a.set_goal("Goal from run a")
+    a.reflect("Rule from run a", pin=True)
+    b.set_goal("Goal from run b")
+    b.reflect("Rule from run b", pin=True)
+    a.flush()
+    with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+        b.flush()
+    goals = [g for g in stored_entries(shared_store, "goal") if g["status"] == "active"]
+    assert sorted(g["description"] for g in goals) == [
+        "Existing goal 0",
+        "Existing goal 1",
+        "Goal from run a",
+    ]
+    reflections = {r["content"]: r["pinned"] for r in stored_entries(shared_store, "reflection")}
+    assert sum(reflections.values()) == 3
+    assert reflections["Rule from run b"] is False  # kept, as a plain reflection
+    assert "dropped at flush" in caplog.text and "written unpinned" in caplog.text
+
+
+def test_goals_made_in_one_millisecond_keep_their_order(store: Store) -> None:
+    stack = make_stack(store)
+    names = [f"Goal number {i:02d} of the plan" for i in range(10)]
+    with stack.run(agent=AGENT) as run:
+        for name in names:
+            ok(run.call_tool("mind_set_goal", {"description": name}))
+    header = header_of(stack)
+    assert [line for line in header.splitlines() if "Goal number" in line] == [
+        f"[normal] {name}" for name in names
+    ]

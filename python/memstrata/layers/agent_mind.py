@@ -67,6 +67,7 @@ Decisions where the seed is silent (or its code differs from its text):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import operator
@@ -100,6 +101,7 @@ from memstrata.layers.mind_entries import (
     MindReflection,
     decode_vector,
     encode_vector,
+    creation_ms,
     entry_from_payload,
     now_ms,
     parse_due_by,
@@ -1128,7 +1130,7 @@ class AgentMindHandle:
         allow_downgrade: bool,
     ) -> dict[str, Any]:
         """:meth:`believe` after embedding."""
-        now = now_ms()
+        now = creation_ms()
         match = self.find_duplicate_belief(vector, now=now)
         expires_at = now + ttl_ms if ttl_ms is not None else None
         if match is None:
@@ -1198,7 +1200,7 @@ class AgentMindHandle:
                 code="cap_reached",
             )
         vector = self.embed_one(content)
-        now = now_ms()
+        now = creation_ms()
         ttl = self.layer.reflection_ttl_ms
         reflection = MindReflection(
             _new_id("r"),
@@ -1291,7 +1293,7 @@ class AgentMindHandle:
                 f"priority must be one of {', '.join(GOAL_PRIORITIES)}", code="invalid_arguments"
             )
         tag_list = _check_tags(tags or [])
-        now = now_ms()
+        now = creation_ms()
         try:
             due = None if due_by is None else parse_due_by(due_by, now=now)
         except InvalidInputError as exc:
@@ -1424,23 +1426,8 @@ class AgentMindHandle:
             updates[_key(belief)] = _belief_writer(
                 belief, vector, model, stored_before, belief.id in downgrades
             )
-        # An error flush drops this run's unpins, so the pins it made in their place could
-        # take the standing rules past the cap: those beyond it are kept, unpinned.
-        room = self.layer.max_pinned_reflections - sum(
-            1 for r in self.reflections.values() if r.pinned and not r.expired(self.started_at)
-        )
         for reflection, vector in draft.reflections.values():
-            if error:
-                reflection.error = True
-                if reflection.pinned:
-                    if room <= 0:
-                        reflection.pinned = False
-                        logger.warning(
-                            "error flush: reflection %s kept unpinned; its run's unpins were "
-                            "dropped and the standing rules are at the cap",
-                            reflection.id,
-                        )
-                    room -= 1
+            reflection.error = error
             updates[_key(reflection)] = _constant(_stored(reflection, vector, model))
         if not error:
             for goal in draft.goals.values():
@@ -1459,6 +1446,7 @@ class AgentMindHandle:
         def plan(changed: list[Item]) -> dict[str, Updater]:
             folds.clear()
             planned = dict(updates)
+            self._hold_caps(draft, changed, planned, error=error)
             targets = self._duplicates_committed_since_load(created, changed) if created else {}
             for belief, vector, allow_downgrade in created:
                 target = targets.get(belief.id)
@@ -1479,6 +1467,49 @@ class AgentMindHandle:
             )
         self.folded.update(folds)
         return len(written)
+
+    def _hold_caps(
+        self, draft: _Draft, changed: list[Item], planned: dict[str, Updater], *, error: bool
+    ) -> None:
+        """Keeps the caps on active goals and pinned reflections against what is committed now
+        (runs that overlap each checked them against what they loaded): a goal past the cap is
+        dropped, a reflection past it is written unpinned, both logged. Runs inside the flush
+        transaction; an error flush drops this run's unpins, so its pins can pass the cap too."""
+        now = now_ms()
+        active = {i for i, g in self.goals.items() if g.status == "active"}
+        pinned = {i for i, r in self.reflections.items() if r.pinned and not r.expired(now)}
+        for item in changed:
+            kind, _, id_ = item.key.partition("/")
+            try:
+                entry = entry_from_payload(item.value)
+            except InvalidInputError:
+                continue
+            if isinstance(entry, MindGoal):
+                (active.add if entry.status == "active" else active.discard)(id_)
+            elif isinstance(entry, MindReflection):
+                live = entry.pinned and not entry.expired(now)
+                (pinned.add if live else pinned.discard)(id_)
+        if not error:
+            pinned -= draft.unpins
+            room = self.layer.max_goals - len(active - set(draft.goals))
+            for goal in list(draft.goals.values())[max(0, room) :]:
+                del planned[_key(goal)]
+                logger.warning(
+                    "goal %s dropped at flush: runs that overlapped took the %d active goals",
+                    goal.id,
+                    self.layer.max_goals,
+                )
+        model = self.layer.embedder.model
+        room = self.layer.max_pinned_reflections - len(pinned - set(draft.reflections))
+        pins = [(r, v) for r, v in draft.reflections.values() if r.pinned]
+        for reflection, vector in pins[max(0, room) :]:
+            unpinned = dataclasses.replace(reflection, pinned=False)
+            planned[_key(reflection)] = _constant(_stored(unpinned, vector, model))
+            logger.warning(
+                "reflection %s written unpinned at flush: the %d standing rules are taken",
+                reflection.id,
+                self.layer.max_pinned_reflections,
+            )
 
     def _duplicates_committed_since_load(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -36,6 +37,20 @@ _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+_last_created = 0
+_created_lock = threading.Lock()
+
+
+def creation_ms() -> int:
+    """The time of a new entry: :func:`now_ms`, but later than any this process gave before,
+    so entries made in one millisecond keep the order they were made in (the header and
+    listings sort by it)."""
+    global _last_created
+    with _created_lock:
+        _last_created = max(now_ms(), _last_created + 1)
+        return _last_created
 
 
 def parse_duration(text: str, *, what: str = "duration") -> int:
