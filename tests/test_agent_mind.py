@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from store_checks import empty_postgres_tables
 
-from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, hash_embed
+from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, count_tokens, hash_embed
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.agent_mind import MindTtlDefaults, ScoreWeights
 from memstrata.layers.mind_entries import parse_due_by, parse_duration
@@ -1572,3 +1572,42 @@ def test_goals_made_in_one_millisecond_keep_their_order(store: Store) -> None:
     assert [line for line in header.splitlines() if "Goal number" in line] == [
         f"[normal] {name}" for name in names
     ]
+
+
+class _NoScan(dict):  # type: ignore[type-arg]
+    def values(self) -> Any:
+        raise AssertionError("the draft was scanned")
+
+
+def test_reflect_never_rescans_the_draft(store: Store) -> None:
+    """mind_reflect counts pins in constant time: a run writing many reflections does not
+    slow down with each one."""
+    mind = AgentMind(max_pinned_reflections=5)
+    handle = mind.open(store, agent=AGENT)
+    handle.draft.reflections = _NoScan()
+    for i in range(4):
+        handle.reflect(f"Standing rule {i}", pin=True)
+    for i in range(50):
+        handle.reflect(f"Plain note {i}")
+    assert handle.pinned_count() == 4
+    handle.unpin_reflection(next(iter(dict.keys(handle.draft.reflections))))
+    assert handle.pinned_count() == 3
+
+
+def test_long_goals_and_rules_cannot_take_the_header_past_its_budget(store: Store) -> None:
+    words = " ".join(f"word{i}" for i in range(500))[:3900]  # near the 4,000-character limit
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        for i in range(10):
+            ok(run.call_tool("mind_set_goal", {"description": f"Goal {i}: {words}"}))
+            ok(run.call_tool("mind_reflect", {"content": f"Rule {i}: {words}", "pin": True}))
+        ok(run.call_tool("mind_believe", {"content": "Short fact", "confidence": "high"}))
+    header = header_of(stack)
+    assert count_tokens(header) <= 1500
+    lines = header.splitlines()
+    assert sum(line.startswith("[normal] Goal") for line in lines) == 10
+    assert sum(line.startswith("- Rule") for line in lines) == 10
+    assert all(len(line) <= 300 for line in lines)
+    assert all(line.endswith("…") for line in lines if "word1" in line)
+    small = MemoryStack([AgentMind(budget=(0, 400))], store=store)
+    assert count_tokens(header_of(small)) <= 400

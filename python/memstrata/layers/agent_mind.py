@@ -101,7 +101,7 @@ from memstrata.layers.mind_entries import (
     MindReflection,
     decode_vector,
     encode_vector,
-    creation_ms,
+    next_sequence,
     entry_from_payload,
     now_ms,
     parse_due_by,
@@ -137,6 +137,9 @@ LINE_TOKEN_CACHE = 100_000
 RANKING_REUSE_MS = 60_000
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_SIMILARITY_FLOOR = 0.2
+# A goal or standing-rule line in the header is cut to this many characters.
+HEADER_LINE_CHARS = 300
+MIN_HEADER_LINE_CHARS = 40
 PRIORITY_SCORES: dict[str, float] = {"low": 0.3, "normal": 0.6, "high": 1.0}
 GOAL_VECTORS_KEPT = 4096
 # An embedding's squared norm is below this, so float32 arithmetic on it (its squared norm,
@@ -449,6 +452,7 @@ class _Draft:
     goals: dict[str, MindGoal] = field(default_factory=dict)
     goal_patches: dict[str, _GoalPatch] = field(default_factory=dict)
     unpins: set[str] = field(default_factory=set)
+    pins: int = 0  # what the draft changes the number of live pinned reflections by
     downgrades: set[str] = field(default_factory=set)  # beliefs written with allowDowngrade
 
     def empty(self) -> bool:
@@ -480,6 +484,7 @@ class AgentMindHandle:
         self._header: str | None = None
         self._header_budget: int | None = None
         self._index: _IndexCache | None = None
+        self._committed_pins: int | None = None
         self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
         self._mark: ChangeMark | None = None  # where the store's history stood at load
         # Beliefs this run created that a flush folded into an equal one another run had
@@ -570,14 +575,14 @@ class AgentMindHandle:
         now = self.started_at
         goals = sorted(
             (g for g in self.goals.values() if g.status == "active"),
-            key=lambda g: (g.created_at, g.id),
+            key=lambda g: (g.created_at, g.sequence, g.id),
         )
-        goal_lines = [_goal_line(g) for g in goals]
         rules = sorted(
             (r for r in self.reflections.values() if r.pinned and not r.expired(now)),
             key=lambda r: (r.created_at, r.id),
         )
-        rule_lines = [f"- {r.content}" for r in rules]
+        limit = self.layer.budget.max if budget is None else min(budget, self.layer.budget.max)
+        goal_lines, rule_lines = self._standing_lines(goals, rules, limit)
         beliefs = [
             b
             for b in self.beliefs.values()
@@ -598,21 +603,8 @@ class AgentMindHandle:
         recent.sort(key=_BY_CREATED, reverse=True)
         if not (goal_lines or rule_lines or beliefs or recent):
             return ""
-        allowance = self.layer.token_budget
-        if budget is not None:
-            fixed = "\n".join(
-                [
-                    "--- AGENT MIND ---",
-                    "## Goals",
-                    *goal_lines,
-                    "## Standing Rules (Pinned)",
-                    *rule_lines,
-                    "## Beliefs",
-                    "## Recent Reflections",
-                    "---",
-                ]
-            )
-            allowance = max(0, min(allowance, budget - self.count_tokens(fixed)))
+        fixed = self.count_tokens(_frame(goal_lines, rule_lines))
+        allowance = max(0, min(self.layer.token_budget, limit - fixed))
         belief_lines, allowance = self._fit(beliefs, "belief", allowance)
         reflection_lines, _ = self._fit(recent, "reflection", allowance)
         lines = ["--- AGENT MIND ---"]
@@ -628,6 +620,28 @@ class AgentMindHandle:
             return ""
         lines.append("---")
         return "\n".join(lines)
+
+    def _standing_lines(
+        self, goals: list[MindGoal], rules: list[MindReflection], limit: int
+    ) -> tuple[list[str], list[str]]:
+        """The goal and standing-rule lines, always shown but each cut to ``HEADER_LINE_CHARS``
+        (shorter, then fewer, until the header's frame fits ``limit`` tokens)."""
+        chars = HEADER_LINE_CHARS
+        while True:
+            goal_lines = [_cut_line(_goal_line(g), chars) for g in goals]
+            rule_lines = [_cut_line(f"- {r.content}", chars) for r in rules]
+            if self.count_tokens(_frame(goal_lines, rule_lines)) <= limit:
+                return goal_lines, rule_lines
+            if chars > MIN_HEADER_LINE_CHARS:
+                chars = max(MIN_HEADER_LINE_CHARS, chars // 2)
+                continue
+            # Even short lines do not fit: the newest go first, rules before goals.
+            if rules:
+                rules = rules[:-1]
+            elif goals:
+                goals = goals[:-1]
+            else:
+                return [], []
 
     def _line_cache(self, kind: str) -> dict[str, tuple[MindEntry, str, int]]:
         """Rendered header lines and their token counts by entry id, kept by the layer across
@@ -1130,7 +1144,7 @@ class AgentMindHandle:
         allow_downgrade: bool,
     ) -> dict[str, Any]:
         """:meth:`believe` after embedding."""
-        now = creation_ms()
+        now = now_ms()
         match = self.find_duplicate_belief(vector, now=now)
         expires_at = now + ttl_ms if ttl_ms is not None else None
         if match is None:
@@ -1200,7 +1214,7 @@ class AgentMindHandle:
                 code="cap_reached",
             )
         vector = self.embed_one(content)
-        now = creation_ms()
+        now = now_ms()
         ttl = self.layer.reflection_ttl_ms
         reflection = MindReflection(
             _new_id("r"),
@@ -1213,6 +1227,7 @@ class AgentMindHandle:
             expires_at=now + ttl if ttl is not None else None,
         )
         self.draft.reflections[reflection.id] = (reflection, vector)
+        self.draft.pins += pin
         result: dict[str, Any] = {"status": "ok", "id": reflection.id}
         if pin and pinned_now + 1 >= cap - PINNED_WARNING_MARGIN:
             result["warning"] = (
@@ -1222,15 +1237,14 @@ class AgentMindHandle:
         return result
 
     def pinned_count(self) -> int:
-        """Pinned reflections once this run's draft is applied."""
-        now = self.started_at
-        committed = sum(
-            1
-            for r in self.reflections.values()
-            if r.pinned and not r.expired(now) and r.id not in self.draft.unpins
-        )
-        drafted = sum(1 for r, _ in self.draft.reflections.values() if r.pinned)
-        return committed + drafted
+        """Pinned reflections once this run's draft is applied: counted once per run, then
+        kept up to date by the draft's pins and unpins."""
+        if self._committed_pins is None:
+            now = self.started_at
+            self._committed_pins = sum(
+                1 for r in self.reflections.values() if r.pinned and not r.expired(now)
+            )
+        return self._committed_pins + self.draft.pins
 
     def unpin_reflection(self, id: str) -> dict[str, Any]:
         """Unpins a standing rule (kept as a regular reflection); dropped by an error flush."""
@@ -1241,6 +1255,7 @@ class AgentMindHandle:
             if not reflection.pinned:
                 raise ToolError(f"reflection {id!r} is not pinned", code="not_pinned")
             reflection.pinned = False
+            self.draft.pins -= 1
             return {"status": "ok"}
         stored = self.reflections.get(id)
         if stored is None:
@@ -1252,6 +1267,8 @@ class AgentMindHandle:
         if not stored.pinned or id in self.draft.unpins:
             raise ToolError(f"reflection {id!r} is not pinned", code="not_pinned")
         self.draft.unpins.add(id)
+        if not stored.expired(self.started_at):
+            self.draft.pins -= 1
         return {"status": "ok"}
 
     def active_goal_count(self) -> int:
@@ -1293,7 +1310,7 @@ class AgentMindHandle:
                 f"priority must be one of {', '.join(GOAL_PRIORITIES)}", code="invalid_arguments"
             )
         tag_list = _check_tags(tags or [])
-        now = creation_ms()
+        now = now_ms()
         try:
             due = None if due_by is None else parse_due_by(due_by, now=now)
         except InvalidInputError as exc:
@@ -1307,7 +1324,17 @@ class AgentMindHandle:
                 code="cap_reached",
             )
         goal = MindGoal(
-            _new_id("g"), description, priority, "active", tag_list, due, [], None, now, now
+            _new_id("g"),
+            description,
+            priority,
+            "active",
+            tag_list,
+            due,
+            [],
+            None,
+            now,
+            now,
+            next_sequence(),
         )
         self.draft.goals[goal.id] = goal
         return {"status": "ok", "id": goal.id}
@@ -1719,6 +1746,7 @@ def _copy_goal(g: MindGoal) -> MindGoal:
         g.outcome,
         g.created_at,
         g.updated_at,
+        g.sequence,
     )
 
 
@@ -1759,6 +1787,27 @@ def _recency(updated_at: int, now: int) -> float:
 
 def _iso_day(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).date().isoformat()
+
+
+def _frame(goal_lines: list[str], rule_lines: list[str]) -> str:
+    """The header without its beliefs and recent reflections: what is shown whatever the
+    budget, and so what it must first make room for."""
+    return "\n".join(
+        [
+            "--- AGENT MIND ---",
+            "## Goals",
+            *goal_lines,
+            "## Standing Rules (Pinned)",
+            *rule_lines,
+            "## Beliefs",
+            "## Recent Reflections",
+            "---",
+        ]
+    )
+
+
+def _cut_line(line: str, chars: int) -> str:
+    return line if len(line) <= chars else line[: chars - 1].rstrip() + "…"
 
 
 def _goal_line(goal: MindGoal) -> str:

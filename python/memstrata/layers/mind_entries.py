@@ -8,8 +8,8 @@ Times are Unix milliseconds, as in the seed.
 from __future__ import annotations
 
 import base64
+import itertools
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -39,18 +39,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-_last_created = 0
-_created_lock = threading.Lock()
+_sequence = itertools.count(1)
 
 
-def creation_ms() -> int:
-    """The time of a new entry: :func:`now_ms`, but later than any this process gave before,
-    so entries made in one millisecond keep the order they were made in (the header and
-    listings sort by it)."""
-    global _last_created
-    with _created_lock:
-        _last_created = max(now_ms(), _last_created + 1)
-        return _last_created
+def next_sequence() -> int:
+    """A number larger than any this process gave before: orders entries created in one
+    millisecond (``createdAt`` alone cannot)."""
+    return next(_sequence)
 
 
 def parse_duration(text: str, *, what: str = "duration") -> int:
@@ -151,6 +146,7 @@ class MindGoal:
     outcome: str | None = None
     created_at: int = 0
     updated_at: int = 0
+    sequence: int = 0  # memstrata's: orders goals created in one millisecond
     type: Literal["goal"] = "goal"
 
     def to_payload(self) -> dict[str, Any]:
@@ -167,6 +163,8 @@ class MindGoal:
         }
         _opt(out, "dueBy", self.due_by)
         _opt(out, "outcome", self.outcome)
+        if self.sequence:
+            out["sequence"] = self.sequence
         return out
 
     @classmethod
@@ -183,6 +181,7 @@ class MindGoal:
             outcome=None if outcome is None else _text(outcome, "outcome"),
             created_at=_int(p.get("createdAt"), "createdAt"),
             updated_at=_int(p.get("updatedAt"), "updatedAt"),
+            sequence=_int(p.get("sequence", 0), "sequence"),
         )
 
 
