@@ -1611,3 +1611,26 @@ def test_long_goals_and_rules_cannot_take_the_header_past_its_budget(store: Stor
     assert all(line.endswith("…") for line in lines if "word1" in line)
     small = MemoryStack([AgentMind(budget=(0, 400))], store=store)
     assert count_tokens(header_of(small)) <= 400
+
+
+def test_a_full_mind_purges_long_expired_entries_before_refusing(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    keeper = make_stack(store, max_entries=3, purge_expired_after=None)
+    with keeper.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Kept for ever", "expiresIn": None}))
+        for text in ("Short lived alpha fact", "Short lived omega note"):
+            ok(run.call_tool("mind_believe", {"content": text, "expiresIn": "1s"}))
+    time.sleep(2.1)
+    with keeper.run(agent=AGENT) as run:  # archived entries are kept: the mind stays full
+        refused = run.call_tool("mind_reflect", {"content": "No room"})
+        assert refused["error"]["code"] == "limit_exceeded"
+    purging = make_stack(store, max_entries=3, purge_expired_after="1s")
+    with caplog.at_level("INFO", logger="memstrata.agent_mind"), purging.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_reflect", {"content": "Room made"}))
+        ok(run.call_tool("mind_reflect", {"content": "And again"}))
+        refused = run.call_tool("mind_reflect", {"content": "Now full of live entries"})
+        assert refused["error"]["code"] == "limit_exceeded"
+    contents = sorted(e["content"] for e in stored_entries(store))
+    assert contents == ["And again", "Kept for ever", "Room made"]
+    assert caplog.text.count("purged belief/") == 2

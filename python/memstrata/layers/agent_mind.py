@@ -187,6 +187,9 @@ class AgentMind:
             dict with ``belief``/``reflection``).
         score_weights: Weights of the recall score.
         max_entries: Most goals, beliefs and reflections one namespace holds.
+        purge_expired_after: How long an expired (archived) belief or reflection is kept, as a
+            duration (``"30d"``); None keeps it for ever. Past that, it is deleted when a write
+            needs room under ``max_entries`` or by :meth:`AgentMindHandle.purge_expired`.
         hnsw_threshold: Index size from which hnswlib replaces the exact index.
         on_progress: Called ``(done, total)`` while entries are re-embedded after an embedder
             change; progress is also logged at INFO.
@@ -210,6 +213,7 @@ class AgentMind:
         ttl_defaults: MindTtlDefaults | dict[str, str | None] | None = None,
         score_weights: ScoreWeights | None = None,
         max_entries: int = DEFAULT_MAX_ENTRIES,
+        purge_expired_after: str | None = "30d",
         hnsw_threshold: int = DEFAULT_HNSW_THRESHOLD,
         on_progress: ProgressCallback | None = None,
         budget: tuple[int, int] | Budget = (0, 1500),
@@ -249,6 +253,11 @@ class AgentMind:
         self.max_goals = min(max_goals, MAX_GOALS_CEILING)
         self.max_pinned_reflections = min(max_pinned_reflections, MAX_PINNED_CEILING)
         self.max_entries = max_entries
+        self.purge_expired_after_ms = (
+            None
+            if purge_expired_after is None
+            else parse_duration(purge_expired_after, what="purge_expired_after")
+        )
         self.deduplication_threshold = float(deduplication_threshold)
         self.retrieval_threshold = float(retrieval_threshold)
         self.similarity_floor = float(similarity_floor)
@@ -485,6 +494,7 @@ class AgentMindHandle:
         self._header_budget: int | None = None
         self._index: _IndexCache | None = None
         self._committed_pins: int | None = None
+        self._purged: set[str] = set()  # ids this run deleted (purge_expired)
         self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
         self._mark: ChangeMark | None = None  # where the store's history stood at load
         # Beliefs this run created that a flush folded into an equal one another run had
@@ -1277,15 +1287,38 @@ class AgentMindHandle:
 
     def entry_count(self) -> int:
         """Goals, beliefs and reflections in the namespace once this run's draft is applied."""
-        committed = len(self.goals) + len(self.beliefs) + len(self.reflections)
+        committed = len(self.goals) + len(self.beliefs) + len(self.reflections) - len(self._purged)
         drafted = sum(
             1 for _b, _v, stored_before in self.draft.beliefs.values() if not stored_before
         )
         return committed + drafted + len(self.draft.reflections) + len(self.draft.goals)
 
+    def purge_expired(self) -> int:
+        """Deletes the beliefs and reflections that expired longer than the layer's
+        ``purge_expired_after`` ago (each logged); returns how many. Archived entries otherwise
+        stay, and count toward ``max_entries``: a full mind purges before it refuses a write."""
+        keep = self.layer.purge_expired_after_ms
+        if keep is None:
+            return 0
+        cutoff = now_ms() - keep
+        purged = 0
+        for entries in (self.beliefs, self.reflections):
+            for entry in list(entries.values()):
+                if entry.expires_at is None or entry.expires_at > cutoff:
+                    continue
+                if entry.id in self._purged or entry.id in self.draft.beliefs:
+                    continue
+                if self.store.delete(self.namespace, _key(entry)):
+                    purged += 1
+                    logger.info("purged %s, expired at %d", _key(entry), entry.expires_at)
+                self._purged.add(entry.id)
+        return purged
+
     def _require_room(self, kind: str) -> None:
         limit = self.layer.max_entries
         count = self.entry_count()
+        if count >= limit and self.purge_expired():
+            count = self.entry_count()
         if count >= limit:
             raise LimitExceededError(
                 f"this mind already holds {count:,} entries, its limit (max_entries), so a new "
