@@ -101,8 +101,8 @@ from memstrata.layers.mind_entries import (
     MindReflection,
     decode_vector,
     encode_vector,
-    next_sequence,
     entry_from_payload,
+    next_sequence,
     now_ms,
     parse_due_by,
     parse_duration,
@@ -1302,16 +1302,18 @@ class AgentMindHandle:
             return 0
         cutoff = now_ms() - keep
         purged = 0
-        for entries in (self.beliefs, self.reflections):
-            for entry in list(entries.values()):
-                if entry.expires_at is None or entry.expires_at > cutoff:
-                    continue
-                if entry.id in self._purged or entry.id in self.draft.beliefs:
-                    continue
-                if self.store.delete(self.namespace, _key(entry)):
-                    purged += 1
-                    logger.info("purged %s, expired at %d", _key(entry), entry.expires_at)
-                self._purged.add(entry.id)
+        archived: list[MindBelief | MindReflection] = [
+            entry
+            for entry in [*self.beliefs.values(), *self.reflections.values()]
+            if entry.expires_at is not None and entry.expires_at <= cutoff
+        ]
+        for entry in archived:
+            if entry.id in self._purged or entry.id in self.draft.beliefs:
+                continue
+            if self.store.delete(self.namespace, _key(entry)):
+                purged += 1
+                logger.info("purged %s, expired at %d", _key(entry), entry.expires_at)
+            self._purged.add(entry.id)
         return purged
 
     def _require_room(self, kind: str) -> None:
@@ -1539,7 +1541,7 @@ class AgentMindHandle:
         active = {i for i, g in self.goals.items() if g.status == "active"}
         pinned = {i for i, r in self.reflections.items() if r.pinned and not r.expired(now)}
         for item in changed:
-            kind, _, id_ = item.key.partition("/")
+            id_ = item.key.partition("/")[2]
             try:
                 entry = entry_from_payload(item.value)
             except InvalidInputError:
