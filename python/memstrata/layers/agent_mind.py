@@ -1302,11 +1302,9 @@ class AgentMindHandle:
             return 0
         cutoff = now_ms() - keep
         purged = 0
-        archived: list[MindBelief | MindReflection] = [
-            entry
-            for entry in [*self.beliefs.values(), *self.reflections.values()]
-            if entry.expires_at is not None and entry.expires_at <= cutoff
-        ]
+        entries: list[MindBelief | MindReflection] = [*self.beliefs.values()]
+        entries += self.reflections.values()
+        archived = [e for e in entries if e.expires_at is not None and e.expires_at <= cutoff]
         for entry in archived:
             if entry.id in self._purged or entry.id in self.draft.beliefs:
                 continue
