@@ -17,7 +17,7 @@ from anthropic import Anthropic
 from fastapi.testclient import TestClient
 from openai import OpenAI
 
-from memstrata import MemoryStack, SQLiteStore, WorkingMemory
+from memstrata import Embedder, MemoryStack, SQLiteStore, WorkingMemory, hash_embed
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -193,3 +193,73 @@ def test_fastapi_agent_endpoint(replay: Any, tmp_path: pathlib.Path) -> None:
     assert response.json() == {"reply": "Tracking OPS-42.", "memory": {"ticket": "OPS-42"}}
     bad = TestClient(app).post("/chat", json={"thread_id": 5})
     assert bad.status_code == 422
+
+
+class EmbeddingsServer:
+    """An OpenAI-compatible ``POST /v1/embeddings`` on loopback, answering with the offline
+    hashing embedder's vectors in the API's shape (what Ollama, vLLM or TEI would send)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, "body": body})
+                vectors = hash_embed(body["input"], 64)
+                answer = json.dumps(
+                    {
+                        "object": "list",
+                        "model": body["model"],
+                        "data": [
+                            {"object": "embedding", "index": i, "embedding": v.tolist()}
+                            for i, v in enumerate(vectors)
+                        ],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_real_embeddings_example_talks_to_an_openai_compatible_endpoint() -> None:
+    example = load("real_embeddings")
+    server = EmbeddingsServer()
+    try:
+        found = example.remember_and_recall(example.endpoint_embedder(server.url, "nomic-embed"))
+    finally:
+        server.close()
+    assert found[0] == "The user's production database is PostgreSQL 16 on AWS RDS"
+    assert {r["path"] for r in server.requests} == {"/v1/embeddings"}
+    assert all(r["body"]["model"] == "nomic-embed" for r in server.requests)
+    sent = [text for r in server.requests for text in r["body"]["input"]]
+    assert "Which database runs in production?" in sent
+
+
+def test_real_embeddings_example_wraps_any_encode_function() -> None:
+    example = load("real_embeddings")
+    calls: list[list[str]] = []
+
+    def encode(texts: list[str]) -> Any:
+        calls.append(texts)
+        return hash_embed(texts, 64)
+
+    embedder = example.EncoderEmbedder(encode, model="my-encoder-v1", dim=64)
+    assert isinstance(embedder, Embedder)
+    found = example.remember_and_recall(embedder)
+    assert found[0] == "The user's production database is PostgreSQL 16 on AWS RDS"
+    assert calls  # the mind embedded through the wrapped function
