@@ -36,6 +36,8 @@ PINNED_SIZES = {
     "TOOL_RESULT_OFFLOADED": 126,
     "TOOL_RESULT_PRUNED": 31,
     "TEAM_STATE_HEADER": 13,
+    # What a line break in stored text becomes inside a line-structured block.
+    "LINE_BREAK_MARK": 5,
 }
 
 

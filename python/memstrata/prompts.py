@@ -7,10 +7,13 @@ each one, so a text that grows fails review instead of silently eating the budge
 must be added to that test to pass.
 
 Runtime content (the working-memory state, the team state, a repo map) is not template and does
-not live here.
+not live here; but every block that shows it renders stored text through the functions at the
+end of this module, so that text a model stored can never pass for the block's own structure.
 """
 
 from __future__ import annotations
+
+import re
 
 # Working memory (layers/working_memory.py) ---------------------------------------------------
 
@@ -93,3 +96,43 @@ TOOL_RESULT_PRUNED = "[summarized: call_id={call_id}]"
 # Team state (layers/team_state.py) ------------------------------------------------------------
 
 TEAM_STATE_HEADER = "## Team State"
+
+
+# Stored text inside the library's blocks ----------------------------------------------------
+
+# Line breaks of every kind (str.splitlines' set): each one could start a forged line.
+_LINE_BREAKS = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+# Control characters and the bidirectional overrides that reorder what a reader sees.
+_UNSHOWABLE = re.compile(
+    r"[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+LINE_BREAK_MARK = " ⏎ "
+
+
+def one_line(text: str) -> str:
+    """Stored text as one line of a line-structured block (the mind header, the team state,
+    the upstream-memory hint): line breaks are folded into ``⏎`` marks and control or
+    direction-override characters are dropped, so it cannot start a line of its own (a
+    heading, a ``---`` rule, a ``- QC verified`` line)."""
+    return _UNSHOWABLE.sub("", _LINE_BREAKS.sub(LINE_BREAK_MARK, text))
+
+
+def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
+    """Stored text as the body of a ``<label>...</label>`` block: every opening or closing tag
+    of ``label`` in it is escaped (``&lt;/label>``; in JSON text ``\\u003c/label>``, which is
+    still the same JSON), so only the block's own tags delimit it."""
+    pattern = _tag_pattern(label)
+    escape = "\\u003c" if json_text else "&lt;"
+    return pattern.sub(lambda m: escape + m.group(0)[1:], text) if "<" in text else text
+
+
+_TAG_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _tag_pattern(label: str) -> re.Pattern[str]:
+    pattern = _TAG_PATTERNS.get(label)
+    if pattern is None:
+        pattern = _TAG_PATTERNS[label] = re.compile(
+            r"<\s*/?\s*" + re.escape(label) + r"(?![A-Za-z0-9_-])", re.IGNORECASE
+        )
+    return pattern

@@ -115,6 +115,7 @@ from memstrata.layers.mind_tools import (
     MAX_TAGS,
     mind_tools,
 )
+from memstrata.prompts import one_line
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store
 from memstrata.stores.base import ChangeMark, Updater
@@ -639,7 +640,7 @@ class AgentMindHandle:
         chars = HEADER_LINE_CHARS
         while True:
             goal_lines = [_cut_line(_goal_line(g), chars) for g in goals]
-            rule_lines = [_cut_line(f"- {r.content}", chars) for r in rules]
+            rule_lines = [_cut_line(f"- {one_line(r.content)}", chars) for r in rules]
             if self.count_tokens(_frame(goal_lines, rule_lines)) <= limit:
                 return goal_lines, rule_lines
             if chars > MIN_HEADER_LINE_CHARS:
@@ -682,9 +683,9 @@ class AgentMindHandle:
             hit = cache.get(entry.id)
             if hit is None or hit[0] is not entry:
                 line = (
-                    f"- {entry.content} ({entry.confidence} confidence)"
+                    f"- {one_line(entry.content)} ({entry.confidence} confidence)"
                     if isinstance(entry, MindBelief)
-                    else f"- [{_iso_day(entry.created_at)}] {entry.content}"
+                    else f"- [{_iso_day(entry.created_at)}] {one_line(entry.content)}"
                 )
                 hit = cache[entry.id] = (entry, line, self.count_tokens(line))
             if hit[2] <= allowance:
@@ -1849,7 +1850,7 @@ def _goal_line(goal: MindGoal) -> str:
         line += f" — last progress: {goal.progress[-1]}"
     if goal.due_by:
         line += f" (due: {goal.due_by})"
-    return line
+    return one_line(line)
 
 
 def _check_content(value: Any, what: str) -> str:

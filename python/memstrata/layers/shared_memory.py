@@ -68,6 +68,7 @@ from memstrata.prompts import (
     MEMORY_TOOLS_SECTION,
     MEMORY_WRITE_DESCRIPTION,
     UPSTREAM_HEADER,
+    one_line,
 )
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
@@ -721,7 +722,7 @@ class SharedMemoryHandle:
         used = self.tokens.count(UPSTREAM_HEADER)
         for index, key in enumerate(self.upstream):
             record = self.memory._find(key)  # the title only: no value decoded
-            title = " ".join((record.meta.title or "").split()) if record is not None else ""
+            title = one_line(record.meta.title or "").strip() if record is not None else ""
             line = f"- {key} — {title[:HINT_TITLE_CHARS]}" if title else f"- {key}"
             cost = self.tokens.count(line) + 1
             if budget is not None and used + cost > budget:

@@ -53,7 +53,7 @@ from memstrata.layers.wm_tools import (
     tools_for,
 )
 from memstrata.messages import tool_calls
-from memstrata.prompts import WORKING_MEMORY_TRUNCATED
+from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
 from memstrata.schemas import state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Namespace, codec
@@ -377,13 +377,18 @@ class WorkingMemoryHandle:
 
     def _rendered(self) -> str:
         if self._body is None:
-            self._body = _body_of(self._state)
+            self._body = self._body_of(self._state)
         return self._body
 
     def _tokens_over(self, block: str, limit: int) -> int | None:
         """Exact tokens of ``block`` if over ``limit``; a structured one is counted by line."""
         split = json_lines if self.layer.structured else None
         return exact_count_over(self.ctx.tokens, block, limit, split)
+
+    def _body_of(self, state: State) -> str:
+        """The state as the model reads it (text as it is, structured state as indented JSON),
+        with any tag of the block's label in it escaped: stored text cannot end the block."""
+        return in_tagged_block(_body_of(state), self.layer.label, json_text=self.layer.structured)
 
     def _block(self, body: str) -> str:
         label = self.layer.label
@@ -529,7 +534,7 @@ class WorkingMemoryHandle:
         budget; raises naming the limit otherwise."""
         layer = self.layer
         try:
-            body = _body_of(state)
+            body = self._body_of(state)
             size = len(body.encode("utf-8"))
         except (orjson.JSONEncodeError, UnicodeEncodeError):
             codec.dumps(state)  # names what no store could hold: deep nesting, a surrogate
