@@ -41,11 +41,8 @@ class PlainMind:
         entries = [*handle.beliefs.values(), *handle.reflections.values()]
         self.entries = entries
         self.now = handle.started_at
-        rows = []
-        for e in entries:
-            raw = handle._stored_vectors[e.id][1]
-            rows.append(np.frombuffer(__import__("base64").b64decode(raw), "<f4"))
-        matrix = np.asarray(rows, dtype=np.float32)
+        index = handle.index()
+        matrix = index.vectors.gather([index.rows[e.id] for e in entries])
         self.matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
         self.is_belief = np.array([e.type == "belief" for e in entries])
         conf = {"low": 0.3, "medium": 0.6, "high": 1.0}

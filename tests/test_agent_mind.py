@@ -1130,7 +1130,7 @@ def test_changing_the_embedder_re_embeds_with_progress(store: Store) -> None:
 
 
 def test_the_index_follows_the_store_between_runs(store: Store) -> None:
-    stack = make_stack(store, hnsw_threshold=1_000_000)
+    stack = make_stack(store)
     with stack.run(agent=AGENT) as run:
         ok(run.call_tool("mind_believe", {"content": "Alpha service owns billing"}))
     with stack.run(agent=AGENT) as run:
@@ -1141,23 +1141,46 @@ def test_the_index_follows_the_store_between_runs(store: Store) -> None:
         assert ok(run.call_tool("mind_recall", {"query": "alpha service billing"})) == []
 
 
-def test_recall_through_the_hnsw_backend(store: Store) -> None:
-    stack = make_stack(store, hnsw_threshold=2)
+def test_the_vectors_are_held_once_and_no_graph_is_built(store: Store) -> None:
+    stack = make_stack(store)
+    topics = ["billing", "search", "payments", "onboarding", "logging", "alerting"]
     with stack.run(agent=AGENT) as run:
-        for topic in ("billing", "search", "payments", "onboarding"):
-            ok(
-                run.call_tool(
-                    "mind_believe", {"content": f"The {topic} team owns the {topic} service"}
-                )
-            )
+        for topic in topics:
+            ok(run.call_tool("mind_believe", {"content": f"The {topic} team owns {topic}"}))
+        ok(run.call_tool("mind_reflect", {"content": "Ask the owning team first"}))
     with stack.run(agent=AGENT) as run:
         found = ok(
-            run.call_tool(
-                "mind_recall", {"query": "payments team service", "type": "belief", "limit": 1}
-            )
+            run.call_tool("mind_recall", {"query": "logging team", "type": "belief", "limit": 1})
         )
-        assert run.layer("agent-mind").index().beliefs.backend == "hnsw"
-    assert found[0]["content"] == "The payments team owns the payments service"
+        dup = ok(run.call_tool("mind_believe", {"content": "The alerting team owns alerting!"}))
+        handle = run.layer("agent-mind")
+        index = handle.index()
+        (rows,) = handle._committed.rows.values()
+        # One row per stored vector, and the index reads those rows: no copy of its own.
+        assert rows.size == len(topics) + 1 and index.vectors is rows
+        assert (len(index.beliefs), len(index.reflections)) == (len(topics), 1)
+        assert not hasattr(index.beliefs, "backend")
+    assert found[0]["content"] == "The logging team owns logging"
+    assert dup["action"] == "updated_store"
+
+
+def test_the_dedup_check_finds_the_best_live_belief_among_many(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        for i in range(40):
+            ok(run.call_tool("mind_believe", {"content": f"Server {i} runs in zone {i % 3}"}))
+    with stack.run(agent=AGENT) as run:
+        handle = run.layer("agent-mind")
+        vector = handle.embed_one("Server 17 runs in zone 2")
+        best = handle.index().beliefs.top_k(vector, 3, threshold=0.5)
+        # Exact cosine similarity, best first: the same as a plain scan of the stored vectors.
+        stored = {e["content"]: e["id"] for e in stored_entries(store, "belief")}
+        texts = list(stored)
+        sims = hash_embed(texts, 384) @ (vector / np.linalg.norm(vector))
+        want = sorted(((-float(s), stored[t]) for t, s in zip(texts, sims) if s >= 0.5))[:3]
+        assert [i for i, _ in best] == [i for _, i in want]
+        assert np.allclose([s for _, s in best], [-s for s, _ in want], atol=1e-5)
+        assert len(best) == 3
 
 
 # Standalone use and spawn ------------------------------------------------------------------------
@@ -1205,25 +1228,6 @@ def test_the_demo_starts_run_two_with_run_ones_writes(
     assert "Always cite the filing date" in run_two and "updated_draft" in out
     goals = [e for e in store.list(("mind", "research-tracker")) if e.value["type"] == "goal"]
     assert [g.value["status"] for g in goals] == ["completed"]
-
-
-def test_the_index_moves_to_hnsw_when_a_later_run_crosses_the_threshold(store: Store) -> None:
-    stack = make_stack(store, hnsw_threshold=4)
-    topics = ["billing", "search", "payments", "onboarding", "logging", "alerting"]
-    for chunk in (topics[:3], topics[3:]):
-        with stack.run(agent=AGENT) as run:
-            for topic in chunk:
-                ok(run.call_tool("mind_believe", {"content": f"The {topic} team owns {topic}"}))
-            ok(run.call_tool("mind_recall", {"query": "team"}))
-    with stack.run(agent=AGENT) as run:
-        found = ok(
-            run.call_tool("mind_recall", {"query": "logging team", "type": "belief", "limit": 1})
-        )
-        index = run.layer("agent-mind").index().beliefs
-        assert index.backend == "hnsw" and len(index) == 6
-        dup = ok(run.call_tool("mind_believe", {"content": "The alerting team owns alerting!"}))
-        assert dup["action"] == "updated_store"
-    assert found[0]["content"] == "The logging team owns logging"
 
 
 def test_malformed_stored_entries_are_skipped_not_deleted(store: Store) -> None:

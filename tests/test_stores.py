@@ -658,6 +658,25 @@ def test_changes_lets_a_caller_keep_a_namespace_in_step(store: Store) -> None:
     assert [i.key for i in store.changes(NS, store.changes(NS, mark).mark).items] == []
 
 
+def test_changes_each_hands_over_what_changes_collects(store: Store) -> None:
+    for key in ("c", "a", "b"):
+        store.put(NS, key, {"key": key})
+    store.put(NS, "gone", 1, ttl=0.001)
+    store.put((*NS, "sub"), "x", 1)
+    time.sleep(0.01)
+    seen: list[Item] = []
+    whole = store.changes_each(NS, None, seen.append)
+    assert [i.key for i in seen] == ["a", "b", "c"] and seen[0].value == {"key": "a"}
+    assert (whole.items, whole.removed, whole.complete) == ([], [], True)
+    store.put(NS, "a", {"key": "A"})
+    store.delete(NS, "b")
+    seen.clear()
+    since = store.changes_each(NS, whole.mark, seen.append)
+    assert [(i.key, i.value) for i in seen] == [("a", {"key": "A"})]
+    assert (since.items, since.removed, since.complete) == ([], ["b"], False)
+    assert store.changes(NS, since.mark).items == []
+
+
 def test_changes_report_deletes_and_purges_once(store: Store) -> None:
     store.put(NS, "kept", 1)
     store.put(NS, "deleted", 2)

@@ -41,8 +41,11 @@ Decisions where the seed is silent (or its code differs from its text):
 * ``pinned: true`` in ``mind_recall`` returns pinned reflections only (no goals, no beliefs);
   ``pinned: false`` excludes pinned reflections; absent means no filter.
 * Recall ranks exactly by the composite score in one pass over the vectors
-  (:mod:`memstrata.layers.mind_ranking`), whatever the index backend; the hnswlib graph, past
-  ``hnsw_threshold`` entries, serves the belief dedup check.
+  (:mod:`memstrata.layers.mind_ranking`); the belief dedup check searches the same ranker by
+  similarity alone, so the vectors are held once in the ranker and once as loaded. Every
+  search is exact: at the sizes a mind holds (up to ``max_entries``, 100,000 by default) the
+  exact scan answers the dedup check faster than an hnswlib graph does
+  (``benches/test_vectors.py``), with no graph to build or store.
 * ``type: 'all'`` lists matching goals first (by words matched), then beliefs and reflections
   by score, ``limit`` in total. Goals match when a query word (two characters or more) occurs
   in their description, progress or tags.
@@ -115,12 +118,12 @@ from memstrata.layers.mind_tools import (
     MAX_TAGS,
     mind_tools,
 )
+from memstrata.layers.mind_vectors import BLOCK_ROWS, VectorRows, decode_raw
 from memstrata.prompts import one_line
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store
 from memstrata.stores.base import ChangeMark, Updater
 from memstrata.tools import Tool
-from memstrata.vector_index import DEFAULT_HNSW_THRESHOLD, VectorIndex
 
 logger = logging.getLogger("memstrata.agent_mind")
 
@@ -191,7 +194,6 @@ class AgentMind:
         purge_expired_after: How long an expired (archived) belief or reflection is kept, as a
             duration (``"30d"``); None keeps it for ever. Past that, it is deleted when a write
             needs room under ``max_entries`` or by :meth:`AgentMindHandle.purge_expired`.
-        hnsw_threshold: Index size from which hnswlib replaces the exact index.
         on_progress: Called ``(done, total)`` while entries are re-embedded after an embedder
             change; progress is also logged at INFO.
         budget: The stack's ``(min, max)`` tokens for the whole header.
@@ -215,7 +217,6 @@ class AgentMind:
         score_weights: ScoreWeights | None = None,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         purge_expired_after: str | None = "30d",
-        hnsw_threshold: int = DEFAULT_HNSW_THRESHOLD,
         on_progress: ProgressCallback | None = None,
         budget: tuple[int, int] | Budget = (0, 1500),
         slot: int = 10,
@@ -262,7 +263,6 @@ class AgentMind:
         self.deduplication_threshold = float(deduplication_threshold)
         self.retrieval_threshold = float(retrieval_threshold)
         self.similarity_floor = float(similarity_floor)
-        self.hnsw_threshold = hnsw_threshold
         self.on_progress = on_progress
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
         self.slot = slot
@@ -366,7 +366,11 @@ class _Committed:
     goals: dict[str, MindGoal] = field(default_factory=dict)
     beliefs: dict[str, MindBelief] = field(default_factory=dict)
     reflections: dict[str, MindReflection] = field(default_factory=dict)
-    vectors: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # id -> (model, base64)
+    # id -> (embedding model, dimension, row in ``rows[dimension]``; -1: no vector stored)
+    vectors: dict[str, tuple[Any, int, int]] = field(default_factory=dict)
+    # The stored vectors, decoded once, by dimension: shared (append-only) by the copies
+    # ``changed`` makes, so a change never copies a vector.
+    rows: dict[int, VectorRows] = field(default_factory=dict)
     # Keys stored with a store TTL -> when it runs out: the store does not report that.
     expiring: dict[str, float] = field(default_factory=dict)
     # Built from these entries by one run, reused by the next: (budget, counter id) ->
@@ -386,50 +390,154 @@ class _Committed:
             dict(self.beliefs),
             dict(self.reflections),
             dict(self.vectors),
+            dict(self.rows),
             dict(self.expiring),
         )
         fresh.apply(items, removed)
+        fresh.compact()
         return fresh
 
     def apply(self, items: list[Item], removed: list[str]) -> None:
+        self.remove([*removed, *(item.key for item in items)])
+        for item in items:
+            self.add(item)
+        self.seal()
+
+    def remove(self, keys: list[str]) -> None:
         by_kind: dict[str, dict[str, Any]] = {
             "goal": self.goals,
             "belief": self.beliefs,
             "reflection": self.reflections,
         }
-        for key in [*removed, *(item.key for item in items)]:
+        for key in keys:
             kind, _, id_ = key.partition("/")
             if kind in by_kind and by_kind[kind].pop(id_, None) is not None and kind != "goal":
                 self.vectors.pop(id_, None)
             self.expiring.pop(key, None)
-        for item in items:
-            if item.expires_at is not None:
-                self.expiring[item.key] = item.expires_at
-            try:
-                entry = entry_from_payload(item.value)
-            except InvalidInputError as exc:
-                logger.warning("skipping malformed mind entry %r: %s", item.key, exc)
+
+    def add(self, item: Item) -> None:
+        """Takes in one item not held yet; its vector is decoded into ``rows`` (call
+        :meth:`seal` once the items are in)."""
+        if item.expires_at is not None:
+            self.expiring[item.key] = item.expires_at
+        try:
+            entry = entry_from_payload(item.value)
+        except InvalidInputError as exc:
+            logger.warning("skipping malformed mind entry %r: %s", item.key, exc)
+            return
+        if item.key != _key(entry):
+            logger.warning("skipping mind entry %r stored under a foreign key", item.key)
+            return
+        if entry.type == "belief":
+            self.beliefs[entry.id] = entry
+        elif entry.type == "reflection":
+            self.reflections[entry.id] = entry
+        else:
+            self.goals[entry.id] = entry
+            return
+        value = item.value
+        raw = decode_raw(value.get("embedding"))
+        if raw is None:
+            self.vectors[entry.id] = (value.get("embeddingModel"), 0, -1)
+            return
+        dim = len(raw) // 4
+        rows = self.rows.get(dim)
+        if rows is None:
+            rows = self.rows[dim] = VectorRows(dim)
+        self.vectors[entry.id] = (value.get("embeddingModel"), dim, rows.append_raw(raw))
+
+    def seal(self) -> None:
+        for rows in self.rows.values():
+            rows.seal()
+
+    def compact(self) -> None:
+        """Copies the rows still in use out of a store mostly made of replaced ones (the
+        shared one stays with the older copies that use it)."""
+        for dim, rows in list(self.rows.items()):
+            used = {i: row for i, (_m, d, row) in self.vectors.items() if d == dim and row >= 0}
+            if rows.size <= 2 * len(used) + BLOCK_ROWS:
                 continue
-            if item.key != _key(entry):
-                logger.warning("skipping mind entry %r stored under a foreign key", item.key)
-                continue
-            by_kind[entry.type][entry.id] = entry
-            if not isinstance(entry, MindGoal):
-                value = item.value
-                self.vectors[entry.id] = (value.get("embeddingModel"), value.get("embedding"))
+            fresh, moved = rows.compacted(used)
+            self.rows[dim] = fresh
+            for i, row in moved.items():
+                model = self.vectors[i][0]
+                self.vectors[i] = (model, dim, row)
 
 
 @dataclass
 class _IndexCache:
-    """Vectors of one namespace's beliefs and reflections, kept by the layer across runs."""
+    """Which rows of the committed vectors serve one namespace's beliefs and reflections under
+    the current embedder, kept by the layer across runs. No vector is copied here: recall's
+    ranker reads the rows, and the belief dedup check searches that ranker (see
+    :class:`_KindIndex`)."""
 
     model: str
     dim: int
-    beliefs: VectorIndex
-    reflections: VectorIndex
-    stamps: dict[str, int] = field(default_factory=dict)  # id -> updatedAt indexed
-    units: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)  # id -> unit vector
+    vectors: VectorRows
+    rows: dict[str, int] = field(default_factory=dict)  # id -> row in ``vectors``
     source: object = None  # the _Committed entries last synced in: the same again needs nothing
+
+
+class _KindIndex:
+    """One kind's indexed entries for the dedup check, as a run sees them: exact cosine
+    similarity against the entries live when recall's ranker was built.
+
+    It holds no vectors of its own: candidates come from the run's live ranker (a search by
+    similarity alone, see :meth:`CompositeRanker.candidates`) and are re-scored from the rows.
+    """
+
+    def __init__(self, handle: AgentMindHandle, cache: _IndexCache, kind: str) -> None:
+        self._handle = handle
+        self._cache = cache
+        self._entries = handle.beliefs if kind == "belief" else handle.reflections
+        self._size = sum(1 for i in self._entries if i in cache.rows)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def top_k(self, vector: npt.ArrayLike, k: int, *, threshold: float) -> list[tuple[str, float]]:
+        """The ``k`` live entries most similar to ``vector``, at least ``threshold``."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.sqrt(query.astype(np.float64) @ query.astype(np.float64)))
+        if not norm or not math.isfinite(norm):
+            return []
+        unit = query / np.float32(norm)
+        ranker = self._handle._ranker(("belief", "reflection"), False)
+        ids = [i for i in ranker.candidates(unit, threshold) if i in self._entries]
+        if not ids:
+            return []
+        rows = self._cache.rows
+        sims = self._cache.vectors.gather([rows[i] for i in ids]) @ unit
+        found = [
+            (i, min(1.0, max(-1.0, float(sim)))) for i, sim in zip(ids, sims) if sim >= threshold
+        ]
+        found.sort(key=lambda hit: (-hit[1], hit[0]))
+        return found[:k]
+
+    def find_duplicate(self, vector: npt.ArrayLike, threshold: float) -> tuple[str, float] | None:
+        best = self.top_k(vector, 1, threshold=threshold)
+        return best[0] if best else None
+
+
+@dataclass
+class _Index:
+    """A run's view of its namespace's vector index."""
+
+    cache: _IndexCache
+    beliefs: _KindIndex
+    reflections: _KindIndex
+
+    @property
+    def dim(self) -> int:
+        return self.cache.dim
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return self.cache.rows
+
+    @property
+    def vectors(self) -> VectorRows:
+        return self.cache.vectors
 
 
 @dataclass
@@ -486,14 +594,15 @@ class AgentMindHandle:
         self.goals: dict[str, MindGoal] = {}
         self.beliefs: dict[str, MindBelief] = {}
         self.reflections: dict[str, MindReflection] = {}
-        self._stored_vectors: dict[str, tuple[Any, Any]] = {}  # id -> (model, base64)
+        # id -> (model, dimension, row in the committed rows); see _Committed.vectors
+        self._stored_vectors: dict[str, tuple[Any, int, int]] = {}
         # The four dicts above are the layer's shared copy (see load); the handle replaces
         # them rather than changing them.
         self._committed = _Committed(None, None)
         self.draft = _Draft()
         self._header: str | None = None
         self._header_budget: int | None = None
-        self._index: _IndexCache | None = None
+        self._index: _Index | None = None
         self._committed_pins: int | None = None
         self._purged: set[str] = set()  # ids this run deleted (purge_expired)
         self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
@@ -512,11 +621,20 @@ class AgentMindHandle:
         held = layer._committed.get(self.namespace)
         if held is not None and held.store is not self.store:
             held = None  # a mark only means something to the store that made it
-        changes = self.store.changes(self.namespace, held.mark if held is not None else None)
+        if held is None:
+            # Streamed: each entry's vector is decoded into the rows as the store reads it.
+            committed = _Committed(self.store, None)
+            changes = self.store.changes_each(self.namespace, None, committed.add)
+            committed.mark = changes.mark
+            committed.seal()
+        else:
+            changes = self.store.changes(self.namespace, held.mark)
         # The answer's mark is no later than what it read: whatever is written meanwhile counts
         # as a change at flush.
         self._mark = changes.mark
-        if changes.complete or held is None:
+        if held is None:
+            pass
+        elif changes.complete:
             committed = _Committed(self.store, changes.mark)
             committed.apply(changes.items, changes.removed)
         elif changes.items or changes.removed:
@@ -711,10 +829,13 @@ class AgentMindHandle:
             )
         return vector
 
-    def index(self) -> _IndexCache:
-        """The committed entries' vector indexes, built (or brought up to date) on first use."""
+    def index(self) -> _Index:
+        """The committed entries' vector index, brought up to date on first use."""
         if self._index is None:
-            self._index = self._sync_index()
+            cache = self._sync_index()
+            self._index = _Index(
+                cache, _KindIndex(self, cache, "belief"), _KindIndex(self, cache, "reflection")
+            )
         return self._index
 
     def _sync_index(self) -> _IndexCache:
@@ -725,68 +846,36 @@ class AgentMindHandle:
         fresh = cache is not None and cache.source is self._committed
         if fresh and cache is not None and (cache.model, cache.dim) == (model, dim):
             return cache
-        if cache is None or cache.model != model or cache.dim != dim:
-            cache = _IndexCache(
-                model,
-                dim,
-                VectorIndex(dim, hnsw_threshold=layer.hnsw_threshold),
-                VectorIndex(dim, hnsw_threshold=layer.hnsw_threshold),
-            )
-        entries: dict[str, MindBelief | MindReflection] = {**self.beliefs, **self.reflections}
-        gone = [i for i in cache.stamps if i not in entries]
-        changed = [i for i, e in entries.items() if cache.stamps.get(i) != e.updated_at]
-        for ids in (gone, changed):
-            cache.beliefs.remove(ids)
-            cache.reflections.remove(ids)
-            for i in ids:
-                cache.stamps.pop(i, None)
-                cache.units.pop(i, None)
-        vectors: dict[str, npt.NDArray[np.float32]] = {}
+        committed = self._committed
+        vectors = committed.rows.get(dim)
+        if vectors is None:
+            vectors = committed.rows[dim] = VectorRows(dim)
+        cache = _IndexCache(model, dim, vectors)
+        stored = self._stored_vectors
         stale: list[str] = []
-        for i in changed:
-            stored_model, text = self._stored_vectors.get(i, (None, None))
-            vector = decode_vector(text) if stored_model == model else None
-            if vector is None or vector.shape[0] != dim or not np.any(vector):
-                stale.append(i)
-            else:
-                vectors[i] = vector
+        for entries in (self.beliefs, self.reflections):
+            for i in entries:
+                stored_model, stored_dim, row = stored.get(i, (None, 0, -1))
+                if stored_model == model and stored_dim == dim and vectors.usable(row):
+                    cache.rows[i] = row
+                else:
+                    stale.append(i)
         if stale:
-            vectors.update(self._reembed(stale, entries, model))
-        for i in changed:
-            if i in vectors:
-                cache.stamps[i] = entries[i].updated_at
-                vector = vectors[i].astype(np.float32)
-                cache.units[i] = vector / np.float32(np.linalg.norm(vector))
-        for attr, kind in (("beliefs", MindBelief), ("reflections", MindReflection)):
-            target: VectorIndex = getattr(cache, attr)
-            ids = [i for i in changed if i in vectors and isinstance(entries[i], kind)]
-            if not ids:
-                continue
-            if target.backend == "exact" and len(target) + len(ids) >= target.hnsw_threshold:
-                # Crossing into the graph backend: build it from every vector of this kind.
-                every = [i for i, e in entries.items() if isinstance(e, kind) and i in cache.units]
-                setattr(
-                    cache,
-                    attr,
-                    VectorIndex.build(
-                        every,
-                        np.stack([cache.units[i] for i in every]),
-                        dim=dim,
-                        hnsw_threshold=layer.hnsw_threshold,
-                    ),
-                )
-            else:
-                target.add(ids, np.stack([cache.units[i] for i in ids]))
-        cache.source = self._committed
+            cache.rows.update(self._reembed(stale, {**self.beliefs, **self.reflections}, vectors))
+        cache.source = committed
         layer._indexes[self.namespace] = cache
         return cache
 
     def _reembed(
-        self, ids: list[str], entries: dict[str, MindBelief | MindReflection], model: str
-    ) -> dict[str, npt.NDArray[np.float32]]:
-        """Embeds entries stored without a vector of the current model, shows progress, and
-        writes the new vectors back in one transaction."""
+        self,
+        ids: list[str],
+        entries: dict[str, MindBelief | MindReflection],
+        vectors: VectorRows,
+    ) -> dict[str, int]:
+        """Embeds entries stored without a vector of the current model into ``vectors``, shows
+        progress, and writes the new vectors back in one transaction. Returns their rows."""
         total = len(ids)
+        model = self.layer.embedder.model
         logger.info("re-embedding %d mind entries with %s", total, model)
         out: dict[str, npt.NDArray[np.float32]] = {}
         for start in range(0, total, REEMBED_BATCH):
@@ -811,15 +900,18 @@ class AgentMindHandle:
 
             return fn
 
-        if out:
-            self.store.update_many(
-                self.namespace, {_key(entries[i]): rewrite(entries[i], v) for i, v in out.items()}
-            )
-            self._stored_vectors = {
-                **self._stored_vectors,
-                **{i: (model, encode_vector(v)) for i, v in out.items()},
-            }
-        return out
+        if not out:
+            return {}
+        self.store.update_many(
+            self.namespace, {_key(entries[i]): rewrite(entries[i], v) for i, v in out.items()}
+        )
+        rows = dict(zip(out, vectors.append(np.stack(list(out.values())))))
+        vectors.seal()
+        self._stored_vectors = {
+            **self._stored_vectors,
+            **{i: (model, vectors.dim, row) for i, row in rows.items()},
+        }
+        return {i: row for i, row in rows.items() if vectors.usable(row)}
 
     # Reading: mind_recall ---------------------------------------------------------------------
 
@@ -971,7 +1063,7 @@ class AgentMindHandle:
             e
             for kind in kinds
             for e in (self.beliefs if kind == "belief" else self.reflections).values()
-            if e.id in cache.units and e.expired(now) == expired
+            if e.id in cache.rows and e.expired(now) == expired
         ]
         w = self.layer.score_weights
         updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
@@ -985,14 +1077,10 @@ class AgentMindHandle:
             ],
             dtype=np.float64,
         )
-        units = (
-            np.stack([cache.units[e.id] for e in chosen])
-            if chosen
-            else np.zeros((0, cache.dim), dtype=np.float32)
-        )
-        ranker = CompositeRanker(
+        ranker = CompositeRanker.from_rows(
             [e.id for e in chosen],
-            units,
+            cache.vectors,
+            [cache.rows[e.id] for e in chosen],
             w.recency * recency + w.confidence * confidence,
             w.similarity,
         )

@@ -16,11 +16,21 @@ bytes, and a recall reads every row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from memstrata._core import VectorSet
+
+if TYPE_CHECKING:
+    from memstrata.layers.mind_vectors import VectorRows
+
+# Rows handed to the VectorSet per call when building from rows: the set's own working copy
+# (it normalises and quantises each call's rows) stays this small.
+_BUILD_CHUNK = 4096
+# How much more the similarity weighs than the biases' spread in a search by similarity alone.
+_SIMILARITY_ONLY = 1024.0
 
 
 class CompositeRanker:
@@ -44,19 +54,47 @@ class CompositeRanker:
         self.weight = float(weight)
         self.dim = int(unit_vectors.shape[1]) if unit_vectors.ndim == 2 else 0
         self._set: VectorSet | None = None
-        # The smallest bias: no entry scores under ``weight * cosine + min_bias``.
-        self.min_bias = float(np.min(biases)) if self.size else 0.0
+        self._bias_low = self._bias_high = 0.0
         if self.size:
-            bias32 = np.asarray(biases, dtype=np.float32)
-            # Stored by descending bias: the scan's floor rises fastest on the rows most likely
-            # to rank, and the later, low-bias rows are dropped after their first 128 columns.
-            order = np.argsort(-bias32, kind="stable")
-            self._set = VectorSet(self.dim)
+            self._fill(ids, biases, lambda order: unit_vectors[order])
+
+    @classmethod
+    def from_rows(
+        cls,
+        ids: Sequence[str],
+        vectors: VectorRows,
+        rows: Sequence[int],
+        biases: npt.NDArray[np.float64],
+        weight: float,
+    ) -> CompositeRanker:
+        """A ranker over ``ids[i]`` with the unit vector in row ``rows[i]`` of ``vectors``,
+        read a chunk at a time: no full copy of the vectors is made on the way."""
+        ranker = cls([], np.zeros((0, vectors.dim), dtype=np.float32), biases[:0], weight)
+        ranker.size, ranker.dim = len(ids), vectors.dim
+        if ranker.size:
+            index = np.asarray(rows, dtype=np.int64)
+            ranker._fill(ids, biases, lambda order: vectors.gather(index[order]))
+        return ranker
+
+    def _fill(self, ids: Sequence[str], biases: npt.ArrayLike, rows_of: object) -> None:
+        bias32 = np.asarray(biases, dtype=np.float32)
+        self._bias_low, self._bias_high = float(bias32.min()), float(bias32.max())
+        # Stored by descending bias: the scan's floor rises fastest on the rows most likely
+        # to rank, and the later, low-bias rows are dropped after their first 128 columns.
+        order = np.argsort(-bias32, kind="stable")
+        self._set = VectorSet(self.dim)
+        for start in range(0, len(order), _BUILD_CHUNK):
+            part = order[start : start + _BUILD_CHUNK]
             self._set.add(
-                [ids[int(i)] for i in order],
-                np.ascontiguousarray(unit_vectors[order]),
-                biases=bias32[order],
+                [ids[int(i)] for i in part],
+                np.ascontiguousarray(rows_of(part)),  # type: ignore[operator]
+                biases=bias32[part],
             )
+
+    @property
+    def min_bias(self) -> float:
+        """The smallest bias: no entry scores under ``weight * cosine + min_bias``."""
+        return self._bias_low
 
     def top(
         self, query: npt.NDArray[np.float32], k: int, *, threshold: float | None = None
@@ -68,3 +106,25 @@ class CompositeRanker:
         # A hair under the threshold: the peer computes the score in float64, this in float32.
         cut = None if threshold is None else threshold - 1e-6
         return self._set.top_k(query, min(k, self.size), threshold=cut, weight=self.weight)
+
+    def candidates(self, unit_query: npt.NDArray[np.float32], threshold: float) -> list[str]:
+        """Every id whose cosine similarity to ``unit_query`` may be at least ``threshold``
+        (a few just under it too), found by similarity alone: re-score them to decide.
+
+        The set's biases cannot be switched off, so the search weighs the similarity
+        ``_SIMILARITY_ONLY`` times the biases' spread: a row at or above the threshold then
+        scores at least ``W·threshold + lowest bias``, and a row passing that cut is within
+        ``spread / W`` (plus rounding) of the threshold.
+        """
+        if self._set is None:
+            return []
+        spread = self._bias_high - self._bias_low
+        weight = _SIMILARITY_ONLY * max(1.0, spread)
+        # Float32 rounding of the scores is far below this margin (1e-4 of the similarity).
+        cut = weight * (threshold - 1e-4) + self._bias_low
+        k = 16
+        while True:
+            found = self._set.top_k(unit_query, min(k, self.size), threshold=cut, weight=weight)
+            if len(found) < k or k >= self.size:
+                return [i for i, _ in found]
+            k *= 4

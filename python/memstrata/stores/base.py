@@ -312,6 +312,21 @@ class Store(ABC):
             InvalidInputError: ``since`` is not a mark of this backend for ``namespace``.
         """
 
+    def changes_each(
+        self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]
+    ) -> Changes:
+        """:meth:`changes`, handing each item to ``each`` in key order as it is read instead of
+        collecting them: the answer's ``items`` is empty. A caller that keeps a digest of each
+        item (a decoded vector, say) holds one item at a time, never the whole namespace.
+
+        ``each`` may run while the store holds its lock and a read transaction: it must not
+        call the store. An exception from it ends the read and propagates.
+        """
+        changes = self.changes(namespace, since)
+        for item in changes.items:
+            each(item)
+        return Changes(changes.mark, [], changes.removed, changes.complete)
+
     @abstractmethod
     def update(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None

@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from memstrata.stores import codec
@@ -132,6 +132,8 @@ _NAMESPACE = f"SELECT {_COLUMNS} FROM items WHERE namespace = ? AND {_LIVE} ORDE
 # Pinned to the changes indexes: unanalysed, SQLite prefers the primary key (already in key
 # order), which would read the whole namespace to find the few rows written since the mark.
 # Expired rows are read too: for changes() they are removals.
+# Rows per fetch when changes_each streams a namespace.
+_STREAM_BATCH = 256
 _CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
     WHERE namespace = ? AND seq > ? ORDER BY key"""
 _DELETED = """SELECT key FROM tombstones INDEXED BY tombstones_changes
@@ -580,6 +582,29 @@ class SQLiteStore(Store):
         removed.extend(key for (key,) in deleted if key not in written)
         removed.sort()
         return Changes(new_mark, [self._item(row) for row in items], removed, False)
+
+    def changes_each(
+        self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]
+    ) -> Changes:
+        namespace = validate_namespace(namespace)
+        if since is not None:
+            # Catching up reads what changed since the mark: few rows, collected as usual.
+            return super().changes_each(namespace, since, each)
+        ns = encode_namespace(namespace)
+        # A full read streams the rows through ``each``, a batch at a time, in one read
+        # transaction: the mark and the rows come from one snapshot, and no more than a batch
+        # of encoded values is held at once.
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+                cursor = self._conn.execute(_NAMESPACE, (ns, time.time()))
+                while rows := cursor.fetchmany(_STREAM_BATCH):
+                    for row in rows:
+                        each(self._item(row))
+            finally:
+                self._conn.execute("COMMIT")
+        return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], True)
 
     def update_many_since(
         self,

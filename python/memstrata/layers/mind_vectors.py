@@ -1,0 +1,116 @@
+"""The mind's vectors held once: unit rows in blocks of one float32 matrix, decoded on load.
+
+A namespace's stored vectors (base64 float32 in each entry's payload) are decoded straight into
+:class:`VectorRows` as the store streams the entries, then normalised a block at a time: no
+per-entry arrays, no second copy. Recall's ranker reads its rows from here (in bias order, a
+chunk at a time), and so does the exact re-score of the belief dedup check. Rows are only ever
+appended; a row an entry no longer uses is left behind until :meth:`VectorRows.compacted`
+copies the live ones out.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+_SHIFT = 13
+BLOCK_ROWS = 1 << _SHIFT  # 8,192 rows: 12 MB a block at dim 384
+
+
+class VectorRows:
+    """Append-only unit vectors of one dimension, addressed by row number.
+
+    Rows are appended raw (:meth:`append_encoded`, :meth:`append`) and normalised by
+    :meth:`seal`; a row that cannot be normalised (zero, NaN, infinite) is marked unusable.
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.size = 0
+        self._blocks: list[npt.NDArray[np.float32]] = []
+        self._usable: list[npt.NDArray[np.bool_]] = []
+        self._sealed = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of vector storage allocated."""
+        return sum(b.nbytes for b in self._blocks)
+
+    def _next_row(self) -> int:
+        row = self.size
+        if row >> _SHIFT == len(self._blocks):
+            self._blocks.append(np.empty((BLOCK_ROWS, self.dim), dtype=np.float32))
+            self._usable.append(np.zeros(BLOCK_ROWS, dtype=np.bool_))
+        self.size += 1
+        return row
+
+    def append_raw(self, raw: bytes) -> int:
+        """Appends the little-endian float32 vector ``raw`` (``4 * dim`` bytes)."""
+        row = self._next_row()
+        self._blocks[row >> _SHIFT][row & (BLOCK_ROWS - 1)] = np.frombuffer(raw, dtype="<f4")
+        return row
+
+    def append(self, vectors: npt.NDArray[np.float32]) -> list[int]:
+        """Appends the rows of ``vectors`` (shape ``(n, dim)``); normalised by :meth:`seal`."""
+        rows = []
+        for vector in vectors:
+            row = self._next_row()
+            self._blocks[row >> _SHIFT][row & (BLOCK_ROWS - 1)] = vector
+            rows.append(row)
+        return rows
+
+    def seal(self) -> None:
+        """Normalises the rows appended since the last call and marks which are usable."""
+        start, end = self._sealed, self.size
+        while start < end:
+            b, first = start >> _SHIFT, start & (BLOCK_ROWS - 1)
+            last = min(BLOCK_ROWS, first + end - start)
+            block = self._blocks[b][first:last]
+            with np.errstate(all="ignore"):
+                norms = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64))
+                usable = np.isfinite(norms) & (norms > 0)
+                block /= np.where(usable, norms, 1.0).astype(np.float32)[:, None]
+            self._usable[b][first:last] = usable
+            start += last - first
+        self._sealed = end
+
+    def usable(self, row: int) -> bool:
+        return 0 <= row < self._sealed and bool(self._usable[row >> _SHIFT][row & (BLOCK_ROWS - 1)])
+
+    def gather(self, rows: Iterable[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The given rows, in order, as one new ``(len(rows), dim)`` matrix."""
+        index = np.asarray(rows if isinstance(rows, np.ndarray) else list(rows), dtype=np.int64)
+        out = np.empty((len(index), self.dim), dtype=np.float32)
+        if not len(index):
+            return out
+        blocks = index >> _SHIFT
+        offsets = index & (BLOCK_ROWS - 1)
+        for b in np.unique(blocks):
+            where = blocks == b
+            out[where] = self._blocks[int(b)][offsets[where]]
+        return out
+
+    def compacted(self, rows: dict[str, int]) -> tuple[VectorRows, dict[str, int]]:
+        """A new store holding only ``rows`` (id -> row), and the ids' rows in it."""
+        fresh = VectorRows(self.dim)
+        ids = list(rows)
+        for start in range(0, len(ids), BLOCK_ROWS):
+            chunk = ids[start : start + BLOCK_ROWS]
+            fresh.append(self.gather([rows[i] for i in chunk]))
+        fresh.seal()
+        return fresh, {i: n for n, i in enumerate(ids)}
+
+
+def decode_raw(text: Any) -> bytes | None:
+    """The bytes of a vector ``encode_vector`` wrote, or None for anything that is not one."""
+    if not isinstance(text, str) or not text or len(text) % 4:
+        return None
+    try:
+        raw = binascii.a2b_base64(text)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if raw and not len(raw) % 4 else None
