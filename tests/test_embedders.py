@@ -1,4 +1,4 @@
-"""Embedders (HashingEmbedder, OpenAIEmbedder against a loopback server) and VectorIndex."""
+"""Embedders (HashingEmbedder, OpenAIEmbedder against a loopback server)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from memstrata import Embedder, HashingEmbedder, OpenAIEmbedder, VectorIndex, hash_embed
+from memstrata import Embedder, HashingEmbedder, OpenAIEmbedder, hash_embed
 from memstrata.embedders import EmbedderError
-from memstrata.exceptions import DimensionMismatchError, InvalidInputError
+from memstrata.exceptions import InvalidInputError
 
 # HashingEmbedder -------------------------------------------------------------------------------
 
@@ -156,45 +156,3 @@ def test_agent_mind_works_over_the_openai_embedder(api: str, tmp_path: Any) -> N
         found = run.call_tool("mind_recall", {"query": "API answers JSON"})["result"]
     assert found[0]["content"] == "The API answers in JSON"
     store.close()
-
-
-# VectorIndex -----------------------------------------------------------------------------------
-
-TEXTS = [
-    f"entry {i} about {w}" for i, w in enumerate(("cats dogs birds fish trees rocks " * 10).split())
-]
-
-
-@pytest.mark.parametrize("threshold", [1_000_000, 1])
-def test_vector_index_backends_agree(threshold: int) -> None:
-    vectors = hash_embed(TEXTS, 128)
-    ids = [f"id{i}" for i in range(len(TEXTS))]
-    index = VectorIndex.build(ids, vectors, dim=128, hnsw_threshold=threshold)
-    assert index.backend == ("exact" if threshold > len(TEXTS) else "hnsw")
-    assert len(index) == len(TEXTS) and "id3" in index and "nope" not in index
-    query = hash_embed(["entry 7 about dogs"], 128)[0]
-    best = index.top_k(query, 3)
-    exact = np.argsort(-(vectors @ query))[:3]
-    assert [b[0] for b in best] == [ids[i] for i in exact]
-    assert best[0][1] == pytest.approx(float(vectors[exact[0]] @ query), abs=1e-4)
-    assert index.find_duplicate(vectors[5], 0.99)[0] == "id5"  # type: ignore[index]
-    assert index.find_duplicate(query, 1.01) is None
-    assert index.remove(["id7", "missing"]) == 1 and "id7" not in index
-    assert all(i != "id7" for i, _ in index.top_k(query, 5))
-    assert all(s >= 0.5 for _, s in index.top_k(query, 50, threshold=0.5))
-    with pytest.raises(DimensionMismatchError):
-        index.top_k(np.ones(7, dtype=np.float32), 1)
-
-
-def test_vector_index_refuses_bad_vectors_without_changing() -> None:
-    index = VectorIndex(4, hnsw_threshold=1)
-    index.add(["a"], np.ones((1, 4)))
-    with pytest.raises(InvalidInputError, match="zeros"):
-        index.add(["b"], np.zeros((1, 4)))
-    with pytest.raises(InvalidInputError, match="NaN"):
-        index.add(["c"], np.full((1, 4), np.nan))
-    with pytest.raises(InvalidInputError, match="shape"):
-        index.add(["d", "e"], np.ones((1, 4)))
-    assert len(index) == 1
-    with pytest.raises(InvalidInputError, match="hnsw_threshold"):
-        VectorIndex(4, hnsw_threshold=0)

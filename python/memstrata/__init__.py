@@ -48,7 +48,6 @@ from memstrata.tokens import (
     fits_within,
 )
 from memstrata.tools import Tool
-from memstrata.vector_index import VectorIndex
 
 __all__ = [
     "DEFAULT_UNSAFE_KEYS",
@@ -76,7 +75,6 @@ __all__ = [
     "TokenCounter",
     "Tool",
     "ToolResults",
-    "VectorIndex",
     "VectorSet",
     "WorkingMemory",
     "__version__",
