@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -287,3 +288,58 @@ def test_this_repository_maps_within_budget() -> None:
     assert "MemoryStack" in out
     full = repo_map(root / "python", max_tokens=100_000)
     assert "class MemoryStack" in full and "    def prepare(self, messages" in full
+
+
+def test_one_hostile_file_never_aborts_the_map(tmp_path: Path) -> None:
+    (tmp_path / "a_good.py").write_text('"""Fine."""\ndef ok(x: int) -> int:\n    return x\n')
+    (tmp_path / "deep_sum.py").write_text("x = " + "a+" * 100_000 + "a\n")  # RecursionError
+    (tmp_path / "deep_unary.py").write_text("x = " + "-" * 100_000 + "a\n")  # MemoryError
+    (tmp_path / "deep_parens.py").write_text("x = " + "(" * 300 + "a" + ")" * 300 + "\n")
+    # Parses, but the signature is too deeply nested to print back.
+    (tmp_path / "deep_default.py").write_text(
+        "def f(a=" + "-" * 600 + "a): pass\n\ndef g(): pass\n"
+    )
+    # A NUL byte past the binary sniff window.
+    (tmp_path / "late_nul.py").write_bytes(b"# pad\n" * 2000 + b"x = 1\x00\n")
+    (tmp_path / "z_good.py").write_text("def last(): pass\n")
+    out = repo_map(tmp_path, max_tokens=100_000)
+    assert "def ok(x: int) -> int" in out and "def last()" in out
+    for name in ("deep_sum.py", "deep_unary.py", "deep_parens.py", "late_nul.py"):
+        assert re.search(rf"^## {name}  \(does not parse: \w+", out, re.M), name
+    assert "## deep_sum.py  (does not parse: nested too deeply)" in out
+    assert re.search(r"^## deep_default.py  \(not digested: nested too deeply\)$", out, re.M)
+    assert "at line None" not in out
+
+
+def test_text_that_is_not_utf8(tmp_path: Path) -> None:
+    # Python honours its coding declaration; other text is listed by name.
+    (tmp_path / "legacy.py").write_bytes(
+        b'# -*- coding: latin-1 -*-\n"""Caf\xe9 prices."""\ndef price(): pass\n'
+    )
+    (tmp_path / "notes.txt").write_bytes(b"caf\xe9\n")
+    (tmp_path / "bad.rs").write_bytes(b"fn caf\xe9() {}\n")
+    out = repo_map(tmp_path)
+    assert '"""Café prices."""' in out and "def price()" in out
+    assert "## notes.txt  (not UTF-8)" in out
+    assert "## bad.rs  (not UTF-8)" in out
+
+
+def test_a_large_file_cut_inside_a_character_is_still_listed(tmp_path: Path) -> None:
+    from memstrata.repo_map import MAX_FILE_BYTES
+
+    # The byte at the read limit falls inside a 3-byte character.
+    body = "x" * (MAX_FILE_BYTES - 1) + "€" * 10
+    (tmp_path / "huge.py").write_text(body)
+    out = repo_map(tmp_path)
+    assert re.search(r"^## huge\.py  \([\d,]+ bytes, not parsed\)$", out, re.M)
+
+
+def test_deeply_nested_blocks_never_abort_the_map(tmp_path: Path, parser: str) -> None:
+    (tmp_path / "deep.rs").write_text("mod m {\n" * 3000 + "fn inner() {}\n" + "}\n" * 3000)
+    (tmp_path / "deep.ts").write_text(
+        "namespace N {\n" * 3000 + "function inner() {}\n" + "}\n" * 3000
+    )
+    (tmp_path / "ok.rs").write_text("pub fn fine() {}\n")
+    out = repo_map(tmp_path, max_tokens=100_000, parser=parser)  # type: ignore[arg-type]
+    assert "## deep.rs" in out and "## deep.ts" in out
+    assert "pub fn fine()" in out

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
+import multiprocessing
+import os
+import re
 from pathlib import Path
 
 import pytest
 
-from memstrata import MemoryStack
+from memstrata import MemoryStack, count_tokens, estimate_tokens
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.team_state import TeamState, extract_claim
 from memstrata.stores import InMemoryStore
+from memstrata.tokens import ExactCounter
 
 ARTIFACT = """# Parser
 
@@ -157,3 +162,186 @@ def test_the_item_is_read_again_only_when_the_file_changed(tmp_path: Path) -> No
     assert "### second" in newer["content"] and "### first" in newer["content"]
     (tmp_path / "current_state.json").unlink()
     assert mine.recall(mine, 1000) == []
+
+
+# An unusable state directory switches the layer off -------------------------------------------
+
+
+def _unusable_dirs(tmp_path: Path) -> list[tuple[str, Path | str]]:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    cases: list[tuple[str, Path | str]] = [
+        ("a file where the directory should be", a_file),
+        ("a directory under a file", a_file / "team"),
+        ("a path with NUL", str(tmp_path / "te\x00am")),
+    ]
+    if Path("/proc/self").is_dir():
+        cases.append(("a directory nobody can create", "/proc/memstrata-team-state"))
+    if os.geteuid() != 0:  # root writes through any mode
+        read_only = tmp_path / "read-only"
+        read_only.mkdir(mode=0o500)
+        cases.append(("a read-only directory", read_only))
+    return cases
+
+
+def test_an_unusable_state_dir_switches_the_layer_off(tmp_path: Path, caplog) -> None:
+    for what, state_dir in _unusable_dirs(tmp_path):
+        caplog.clear()
+        team = TeamState(state_dir=state_dir)
+        stack = MemoryStack([team], store=InMemoryStore())
+        with stack.run(thread_id="t") as run, caplog.at_level(logging.WARNING):
+            messages = [{"role": "user", "content": "go"}]
+            assert run.prepare(messages) == messages, what
+            entry = team.record("parse config", shipped="config.py", claim="done")
+            assert entry.objective == "parse config", what  # returned, not saved
+            assert team.off_reason is not None, what
+            assert run.prepare(messages) == messages, what
+            assert team.record("again", shipped="x").objective == "again", what
+            assert team.entries() == [], what
+            assert team.prepend("Do X.") == "Do X.", what
+            team.clear()
+        warnings = [r for r in caplog.records if r.name == "memstrata.team_state"]
+        assert len(warnings) == 1, (what, [r.getMessage() for r in warnings])
+        message = warnings[0].getMessage()
+        assert "switched off" in message and os.fspath(state_dir).replace("\x00", "\\x00") in (
+            message
+        ), (what, message)
+    assert (tmp_path / "a-file").read_text() == "not a directory"
+
+
+def test_bad_input_still_raises_when_the_layer_is_off(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    team = TeamState(state_dir=tmp_path / "a-file")
+    team.record("x")
+    assert team.off_reason is not None
+    with pytest.raises(InvalidInputError, match="verdict"):
+        team.record("x", verdict="maybe")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="state_dir must be a path"):
+        TeamState(state_dir=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="state_dir must be a path"):
+        TeamState(state_dir=None)  # type: ignore[arg-type]
+
+
+# Token budget ---------------------------------------------------------------------------------
+
+
+def _big_state(team: TeamState, count: int = 30) -> None:
+    for i in range(count):
+        team.record(
+            f"step {i}",
+            shipped=f"module_{i}.py: parsing, validation and error reporting " * 3,
+            claim=f"claim {i}: everything in module_{i} works as specified " * 3,
+        )
+
+
+def test_the_block_fits_the_budget_the_stack_gives(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=64_000)
+    _big_state(team)
+    assert estimate_tokens(team.render()) > 1000
+    counter = ExactCounter()
+    stack = MemoryStack([team], store=InMemoryStore(), tokens=counter)
+    with stack.run(thread_id="t") as run:
+        for budget in (50, 120, 400):
+            (item,) = team.recall(run.layer("team-state"), budget)
+            content = item["content"]
+            assert counter.count(content) <= budget, budget
+            assert content.startswith("## Team State\n### step 29"), budget
+        # Whole entries go first, the oldest first: a mid-size budget shows the newest ones.
+        (item,) = team.recall(run.layer("team-state"), 400)
+        shown = [n for n in range(30) if f"### step {n}\n" in item["content"]]
+        assert shown == list(range(30 - len(shown), 30)) and 1 < len(shown) < 30
+        # Too small for even the heading of the newest entry: nothing.
+        assert team.recall(run.layer("team-state"), 3) == []
+
+
+def test_the_layers_own_budget_bounds_the_block_and_prepend(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=64_000, budget=(0, 60))
+    _big_state(team)
+    stack = MemoryStack([team], store=InMemoryStore(), tokens=ExactCounter())
+    with stack.run(thread_id="t") as run:
+        out = run.prepare([{"role": "user", "content": "go"}])
+        assert out[0]["content"].startswith("## Team State\n### step 29")
+        assert count_tokens(out[0]["content"]) <= 60
+    block = team.prepend("Do X.").removesuffix("\n\nDo X.")
+    assert count_tokens(block) <= 60 and block.startswith("## Team State\n### step 29")
+    # The newest entry alone is over the budget: it is cut, never dropped.
+    assert "- shipped: module_29.py" in block and block.rstrip().endswith("…")
+
+
+# Concurrent writers ---------------------------------------------------------------------------
+
+
+def _record_many(state_dir: str, writer: int, count: int) -> None:
+    team = TeamState(state_dir=state_dir, soft_cap_bytes=1_000_000)
+    for i in range(count):
+        team.record(f"w{writer}-{i}", shipped=f"file_{writer}_{i}.py")
+
+
+def test_concurrent_processes_lose_no_entry(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_record_many, args=(os.fspath(tmp_path), w, 50)) for w in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    raw = json.loads((tmp_path / "current_state.json").read_text())
+    names = [entry["objective"] for entry in raw["entries"]]
+    assert sorted(names) == sorted(f"w{w}-{i}" for w in range(4) for i in range(50))
+    # Each writer's own entries are in its order.
+    for w in range(4):
+        mine = [n for n in names if n.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{i}" for i in range(50)]
+    md = (tmp_path / "current_state.md").read_text()
+    assert md.count("### w") == 200
+
+
+# Cutting non-ASCII text ----------------------------------------------------------------------
+
+
+def test_an_oversized_non_ascii_claim_is_cut_by_characters(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    claim = "données vérifiées ✓ 数据已验证 " * 150  # about 3,900 characters, 3x the bytes
+    claim = claim[:3990]
+    team.record("huge", claim=claim)
+    (entry,) = team.entries()
+    assert entry.claim is not None and entry.claim.endswith(" …")
+    kept = entry.claim.removesuffix(" …")
+    assert len(kept) > 100 and claim.startswith(kept)
+    assert len(team.render().encode()) <= 2048
+    # Every field keeps some of its content, however multi-byte.
+    team.record("汉" * 2000, shipped="é" * 4000, claim="✓" * 4000, verified="😀" * 4000)
+    (entry,) = team.entries()
+    assert len((tmp_path / "current_state.md").read_bytes()) <= 2048 + 1
+    for value in (entry.objective, entry.shipped, entry.claim, entry.verified):
+        assert value and len(value.removesuffix(" …")) > 10, value
+
+
+def test_the_audit_log_keeps_the_whole_entry_when_the_document_cuts_it(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    claim = "ü" * 3000
+    team.record("big", claim=claim, verdict="fail")
+    (line,) = (tmp_path / "audit.jsonl").read_text().splitlines()
+    assert json.loads(line)["claim"] == claim
+    assert team.entries()[0].claim != claim
+
+
+def test_text_that_is_not_unicode_is_refused(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    with pytest.raises(InvalidInputError, match="claim is not valid Unicode"):
+        team.record("x", claim="ok \ud800")
+    assert not (tmp_path / "current_state.json").exists()
+
+
+def test_an_entry_with_many_flags_keeps_the_first_and_counts_the_rest(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=256)
+    flags = [f"flag {i}: claim and verdict disagree on item {i}" for i in range(60)]
+    team.record("review", claim="all good", verdict="fail", divergences=flags)
+    md = (tmp_path / "current_state.md").read_text()
+    assert len(md.encode()) <= 256 + 1
+    assert "- DIVERGENCE: producer claimed success" in md
+    assert re.search(r"- DIVERGENCE: \d+ more in audit\.jsonl$", md.rstrip())
+    (line,) = (tmp_path / "audit.jsonl").read_text().splitlines()
+    assert json.loads(line)["divergences"][1:] == flags

@@ -26,17 +26,33 @@ Decisions where the seed is silent:
   ``soft_cap_bytes`` (2 KB); the newest entry always stays, cut to the cap if it alone is over.
 * A divergence is flagged automatically when a producer claimed something and QC's verdict is
   ``fail``; callers add their own flags (e.g. Leader-reflect's) with ``divergences=[...]``.
+* An entry cut to fit (the soft cap, or the prompt's token budget) is cut by characters, every
+  text field to the same length, longest fields first, each cut field ending in `` …``: a field
+  with content never comes out empty and no UTF-8 sequence is split. The audit log gets the
+  whole entry.
+* The prompt block fits the layer's token budget (the smaller of the stack's share and
+  ``budget.max``), counted with the run's token counter: the oldest entries go first, then the
+  newest is cut; a budget too small for even that injects nothing.
+* Writers in several processes (or threads) take an OS lock on ``<state_dir>/current_state.lock``
+  around the read-modify-write, so no entry is lost to a concurrent ``record``.
+* A state directory that cannot be used (a file in its place, not writable, not creatable, a
+  path with NUL) switches the layer off, as the seed says: one warning naming the path and the
+  reason, then nothing is read, written or injected (``record`` returns the entry unsaved;
+  :attr:`TeamState.off_reason` says why). Build a new ``TeamState`` to try the directory again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import logging
 import os
 import re
+import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -45,9 +61,15 @@ import orjson
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.prompts import TEAM_STATE_HEADER
-from memstrata.safe_files import write_atomic
+from memstrata.safe_files import make_directory, write_atomic
 from memstrata.stack import Budget, Message, RunContext
+from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
 from memstrata.tools import Tool
+
+if sys.platform == "win32":
+    import msvcrt
+else:
+    import fcntl
 
 logger = logging.getLogger("memstrata.team_state")
 
@@ -56,6 +78,7 @@ Verdict = Literal["pass", "fail"]
 STATE_MD = "current_state.md"
 STATE_JSON = "current_state.json"
 AUDIT_LOG = "audit.jsonl"
+LOCK_FILE = "current_state.lock"
 DEFAULT_SOFT_CAP_BYTES = 2048
 MAX_FIELD_CHARS = 4000
 
@@ -115,12 +138,18 @@ class TeamState:
     """The team-state document of one plan.
 
     Args:
-        state_dir: Where ``current_state.md``, its JSON source and ``audit.jsonl`` live.
+        state_dir: Where ``current_state.md``, its JSON source, ``audit.jsonl`` and the lock
+            file live.
         soft_cap_bytes: Rendered size the document is kept within by dropping oldest entries.
         enabled: False: nothing is read, written or prepended.
         name: The layer's name.
         slot: Order among layers' prompt items.
-        budget: ``(min, max)`` tokens of prompt as a layer.
+        budget: ``(min, max)`` tokens of prompt as a layer; ``prepend`` keeps within ``max``.
+        tokens: Token counter for the budget; by default the stack's (the native estimator's
+            encoding, counted exactly) when used as a layer.
+
+    Raises:
+        InvalidInputError: ``state_dir`` is not a path, or ``soft_cap_bytes`` is under 64.
     """
 
     def __init__(
@@ -132,7 +161,12 @@ class TeamState:
         name: str = "team-state",
         slot: int = 50,
         budget: tuple[int, int] | Budget = (0, 800),
+        tokens: TokenCounter | None = None,
     ) -> None:
+        if not isinstance(state_dir, (str, os.PathLike)):
+            raise InvalidInputError(
+                f"state_dir must be a path (str or os.PathLike), got {type(state_dir).__name__}"
+            )
         if (
             isinstance(soft_cap_bytes, bool)
             or not isinstance(soft_cap_bytes, int)
@@ -145,11 +179,18 @@ class TeamState:
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
-        # The prompt item and the state file it was read from, by (inode, mtime, size): every
-        # write replaces the file (a new inode), so a prepare whose file is unchanged reuses
-        # the item, the same text object, whose token count the context gate then reuses too.
-        self._item: tuple[tuple[int, int, int], str] | None = None
+        self._tokens_given = tokens is not None
+        self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
+        # The prompt item, by the state file it was read from, (inode, mtime, size), and the
+        # token limit it was cut to: every write replaces the file (a new inode), so a prepare
+        # whose file is unchanged reuses the item, the same text object, whose token count the
+        # context gate then reuses too.
+        self._item: tuple[tuple[int, int, int, int], str] | None = None
         self._json_path = os.fspath(self.state_dir / STATE_JSON)
+        self._off: str | None = None
+        # flock excludes other open files, not other threads sharing one: threads of this
+        # process queue here first.
+        self._thread_lock = threading.Lock()
 
     @property
     def md_path(self) -> Path:
@@ -159,12 +200,41 @@ class TeamState:
     def audit_path(self) -> Path:
         return self.state_dir / AUDIT_LOG
 
+    @property
+    def off_reason(self) -> str | None:
+        """Why the layer switched itself off (its state directory could not be used), or None
+        while it works."""
+        return self._off
+
+    def _active(self) -> bool:
+        return self.enabled and self._off is None
+
+    def _switch_off(self, exc: BaseException) -> None:
+        if self._off is not None:
+            return
+        reason = str(exc) if isinstance(exc, InvalidInputError) else _os_reason(exc)
+        self._off = reason
+        self._item = None
+        logger.warning(
+            "team state switched off: state_dir %r cannot be used (%s); nothing is recorded or "
+            "injected until a new TeamState is built",
+            os.fspath(self.state_dir),
+            reason,
+        )
+
     # Reading ----------------------------------------------------------------------------------
 
     def entries(self) -> list[StateEntry]:
-        """The remembered sub-objectives, oldest first."""
-        if not self.enabled:
+        """The remembered sub-objectives, oldest first (none while the layer is off)."""
+        if not self._active():
             return []
+        try:
+            return self._read()
+        except (OSError, ValueError) as exc:
+            self._switch_off(exc)
+            return []
+
+    def _read(self, *, locked: bool = False) -> list[StateEntry]:
         path = self.state_dir / STATE_JSON
         try:
             raw = orjson.loads(path.read_bytes())
@@ -172,6 +242,10 @@ class TeamState:
         except FileNotFoundError:
             return []
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            if not locked:
+                # Re-read under the lock: a writer may have replaced the file since.
+                with self._lock():
+                    return self._read(locked=True)
             aside = path.with_name(f"{STATE_JSON}.corrupt-{time.time():.0f}")
             os.replace(path, aside)
             logger.warning("team state %s was unreadable (%s); moved aside to %s", path, exc, aside)
@@ -182,10 +256,38 @@ class TeamState:
         return _render(self.entries())
 
     def prepend(self, prompt: str) -> str:
-        """``prompt`` with the team state before it under ``## Team State`` (unchanged when the
-        state is empty or the layer disabled)."""
-        body = self.render()
-        return f"{TEAM_STATE_HEADER}\n{body}\n\n{prompt}" if body else prompt
+        """``prompt`` with the team state before it under ``## Team State``, within
+        ``budget.max`` tokens (unchanged when the state is empty or the layer off)."""
+        block = self._block(self.budget.max)
+        return f"{block}\n\n{prompt}" if block else prompt
+
+    def _block(self, limit: int) -> str:
+        """``## Team State`` and the entries, newest first, within ``limit`` tokens: the oldest
+        entries dropped, then the newest cut; empty when even that does not fit."""
+        entries = self.entries()
+        if not entries:
+            return ""
+        counter = self.tokens
+        head = TEAM_STATE_HEADER + "\n"
+        block = head + _render(entries)
+        if exact_count_over(counter, block, limit) is None:
+            return block
+        # Newest first, as many whole entries as their summed counts allow, then checked as a
+        # whole (BPE counts of parts add up closely, not exactly).
+        room = limit - exact_count(counter, head)
+        keep = 0
+        for entry in reversed(entries):
+            room -= exact_count(counter, entry.render()) + 1
+            if room < 0:
+                break
+            keep += 1
+        while keep > 0:
+            block = head + _render(entries[len(entries) - keep :])
+            if exact_count(counter, block) <= limit:
+                return block
+            keep -= 1
+        newest = _shrink(entries[-1], lambda e: exact_count(counter, head + e.render()) <= limit)
+        return head + newest.render() if newest is not None else ""
 
     # Writing ----------------------------------------------------------------------------------
 
@@ -200,11 +302,17 @@ class TeamState:
         divergences: Iterable[str] = (),
     ) -> StateEntry:
         """Adds one sub-objective's outcome, drops the oldest entries past the soft cap, writes
-        the document atomically and appends divergences to ``audit.jsonl``.
+        the document atomically and appends divergences to ``audit.jsonl``, all under the
+        state directory's lock.
+
+        Returns:
+            The entry as given. It is saved unless the layer is disabled or off: when the state
+            directory cannot be used, the layer switches itself off with one warning and the
+            entry is returned unsaved (see :attr:`off_reason`), so a plan goes on without it.
 
         Raises:
-            InvalidInputError: A field of the wrong type or over 4,000 characters, or an
-                unknown verdict.
+            InvalidInputError: A field of the wrong type, over 4,000 characters or not valid
+                Unicode, or an unknown verdict.
         """
         if verdict not in (None, "pass", "fail"):
             raise InvalidInputError(f"verdict must be 'pass', 'fail' or None, got {verdict!r}")
@@ -220,38 +328,61 @@ class TeamState:
             divergences=flags,
             at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         )
-        if not self.enabled:
+        if not self._active():
             return entry
-        entries = [*self.entries(), entry]
-        entries = self._within_cap(entries)
-        data = orjson.dumps({"entries": [asdict(e) for e in entries]}, option=orjson.OPT_INDENT_2)
-        write_atomic(self.state_dir / STATE_JSON, data, mode=0o644)
-        write_atomic(self.md_path, (_render(entries) + "\n").encode(), mode=0o644)
-        if flags:
-            self._audit(entry)
+        try:
+            with self._lock():
+                entries = self._within_cap([*self._read(locked=True), entry])
+                data = orjson.dumps(
+                    {"entries": [asdict(e) for e in entries]}, option=orjson.OPT_INDENT_2
+                )
+                write_atomic(self.state_dir / STATE_JSON, data, mode=0o644)
+                write_atomic(self.md_path, (_render(entries) + "\n").encode(), mode=0o644)
+                if flags:
+                    self._audit(entry)
+        except (OSError, ValueError) as exc:
+            self._switch_off(exc)
         return entry
 
     def clear(self) -> None:
         """Starts a new plan: an empty document (the audit log is kept)."""
-        for name in (STATE_JSON, STATE_MD):
-            with contextlib.suppress(FileNotFoundError):
-                (self.state_dir / name).unlink()
+        if not self._active():
+            return
+        try:
+            with self._lock():
+                for name in (STATE_JSON, STATE_MD):
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.state_dir / name).unlink()
+        except (OSError, ValueError) as exc:
+            self._switch_off(exc)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """An exclusive OS lock on the lock file, for one read-modify-write."""
+        with self._thread_lock:
+            make_directory(self.state_dir, private=False)
+            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(self.state_dir / LOCK_FILE, flags, 0o644)
+            try:
+                _lock_fd(fd)
+                try:
+                    yield
+                finally:
+                    _unlock_fd(fd)
+            finally:
+                os.close(fd)
 
     def _within_cap(self, entries: list[StateEntry]) -> list[StateEntry]:
-        while len(entries) > 1 and len(_render(entries).encode()) > self.soft_cap_bytes:
+        def fits(kept: list[StateEntry]) -> bool:
+            return len(_render(kept).encode()) <= self.soft_cap_bytes
+
+        while len(entries) > 1 and not fits(entries):
             entries = entries[1:]
-        if len(_render(entries).encode()) > self.soft_cap_bytes:
-            only = entries[0]
-            for attr in ("claim", "verified", "shipped"):
-                value = getattr(only, attr)
-                excess = len(_render([only]).encode()) - self.soft_cap_bytes
-                if value and excess > 0:
-                    # Cut by bytes, then drop chars until the multi-byte tail fits too.
-                    keep = max(len(value) - excess - 4, 0)
-                    setattr(only, attr, value[:keep] + " …")
-                    while keep and len(_render([only]).encode()) > self.soft_cap_bytes:
-                        keep -= 1
-                        setattr(only, attr, value[:keep] + " …")
+        if not fits(entries):
+            only = _shrink(entries[0], lambda e: fits([e]))
+            # The soft cap is at least 64 bytes: a heading of one character and " …" fits.
+            assert only is not None
+            entries = [only]
         return entries
 
     def _audit(self, entry: StateEntry) -> None:
@@ -266,7 +397,6 @@ class TeamState:
                 "divergences": entry.divergences,
             }
         )
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         # One write of one line with O_APPEND: concurrent appenders do not interleave lines.
         fd = os.open(self.audit_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -277,22 +407,29 @@ class TeamState:
     # Layer protocol ---------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> TeamState:
+        # The stack's token counter replaces the default one, never one the caller chose.
+        if not self._tokens_given and self.tokens is not ctx.tokens:
+            self.tokens = ctx.tokens
+            self._item = None
         return self
 
     def recall(self, handle: TeamState, budget: int) -> list[Message]:
-        if not self.enabled:
+        if not self._active():
             return []
+        limit = min(budget, self.budget.max)
         try:
             stat = os.stat(self._json_path)
         except FileNotFoundError:
             return []
-        key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except (OSError, ValueError) as exc:
+            self._switch_off(exc)
+            return []
+        key = (stat.st_ino, stat.st_mtime_ns, stat.st_size, limit)
         item = self._item
         if item is None or item[0] != key:
             # Read after the stat: a write racing with it changes the file's key, and the next
             # prepare reads again.
-            body = self.render()
-            item = self._item = (key, f"{TEAM_STATE_HEADER}\n{body}" if body else "")
+            item = self._item = (key, self._block(limit))
         return [{"content": item[1]}] if item[1] else []
 
     def observe(self, handle: TeamState, message: Message) -> None:
@@ -308,8 +445,84 @@ class TeamState:
         """Nothing to flush: ``record`` writes through."""
 
 
+def _lock_fd(fd: int) -> None:
+    if sys.platform == "win32":
+        # Byte 0 of the file; LK_LOCK gives up after ~10 s of retries, so keep asking.
+        os.lseek(fd, 0, os.SEEK_SET)
+        while True:
+            try:
+                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                return
+            except OSError:
+                continue
+    else:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock_fd(fd: int) -> None:
+    if sys.platform == "win32":
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _os_reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{type(exc).__name__}: {exc.strerror}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _render(entries: list[StateEntry]) -> str:
     return "\n\n".join(e.render() for e in reversed(entries))
+
+
+_CUT_FIELDS = ("objective", "shipped", "claim", "verified")
+# Fields are cut to this many characters before any divergence flag is left out.
+_MIN_CUT = 24
+
+
+def _cut_to(entry: StateEntry, chars: int, flags: int) -> StateEntry:
+    """A copy of ``entry`` with every text field over ``chars`` characters cut to them (and
+    `` …``), and only its first ``flags`` divergence flags (a last one counts the rest)."""
+
+    def cut(value: str) -> str:
+        return value if len(value) <= chars else value[:chars].rstrip() + " …"
+
+    changes: dict[str, Any] = {a: cut(getattr(entry, a)) for a in _CUT_FIELDS if getattr(entry, a)}
+    divergences = [cut(d) for d in entry.divergences[:flags]]
+    if flags < len(entry.divergences):
+        divergences.append(f"{len(entry.divergences) - flags} more in {AUDIT_LOG}")
+    return dataclasses.replace(entry, **changes, divergences=divergences)
+
+
+def _shrink(entry: StateEntry, fits: Callable[[StateEntry], bool]) -> StateEntry | None:
+    """``entry`` with its longest text fields cut by characters to the greatest common length
+    that ``fits``, or None when nothing does. Divergence flags are left out (the last first)
+    only when the fields cannot keep ``_MIN_CUT`` characters each otherwise, and when they
+    cannot keep even one. The entry itself is not changed."""
+    if fits(entry):
+        return entry
+    longest = max(
+        (len(v) for v in (*(getattr(entry, a) or "" for a in _CUT_FIELDS), *entry.divergences)),
+        default=1,
+    )
+    for floor in (min(_MIN_CUT, longest), 1):
+        flags = len(entry.divergences)
+        while flags >= 0 and not fits(_cut_to(entry, floor, flags)):
+            flags -= 1
+        if flags >= 0:
+            break
+    else:
+        return None
+    low, high = floor, longest  # _cut_to(entry, low, flags) fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(_cut_to(entry, middle, flags)):
+            low = middle
+        else:
+            high = middle - 1
+    return _cut_to(entry, low, flags)
 
 
 def _text(what: str, value: Any, *, required: bool = False) -> str:
@@ -324,5 +537,11 @@ def _text(what: str, value: Any, *, required: bool = False) -> str:
         raise InvalidInputError(
             f"{what} is {len(value):,} characters; the limit is {MAX_FIELD_CHARS:,}"
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} is not valid Unicode text (it holds a lone surrogate)"
+        ) from None
     checked: str = value
     return checked
