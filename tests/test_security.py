@@ -8,6 +8,7 @@
 * A run scoped to thread / resource / agent / workflow A never reads or writes B's memory,
   whatever its tool arguments say.
 * Namespace and key strings that look like SQL are plain data on SQLite and PostgreSQL.
+* A number JSON cannot hold, in a dict of arguments, is bad input named by its path.
 
 Elsewhere: a call that fails changes nothing (``tests/test_fuzz_tools.py``); every limit has its
 named error (``tests/test_limits.py``); a killed writer leaves old or new records
@@ -19,6 +20,7 @@ call_id is given (``tests/test_tool_results.py::test_call_ids_that_could_escape_
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import threading
@@ -888,3 +890,55 @@ def test_sql_looking_scope_ids_are_plain_data(sql_store: Store) -> None:
         assert len(sql_store.list(("mind", text))) == 1
     # One record per working memory (a state this small has no journal).
     assert len(sql_store.list(("working-memory",), limit=1000)) == len(SQL_STRINGS)
+
+
+# 7. Bad input ---------------------------------------------------------------------------------
+
+
+def _every_tool_stack(tmp_path: Path) -> MemoryStack:
+    closed = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}}}
+    return MemoryStack(
+        [
+            WorkingMemory(schema={**closed, "additionalProperties": False}, budget=(0, 100_000)),
+            WorkingMemory(scope="resource", tools="voltagent", name="profile"),
+            SharedMemory(namespace=("shared-memory", "wf")),
+            AgentMind(),
+            ToolResults(tool_calls_dir=tmp_path / "tool_calls", threshold_tokens=1),
+        ],
+        store="memory://",
+        total_budget=1_000_000,
+    )
+
+
+def _placed(value: Any) -> list[tuple[dict[str, Any], str]]:
+    """``value`` at the top of the arguments and nested inside an object and an array."""
+    return [
+        ({"n": value}, "$.n"),
+        ({"n": {"deep": [0, {"x": value}]}}, "$.n.deep[1].x"),
+        ({"n": [[value]]}, "$.n[0][0]"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [10**400, -(10**400), 2**64, -(2**63) - 1, math.inf, -math.inf, math.nan],
+    ids=["1e400", "-1e400", "2**64", "-2**63-1", "inf", "-inf", "nan"],
+)
+def test_unstorable_numbers_in_dict_arguments_are_named_for_every_tool(
+    tmp_path: Path, value: Any
+) -> None:
+    """A Python caller (an SDK that parsed the JSON, an MCP client) hands over a dict: a number
+    JSON cannot hold is bad input with its path, never an internal error, for every tool."""
+    with _every_tool_stack(tmp_path).run(thread_id="t", resource_id="u", agent="a") as run:
+        specs = run.tool_specs("mcp")
+        for spec in specs:
+            fields = [*spec["inputSchema"].get("properties", {}), "n"]
+            for field in fields:
+                for arguments, path in _placed(value):
+                    arguments = {field: arguments["n"]}
+                    path = path.replace("$.n", f"$.{field}", 1)
+                    result = run.call_tool(spec["name"], arguments)
+                    assert result.get("ok") is False, (spec["name"], arguments)
+                    error = result["error"]
+                    assert error["code"] == "invalid_arguments", (spec["name"], error)
+                    assert error["message"].startswith(path + ": "), (spec["name"], error)

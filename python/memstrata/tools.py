@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
+from memstrata._core import MAX_DEPTH
 from memstrata.exceptions import ToolError
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
@@ -31,6 +32,11 @@ ToolFormat = Literal["openai", "anthropic", "mcp"]
 # A model can send anything; these bound what one call may cost before any layer sees it.
 MAX_ARGUMENT_BYTES = 1 << 20
 MAX_WIRE_NAME = 64
+# An error message goes back into the model's context: a value it echoes is cut to ECHO_LIMIT
+# characters.
+ECHO_LIMIT = 200
+# What JSON storage holds: a signed or an unsigned 64-bit integer.
+_INT_LOW, _INT_HIGH = -(2**63), 2**64
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -185,10 +191,58 @@ def strip_null_padding(schema: Mapping[str, Any], value: Any) -> Any:
     return out
 
 
+def clip_text(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text``, or its first ``limit`` characters followed by ``…`` and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def shown_value(value: Any) -> str:
+    """A value as an error message shows it: a string quoted and cut to :data:`ECHO_LIMIT`
+    characters, an integer past that many digits by its length, an array or object by its size
+    (never walked: it may be huge, deep or contain itself)."""
+    if isinstance(value, str):
+        if len(value) <= ECHO_LIMIT:
+            return repr(value)
+        return f"{value[:ECHO_LIMIT]!r}… ({len(value):,} characters)"
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return _shown_int(value)
+    if isinstance(value, (list, tuple)):
+        return f"an array of {len(value):,} items"
+    if isinstance(value, dict):
+        return f"an object of {len(value):,} fields"
+    return f"a {clip_text(type(value).__name__, 64)}"
+
+
+def _shown_int(value: int) -> str:
+    if value.bit_length() <= 600:  # at most 181 digits
+        return str(value)
+    try:
+        digits = f"{len(str(abs(value))):,}"
+    except ValueError:  # past Python's int-to-text limit: counted from the bits instead
+        digits = f"about {int(value.bit_length() * math.log10(2)) + 1:,}"
+    return f"an integer of {digits} digits"
+
+
+def _path_key(key: Any) -> str:
+    """An object key as a path shows it, cut like any echoed value."""
+    return clip_text(key) if isinstance(key, str) else shown_value(key)
+
+
 def parse_arguments(arguments: Any) -> dict[str, Any]:
-    """Accepts a dict, or the JSON text a model sent (``None`` or ``""`` mean no arguments)."""
+    """Accepts a dict, or the JSON text a model sent (``None`` or ``""`` mean no arguments).
+
+    A dict (from an SDK or a Python caller) has its numbers checked as JSON text's are: an
+    integer past the 64-bit range or a NaN/Infinity anywhere in it is refused with its path.
+    """
     if arguments is None:
         return {}
+    if isinstance(arguments, dict):
+        _refuse_unstorable_numbers(arguments)
+        return arguments
     if isinstance(arguments, (str, bytes, bytearray)):
         size = len(
             arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else arguments
@@ -239,11 +293,51 @@ def _refuse_long_integers(text: str | bytes | bytearray) -> None:
             pending.extend((f"{path}.{key}", item) for key, item in value.items())
         elif isinstance(value, list):
             pending.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
-        elif type(value) is int and not -(2**63) <= value < 2**64:
-            raise ToolError(
-                f"{path}: the integer {value} is past the 64-bit range JSON storage holds",
-                code="invalid_arguments",
-            )
+        elif type(value) is int and not _INT_LOW <= value < _INT_HIGH:
+            raise _integer_out_of_range(path, value)
+
+
+def _integer_out_of_range(path: str, value: int) -> ToolError:
+    shown = _shown_int(value)
+    noun = shown if shown.startswith("an integer") else f"the integer {shown}"
+    return ToolError(
+        f"{path}: {noun} is past the 64-bit range JSON storage holds", code="invalid_arguments"
+    )
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def _refuse_unstorable_numbers(arguments: dict[str, Any]) -> None:
+    """Refuses an integer past the 64-bit range, or a NaN or an infinity, anywhere in a dict of
+    arguments, naming its path. Each container is walked once (a dict may hold itself) and no
+    deeper than the kernels' nesting limit (a deeper value is refused when it is stored)."""
+    pending: list[tuple[str, Any, int]] = [("$", arguments, 0)]
+    seen = {id(arguments)}
+    while pending:
+        path, container, depth = pending.pop()
+        is_dict = isinstance(container, dict)
+        for key, item in container.items() if is_dict else enumerate(container):
+            if isinstance(item, _CONTAINERS):
+                if depth < MAX_DEPTH and id(item) not in seen:
+                    seen.add(id(item))
+                    child = f"{path}.{_path_key(key)}" if is_dict else f"{path}[{key}]"
+                    pending.append((child, item, depth + 1))
+            elif isinstance(item, float):
+                if not math.isfinite(item):
+                    child = f"{path}.{_path_key(key)}" if is_dict else f"{path}[{key}]"
+                    shown = "NaN" if math.isnan(item) else ("Infinity" if item > 0 else "-Infinity")
+                    raise ToolError(
+                        f"{child}: {shown} is not a finite number and JSON cannot hold it",
+                        code="invalid_arguments",
+                    )
+            elif (
+                isinstance(item, int)
+                and not isinstance(item, bool)
+                and not _INT_LOW <= item < _INT_HIGH
+            ):
+                child = f"{path}.{_path_key(key)}" if is_dict else f"{path}[{key}]"
+                raise _integer_out_of_range(child, item)
 
 
 def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
@@ -281,7 +375,8 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
         or (isinstance(v, float) and v.is_integer())
     ),
     "number": lambda v: (
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and math.isfinite(v))
     ),
 }
 _is_number = _TYPE_CHECKS["number"]
@@ -380,9 +475,9 @@ def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
         def check_number(value: Any, path: str, problems: list[str]) -> None:
             if _is_number(value):
                 if low is not None and value < low:
-                    problems.append(f"{path}: {value} is below the minimum {low}")
+                    problems.append(f"{path}: {shown_value(value)} is below the minimum {low}")
                 if high is not None and value > high:
-                    problems.append(f"{path}: {value} is above the maximum {high}")
+                    problems.append(f"{path}: {shown_value(value)} is above the maximum {high}")
 
         checks.append(check_number)
     min_items, max_items = schema.get("minItems"), schema.get("maxItems")
