@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -12,6 +13,7 @@ from memstrata.exceptions import ToolError
 from memstrata.tools import (
     MAX_ARGUMENT_BYTES,
     Tool,
+    error_payload,
     parse_arguments,
     strip_null_padding,
     tool_spec,
@@ -251,3 +253,55 @@ def test_a_dict_that_contains_itself_is_scanned_once() -> None:
     cyclic["self"] = cyclic
     cyclic["list"] = [cyclic, cyclic]
     assert parse_arguments(cyclic) is cyclic
+
+
+BIG = "x" * 100_000
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+@pytest.mark.parametrize(
+    ("schema", "arguments", "said"),
+    [
+        (_object(s={"type": "string", "maxLength": 10}), {"s": BIG}, "$.s: 100,000 characters"),
+        (_object(s={"enum": ["a", "b"]}), {"s": BIG}, "(100,000 characters) is not one of"),
+        (_object(s={"type": "integer"}), {"s": BIG}, "$.s: expected integer, got string"),
+        ({"type": "object", "additionalProperties": False}, {BIG: 1}, "(100,000 characters)"),
+        (
+            {"type": "object", "additionalProperties": {"type": "integer"}},
+            {BIG: "y"},
+            "… (100,000 characters): expected integer",
+        ),
+        (
+            _object(a={"type": "array", "items": {"type": "integer"}}),
+            {"a": ["y"] * 100_000},
+            "and 99,980 more",
+        ),
+    ],
+)
+def test_a_bad_value_is_echoed_cut(
+    schema: dict[str, Any], arguments: dict[str, Any], said: str
+) -> None:
+    """An error goes back into the model's context: it names the value, never repeats it whole."""
+    with pytest.raises(ToolError) as info:
+        validate_arguments(schema, arguments)
+    text = json.dumps(error_payload("t", info.value), ensure_ascii=False)
+    assert len(text) < 4096, text[:500]
+    assert "x" * 201 not in text
+    assert said in text
+
+
+def test_an_error_payload_is_bounded_whatever_the_error_says() -> None:
+    error = ToolError("m" * 1_000_000, code="invalid_arguments", details=["d" * 100_000] * 10_000)
+    payload = error_payload("n" * 100_000, error)
+    assert len(json.dumps(payload)) < 16_384
+    assert payload["error"]["details"][-1].startswith("… and 9,980 more")
+    assert "characters cut" in payload["error"]["message"]
+    small = error_payload("t", ToolError("short", code="c", details=["one"]))
+    assert small == {
+        "ok": False,
+        "tool": "t",
+        "error": {"code": "c", "message": "short", "details": ["one"]},
+    }

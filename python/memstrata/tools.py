@@ -32,9 +32,12 @@ ToolFormat = Literal["openai", "anthropic", "mcp"]
 # A model can send anything; these bound what one call may cost before any layer sees it.
 MAX_ARGUMENT_BYTES = 1 << 20
 MAX_WIRE_NAME = 64
-# An error message goes back into the model's context: a value it echoes is cut to ECHO_LIMIT
-# characters.
+# An error payload goes back into the model's context: a value it echoes is cut to ECHO_LIMIT
+# characters, each line of it to _LINE_LIMIT, and it lists at most _DETAILS_KEPT problems.
 ECHO_LIMIT = 200
+_MESSAGE_LIMIT = 1000
+_LINE_LIMIT = 400
+_DETAILS_KEPT = 20
 # What JSON storage holds: a signed or an unsigned 64-bit integer.
 _INT_LOW, _INT_HIGH = -(2**63), 2**64
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
@@ -351,15 +354,35 @@ def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> 
     raise_problems(compile_schema(schema), arguments)
 
 
+class _Problems(list[str]):
+    """The problems a check finds: the first ``kept`` lines, and how many there were."""
+
+    def __init__(self, kept: int) -> None:
+        super().__init__()
+        self.kept, self.found = kept, 0
+
+    def append(self, problem: str) -> None:
+        self.found += 1
+        if self.found <= self.kept:
+            super().append(problem)
+
+
 def raise_problems(check: Check, arguments: dict[str, Any]) -> None:
-    problems: list[str] = []
+    problems = _Problems(_DETAILS_KEPT)
     check(arguments, "$", problems)
     if problems:
+        details = list(problems)
+        if problems.found > len(details):
+            details.append(_more(problems.found - len(details)))
         raise ToolError(
             "arguments do not match the tool's schema: " + "; ".join(problems[:5]),
             code="invalid_arguments",
-            details=problems,
+            details=details,
         )
+
+
+def _more(count: int) -> str:
+    return f"… and {count:,} more problem{'s' if count != 1 else ''}"
 
 
 Check = Callable[[Any, str, list[str]], None]
@@ -420,7 +443,7 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
 
         def check_enum(value: Any, path: str, problems: list[str]) -> None:
             if value not in allowed_values:
-                problems.append(f"{path}: {value!r} is not one of {allowed}")
+                problems.append(f"{path}: {shown_value(value)} is not one of {allowed}")
 
         checks.append(check_enum)
     checks.extend(_length_checks(schema))
@@ -466,7 +489,7 @@ def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
                 if min_len is not None and len(value) < min_len:
                     problems.append(f"{path}: shorter than {min_len} characters")
                 if max_len is not None and len(value) > max_len:
-                    problems.append(f"{path}: {len(value)} characters, the limit is {max_len}")
+                    problems.append(f"{path}: {len(value):,} characters, the limit is {max_len}")
 
         checks.append(check_string)
     low, high = schema.get("minimum"), schema.get("maximum")
@@ -488,7 +511,7 @@ def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
                 if min_items is not None and len(value) < min_items:
                     problems.append(f"{path}: fewer than {min_items} items")
                 if max_items is not None and len(value) > max_items:
-                    problems.append(f"{path}: {len(value)} items, the limit is {max_items}")
+                    problems.append(f"{path}: {len(value):,} items, the limit is {max_items}")
 
         checks.append(check_array)
     return checks
@@ -512,16 +535,40 @@ def _object_check(schema: Mapping[str, Any]) -> Check:
             if check_property is not None:
                 check_property(item, f"{path}.{name}", problems)
             elif refuse_extra:
-                problems.append(f"{path}: unexpected field {name!r}")
+                problems.append(f"{path}: unexpected field {shown_value(name)}")
             elif check_extra is not None:
-                check_extra(item, f"{path}.{name}", problems)
+                check_extra(item, f"{path}.{_path_key(name)}", problems)
 
     return check_object
 
 
 def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
-    """What the model reads when a call fails: the tool, a reason code and each problem."""
-    payload: dict[str, Any] = {"code": error.code, "message": str(error)}
+    """What the model reads when a call fails: the tool, a reason code and each problem.
+
+    It goes back into the model's context, so it is bounded whatever the error says: the
+    message is cut to 1,000 characters, the tool name and each detail to 400, and the details
+    to the first 20 (then how many more there were). ``Run.call_tool`` cuts an unknown tool's
+    name to :data:`ECHO_LIMIT` characters before it gets here.
+    """
+    payload: dict[str, Any] = {"code": error.code, "message": _cut(str(error), _MESSAGE_LIMIT)}
     if error.details:
-        payload["details"] = error.details
-    return {"ok": False, "tool": tool_name, "error": payload}
+        # A 21st line may be the count of the rest (raise_problems adds it); more are cut.
+        kept = (
+            error.details
+            if len(error.details) <= _DETAILS_KEPT + 1
+            else error.details[:_DETAILS_KEPT]
+        )
+        details = [_cut(str(line), _LINE_LIMIT) for line in kept]
+        if len(kept) < len(error.details):
+            details.append(_more(len(error.details) - len(kept)))
+        payload["details"] = details
+    return {"ok": False, "tool": _cut(tool_name, _LINE_LIMIT), "error": payload}
+
+
+def _cut(line: str, limit: int) -> str:
+    """A line cut to about ``limit`` characters: its head and its tail (where a problem's
+    description often is), the middle replaced by how much was left out."""
+    if len(line) <= limit:
+        return line
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{line[:head]} …({len(line) - head - tail:,} characters cut)… {line[-tail:]}"
