@@ -109,3 +109,52 @@ def test_inspect_shows_a_working_memory_with_its_journal_merged(tmp_path: pathli
     }
     assert items[(ns, "state")]["value"] == {"a": 1, "b": 2}
     assert items[(ns, "state")]["version"] == 1  # the state record's, until a run folds the rows
+
+
+# What a model wrote, shown to an operator: terminal escapes and other control characters.
+HOSTILE = (
+    "copy\x1b]52;c;ZWNobyBwd25lZA==\x07 clear\x1b[2J\x1b[H bell\x07 csi\x9b31m nul\x00"
+    " del\x7f ltr\u202eevil\u202c zw\u200b line\u2028sep"
+)
+READABLE = "Priya Müller, 東京, café"
+
+
+def _hostile_store(path: pathlib.Path) -> None:
+    with SQLiteStore(path) as store:
+        store.put(("shared-memory", "wf"), "note\x1b[2J", {"title": HOSTILE, "kind": "shared"})
+        store.put(("custom", "ns\x1b]0;title\x07"), "k", {"text": READABLE, "evil": HOSTILE})
+
+
+def _raw_controls(text: str) -> set[str]:
+    import unicodedata
+
+    return {
+        c
+        for c in text
+        if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+    }
+
+
+def test_inspect_escapes_control_characters_a_model_wrote(tmp_path: pathlib.Path) -> None:
+    _hostile_store(tmp_path / "m.db")
+    result = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert _raw_controls(out) == set(), _raw_controls(out)
+    assert r"\x1b]52;c;ZWNobyBwd25lZA==\x07" in out  # shown, never sent to the terminal
+    assert r"note\x1b[2J" in out and r"custom/ns\x1b]0;title\x07" in out
+    assert READABLE in out  # letters of every script stay readable
+    assert "Shared memory entries (1)" in out and "Other items (1)" in out
+
+
+def test_inspect_json_escapes_control_characters_and_round_trips(tmp_path: pathlib.Path) -> None:
+    _hostile_store(tmp_path / "m.db")
+    result = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db", "--json")
+    assert result.returncode == 0, result.stderr
+    assert _raw_controls(result.stdout) == set()
+    assert READABLE in result.stdout and "\\u001b]52;c;" in result.stdout
+    assert "\\u202e" in result.stdout and "\\u2028" in result.stdout
+    items = {i["key"]: i for i in json.loads(result.stdout)}  # still JSON, the values exact
+    assert items["k"]["value"] == {"text": READABLE, "evil": HOSTILE}
+    assert items["k"]["namespace"] == ["custom", "ns\x1b]0;title\x07"]
+    assert items["note\x1b[2J"]["value"]["title"] == HOSTILE

@@ -8,6 +8,8 @@
 * A run scoped to thread / resource / agent / workflow A never reads or writes B's memory,
   whatever its tool arguments say.
 * Namespace and key strings that look like SQL are plain data on SQLite and PostgreSQL.
+* A number JSON cannot hold, in a dict of arguments, is bad input named by its path; an error
+  payload echoes a bad value cut, whatever its size.
 
 Elsewhere: a call that fails changes nothing (``tests/test_fuzz_tools.py``); every limit has its
 named error (``tests/test_limits.py``); a killed writer leaves old or new records
@@ -19,6 +21,7 @@ call_id is given (``tests/test_tool_results.py::test_call_ids_that_could_escape_
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import threading
@@ -888,3 +891,95 @@ def test_sql_looking_scope_ids_are_plain_data(sql_store: Store) -> None:
         assert len(sql_store.list(("mind", text))) == 1
     # One record per working memory (a state this small has no journal).
     assert len(sql_store.list(("working-memory",), limit=1000)) == len(SQL_STRINGS)
+
+
+# 7. Bad input and what it costs ---------------------------------------------------------------
+
+
+def _every_tool_stack(tmp_path: Path) -> MemoryStack:
+    closed = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}}}
+    return MemoryStack(
+        [
+            WorkingMemory(schema={**closed, "additionalProperties": False}, budget=(0, 100_000)),
+            WorkingMemory(scope="resource", tools="voltagent", name="profile"),
+            SharedMemory(namespace=("shared-memory", "wf")),
+            AgentMind(),
+            ToolResults(tool_calls_dir=tmp_path / "tool_calls", threshold_tokens=1),
+        ],
+        store="memory://",
+        total_budget=1_000_000,
+    )
+
+
+def _placed(value: Any) -> list[tuple[dict[str, Any], str]]:
+    """``value`` at the top of the arguments and nested inside an object and an array."""
+    return [
+        ({"n": value}, "$.n"),
+        ({"n": {"deep": [0, {"x": value}]}}, "$.n.deep[1].x"),
+        ({"n": [[value]]}, "$.n[0][0]"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [10**400, -(10**400), 2**64, -(2**63) - 1, math.inf, -math.inf, math.nan],
+    ids=["1e400", "-1e400", "2**64", "-2**63-1", "inf", "-inf", "nan"],
+)
+def test_unstorable_numbers_in_dict_arguments_are_named_for_every_tool(
+    tmp_path: Path, value: Any
+) -> None:
+    """A Python caller (an SDK that parsed the JSON, an MCP client) hands over a dict: a number
+    JSON cannot hold is bad input with its path, never an internal error, for every tool."""
+    with _every_tool_stack(tmp_path).run(thread_id="t", resource_id="u", agent="a") as run:
+        specs = run.tool_specs("mcp")
+        for spec in specs:
+            fields = [*spec["inputSchema"].get("properties", {}), "n"]
+            for field in fields:
+                for arguments, path in _placed(value):
+                    arguments = {field: arguments["n"]}
+                    path = path.replace("$.n", f"$.{field}", 1)
+                    result = run.call_tool(spec["name"], arguments)
+                    assert result.get("ok") is False, (spec["name"], arguments)
+                    error = result["error"]
+                    assert error["code"] == "invalid_arguments", (spec["name"], error)
+                    assert error["message"].startswith(path + ": "), (spec["name"], error)
+
+
+def test_a_long_bad_value_is_echoed_cut_in_every_error_payload(tmp_path: Path) -> None:
+    """An error payload goes back into the model's context: a 100,000-character bad value
+    (too long, not in the enum, of the wrong type, an unknown key, an unknown tool's name)
+    comes back cut, the whole payload a few KB at most."""
+    big = "x" * 100_000
+    calls: list[tuple[str, Any]] = [
+        (big, {}),
+        ("mind_recall", {"query": big}),  # too long
+        ("mind_recall", {"query": "q", "type": big}),  # not one of the enum
+        ("mind_recall", {"query": "q", "limit": big}),  # wrong type
+        ("mind_recall", {"query": "q", big: 1}),  # unknown key
+        ("mind_believe", {"content": "c", "tags": [big]}),
+        ("update_profile_memory", {"content": "c", "mode": big}),
+        ("read_tool_result", {"call_id": big}),
+        ("memory_write", {"key": big, "value": 1}),
+        ("working-memory/update", {"name": big}),  # the layer's own schema check
+        ("working-memory/update", {big: 1}),
+        ("working-memory/replace", {"name": 5}),
+    ]
+    with _every_tool_stack(tmp_path).run(thread_id="t", resource_id="u", agent="a") as run:
+        for name, arguments in calls:
+            for sent in (arguments, json.dumps(arguments)):
+                result = run.call_tool(name, sent)
+                text = json.dumps(result, ensure_ascii=False)
+                assert result["ok"] is False, text[:300]
+                assert result["error"]["code"] != "internal_error", text[:300]
+                assert len(text) < 4096, (name[:40], len(text), text[:300])
+                assert "x" * 1001 not in text
+    assert "… (100,000 characters)" in run_unknown_tool_message(tmp_path, big)
+
+
+def run_unknown_tool_message(tmp_path: Path, name: str) -> str:
+    with _every_tool_stack(tmp_path).run(thread_id="t", resource_id="u", agent="a") as run:
+        result = run.call_tool(name, {})
+    message: str = result["error"]["message"]
+    assert result["tool"] == name[:200] + "… (100,000 characters)"
+    assert "available: " in message and "mind_recall" in message  # the list is not cut off
+    return message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
@@ -11,6 +13,7 @@ from memstrata.exceptions import ToolError
 from memstrata.tools import (
     MAX_ARGUMENT_BYTES,
     Tool,
+    error_payload,
     parse_arguments,
     strip_null_padding,
     tool_spec,
@@ -205,3 +208,100 @@ def test_an_integer_past_64_bits_is_refused_not_rounded() -> None:
     assert parse_arguments(edges) == {"max": 2**64 - 1, "min": -(2**63)}
     # Long runs of digits inside strings are text.
     assert parse_arguments('{"id": "123456789012345678901234567890"}')["id"].startswith("1234")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "path"),
+    [
+        ({"n": 10**400}, r"\$\.n"),
+        ({"a": {"b": [1, -(10**400)]}}, r"\$\.a\.b\[1\]"),
+        ({"a": [{"x": 2**64}]}, r"\$\.a\[0\]\.x"),
+        ({"a": (0, -(2**63) - 1)}, r"\$\.a\[1\]"),
+        ({"n": 10**5000}, r"\$\.n"),  # past Python's int-to-text limit too
+    ],
+)
+def test_an_integer_past_64_bits_in_a_dict_is_refused_with_its_path(
+    arguments: dict[str, Any], path: str
+) -> None:
+    """A Python caller hands over a dict: no JSON text to re-read, the values are checked."""
+    with pytest.raises(ToolError, match=path + r": .*integer.* past the 64-bit range") as info:
+        parse_arguments(arguments)
+    assert info.value.code == "invalid_arguments"
+    assert len(str(info.value)) < 300
+    edges = {"max": 2**64 - 1, "min": -(2**63), "flag": True, "x": 1.5}
+    assert parse_arguments(edges) is edges
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(math.inf, "Infinity"), (-math.inf, "-Infinity"), (math.nan, "NaN")],
+)
+def test_non_finite_numbers_in_a_dict_are_refused_with_their_path(value: float, shown: str) -> None:
+    with pytest.raises(ToolError, match=rf"\$\.a\[2\]\.f: {shown} is not a finite number") as info:
+        parse_arguments({"a": [0, 1, {"f": value}]})
+    assert info.value.code == "invalid_arguments"
+
+
+def test_a_huge_integer_in_a_number_check_is_a_problem_not_a_crash() -> None:
+    with pytest.raises(ToolError, match=r"\$\.limit: an integer of 401 digits is above") as info:
+        validate_arguments(SCHEMA, {"query": "q", "limit": 10**400})
+    assert len(str(info.value)) < 300
+
+
+def test_a_dict_that_contains_itself_is_scanned_once() -> None:
+    cyclic: dict[str, Any] = {"n": 1}
+    cyclic["self"] = cyclic
+    cyclic["list"] = [cyclic, cyclic]
+    assert parse_arguments(cyclic) is cyclic
+
+
+BIG = "x" * 100_000
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+@pytest.mark.parametrize(
+    ("schema", "arguments", "said"),
+    [
+        (_object(s={"type": "string", "maxLength": 10}), {"s": BIG}, "$.s: 100,000 characters"),
+        (_object(s={"enum": ["a", "b"]}), {"s": BIG}, "(100,000 characters) is not one of"),
+        (_object(s={"type": "integer"}), {"s": BIG}, "$.s: expected integer, got string"),
+        ({"type": "object", "additionalProperties": False}, {BIG: 1}, "(100,000 characters)"),
+        (
+            {"type": "object", "additionalProperties": {"type": "integer"}},
+            {BIG: "y"},
+            "… (100,000 characters): expected integer",
+        ),
+        (
+            _object(a={"type": "array", "items": {"type": "integer"}}),
+            {"a": ["y"] * 100_000},
+            "and 99,980 more",
+        ),
+    ],
+)
+def test_a_bad_value_is_echoed_cut(
+    schema: dict[str, Any], arguments: dict[str, Any], said: str
+) -> None:
+    """An error goes back into the model's context: it names the value, never repeats it whole."""
+    with pytest.raises(ToolError) as info:
+        validate_arguments(schema, arguments)
+    text = json.dumps(error_payload("t", info.value), ensure_ascii=False)
+    assert len(text) < 4096, text[:500]
+    assert "x" * 201 not in text
+    assert said in text
+
+
+def test_an_error_payload_is_bounded_whatever_the_error_says() -> None:
+    error = ToolError("m" * 1_000_000, code="invalid_arguments", details=["d" * 100_000] * 10_000)
+    payload = error_payload("n" * 100_000, error)
+    assert len(json.dumps(payload)) < 16_384
+    assert payload["error"]["details"][-1].startswith("… and 9,980 more")
+    assert "characters cut" in payload["error"]["message"]
+    small = error_payload("t", ToolError("short", code="c", details=["one"]))
+    assert small == {
+        "ok": False,
+        "tool": "t",
+        "error": {"code": "c", "message": "short", "details": ["one"]},
+    }

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -37,6 +38,48 @@ SECTIONS = (
     ("mind", "Mind entries"),
     ("shared-memory", "Shared memory entries"),
 )
+
+
+# What a terminal may act on rather than show: C0/C1 controls (escape sequences: OSC 52
+# clipboard writes, screen clears, title changes), format characters (bidi overrides, zero
+# widths), line and paragraph separators, surrogates, private-use and unassigned code points.
+# Stored text is model-written; inspect shows these escaped. Spaces and letters stay as they are.
+_UNSHOWN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def _unshown(char: str) -> bool:
+    return unicodedata.category(char) in _UNSHOWN
+
+
+def shown_text(text: str) -> str:
+    """``text`` with every character a terminal could act on written as an escape (``\\x1b``,
+    ``\\u202e``); line breaks included, so a table cell stays on its line."""
+    if text.isprintable():  # no control, format or separator character: the common case
+        return text
+    return "".join(_escape(c, json_form=False) if _unshown(c) else c for c in text)
+
+
+def shown_json(text: str) -> str:
+    """JSON text with those characters (which can only be inside its strings) as JSON ``\\u``
+    escapes: still valid JSON that reads back as the same values; the newlines of its
+    indentation are kept."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not line.isprintable():
+            lines[i] = "".join(_escape(c, json_form=True) if _unshown(c) else c for c in line)
+    return "\n".join(lines)
+
+
+def _escape(char: str, *, json_form: bool) -> str:
+    point = ord(char)
+    if point > 0xFFFF:
+        if json_form:  # a UTF-16 surrogate pair, as JSON writes one
+            point -= 0x10000
+            return f"\\u{0xD800 + (point >> 10):04x}\\u{0xDC00 + (point & 0x3FF):04x}"
+        return f"\\U{point:08x}"
+    if point < 0x100 and not json_form:
+        return f"\\x{point:02x}"
+    return f"\\u{point:04x}"
 
 
 def _items(store: Store, prefix: tuple[str, ...]) -> Iterator[Item]:
@@ -65,11 +108,12 @@ def _summary(value: Any, width: int = 60) -> str:
         else:
             value = {k: v for k, v in value.items() if k != "embedding"}
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
+    text = shown_text(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    rows = [[shown_text(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines.append("  ".join("-" * w for w in widths))
@@ -109,21 +153,23 @@ def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) ->
     items = [item for prefix in prefixes or [()] for item in _items(store, prefix)]
     items = _fold_working_memories(store, items)
     if as_json:
-        return json.dumps(
-            [
-                {
-                    "namespace": list(i.namespace),
-                    "key": i.key,
-                    "value": i.value,
-                    "version": i.version,
-                    "created_at": i.created_at,
-                    "updated_at": i.updated_at,
-                    "expires_at": i.expires_at,
-                }
-                for i in items
-            ],
-            ensure_ascii=False,
-            indent=2,
+        return shown_json(
+            json.dumps(
+                [
+                    {
+                        "namespace": list(i.namespace),
+                        "key": i.key,
+                        "value": i.value,
+                        "version": i.version,
+                        "created_at": i.created_at,
+                        "updated_at": i.updated_at,
+                        "expires_at": i.expires_at,
+                    }
+                    for i in items
+                ],
+                ensure_ascii=False,
+                indent=2,
+            )
         )
     if not items:
         return "nothing stored" + (" under those namespaces" if prefixes else "")
@@ -196,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         store = open_store(args.store)
     except MemstrataError as exc:
-        print(f"memstrata: {exc}", file=sys.stderr)
+        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
     if args.command == "mcp":
         return _serve_mcp(store, args)
@@ -206,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
         print(inspect(store, prefixes, args.json))
     except MemstrataError as exc:
-        print(f"memstrata: {exc}", file=sys.stderr)
+        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
     finally:
         store.close()
@@ -257,7 +303,7 @@ def _reindex(store: Store, args: argparse.Namespace) -> int:
             count = len(index.beliefs) + len(index.reflections)
         print(f"{count} mind entries indexed with {embedder.model} (dim {embedder.dim})")
     except MemstrataError as exc:
-        print(f"memstrata: {exc}", file=sys.stderr)
+        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
     finally:
         store.close()
@@ -276,7 +322,7 @@ def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
             agent=args.agent,
         )
     except MemstrataError as exc:
-        print(f"memstrata: {exc}", file=sys.stderr)
+        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
     finally:
         store.close()

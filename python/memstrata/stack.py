@@ -52,9 +52,11 @@ from memstrata.tokens import EstimatingCounter, TokenCounter
 from memstrata.tools import (
     Tool,
     ToolFormat,
+    clip_text,
     error_payload,
     parse_arguments,
     raise_problems,
+    shown_value,
     strip_null_padding,
     tool_spec,
 )
@@ -414,7 +416,7 @@ class Run:
             The tool's JSON result, or ``{"ok": False, "tool": name, "error": {...}}`` naming
             what was wrong (unknown tool, malformed JSON, wrong types, schema violation...).
         """
-        shown = name if isinstance(name, str) else repr(name)
+        shown = clip_text(name) if isinstance(name, str) else shown_value(name)
         try:
             if self._closed:
                 raise ToolError("this run is closed", code="run_closed")

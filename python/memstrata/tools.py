@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
+from memstrata._core import MAX_DEPTH
 from memstrata.exceptions import ToolError
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
@@ -31,6 +32,14 @@ ToolFormat = Literal["openai", "anthropic", "mcp"]
 # A model can send anything; these bound what one call may cost before any layer sees it.
 MAX_ARGUMENT_BYTES = 1 << 20
 MAX_WIRE_NAME = 64
+# An error payload goes back into the model's context: a value it echoes is cut to ECHO_LIMIT
+# characters, each line of it to _LINE_LIMIT, and it lists at most _DETAILS_KEPT problems.
+ECHO_LIMIT = 200
+_MESSAGE_LIMIT = 1000
+_LINE_LIMIT = 400
+_DETAILS_KEPT = 20
+# What JSON storage holds: a signed or an unsigned 64-bit integer.
+_INT_LOW, _INT_HIGH = -(2**63), 2**64
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -185,10 +194,58 @@ def strip_null_padding(schema: Mapping[str, Any], value: Any) -> Any:
     return out
 
 
+def clip_text(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text``, or its first ``limit`` characters followed by ``…`` and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def shown_value(value: Any) -> str:
+    """A value as an error message shows it: a string quoted and cut to :data:`ECHO_LIMIT`
+    characters, an integer past that many digits by its length, an array or object by its size
+    (never walked: it may be huge, deep or contain itself)."""
+    if isinstance(value, str):
+        if len(value) <= ECHO_LIMIT:
+            return repr(value)
+        return f"{value[:ECHO_LIMIT]!r}… ({len(value):,} characters)"
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return _shown_int(value)
+    if isinstance(value, (list, tuple)):
+        return f"an array of {len(value):,} items"
+    if isinstance(value, dict):
+        return f"an object of {len(value):,} fields"
+    return f"a {clip_text(type(value).__name__, 64)}"
+
+
+def _shown_int(value: int) -> str:
+    if value.bit_length() <= 600:  # at most 181 digits
+        return str(value)
+    try:
+        digits = f"{len(str(abs(value))):,}"
+    except ValueError:  # past Python's int-to-text limit: counted from the bits instead
+        digits = f"about {int(value.bit_length() * math.log10(2)) + 1:,}"
+    return f"an integer of {digits} digits"
+
+
+def _path_key(key: Any) -> str:
+    """An object key as a path shows it, cut like any echoed value."""
+    return clip_text(key) if isinstance(key, str) else shown_value(key)
+
+
 def parse_arguments(arguments: Any) -> dict[str, Any]:
-    """Accepts a dict, or the JSON text a model sent (``None`` or ``""`` mean no arguments)."""
+    """Accepts a dict, or the JSON text a model sent (``None`` or ``""`` mean no arguments).
+
+    A dict (from an SDK or a Python caller) has its numbers checked as JSON text's are: an
+    integer past the 64-bit range or a NaN/Infinity anywhere in it is refused with its path.
+    """
     if arguments is None:
         return {}
+    if isinstance(arguments, dict):
+        _refuse_unstorable_numbers(arguments)
+        return arguments
     if isinstance(arguments, (str, bytes, bytearray)):
         size = len(
             arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else arguments
@@ -239,11 +296,51 @@ def _refuse_long_integers(text: str | bytes | bytearray) -> None:
             pending.extend((f"{path}.{key}", item) for key, item in value.items())
         elif isinstance(value, list):
             pending.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
-        elif type(value) is int and not -(2**63) <= value < 2**64:
-            raise ToolError(
-                f"{path}: the integer {value} is past the 64-bit range JSON storage holds",
-                code="invalid_arguments",
-            )
+        elif type(value) is int and not _INT_LOW <= value < _INT_HIGH:
+            raise _integer_out_of_range(path, value)
+
+
+def _integer_out_of_range(path: str, value: int) -> ToolError:
+    shown = _shown_int(value)
+    noun = shown if shown.startswith("an integer") else f"the integer {shown}"
+    return ToolError(
+        f"{path}: {noun} is past the 64-bit range JSON storage holds", code="invalid_arguments"
+    )
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def _refuse_unstorable_numbers(arguments: dict[str, Any]) -> None:
+    """Refuses an integer past the 64-bit range, or a NaN or an infinity, anywhere in a dict of
+    arguments, naming its path. Each container is walked once (a dict may hold itself) and no
+    deeper than the kernels' nesting limit (a deeper value is refused when it is stored)."""
+    pending: list[tuple[str, Any, int]] = [("$", arguments, 0)]
+    seen = {id(arguments)}
+    while pending:
+        path, container, depth = pending.pop()
+        is_dict = isinstance(container, dict)
+        for key, item in container.items() if is_dict else enumerate(container):
+            if isinstance(item, _CONTAINERS):
+                if depth < MAX_DEPTH and id(item) not in seen:
+                    seen.add(id(item))
+                    child = f"{path}.{_path_key(key)}" if is_dict else f"{path}[{key}]"
+                    pending.append((child, item, depth + 1))
+            elif isinstance(item, float):
+                if not math.isfinite(item):
+                    child = f"{path}.{_path_key(key)}" if is_dict else f"{path}[{key}]"
+                    shown = "NaN" if math.isnan(item) else ("Infinity" if item > 0 else "-Infinity")
+                    raise ToolError(
+                        f"{child}: {shown} is not a finite number and JSON cannot hold it",
+                        code="invalid_arguments",
+                    )
+            elif (
+                isinstance(item, int)
+                and not isinstance(item, bool)
+                and not _INT_LOW <= item < _INT_HIGH
+            ):
+                child = f"{path}.{_path_key(key)}" if is_dict else f"{path}[{key}]"
+                raise _integer_out_of_range(child, item)
 
 
 def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
@@ -257,15 +354,35 @@ def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> 
     raise_problems(compile_schema(schema), arguments)
 
 
+class _Problems(list[str]):
+    """The problems a check finds: the first ``kept`` lines, and how many there were."""
+
+    def __init__(self, kept: int) -> None:
+        super().__init__()
+        self.kept, self.found = kept, 0
+
+    def append(self, problem: str) -> None:
+        self.found += 1
+        if self.found <= self.kept:
+            super().append(problem)
+
+
 def raise_problems(check: Check, arguments: dict[str, Any]) -> None:
-    problems: list[str] = []
+    problems = _Problems(_DETAILS_KEPT)
     check(arguments, "$", problems)
     if problems:
+        details = list(problems)
+        if problems.found > len(details):
+            details.append(_more(problems.found - len(details)))
         raise ToolError(
             "arguments do not match the tool's schema: " + "; ".join(problems[:5]),
             code="invalid_arguments",
-            details=problems,
+            details=details,
         )
+
+
+def _more(count: int) -> str:
+    return f"… and {count:,} more problem{'s' if count != 1 else ''}"
 
 
 Check = Callable[[Any, str, list[str]], None]
@@ -281,7 +398,8 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
         or (isinstance(v, float) and v.is_integer())
     ),
     "number": lambda v: (
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and math.isfinite(v))
     ),
 }
 _is_number = _TYPE_CHECKS["number"]
@@ -325,7 +443,7 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
 
         def check_enum(value: Any, path: str, problems: list[str]) -> None:
             if value not in allowed_values:
-                problems.append(f"{path}: {value!r} is not one of {allowed}")
+                problems.append(f"{path}: {shown_value(value)} is not one of {allowed}")
 
         checks.append(check_enum)
     checks.extend(_length_checks(schema))
@@ -371,7 +489,7 @@ def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
                 if min_len is not None and len(value) < min_len:
                     problems.append(f"{path}: shorter than {min_len} characters")
                 if max_len is not None and len(value) > max_len:
-                    problems.append(f"{path}: {len(value)} characters, the limit is {max_len}")
+                    problems.append(f"{path}: {len(value):,} characters, the limit is {max_len}")
 
         checks.append(check_string)
     low, high = schema.get("minimum"), schema.get("maximum")
@@ -380,9 +498,9 @@ def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
         def check_number(value: Any, path: str, problems: list[str]) -> None:
             if _is_number(value):
                 if low is not None and value < low:
-                    problems.append(f"{path}: {value} is below the minimum {low}")
+                    problems.append(f"{path}: {shown_value(value)} is below the minimum {low}")
                 if high is not None and value > high:
-                    problems.append(f"{path}: {value} is above the maximum {high}")
+                    problems.append(f"{path}: {shown_value(value)} is above the maximum {high}")
 
         checks.append(check_number)
     min_items, max_items = schema.get("minItems"), schema.get("maxItems")
@@ -393,7 +511,7 @@ def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
                 if min_items is not None and len(value) < min_items:
                     problems.append(f"{path}: fewer than {min_items} items")
                 if max_items is not None and len(value) > max_items:
-                    problems.append(f"{path}: {len(value)} items, the limit is {max_items}")
+                    problems.append(f"{path}: {len(value):,} items, the limit is {max_items}")
 
         checks.append(check_array)
     return checks
@@ -417,16 +535,40 @@ def _object_check(schema: Mapping[str, Any]) -> Check:
             if check_property is not None:
                 check_property(item, f"{path}.{name}", problems)
             elif refuse_extra:
-                problems.append(f"{path}: unexpected field {name!r}")
+                problems.append(f"{path}: unexpected field {shown_value(name)}")
             elif check_extra is not None:
-                check_extra(item, f"{path}.{name}", problems)
+                check_extra(item, f"{path}.{_path_key(name)}", problems)
 
     return check_object
 
 
 def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
-    """What the model reads when a call fails: the tool, a reason code and each problem."""
-    payload: dict[str, Any] = {"code": error.code, "message": str(error)}
+    """What the model reads when a call fails: the tool, a reason code and each problem.
+
+    It goes back into the model's context, so it is bounded whatever the error says: the
+    message is cut to 1,000 characters, the tool name and each detail to 400, and the details
+    to the first 20 (then how many more there were). ``Run.call_tool`` cuts an unknown tool's
+    name to :data:`ECHO_LIMIT` characters before it gets here.
+    """
+    payload: dict[str, Any] = {"code": error.code, "message": _cut(str(error), _MESSAGE_LIMIT)}
     if error.details:
-        payload["details"] = error.details
-    return {"ok": False, "tool": tool_name, "error": payload}
+        # A 21st line may be the count of the rest (raise_problems adds it); more are cut.
+        kept = (
+            error.details
+            if len(error.details) <= _DETAILS_KEPT + 1
+            else error.details[:_DETAILS_KEPT]
+        )
+        details = [_cut(str(line), _LINE_LIMIT) for line in kept]
+        if len(kept) < len(error.details):
+            details.append(_more(len(error.details) - len(kept)))
+        payload["details"] = details
+    return {"ok": False, "tool": _cut(tool_name, _LINE_LIMIT), "error": payload}
+
+
+def _cut(line: str, limit: int) -> str:
+    """A line cut to about ``limit`` characters: its head and its tail (where a problem's
+    description often is), the middle replaced by how much was left out."""
+    if len(line) <= limit:
+        return line
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{line[:head]} …({len(line) - head - tail:,} characters cut)… {line[-tail:]}"
