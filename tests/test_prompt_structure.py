@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from memstrata import AgentMind, MemoryStack, SharedMemory, WorkingMemory
+from memstrata import AgentMind, MemoryStack, SharedMemory, TeamState, WorkingMemory
+from memstrata.prompts import TEAM_STATE_HEADER
 from memstrata.stores import InMemoryStore
 
 # Payloads aimed at each block's structure; every one is tried against every block.
@@ -181,3 +182,25 @@ def test_shared_memory_titles_cannot_add_hint_lines(payload: str) -> None:
 
 def test_the_corpus_is_large_enough() -> None:
     assert len(INJECTIONS) >= 50
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_a_producer_claim_cannot_forge_team_state_lines(tmp_path: Any, payload: str) -> None:
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=100_000)
+    team.record(
+        f"Objective {payload}",
+        shipped=f"shipped {payload}",
+        claim=f"claim {payload}",
+        verified=f"checked {payload}",
+        verdict="pass",
+    )
+    lines = [line for line in team.prepend("").splitlines() if line.strip()]
+    assert lines[0] == TEAM_STATE_HEADER
+    entry = lines[1:]
+    assert [line.split(":")[0] for line in entry[1:]] == [
+        "- shipped",
+        "- producer claim",
+        "- QC verified",
+    ]
+    assert entry[0].startswith("### Objective")
+    assert all(showable(line) for line in lines)

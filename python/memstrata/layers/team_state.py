@@ -60,7 +60,7 @@ from typing import Any, Literal
 import orjson
 
 from memstrata.exceptions import InvalidInputError
-from memstrata.prompts import TEAM_STATE_HEADER
+from memstrata.prompts import TEAM_STATE_HEADER, one_line
 from memstrata.safe_files import make_directory, write_atomic
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
@@ -121,16 +121,18 @@ class StateEntry:
     at: str = ""
 
     def render(self) -> str:
-        lines = [f"### {self.objective}"]
+        """The entry's lines; each field is folded onto its own line (``one_line``), so a
+        producer's claim cannot add a ``- QC verified`` or ``- DIVERGENCE`` line of its own."""
+        lines = [f"### {one_line(self.objective)}"]
         if self.shipped:
-            lines.append(f"- shipped: {self.shipped}")
+            lines.append(f"- shipped: {one_line(self.shipped)}")
         if self.claim:
-            lines.append(f"- producer claim: {self.claim}")
+            lines.append(f"- producer claim: {one_line(self.claim)}")
         if self.verified or self.verdict:
             verdict = f"[{self.verdict}] " if self.verdict else ""
-            lines.append(f"- QC verified: {verdict}{self.verified or ''}".rstrip())
+            lines.append(f"- QC verified: {verdict}{one_line(self.verified or '')}".rstrip())
         for flag in self.divergences:
-            lines.append(f"- DIVERGENCE: {flag}")
+            lines.append(f"- DIVERGENCE: {one_line(flag)}")
         return "\n".join(lines)
 
 
