@@ -21,10 +21,15 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install --quiet $$($(VPY) -c 'import tomllib; p=tomllib.load(open("pyproject.toml","rb"))["project"]; d=p["optional-dependencies"]; print(" ".join(sorted(set(p["dependencies"]+d["postgres"]+d["mcp"]+d["examples"]+d["test"]+d["bench"]+d["dev"]))))')
 	touch $@
 
-# Release, abi3: one wheel for every CPython >= 3.9.
+# Release, abi3: one wheel for every CPython >= 3.9, linked through zig against glibc 2.17
+# (manylinux2014), so it installs on every current Linux: Debian 11, Ubuntu 20.04, RHEL 8,
+# Amazon Linux 2 and AWS Lambda among them. maturin finds zig through `python -m ziglang`.
+# The sdist beside it builds anywhere Rust does.
 wheel: $(STAMP)
-	rm -f dist/memstrata-*.whl
-	$(VENV)/bin/maturin build --release --quiet --out dist
+	rm -f dist/memstrata-*.whl dist/memstrata-*.tar.gz
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release --quiet --zig \
+		--compatibility manylinux2014 --out dist
+	$(VENV)/bin/maturin sdist --out dist
 
 $(WHEEL_STAMP): $(STAMP) $(RUST_SOURCES) $(PY_SOURCES)
 	$(MAKE) wheel
@@ -61,6 +66,7 @@ fmt: $(STAMP)
 wheel-smoke: install
 	rm -rf target/wheel-smoke
 	$(PYTHON) -m venv target/wheel-smoke
+	ls dist/memstrata-*-abi3-manylinux2014_*.whl dist/memstrata-*.tar.gz  # glibc 2.17 tag; sdist
 	target/wheel-smoke/bin/python -m pip install --quiet dist/memstrata-*.whl
 	cd target && wheel-smoke/bin/python -c 'import memstrata; assert "site-packages" in memstrata.__file__; print("wheel imports:", memstrata.__version__, memstrata.deep_merge({"a": {"b": 1}}, {"a": {"c": 2}}))'
 
