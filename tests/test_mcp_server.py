@@ -11,16 +11,18 @@ from typing import Any
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.tool_name_validation import validate_tool_name
 
 MEMSTRATA = shutil.which("memstrata", path=str(pathlib.Path(sys.executable).parent))
 
 
-def session_run(db: pathlib.Path, steps: Any) -> Any:
+def session_run(db: pathlib.Path, steps: Any, *extra: str) -> Any:
     """Spawns the server on ``db``, runs ``steps(session)`` and returns what it returns."""
     assert MEMSTRATA is not None
     params = StdioServerParameters(
         command=MEMSTRATA,
-        args=["mcp", "--store", f"sqlite:///{db}", "--agent", "tester", "--thread", "t1"],
+        args=["mcp", "--store", f"sqlite:///{db}", "--agent", "tester", "--thread", "t1", *extra],
     )
 
     async def main() -> Any:
@@ -36,9 +38,13 @@ def test_tools_resources_and_persistence(tmp_path: pathlib.Path) -> None:
 
     async def first(session: ClientSession) -> dict[str, Any]:
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        assert {"working-memory/update", "memory_list", "memory_read", "memory_write"} <= set(tools)
+        assert {"working-memory_update", "memory_list", "memory_read", "memory_write"} <= set(tools)
+        # SEP-986: the SDK's own validator accepts every served name, with no warning.
+        for name in tools:
+            checked = validate_tool_name(name)
+            assert checked.is_valid and not checked.warnings, (name, checked)
         assert tools["memory_read"].input_schema["required"] == ["keys"]
-        updated = await session.call_tool("working-memory/update", {"goal": "ship v2"})
+        updated = await session.call_tool("working-memory_update", {"goal": "ship v2"})
         assert not updated.is_error
         assert json.loads(updated.content[0].text) == {"ok": True, "version": 1}
         bad = await session.call_tool("memory_read", {"keys": "not-a-list"})
@@ -80,3 +86,36 @@ def test_mind_writes_are_committed_when_the_call_returns(tmp_path: pathlib.Path)
     assert before == ""  # an empty mind shows no header
     assert after.startswith("--- AGENT MIND ---")
     assert "Staging uses a different API key. (high confidence)" in after
+
+
+def test_the_working_memory_schema_is_served_and_checked(tmp_path: pathlib.Path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"goal": {"type": "string"}, "steps": {"type": "array"}},
+        "additionalProperties": False,
+    }
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(schema))
+
+    async def steps(session: ClientSession) -> None:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        served = tools["working-memory_update"].input_schema
+        assert set(served["properties"]) == {"goal", "steps"}
+        refused = await session.call_tool("working-memory_update", {"mood": "x"})
+        assert refused.is_error and "schema_violation" in refused.content[0].text
+        ok = await session.call_tool("working-memory_update", {"goal": "ship"})
+        assert not ok.is_error
+
+    session_run(tmp_path / "mcp.db", steps, "--schema", str(schema_file))
+
+
+def test_an_unknown_resource_is_an_mcp_error(tmp_path: pathlib.Path) -> None:
+    async def steps(session: ClientSession) -> str:
+        try:
+            await session.read_resource("memstrata://layer/nope")
+        except MCPError as exc:
+            return str(exc)
+        raise AssertionError("no error")
+
+    message = session_run(tmp_path / "mcp.db", steps)
+    assert "unknown resource" in message and "memstrata://layer/working-memory" in message

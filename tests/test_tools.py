@@ -55,7 +55,7 @@ def test_one_definition_three_formats() -> None:
         },
     }
     assert tool_spec(tool, "anthropic")["input_schema"] == {"type": "object"}
-    assert tool_spec(tool, "mcp")["name"] == "working-memory/update"
+    assert tool_spec(tool, "mcp")["name"] == "working-memory_update"  # SEP-986: no "/"
     with pytest.raises(ToolError, match="unknown tool format"):
         tool_spec(tool, "gemini")  # type: ignore[arg-type]
 

@@ -226,6 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--agent", required=True, help="the agent's name (its memory namespace)")
     serve.add_argument("--thread", default=None, help="conversation id (default: mcp-<agent>)")
     serve.add_argument("--resource", default=None, help="user id: working memory per user")
+    serve.add_argument(
+        "--schema",
+        default=None,
+        help="a JSON Schema file for the working memory (default: any JSON object)",
+    )
     reindex = commands.add_parser("reindex", help="re-embed a mind's entries")
     reindex.add_argument("--store", required=True, help="the store URL")
     reindex.add_argument("--agent", required=True, help="the agent whose mind to re-embed")
@@ -259,12 +264,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def mcp_stack(store: Store, agent: str, *, per_user: bool) -> MemoryStack:
-    """The layers an MCP client gets: a structured working memory, the agent's mind (offline
-    hashing embedder) and the agent's shared memory."""
+def mcp_stack(
+    store: Store, agent: str, *, per_user: bool, schema: dict[str, Any] | None = None
+) -> MemoryStack:
+    """The layers an MCP client gets: a structured working memory (``schema``, or any JSON
+    object), the agent's mind (offline hashing embedder) and the agent's shared memory."""
     return MemoryStack(
         [
-            WorkingMemory(schema={"type": "object"}, scope="resource" if per_user else "thread"),
+            WorkingMemory(
+                schema=schema if schema is not None else {"type": "object"},
+                scope="resource" if per_user else "thread",
+            ),
             AgentMind(),
             SharedMemory(store=store, namespace=("shared-memory", agent)),
         ],
@@ -310,11 +320,25 @@ def _reindex(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+def _schema_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as file:
+            schema = json.load(file)
+    except OSError as exc:
+        raise InvalidInputError(f"--schema {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InvalidInputError(f"--schema {path} is not JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise InvalidInputError(f"--schema {path} must hold a JSON object (a JSON Schema)")
+    return schema
+
+
 def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
     from memstrata.mcp_server import serve
 
     try:
-        stack = mcp_stack(store, args.agent, per_user=args.resource is not None)
+        schema = None if args.schema is None else _schema_file(args.schema)
+        stack = mcp_stack(store, args.agent, per_user=args.resource is not None, schema=schema)
         serve(
             stack,
             thread_id=args.thread or f"mcp-{args.agent}",

@@ -1,10 +1,13 @@
 """``memstrata mcp``: the stack's tools and prompt blocks over MCP (stdio), for any MCP client.
 
-Each tool call is its own run: MCP has no notion of an agent turn, so a call's writes are
-committed (and a mind's drafts flushed) when it returns, and the next call sees them. Each
-layer's prompt block (the working memory, a mind header, the shared-memory section) is a
-resource, ``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what
-is committed. Needs the ``mcp`` extra (``pip install 'memstrata[mcp]'``).
+Tools are served under their wire-safe names (``working-memory_update``): SEP-986 allows only
+``[A-Za-z0-9._-]``, and hosts forward MCP tools to APIs that refuse ``/``. Each tool call is its
+own run: MCP has no notion of an agent turn, so a call's writes are committed (and a mind's
+drafts flushed) when it returns, and the next call sees them. Each layer's prompt block (the
+working memory, a mind header, the shared-memory section) is a resource,
+``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what is
+committed; an unknown resource is an MCP error. Needs the ``mcp`` extra
+(``pip install 'memstrata[mcp]'``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         import anyio
         from mcp import types
         from mcp.server.lowlevel import Server
+        from mcp.shared.exceptions import MCPError
     except ImportError:
         raise InvalidInputError(
             "the MCP server needs the mcp package: pip install 'memstrata[mcp]'"
@@ -86,7 +90,9 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         found = await anyio.to_thread.run_sync(blocks)
         name = uri.removeprefix(RESOURCE_PREFIX)
         if not uri.startswith(RESOURCE_PREFIX) or name not in found:
-            raise InvalidInputError(f"unknown resource {uri!r}; resources: {sorted(found)}")
+            known = ", ".join(f"{RESOURCE_PREFIX}{n}" for n in sorted(found))
+            # An MCP error the client gets as the answer, not a traceback on the server's stderr.
+            raise MCPError(types.INVALID_PARAMS, f"unknown resource {uri!r}; resources: {known}")
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=found[name])]
         )

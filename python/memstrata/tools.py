@@ -117,7 +117,7 @@ def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -
     if fmt == "anthropic":
         return {"name": tool.wire_name, "description": tool.description, "input_schema": parameters}
     if fmt == "mcp":
-        return {"name": tool.name, "description": tool.description, "inputSchema": parameters}
+        return {"name": tool.wire_name, "description": tool.description, "inputSchema": parameters}
     raise ToolError(
         f"unknown tool format {fmt!r}; expected 'openai', 'anthropic' or 'mcp'",
         code="invalid_arguments",
