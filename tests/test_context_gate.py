@@ -560,8 +560,8 @@ def test_the_checkpoint_redacts_every_format(tmp_path: Path) -> None:
     assert record["messages"][4]["content"].startswith("[redacted:")
 
 
-def test_a_content_list_grown_in_place_is_counted_again() -> None:
-    gate = ContextGate(max_input_tokens=1000)
+def test_a_content_list_grown_in_place_is_counted_again(tmp_path: Path) -> None:
+    gate = ContextGate(max_input_tokens=1000, checkpoints_dir=tmp_path)
     message = {"role": "user", "content": [{"type": "text", "text": "hello there"}]}
     messages = [message]
     assert gate.evaluate(messages, "c").state == "pass"
