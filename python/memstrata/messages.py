@@ -123,9 +123,12 @@ def tool_results(messages: Sequence[Any]) -> list[ToolResult]:
     (nothing could point at them)."""
     found: list[ToolResult] = []
     for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
+        # dict first: the ABC check of Mapping costs several times more, on every message.
+        if type(message) is not dict and not isinstance(message, Mapping):
             continue
         role = message.get("role")
+        if role == "system" or role == "assistant":
+            continue
         if role == "tool":
             call_id = message.get("tool_call_id")
             if isinstance(call_id, str) and call_id:
