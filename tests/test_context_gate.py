@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstrata import MemoryStack, RecoverableContextError, estimate_messages
+from memstrata import MemoryStack, RecoverableContextError, ToolResults, estimate_messages
 from memstrata.exceptions import InvalidInputError
-from memstrata.layers.context_gate import ContextGate, redact_messages, redact_secrets
+from memstrata.layers.context_gate import (
+    TOOL_RESULT_GONE,
+    ContextGate,
+    redact_messages,
+    redact_secrets,
+)
 from memstrata.model_windows import (
     FALLBACK_MAX_INPUT_TOKENS,
     max_input_tokens_for,
@@ -175,9 +181,8 @@ def test_prune_then_pass(tmp_path: Path) -> None:
     assert decision.pruned == 7
     assert decision.estimated_tokens < gate.max_input_tokens
     tools = [m for m in decision.messages if m["role"] == "tool"]
-    assert [t["content"] for t in tools[:7]] == [
-        f"[summarized: call_id=call_{i}]" for i in range(7)
-    ]
+    # The gate alone stores nothing: the placeholders say the text is gone, naming no call_id.
+    assert [t["content"] for t in tools[:7]] == [TOOL_RESULT_GONE] * 7
     assert tools[7:] == [m for m in messages if m["role"] == "tool"][7:]
     assert messages[3]["content"].startswith("result 0")  # input untouched
     assert not (tmp_path / "ckpt").exists()
@@ -222,7 +227,6 @@ def test_refuse_writes_a_redacted_private_checkpoint(tmp_path: Path) -> None:
     assert FAKE_OPENAI_KEY not in text and FAKE_JWT not in text
     assert "word word" not in text
     tool = [m for m in record["messages"] if m["role"] == "tool"]
-    # The checkpoint holds the pruned conversation: older results are placeholders already.
     assert tool[-1]["content"] == f"[redacted: {len(messages[-1]['content'])} chars]"
     call = record["messages"][3]["tool_calls"][0]
     assert call["id"] == "call_0" and call["function"]["name"] == "http_get"
@@ -350,7 +354,7 @@ def test_gate_in_the_stack_checks_every_prepare(tmp_path: Path, caplog) -> None:
     stack = MemoryStack([], store=InMemoryStore(), gate=gate)
     with stack.run(thread_id="t") as run:
         out = run.prepare(base)
-        assert sum(m["content"].startswith("[summarized") for m in out if m["role"] == "tool") == 7
+        assert sum(m["content"] == TOOL_RESULT_GONE for m in out if m["role"] == "tool") == 7
         grown = base + tool_turn(99, 20_000)
         with pytest.raises(RecoverableContextError) as err:
             run.prepare(grown)
@@ -409,3 +413,236 @@ def test_the_message_count_cache_is_bounded_by_characters(monkeypatch: pytest.Mo
         == total
         == ContextGate(max_input_tokens=10_000_000).estimate(messages)
     )
+
+
+# Context layers that compose ------------------------------------------------------------------
+
+
+def _stack_with_results(tmp_path: Path, window: int, **gate_kw: Any) -> MemoryStack:
+    gate = ContextGate(max_input_tokens=window, checkpoints_dir=tmp_path / "ckpt", **gate_kw)
+    return MemoryStack([ToolResults()], store=InMemoryStore(), gate=gate)
+
+
+def test_every_placeholder_naming_a_call_id_is_readable(tmp_path: Path) -> None:
+    # The server appends tool results without calling offload(); the gate prunes them.
+    messages = conversation(10, 200)
+    window = int(ContextGate(max_input_tokens=10**9).estimate(messages) / 0.9)
+    stack = _stack_with_results(tmp_path, window)
+    with stack.run(thread_id="t") as run:
+        out = run.prepare(messages)
+        pruned = [m for m in out if m.get("role") == "tool" and m["content"].startswith("[summ")]
+        assert len(pruned) == 7
+        for message, original in zip(pruned, [m for m in messages if m.get("role") == "tool"]):
+            call_id = message["content"].removeprefix("[summarized: call_id=").rstrip("]")
+            page = run.call_tool("read_tool_result", {"call_id": call_id})
+            assert page.get("content") == original["content"], page
+
+
+def test_without_tool_results_a_pruned_placeholder_names_no_call_id(tmp_path: Path) -> None:
+    messages = conversation(10, 200)
+    gate = gate_for(messages, 0.9, tmp_path)
+    out = gate.check_and_compress(messages, "c")
+    replaced = [m["content"] for m in out if m.get("role") == "tool"][:7]
+    assert replaced == [TOOL_RESULT_GONE] * 7
+    assert all("call_id" not in text for text in replaced)
+
+
+def test_an_offload_notice_stays_a_readable_pointer_without_the_layer(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls")
+    messages = conversation(6, 200)
+    messages[3] = {**messages[3], "content": layer.offload("call_0", "line\n" * 5000)}
+    out = gate_for(messages, 0.9, tmp_path).check_and_compress(messages, "c")
+    assert out[3]["content"] == "[summarized: call_id=call_0]"
+    assert layer.read_tool_result("call_0")["total_chars"] == 25_000
+
+
+def anthropic_conversation(turns: int, size: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the answer."}]
+    for i in range(turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"toolu_{i}", "name": "get", "input": {"i": i}}
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{i}",
+                        "content": f"result {i} " + "word " * size,
+                    }
+                ],
+            }
+        )
+    return messages
+
+
+def responses_conversation(turns: int, size: int) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Find the answer."}]
+    for i in range(turns):
+        items.append(
+            {"type": "function_call", "call_id": f"fc_{i}", "name": "get", "arguments": "{}"}
+        )
+        items.append(
+            {"type": "function_call_output", "call_id": f"fc_{i}", "output": "word " * size}
+        )
+    return items
+
+
+def legacy_conversation(turns: int, size: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the answer."}]
+    for i in range(turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "function_call": {"name": "get", "arguments": "{}"},
+            }
+        )
+        messages.append({"role": "function", "name": "get", "content": f"{i} " + "word " * size})
+    return messages
+
+
+@pytest.mark.parametrize(
+    "build", [anthropic_conversation, responses_conversation, legacy_conversation]
+)
+def test_every_format_is_pruned_and_read_back(tmp_path: Path, build: Any) -> None:
+    messages = build(10, 200)
+    plain = ContextGate(max_input_tokens=10**9).estimate(messages)
+    assert plain > 10 * 200  # the tool bodies are counted
+    decision = gate_for(messages, 0.9, tmp_path).evaluate(messages, "c")
+    assert decision.state == "pruned" and decision.pruned == 7
+    stack = _stack_with_results(tmp_path, int(plain / 0.9))
+    with stack.run(thread_id="t") as run:
+        out = run.prepare(messages)
+        texts = json.dumps(out)
+        ids = re.findall(r"\[summarized: call_id=([^\]]+)\]", texts)
+        assert len(ids) == 7
+        for call_id in ids:
+            page = run.call_tool("read_tool_result", {"call_id": call_id})
+            assert "word word" in page["content"], page
+
+
+@pytest.mark.parametrize(
+    "build", [anthropic_conversation, responses_conversation, legacy_conversation]
+)
+def test_every_format_is_offloaded_by_prepare(tmp_path: Path, build: Any) -> None:
+    messages = build(2, 5000)
+    stack = MemoryStack([ToolResults()], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        out = run.prepare(messages)
+        ids = re.findall(r"\[tool result offloaded: call_id=([^,]+),", json.dumps(out))
+        assert len(ids) == 2
+        for call_id in ids:
+            page = run.call_tool("read_tool_result", {"call_id": call_id, "max_tokens": 32_000})
+            assert page["total_chars"] >= 25_000
+    assert json.dumps(messages).count("word ") == 2 * 5000  # the input is untouched
+
+
+def test_the_checkpoint_redacts_every_format(tmp_path: Path) -> None:
+    messages = [
+        *responses_conversation(1, 10),
+        *legacy_conversation(1, 10)[1:],
+        {"role": "user", "content": "x " * 4000},
+    ]
+    gate = gate_for(messages, 1.5, tmp_path)
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress(messages, "c")
+    text = Path(err.value.checkpoint_path).read_text()
+    assert "word word" not in text
+    record = json.loads(text)
+    assert record["messages"][2]["output"].startswith("[redacted:")
+    assert record["messages"][4]["content"].startswith("[redacted:")
+
+
+def test_a_content_list_grown_in_place_is_counted_again(tmp_path: Path) -> None:
+    gate = ContextGate(max_input_tokens=1000, checkpoints_dir=tmp_path)
+    message = {"role": "user", "content": [{"type": "text", "text": "hello there"}]}
+    messages = [message]
+    assert gate.evaluate(messages, "c").state == "pass"
+    message["content"].append({"type": "text", "text": "word " * 5000})
+    estimate = gate.estimate(messages)
+    assert estimate == ContextGate(max_input_tokens=1000, cache=False).estimate(messages)
+    assert estimate > 5000
+    with pytest.raises(RecoverableContextError):
+        gate.check_and_compress(messages, "c2", run_id="r")
+
+
+def test_a_dict_changed_in_place_is_counted_again() -> None:
+    gate = ContextGate(max_input_tokens=10**6)
+    messages = [{"role": "tool", "tool_call_id": "a", "content": "short"}]
+    first = gate.estimate(messages)
+    messages[0]["name"] = "x" * 4000
+    assert gate.estimate(messages) > first + 500
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"x": 1}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [300, 1000, 5000])
+def test_deep_content_is_refused_naming_the_message(tmp_path: Path, depth: int) -> None:
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "f", "input": _nested(depth)}],
+        },
+    ]
+    gate = ContextGate(max_input_tokens=100, checkpoints_dir=tmp_path)
+    with pytest.raises(InvalidInputError, match=r"messages\[1\]"):
+        gate.check_and_compress(messages, "c")
+    with pytest.raises(InvalidInputError, match=r"messages\[1\]"):
+        ContextGate(max_input_tokens=100, cache=False).estimate(messages)
+    stack = MemoryStack([ToolResults()], store=InMemoryStore(), gate=gate)
+    with stack.run(thread_id="t") as run, pytest.raises(InvalidInputError, match=r"messages\[1\]"):
+        run.prepare(messages)
+
+
+def test_the_checkpoint_holds_the_conversation_before_pruning(tmp_path: Path) -> None:
+    messages = conversation(6, 300)
+    messages.append({"role": "user", "content": "y " * 20_000})
+    gate = gate_for(messages, 1.5, tmp_path)
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress(messages, "c")
+    record = json.loads(Path(err.value.checkpoint_path).read_text())
+    tools = [m for m in record["messages"] if m["role"] == "tool"]
+    originals = [m for m in messages if m["role"] == "tool"]
+    assert [t["content"] for t in tools] == [
+        f"[redacted: {len(m['content'])} chars]" for m in originals
+    ]
+
+
+def test_a_failed_checkpoint_write_leaves_the_old_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = conversation(3, 300)
+    gate = gate_for(messages, 1.5, tmp_path)
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress(messages, "c")
+    path = Path(err.value.checkpoint_path)
+    before = path.read_bytes()
+
+    def crash(fd: int) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="disk gone"):
+        gate.check_and_compress([*messages, {"role": "user", "content": "more"}], "c")
+    assert path.read_bytes() == before
+    assert json.loads(before)["call_id"] == "c"
+
+
+def test_pruned_is_reported_only_when_something_was_pruned(tmp_path: Path) -> None:
+    messages = conversation(2, 300)  # two tool results, both within keep_recent
+    decision = gate_for(messages, 0.9, tmp_path).evaluate(messages, "c")
+    assert decision.state == "warn" and decision.pruned == 0
+    assert decision.messages is messages

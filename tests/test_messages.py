@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from memstrata.messages import ToolCall, tool_calls
+from memstrata.messages import (
+    ToolCall,
+    call_names,
+    countable,
+    legacy_call_id,
+    tool_calls,
+    tool_results,
+    with_tool_results,
+)
 
 
 @pytest.mark.parametrize(
@@ -63,3 +71,58 @@ def test_every_format_yields_its_calls_in_order(message: Any, expected: list[Too
 )
 def test_malformed_messages_yield_nothing(message: Any) -> None:
     assert list(tool_calls(message)) == []
+
+
+def test_call_names_of_every_format() -> None:
+    messages: list[Any] = [
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}]},
+        {"type": "function_call", "call_id": "b", "name": "g", "arguments": "{}"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "h"}]},
+        {"role": "assistant", "tool_calls": [{"function": {"name": "no-id"}}]},
+    ]
+    assert call_names(messages) == {"a": "f", "b": "g", "c": "h"}
+
+
+def test_tool_results_of_every_format_and_their_rewrite() -> None:
+    messages: list[Any] = [
+        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        {"role": "function", "name": "f", "content": "F"},
+        {"type": "function_call_output", "call_id": "b", "output": "B"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "see"},
+                {"type": "tool_result", "tool_use_id": "c", "content": [{"type": "text"}]},
+            ],
+        },
+        {"role": "tool", "content": "no id"},
+    ]
+    found = tool_results(messages)
+    assert [(r.position, r.block, r.body) for r in found] == [
+        (0, None, "A"),
+        (1, None, "F"),
+        (2, None, "B"),
+        (3, 1, [{"type": "text"}]),
+    ]
+    assert found[1].call_id == legacy_call_id(messages[1]) and found[1].call_id.startswith("fn-")
+    out = with_tool_results(messages, {(r.position, r.block): "X" for r in found})
+    assert [out[0]["content"], out[1]["content"], out[2]["output"]] == ["X", "X", "X"]
+    assert (
+        out[3]["content"][1]["content"] == "X" and out[3]["content"][0] is messages[3]["content"][0]
+    )
+    assert out[4] is messages[4]
+    assert messages[2]["output"] == "B" and messages[3]["content"][1]["content"] == [
+        {"type": "text"}
+    ]
+
+
+def test_countable_maps_responses_items_to_chat() -> None:
+    call = countable({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"})
+    assert call["role"] == "assistant" and call["tool_calls"][0]["function"]["name"] == "f"
+    output = countable({"type": "function_call_output", "call_id": "c", "output": "out"})
+    assert output == {"role": "tool", "tool_call_id": "c", "content": "out"}
+    parts = countable({"role": "user", "content": [{"type": "input_text", "text": "hi"}]})
+    assert parts["content"] == [{"type": "text", "text": "hi"}]
+    assert countable({"type": "reasoning", "summary": []})["role"] == "assistant"
+    chat = {"role": "user", "content": "hi"}
+    assert countable(chat) is chat

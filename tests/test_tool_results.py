@@ -173,14 +173,13 @@ def test_identical_payloads_are_stored_once(tmp_path: Path) -> None:
     assert os.stat(tmp_path / "third.txt").st_ino != a.st_ino
 
 
-def test_same_call_id_same_text_is_idempotent_different_text_refused(tmp_path: Path) -> None:
+def test_same_call_id_same_text_is_idempotent(tmp_path: Path) -> None:
     layer = ToolResults(tool_calls_dir=tmp_path)
     text = big_log()
     layer.offload("c1", text)
     layer.offload("c1", text)
-    with pytest.raises(InvalidInputError, match="already stored with different content"):
-        layer.offload("c1", text + "!")
     assert (tmp_path / "c1.txt").read_text() == text
+    assert "earlier" not in layer.read_tool_result("c1")
 
 
 def test_bad_content_is_refused_with_a_clear_error(tmp_path: Path) -> None:
@@ -261,3 +260,147 @@ def test_the_stack_counter_replaces_only_the_default_one(tmp_path: Path) -> None
         assert chosen.tokens is exact
     with MemoryStack([default], store=InMemoryStore(), tokens=stack_counter).run(thread_id="t"):
         assert default.tokens is stack_counter
+
+
+# Results through prepare, shared through the store ----------------------------------------------
+
+
+def test_prepare_offloads_large_results_once(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def summarizer(text: str) -> str:
+        calls.append(len(text))
+        return "a log of requests"
+
+    stack = MemoryStack([ToolResults(summarizer=summarizer)], store=InMemoryStore())
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "tool", "tool_call_id": "call_1", "content": big_log()},
+        {"role": "tool", "tool_call_id": "call_2", "content": "small"},
+    ]
+    with stack.run(thread_id="t") as run:
+        first = run.prepare(messages)
+        assert first[1]["content"].startswith("[tool result offloaded: call_id=call_1")
+        assert first[1]["content"].endswith("a log of requests")
+        assert first[2] is messages[2]
+        assert run.prepare(messages) == first
+    with stack.run(thread_id="t") as run:
+        assert run.prepare(messages) == first
+        page = run.call_tool("read_tool_result", {"call_id": "call_1", "max_tokens": 32_000})
+        assert page["content"] == big_log()[: len(page["content"])]
+    assert len(calls) == 1
+    assert messages[1]["content"] == big_log()
+
+
+def test_a_reused_call_id_keeps_both_results(tmp_path: Path) -> None:
+    for layer in (ToolResults(tool_calls_dir=tmp_path), ToolResults(store=InMemoryStore())):
+        old, new = big_log(), big_log(2500)
+        layer.offload("call_0", old)
+        layer.offload("call_0", new)  # a local server reuses call_0: no error
+        page = layer.read_tool_result("call_0", max_tokens=32_000)
+        assert page["total_chars"] == len(new)
+        (earlier,) = page["earlier"]
+        assert earlier.startswith("call_0:")
+        assert layer.read_tool_result(earlier, max_tokens=32_000)["total_chars"] == len(old)
+
+
+def test_a_reused_call_id_inside_one_conversation_points_each_message_right() -> None:
+    stack = MemoryStack([ToolResults()], store=InMemoryStore())
+    old, new = big_log(), big_log(2500)
+    messages = [
+        {"role": "tool", "tool_call_id": "call_0", "content": old},
+        {"role": "tool", "tool_call_id": "call_0", "content": new},
+    ]
+    with stack.run(thread_id="t") as run:
+        out = run.prepare(messages)
+        out = run.prepare(messages)
+        ids = [m["content"].split("call_id=")[1].split(",")[0] for m in out]
+        totals = [run.layer("tool-results").read_tool_result(i)["total_chars"] for i in ids]
+        assert sorted(totals) == sorted([len(old), len(new)])
+
+
+def test_results_are_kept_per_resource_and_per_thread() -> None:
+    store = InMemoryStore()
+    stack = MemoryStack([ToolResults()], store=store)
+    with stack.run(resource_id="user-1") as run:
+        run.layer("tool-results").offload("c1", big_log())
+    with stack.run(resource_id="user-1") as run:
+        assert run.call_tool("read_tool_result", {"call_id": "c1"})["call_id"] == "c1"
+    for scope in ({"resource_id": "user-2"}, {"thread_id": "t"}, {}):
+        with stack.run(**scope) as run:
+            missing = run.call_tool("read_tool_result", {"call_id": "c1"})
+            assert missing["error"]["code"] == "not_found", scope
+
+
+def test_stored_results_expire_after_the_ttl() -> None:
+    store = InMemoryStore()
+    layer = ToolResults(store=store, ttl=60)
+    layer.offload("c1", big_log())
+    items = store.list(("tool-results", "-", "-", "calls"))
+    assert items and all(item.expires_at is not None for item in items)
+
+
+def test_results_larger_than_one_stored_value_are_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memstrata.layers.tool_results as module
+
+    monkeypatch.setattr(module, "_CHUNK_CHARS", 1000)
+    layer = ToolResults(store=InMemoryStore())
+    text = big_log()
+    layer.offload("c1", text)
+    out, offset = [], 0
+    while offset is not None:
+        page = layer.read_tool_result("c1", offset, max_tokens=300)
+        out.append(page["content"])
+        offset = page["next_offset"]
+    assert "".join(out) == text
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_two_servers_on_one_store_read_each_other_s_results(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    from memstrata.stores import PostgresStore, SQLiteStore
+
+    if backend == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        first, second = PostgresStore(url), PostgresStore(url)
+    else:
+        first, second = SQLiteStore(tmp_path / "m.db"), SQLiteStore(tmp_path / "m.db")
+    try:
+        server_a = MemoryStack([ToolResults()], store=first)
+        server_b = MemoryStack([ToolResults()], store=second)
+        text = big_log()
+        messages = [{"role": "tool", "tool_call_id": f"call_{backend}", "content": text}]
+        with server_a.run(thread_id="t", resource_id="u") as run:
+            assert run.prepare(messages)[0]["content"].startswith("[tool result offloaded")
+        with server_b.run(thread_id="t", resource_id="u") as run:
+            page = run.call_tool(
+                "read_tool_result", {"call_id": f"call_{backend}", "max_tokens": 32_000}
+            )
+            assert page["total_chars"] == len(text)
+            assert text.startswith(page["content"])
+    finally:
+        first.close()
+        second.close()
+
+
+def test_prepare_leaves_the_pages_the_model_read_back_verbatim() -> None:
+    stack = MemoryStack([ToolResults()], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        run.layer("tool-results").offload("call_1", big_log())
+        page = run.call_tool("read_tool_result", {"call_id": "call_1", "max_tokens": 8000})
+        messages = [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "read_tool_result", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_2", "content": page["content"]},
+        ]
+        assert run.prepare(messages)[1] is messages[1]

@@ -1,11 +1,22 @@
-"""What memstrata reads out of a model's messages, whatever API wrote them: OpenAI Chat
-Completions (``tool_calls``, the legacy ``function_call``), OpenAI Responses items
-(``{"type": "function_call"}``) and Anthropic messages (``tool_use`` content blocks)."""
+"""The one place that knows message formats: OpenAI Chat Completions (``tool_calls``, the
+legacy ``function_call`` and ``role: "function"``), OpenAI Responses items
+(``{"type": "function_call"}``, ``{"type": "function_call_output"}``) and Anthropic messages
+(``tool_use`` / ``tool_result`` content blocks).
+
+Layers and the context gate read tool calls (:func:`tool_calls`) and tool results
+(:func:`tool_results`) through here, rewrite result bodies with :func:`with_tool_results`, and
+count any message through :func:`countable`, so each of them handles every format alike.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
+
+import orjson
+
+Message = dict[str, Any]
 
 
 class ToolCall(NamedTuple):
@@ -38,6 +49,210 @@ def tool_calls(message: Any) -> Iterator[ToolCall]:
                 yield from _call(block.get("name"), block.get("input"))
 
 
+def call_names(messages: Sequence[Any]) -> dict[str, str]:
+    """The tool name of every call in ``messages`` with an id, by that id (chat
+    ``tool_calls[].id``, Responses ``call_id``, Anthropic ``tool_use`` ``id``)."""
+    names: dict[str, str] = {}
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        if message.get("type") in _CALL_ITEMS:
+            _name_call(names, message.get("call_id"), message.get("name"))
+            continue
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            if isinstance(call, Mapping):
+                function = call.get("function")
+                if isinstance(function, Mapping):
+                    _name_call(names, call.get("id"), function.get("name"))
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, Mapping) and block.get("type") == "tool_use":
+                    _name_call(names, block.get("id"), block.get("name"))
+    return names
+
+
+def _name_call(names: dict[str, str], call_id: Any, name: Any) -> None:
+    if isinstance(call_id, str) and isinstance(name, str):
+        names[call_id] = name
+
+
 def _call(name: Any, arguments: Any) -> Iterator[ToolCall]:
     if isinstance(name, str):
         yield ToolCall(name, arguments)
+
+
+# Tool results -----------------------------------------------------------------------------------
+
+# Responses-API items that carry a tool's output, and the field holding it.
+_OUTPUT_ITEMS = {"function_call_output": "output", "custom_tool_call_output": "output"}
+# Responses-API items that carry a call, and the field holding its arguments.
+_CALL_ITEMS = {"function_call": "arguments", "custom_tool_call": "input"}
+# Content part types of the Responses API that hold plain text.
+_TEXT_PARTS = frozenset({"input_text", "output_text"})
+# Prefix of the id derived for a legacy ``role: "function"`` result, which carries none.
+LEGACY_ID_PREFIX = "fn-"
+
+
+class ToolResult(NamedTuple):
+    """Where one tool result sits in a message list, whatever the format.
+
+    Attributes:
+        position: The message's position in the list.
+        block: For an Anthropic ``tool_result`` block, its position in the message's content;
+            None when the whole message is the result.
+        call_id: The id the result answers (``tool_call_id``, ``call_id``, ``tool_use_id``);
+            for a legacy ``role: "function"`` message, which has none, an id derived from its
+            name and body (``fn-<hash>``), stable as long as the body is.
+        body: The result as the message holds it (text, or structured content).
+        field: The key of the body in the message (or in the block).
+    """
+
+    position: int
+    block: int | None
+    call_id: str
+    body: Any
+    field: str
+
+
+def tool_results(messages: Sequence[Any]) -> list[ToolResult]:
+    """Every tool result in ``messages``, oldest first: OpenAI chat ``role: "tool"`` messages,
+    legacy ``role: "function"`` messages, Responses ``function_call_output`` items and the
+    ``tool_result`` blocks of Anthropic messages. Results without a usable id are left out
+    (nothing could point at them)."""
+    found: list[ToolResult] = []
+    for index, message in enumerate(messages):
+        # dict first: the ABC check of Mapping costs several times more, on every message.
+        if type(message) is not dict and not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        if role == "system" or role == "assistant":
+            continue
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if isinstance(call_id, str) and call_id:
+                found.append(ToolResult(index, None, call_id, message.get("content"), "content"))
+            continue
+        if role == "function":
+            body = message.get("content")
+            found.append(ToolResult(index, None, legacy_call_id(message), body, "content"))
+            continue
+        kind = message.get("type")
+        field = _OUTPUT_ITEMS.get(kind) if isinstance(kind, str) else None
+        if field is not None:
+            call_id = message.get("call_id")
+            if isinstance(call_id, str) and call_id:
+                found.append(ToolResult(index, None, call_id, message.get(field), field))
+            continue
+        content = message.get("content")
+        if role == "user" and isinstance(content, list):
+            for block_index, block in enumerate(content):
+                if isinstance(block, Mapping) and block.get("type") == "tool_result":
+                    call_id = block.get("tool_use_id")
+                    if isinstance(call_id, str) and call_id:
+                        found.append(
+                            ToolResult(index, block_index, call_id, block.get("content"), "content")
+                        )
+    return found
+
+
+def legacy_call_id(message: Mapping[str, Any]) -> str:
+    """The id memstrata gives a legacy ``role: "function"`` result: ``fn-`` and 24 hex digits
+    of the SHA-256 of its name and body (the format carries no call id)."""
+    name = message.get("name")
+    body = message.get("content")
+    text = body if isinstance(body, str) else repr(body)
+    seed = f"{name if isinstance(name, str) else ''}\x00{text}"
+    return LEGACY_ID_PREFIX + hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def with_tool_results(
+    messages: Sequence[Message], bodies: Mapping[tuple[int, int | None], Any]
+) -> list[Message]:
+    """A new list with the tool results at ``(index, block)`` given new bodies.
+
+    Messages (and blocks) that change are copied; every other message is the same object in
+    the new list. The input is not mutated.
+    """
+    out = list(messages)
+    by_index: dict[int, dict[int | None, Any]] = {}
+    for (index, block), body in bodies.items():
+        by_index.setdefault(index, {})[block] = body
+    for index, changes in by_index.items():
+        message = dict(out[index])
+        for block, body in changes.items():
+            if block is None:
+                message[_body_field(message)] = body
+            else:
+                content = list(message["content"])
+                content[block] = {**content[block], "content": body}
+                message["content"] = content
+        out[index] = message
+    return out
+
+
+def _body_field(message: Mapping[str, Any]) -> str:
+    kind = message.get("type")
+    if "role" not in message and isinstance(kind, str) and kind in _OUTPUT_ITEMS:
+        return _OUTPUT_ITEMS[kind]
+    return "content"
+
+
+def countable(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` in the chat shape a token counter reads, counting what the model sees.
+
+    Responses items without a role become their chat equivalent (a ``function_call`` an
+    assistant message with one tool call, a ``function_call_output`` a tool message, any other
+    item an assistant message holding its JSON); ``input_text`` / ``output_text`` parts become
+    ``text`` parts. Chat and Anthropic messages come back as they are.
+    """
+    if "role" not in message:
+        kind = message.get("type")
+        if kind in _CALL_ITEMS:
+            arguments = message.get(_CALL_ITEMS[kind])
+            return {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": str(message.get("call_id", "")),
+                        "type": "function",
+                        "function": {
+                            "name": str(message.get("name", "")),
+                            "arguments": arguments
+                            if isinstance(arguments, str)
+                            else _json(arguments),
+                        },
+                    }
+                ],
+            }
+        if kind in _OUTPUT_ITEMS:
+            body = message.get(_OUTPUT_ITEMS[kind])
+            return {
+                "role": "tool",
+                "tool_call_id": str(message.get("call_id", "")),
+                "content": body if isinstance(body, (str, list)) else _json(body),
+            }
+        return {"role": "assistant", "content": _json(message)}
+    content = message.get("content")
+    if isinstance(content, list) and any(
+        isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS for part in content
+    ):
+        parts = [
+            {**part, "type": "text"}
+            if isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS
+            else part
+            for part in content
+        ]
+        return {**message, "content": parts}
+    return message
+
+
+def is_message(value: Any) -> bool:
+    """Whether ``value`` is a message memstrata accepts: a dict with a ``role``, or a Responses
+    item (a dict with a ``type``)."""
+    return isinstance(value, dict) and ("role" in value or isinstance(value.get("type"), str))
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()

@@ -34,6 +34,7 @@ shows the time to the model::
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 import os
@@ -113,6 +114,19 @@ class Gate(Protocol):
 
 
 @runtime_checkable
+class ResultKeeper(Protocol):
+    """A run handle that keeps tool-result bodies (the ToolResults layer's is one). The run
+    finds it among its layers' handles: ``prepare`` offloads the conversation's large results
+    through it, and a gate whose ``check_and_compress`` takes ``keep`` gets its ``keep``, to
+    make a result readable before replacing it by a placeholder. The gate and the layer never
+    see each other."""
+
+    def offload_messages(self, messages: Sequence[Message]) -> list[Message]: ...
+
+    def keep(self, call_id: str, body: Any) -> str | None: ...
+
+
+@runtime_checkable
 class Layer(Protocol):
     """The contract between the stack and a memory layer.
 
@@ -142,6 +156,13 @@ class Layer(Protocol):
 
     def close(self, handle: Any, error: BaseException | None) -> None:
         """Flushes at the end of the run; ``error`` is set when the run failed."""
+
+
+def _parameters(fn: Any) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
 
 
 def allocate_budgets(layers: Sequence[Layer], total: int) -> dict[str, int]:
@@ -223,6 +244,7 @@ class MemoryStack:
         if gate is not None and not isinstance(gate, Gate):
             raise InvalidInputError(f"{gate!r} has no check_and_compress method")
         self.gate = gate
+        self._gate_keeps = gate is not None and "keep" in _parameters(gate.check_and_compress)
 
     def run(
         self,
@@ -263,6 +285,7 @@ class Run:
         self.context = ctx
         self._parent = parent
         self._handles: dict[str, Any] = {}
+        self._keeper: ResultKeeper | None = None
         self._tools: dict[str, tuple[str, Tool]] = {}
         self._opened = False
         self._closed = False
@@ -287,6 +310,8 @@ class Run:
                 else:
                     self._handles[layer.name] = layer.init(self.context)
             self._index_tools()
+            keepers = (h for h in self._handles.values() if isinstance(h, ResultKeeper))
+            self._keeper = next(keepers, None)
         except BaseException as exc:
             self.close(exc)
             raise
@@ -347,7 +372,11 @@ class Run:
 
         With a gate on the stack, the result then passes it: it may come back pruned, or the
         gate raises (a ContextGate raises RecoverableContextError with a checkpoint). ``call_id``
-        names this call boundary; by default ``<run_id>-call-<n>``."""
+        names this call boundary; by default ``<run_id>-call-<n>``.
+
+        With a layer that keeps tool results (:class:`ResultKeeper`, e.g. ToolResults), the
+        conversation's large tool results are offloaded first, and the gate keeps through it
+        every result it prunes."""
         self._require_open()
         if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
             raise InvalidInputError(
@@ -364,10 +393,17 @@ class Run:
             and messages[head].get("role") in ("system", "developer")
         ):
             head += 1
+        keeper = self._keeper
+        if keeper is not None:
+            messages = keeper.offload_messages(messages)
         prepared = [*messages[:head], *injected, *messages[head:]]
         if self.stack.gate is None:
             return prepared
         boundary = call_id if call_id is not None else f"{self.run_id}-call-{next(self._calls)}"
+        if keeper is not None and self.stack._gate_keeps:
+            return self.stack.gate.check_and_compress(  # type: ignore[call-arg]
+                prepared, boundary, run_id=self.run_id, keep=keeper.keep
+            )
         return self.stack.gate.check_and_compress(prepared, boundary, run_id=self.run_id)
 
     def prepare_anthropic(

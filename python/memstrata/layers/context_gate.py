@@ -9,20 +9,35 @@ Implements Layer 2 of seed 003. :meth:`ContextGate.check_and_compress` estimates
 * at ``prune_at_pct`` or above: older tool results become ``[summarized: call_id=...]``
   placeholders (the ``keep_recent`` latest stay verbatim) and the prompt is estimated again;
   if it now fits under the window it passes, pruned;
-* still at or over the window: a redacted checkpoint is written to
-  ``<checkpoints_dir>/<call_id>.json`` and :class:`RecoverableContextError` is raised with its
-  path, so the caller can decompose the task instead of burning iterations on a sure failure.
+* still at or over the window: a redacted checkpoint of the conversation as it came (before
+  pruning) is written to ``<checkpoints_dir>/<call_id>.json`` and
+  :class:`RecoverableContextError` is raised with its path, so the caller can decompose the
+  task instead of burning iterations on a sure failure.
+
+Every message format is handled alike (:mod:`memstrata.messages` knows them): OpenAI chat
+``role: "tool"`` and legacy ``role: "function"`` messages, Responses ``function_call_output``
+items and Anthropic ``tool_result`` blocks are pruned, Responses items are counted as their
+chat equivalents.
 
 With a :class:`~memstrata.stack.MemoryStack`, pass ``gate=ContextGate(...)``: ``run.prepare()``
-then ends at the gate, so every call boundary passes it.
+then ends at the gate, so every call boundary passes it. When the stack also has the
+ToolResults layer, the run hands the gate that layer's ``keep`` (the gate never imports the
+layer): every result the gate prunes is stored first, so every placeholder naming a call_id
+can be read back with ``read_tool_result``. Without it, a pruned result is replaced by a
+placeholder that names a call_id only if the result is an offload notice (its text is stored);
+any other says plainly that the text is gone.
 
 Decisions where the seed is silent:
 
 * "Fits" means the padded estimate is strictly below ``max_input_tokens``; the refusal is "at
   or above 100% after compression", as the seed says.
-* Per-message token counts are cached by message identity (the gate never mutates messages and
-  neither does the stack); a message whose ``content`` object was replaced is counted again.
-  Count a conversation you mutate in place with ``cache=False``.
+* Per-message token counts are cached by content, never by object identity: a message whose
+  values are all text, numbers or None is keyed by its items, any other by its JSON text. A
+  message or content list edited in place is counted again. The keys' characters are bounded
+  (8 Mi), so a new large block every turn cannot pile up. A message nesting deeper than 254
+  levels is refused with :class:`InvalidInputError` naming its index.
+* "pruned" is reported only when a result was replaced; at the prune line with nothing left
+  to prune, a prompt that fits passes as "warn".
 * The once-per-run warning is keyed by ``run_id`` (the stack passes one per run); without one,
   the gate itself is the run until :meth:`ContextGate.new_run`.
 * Redaction (on by default) replaces tool-role contents and assistant tool-call arguments by
@@ -40,34 +55,46 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import and_, is_, is_not, lt, not_
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from memstrata._core import prune_sliding_window
 from memstrata.exceptions import InvalidInputError, RecoverableContextError
+from memstrata.messages import countable, is_message, tool_results, with_tool_results
 from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
-from memstrata.prompts import TOOL_RESULT_PRUNED
-from memstrata.safe_files import path_in, write_private
+from memstrata.prompts import TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
+from memstrata.safe_files import is_regular_file, path_in, write_atomic
 from memstrata.tokens import EstimatingCounter, TokenCounter
 
 logger = logging.getLogger("memstrata.context_gate")
 
 Message = dict[str, Any]
+# keep(call_id, body) -> the id the body is readable under, or None; see check_and_compress.
+Keeper = Callable[[str, Any], "str | None"]
 GateState = Literal["pass", "warn", "pruned", "refused", "disabled"]
 
 _WARNED_RUNS_KEPT = 4096
-# Messages whose counts are cached by identity, and the characters of content (text, or JSON
-# for structured content) they may keep alive between them.
+# Messages whose counts are cached by content, and the characters their keys may hold between
+# them (a key holds a message's texts, or its JSON): a few conversations' worth, so that a new
+# large layer block every turn cannot pile up.
 _CACHE_LIMIT = 200_000
-_CACHE_MAX_CHARS = 64 << 20
-# Texts held for their counts: few and large (layer blocks), so a short list.
-_TEXT_CACHE_LIMIT = 64
+_CACHE_MAX_CHARS = 8 << 20
+# What replaces a pruned tool result that cannot be read back (nothing stored it): it names no
+# call_id, so the model is never pointed at a result that is not there.
+TOOL_RESULT_GONE = (
+    "[tool result removed to fit the context window; it was not stored, so its text is gone]"
+)
+_ID = r"[A-Za-z0-9][A-Za-z0-9_.:-]*"
+_PLACEHOLDER = re.compile(
+    re.escape(TOOL_RESULT_PRUNED).replace(re.escape("{call_id}"), _ID) + r"\Z"
+)
+_NOTICE_ID = re.compile(
+    re.escape(TOOL_RESULT_OFFLOADED[: TOOL_RESULT_OFFLOADED.index("{")]) + f"({_ID}),"
+)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True)
@@ -110,7 +137,7 @@ class ContextGate:
             strings in checkpoints.
         enabled: False turns every check into a pass-through.
         tokens: Token counter; the native estimator (for ``model``'s encoding) by default.
-        cache: Cache per-message counts by message identity (see the module docstring).
+        cache: Cache per-message counts by content (see the module docstring).
     """
 
     def __init__(
@@ -172,14 +199,9 @@ class ContextGate:
         self.enabled = enabled
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter(model)
         self.cache = cache
-        # id(message) -> (message, content object, tokens, characters of the content); holding
-        # the message keeps its id from being reused while cached.
-        self._counts: OrderedDict[int, tuple[Message, Any, int, int]] = OrderedDict()
+        # A message's content key -> (tokens, characters the key holds); see _content_key.
+        self._counts: OrderedDict[Any, tuple[int, int]] = OrderedDict()
         self._counts_chars = 0
-        self._text_counts: OrderedDict[int, tuple[str, Any, int]] = OrderedDict()
-        self._placeholders: OrderedDict[int, tuple[Message, Any, int]] = OrderedDict()
-        # The last call's messages, their contents and their counts.
-        self._last: tuple[list[Message], list[Any], list[int]] = ([], [], [])
         self._lock = threading.Lock()
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._default_run = 0
@@ -188,20 +210,42 @@ class ContextGate:
     # The gate ---------------------------------------------------------------------------------
 
     def check_and_compress(
-        self, messages: Sequence[Message], call_id: str, *, run_id: str | None = None
+        self,
+        messages: Sequence[Message],
+        call_id: str,
+        *,
+        run_id: str | None = None,
+        keep: Keeper | None = None,
     ) -> list[Message]:
         """The messages to send at this call boundary: as given, or pruned to fit.
+
+        Args:
+            messages: OpenAI chat messages, Responses items or Anthropic messages, mixed freely.
+            call_id: Names this call boundary (the checkpoint's file name).
+            run_id: The run, for the once-per-run warning.
+            keep: Called as ``keep(call_id, body)`` for each tool result about to be pruned;
+                makes the body readable with ``read_tool_result`` and returns the id to name in
+                the placeholder (None: it could not be kept). ``run.prepare()`` passes the
+                ToolResults layer's. Without it, a result that is not an offload notice is
+                replaced by a placeholder saying its text is gone, never by a pointer to
+                nothing.
 
         Raises:
             RecoverableContextError: Even pruned, the prompt does not fit; the checkpoint path
                 is on the error.
-            InvalidInputError: ``messages`` is not a list of dicts, or ``call_id`` is not a safe
-                file name (checked only when a checkpoint is written).
+            InvalidInputError: ``messages`` is not a list of messages, a message nests too
+                deep (named by its index), or ``call_id`` is not a safe file name (checked only
+                when a checkpoint is written).
         """
-        return self.evaluate(messages, call_id, run_id=run_id).messages
+        return self.evaluate(messages, call_id, run_id=run_id, keep=keep).messages
 
     def evaluate(
-        self, messages: Sequence[Message], call_id: str, *, run_id: str | None = None
+        self,
+        messages: Sequence[Message],
+        call_id: str,
+        *,
+        run_id: str | None = None,
+        keep: Keeper | None = None,
     ) -> GateDecision:
         """Like :meth:`check_and_compress`, returning what was decided and the estimates."""
         given = _as_message_list(messages)
@@ -215,11 +259,13 @@ class ContextGate:
         if estimate < self.prune_at_pct * limit:
             self._warn_once(run_id, call_id, estimate)
             return GateDecision("warn", given, estimate, limit)
-        pruned, count = prune_sliding_window(
-            given, keep_recent=self.keep_recent, placeholder=TOOL_RESULT_PRUNED
-        )
+        pruned, count = self.prune(given, keep=keep)
         after = self._pad(self._raw_after_prune(given, pruned, counts, raw)) if count else estimate
         if after < limit:
+            if not count:
+                # At the prune line with nothing left to prune, and it fits: a warning.
+                self._warn_once(run_id, call_id, estimate)
+                return GateDecision("warn", given, estimate, limit)
             logger.info(
                 "context gate: call %s at %d/%d tokens; pruned %d tool results to %d",
                 call_id,
@@ -229,7 +275,9 @@ class ContextGate:
                 after,
             )
             return GateDecision("pruned", pruned, after, limit, count)
-        path = self.write_checkpoint(pruned, call_id, after)
+        # The checkpoint holds the conversation as it came, before pruning: the audit record
+        # of what the task carried.
+        path = self.write_checkpoint(given, call_id, after)
         raise RecoverableContextError(
             f"call {call_id} needs ~{after:,} tokens (padded {self.pad_pct:.0%}) after pruning "
             f"{count} tool results; the model accepts {limit:,}. Decompose the task; the "
@@ -239,6 +287,34 @@ class ContextGate:
             estimated_tokens=after,
             max_input_tokens=limit,
         )
+
+    def prune(
+        self, messages: Sequence[Message], *, keep: Keeper | None = None
+    ) -> tuple[list[Message], int]:
+        """Replaces every tool result but the ``keep_recent`` latest by a placeholder, in every
+        message format (see :mod:`memstrata.messages`); returns the new list and how many
+        results were replaced. Placeholders already there are left alone and not counted.
+
+        A placeholder names a call_id only when the result can be read back: through ``keep``
+        (see :meth:`check_and_compress`), or because it is an offload notice whose text is
+        stored. Otherwise it says the text is gone.
+        """
+        given = _as_message_list(messages)
+        found = tool_results(given)
+        bodies: dict[tuple[int, int | None], Any] = {}
+        for result in found[: max(len(found) - self.keep_recent, 0)]:
+            body = result.body
+            if isinstance(body, str) and (body == TOOL_RESULT_GONE or _PLACEHOLDER.match(body)):
+                continue
+            if keep is not None:
+                readable = keep(result.call_id, body)
+            else:
+                named = _NOTICE_ID.match(body) if isinstance(body, str) else None
+                readable = named.group(1) if named is not None else None
+            bodies[(result.position, result.block)] = (
+                TOOL_RESULT_PRUNED.format(call_id=readable) if readable else TOOL_RESULT_GONE
+            )
+        return (with_tool_results(given, bodies) if bodies else given), len(bodies)
 
     def estimate(self, messages: Sequence[Message]) -> int:
         """The padded token estimate of ``messages`` (per-message counts cached)."""
@@ -250,46 +326,49 @@ class ContextGate:
     def _raw_counts(self, messages: list[Message]) -> tuple[int, list[int]]:
         """The unpadded total and each message's own tokens.
 
-        The hot path of a tool loop sees the same message objects again plus a few new ones:
-        the stack's injected items are new objects each turn, the conversation after them is
-        not, though a sliding window shifts it. So the last call's messages, contents and counts
-        are kept; a message that is the same object as the last call's, at its position shifted
-        by the window, with the same content object, reuses its count, and only the others are
-        counted (through a per-message cache keyed by identity, for messages seen before that).
+        Counts are cached by each message's content (see :func:`_content_key`), never by the
+        identity of its objects: a list or dict edited in place between two calls is counted
+        again. Computing a key also checks the message (depth, JSON data).
         """
         if not messages:
             return 0, []
+        keys = list(map(_content_key, range(len(messages)), messages))
         if not self.cache:
-            counts = [self.tokens.count_messages([m]) - self._priming for m in messages]
+            counts = [self._count(m) for m in messages]
             return sum(counts) + self._priming, counts
-        contents = list(map(dict.get, messages, repeat("content")))
+        entries = self._counts
         with self._lock:
-            held, prev_contents, prev_counts = self._last
-            # `held` keeps every message of the last call alive, so an object found there by
-            # identity is that very message; its content may have been replaced since, hence
-            # the second check.
-            counts = _reused_counts(messages, contents, held, prev_contents, prev_counts)
-            for i in compress(range(len(counts)), map(lt, counts, repeat(0))):
-                counts[i] = self._message_tokens(messages[i], contents[i])
-            self._last = (list(messages), contents, counts)
+            cached = list(map(entries.get, keys))
+        counts = [0] * len(messages)
+        for i, (key, entry) in enumerate(zip(keys, cached)):
+            if entry is not None:
+                counts[i] = entry[0]
+                continue
+            tokens = counts[i] = self._count(messages[i])
+            if key is None:
+                continue
+            size = _key_size(key)
+            with self._lock:
+                if key not in entries:
+                    entries[key] = (tokens, size)
+                    self._counts_chars += size
+                while entries and (
+                    len(entries) > _CACHE_LIMIT or self._counts_chars > _CACHE_MAX_CHARS
+                ):
+                    self._counts_chars -= entries.popitem(last=False)[1][1]
         return sum(counts) + self._priming, counts
+
+    def _count(self, message: Message) -> int:
+        return self.tokens.count_messages([countable(message)]) - self._priming
 
     def _raw_after_prune(
         self, given: list[Message], pruned: list[Message], counts: list[int], raw: int
     ) -> int:
-        """The unpadded total of ``pruned``: ``raw`` minus each replaced message plus its
-        placeholder (placeholder counts cached by the original message's identity)."""
-        for i in compress(range(len(given)), map(is_not, pruned, given)):
-            original, replaced = given[i], pruned[i]
-            placeholder = replaced.get("content")
-            entry = self._placeholders.get(id(original))
-            if entry is not None and entry[0] is original and entry[1] == placeholder:
-                tokens = entry[2]
-            else:
-                tokens = self.tokens.count_messages([replaced]) - self._priming
-                self._placeholders[id(original)] = (original, placeholder, tokens)
-                if len(self._placeholders) > _CACHE_LIMIT:
-                    self._placeholders.popitem(last=False)
+        """The unpadded total of ``pruned``: ``raw`` minus each replaced message plus its new
+        count."""
+        changed = [i for i in range(len(given)) if pruned[i] is not given[i]]
+        _, new_counts = self._raw_counts([pruned[i] for i in changed])
+        for i, tokens in zip(changed, new_counts):
             raw += tokens - counts[i]
         return raw
 
@@ -297,37 +376,6 @@ class ContextGate:
         """Starts a new run for callers that do not pass ``run_id``: the soft warning may fire
         once more."""
         self._default_run += 1
-
-    def _message_tokens(self, message: Message, content: Any) -> int:
-        key = id(message)
-        entries = self._counts
-        entry = entries.get(key)
-        if entry is not None and entry[0] is message and entry[1] is content:
-            return entry[2]
-        # A message of only a role and a text is counted from those two alone, so a new dict
-        # around the same text object (the stack wraps each layer's item afresh every turn,
-        # and a layer's large block rarely changes) reuses the count of the last one.
-        simple = len(message) == 2 and type(content) is str and "role" in message
-        if simple:
-            role = message["role"]
-            text_entry = self._text_counts.get(id(content))
-            if text_entry is not None and text_entry[0] is content and text_entry[1] == role:
-                return text_entry[2]
-        tokens = self.tokens.count_messages([message]) - self._priming
-        if simple:
-            # Only by its text: the stack's wrapper dict is new every turn, and caching it by
-            # identity too would hold every turn's copy of a large block (a 200 KB working
-            # memory each turn) until 200,000 messages had passed.
-            self._text_counts[id(content)] = (content, role, tokens)
-            if len(self._text_counts) > _TEXT_CACHE_LIMIT:
-                self._text_counts.popitem(last=False)
-            return tokens
-        size = _length(content)
-        entries[key] = (message, content, tokens, size)
-        self._counts_chars += size
-        while len(entries) > _CACHE_LIMIT or self._counts_chars > _CACHE_MAX_CHARS:
-            self._counts_chars -= entries.popitem(last=False)[1][3]
-        return tokens
 
     def _warn_once(self, run_id: str | None, call_id: str, estimate: int) -> None:
         key = run_id if run_id is not None else f"\x00default-{self._default_run}"
@@ -350,7 +398,8 @@ class ContextGate:
     # Checkpoints ------------------------------------------------------------------------------
 
     def write_checkpoint(self, messages: Sequence[Message], call_id: str, estimated: int) -> Path:
-        """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in the seed's format."""
+        """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in the seed's format,
+        atomically."""
         path = path_in(self.checkpoints_dir, call_id, ".json")
         if self.checkpoint_redact_secrets:
             redacted, policy = redact_messages(messages)
@@ -366,7 +415,13 @@ class ContextGate:
             "redacted": bool(policy),
             "messages": redacted,
         }
-        write_private(path, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        data = orjson.dumps(record, option=orjson.OPT_INDENT_2)
+        # Something other than a regular file planted under the name (a symlink, a directory)
+        # is refused, not replaced: the name is a call_id a caller chose.
+        if os.path.lexists(path) and not is_regular_file(path):
+            raise InvalidInputError(f"cannot write {path}: not a regular file")
+        # Temp file, fsync, rename: a crash leaves the old checkpoint or the new, never a part.
+        write_atomic(path, data)
         return path
 
 
@@ -375,6 +430,7 @@ class ContextGate:
 POLICY_TOOL_CONTENT = "tool.content"
 POLICY_TOOL_ARGUMENTS = "assistant.tool_calls.function.arguments"
 POLICY_FUNCTION_CALL = "assistant.function_call.arguments"
+POLICY_FUNCTION_CONTENT = "function.content"
 
 # Content blocks that carry a tool's input or output inside another role's message (Anthropic's
 # tool_use / tool_result, OpenAI Responses' function_call / function_call_output): the field
@@ -385,6 +441,8 @@ _TOOL_BLOCK_BODIES = {
     "tool_result": "content",
     "function_call": "arguments",
     "function_call_output": "output",
+    "custom_tool_call": "input",
+    "custom_tool_call_output": "output",
 }
 
 # Secret-shaped strings. Each pattern keeps a harmless prefix (group "keep") where one helps a
@@ -475,9 +533,15 @@ def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[st
     for message in messages:
         role = message.get("role")
         copy = dict(message)
-        if role == "tool" and "content" in copy:
+        if role in ("tool", "function") and "content" in copy:
             copy["content"] = _redacted(copy["content"])
-            policy[POLICY_TOOL_CONTENT] = None
+            policy[POLICY_TOOL_CONTENT if role == "tool" else POLICY_FUNCTION_CONTENT] = None
+        kind = message.get("type") if role is None else None
+        item_body = _TOOL_BLOCK_BODIES.get(kind) if isinstance(kind, str) else None
+        if item_body is not None and item_body in copy:
+            # A Responses item that is itself a tool call or a tool output.
+            copy[item_body] = _redacted(copy[item_body])
+            policy[f"{kind}.{item_body}"] = None
         calls = copy.get("tool_calls")
         if isinstance(calls, list):
             new_calls = []
@@ -494,7 +558,11 @@ def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[st
             copy["function_call"] = {**legacy, "arguments": _redacted(legacy["arguments"])}
             policy[POLICY_FUNCTION_CALL] = None
         for field, value in list(copy.items()):
-            if field == "role" or (field == "content" and role == "tool"):
+            if (
+                field == "role"
+                or (field == "content" and role in ("tool", "function"))
+                or field == item_body
+            ):
                 continue
             swept, blocks, secrets = _sweep(value)
             if blocks or secrets:
@@ -562,13 +630,47 @@ def _as_message_list(messages: Sequence[Message]) -> list[Message]:
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         raise InvalidInputError(f"messages must be a list of dicts, got {type(messages).__name__}")
     given = messages if isinstance(messages, list) else list(messages)
-    if not all(map(isinstance, given, repeat(dict))):
+    if not all(map(is_message, given)):
         for index, message in enumerate(given):
             if not isinstance(message, dict):
                 raise InvalidInputError(
                     f"messages[{index}] must be a dict, got {type(message).__name__}"
                 )
+            if not is_message(message):
+                raise InvalidInputError(
+                    f"messages[{index}] has neither a role nor a type: not a chat message, "
+                    "a Responses item or an Anthropic message"
+                )
     return given
+
+
+def _content_key(index: int, message: Message) -> Any:
+    """What a message's count is cached under: its items when every value is a str, number,
+    bool or None (immutable: equal keys mean equal messages), else its JSON text. None for a
+    message that is not JSON data (counted every time).
+
+    Raises:
+        InvalidInputError: The message nests deeper than JSON encoding allows (254 levels);
+            the index names it. Counting it would recurse without bound.
+    """
+    if _SCALARS.issuperset(map(type, message.values())):
+        return tuple(message.items())
+    try:
+        return orjson.dumps(message)
+    except orjson.JSONEncodeError as exc:
+        if "ecursion" in str(exc):
+            raise InvalidInputError(
+                f"messages[{index}] nests deeper than 254 levels; flatten its content"
+            ) from None
+        return None
+    except TypeError:
+        return None
+
+
+def _key_size(key: Any) -> int:
+    if isinstance(key, bytes):
+        return len(key)
+    return sum(len(v) for _, v in key if isinstance(v, str)) + 16
 
 
 def _priming_tokens(counter: TokenCounter) -> int:
@@ -576,71 +678,3 @@ def _priming_tokens(counter: TokenCounter) -> int:
     so per-message counts can be cached and summed: ``2 * n([m]) - n([m, m])``."""
     sample = {"role": "user", "content": "x"}
     return max(2 * counter.count_messages([sample]) - counter.count_messages([sample, sample]), 0)
-
-
-# How far back from the last call's end a shifted window's anchor is looked for.
-_ALIGN_SEARCH = 8
-# How many fresh messages at the head of a call are stepped over before the rest is compared
-# with the last call's as one run.
-_HEAD_SEARCH = 16
-
-
-def _reused_counts(
-    messages: list[Message],
-    contents: list[Any],
-    held: list[Message],
-    held_contents: list[Any],
-    held_counts: list[int],
-) -> list[int]:
-    """Each message's count from the last call where it is the same message with the same
-    content object (or, for a run of messages, an equal one: equal messages count the same),
-    -1 elsewhere.
-
-    A tool loop's conversation is the last call's shifted by a sliding window, so the two lists
-    are aligned by one of the newest messages found near the end of the last call, and compared
-    position by position in C (`map(is_, ...)`) instead of through a dictionary of the last
-    call's messages by identity, rebuilt on every call (in the whole-turn benchmark, 200
-    messages: ~75 -> ~57 us for the gate's bookkeeping). Without an alignment (the conversation
-    was rebuilt) every position is -1 and the caller's per-message cache answers.
-    """
-    n, m = len(messages), len(held)
-    counts = [-1] * n
-    shift = None
-    for anchor in range(n - 1, max(n - 4, -1), -1):
-        target = messages[anchor]
-        for p in range(m - 1, max(m - 1 - _ALIGN_SEARCH, -1), -1):
-            if held[p] is target:
-                shift = p - anchor
-                break
-        if shift is not None:
-            break
-    if shift is None:
-        return counts
-    lo, hi = max(0, -shift), min(n, m - shift)
-    if lo >= hi:
-        return counts
-    # The usual call: a few fresh items at the head (the stack's injected ones), then the last
-    # call's messages, shifted. Past that head, the two runs are compared as lists, in C
-    # (identity first, then equality, and an equal message has the same count): in the
-    # whole-turn benchmark ~19 -> ~5 us for 204 messages. Anything else is compared one by one.
-    head = lo
-    while head < min(hi, lo + _HEAD_SEARCH) and messages[head] is not held[head + shift]:
-        head += 1
-    if (
-        head < hi
-        and messages[head:hi] == held[head + shift : hi + shift]
-        and contents[head:hi] == held_contents[head + shift : hi + shift]
-    ):
-        counts[head:hi] = held_counts[head + shift : hi + shift]
-        return counts
-    same = list(
-        map(
-            and_,
-            map(is_, messages[lo:hi], held[lo + shift : hi + shift]),
-            map(is_, contents[lo:hi], held_contents[lo + shift : hi + shift]),
-        )
-    )
-    counts[lo:hi] = held_counts[lo + shift : hi + shift]
-    for i in compress(range(lo, hi), map(not_, same)):
-        counts[i] = -1
-    return counts

@@ -1,60 +1,75 @@
-"""ToolResults: large tool results leave the conversation for a file; the model can read them back.
+"""ToolResults: large tool results leave the conversation; the model can read them back.
 
-Implements Layer 1 of seed 003. A tool result over ``threshold_tokens`` is written verbatim to
-``<tool_calls_dir>/<call_id>.txt`` and replaced in the conversation by a short summary plus the
-call_id; the model recovers the verbatim text with the ``read_tool_result`` tool, page by page.
-:func:`prune_messages_sliding_window` is the sliding-window prune the context gate calls.
+Implements Layer 1 of Modulatio. A tool result over ``threshold_tokens`` is stored verbatim and
+replaced in the conversation by a short summary plus the call_id; the model recovers the
+verbatim text with the ``read_tool_result`` tool, page by page.
+:func:`prune_messages_sliding_window` is the seed's sliding-window prune (OpenAI chat only; the
+context gate prunes every format).
 
-Usage inside a tool loop::
+In a stack, nothing changes in the tool loop: ``run.prepare()`` offloads every tool result over
+the threshold (OpenAI chat, legacy ``role: "function"``, Responses ``function_call_output``,
+Anthropic ``tool_result`` blocks), once per result, and keeps the body of every result the
+context gate prunes, so each ``[summarized: call_id=...]`` placeholder can be read back.
+``offload()`` stays for callers that want the notice at once::
 
-    stack = MemoryStack([ToolResults(tool_calls_dir=run_dir / "tool_calls")], store=...)
+    stack = MemoryStack([ToolResults()], store="postgresql://...", gate=ContextGate(...))
     with stack.run(thread_id="t1") as run:
-        offload = run.layer("tool-results")
-        text = my_tool(**args)                       # your own tool, any size
-        messages.append({"role": "tool", "tool_call_id": call.id,
-                         "content": offload.offload(call.id, text)})
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": my_tool(**args)})
+        prompt = run.prepare(messages)    # large results already replaced by notices
 
 Decisions where the seed is silent:
 
-* Identical payloads are stored once, unlike the seed (which keeps both copies): the bytes live
-  in ``by-hash/<sha256>.txt`` and every ``<call_id>.txt`` holding them is a hard link to it (a
-  copy where the file system has no hard links). Storing a call_id again with the same text is
-  a no-op; with different text it is refused, so a stored result never changes under the model.
+* Results live in the stack's store by default (``tool_calls_dir`` keeps them as files
+  instead), so every server sharing the store, and a restarted one, reads them back. They are
+  namespaced per resource and thread (a run with a resource but no thread keeps them per
+  resource), stored once per content hash within that scope, and expire ``ttl`` seconds (7
+  days by default) after they were last stored. Used on its own without a store or a
+  directory, the layer keeps results in a private in-memory store.
+* Identical payloads are stored once, unlike the seed (which keeps both copies). With files,
+  the bytes live in ``by-hash/<sha256>.txt`` and every ``<call_id>.txt`` holding them is a hard
+  link to it (a copy where the file system has no hard links).
+* A reused call_id (local servers often send ``call_0`` every turn): the newer result wins the
+  call_id, and the older stays readable under ``<call_id>:<12 hex digits of its SHA-256>``,
+  which ``read_tool_result`` lists under ``earlier``. Storing a call_id again with the same
+  text is a no-op. When the gate prunes an old result whose call_id now holds a newer one, the
+  old body is kept under its derived id and the placeholder names that id.
 * Files are private (0600), directories the layer creates too (0700), and files are written
   atomically: tool results often carry data a model fetched on a user's behalf. A symlink, FIFO
   or directory planted under a call_id's name, or as ``by-hash``, is refused, never followed.
 * With no summarizer, the summary is a deterministic extractive digest (size, line count, the
   top-level shape of JSON, head and tail lines) within ``summary_tokens``. A summarizer that
   fails or returns something other than text falls back to the digest, with a warning.
-* Results are kept per thread: a run with a ``thread_id`` stores and reads under
-  ``<tool_calls_dir>/threads/<sha256 of the thread id>/``, so on a stack serving many
-  conversations one model cannot read another conversation's results by guessing a call_id
-  (call_ids are short and often sequential). A run without a thread, and the layer used on its
-  own, use ``tool_calls_dir`` itself. Sub-runs share their parent's results.
+* A legacy ``role: "function"`` result carries no id: it is stored under ``fn-<hash>`` of its
+  name and body (see :func:`memstrata.messages.legacy_call_id`).
 * ``read_tool_result`` pages by characters: ``offset`` is a character offset into the text and
   each page holds at most ``max_tokens`` tokens, cut at a line break when one is near the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
-import tempfile
+import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from memstrata._core import prune_sliding_window
 from memstrata.exceptions import InvalidInputError, ToolError
+from memstrata.messages import call_names, tool_results, with_tool_results
 from memstrata.prompts import (
     READ_TOOL_RESULT_DESCRIPTION,
     TOOL_RESULT_OFFLOADED,
     TOOL_RESULT_PRUNED,
 )
 from memstrata.safe_files import (
+    MAX_FILE_ID,
     check_file_id,
     is_regular_file,
     path_in,
@@ -63,6 +78,8 @@ from memstrata.safe_files import (
     write_atomic,
 )
 from memstrata.stack import Budget, Message, RunContext
+from memstrata.stores import InMemoryStore, Store, open_store
+from memstrata.stores.base import validate_ttl
 from memstrata.tokens import EstimatingCounter, TokenCounter
 from memstrata.tools import Tool
 
@@ -75,9 +92,20 @@ DEFAULT_KEEP_RECENT = 3
 DEFAULT_SUMMARY_TOKENS = 300
 DEFAULT_PAGE_TOKENS = 4000
 MAX_PAGE_TOKENS = 32_000
+DEFAULT_TTL = 7 * 86_400.0
+_NAMESPACE = "tool-results"
+_NONE = "-"  # the scope label of an unset thread or resource
 _HASH_DIR = "by-hash"
 _THREADS_DIR = "threads"
+_RESOURCES_DIR = "resources"
+_CHUNK_CHARS = 1 << 20  # characters per stored chunk: far below a store's per-value limit
+_EARLIER_KEPT = 32  # older ids a reused call_id lists
+_SEEN_LIMIT = 50_000  # results whose offload decision is remembered
+_READ_TOOL_NAMES = frozenset({"read_tool_result"})
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
+_UNSEEN = "\x00unseen"
+_NOTICE_PREFIX = TOOL_RESULT_OFFLOADED[: TOOL_RESULT_OFFLOADED.index("{")]
+_NOTICE_ID = re.compile(re.escape(_NOTICE_PREFIX) + r"([A-Za-z0-9][A-Za-z0-9_.:-]*),")
 
 
 def prune_messages_sliding_window(
@@ -101,8 +129,13 @@ class ToolResults:
     """The tool-result offloading layer (also usable on its own, without a stack).
 
     Args:
-        tool_calls_dir: Where verbatim results go; created on first use. None: a fresh private
-            temporary directory per layer object.
+        tool_calls_dir: Keep results as files in this directory (created on first use) instead
+            of in a store. None: in ``store``.
+        store: Where results live when no directory is given: a
+            :class:`~memstrata.stores.Store` or a store URL. None: the stack's store when the
+            layer runs in a stack; used on its own, a private in-memory store.
+        ttl: Seconds a stored result stays readable after it was last stored (store only);
+            None keeps results until deleted.
         threshold_tokens: Results over this many tokens are offloaded.
         summarizer: Any ``str -> str`` callable (e.g. a call to your own LLM); None for the
             built-in extractive digest.
@@ -119,6 +152,8 @@ class ToolResults:
         self,
         *,
         tool_calls_dir: str | os.PathLike[str] | None = None,
+        store: Store | str | None = None,
+        ttl: float | None = DEFAULT_TTL,
         threshold_tokens: int = DEFAULT_THRESHOLD_TOKENS,
         summarizer: Summarizer | None = None,
         summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
@@ -135,9 +170,14 @@ class ToolResults:
                 raise InvalidInputError(f"{option} must be a positive int, got {value!r}")
         if summarizer is not None and not callable(summarizer):
             raise InvalidInputError(f"summarizer must be callable, got {summarizer!r}")
+        if tool_calls_dir is not None and store is not None:
+            raise InvalidInputError("give tool_calls_dir or store, not both")
+        self.ttl = validate_ttl(ttl)
         self._dir = Path(tool_calls_dir) if tool_calls_dir is not None else None
-        # Set on the per-thread copies init() hands to runs: the subdirectory of _dir.
-        self._scope: str | None = None
+        self._store: Store | None = open_store(store) if isinstance(store, str) else store
+        self._store_given = store is not None
+        # Set on the per-run copies init() hands to runs: the labels of the run's scope.
+        self._scope: tuple[str, str] | None = None
         self.threshold_tokens = threshold_tokens
         self.summarizer = summarizer
         self.summary_tokens = summary_tokens
@@ -146,44 +186,62 @@ class ToolResults:
         self._tokens_given = tokens is not None
         self.name = name
         self.slot = slot
+        # What offload_messages and keep decided for a (scope, call_id, body), keyed by content:
+        # a conversation is prepared again at every call of a tool loop, and each result is
+        # counted and stored once. Shared by every run of the layer, hence the scope in the key.
+        self._seen: OrderedDict[tuple[Any, ...], str | None] = OrderedDict()
+        self._seen_lock = threading.Lock()
 
     @property
-    def tool_calls_dir(self) -> Path:
-        """Where this object's results live: the configured directory, or for a run's handle
-        its thread's subdirectory (created on the first write, never by a read)."""
-        base = self._base_dir()
-        return base if self._scope is None else base / _THREADS_DIR / self._scope
-
-    def _base_dir(self) -> Path:
-        """The configured directory, or the private temporary one made on first use (before any
-        per-thread copy is taken, so every thread's copy shares it)."""
+    def tool_calls_dir(self) -> Path | None:
+        """Where this object's result files live (None when results are kept in a store): the
+        configured directory, or for a run's handle its thread's (or resource's) subdirectory,
+        created on the first write, never by a read."""
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="memstrata-tool-calls-"))
+            return None
+        if self._scope is None:
+            return self._dir
+        resource, thread = self._scope
+        if thread != _NONE:
+            return self._dir / _THREADS_DIR / thread
+        if resource != _NONE:
+            return self._dir / _RESOURCES_DIR / resource
         return self._dir
 
-    def for_thread(self, thread_id: str | None) -> ToolResults:
+    def for_thread(self, thread_id: str | None, resource_id: str | None = None) -> ToolResults:
         """The layer as one conversation sees it: the same options, its own results.
 
-        Args:
-            thread_id: The conversation; None for the unscoped directory.
+        Results are kept per thread; a run with a resource but no thread keeps them per
+        resource; with neither, in the layer's unscoped space.
         """
-        if thread_id is None:
+        if thread_id is None and resource_id is None:
             return self
-        self._base_dir()
         # A shallow copy, made directly: copy.copy's generic protocol costs several times more,
         # and this runs at every run's start.
         scoped = object.__new__(type(self))
         scoped.__dict__.update(self.__dict__)
-        scoped._scope = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        scoped._scope = (_label(resource_id), _label(thread_id))
         return scoped
+
+    def _backend(self) -> _Backend:
+        if self._dir is not None:
+            return _FileBackend(self.tool_calls_dir or self._dir, self._dir)
+        if self._store is None:
+            # On its own with neither a directory nor a store: results live with this object.
+            self._store = InMemoryStore()
+        scope = self._scope or (_NONE, _NONE)
+        return _StoreBackend(self._store, (_NAMESPACE, *scope), self.ttl)
 
     # Layer protocol ---------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> ToolResults:
-        # The stack's token counter replaces the default one, never one the caller chose.
+        # The stack's token counter replaces the default one, never one the caller chose; the
+        # stack's store likewise.
         if not self._tokens_given:
             self.tokens = ctx.tokens
-        return self.for_thread(ctx.thread_id)
+        if not self._store_given and self._dir is None:
+            self._store = ctx.store
+        return self.for_thread(ctx.thread_id, ctx.resource_id)
 
     def recall(self, handle: ToolResults, budget: int) -> list[Message]:
         return []
@@ -192,14 +250,14 @@ class ToolResults:
         return None
 
     def tools(self, handle: ToolResults) -> list[Tool]:
-        # The handle's tool: it reads the run's thread only.
+        # The handle's tool: it reads the run's scope only.
         return [handle.tool()] if handle.enabled else []
 
     def on_spawn(self, handle: ToolResults, child: RunContext) -> ToolResults:
         return handle
 
     def close(self, handle: ToolResults, error: BaseException | None) -> None:
-        """Nothing to flush: every result is on disk when ``offload`` returns."""
+        """Nothing to flush: every result is stored when ``offload`` returns."""
 
     # Offloading -------------------------------------------------------------------------------
 
@@ -209,13 +267,18 @@ class ToolResults:
         Results within ``threshold_tokens`` come back unchanged (as text). Larger ones are
         stored verbatim and replaced by a notice with the call_id and a summary.
 
+        A call_id already stored with different text (local servers reuse ``call_0``): the
+        newer result is stored under the call_id, and the older stays readable under
+        ``<call_id>:<first 12 hex digits of its SHA-256>``, which ``read_tool_result`` of the
+        call_id lists under ``earlier``.
+
         Args:
             call_id: The tool call's id (``tool_call_id``); see :func:`check_file_id`.
             content: The result: text, or JSON data (serialized as JSON text).
 
         Raises:
-            InvalidInputError: A call_id that could leave the directory, content that is not
-                text or JSON data, or a call_id already stored with different text.
+            InvalidInputError: A call_id that could leave the directory, or content that is
+                not text or JSON data.
         """
         text = _as_text(content)
         if not self.enabled:
@@ -225,44 +288,150 @@ class ToolResults:
         if tokens <= self.threshold_tokens:
             return text
         self.store(call_id, text)
+        return self._notice(call_id, text, tokens)
+
+    def _notice(self, call_id: str, text: str, tokens: int) -> str:
         notice = TOOL_RESULT_OFFLOADED.format(call_id=call_id, chars=len(text), tokens=tokens)
         return f"{notice}\n{self.summarize(text)}"
 
     def offload_message(self, message: Message) -> Message:
-        """A tool-role message with its content offloaded when over the threshold (a new dict;
-        other messages are returned as they are)."""
-        if message.get("role") != "tool" or "tool_call_id" not in message:
-            return message
-        content = self.offload(message["tool_call_id"], message.get("content", ""))
-        return message if content is message.get("content") else {**message, "content": content}
+        """A message with its tool results offloaded when over the threshold (a new dict;
+        other messages are returned as they are). Every format of :mod:`memstrata.messages`."""
+        return self.offload_messages([message])[0]
 
-    def store(self, call_id: str, text: str) -> Path:
-        """Writes ``text`` as ``<call_id>.txt`` (deduplicated by content hash); returns the path."""
-        directory = self._writable_dir()
-        path = path_in(directory, call_id, ".txt")
+    def offload_messages(self, messages: Sequence[Message]) -> list[Message]:
+        """``messages`` with every tool result over the threshold that is not offloaded yet
+        replaced by the notice :meth:`offload` gives (``run.prepare()`` calls this, so a tool
+        loop need not). Each result is counted and stored once: later calls with the same
+        result (same call_id, same body) reuse the decision. The input is not mutated.
+        Results whose call_id cannot be stored are left as they are, with a warning, and so
+        are the pages ``read_tool_result`` returned (the model asked for that text)."""
+        given = messages if isinstance(messages, list) else list(messages)
+        if not self.enabled:
+            return given
+        bodies: dict[tuple[int, int | None], Any] = {}
+        names: dict[str, str] | None = None
+        for found in tool_results(given):
+            key = _seen_key(self._scope, found.call_id, found.body)
+            if key is None:
+                continue
+            with self._seen_lock:
+                decided = self._seen.get(key, _UNSEEN)
+            if decided is _UNSEEN:
+                if names is None:
+                    names = call_names(given)
+                if names.get(found.call_id) in _READ_TOOL_NAMES:
+                    # A page the model asked for: offloading it would send the model back to
+                    # read it again, for ever.
+                    decided = None
+                else:
+                    decided = self._decide(found.position, found.call_id, found.body)
+                self._remember(key, decided)
+            if decided is not None:
+                bodies[(found.position, found.block)] = decided
+        return with_tool_results(given, bodies) if bodies else given
+
+    def _decide(self, index: int, call_id: str, body: Any) -> str | None:
+        """The notice replacing ``body``, or None to leave it."""
+        if isinstance(body, str) and body.startswith(_NOTICE_PREFIX):
+            return None
+        try:
+            text = _as_text(body)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"messages[{index}]: {exc}") from None
+        tokens = self.tokens.count(text)
+        if tokens <= self.threshold_tokens:
+            return None
+        try:
+            check_file_id(call_id)
+        except InvalidInputError as exc:
+            logger.warning("messages[%d]: not offloaded: %s", index, exc)
+            return None
+        self.store(call_id, text)
+        return self._notice(call_id, text, tokens)
+
+    def _remember(self, key: tuple[Any, ...], decided: str | None) -> None:
+        with self._seen_lock:
+            self._seen[key] = decided
+            self._seen.move_to_end(key)
+            while len(self._seen) > _SEEN_LIMIT:
+                self._seen.popitem(last=False)
+
+    def keep(self, call_id: str, body: Any) -> str | None:
+        """Makes ``body`` readable with ``read_tool_result`` before a context gate replaces it
+        by a placeholder; returns the id to name in the placeholder, or None when it cannot
+        be kept (an unsafe call_id, a body that is not text or JSON data).
+
+        A body that is this layer's own offload notice is already readable under the id the
+        notice names. A call_id already holding different text keeps it (it is the result
+        the model was pointed at) and the body goes under ``<call_id>:<hash>``.
+        """
+        if not self.enabled:
+            return None
+        key = _seen_key(self._scope, call_id, body, kept=True)
+        if key is not None:
+            with self._seen_lock:
+                known = self._seen.get(key, _UNSEEN)
+            if known is not _UNSEEN:
+                return known
+        try:
+            check_file_id(call_id)
+            text = _as_text(body)
+        except InvalidInputError:
+            return None
+        named = _NOTICE_ID.match(text)
+        backend = self._backend()
+        if named is not None and backend.lookup(named.group(1)) is not None:
+            readable: str | None = named.group(1)
+        else:
+            readable = self._store_text(backend, call_id, text, newer_wins=False)
+        if key is not None:
+            self._remember(key, readable)
+        return readable
+
+    def store(self, call_id: str, text: str) -> str:
+        """Stores ``text`` under ``call_id`` (deduplicated by content hash); the newer text
+        wins over a different one already there (see :meth:`offload`). Returns the call_id."""
+        check_file_id(call_id)
+        result = self._store_text(self._backend(), call_id, text, newer_wins=True)
+        return result
+
+    def _store_text(self, backend: _Backend, call_id: str, text: str, *, newer_wins: bool) -> str:
         data = text.encode("utf-8", "surrogatepass")
-        digest = hashlib.sha256(data).hexdigest()
-        if os.path.lexists(path):
-            _require_regular(path)
-            if _sha256_file(path) == digest:
-                return path
-            raise InvalidInputError(
-                f"call_id {call_id!r} is already stored with different content; "
-                "a stored tool result never changes"
-            )
-        blob = real_subdirectory(directory, _HASH_DIR) / f"{digest}.txt"
-        if not is_regular_file(blob):
-            write_atomic(blob, data)  # the rename replaces anything planted there
-        _link_or_copy(blob, path)
-        return path
+        digest_hex = hashlib.sha256(data).hexdigest()
+        current = backend.lookup(call_id)
+        if current is None or current[0] == digest_hex:
+            backend.write(call_id, text, digest_hex, earlier=current[1] if current else [])
+            return call_id
+        older = derived_id(call_id, current[0])
+        if not newer_wins:
+            derived = derived_id(call_id, digest_hex)
+            backend.write(derived, text, digest_hex, earlier=[])
+            return derived
+        backend.alias(older, current[0])
+        earlier = [older, *(e for e in current[1] if e != older)][:_EARLIER_KEPT]
+        backend.write(call_id, text, digest_hex, earlier=earlier)
+        self._repoint(call_id, current[0], older)
+        return call_id
 
-    def _writable_dir(self) -> Path:
-        """The results directory, creating a thread's subdirectories (private, never through a
-        planted symlink)."""
-        base = self._base_dir()
-        if self._scope is None:
-            return base
-        return real_subdirectory(real_subdirectory(base, _THREADS_DIR), self._scope)
+    def _repoint(self, call_id: str, digest_hex: str, older: str) -> None:
+        """After a reused call_id moved its older text to ``older``: the remembered decisions
+        for that text name ``older`` from now on, so a conversation holding both results
+        points each message at its own."""
+        with self._seen_lock:
+            for key, decided in list(self._seen.items()):
+                scope, key_id, body, kept = key
+                if scope != self._scope or key_id != call_id or decided is None:
+                    continue
+                data = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+                if hashlib.sha256(data).hexdigest() != digest_hex:
+                    continue
+                if kept:
+                    self._seen[key] = older
+                else:
+                    self._seen[key] = decided.replace(
+                        f"call_id={call_id},", f"call_id={older},", 1
+                    ).replace(f'(call_id="{call_id}")', f'(call_id="{older}")', 1)
 
     def summarize(self, text: str) -> str:
         """The summary that stands in for ``text``: the summarizer's, else the digest."""
@@ -293,19 +462,14 @@ class ToolResults:
 
         Returns:
             ``{"call_id", "content", "offset", "next_offset", "total_chars"}``; ``next_offset``
-            is None on the last page.
+            is None on the last page. When the call_id was reused, ``earlier`` lists the ids
+            its older results are readable under.
 
         Raises:
             InvalidInputError: A bad call_id, offset or max_tokens (named in the message).
             ToolError: No result is stored under this call_id (code ``not_found``).
         """
-        path = path_in(self.tool_calls_dir, call_id, ".txt")
-        if self._scope is not None:
-            for directory in (path.parent.parent, path.parent):
-                if os.path.islink(directory):
-                    raise InvalidInputError(
-                        f"{directory} is a symlink; refusing to read through it"
-                    )
+        check_file_id(call_id)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidInputError(f"offset must be a non-negative int, got {offset!r}")
         if (
@@ -316,15 +480,14 @@ class ToolResults:
             raise InvalidInputError(
                 f"max_tokens must be an int from 1 to {MAX_PAGE_TOKENS}, got {max_tokens!r}"
             )
-        try:
-            text = read_regular(path).decode("utf-8", "surrogatepass")
-        except FileNotFoundError:
-            raise ToolError(
-                f"no tool result is stored under call_id {call_id!r}", code="not_found"
-            ) from None
-        if offset > len(text):
-            raise InvalidInputError(f"offset {offset} is past the end ({len(text)} chars)")
-        rest = text[offset:]
+        # A page holds at most max_tokens * 16 characters (see _fit_prefix), and one more
+        # tells whether anything follows.
+        found = self._backend().read(call_id, offset, max(max_tokens, 1) * 16 + 1)
+        if found is None:
+            raise ToolError(f"no tool result is stored under call_id {call_id!r}", code="not_found")
+        rest, total, earlier = found
+        if offset > total:
+            raise InvalidInputError(f"offset {offset} is past the end ({total} chars)")
         end = _fit_prefix(rest, max_tokens, self.tokens)
         if end < len(rest):
             # Prefer to end the page at a line break in its last fifth.
@@ -332,13 +495,16 @@ class ToolResults:
             if cut > 0:
                 end = cut + 1
         page_end = offset + end
-        return {
+        page: dict[str, Any] = {
             "call_id": call_id,
             "content": rest[:end],
             "offset": offset,
-            "next_offset": page_end if page_end < len(text) else None,
-            "total_chars": len(text),
+            "next_offset": page_end if page_end < total else None,
+            "total_chars": total,
         }
+        if earlier:
+            page["earlier"] = list(earlier)
+        return page
 
     def tool(self) -> Tool:
         """The ``read_tool_result`` tool for the model."""
@@ -368,6 +534,169 @@ class ToolResults:
             },
             handler=handler,
         )
+
+
+def derived_id(call_id: str, digest_hex: str) -> str:
+    """The id an older result of a reused call_id stays readable under."""
+    return f"{call_id[: MAX_FILE_ID - 13]}:{digest_hex[:12]}"
+
+
+def _label(scope_id: str | None) -> str:
+    if scope_id is None:
+        return _NONE
+    return hashlib.sha256(scope_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _seen_key(
+    scope: tuple[str, str] | None, call_id: str, body: Any, *, kept: bool = False
+) -> tuple[Any, ...] | None:
+    """The content key of a decision: the body itself when it is text (its hash is cached on
+    the str), else its JSON text; None when the body is not JSON data."""
+    if type(body) is not str:
+        try:
+            body = orjson.dumps(body)
+        except (TypeError, orjson.JSONEncodeError):
+            return None
+    return (scope, call_id, body, kept)
+
+
+# Backends ---------------------------------------------------------------------------------------
+
+
+class _Backend(Protocol):
+    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
+        """The SHA-256 of the text stored under ``call_id`` and its ``earlier`` ids."""
+
+    def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
+        """Stores ``text`` under ``call_id`` (replacing what was there)."""
+
+    def alias(self, call_id: str, digest_hex: str) -> None:
+        """Makes the already stored text ``digest_hex`` readable under ``call_id`` too."""
+
+    def read(self, call_id: str, offset: int, chars: int) -> tuple[str, int, list[str]] | None:
+        """Up to ``chars`` characters from ``offset``, the total length and ``earlier``."""
+
+
+class _StoreBackend:
+    """Results in a store: ``calls`` maps a call_id to a content hash, ``texts`` holds each
+    text once (in chunks, so one result may pass a store's per-value limit), both under the
+    run's scope and with the layer's TTL (renewed at every store)."""
+
+    def __init__(self, store: Store, namespace: tuple[str, ...], ttl: float | None) -> None:
+        self.store = store
+        self.calls = (*namespace, "calls")
+        self.texts = (*namespace, "texts")
+        self.ttl = ttl
+
+    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
+        item = self.store.get(self.calls, call_id)
+        if item is None or not isinstance(item.value, dict):
+            return None
+        return item.value["sha256"], list(item.value.get("earlier", []))
+
+    def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
+        chunks = [text[i : i + _CHUNK_CHARS] for i in range(0, len(text), _CHUNK_CHARS)] or [""]
+        # Chunks first, then the record that makes them visible, then the pointer: a reader
+        # never finds a pointer to a text not wholly written.
+        for i, chunk in enumerate(chunks):
+            self.store.put(self.texts, f"{digest_hex}.{i}", chunk, ttl=self.ttl)
+        self.store.put(
+            self.texts, digest_hex, {"chars": len(text), "chunks": len(chunks)}, ttl=self.ttl
+        )
+        self.store.put(
+            self.calls, call_id, {"sha256": digest_hex, "earlier": earlier}, ttl=self.ttl
+        )
+
+    def alias(self, call_id: str, digest_hex: str) -> None:
+        self.store.put(self.calls, call_id, {"sha256": digest_hex, "earlier": []}, ttl=self.ttl)
+
+    def read(self, call_id: str, offset: int, chars: int) -> tuple[str, int, list[str]] | None:
+        found = self.lookup(call_id)
+        if found is None:
+            return None
+        digest_hex, earlier = found
+        meta = self.store.get(self.texts, digest_hex)
+        if meta is None:
+            return None
+        total = int(meta.value["chars"])
+        first = offset // _CHUNK_CHARS
+        last = min((offset + chars) // _CHUNK_CHARS, int(meta.value["chunks"]) - 1)
+        parts = []
+        for i in range(first, last + 1):
+            item = self.store.get(self.texts, f"{digest_hex}.{i}")
+            if item is None:
+                return None
+            parts.append(item.value)
+        start = offset - first * _CHUNK_CHARS
+        return "".join(parts)[start : start + chars], total, earlier
+
+
+class _FileBackend:
+    """Results as files: ``<call_id>.txt`` is a hard link to ``by-hash/<sha256>.txt`` (a copy
+    where the file system has no hard links); ``<call_id>.earlier`` lists older ids."""
+
+    def __init__(self, directory: Path, base: Path) -> None:
+        self.directory = directory
+        self.base = base
+
+    def _check_parents(self) -> None:
+        directory = self.directory
+        while directory != self.base:
+            if os.path.islink(directory):
+                raise InvalidInputError(f"{directory} is a symlink; refusing to read through it")
+            directory = directory.parent
+
+    def _writable(self) -> Path:
+        if self.directory == self.base:
+            return self.base
+        relative = self.directory.relative_to(self.base)
+        directory = self.base
+        for part in relative.parts:
+            directory = real_subdirectory(directory, part)
+        return directory
+
+    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
+        self._check_parents()
+        path = path_in(self.directory, call_id, ".txt")
+        if not os.path.lexists(path):
+            return None
+        _require_regular(path)
+        return _sha256_file(path), self._earlier(call_id)
+
+    def _earlier(self, call_id: str) -> list[str]:
+        try:
+            data = read_regular(path_in(self.directory, call_id, ".earlier"))
+        except FileNotFoundError:
+            return []
+        return [line for line in data.decode().splitlines() if line]
+
+    def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
+        directory = self._writable()
+        path = path_in(directory, call_id, ".txt")
+        blob = real_subdirectory(directory, _HASH_DIR) / f"{digest_hex}.txt"
+        if not is_regular_file(blob):
+            write_atomic(blob, text.encode("utf-8", "surrogatepass"))
+        if earlier:
+            write_atomic(path_in(directory, call_id, ".earlier"), "\n".join(earlier).encode())
+        if os.path.lexists(path):
+            _require_regular(path)
+            if _sha256_file(path) == digest_hex:
+                return
+        _link_or_copy(blob, path)
+
+    def alias(self, call_id: str, digest_hex: str) -> None:
+        directory = self._writable()
+        blob = real_subdirectory(directory, _HASH_DIR) / f"{digest_hex}.txt"
+        _link_or_copy(blob, path_in(directory, call_id, ".txt"))
+
+    def read(self, call_id: str, offset: int, chars: int) -> tuple[str, int, list[str]] | None:
+        self._check_parents()
+        path = path_in(self.directory, call_id, ".txt")
+        try:
+            text = read_regular(path).decode("utf-8", "surrogatepass")
+        except FileNotFoundError:
+            return None
+        return text[offset : offset + chars], len(text), self._earlier(call_id)
 
 
 # The digest -----------------------------------------------------------------------------------
@@ -501,14 +830,17 @@ def _require_regular(path: Path) -> None:
 
 
 def _link_or_copy(blob: Path, path: Path) -> None:
+    """``path`` becomes a hard link to ``blob`` (a private atomic copy where the file system has
+    no hard links), replacing what was there atomically."""
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
     try:
-        os.link(blob, path)
-    except FileExistsError:
-        _require_regular(path)
-        if _sha256_file(path) != _sha256_file(blob):
-            raise InvalidInputError(
-                f"{path.name} appeared concurrently with different content"
-            ) from None
+        os.link(blob, tmp)
     except OSError:
-        # No hard links here (some network or FUSE file systems): a private atomic copy.
         write_atomic(path, read_regular(blob))
+        return
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
