@@ -35,6 +35,7 @@ PINNED_SIZES = {
     "READ_TOOL_RESULT_DESCRIPTION": 162,
     "TOOL_RESULT_OFFLOADED": 126,
     "TOOL_RESULT_PRUNED": 31,
+    "TOOL_RESULT_GONE": 87,
     "TEAM_STATE_HEADER": 13,
     # What a line break in stored text becomes inside a line-structured block.
     "LINE_BREAK_MARK": 5,
@@ -73,7 +74,7 @@ def test_layers_use_the_shared_texts(tmp_path) -> None:
         assert block.endswith(guidelines.format(update="working-memory_update"))
         specs = {s["name"]: s["description"] for s in run.tool_specs("mcp")}
     assert specs["read_tool_result"] == prompts.READ_TOOL_RESULT_DESCRIPTION
-    assert specs["working-memory/update"] == prompts.WORKING_MEMORY_UPDATE_DESCRIPTION.format(
+    assert specs["working-memory_update"] == prompts.WORKING_MEMORY_UPDATE_DESCRIPTION.format(
         what=prompts.WORKING_MEMORY_UPDATE_WHAT_TEXT
     )
     stack = MemoryStack([WorkingMemory(tools="voltagent")], store=InMemoryStore())

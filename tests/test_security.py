@@ -670,11 +670,11 @@ def test_offloaded_results_and_their_directories_are_private(
     for path in (calls / "call_1.txt", *(calls / "by-hash").iterdir()):
         assert _mode(path) == 0o600, path
     assert _mode(calls) == 0o700 and _mode(calls / "by-hash") == 0o700
-    # The default directory is a fresh private temporary one.
+    # By default results are kept in the stack's store (a private in-memory one on its own):
+    # no directory at all, so nothing on disk for another user to read.
     default = ToolResults(threshold_tokens=1)
     default.offload("call_2", "a result over the threshold " * 10)
-    assert _mode(default.tool_calls_dir) == 0o700
-    assert _mode(default.tool_calls_dir / "call_2.txt") == 0o600
+    assert default.tool_calls_dir is None
 
 
 # 5. Scope isolation ----------------------------------------------------------------------------

@@ -92,6 +92,11 @@ TOOL_RESULT_OFFLOADED = (
     'Full text: read_tool_result(call_id="{call_id}").]'
 )
 TOOL_RESULT_PRUNED = "[summarized: call_id={call_id}]"
+# What replaces a pruned tool result that cannot be read back (nothing stored it): it names no
+# call_id, so the model is never pointed at a result that is not there.
+TOOL_RESULT_GONE = (
+    "[tool result removed to fit the context window; it was not stored, so its text is gone]"
+)
 
 # Team state (layers/team_state.py) ------------------------------------------------------------
 

@@ -65,7 +65,7 @@ import orjson
 from memstrata.exceptions import InvalidInputError, RecoverableContextError
 from memstrata.messages import countable, is_message, tool_results, with_tool_results
 from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
-from memstrata.prompts import TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
+from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
 from memstrata.safe_files import is_regular_file, path_in, write_atomic
 from memstrata.tokens import EstimatingCounter, TokenCounter
 
@@ -82,11 +82,6 @@ _WARNED_RUNS_KEPT = 4096
 # large layer block every turn cannot pile up.
 _CACHE_LIMIT = 200_000
 _CACHE_MAX_CHARS = 8 << 20
-# What replaces a pruned tool result that cannot be read back (nothing stored it): it names no
-# call_id, so the model is never pointed at a result that is not there.
-TOOL_RESULT_GONE = (
-    "[tool result removed to fit the context window; it was not stored, so its text is gone]"
-)
 _ID = r"[A-Za-z0-9][A-Za-z0-9_.:-]*"
 _PLACEHOLDER = re.compile(
     re.escape(TOOL_RESULT_PRUNED).replace(re.escape("{call_id}"), _ID) + r"\Z"
