@@ -213,9 +213,8 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
     fragments = f[0] + f[1] + f[10]
     han_kana = f[21] + f[22] + f[23] + f[33]
     unusual = 0.5 * f[22] + f[25] + f[29] + f[30]
-    non_ascii = sum(f[k] for k in (21, 33, 22, 23, 24, 34, 25, 26, 27, 29, 30))
     return (
-        (n < 32 and non_ascii > 0)
+        n < 32
         or n > 8.0 * e
         or n < 0.6 * e
         or f[18] + f[20] > 0.6 * n

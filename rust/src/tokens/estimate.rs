@@ -102,8 +102,8 @@ fn exact<U: Unit>(units: &[U], encoding: Encoding) -> usize {
 /// `f` and model value `value`: the text is made of pieces whose token count the features do
 /// not bound (long runs of one character, whitespace, punctuation, fragments such as base64
 /// and hex, scripts and symbols the calibration corpus barely holds), or its density of
-/// tokens per character lies outside what any calibrated text shows, or it is a short text
-/// with non-ASCII characters. Such texts are counted
+/// tokens per character lies outside what any calibrated text shows, or it is shorter than 32
+/// characters. Such texts are counted
 /// exactly; ordinary prose, code, JSON and CJK text never meet these conditions (the tests
 /// and `tools/calibrate_tokens.py evaluate` report how often they do).
 pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
@@ -117,25 +117,9 @@ pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
     let han_kana = at(HAN_SINGLE) + at(HAN_DOUBLE) + at(HAN_OTHER) + at(KANA);
     // Characters each vocabulary spells in a varying number of tokens.
     let unusual = 0.5 * at(HAN_OTHER) + at(HANGUL_OTHER) + at(OTHER_3BYTE) + at(FOUR_BYTE);
-    let non_ascii: f64 = [
-        HAN_SINGLE,
-        HAN_DOUBLE,
-        HAN_OTHER,
-        KANA,
-        HANGUL_SINGLE,
-        HANGUL_DOUBLE,
-        HANGUL_OTHER,
-        CJK_PUNCT,
-        OTHER_2BYTE,
-        OTHER_3BYTE,
-        FOUR_BYTE,
-    ]
-    .into_iter()
-    .map(at)
-    .sum();
-    // A few non-ASCII characters: the model has too little to average over, and counting
-    // them costs next to nothing.
-    (n < 32.0 && non_ascii > 0.0)
+    // A short text: the model has too little to average over (ten letters may be one word or
+    // ten tokens), and counting it costs next to nothing.
+    n < 32.0
         || n > 8.0 * e
         || n < 0.6 * e
         || at(SPACE_RUN_CHARS) + at(NEWLINE_CHARS) > 0.6 * n
