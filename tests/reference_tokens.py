@@ -203,11 +203,56 @@ def _is_ascii_punct(c: str) -> bool:
     return not (_is_letter(c) or "0" <= c <= "9" or c in " \t\r\n")
 
 
+def unreliable(f: list[float], value: float, chars: int) -> bool:
+    """Whether the linear model cannot bound a text (the kernel counts it exactly): the
+    conditions of ``model_is_unreliable`` in ``rust/src/tokens/estimate.rs``."""
+    n = float(chars)
+    e = max(value, 1.0)
+    segments = sum(f[0:8])
+    pieces = segments + f[10]
+    fragments = f[0] + f[1] + f[10]
+    han_kana = f[21] + f[22] + f[23] + f[33]
+    unusual = 0.5 * f[22] + f[25] + f[29] + f[30]
+    return (
+        n < 32
+        or n > 8.0 * e
+        or n < 0.6 * e
+        or f[18] + f[20] > 0.6 * n
+        or f[20] - f[19] > 0.1 * n
+        or f[19] > 0.15 * n
+        or f[8] > 0.1 * n
+        or f[14] > 0.25 * n
+        or unusual > 0.15 * e
+        or (fragments > 0.6 * pieces and pieces > 0.25 * e)
+        or f[27] > 12.0 * f[28]
+        or (han_kana > 0 and f[31] > 0.35 * han_kana)
+    )
+
+
+def model_value(text: str, encoding: str, coefficients: list[float]) -> tuple[float, bool]:
+    """The linear model's value on ``text`` and whether the kernel distrusts it."""
+    f = features(text, encoding)
+    value = 0.0
+    for x, c in zip(f, coefficients):  # in order, as the kernel adds them
+        value += x * c
+    return value, unreliable(f, value, len(text))
+
+
+def coefficients(encoding: str) -> list[float]:
+    """The kernel's coefficients for ``encoding``, read from the generated Rust module."""
+    source = (CORPUS.parent.parent.parent / "rust/src/tokens/coefficients.rs").read_text()
+    family = {"o200k_base": "O200K", "cl100k_base": "CL100K"}[encoding]
+    block = source.split(f"pub const {family}: [f64; FEATURE_COUNT] = [")[1].split("];")[0]
+    return [float(line.split(",")[0]) for line in block.strip().splitlines()]
+
+
 def estimate(text: str, encoding: str, coefficients: list[float]) -> int:
     """The estimate the kernel must return for ``text`` given one family's coefficients."""
     if not text:
         return 0
-    value = sum(x * c for x, c in zip(features(text, encoding), coefficients))
+    value, distrusted = model_value(text, encoding, coefficients)
+    if distrusted:
+        return max(1, len(tiktoken_encoding(encoding).encode_ordinary(text)))
     return max(1, round(value))
 
 

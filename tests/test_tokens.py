@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import random
 import statistics
 from typing import Any
 
@@ -218,6 +220,118 @@ def test_estimate_accuracy_on_the_held_out_corpus(encoding: str) -> None:
     assert set(errors) == set(ref.CATEGORIES)
     for category, errs in errors.items():
         assert statistics.median(errs) < 0.10, (category, statistics.median(errs))
+
+
+# --- no collapse: adversarial texts -----------------------------------------------------------
+
+_RNG = random.Random(20260922)
+ADVERSARIAL = {
+    "40,000 spaces": " " * 40_000,
+    "10,000 newlines": "\n" * 10_000,
+    "note + 100,000 newlines": "note" + "\n" * 100_000,
+    "20,000 x 'a'": "a" * 20_000,
+    "base64 of 15,000 random bytes": base64.b64encode(_RNG.randbytes(15_000)).decode(),
+    "hex of 8,000 random bytes": _RNG.randbytes(8_000).hex(),
+    "5,000 emoji": "\U0001f600" * 5_000,
+    "5,000 random CJK ideographs": "".join(chr(_RNG.randint(0x4E00, 0x9FFF)) for _ in range(5_000)),
+    "1,000-row markdown table": "| id | name | value | note |\n|---|---|---|---|\n"
+    + "".join(f"| {i} | item{i} | {_RNG.random():.3f} | ok |\n" for i in range(1_000)),
+    "20,000 random digits": "".join(_RNG.choice("0123456789") for _ in range(20_000)),
+    "10,000 x '-'": "-" * 10_000,
+    "5,000 tabs": "\t" * 5_000,
+    "'  \\n' x 5,000": "  \n" * 5_000,
+    "'\\r\\n' x 5,000": "\r\n" * 5_000,
+    "'the\\n' x 5,000": "the\n" * 5_000,
+    "one 5,000-letter word": "".join(
+        _RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5_000)
+    ),
+    "Thai": "สวัสดีชาวโลกนี่คือข้อความทดสอบ " * 200,
+    "Hindi": "नमस्ते दुनिया यह एक परीक्षण पाठ है " * 200,
+    "random BMP code points": "".join(chr(_RNG.randint(0x80, 0xD7FF)) for _ in range(5_000)),
+    "random astral code points": "".join(
+        chr(_RNG.randint(0x10000, 0x10FFFF)) for _ in range(3_000)
+    ),
+}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_adversarial_texts_stay_within_a_factor_of_two(encoding: str, name: str) -> None:
+    text = ADVERSARIAL[name]
+    exact = count_tokens(text, encoding=encoding)
+    estimate = estimate_tokens(text, model=encoding)
+    assert exact / 2 <= estimate <= 2 * exact, (name, estimate, exact)
+
+
+def _random_word(rng: random.Random, length: int) -> str:
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(length))
+
+
+# Script blocks to draw random code points from: Latin-1, Greek, Cyrillic, Hebrew, Arabic,
+# Devanagari, Thai, Myanmar, Hangul Jamo, arrows and maths, kana, ideographs, hangul, private
+# use, symbols and emoji, ideographs extension B.
+_BLOCKS = [0x80, 0x370, 0x400, 0x590, 0x600, 0x900, 0xE00, 0x1000, 0x1100, 0x2190, 0x3040,
+           0x4E00, 0xAC00, 0xE000, 0x1F300, 0x20000]  # fmt: skip
+
+
+@st.composite
+def _adversarial_piece(draw: st.DrawFn) -> str:
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    n = draw(st.sampled_from([1, 3, 10, 100, 1_000, 5_000]))
+    kind = draw(st.sampled_from(["ws", "nl", "char", "word", "b64", "hex", "digits", "emoji",
+                                 "script", "longword", "punct", "prose"]))  # fmt: skip
+    if kind == "ws":
+        return rng.choice([" ", "\t", " \t"]) * n
+    if kind == "nl":
+        return rng.choice(["\n", "\r\n", "\r", "\n\n ", "  \n"]) * n
+    if kind == "char":
+        return chr(rng.choice([rng.randint(33, 126), rng.randint(0x80, 0x2FFF),
+                               rng.randint(0x1F300, 0x1FAFF)])) * n  # fmt: skip
+    if kind == "word":
+        word = rng.choice(["hello", "the", "x", "Foo", "\u00e9", "\u6570\u636e", "ok", "--"])
+        return (word + rng.choice(["", " ", "\n", ", "])) * n
+    if kind == "b64":
+        return base64.b64encode(rng.randbytes(n)).decode()
+    if kind == "hex":
+        return rng.randbytes(n).hex()
+    if kind == "digits":
+        return "".join(rng.choice("0123456789") for _ in range(n))
+    if kind == "emoji":
+        return "".join(chr(rng.choice([rng.randint(0x1F300, 0x1F64F), rng.randint(0x2600, 0x27BF)]))
+                       for _ in range(n))  # fmt: skip
+    if kind == "script":
+        lo = rng.choice(_BLOCKS)
+        return "".join(chr(rng.randint(lo, lo + 0xFF)) for _ in range(n))
+    if kind == "longword":
+        return _random_word(rng, 30 + n)
+    if kind == "punct":
+        return "".join(rng.choice("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~") for _ in range(n))
+    words = ["the", "agent", "memory", "of", "a", "context", "window", "is", "budget", "tokens."]
+    return " ".join(rng.choice(words) for _ in range(n))
+
+
+ADVERSARIAL_TEXTS = st.lists(_adversarial_piece(), min_size=1, max_size=5).map("".join)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@settings(max_examples=300, deadline=None)
+@given(text=ADVERSARIAL_TEXTS)
+def test_estimate_never_collapses(encoding: str, text: str) -> None:
+    """Runs of whitespace, newlines, one character or word, base64, hex, digits, emoji and
+    symbols, random code points of many scripts, long words, and mixtures of them: the estimate
+    stays within a factor of 2 of the exact count."""
+    exact = count_tokens(text, encoding=encoding)
+    estimate = estimate_tokens(text, model=encoding)
+    assert exact / 2 <= estimate <= 2 * exact, (estimate, exact)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@settings(max_examples=50, deadline=None)
+@given(text=ADVERSARIAL_TEXTS)
+def test_estimate_matches_the_reference_guard(encoding: str, text: str) -> None:
+    """The kernel distrusts its model exactly where the reference does, and then counts."""
+    expected = ref.estimate(text, encoding, ref.coefficients(encoding))
+    assert estimate_tokens(text, model=encoding) == expected
 
 
 def test_model_table() -> None:

@@ -4,6 +4,7 @@ Usage (from the repository root, with the dev virtualenv)::
 
     .venv/bin/python tools/calibrate_tokens.py build-corpus  # rewrites tests/corpus/tokens/
     .venv/bin/python tools/calibrate_tokens.py fit  # rewrites rust/src/tokens/coefficients.rs
+    .venv/bin/python tools/calibrate_tokens.py evaluate  # per-category error, held-out sources
 
 ``build-corpus`` copies text from what a Debian machine with CPython has installed (licences,
 man pages, stdlib sources, package data, gettext catalogues) and records each file's source in
@@ -12,6 +13,15 @@ tiktoken (loaded offline, see ``tests/reference_tokens.py``), extracts the featu
 Python reference, and solves a least-squares problem on *relative* error in which each category
 carries the same total weight, so the small categories are not drowned by the big ones. The
 held-out files only serve to print the same error on them after the fit.
+
+``evaluate`` gathers a wider corpus at evaluation time from files on the machine (nothing of it
+is committed): code in C, C++, Go, Java, JavaScript, TypeScript, shell, SQL and Perl; Markdown,
+HTML, YAML, CSV and logs; prose; JSON; CJK, Arabic, Hebrew, Hindi, Thai, Vietnamese and
+Indonesian gettext catalogues. Every source (a project, a package, a language's catalogues of
+one set of programs) lands whole on one side of the split, so the figures it prints for the
+``evaluate`` side are for sources the model was not fitted to. It prints, per encoding and
+category, the median and p95 relative error of ``estimate_tokens`` (the kernel's, counting
+exactly where it distrusts its model) on message-sized chunks, and the share counted exactly.
 """
 
 from __future__ import annotations
@@ -308,11 +318,169 @@ def fit() -> None:
     print(f"wrote {COEFFICIENTS}")
 
 
+def _read(path: pathlib.Path, limit: int = 60_000) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[:limit]
+    except OSError:
+        return ""
+
+
+def _files(pattern: str, limit: int = 6, size: int = 120_000) -> list[pathlib.Path]:
+    """Up to ``limit`` files matching the absolute glob ``pattern``, spread over the matches."""
+    matches = sorted(p for p in pathlib.Path("/").glob(pattern.lstrip("/")) if p.is_file())
+    step = max(1, len(matches) // limit)
+    return matches[::step][:limit]
+
+
+def _java(limit: int = 6) -> list[tuple[str, str]]:
+    import zipfile
+
+    zips = sorted(pathlib.Path("/usr/lib/jvm").glob("*/lib/src.zip"))
+    if not zips:
+        return []
+    with zipfile.ZipFile(zips[0]) as z:
+        names = sorted(
+            n for n in z.namelist() if n.startswith("java.base/java/util/") and n.endswith(".java")
+        )
+        return [
+            (n, z.read(n).decode("utf-8", "replace")[:60_000])
+            for n in names[:: max(1, len(names) // limit)][:limit]
+        ]
+
+
+def _gettext(lang: str, domains: list[str]) -> str:
+    return _mo_text(lang, domains)[0][:80_000]
+
+
+# Per category, sources as (name, loader); even positions calibrate, odd ones evaluate.
+def _sources() -> dict[str, list[tuple[str, object]]]:
+    def files(pattern: str, limit: int = 6) -> object:
+        return lambda: [(str(p), _read(p)) for p in _files(pattern, limit)]
+
+    def gettext(langs: list[str], domains: list[str]) -> object:
+        return lambda: [(f"{lang}:{','.join(domains)}", _gettext(lang, domains)) for lang in langs]
+
+    half = len(MO_DOMAINS) // 2
+    first, second = MO_DOMAINS[:half], [*MO_DOMAINS[half:], "Linux-PAM", "PackageKit", "gtk20"]
+    return {
+        "code": [
+            ("C headers", files("/usr/include/*.h", 10)),
+            ("C++ headers", files("/usr/include/c++/*/bits/*.h", 8)),
+            ("Go", files("/usr/share/doc/git/contrib/persistent-https/*.go", 4)),
+            ("Java", _java),
+            ("JavaScript", files("/usr/lib/node_modules/npm/lib/commands/*.js", 10)),
+            ("TypeScript", files("/usr/lib/node_modules/npm/node_modules/glob/dist/esm/*.d.ts", 6)),
+            ("shell", files("/usr/share/doc/git/contrib/**/*.sh", 6)),
+            ("SQL", files("/usr/share/postgresql/*/*.sql", 4)),
+            ("Perl", files("/usr/share/perl/*/File/*.pm", 8)),
+        ],
+        "markup": [
+            ("Markdown", files("/root/.cargo/registry/src/*/pyo3-*/guide/src/*.md", 8)),
+            ("HTML", files("/root/.rustup/toolchains/*/share/doc/rust/html/rustdoc/*.html", 4)),
+            (
+                "YAML",
+                files("/usr/lib/google-cloud-sdk/lib/googlecloudsdk/schemas/compute/v1/*.yaml", 6),
+            ),
+            ("CSV", files("/usr/share/distro-info/*.csv", 2)),
+            ("logs", files("/var/log/*.log", 3)),
+        ],
+        "prose": [
+            ("licences", files("/usr/share/common-licenses/[A-L]*", 6)),
+            ("READMEs", files("/usr/share/doc/*/README*", 10)),
+            ("changelogs", files("/root/.cargo/registry/src/*/*/CHANGELOG.md", 6)),
+        ],
+        "json": [
+            (
+                "boto3 resources",
+                files("/usr/lib/python3*/site-packages/boto3/data/*/*/resources-1.json", 6),
+            ),
+            (
+                "npm package.json",
+                files("/usr/lib/node_modules/npm/node_modules/*/package.json", 20),
+            ),
+            (
+                "boto3 (pyenv)",
+                files(
+                    "/root/.pyenv/versions/*/lib/python*/site-packages/boto3/data/*/*/resources-1.json",
+                    6,
+                ),
+            ),
+        ],
+        "cjk": [
+            ("zh/ja/ko, first programs", gettext(["zh_CN", "zh_TW", "ja", "ko"], first)),
+            ("zh/ja/ko, other programs", gettext(["zh_CN", "zh_TW", "ja", "ko"], second)),
+        ],
+        "other scripts": [
+            ("ar/he/hi, first programs", gettext(["ar", "he", "hi"], [*first, "Linux-PAM"])),
+            ("th/vi/id, first programs", gettext(["th", "vi", "id"], [*first, "Linux-PAM"])),
+            (
+                "ar/he/hi, other programs",
+                gettext(["ar", "he", "hi"], ["PackageKit", "gtk20", "glib20"]),
+            ),
+            (
+                "th/vi/id, other programs",
+                gettext(["th", "vi", "id"], ["PackageKit", "gtk20", "glib20"]),
+            ),
+        ],
+    }
+
+
+def _chunks(text: str, seed: str) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    out, pos = [], 0
+    while pos < len(text):
+        end = min(len(text), pos + rng.randint(200, 4000))
+        newline = text.find("\n", end, end + 200)
+        end = newline + 1 if newline != -1 else end
+        if end - pos >= 200:
+            out.append(text[pos:end])
+        pos = end
+    return out
+
+
+def evaluate() -> None:
+    """Prints the per-category error on the sources of both sides of the split."""
+    import numpy as np
+
+    try:
+        from memstrata.tokens import count_tokens, estimate_tokens
+    except ImportError:
+        sys.exit("evaluate needs the built memstrata package on the path")
+    sides: dict[tuple[str, str], list[str]] = {}
+    for category, sources in _sources().items():
+        for index, (name, load) in enumerate(sources):
+            side = "calibrate" if index % 2 == 0 else "evaluate"
+            texts = load()  # type: ignore[operator]
+            chunks = [c for path, text in texts for c in _chunks(text, f"{name}/{path}")]
+            print(f"{side:9} {category:13} {name:28} {len(texts):3} files {len(chunks):4} chunks")
+            sides.setdefault((side, category), []).extend(chunks)
+    print(
+        f"\n{'encoding':12} {'side':9} {'category':13} {'n':>5} {'median':>7} {'p95':>7}"
+        f" {'exact':>6}"
+    )
+    for encoding in ["o200k_base", "cl100k_base"]:
+        for (side, category), chunks in sorted(sides.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            errors, counted = [], 0
+            for chunk in chunks:
+                exact = count_tokens(chunk, encoding=encoding)
+                estimate = estimate_tokens(chunk, model=encoding)
+                errors.append(abs(estimate - exact) / exact)
+                counted += estimate == exact
+            if errors:
+                median, p95 = np.median(errors), np.percentile(errors, 95)
+                print(
+                    f"{encoding:12} {side:9} {category:13} {len(errors):5d} {median:7.2%}"
+                    f" {p95:7.2%} {counted / len(errors):6.1%}"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build-corpus", "fit"])
+    parser.add_argument("command", choices=["build-corpus", "fit", "evaluate"])
     args = parser.parse_args()
-    build_corpus() if args.command == "build-corpus" else fit()
+    {"build-corpus": build_corpus, "fit": fit, "evaluate": evaluate}[args.command]()
 
 
 if __name__ == "__main__":

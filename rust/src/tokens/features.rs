@@ -14,42 +14,47 @@ use std::sync::OnceLock;
 
 use super::coefficients::{FEATURE_COUNT, HANGUL_FIRST, HANGUL_LAST, HAN_FIRST, HAN_LAST};
 
-const SEG_LEN_1: usize = 0; // 1..=4 use indices 0..=3
-const SEG_LEN_5_6: usize = 4;
-const SEG_LEN_7_8: usize = 5;
-const SEG_LEN_9_11: usize = 6;
-const SEG_LEN_12P: usize = 7;
-const SEG_LONG_EXTRA: usize = 8;
-const CAPS_LETTERS: usize = 9;
-const DIGIT_GROUPS: usize = 10;
-const PUNCT_RUN_1: usize = 11;
-const PUNCT_RUN_2: usize = 12;
-const PUNCT_RUN_3P: usize = 13;
-const PUNCT_EXTRA: usize = 14;
-const PUNCT_GLUED: usize = 15;
-const SPACE_SINGLE: usize = 16;
-const SPACE_RUNS: usize = 17;
-const SPACE_RUN_CHARS: usize = 18;
-const NEWLINE_RUNS: usize = 19;
-const NEWLINE_CHARS: usize = 20;
-const HAN_SINGLE: usize = 21;
-const HAN_OTHER: usize = 22;
-const KANA: usize = 23;
-const HANGUL_SINGLE: usize = 24;
-const HANGUL_OTHER: usize = 25;
-const CJK_PUNCT: usize = 26;
-const OTHER_2BYTE: usize = 27;
-const OTHER_2BYTE_RUNS: usize = 28;
-const OTHER_3BYTE: usize = 29;
-const FOUR_BYTE: usize = 30;
-const HAN_KANA_RUNS: usize = 31;
-const HANGUL_RUNS: usize = 32;
-const HAN_DOUBLE: usize = 33;
-const HANGUL_DOUBLE: usize = 34;
-/// Hangul runs whose first syllable does not follow a space or tab: the vocabularies hold many
-/// hangul words with their leading space, so a word glued to punctuation (or starting a line)
-/// is spelled from smaller pieces.
-const HANGUL_BARE_RUNS: usize = 35;
+use slots::*;
+
+/// Index of each feature in [`Features`].
+pub mod slots {
+    pub const SEG_LEN_1: usize = 0; // 1..=4 use indices 0..=3
+    pub const SEG_LEN_5_6: usize = 4;
+    pub const SEG_LEN_7_8: usize = 5;
+    pub const SEG_LEN_9_11: usize = 6;
+    pub const SEG_LEN_12P: usize = 7;
+    pub const SEG_LONG_EXTRA: usize = 8;
+    pub const CAPS_LETTERS: usize = 9;
+    pub const DIGIT_GROUPS: usize = 10;
+    pub const PUNCT_RUN_1: usize = 11;
+    pub const PUNCT_RUN_2: usize = 12;
+    pub const PUNCT_RUN_3P: usize = 13;
+    pub const PUNCT_EXTRA: usize = 14;
+    pub const PUNCT_GLUED: usize = 15;
+    pub const SPACE_SINGLE: usize = 16;
+    pub const SPACE_RUNS: usize = 17;
+    pub const SPACE_RUN_CHARS: usize = 18;
+    pub const NEWLINE_RUNS: usize = 19;
+    pub const NEWLINE_CHARS: usize = 20;
+    pub const HAN_SINGLE: usize = 21;
+    pub const HAN_OTHER: usize = 22;
+    pub const KANA: usize = 23;
+    pub const HANGUL_SINGLE: usize = 24;
+    pub const HANGUL_OTHER: usize = 25;
+    pub const CJK_PUNCT: usize = 26;
+    pub const OTHER_2BYTE: usize = 27;
+    pub const OTHER_2BYTE_RUNS: usize = 28;
+    pub const OTHER_3BYTE: usize = 29;
+    pub const FOUR_BYTE: usize = 30;
+    pub const HAN_KANA_RUNS: usize = 31;
+    pub const HANGUL_RUNS: usize = 32;
+    pub const HAN_DOUBLE: usize = 33;
+    pub const HANGUL_DOUBLE: usize = 34;
+    /// Hangul runs whose first syllable does not follow a space or tab: the vocabularies hold many
+    /// hangul words with their leading space, so a word glued to punctuation (or starting a line)
+    /// is spelled from smaller pieces.
+    pub const HANGUL_BARE_RUNS: usize = 35;
+}
 
 /// Feature counts of one text.
 pub type Features = [u64; FEATURE_COUNT];
