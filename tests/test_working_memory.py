@@ -827,3 +827,40 @@ def test_a_write_after_someone_stored_an_unreadable_state_moves_it_aside_first(
         (moved,) = run.layer("working-memory").quarantined()
     assert moved["state"] == {"age": "written by other code"}
     assert read_state(store, ns) == ({"goals": ["g"]}, 4)
+
+
+class Profile(pydantic.BaseModel):
+    name: str
+    email: str
+    tags: list[str] = []
+
+
+def test_a_pydantic_schema_tells_the_model_which_fields_it_must_send() -> None:
+    """The tool takes a partial patch, while the merged state must hold the model's required
+    fields: the tool description names them, and the refusal says what to send."""
+    stack = MemoryStack([WorkingMemory(schema=Profile)], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        (spec,) = [s for s in run.tool_specs("openai") if "update" in s["function"]["name"]]
+        assert "name, email" in spec["function"]["description"]
+        refused = run.call_tool("working-memory/update", {"tags": ["vip"]})
+        assert refused["error"]["code"] == "schema_violation"
+        assert "send name, email" in refused["error"]["message"]
+        assert run.call_tool("working-memory/update", {"name": "Ada", "email": "a@b.c"})["ok"]
+        assert run.call_tool("working-memory/update", {"tags": ["vip"]})["ok"]
+
+
+def test_a_pydantic_instance_is_refused_as_a_schema() -> None:
+    with pytest.raises(InvalidInputError, match="model class, not an instance"):
+        WorkingMemory(schema=Profile(name="a", email="b"))
+
+
+def test_a_remote_ref_is_refused_without_a_request() -> None:
+    schema = {"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/schema.json"}}}
+    with pytest.raises(InvalidInputError, match=r"\$ref .*http://127.0.0.1:9/schema.json"):
+        WorkingMemory(schema=schema)
+    local = {
+        "type": "object",
+        "$defs": {"n": {"type": "integer"}},
+        "properties": {"x": {"$ref": "#/$defs/n"}},
+    }
+    WorkingMemory(schema=local)  # local references resolve

@@ -46,6 +46,8 @@ WORKING_MEMORY_TRUNCATED = (
 WORKING_MEMORY_UPDATE_DESCRIPTION = "Update your working memory: pass {what}."
 WORKING_MEMORY_UPDATE_WHAT_STRUCTURED = "only the fields that changed; they are deep-merged"
 WORKING_MEMORY_UPDATE_WHAT_TEXT = "text to add"
+# Appended for a schema with required fields: ``{fields}`` lists them.
+WORKING_MEMORY_UPDATE_REQUIRED = "The memory must always hold {fields}: send them first."
 WORKING_MEMORY_REPLACE_DESCRIPTION = (
     "Replace your whole working memory with the state you pass (to shorten it)."
 )

@@ -17,6 +17,8 @@ def state_checker(schema: Any) -> Any:
     if isinstance(schema, Mapping):
         import jsonschema_rs
 
+        _refuse_remote_refs(schema)
+
         try:
             validator = jsonschema_rs.validator_for(dict(schema))
         except (jsonschema_rs.ValidationError, ValueError, TypeError) as exc:
@@ -34,6 +36,11 @@ def state_checker(schema: Any) -> Any:
 
         return check_json_schema
     validate = getattr(schema, "model_validate", None)
+    if validate is not None and not isinstance(schema, type):
+        raise InvalidInputError(
+            f"schema must be a pydantic model class, not an instance of it: "
+            f"pass {type(schema).__name__}, not {type(schema).__name__}(...)"
+        )
     if validate is None:
         raise InvalidInputError(
             f"schema must be a pydantic model class or a JSON Schema dict, got {schema!r}"
@@ -63,3 +70,27 @@ def json_schema_of(schema: Any) -> dict[str, Any]:
     full.pop("title", None)
     full["type"] = "object"
     return full
+
+
+def required_fields(schema: Any) -> list[str]:
+    """The top-level fields every state must hold (a patch may leave them out once stored)."""
+    required = json_schema_of(schema).get("required", [])
+    return [str(name) for name in required] if isinstance(required, list) else []
+
+
+def _refuse_remote_refs(schema: Any) -> None:
+    """Refuses a ``$ref`` to anything but the schema itself (``#...``): resolving one would
+    fetch it over the network when the layer is built."""
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):
+                raise InvalidInputError(
+                    f"schema has a $ref to {ref!r}: only local references (#/...) are "
+                    "resolved; inline the referenced schema"
+                )
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)

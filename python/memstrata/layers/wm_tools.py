@@ -25,6 +25,7 @@ from memstrata.prompts import (
 from memstrata.prompts import WORKING_MEMORY_REPLACE_DESCRIPTION as REPLACE_DESCRIPTION
 from memstrata.prompts import WORKING_MEMORY_SET_DESCRIPTION as SET_DESCRIPTION
 from memstrata.prompts import WORKING_MEMORY_UPDATE_DESCRIPTION as UPDATE_DESCRIPTION
+from memstrata.prompts import WORKING_MEMORY_UPDATE_REQUIRED as WHAT_REQUIRED
 from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_STRUCTURED as WHAT_STRUCTURED
 from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_TEXT as WHAT_TEXT
 from memstrata.schemas import json_schema_of
@@ -98,6 +99,8 @@ def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
         full = json_schema_of(layer.schema)
         partial = {k: v for k, v in full.items() if k != "required"}
         what = UPDATE_DESCRIPTION.format(what=WHAT_STRUCTURED)
+        if layer.required:
+            what += " " + WHAT_REQUIRED.format(fields=", ".join(layer.required))
         tools = [
             tool("update", what, partial, update, validate=False),
             tool(

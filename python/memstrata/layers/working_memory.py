@@ -54,7 +54,7 @@ from memstrata.layers.wm_tools import (
 )
 from memstrata.messages import tool_calls
 from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
-from memstrata.schemas import state_checker
+from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Namespace, codec
 from memstrata.tokens import exact_count, exact_count_over, json_lines
@@ -144,6 +144,8 @@ class WorkingMemory:
         self.label = "working_memory" if name == DEFAULT_NAME else name
         self.tool_names = tool_names(self)
         self._violations = state_checker(schema)
+        # Fields every state holds: the update tool takes a partial patch, so it names them.
+        self.required = required_fields(schema) if schema is not None else []
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
@@ -522,8 +524,12 @@ class WorkingMemoryHandle:
                 state = strip_unsafe_keys(state)
             violations = self.layer._violations(state)
             if violations:
+                missing = [f for f in self.layer.required if f not in state]
+                send = f"; send {', '.join(missing)} with the update" if missing else ""
                 raise SchemaViolationError(
-                    "working memory would not match its schema: " + "; ".join(violations[:5]),
+                    "working memory would not match its schema: "
+                    + "; ".join(violations[:5])
+                    + send,
                     violations=violations,
                 )
         checked: State = state
