@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from memstrata import InMemoryStore, hash_embed
-from memstrata.layers.mind_entries import encode_vector
+from memstrata.layers.mind.entries import encode_vector
 
 DIM = 384
 NS = ("mind", "bench")

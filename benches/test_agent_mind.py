@@ -23,7 +23,8 @@ from benchkit import compare
 from mind_data import DAY_MS, DIM, NS, corpus, fill_store
 
 from memstrata import AgentMind, hash_embed
-from memstrata.layers.agent_mind import AgentMindHandle
+from memstrata.layers.mind import AgentMindHandle
+from memstrata.layers.mind.header import build_header
 from memstrata.tokens import EstimatingCounter
 
 
@@ -211,7 +212,7 @@ def test_header_1k(benchmark: Any) -> None:
     budget = mind.token_budget
 
     def ours() -> str:
-        return handle._build_header(None)
+        return build_header(handle, None)
 
     built = ours()
     assert built.count("\n- ") > 5

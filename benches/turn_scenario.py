@@ -55,7 +55,7 @@ from memstrata import (
     WorkingMemory,
     hash_embed,
 )
-from memstrata.layers.mind_entries import decode_vector
+from memstrata.layers.mind.entries import decode_vector
 
 THREAD, USER, AGENT = "thread-1", "user-42", "bench"
 SHARED_NS = ("shared-memory", "workflow")

@@ -16,8 +16,8 @@ from store_checks import empty_postgres_tables
 
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, count_tokens, hash_embed
 from memstrata.exceptions import InvalidInputError
-from memstrata.layers.agent_mind import MindTtlDefaults, ScoreWeights
-from memstrata.layers.mind_entries import parse_due_by, parse_duration
+from memstrata.layers.mind import MindTtlDefaults, ScoreWeights
+from memstrata.layers.mind.entries import parse_due_by, parse_duration
 from memstrata.stores import InMemoryStore, PostgresStore, Store
 
 AGENT = "research-tracker"
@@ -1399,7 +1399,7 @@ def test_a_flush_reads_only_what_changed_since_the_load(tmp_path: pathlib.Path) 
 
 
 def test_a_handle_that_was_never_loaded_refuses_to_flush(store: Store) -> None:
-    from memstrata.layers.agent_mind import AgentMindHandle
+    from memstrata.layers.mind import AgentMindHandle
 
     mind = AgentMind()
     handle = AgentMindHandle(mind, store, NS)

@@ -38,7 +38,7 @@ import pytest
 from store_checks import drop_postgres_tables
 
 from memstrata import open_store
-from memstrata.layers.mind_entries import decode_vector, entry_from_payload
+from memstrata.layers.mind.entries import decode_vector, entry_from_payload
 from memstrata.layers.wm_stored import read_state
 
 KILLS = 50

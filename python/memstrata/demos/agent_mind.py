@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memstrata.embedders import HashingEmbedder
-from memstrata.layers.agent_mind import AgentMind
+from memstrata.layers.mind import AgentMind
 from memstrata.stack import MemoryStack
 from memstrata.stores import Store
 

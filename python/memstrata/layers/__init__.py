@@ -1,9 +1,10 @@
-"""Memory layers: one file per layer, each knowing nothing of the others."""
+"""Memory layers: one module (or, for a large one, a package) per layer, each knowing nothing of
+the others."""
 
 from __future__ import annotations
 
-from memstrata.layers.agent_mind import AgentMind, AgentMindHandle, MindTtlDefaults, ScoreWeights
 from memstrata.layers.context_gate import ContextGate, GateDecision
+from memstrata.layers.mind import AgentMind, AgentMindHandle, MindTtlDefaults, ScoreWeights
 from memstrata.layers.shared_memory import (
     MemoryEntry,
     SharedMemory,

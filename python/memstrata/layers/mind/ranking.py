@@ -24,7 +24,7 @@ import numpy.typing as npt
 from memstrata._core import VectorSet
 
 if TYPE_CHECKING:
-    from memstrata.layers.mind_vectors import VectorRows
+    from memstrata.layers.mind.vectors import VectorRows
 
 # Rows handed to the VectorSet per call when building from rows: the set's own working copy
 # (it normalises and quantises each call's rows) stays this small.

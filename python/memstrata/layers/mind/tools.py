@@ -1,7 +1,7 @@
 """AgentMind's seven tools: their JSON Schemas (the seed's parameter names) and handlers.
 
 Each handler turns the model's camelCase arguments into a call on the run's
-:class:`~memstrata.layers.agent_mind.AgentMindHandle`; the handle validates and raises
+:class:`~memstrata.layers.mind.handle.AgentMindHandle`; the handle validates and raises
 :class:`~memstrata.exceptions.ToolError`, which the stack returns as an error payload.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memstrata.layers.mind_entries import CONFIDENCE_LEVELS, GOAL_PRIORITIES, GOAL_STATUSES
+from memstrata.layers.mind.entries import CONFIDENCE_LEVELS, GOAL_PRIORITIES, GOAL_STATUSES
 from memstrata.tools import Tool
 
 if TYPE_CHECKING:
-    from memstrata.layers.agent_mind import AgentMindHandle
+    from memstrata.layers.mind.handle import AgentMindHandle
 
 MAX_CONTENT_CHARS = 4000
 MAX_TAGS = 32

@@ -1,0 +1,315 @@
+"""AgentMind: persistent goals, beliefs and reflections, a prompt header and seven tools.
+
+Implements seed 001. Each run reads the committed store once, shows the model a
+``--- AGENT MIND ---`` header, offers ``mind_recall``, ``mind_believe``, ``mind_reflect``,
+``mind_unpin_reflection``, ``mind_set_goal``, ``mind_update_goal`` and ``mind_complete_goal``,
+buffers every write but ``mind_complete_goal`` in a draft, and flushes the draft in one store
+transaction when the run closes (clean or error flush).
+
+Usable in a :class:`~memstrata.MemoryStack` or on its own::
+
+    mind = AgentMind(embedder=HashingEmbedder())
+    with mind.session(store, agent="research-tracker") as handle:
+        handle.believe("TSMC Q2 capacity is fully booked.", confidence="high")
+
+Decisions where the seed is silent (or its code differs from its text):
+
+* Storage: namespace ``("mind", agent)`` (``namespace=`` overrides; ``"a/b"`` means
+  ``("a", "b")``), one key per entry (``goal/<id>``, ``belief/<id>``, ``reflection/<id>``); the
+  value is the seed's camelCase payload plus ``embedding`` (float32, base64) and
+  ``embeddingModel``. Expiry is a field, not a store TTL: an expired belief is archived (kept,
+  hidden from the header, dedup and recall unless ``includeExpired``), never deleted.
+* A configured reflection TTL is applied (the seed's code ignores it); expired reflections are
+  archived like beliefs.
+* Recency is measured from ``updatedAt`` (a re-confirmed belief is fresh). Reflections have no
+  confidence: they count as medium (0.6), or low when error-flagged, like beliefs.
+* Dedup of a belief considers live beliefs only, in the draft and the committed store; the
+  update replaces content and expiry, unions tags, and only raises confidence unless
+  ``allowDowngrade``. An update of a stored belief is checked against the stored confidence
+  again at flush time, so a concurrent upgrade by another run is not undone.
+* Dedup across runs that overlap (several processes or servers on one store): ``mind_believe``
+  compares with the store as the run loaded it, so two overlapping runs can each create the
+  same belief. The flush therefore writes through ``Store.update_many_since`` from a mark taken
+  before the load: mind flushes of one namespace are serialised (in any process), and each
+  belief this run *created* that is at least ``deduplication_threshold`` similar to a live
+  belief committed since the run loaded is folded into it by the same merge rules (content and
+  expiry replaced, confidence only rises unless ``allowDowngrade``, tags united, ``createdAt``
+  kept, error flag on an error flush). Only what changed since the load is read, however big
+  the mind. What ``mind_believe`` reported stays as reported; the ``id`` it returned for a
+  folded belief is then never stored: the belief lives on under the other run's id, which
+  ``handle.folded`` maps it to (also logged at INFO).
+* ``pinned: true`` in ``mind_recall`` returns pinned reflections only (no goals, no beliefs);
+  ``pinned: false`` excludes pinned reflections; absent means no filter.
+* Recall ranks exactly by the composite score in one pass over the vectors
+  (:mod:`memstrata.layers.mind.ranking`); the belief dedup check searches the same ranker by
+  similarity alone, so the vectors are held once in the ranker and once as loaded. Every
+  search is exact: at the sizes a mind holds (up to ``max_entries``, 100,000 by default) the
+  exact scan answers the dedup check faster than an hnswlib graph does
+  (``benches/test_vectors.py``), with no graph to build or store.
+* ``type: 'all'`` lists matching goals first (by words matched), then beliefs and reflections
+  by score, ``limit`` in total. Goals match when a query word (two characters or more) occurs
+  in their description, progress or tags.
+* Completing a goal folds in this run's pending updates to it; completing a goal created in
+  this run writes it (completed) at once. Both survive an error flush, as the seed's exemption
+  of ``mind_complete_goal`` implies.
+* The header's beliefs and reflections share ``token_budget``, further capped by the stack's
+  budget for the layer minus the goals and standing rules (which are always shown). Beliefs
+  are listed newest first, reflections newest first.
+* A namespace holds at most ``max_entries`` goals, beliefs and reflections together (100,000
+  by default; archived ones count, as they are kept). A write that would add one past it is
+  refused with :class:`~memstrata.exceptions.LimitExceededError`; updating a belief never
+  counts as adding. The count is what the run loaded plus its draft, so runs of one agent
+  flushing at the same time can pass it by their drafts, never without bound.
+* A sub-run (``run.spawn``) gets its own draft over the same namespace (or its agent's).
+* The embedder and the vector indexes are created on first use. Indexes are kept by the layer
+  between runs and updated by difference, so a run only embeds or indexes what changed.
+* The layer keeps each namespace's committed entries between runs, with the store's
+  :class:`~memstrata.stores.ChangeMark` they stand at: a run reads only what was written or
+  deleted since (``Store.changes``), and that answer's mark is the one its flush reconciles from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memstrata.embedders import Embedder, HashingEmbedder
+from memstrata.exceptions import InvalidInputError
+from memstrata.layers.mind.checks import check_int, check_number, parse_namespace
+from memstrata.layers.mind.committed import _Committed
+from memstrata.layers.mind.entries import parse_duration
+from memstrata.layers.mind.handle import AgentMindHandle
+from memstrata.layers.mind.index import _IndexCache
+from memstrata.layers.mind.recall import CONFIDENCE_SCORES, DEFAULT_SIMILARITY_FLOOR
+from memstrata.layers.mind.tools import mind_tools
+from memstrata.stack import Budget, Message, RunContext
+from memstrata.stores import Namespace, Store
+from memstrata.tools import Tool
+
+DEFAULT_MAX_ENTRIES = 100_000
+MAX_GOALS_CEILING = 10
+MAX_PINNED_CEILING = 10
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class MindTtlDefaults:
+    """Default expiry of new entries as a duration (``"30d"``, ``"12h"``...); None: never."""
+
+    belief: str | None = "30d"
+    reflection: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreWeights:
+    """Weights of the recall score: ``similarity·s + recency·r + confidence·c``."""
+
+    similarity: float = 0.6
+    recency: float = 0.2
+    confidence: float = 0.2
+
+
+class AgentMind:
+    """The agent-mind layer (seed 001).
+
+    Args:
+        embedder: An :class:`~memstrata.embedders.Embedder`, or a zero-argument factory that
+            makes one on first use. Default: a :class:`~memstrata.embedders.HashingEmbedder`.
+        namespace: Store namespace; default ``("mind", <run's agent>)``.
+        token_budget: Tokens for the header's beliefs and recent reflections together.
+        recency_window_days: Age limit of the header's recent reflections.
+        max_goals: Cap on active goals (at most 10).
+        max_pinned_reflections: Cap on pinned reflections (at most 10).
+        deduplication_threshold: Cosine similarity from which a new belief updates an old one.
+        retrieval_threshold: Default minimum score of ``mind_recall`` hits.
+        similarity_floor: Minimum cosine similarity between a query and a hit, whatever its
+            score: recency and confidence rank related entries, they never make an unrelated
+            one a hit (a fresh high-confidence belief scores 0.40 with no similarity at all).
+        ttl_defaults: Default expiry of beliefs and reflections (a :class:`MindTtlDefaults` or a
+            dict with ``belief``/``reflection``).
+        score_weights: Weights of the recall score.
+        max_entries: Most goals, beliefs and reflections one namespace holds.
+        purge_expired_after: How long an expired (archived) belief or reflection is kept, as a
+            duration (``"30d"``); None keeps it for ever. Past that, it is deleted when a write
+            needs room under ``max_entries`` or by :meth:`AgentMindHandle.purge_expired`.
+        on_progress: Called ``(done, total)`` while entries are re-embedded after an embedder
+            change; progress is also logged at INFO.
+        budget: The stack's ``(min, max)`` tokens for the whole header.
+        slot: Order among the layers' prompt items (low: early in the prompt).
+        name: The layer's name.
+    """
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder | Callable[[], Embedder] | None = None,
+        namespace: Namespace | str | None = None,
+        token_budget: int = 300,
+        recency_window_days: float = 7,
+        max_goals: int = 10,
+        max_pinned_reflections: int = 10,
+        deduplication_threshold: float = 0.85,
+        retrieval_threshold: float = 0.35,
+        similarity_floor: float = DEFAULT_SIMILARITY_FLOOR,
+        ttl_defaults: MindTtlDefaults | dict[str, str | None] | None = None,
+        score_weights: ScoreWeights | None = None,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        purge_expired_after: str | None = "30d",
+        on_progress: ProgressCallback | None = None,
+        budget: tuple[int, int] | Budget = (0, 1500),
+        slot: int = 10,
+        name: str = "agent-mind",
+    ) -> None:
+        check_int(token_budget, "token_budget", minimum=0)
+        check_number(recency_window_days, "recency_window_days", low=0)
+        check_int(max_goals, "max_goals", minimum=1)
+        check_int(max_pinned_reflections, "max_pinned_reflections", minimum=1)
+        check_int(max_entries, "max_entries", minimum=1)
+        check_number(deduplication_threshold, "deduplication_threshold", low=0, high=1)
+        check_number(retrieval_threshold, "retrieval_threshold", low=0, high=1)
+        check_number(similarity_floor, "similarity_floor", low=0, high=1)
+        if isinstance(ttl_defaults, dict):
+            unknown = set(ttl_defaults) - {"belief", "reflection"}
+            if unknown:
+                raise InvalidInputError(f"ttl_defaults has unknown keys: {sorted(unknown)}")
+            ttl_defaults = MindTtlDefaults(**ttl_defaults)
+        self.ttl_defaults = ttl_defaults if ttl_defaults is not None else MindTtlDefaults()
+        self.belief_ttl_ms = (
+            None
+            if self.ttl_defaults.belief is None
+            else parse_duration(self.ttl_defaults.belief, what="ttl_defaults.belief")
+        )
+        self.reflection_ttl_ms = (
+            None
+            if self.ttl_defaults.reflection is None
+            else parse_duration(self.ttl_defaults.reflection, what="ttl_defaults.reflection")
+        )
+        self.score_weights = score_weights if score_weights is not None else ScoreWeights()
+        for label, weight in vars(self.score_weights).items():
+            check_number(weight, f"score_weights.{label}", low=0)
+        self.namespace = parse_namespace(namespace) if namespace is not None else None
+        self.token_budget = token_budget
+        self.recency_window_days = recency_window_days
+        self.max_goals = min(max_goals, MAX_GOALS_CEILING)
+        self.max_pinned_reflections = min(max_pinned_reflections, MAX_PINNED_CEILING)
+        self.max_entries = max_entries
+        self.purge_expired_after_ms = (
+            None
+            if purge_expired_after is None
+            else parse_duration(purge_expired_after, what="purge_expired_after")
+        )
+        self.deduplication_threshold = float(deduplication_threshold)
+        self.retrieval_threshold = float(retrieval_threshold)
+        self.similarity_floor = float(similarity_floor)
+        self.on_progress = on_progress
+        self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
+        self.slot = slot
+        self.name = name
+        self._embedder_spec = embedder
+        self._embedder: Embedder | None = None
+        self._indexes: dict[Namespace, _IndexCache] = {}
+        # Each namespace's committed entries, brought up to date by each run (see load).
+        self._committed: dict[Namespace, _Committed] = {}
+        # Goals' unit vectors by (embedder model, goal text): goals have no stored vector.
+        self._goal_vectors: dict[tuple[str, str], npt.NDArray[np.float64]] = {}
+        # Header lines and their token counts by (counter encoding, kind), then by content:
+        # content -> (confidence or creation time, line, tokens). See the header module.
+        self._header_lines: dict[tuple[str | None, str], dict[str, tuple[Any, str, int]]] = {}
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder, created on first use."""
+        if self._embedder is not None:
+            return self._embedder
+        spec: Any = self._embedder_spec
+        made: Any
+        if spec is None:
+            made = HashingEmbedder()
+        elif _is_embedder(spec):
+            made = spec
+        elif callable(spec):
+            made = spec()
+            if not _is_embedder(made):
+                raise InvalidInputError(f"the embedder factory returned {made!r}")
+        else:
+            raise InvalidInputError(f"embedder must be an Embedder or a factory, got {spec!r}")
+        embedder: Embedder = made
+        self._embedder = embedder
+        return embedder
+
+    def namespace_for(self, agent: str | None) -> Namespace:
+        if self.namespace is not None:
+            return self.namespace
+        if not agent:
+            raise InvalidInputError(
+                "AgentMind stores under ('mind', <agent>): use stack.run(agent=...) or give "
+                "AgentMind(namespace=...)"
+            )
+        return ("mind", agent)
+
+    # Layer protocol ---------------------------------------------------------------------------
+
+    def init(self, ctx: RunContext) -> AgentMindHandle:
+        return self.open(ctx.store, agent=ctx.agent, tokens=ctx.tokens)
+
+    def recall(self, handle: AgentMindHandle, budget: int) -> list[Message]:
+        header = handle.header(budget)
+        return [{"content": header}] if header else []
+
+    def observe(self, handle: AgentMindHandle, message: Message) -> None:
+        """The mind is written through its tools only."""
+
+    def tools(self, handle: AgentMindHandle) -> list[Tool]:
+        return mind_tools(handle)
+
+    def on_spawn(self, handle: AgentMindHandle, child: RunContext) -> AgentMindHandle:
+        return self.init(child)
+
+    def close(self, handle: AgentMindHandle, error: BaseException | None) -> None:
+        handle.flush(error=error is not None)
+
+    # Standalone use ---------------------------------------------------------------------------
+
+    def open(
+        self, store: Store, *, agent: str | None = None, tokens: Any = None
+    ) -> AgentMindHandle:
+        """Loads the committed store and returns a handle with an empty draft; call
+        ``handle.flush(error=...)`` when done (or use :meth:`session`)."""
+        handle = AgentMindHandle(self, store, self.namespace_for(agent), tokens)
+        handle.load()
+        return handle
+
+    @contextmanager
+    def session(
+        self, store: Store, *, agent: str | None = None, tokens: Any = None
+    ) -> Iterator[AgentMindHandle]:
+        """A run without a stack: flushes cleanly on exit, or as an error flush on exception."""
+        handle = self.open(store, agent=agent, tokens=tokens)
+        try:
+            yield handle
+        except BaseException:
+            handle.flush(error=True)
+            raise
+        handle.flush(error=False)
+
+
+def _is_embedder(obj: Any) -> bool:
+    # Looked up on the type: isinstance() on the protocol would read ``dim``, which for a remote
+    # embedder of unknown dimension means a network call.
+    kind = type(obj)
+    return all(hasattr(kind, name) for name in ("embed", "aembed", "dim", "model"))
+
+
+__all__ = [
+    "CONFIDENCE_SCORES",
+    "AgentMind",
+    "AgentMindHandle",
+    "MindTtlDefaults",
+    "ScoreWeights",
+]

@@ -1,0 +1,173 @@
+"""A namespace's committed entries, kept by the layer between runs and brought up to date by
+difference.
+
+The layer keeps each namespace's committed entries with the store's
+:class:`~memstrata.stores.ChangeMark` they stand at: a run reads only what was written or
+deleted since (``Store.changes``), and that answer's mark is the one its flush reconciles from.
+A change makes a new :class:`_Committed` (a new ``version``); what runs built from one version
+(the header, recall's rankers) is kept with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from memstrata.exceptions import InvalidInputError
+from memstrata.layers.mind.entries import MindBelief, MindGoal, MindReflection, entry_from_payload
+from memstrata.layers.mind.ranking import CompositeRanker
+from memstrata.layers.mind.records import entry_key
+from memstrata.layers.mind.vectors import BLOCK_ROWS, VectorRows, decode_raw
+from memstrata.stores import Item, Namespace, Store
+from memstrata.stores.base import ChangeMark
+
+logger = logging.getLogger("memstrata.agent_mind")
+
+_versions = itertools.count(1)
+
+
+@dataclass(eq=False)
+class _Committed:
+    """A namespace's committed entries in ``store`` as of ``mark``, kept by the layer between
+    runs and shared by the handles reading them: never changed once handed out (except ``mark``
+    moving on past writes elsewhere); a change makes a new one, with a new ``version``."""
+
+    store: Store | None
+    mark: ChangeMark | None
+    goals: dict[str, MindGoal] = field(default_factory=dict)
+    beliefs: dict[str, MindBelief] = field(default_factory=dict)
+    reflections: dict[str, MindReflection] = field(default_factory=dict)
+    # id -> (embedding model, dimension, row in ``rows[dimension]``; -1: no vector stored)
+    vectors: dict[str, tuple[Any, int, int]] = field(default_factory=dict)
+    # The stored vectors, decoded once, by dimension: shared (append-only) by the copies
+    # ``changed`` makes, so a change never copies a vector.
+    rows: dict[int, VectorRows] = field(default_factory=dict)
+    # Keys stored with a store TTL -> when it runs out: the store does not report that.
+    expiring: dict[str, float] = field(default_factory=dict)
+    # Built over these entries by one run, reused by the next: the header, (budget, counter
+    # encoding) -> (header, built at, valid until), and recall's rankers, (kinds, archived) ->
+    # (ranker, built at, valid until); a ranker's rebuild costs 0.4 s at 100k entries.
+    headers: dict[tuple[int | None, str], tuple[str, int, float]] = field(default_factory=dict)
+    rankers: dict[tuple[tuple[str, ...], bool], tuple[CompositeRanker, int, int]] = field(
+        default_factory=dict
+    )
+    # Unique among the copies this process makes: what the layer's vector index was synced from.
+    version: int = field(default_factory=lambda: next(_versions))
+
+    def changed(self, mark: ChangeMark, items: list[Item], removed: list[str]) -> _Committed:
+        """A new copy with ``items`` written and ``removed`` keys gone."""
+        fresh = _Committed(
+            self.store,
+            mark,
+            dict(self.goals),
+            dict(self.beliefs),
+            dict(self.reflections),
+            dict(self.vectors),
+            dict(self.rows),
+            dict(self.expiring),
+        )
+        fresh.apply(items, removed)
+        fresh.compact()
+        return fresh
+
+    def apply(self, items: list[Item], removed: list[str]) -> None:
+        self.remove([*removed, *(item.key for item in items)])
+        for item in items:
+            self.add(item)
+        self.seal()
+
+    def remove(self, keys: list[str]) -> None:
+        by_kind: dict[str, dict[str, Any]] = {
+            "goal": self.goals,
+            "belief": self.beliefs,
+            "reflection": self.reflections,
+        }
+        for key in keys:
+            kind, _, id_ = key.partition("/")
+            if kind in by_kind and by_kind[kind].pop(id_, None) is not None and kind != "goal":
+                self.vectors.pop(id_, None)
+            self.expiring.pop(key, None)
+
+    def add(self, item: Item) -> None:
+        """Takes in one item not held yet; its vector is decoded into ``rows`` (call
+        :meth:`seal` once the items are in)."""
+        if item.expires_at is not None:
+            self.expiring[item.key] = item.expires_at
+        try:
+            entry = entry_from_payload(item.value)
+        except InvalidInputError as exc:
+            logger.warning("skipping malformed mind entry %r: %s", item.key, exc)
+            return
+        if item.key != entry_key(entry):
+            logger.warning("skipping mind entry %r stored under a foreign key", item.key)
+            return
+        if entry.type == "belief":
+            self.beliefs[entry.id] = entry
+        elif entry.type == "reflection":
+            self.reflections[entry.id] = entry
+        else:
+            self.goals[entry.id] = entry
+            return
+        value = item.value
+        raw = decode_raw(value.get("embedding"))
+        if raw is None:
+            self.vectors[entry.id] = (value.get("embeddingModel"), 0, -1)
+            return
+        dim = len(raw) // 4
+        rows = self.rows.get(dim)
+        if rows is None:
+            rows = self.rows[dim] = VectorRows(dim)
+        self.vectors[entry.id] = (value.get("embeddingModel"), dim, rows.append_raw(raw))
+
+    def seal(self) -> None:
+        for rows in self.rows.values():
+            rows.seal()
+
+    def compact(self) -> None:
+        """Copies the rows still in use out of a store mostly made of replaced ones (the
+        shared one stays with the older copies that use it)."""
+        for dim, rows in list(self.rows.items()):
+            used = {i: row for i, (_m, d, row) in self.vectors.items() if d == dim and row >= 0}
+            if rows.size <= 2 * len(used) + BLOCK_ROWS:
+                continue
+            fresh, moved = rows.compacted(used)
+            self.rows[dim] = fresh
+            for i, row in moved.items():
+                model = self.vectors[i][0]
+                self.vectors[i] = (model, dim, row)
+
+
+def refresh(
+    held: _Committed | None, store: Store, namespace: Namespace
+) -> tuple[_Committed, ChangeMark]:
+    """``held`` brought up to date with ``store``, reading only what was written or deleted
+    since its mark (everything when there is none), and the mark of the store's answer: no
+    later than what it read, so whatever is written meanwhile counts as a change at flush. A
+    malformed entry is skipped and logged, never deleted."""
+    if held is not None and held.store is not store:
+        held = None  # a mark only means something to the store that made it
+    if held is None:
+        # Streamed: each entry's vector is decoded into the rows as the store reads it.
+        committed = _Committed(store, None)
+        changes = store.changes_each(namespace, None, committed.add)
+        committed.mark = changes.mark
+        committed.seal()
+    else:
+        changes = store.changes(namespace, held.mark)
+        if changes.complete:
+            committed = _Committed(store, changes.mark)
+            committed.apply(changes.items, changes.removed)
+        elif changes.items or changes.removed:
+            committed = held.changed(changes.mark, changes.items, changes.removed)
+        else:
+            committed = held
+            held.mark = changes.mark
+    # Rarely any: mind entries carry their expiry in the payload, not as a store TTL.
+    now = time.time()
+    expired = [key for key, at in committed.expiring.items() if at <= now]
+    if expired:
+        committed = committed.changed(changes.mark, [], expired)
+    return committed, changes.mark

@@ -1,0 +1,296 @@
+"""The flush: a run's draft committed in one store transaction when the run closes.
+
+The flush writes through ``Store.update_many_since`` from the mark taken before the load, so
+it sees what other runs committed meanwhile: it holds the caps on active goals and pinned
+reflections against that, and folds each belief this run created into an equal one committed
+since (``handle.folded`` maps the ids). Each entry is written by a small writer that merges
+with what the store holds now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memstrata._core import VectorSet
+from memstrata.exceptions import InvalidInputError
+from memstrata.layers.mind.entries import (
+    MindBelief,
+    MindGoal,
+    MindReflection,
+    decode_vector,
+    entry_from_payload,
+    now_ms,
+)
+from memstrata.layers.mind.records import (
+    copy_goal,
+    entry_key,
+    merge_confidence,
+    previous_after,
+    stored_payload,
+    union,
+)
+from memstrata.layers.mind.writes import _Draft, _GoalPatch
+from memstrata.stores import Item
+from memstrata.stores.base import Updater
+
+if TYPE_CHECKING:
+    from memstrata.layers.mind.handle import AgentMindHandle
+
+logger = logging.getLogger("memstrata.agent_mind")
+
+
+def flush(handle: AgentMindHandle, *, error: bool) -> int:
+    """See :meth:`AgentMindHandle.flush`."""
+    if handle._mark is None:
+        raise InvalidInputError("the handle was never loaded: open it with AgentMind.open")
+    draft, handle.draft = handle.draft, _Draft()
+    if draft.empty():
+        return 0
+    model = handle.layer.embedder.model
+    downgrades = draft.downgrades
+    updates: dict[str, Updater] = {}
+    created: list[tuple[MindBelief, npt.NDArray[np.float32], bool]] = []
+    for belief, vector, stored_before in draft.beliefs.values():
+        belief.error = error  # a clean restatement clears a crashed run's flag
+        if not stored_before:
+            created.append((belief, vector, belief.id in downgrades))
+        updates[entry_key(belief)] = _belief_writer(
+            belief, vector, model, stored_before, belief.id in downgrades
+        )
+    for reflection, vector in draft.reflections.values():
+        reflection.error = error
+        updates[entry_key(reflection)] = _constant(stored_payload(reflection, vector, model))
+    if not error:
+        for goal in draft.goals.values():
+            updates[entry_key(goal)] = _constant(goal.to_payload())
+        now = now_ms()
+        goals, reflections = handle.goals, handle.reflections
+        for goal_id, patch in draft.goal_patches.items():
+            updates[entry_key(goals[goal_id])] = _goal_writer(goals[goal_id], patch, now)
+        for reflection_id in draft.unpins:
+            updates[entry_key(reflections[reflection_id])] = _unpin_writer(
+                reflections[reflection_id], now
+            )
+    if not updates:
+        return 0
+    folds: dict[str, str] = {}
+
+    def plan(changed: list[Item]) -> dict[str, Updater]:
+        folds.clear()
+        planned = dict(updates)
+        _hold_caps(handle, draft, changed, planned, error=error)
+        targets = _duplicates_committed_since_load(handle, created, changed) if created else {}
+        for belief, vector, allow_downgrade in created:
+            target = targets.get(belief.id)
+            if target is None:
+                continue
+            del planned[entry_key(belief)]
+            key = entry_key(target)
+            planned[key] = _fold_writer(
+                belief, vector, model, allow_downgrade, target, planned.get(key)
+            )
+            folds[belief.id] = target.id
+        return planned
+
+    written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
+    for created_id, target_id in folds.items():
+        logger.info("belief %s duplicated %s, committed meanwhile: folded", created_id, target_id)
+    handle.folded.update(folds)
+    return len(written)
+
+
+def _hold_caps(
+    handle: AgentMindHandle,
+    draft: _Draft,
+    changed: list[Item],
+    planned: dict[str, Updater],
+    *,
+    error: bool,
+) -> None:
+    """Keeps the caps on active goals and pinned reflections against what is committed now
+    (runs that overlap each checked them against what they loaded): a goal past the cap is
+    dropped, a reflection past it is written unpinned, both logged. Runs inside the flush
+    transaction; an error flush drops this run's unpins, so its pins can pass the cap too."""
+    layer = handle.layer
+    now = now_ms()
+    active = {i for i, g in handle.goals.items() if g.status == "active"}
+    pinned = {i for i, r in handle.reflections.items() if r.pinned and not r.expired(now)}
+    for item in changed:
+        id_ = item.key.partition("/")[2]
+        try:
+            entry = entry_from_payload(item.value)
+        except InvalidInputError:
+            continue
+        if isinstance(entry, MindGoal):
+            (active.add if entry.status == "active" else active.discard)(id_)
+        elif isinstance(entry, MindReflection):
+            live = entry.pinned and not entry.expired(now)
+            (pinned.add if live else pinned.discard)(id_)
+    if not error:
+        pinned -= draft.unpins
+        room = layer.max_goals - len(active - set(draft.goals))
+        for goal in list(draft.goals.values())[max(0, room) :]:
+            del planned[entry_key(goal)]
+            logger.warning(
+                "goal %s dropped at flush: runs that overlapped took the %d active goals",
+                goal.id,
+                layer.max_goals,
+            )
+    model = layer.embedder.model
+    room = layer.max_pinned_reflections - len(pinned - set(draft.reflections))
+    pins = [(r, v) for r, v in draft.reflections.values() if r.pinned]
+    for reflection, vector in pins[max(0, room) :]:
+        unpinned = dataclasses.replace(reflection, pinned=False)
+        planned[entry_key(reflection)] = _constant(stored_payload(unpinned, vector, model))
+        logger.warning(
+            "reflection %s written unpinned at flush: the %d standing rules are taken",
+            reflection.id,
+            layer.max_pinned_reflections,
+        )
+
+
+def _duplicates_committed_since_load(
+    handle: AgentMindHandle,
+    created: list[tuple[MindBelief, npt.NDArray[np.float32], bool]],
+    changed: list[Item],
+) -> dict[str, MindBelief]:
+    """For each belief this run created, the live belief it duplicates (at least
+    ``deduplication_threshold`` similar, the most similar) among those other runs committed
+    since this one loaded. Runs inside the flush transaction."""
+    layer = handle.layer
+    now = now_ms()
+    model, dim = layer.embedder.model, layer.embedder.dim
+    candidates: list[MindBelief] = []
+    vectors: list[npt.NDArray[np.float32] | None] = []
+    for item in changed:
+        try:
+            entry = entry_from_payload(item.value)
+        except InvalidInputError:
+            continue
+        if not isinstance(entry, MindBelief) or item.key != entry_key(entry) or entry.expired(now):
+            continue
+        stored = item.value
+        vector = decode_vector(stored.get("embedding"))
+        if stored.get("embeddingModel") != model or vector is None or vector.shape[0] != dim:
+            vector = None
+        candidates.append(entry)
+        vectors.append(vector)
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    if missing:
+        # Written by a run with another embedder: embedded here, under the flush lock.
+        texts = [candidates[i].content for i in missing]
+        fresh = np.asarray(layer.embedder.embed(texts), dtype=np.float32)
+        for i, vector in zip(missing, fresh):
+            vectors[i] = vector
+    index = VectorSet(dim)
+    placeable = [
+        (entry.id, v)
+        for entry, v in zip(candidates, vectors)
+        if v is not None and np.any(v) and np.isfinite(v).all()
+    ]
+    if not placeable:
+        return {}
+    index.add([i for i, _ in placeable], np.stack([v for _, v in placeable]))
+    by_id = {entry.id: entry for entry in candidates}
+    threshold = layer.deduplication_threshold
+    out = {}
+    for belief, vector, _ in created:
+        found = index.find_duplicate(vector, threshold)
+        if found is not None:
+            out[belief.id] = by_id[found[0]]
+    return out
+
+
+# Store writers (run inside the flush transaction) ----------------------------------------------
+
+
+def _constant(value: Any) -> Callable[[Any], Any]:
+    return lambda _current: value
+
+
+def _belief_writer(
+    belief: MindBelief,
+    vector: npt.NDArray[np.float32],
+    model: str,
+    stored_before: bool,
+    allow_downgrade: bool,
+) -> Callable[[Any], Any]:
+    def write(current: Any) -> Any:
+        if stored_before and isinstance(current, dict):
+            try:
+                now_stored = MindBelief.from_payload(current)
+            except InvalidInputError:
+                now_stored = None
+            if now_stored is not None:
+                belief.confidence = merge_confidence(
+                    now_stored.confidence, belief.confidence, allow_downgrade
+                )
+                belief.tags = union(now_stored.tags, belief.tags)
+                belief.created_at = now_stored.created_at
+                # Another run may have restated it since this one loaded: keep what it said.
+                belief.previous = previous_after(now_stored, belief.content, belief.previous)
+        return stored_payload(belief, vector, model)
+
+    return write
+
+
+def _fold_writer(
+    belief: MindBelief,
+    vector: npt.NDArray[np.float32],
+    model: str,
+    allow_downgrade: bool,
+    target: MindBelief,
+    before: Updater | None,
+) -> Updater:
+    """Folds ``belief``, created by this run, into ``target``, which another run committed
+    meanwhile, by mind_believe's merge rules; ``before`` is this flush's own update of the
+    target, if it makes one, applied first."""
+
+    def write(current: Any) -> Any:
+        value = before(current) if before is not None else current
+        base = target
+        if isinstance(value, dict):
+            with suppress(InvalidInputError):  # unreadable now: merge into what the plan saw
+                base = MindBelief.from_payload(value)
+        merged = MindBelief(
+            target.id,
+            belief.content,
+            merge_confidence(base.confidence, belief.confidence, allow_downgrade),
+            union(base.tags, belief.tags),
+            belief.expires_at,
+            base.created_at,
+            # Later than what it replaces, so whoever compares versions sees a new one.
+            max(belief.updated_at, base.updated_at + 1),
+            belief.error,
+            previous_after(base, belief.content, belief.previous),
+        )
+        return stored_payload(merged, vector, model)
+
+    return write
+
+
+def _goal_writer(goal: MindGoal, patch: _GoalPatch, now: int) -> Callable[[Any], Any]:
+    def write(current: Any) -> Any:
+        try:
+            base = MindGoal.from_payload(current) if current is not None else copy_goal(goal)
+        except InvalidInputError:
+            base = copy_goal(goal)
+        return patch.apply(base, now).to_payload()
+
+    return write
+
+
+def _unpin_writer(reflection: MindReflection, now: int) -> Callable[[Any], Any]:
+    def write(current: Any) -> Any:
+        if isinstance(current, dict):
+            return {**current, "pinned": False, "updatedAt": now}
+        return {**reflection.to_payload(), "pinned": False, "updatedAt": now}
+
+    return write

@@ -1,0 +1,214 @@
+"""A run's vector index: which committed rows serve its beliefs and reflections under the
+current embedder, the belief dedup check's exact search, and embedding (a query, or the entries
+stored without a vector of the current model, which are re-embedded and written back).
+
+The index is kept by the layer between runs and synced with each new committed version; no
+vector is copied into it (the rows live in :mod:`memstrata.layers.mind.vectors`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memstrata.exceptions import ToolError
+from memstrata.layers.mind.entries import MindBelief, MindReflection, encode_vector
+from memstrata.layers.mind.records import entry_key, stored_payload
+from memstrata.layers.mind.vectors import VectorRows
+
+if TYPE_CHECKING:
+    from memstrata.embedders import Embedder
+    from memstrata.layers.mind.handle import AgentMindHandle
+
+logger = logging.getLogger("memstrata.agent_mind")
+
+REEMBED_BATCH = 256
+# An embedding's squared norm is below this, so float32 arithmetic on it (its squared norm,
+# its dot product with another such vector) stays far from float32's limit, 3.4e38.
+MAX_EMBEDDING_NORM2 = 1e30
+
+
+def embed_one(embedder: Embedder, text: str) -> npt.NDArray[np.float32]:
+    """``text``'s vector; refuses (as a tool error) a text the embedder cannot place."""
+    vector: npt.NDArray[np.float32] = np.asarray(embedder.embed([text]), dtype=np.float32)[0]
+    # One dot product (in float64, which cannot overflow here) says it all: zero for a
+    # zero vector, inf or NaN for a non-finite one, and past MAX_EMBEDDING_NORM2 for one
+    # whose float32 norm would overflow in the index. np.any and np.isfinite took two
+    # more numpy calls on every recall and belief.
+    wide = vector.astype(np.float64)
+    if not 0.0 < float(wide @ wide) < MAX_EMBEDDING_NORM2:
+        raise ToolError(
+            "this text has no words the embedder can place; write it in words",
+            code="invalid_arguments",
+        )
+    return vector
+
+
+@dataclass
+class _IndexCache:
+    """Which rows of the committed vectors serve one namespace's beliefs and reflections under
+    the current embedder, kept by the layer across runs. No vector is copied here: recall's
+    ranker reads the rows, and the belief dedup check searches that ranker (see
+    :class:`_KindIndex`)."""
+
+    model: str
+    dim: int
+    vectors: VectorRows
+    rows: dict[str, int] = field(default_factory=dict)  # id -> row in ``vectors``
+    version: int = -1  # the committed version last synced in: the same again needs nothing
+
+
+class _KindIndex:
+    """One kind's indexed entries for the dedup check, as a run sees them: exact cosine
+    similarity against the entries live when recall's ranker was built.
+
+    It holds no vectors of its own: candidates come from the run's live ranker (a search by
+    similarity alone, see :meth:`CompositeRanker.candidates`) and are re-scored from the rows.
+    """
+
+    def __init__(self, handle: AgentMindHandle, cache: _IndexCache, kind: str) -> None:
+        self._handle = handle
+        self._cache = cache
+        self._entries = handle.beliefs if kind == "belief" else handle.reflections
+        self._size = sum(1 for i in self._entries if i in cache.rows)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def top_k(self, vector: npt.ArrayLike, k: int, *, threshold: float) -> list[tuple[str, float]]:
+        """The ``k`` live entries most similar to ``vector``, at least ``threshold``."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.sqrt(query.astype(np.float64) @ query.astype(np.float64)))
+        if not norm or not math.isfinite(norm):
+            return []
+        unit = query / np.float32(norm)
+        ranker = self._handle._ranker(("belief", "reflection"), False)
+        ids = [i for i in ranker.candidates(unit, threshold) if i in self._entries]
+        if not ids:
+            return []
+        rows = self._cache.rows
+        sims = self._cache.vectors.gather([rows[i] for i in ids]) @ unit
+        found = [
+            (i, min(1.0, max(-1.0, float(sim)))) for i, sim in zip(ids, sims) if sim >= threshold
+        ]
+        found.sort(key=lambda hit: (-hit[1], hit[0]))
+        return found[:k]
+
+    def find_duplicate(self, vector: npt.ArrayLike, threshold: float) -> tuple[str, float] | None:
+        best = self.top_k(vector, 1, threshold=threshold)
+        return best[0] if best else None
+
+
+@dataclass
+class _Index:
+    """A run's view of its namespace's vector index."""
+
+    cache: _IndexCache
+    beliefs: _KindIndex
+    reflections: _KindIndex
+
+    @property
+    def dim(self) -> int:
+        return self.cache.dim
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return self.cache.rows
+
+    @property
+    def vectors(self) -> VectorRows:
+        return self.cache.vectors
+
+
+def open_index(handle: AgentMindHandle) -> _Index:
+    """The run's index over its committed entries, synced with the layer's."""
+    cache = _sync_index(handle)
+    return _Index(
+        cache, _KindIndex(handle, cache, "belief"), _KindIndex(handle, cache, "reflection")
+    )
+
+
+def _sync_index(handle: AgentMindHandle) -> _IndexCache:
+    layer = handle.layer
+    embedder = layer.embedder
+    model, dim = embedder.model, embedder.dim
+    committed = handle._committed
+    cache = layer._indexes.get(handle.namespace)
+    if (
+        cache is not None
+        and cache.version == committed.version
+        and (cache.model, cache.dim) == (model, dim)
+    ):
+        return cache
+    vectors = committed.rows.get(dim)
+    if vectors is None:
+        vectors = committed.rows[dim] = VectorRows(dim)
+    cache = _IndexCache(model, dim, vectors)
+    stored = handle._stored_vectors
+    stale: list[str] = []
+    for entries in (handle.beliefs, handle.reflections):
+        for i in entries:
+            stored_model, stored_dim, row = stored.get(i, (None, 0, -1))
+            if stored_model == model and stored_dim == dim and vectors.usable(row):
+                cache.rows[i] = row
+            else:
+                stale.append(i)
+    if stale:
+        cache.rows.update(_reembed(handle, stale, {**handle.beliefs, **handle.reflections}))
+    cache.version = committed.version
+    layer._indexes[handle.namespace] = cache
+    return cache
+
+
+def _reembed(
+    handle: AgentMindHandle,
+    ids: list[str],
+    entries: dict[str, MindBelief | MindReflection],
+) -> dict[str, int]:
+    """Embeds entries stored without a vector of the current model into the committed rows,
+    shows progress, and writes the new vectors back in one transaction. Returns their rows."""
+    layer = handle.layer
+    total = len(ids)
+    model = layer.embedder.model
+    vectors = handle._committed.rows[layer.embedder.dim]
+    logger.info("re-embedding %d mind entries with %s", total, model)
+    out: dict[str, npt.NDArray[np.float32]] = {}
+    for start in range(0, total, REEMBED_BATCH):
+        batch = ids[start : start + REEMBED_BATCH]
+        matrix = np.asarray(
+            layer.embedder.embed([entries[i].content for i in batch]), dtype=np.float32
+        )
+        for i, vector in zip(batch, matrix):
+            if np.any(vector) and np.isfinite(vector).all():
+                out[i] = vector
+        done = min(start + REEMBED_BATCH, total)
+        logger.info("re-embedded %d/%d mind entries", done, total)
+        if layer.on_progress is not None:
+            layer.on_progress(done, total)
+
+    def rewrite(entry: MindBelief | MindReflection, vector: npt.NDArray[np.float32]) -> Any:
+        def fn(current: Any) -> Any:
+            # Written meanwhile by another run: its own vector is the one to keep.
+            if not isinstance(current, dict) or current.get("content") != entry.content:
+                return current if current is not None else stored_payload(entry, vector, model)
+            return {**current, "embedding": encode_vector(vector), "embeddingModel": model}
+
+        return fn
+
+    if not out:
+        return {}
+    handle.store.update_many(
+        handle.namespace, {entry_key(entries[i]): rewrite(entries[i], v) for i, v in out.items()}
+    )
+    rows = dict(zip(out, vectors.append(np.stack(list(out.values())))))
+    vectors.seal()
+    handle._stored_vectors = {
+        **handle._stored_vectors,
+        **{i: (model, vectors.dim, row) for i, row in rows.items()},
+    }
+    return {i: row for i, row in rows.items() if vectors.usable(row)}

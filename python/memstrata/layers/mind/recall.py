@@ -1,0 +1,301 @@
+"""Relevance: ``mind_recall``'s ranking of goals, beliefs and reflections for a query.
+
+One composite score ranks every kind: ``similarity·s + recency·r + confidence·c`` (a goal's
+priority stands in for confidence). A hit is at least ``similarity_floor`` similar to the query
+and scores at least the threshold. Beliefs and reflections are ranked exactly in one pass over
+the vectors (:class:`~memstrata.layers.mind.ranking.CompositeRanker`); a ranker built by one run
+serves the runs after it over the same committed version for ``RANKING_REUSE_MS``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from memstrata.exceptions import ToolError
+from memstrata.layers.mind.checks import check_tags
+from memstrata.layers.mind.entries import (
+    GOAL_STATUSES,
+    GoalStatus,
+    MindBelief,
+    MindGoal,
+    MindRecallResult,
+    MindReflection,
+)
+from memstrata.layers.mind.ranking import CompositeRanker
+from memstrata.layers.mind.records import DAY_MS
+from memstrata.layers.mind.tools import MAX_RECALL_LIMIT
+
+if TYPE_CHECKING:
+    from memstrata.layers.mind.handle import AgentMindHandle
+
+CONFIDENCE_SCORES: dict[str, float] = {"low": 0.3, "medium": 0.6, "high": 1.0}
+PRIORITY_SCORES: dict[str, float] = {"low": 0.3, "normal": 0.6, "high": 1.0}
+RECENCY_DECAY_DAYS = 30.0
+DEFAULT_SIMILARITY_FLOOR = 0.2
+GOAL_VECTORS_KEPT = 4096
+# A ranking built by one run serves later runs this long (while no entry changed or expired):
+# recency moves scores by at most 0.2 * (1 - exp(-1 min / 30 d)), under 5e-6, in that time.
+RANKING_REUSE_MS = 60_000
+
+
+def recall(
+    handle: AgentMindHandle,
+    query: str | None,
+    *,
+    type: Literal["belief", "reflection", "goal", "all"] = "all",
+    status: GoalStatus = "active",
+    tags: list[str] | None = None,
+    pinned: bool | None = None,
+    include_expired: bool = False,
+    threshold: float | None = None,
+    limit: int = 5,
+) -> list[MindRecallResult]:
+    """See :meth:`AgentMindHandle.recall`."""
+    if type not in ("belief", "reflection", "goal", "all"):
+        raise ToolError(f"unknown type {type!r}", code="invalid_arguments")
+    if status not in GOAL_STATUSES:
+        raise ToolError(f"unknown status {status!r}", code="invalid_arguments")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ToolError("limit must be a positive integer", code="invalid_arguments")
+    limit = min(limit, MAX_RECALL_LIMIT)
+    wanted = set(check_tags(tags or []))
+    if query is None or (isinstance(query, str) and not query.strip()):
+        if pinned is True and type in ("reflection", "all"):
+            return _pinned(handle, wanted, include_expired)
+        raise ToolError(
+            "query must be a non-empty string (only pinned=true lists without one)",
+            code="invalid_arguments",
+        )
+    if not isinstance(query, str):
+        raise ToolError("query must be a string", code="invalid_arguments")
+    if threshold is None:
+        threshold = handle.layer.retrieval_threshold
+    vector = handle.embed_one(query)
+    scored: list[MindRecallResult] = []
+    if type in ("goal", "all") and not pinned:
+        scored += _recall_goals(handle, vector, status, wanted, threshold, limit)
+    if type != "goal":
+        scored += search(
+            handle,
+            vector,
+            kinds=("belief", "reflection") if type == "all" else (type,),
+            tags=wanted,
+            pinned=pinned,
+            include_expired=include_expired,
+            threshold=threshold,
+            limit=limit,
+        )
+    scored.sort(key=lambda r: (-(r.score or 0.0), r.created_at, r.id))
+    return scored[:limit]
+
+
+def _pinned(
+    handle: AgentMindHandle, tags: set[str], include_expired: bool
+) -> list[MindRecallResult]:
+    now = handle.started_at
+    rules = [
+        r
+        for r in handle.reflections.values()
+        if r.pinned and tags.issubset(r.tags) and (include_expired or not r.expired(now))
+    ]
+    rules.sort(key=lambda r: (r.created_at, r.id))
+    return [MindRecallResult.of(r) for r in rules]
+
+
+def _recall_goals(
+    handle: AgentMindHandle,
+    vector: npt.NDArray[np.float32],
+    status: str,
+    tags: set[str],
+    threshold: float,
+    limit: int,
+) -> list[MindRecallResult]:
+    """Goals scored like beliefs: similarity of their text to the query (embedded by the
+    layer's embedder), recency, and priority in place of confidence."""
+    goals = [g for g in handle.goals.values() if g.status == status and tags.issubset(g.tags)]
+    if not goals:
+        return []
+    query = np.asarray(vector, dtype=np.float64)
+    query = query / np.linalg.norm(query)
+    units = _goal_units(handle, goals)
+    layer = handle.layer
+    w, now, floor = layer.score_weights, handle.started_at, layer.similarity_floor
+    scored = []
+    for goal, unit in zip(goals, units):
+        similarity = float(unit @ query)
+        score = (
+            w.similarity * similarity
+            + w.recency * _recency(goal.updated_at, now)
+            + w.confidence * PRIORITY_SCORES[goal.priority]
+        )
+        if similarity >= floor and score >= threshold:
+            scored.append((score, goal))
+    scored.sort(key=lambda t: -t[0])
+    return [
+        MindRecallResult.of(goal, score=max(0.0, min(1.0, score))) for score, goal in scored[:limit]
+    ]
+
+
+def _goal_units(handle: AgentMindHandle, goals: list[MindGoal]) -> list[npt.NDArray[np.float64]]:
+    """The goals' unit vectors, kept by the layer by their text and embedder model."""
+    layer = handle.layer
+    kept = layer._goal_vectors
+    model = layer.embedder.model
+    texts = [" ".join([g.description, *g.progress, *g.tags]) for g in goals]
+    missing = sorted({t for t in texts if (model, t) not in kept})
+    if missing:
+        if len(kept) + len(missing) > GOAL_VECTORS_KEPT:
+            kept.clear()
+        matrix = np.asarray(layer.embedder.embed(missing), dtype=np.float64)
+        for text, row in zip(missing, matrix):
+            norm = float(np.linalg.norm(row))
+            kept[(model, text)] = row / norm if norm and math.isfinite(norm) else row * 0
+    return [kept[(model, t)] for t in texts]
+
+
+def ranker(handle: AgentMindHandle, kinds: tuple[str, ...], expired: bool) -> CompositeRanker:
+    """The run's ranker over the live (or the archived) entries of the given kinds: the one an
+    earlier run built over the same committed version while it is valid, else a new one."""
+    key = (kinds, expired)
+    found = handle._rankers.get(key)
+    if found is not None:
+        return found
+    now = handle.started_at
+    committed = handle._committed
+    shared = committed.rankers.get(key)
+    if shared is not None and shared[1] <= now < shared[2]:
+        handle._rankers[key] = shared[0]
+        return shared[0]
+    built = handle._rankers[key] = _build_ranker(handle, kinds, expired)
+    # Valid until the first entry of these kinds expires (it would change sides).
+    expiries = [
+        e.expires_at
+        for kind in kinds
+        for e in (handle.beliefs if kind == "belief" else handle.reflections).values()
+        if e.expires_at is not None and e.expires_at > now
+    ]
+    committed.rankers[key] = (built, now, min([now + RANKING_REUSE_MS, *expiries]))
+    return built
+
+
+def _build_ranker(
+    handle: AgentMindHandle, kinds: tuple[str, ...], expired: bool
+) -> CompositeRanker:
+    """A ranker over the live (or the archived) entries of the given kinds, at the run's
+    start time."""
+    cache = handle.index()
+    now = handle.started_at
+    chosen: list[MindBelief | MindReflection] = [
+        e
+        for kind in kinds
+        for e in (handle.beliefs if kind == "belief" else handle.reflections).values()
+        if e.id in cache.rows and e.expired(now) == expired
+    ]
+    w = handle.layer.score_weights
+    updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
+    recency = np.exp(-np.maximum(0.0, (now - updated) / DAY_MS) / RECENCY_DECAY_DAYS)
+    confidence = np.array(
+        [
+            CONFIDENCE_SCORES[
+                "low" if e.error else (e.confidence if isinstance(e, MindBelief) else "medium")
+            ]
+            for e in chosen
+        ],
+        dtype=np.float64,
+    )
+    return CompositeRanker.from_rows(
+        [e.id for e in chosen],
+        cache.vectors,
+        [cache.rows[e.id] for e in chosen],
+        w.recency * recency + w.confidence * confidence,
+        w.similarity,
+    )
+
+
+def _bias(handle: AgentMindHandle, entry: MindBelief | MindReflection) -> float:
+    """The recency and confidence part of ``entry``'s score (see :func:`_build_ranker`)."""
+    w = handle.layer.score_weights
+    level = "low" if entry.error else getattr(entry, "confidence", "medium")
+    return (
+        w.recency * _recency(entry.updated_at, handle.started_at)
+        + w.confidence * (CONFIDENCE_SCORES[level])
+    )
+
+
+def search(
+    handle: AgentMindHandle,
+    vector: npt.NDArray[np.float32],
+    *,
+    kinds: tuple[str, ...] = ("belief", "reflection"),
+    tags: set[str] | frozenset[str] = frozenset(),
+    pinned: bool | None = None,
+    include_expired: bool = False,
+    threshold: float = 0.35,
+    limit: int = 5,
+) -> list[MindRecallResult]:
+    """See :meth:`AgentMindHandle.search`."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise ToolError("threshold must be a number", code="invalid_arguments")
+    if not 0 <= threshold <= 1:
+        raise ToolError("threshold must be between 0 and 1", code="invalid_arguments")
+    query = np.asarray(vector, dtype=np.float32)
+    # The ranker normalises the query itself; this only refuses one it cannot.
+    norm2 = float(query @ query)
+    if not norm2 or not math.isfinite(norm2):
+        raise ToolError("the query has no direction to search by", code="invalid_arguments")
+    w = handle.layer.score_weights
+    floor = handle.layer.similarity_floor if w.similarity > 0 else 0.0
+    filtered = bool(tags) or pinned is not None or floor > 0
+    if pinned:
+        kinds = tuple(kind for kind in kinds if kind != "belief")
+    hits: list[tuple[float, str, MindBelief | MindReflection]] = []
+    # Little Python runs after the scan, and it runs cold: the scan has just streamed
+    # megabytes through the caches. Each hit's entry is looked up once.
+    beliefs, reflections = handle.beliefs, handle.reflections
+    for expired in [False, True] if include_expired and kinds else [False]:
+        if not kinds:
+            break
+        found_by = ranker(handle, kinds, expired)
+        # A hit at the floor scores at least w * floor + its bias: the scan skips the rest.
+        cut = max(threshold, w.similarity * floor + found_by.min_bias) if floor else threshold
+        k = 4 * limit if filtered else limit
+        while found_by.size:
+            found = found_by.top(query, k, threshold=cut)
+            passing = []
+            for id_, score in found:
+                entry = beliefs.get(id_) or reflections[id_]
+                if filtered:
+                    if floor and score - _bias(handle, entry) < w.similarity * floor - 1e-6:
+                        continue
+                    if tags and not tags.issubset(entry.tags):
+                        continue
+                    if (
+                        pinned is not None
+                        and isinstance(entry, MindReflection)
+                        and entry.pinned != pinned
+                    ):
+                        continue
+                passing.append((score, id_, entry))
+            if len(passing) >= limit or len(found) < k or k >= found_by.size:
+                hits += passing[:limit]
+                break
+            k *= 4
+    hits.sort(key=_best_first)
+    return [
+        MindRecallResult.of(entry, score=max(0.0, min(1.0, score)))
+        for score, _, entry in hits[:limit]
+    ]
+
+
+def _recency(updated_at: int, now: int) -> float:
+    age_days = max(0.0, (now - updated_at) / DAY_MS)
+    return math.exp(-age_days / RECENCY_DECAY_DAYS)
+
+
+def _best_first(hit: tuple[float, str, object]) -> tuple[float, str]:
+    """Recall order: higher score first, then the lower id (stable across runs and kinds)."""
+    return (-hit[0], hit[1])

@@ -1,0 +1,103 @@
+"""Pure helpers on the mind's records: copies, the merge rules of a restated belief, store keys,
+new ids, and the stored form of an entry with its vector."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memstrata.layers.mind.entries import (
+    MAX_PREVIOUS,
+    ConfidenceLevel,
+    MindBelief,
+    MindEntry,
+    MindGoal,
+    MindReflection,
+    encode_vector,
+)
+
+logger = logging.getLogger("memstrata.agent_mind")
+
+DAY_MS = 86_400_000
+_CONFIDENCE_RANK = {"low": 0, "medium": 1, "high": 2}
+
+
+def stored_payload(
+    entry: MindBelief | MindReflection, vector: npt.NDArray[np.float32], model: str
+) -> dict[str, Any]:
+    """What the store holds for a belief or reflection: its payload, its vector and the model
+    that made the vector."""
+    return {**entry.to_payload(), "embedding": encode_vector(vector), "embeddingModel": model}
+
+
+def entry_key(entry: MindEntry) -> str:
+    return f"{entry.type}/{entry.id}"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def copy_belief(b: MindBelief) -> MindBelief:
+    return MindBelief(
+        b.id,
+        b.content,
+        b.confidence,
+        list(b.tags),
+        b.expires_at,
+        b.created_at,
+        b.updated_at,
+        b.error,
+        [dict(p) for p in b.previous],
+    )
+
+
+def copy_goal(g: MindGoal) -> MindGoal:
+    return MindGoal(
+        g.id,
+        g.description,
+        g.priority,
+        g.status,
+        list(g.tags),
+        g.due_by,
+        list(g.progress),
+        g.outcome,
+        g.created_at,
+        g.updated_at,
+        g.sequence,
+    )
+
+
+def merge_confidence(
+    old: ConfidenceLevel, new: ConfidenceLevel, allow_downgrade: bool
+) -> ConfidenceLevel:
+    if allow_downgrade or _CONFIDENCE_RANK[new] >= _CONFIDENCE_RANK[old]:
+        return new
+    return old
+
+
+def previous_after(
+    base: MindBelief, content: str, also: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """``base``'s previous contents, then ``base``'s own content, then ``also`` (another
+    version's previous contents), once each and without ``content`` (what the belief says
+    now), by time: the history of a belief restated as ``content``."""
+    versions = [*base.previous, {"content": base.content, "updatedAt": base.updated_at}, *also]
+    seen = {content}
+    kept = []
+    for version in sorted(versions, key=lambda v: v["updatedAt"]):
+        if version["content"] not in seen:
+            seen.add(version["content"])
+            kept.append(dict(version))
+    if len(kept) > MAX_PREVIOUS:
+        logger.info("belief %s keeps its last %d previous contents", base.id, MAX_PREVIOUS)
+    return kept[-MAX_PREVIOUS:]
+
+
+def union(a: list[str], b: list[str]) -> list[str]:
+    return list(dict.fromkeys([*a, *b]))
