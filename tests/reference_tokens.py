@@ -226,6 +226,7 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or (fragments > 0.6 * pieces and pieces > 0.25 * e)
         or f[27] > 12.0 * f[28]
         or (han_kana > 0 and f[31] > 0.35 * han_kana)
+        or 0.8 * (pieces + f[19]) > e
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import reference_tokens as ref
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import memstrata
@@ -316,6 +316,7 @@ ADVERSARIAL_TEXTS = st.lists(_adversarial_piece(), min_size=1, max_size=5).map("
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @settings(max_examples=300, deadline=None)
 @given(text=ADVERSARIAL_TEXTS)
+@example(text="\t" * 100 + "hello\n" * 100)  # short lines: a newline per word, once missed
 def test_estimate_never_collapses(encoding: str, text: str) -> None:
     """Runs of whitespace, newlines, one character or word, base64, hex, digits, emoji and
     symbols, random code points of many scripts, long words, and mixtures of them: the estimate

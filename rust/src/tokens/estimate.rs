@@ -131,6 +131,9 @@ pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
         || (fragments > 0.6 * pieces && pieces > 0.25 * e)
         || at(OTHER_2BYTE) > 12.0 * at(OTHER_2BYTE_RUNS)
         || (han_kana > 0.0 && at(HAN_KANA_RUNS) > 0.35 * han_kana)
+        // Each letter segment, digit group and newline run is a piece of its own of at least
+        // one token: an estimate well under their number is surely too low.
+        || 0.8 * (pieces + at(NEWLINE_RUNS)) > e
 }
 
 #[cfg(test)]
