@@ -51,37 +51,142 @@ const EXTRA_SEPARATORS: &[char] = &[
     '\u{00BB}',
 ];
 
-/// Function words: they carry little of a fact, so they weigh little and make no pairs.
-const STOP_WORDS: &[&str] = &[
-    "a", "about", "also", "am", "an", "and", "are", "as", "at", "be", "been", "being", "but", "by",
-    "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "having", "he",
-    "her", "here", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "may",
-    "me", "might", "must", "my", "of", "on", "onto", "or", "our", "per", "s", "shall", "she",
-    "should", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they",
-    "this", "those", "to", "too", "us", "very", "via", "was", "we", "were", "what", "when",
-    "where", "which", "while", "who", "whom", "whose", "why", "will", "with", "would", "you",
-    "your",
-];
+/// What a short word is, when it is not an ordinary word.
+#[derive(Clone, Copy)]
+enum Lexical {
+    /// A function word: it carries little of a fact, so it weighs little and makes no pair.
+    Stop,
+    Negation,
+    /// A number word, as its digits.
+    Number(&'static str),
+}
 
-const NEGATIONS: &[&str] = &[
-    "cannot", "neither", "never", "no", "nobody", "none", "nor", "not", "nothing", "without",
+/// Stop words, negations and number words, sorted for `binary_search`.
+const LEXICON: &[(&str, Lexical)] = &[
+    ("a", Lexical::Stop),
+    ("about", Lexical::Stop),
+    ("also", Lexical::Stop),
+    ("am", Lexical::Stop),
+    ("an", Lexical::Stop),
+    ("and", Lexical::Stop),
+    ("are", Lexical::Stop),
+    ("as", Lexical::Stop),
+    ("at", Lexical::Stop),
+    ("be", Lexical::Stop),
+    ("been", Lexical::Stop),
+    ("being", Lexical::Stop),
+    ("but", Lexical::Stop),
+    ("by", Lexical::Stop),
+    ("can", Lexical::Stop),
+    ("cannot", Lexical::Negation),
+    ("could", Lexical::Stop),
+    ("did", Lexical::Stop),
+    ("do", Lexical::Stop),
+    ("does", Lexical::Stop),
+    ("eight", Lexical::Number("8")),
+    ("eleven", Lexical::Number("11")),
+    ("five", Lexical::Number("5")),
+    ("for", Lexical::Stop),
+    ("four", Lexical::Number("4")),
+    ("from", Lexical::Stop),
+    ("had", Lexical::Stop),
+    ("has", Lexical::Stop),
+    ("have", Lexical::Stop),
+    ("having", Lexical::Stop),
+    ("he", Lexical::Stop),
+    ("her", Lexical::Stop),
+    ("here", Lexical::Stop),
+    ("him", Lexical::Stop),
+    ("his", Lexical::Stop),
+    ("how", Lexical::Stop),
+    ("i", Lexical::Stop),
+    ("if", Lexical::Stop),
+    ("in", Lexical::Stop),
+    ("into", Lexical::Stop),
+    ("is", Lexical::Stop),
+    ("it", Lexical::Stop),
+    ("its", Lexical::Stop),
+    ("just", Lexical::Stop),
+    ("may", Lexical::Stop),
+    ("me", Lexical::Stop),
+    ("might", Lexical::Stop),
+    ("must", Lexical::Stop),
+    ("my", Lexical::Stop),
+    ("neither", Lexical::Negation),
+    ("never", Lexical::Negation),
+    ("nine", Lexical::Number("9")),
+    ("no", Lexical::Negation),
+    ("nobody", Lexical::Negation),
+    ("none", Lexical::Negation),
+    ("nor", Lexical::Negation),
+    ("not", Lexical::Negation),
+    ("nothing", Lexical::Negation),
+    ("of", Lexical::Stop),
+    ("on", Lexical::Stop),
+    ("one", Lexical::Number("1")),
+    ("onto", Lexical::Stop),
+    ("or", Lexical::Stop),
+    ("our", Lexical::Stop),
+    ("per", Lexical::Stop),
+    ("s", Lexical::Stop),
+    ("seven", Lexical::Number("7")),
+    ("shall", Lexical::Stop),
+    ("she", Lexical::Stop),
+    ("should", Lexical::Stop),
+    ("six", Lexical::Number("6")),
+    ("so", Lexical::Stop),
+    ("ten", Lexical::Number("10")),
+    ("than", Lexical::Stop),
+    ("that", Lexical::Stop),
+    ("the", Lexical::Stop),
+    ("their", Lexical::Stop),
+    ("them", Lexical::Stop),
+    ("then", Lexical::Stop),
+    ("there", Lexical::Stop),
+    ("these", Lexical::Stop),
+    ("they", Lexical::Stop),
+    ("this", Lexical::Stop),
+    ("those", Lexical::Stop),
+    ("three", Lexical::Number("3")),
+    ("to", Lexical::Stop),
+    ("too", Lexical::Stop),
+    ("twelve", Lexical::Number("12")),
+    ("two", Lexical::Number("2")),
+    ("us", Lexical::Stop),
+    ("very", Lexical::Stop),
+    ("via", Lexical::Stop),
+    ("was", Lexical::Stop),
+    ("we", Lexical::Stop),
+    ("were", Lexical::Stop),
+    ("what", Lexical::Stop),
+    ("when", Lexical::Stop),
+    ("where", Lexical::Stop),
+    ("which", Lexical::Stop),
+    ("while", Lexical::Stop),
+    ("who", Lexical::Stop),
+    ("whom", Lexical::Stop),
+    ("whose", Lexical::Stop),
+    ("why", Lexical::Stop),
+    ("will", Lexical::Stop),
+    ("with", Lexical::Stop),
+    ("without", Lexical::Negation),
+    ("would", Lexical::Stop),
+    ("you", Lexical::Stop),
+    ("your", Lexical::Stop),
+    ("zero", Lexical::Number("0")),
 ];
+/// The longest word in `LEXICON`, in bytes: longer tokens skip the lookup.
+const LEXICON_MAX_LEN: usize = 7;
 
-const NUMBER_WORDS: &[(&str, &str)] = &[
-    ("zero", "0"),
-    ("one", "1"),
-    ("two", "2"),
-    ("three", "3"),
-    ("four", "4"),
-    ("five", "5"),
-    ("six", "6"),
-    ("seven", "7"),
-    ("eight", "8"),
-    ("nine", "9"),
-    ("ten", "10"),
-    ("eleven", "11"),
-    ("twelve", "12"),
-];
+fn lexical(token: &str) -> Option<Lexical> {
+    if token.len() > LEXICON_MAX_LEN {
+        return None;
+    }
+    LEXICON
+        .binary_search_by(|(word, _)| word.cmp(&token))
+        .ok()
+        .map(|i| LEXICON[i].1)
+}
 
 /// The pair-sequence item of a negation: no word can spell it.
 const NEGATION_ITEM: &str = "\0not";
@@ -187,23 +292,35 @@ fn embed_text(text: &str, row: &mut [f32], acc: &mut Vec<f64>) {
     let mut items: Vec<std::borrow::Cow<'_, str>> = Vec::with_capacity(32);
     let mut prev = "";
     for token in tokens(&lower) {
-        if NEGATIONS.contains(&token) || (token == "t" && prev.ends_with('n')) {
-            add_feature(acc, b'x', b"not", NEGATION_WEIGHT);
-            items.push(NEGATION_ITEM.into());
-        } else if token.bytes().any(|b| b.is_ascii_digit()) {
-            let value: String = token.chars().filter(|&c| c != ',').collect();
-            add_feature(acc, b'n', value.as_bytes(), NUMBER_WEIGHT);
-            items.push(value.into());
-        } else if let Some(&(_, digits)) = NUMBER_WORDS.iter().find(|(w, _)| *w == token) {
-            add_feature(acc, b'n', digits.as_bytes(), NUMBER_WEIGHT);
-            items.push(digits.into());
-        } else if STOP_WORDS.contains(&token) {
-            add_feature(acc, b's', token.as_bytes(), STOP_WEIGHT);
+        let number = token.bytes().any(|b| b.is_ascii_digit());
+        let kind = if token == "t" && prev.ends_with('n') {
+            Some(Lexical::Negation)
+        } else if number {
+            None
         } else {
-            let stemmed = stem(token);
-            add_feature(acc, b'w', stemmed.as_bytes(), WORD_WEIGHT);
-            add_grams(acc, token, &mut padded, &mut bounds);
-            items.push(stemmed);
+            lexical(token)
+        };
+        match kind {
+            Some(Lexical::Negation) => {
+                add_feature(acc, b'x', b"not", NEGATION_WEIGHT);
+                items.push(NEGATION_ITEM.into());
+            }
+            Some(Lexical::Number(digits)) => {
+                add_feature(acc, b'n', digits.as_bytes(), NUMBER_WEIGHT);
+                items.push(digits.into());
+            }
+            Some(Lexical::Stop) => add_feature(acc, b's', token.as_bytes(), STOP_WEIGHT),
+            None if number => {
+                let value: String = token.chars().filter(|&c| c != ',').collect();
+                add_feature(acc, b'n', value.as_bytes(), NUMBER_WEIGHT);
+                items.push(value.into());
+            }
+            None => {
+                let stemmed = stem(token);
+                add_feature(acc, b'w', stemmed.as_bytes(), WORD_WEIGHT);
+                add_grams(acc, token, &mut padded, &mut bounds);
+                items.push(stemmed);
+            }
         }
         prev = token;
     }
@@ -331,6 +448,8 @@ mod tests {
         assert_eq!(stem("queries"), "query");
         assert_eq!(stem("status"), "status");
         assert_eq!(stem("keys"), "key");
+        assert!(LEXICON.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(LEXICON.iter().all(|(w, _)| w.len() <= LEXICON_MAX_LEN));
     }
 
     #[test]
