@@ -74,7 +74,7 @@ def fill_store(
     rng = np.random.default_rng(seed)
     texts = corpus(n_beliefs + n_reflections, seed)
     vectors = hash_embed(texts, DIM)
-    model = f"memstrata-hash-v1-{DIM}"
+    model = f"memstrata-hash-v2-{DIM}"
     levels = ("low", "medium", "high")
     updates = {}
     for i, (text, vector) in enumerate(zip(texts, vectors)):

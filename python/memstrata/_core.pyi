@@ -284,17 +284,22 @@ class VectorSet:
 def hash_embed(texts: Iterable[str], dim: int = 384) -> npt.NDArray[np.float32]:
     """Embeds texts offline with deterministic feature hashing.
 
-    Each text is lowercased and split into words at whitespace and punctuation; every word and
-    the character 3- to 5-grams of ``<word>`` are hashed (64-bit FNV-1a plus the murmur3
-    finaliser, fixed and platform independent) into a signed bucket. Rows are L2-normalised, so
-    the same text gives the same vector on every machine and process.
+    Each text is lowercased and split into tokens at whitespace and punctuation (``3.2``,
+    ``5,000`` and ``v1.2`` stay whole). Numbers (digits or ``zero`` to ``twelve``) are whole
+    features of weight 3; negations (``not``, ``never``, ``n't``...) one shared feature of
+    weight 3; stop words weigh 0.2; other words give their stem (weight 1) and their character
+    3- to 5-grams of ``<word>`` (weight 2 in all); each pair of consecutive non-stop tokens is a
+    feature of weight 1, so word order counts. Features are hashed (64-bit FNV-1a plus the
+    murmur3 finaliser, fixed and platform independent) into signed buckets. Rows are
+    L2-normalised, so the same text gives the same vector on every machine and process. This
+    is the vector space ``HashingEmbedder`` names ``memstrata-hash-v2-<dim>``.
 
     Args:
         texts: The texts (a list of str; a lone str is refused).
         dim: The embedding dimension, between 1 and 65536.
 
     Returns:
-        A float32 array of shape ``(len(texts), dim)``. A text without any word (empty,
+        A float32 array of shape ``(len(texts), dim)``. A text without any token (empty,
         whitespace or punctuation only) gives a zero row, which ``VectorSet`` refuses with
         ``ZeroVectorError``.
 

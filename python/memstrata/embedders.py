@@ -4,7 +4,8 @@ Anything with ``model``, ``dim``, ``embed(texts)`` and ``aembed(texts)`` is an
 :class:`Embedder`. Two ship with memstrata:
 
 * :class:`HashingEmbedder`: the Rust ``hash_embed`` kernel. Offline, deterministic, no model to
-  download; similarity follows shared words and word pieces, not meaning.
+  download; similarity follows shared words, word pieces, numbers, negation and word order, not
+  meaning.
 * :class:`OpenAIEmbedder`: any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint
   (OpenAI, Azure-style proxies, vLLM, llama.cpp server, Ollama's OpenAI API...), over the
   standard library's HTTP client so it adds no dependency.
@@ -72,6 +73,10 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 class HashingEmbedder:
     """Deterministic feature-hashing embeddings computed in Rust (:func:`memstrata.hash_embed`).
 
+    ``model`` is ``memstrata-hash-v2-<dim>``. Version 2 weighs numbers as whole tokens,
+    negation, word pairs (order) and stems, and down-weights stop words; vectors stored under
+    ``memstrata-hash-v1-<dim>`` are re-embedded by the layers that stored them.
+
     Args:
         dim: The dimension, between 1 and 65536.
     """
@@ -83,7 +88,7 @@ class HashingEmbedder:
 
     @property
     def model(self) -> str:
-        return f"memstrata-hash-v1-{self._dim}"
+        return f"memstrata-hash-v2-{self._dim}"
 
     @property
     def dim(self) -> int:
