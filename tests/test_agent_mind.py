@@ -577,7 +577,8 @@ def test_different_beliefs_are_separate_and_reflections_are_never_deduped(store:
 
 
 def test_dedup_threshold_is_configurable(store: Store) -> None:
-    a, b = "The deploy window is Tuesday morning.", "The deploy window is Tuesday evening."
+    # A rewording (morning vs evening would be another fact, never folded whatever the cosine).
+    a, b = "The deploy window is Tuesday morning.", "Deploys go out in the Tuesday morning window."
     sim = float(hash_embed([a, b], 384)[0] @ hash_embed([a, b], 384)[1])
     strict = make_stack(store, deduplication_threshold=min(1.0, sim + 0.01))
     with strict.run(agent=AGENT) as run:
@@ -1314,7 +1315,8 @@ def test_a_fold_follows_allow_downgrade_and_flags_an_error_flush(shared_store: S
 
 
 def test_folding_starts_at_the_dedup_threshold(shared_store: Store) -> None:
-    a, b = "The deploy window is Tuesday morning.", "The deploy window is Tuesday evening."
+    # A rewording (morning vs evening would be another fact, never folded whatever the cosine).
+    a, b = "The deploy window is Tuesday morning.", "Deploys go out in the Tuesday morning window."
     vectors = hash_embed([a, b], 384)
     similarity = float(vectors[0] @ vectors[1])
     for threshold, beliefs in ((similarity - 0.01, 1), (min(1.0, similarity + 0.01), 2)):
@@ -1638,3 +1640,43 @@ def test_a_full_mind_purges_long_expired_entries_before_refusing(
     contents = sorted(e["content"] for e in stored_entries(store))
     assert contents == ["And again", "Kept for ever", "Room made"]
     assert caplog.text.count("purged belief/") == 2
+
+
+DISTINCT_FACTS = [
+    ("TSMC Q2 capacity is fully booked", "TSMC Q3 capacity is fully booked"),
+    ("The payments API allows 100 req/min", "The payments API allows 500 req/min"),
+    ("Postgres differs from MySQL in locking", "MySQL differs from Postgres in locking"),
+    ("The user is allergic to peanuts", "The user is not allergic to peanuts"),
+    ("The release ships on 2026-03-01", "The release ships on 2026-04-01"),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), DISTINCT_FACTS)
+def test_facts_that_disagree_are_never_folded(store: Store, first: str, second: str) -> None:
+    mind = AgentMind()
+    with mind.session(store, agent=AGENT) as handle:
+        kept = handle.believe(first, confidence="high")
+    with mind.session(store, agent=AGENT) as handle:
+        other = handle.believe(second, confidence="high")
+        assert other["action"] == "created" and other["id"] != kept["id"]
+        again = handle.believe(second + ".", confidence="high")  # a restatement still folds
+        assert again == {"status": "ok", "action": "updated_draft", "id": other["id"]}
+    assert sorted(b["content"] for b in stored_entries(store, "belief")) == sorted(
+        [first, second + "."]
+    )
+
+
+@pytest.mark.parametrize(("first", "second"), DISTINCT_FACTS[:2])
+def test_overlapping_runs_never_fold_facts_that_disagree(
+    shared_store: Store, first: str, second: str
+) -> None:
+    mind = AgentMind()
+    a, b = mind.open(shared_store, agent=AGENT), mind.open(shared_store, agent=AGENT)
+    a.believe(first, confidence="high")
+    b.believe(second, confidence="high")
+    a.flush()
+    b.flush()
+    assert b.folded == {}
+    assert sorted(x["content"] for x in stored_entries(shared_store, "belief")) == sorted(
+        [first, second]
+    )

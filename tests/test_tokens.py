@@ -314,7 +314,7 @@ ADVERSARIAL_TEXTS = st.lists(_adversarial_piece(), min_size=1, max_size=5).map("
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)  # one case set: reproducible
 @given(text=ADVERSARIAL_TEXTS)
 @example(text="\t" * 100 + "hello\n" * 100)  # short lines: a newline per word, once missed
 def test_estimate_never_collapses(encoding: str, text: str) -> None:
@@ -327,7 +327,7 @@ def test_estimate_never_collapses(encoding: str, text: str) -> None:
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50, deadline=None, derandomize=True)
 @given(text=ADVERSARIAL_TEXTS)
 def test_estimate_matches_the_reference_guard(encoding: str, text: str) -> None:
     """The kernel distrusts its model exactly where the reference does, and then counts."""

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from memstrata._core import VectorSet
 from memstrata.exceptions import InvalidInputError
+from memstrata.layers.mind.conflicts import facts_disagree
 from memstrata.layers.mind.entries import (
     MindBelief,
     MindGoal,
@@ -202,9 +203,13 @@ def _duplicates_committed_since_load(
     threshold = layer.deduplication_threshold
     out = {}
     for belief, vector, _ in created:
-        found = index.find_duplicate(vector, threshold)
+        # The most similar one that does not say another fact (a number, a date, a negation).
+        similar = index.top_k(vector, len(placeable), threshold=threshold)
+        found = next(
+            (i for i, _ in similar if not facts_disagree(belief.content, by_id[i].content)), None
+        )
         if found is not None:
-            out[belief.id] = by_id[found[0]]
+            out[belief.id] = by_id[found]
     return out
 
 

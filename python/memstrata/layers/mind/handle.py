@@ -207,13 +207,19 @@ class AgentMindHandle:
         )
 
     def find_duplicate_belief(
-        self, vector: npt.NDArray[np.float32], *, now: int | None = None
+        self,
+        vector: npt.NDArray[np.float32],
+        *,
+        now: int | None = None,
+        content: str | None = None,
     ) -> tuple[str, float, str] | None:
         """The live belief at least ``deduplication_threshold`` similar to ``vector``, in this
         run's draft or the committed store, as ``(id, similarity, action)``; the better of the
-        two wins. ``action`` is what an update of it reports (``updated_draft`` or
+        two wins. With ``content``, a belief whose facts disagree with it (numbers, dates,
+        negation: :func:`~memstrata.layers.mind.conflicts.facts_disagree`) is never the match,
+        however similar. ``action`` is what an update of it reports (``updated_draft`` or
         ``updated_store``)."""
-        return _writes.find_duplicate_belief(self, vector, now=now)
+        return _writes.find_duplicate_belief(self, vector, now=now, content=content)
 
     def believe_vector(
         self,

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from memstrata._core import VectorSet
 from memstrata.exceptions import InvalidInputError, LimitExceededError, ToolError
 from memstrata.layers.mind.checks import check_content, check_tags
+from memstrata.layers.mind.conflicts import facts_disagree
 from memstrata.layers.mind.entries import (
     CONFIDENCE_LEVELS,
     ConfidenceLevel,
@@ -108,15 +109,24 @@ def believe(
 
 
 def find_duplicate_belief(
-    handle: AgentMindHandle, vector: npt.NDArray[np.float32], *, now: int | None = None
+    handle: AgentMindHandle,
+    vector: npt.NDArray[np.float32],
+    *,
+    now: int | None = None,
+    content: str | None = None,
 ) -> tuple[str, float, str] | None:
     """See :meth:`AgentMindHandle.find_duplicate_belief`."""
     now = now_ms() if now is None else now
     threshold = handle.layer.deduplication_threshold
+
+    def agrees(text: str) -> bool:
+        return content is None or not facts_disagree(content, text)
+
     draft = handle.draft
     match: tuple[str, float, str] | None = None
     if draft.belief_vectors is not None and len(draft.belief_vectors):
-        found = draft.belief_vectors.find_duplicate(vector, threshold)
+        similar = draft.belief_vectors.top_k(vector, len(draft.belief_vectors), threshold=threshold)
+        found = next((h for h in similar if agrees(draft.beliefs[h[0]][0].content)), None)
         if found is not None:
             match = (found[0], found[1], "updated_draft")
     beliefs = handle.beliefs
@@ -127,11 +137,15 @@ def find_duplicate_belief(
     if best is None:
         return match
     stored = beliefs.get(best[0])
-    if stored is None or stored.expired(now):
-        # The best is archived: look for the best live one among the similar ones.
+    if stored is None or stored.expired(now) or not agrees(stored.content):
+        # The best is archived or says another fact: look among the other similar ones.
         candidates = index.top_k(vector, max(16, len(index)), threshold=threshold)
         best = next(
-            ((i, sim) for i, sim in candidates if i in beliefs and not beliefs[i].expired(now)),
+            (
+                (i, sim)
+                for i, sim in candidates
+                if i in beliefs and not beliefs[i].expired(now) and agrees(beliefs[i].content)
+            ),
             None,
         )
     if best is not None and (match is None or best[1] > match[1]):
@@ -151,7 +165,7 @@ def believe_vector(
 ) -> dict[str, Any]:
     """See :meth:`AgentMindHandle.believe_vector`."""
     now = now_ms()
-    match = find_duplicate_belief(handle, vector, now=now)
+    match = find_duplicate_belief(handle, vector, now=now, content=content)
     expires_at = now + ttl_ms if ttl_ms is not None else None
     if match is None:
         require_room(handle, "belief")
