@@ -305,8 +305,11 @@ def changes(
     tops = previous.tops
     m = min(n, len(tops))
     # The previous copy on the left: its values are exact str or None, whose == compares text.
-    same = map(operator.eq, tops, messages)
-    changed = list(compress(range(m), map(operator.not_, same)))
+    if tops == (messages if n == m else messages[:m]):
+        changed: list[int] = []  # the common case, in one call
+    else:
+        same = map(operator.eq, tops, messages)
+        changed = list(compress(range(m), map(operator.not_, same)))
     k = bisect_left(previous.deep, m)
     deep = previous.deep[:k]
     now: list[bytes | None] = []
