@@ -14,7 +14,7 @@ import hashlib
 import operator
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any, NamedTuple
 
 import orjson
@@ -336,7 +336,11 @@ def changes(
                 by_position[i] = _json_or_none(messages[i])
     else:
         by_position = {}
-    added = [i for i in range(m, n) if _is_deep(new_tops[i], shallow)]
+    # Which new messages hold more than text or None, in C; the predicate only for those.
+    flat = map(_FLAT.issuperset, map(map, repeat(type), map(dict.values, new_tops[m:])))
+    added = list(compress(range(m, n), map(operator.not_, flat)))
+    if shallow is not None:
+        added = [i for i in added if not shallow(new_tops[i])]
     if changed:
         by_position.update(zip(added, map(_json_or_none, map(messages.__getitem__, added))))
         order = sorted(by_position)
