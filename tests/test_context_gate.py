@@ -646,3 +646,142 @@ def test_pruned_is_reported_only_when_something_was_pruned(tmp_path: Path) -> No
     decision = gate_for(messages, 0.9, tmp_path).evaluate(messages, "c")
     assert decision.state == "warn" and decision.pruned == 0
     assert decision.messages is messages
+
+
+def _nested_conversation() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "You are a research agent."},
+        {"role": "user", "content": [{"type": "text", "text": "look up item 1"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "result one"},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "block"}],
+        },
+        {"type": "function_call_output", "call_id": "r1", "output": "item"},
+        {"role": "user", "content": "plain text", "name": "u"},
+    ]
+
+
+_NESTED_EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "grow_list",  # a part appended to a content list, in place
+                "edit_part",  # a part's text changed in place
+                "edit_arguments",  # a tool call's arguments changed in place
+                "add_call",  # a tool call appended to tool_calls, in place
+                "set_text",  # a top-level text changed in place
+                "to_list",  # a text content becomes a list, in place
+                "to_number",  # a value becomes a number, then a bool, in place
+                "replace",  # a new message object at the same position
+                "same_copy",  # an equal copy at the same position (nothing to recount)
+                "append",
+                "drop",
+                "insert",
+            ]
+        ),
+        st.integers(0, 10_000),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_NESTED_EDITS, st.booleans())
+def test_counts_follow_edits_inside_messages(edits: list[tuple[str, int]], evaluate: bool) -> None:
+    """Whatever is edited in place between two calls (a content list, a part, a tool call's
+    arguments, a value's type), at whatever depth, the gate's estimate is the uncached one."""
+    gate = ContextGate(max_input_tokens=10**9, pad_pct=0.0)
+    plain = ContextGate(max_input_tokens=10**9, pad_pct=0.0, cache=False)
+    messages = _nested_conversation()
+
+    def check(step: int, edit: str) -> None:
+        if evaluate:
+            got = gate.evaluate(messages, "c", run_id="r").estimated_tokens
+        else:
+            got = gate.estimate(messages)
+        assert got == plain.estimate(messages), (step, edit)
+
+    check(-1, "start")
+    for step, (edit, r) in enumerate(edits):
+        if not messages:
+            messages.append({"role": "user", "content": "again"})
+        i = r % len(messages)
+        message = messages[i]
+        words = "word " * (r % 40 + 1)
+        content = message.get("content")
+        lists = [content] if isinstance(content, list) else []
+        if edit == "grow_list" and lists:
+            lists[0].append({"type": "text", "text": words})
+        elif edit == "edit_part" and lists and lists[0] and isinstance(lists[0][0], dict):
+            part = lists[0][0]
+            part["content" if part.get("type") == "tool_result" else "text"] = words
+        elif edit == "edit_arguments" and isinstance(message.get("tool_calls"), list):
+            message["tool_calls"][0]["function"]["arguments"] = json.dumps({"q": words})
+        elif edit == "add_call" and isinstance(message.get("tool_calls"), list):
+            message["tool_calls"].append(
+                {"id": f"c{r}", "type": "function", "function": {"name": "g", "arguments": words}}
+            )
+        elif edit == "set_text":
+            message["content" if "content" in message else "output"] = words
+        elif edit == "to_list":
+            message["content"] = [{"type": "text", "text": words}, {"type": "image_url"}]
+        elif edit == "to_number":
+            # A key the counter ignores: a cache that compared 1 == True would still agree.
+            message["meta"] = 1 if message.get("meta") != 1 else True
+        elif edit == "replace":
+            messages[i] = {"role": "user", "content": words}
+        elif edit == "same_copy":
+            messages[i] = json.loads(json.dumps(message))
+        elif edit == "append":
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": words}]})
+        elif edit == "drop":
+            del messages[i]
+        elif edit == "insert":
+            messages.insert(i, {"role": "tool", "tool_call_id": f"x{r}", "content": words})
+        check(step, edit)
+
+
+def test_an_equal_message_at_the_same_position_keeps_its_count_and_a_new_one_does_not() -> None:
+    gate = ContextGate(max_input_tokens=10**9, pad_pct=0.0)
+    messages = _nested_conversation()
+    first = gate.estimate(messages)
+    messages[3] = {"role": "tool", "tool_call_id": "c1", "content": "result one"}
+    assert gate.estimate(messages) == first
+    messages[3] = {"role": "tool", "tool_call_id": "c1", "content": "result one " + "x " * 900}
+    assert gate.estimate(messages) > first + 800
+
+
+def test_a_part_of_a_content_list_edited_in_place_is_counted_again() -> None:
+    gate = ContextGate(max_input_tokens=10**9, pad_pct=0.0)
+    messages = _nested_conversation()
+    first = gate.estimate(messages)
+    messages[4]["content"][0]["content"] = "word " * 5000
+    assert gate.estimate(messages) > first + 4000
+    messages[2]["tool_calls"][0]["function"]["arguments"] = json.dumps({"q": "word " * 5000})
+    assert gate.estimate(messages) > first + 9000
+
+
+def test_interleaved_conversations_on_one_gate_are_each_counted_right() -> None:
+    """One gate, several threads' conversations in turn (a stack's gate serves every run)."""
+    gate = ContextGate(max_input_tokens=10**9, pad_pct=0.0)
+    plain = ContextGate(max_input_tokens=10**9, pad_pct=0.0, cache=False)
+    conversations = [
+        [
+            {"role": "system", "content": "s"},
+            *({"role": "user", "content": f"{k} {i}"} for i in range(k)),
+        ]
+        for k in range(1, 9)
+    ]
+    for turn in range(4):
+        for k, messages in enumerate(conversations):
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": f"{turn}"}]})
+            messages[-2 if len(messages) > 2 else -1]["content"] = f"edited {turn} " * k
+            assert gate.estimate(messages) == plain.estimate(messages)

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -404,3 +405,86 @@ def test_prepare_leaves_the_pages_the_model_read_back_verbatim() -> None:
             {"role": "tool", "tool_call_id": "call_2", "content": page["content"]},
         ]
         assert run.prepare(messages)[1] is messages[1]
+
+
+def _offloaded(message: dict[str, Any]) -> bool:
+    body = message.get("content", message.get("output"))
+    return isinstance(body, str) and body.startswith("[tool result offloaded")
+
+
+def test_offload_follows_results_edited_in_place() -> None:
+    """prepare() reuses what it decided for a result only while the result is the same: an
+    edit in place, at any depth, is decided again."""
+    stack = MemoryStack([ToolResults()], store=InMemoryStore())
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"role": "tool", "tool_call_id": "call_1", "content": big_log()},
+        {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "ok"}]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": "small"}],
+        },
+        {"type": "function_call_output", "call_id": "fc_1", "output": "small"},
+    ]
+    with stack.run(thread_id="t") as run:
+        out = run.prepare(messages)
+        assert [_offloaded(m) for m in out] == [False, True, False, False, False]
+        # The offloaded message edited in place: small now, it stays as it is.
+        messages[1]["content"] = "short answer"
+        assert run.prepare(messages)[1] == messages[1]
+        # A new large body in the same dict: offloaded, and the notice reads back the new text.
+        messages[1]["content"] = big_log(2500)
+        notice = run.prepare(messages)[1]["content"]
+        assert notice.startswith("[tool result offloaded: call_id=call_1,")
+        page = run.call_tool("read_tool_result", {"call_id": "call_1", "max_tokens": 32_000})
+        assert page["content"] == big_log(2500)[: len(page["content"])]
+        # A content list grown in place past the threshold.
+        messages[2]["content"].append({"type": "text", "text": big_log()})
+        assert _offloaded(run.prepare(messages)[2])
+        # An Anthropic tool_result block's content replaced in place.
+        messages[3]["content"][0]["content"] = big_log()
+        block = run.prepare(messages)[3]["content"][0]
+        assert block["content"].startswith("[tool result offloaded: call_id=tu_1,")
+        # A Responses output item changed in place.
+        messages[4]["output"] = big_log()
+        assert _offloaded(run.prepare(messages)[4])
+        # A tool message replaced by a plain one at the same position: nothing to offload.
+        messages[1] = {"role": "user", "content": big_log()}
+        assert run.prepare(messages)[1] is messages[1]
+        # And the input was never changed by prepare.
+        assert messages[4]["output"] == big_log()
+
+
+def test_offload_follows_a_conversation_that_grows_and_shifts() -> None:
+    stack = MemoryStack([ToolResults(threshold_tokens=50)], store=InMemoryStore())
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+    with stack.run(thread_id="t") as run:
+        for i in range(12):
+            body = ("row " * 200) + str(i) if i % 2 else f"small {i}"
+            messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": body})
+            if i % 5 == 4:
+                del messages[1]  # a sliding window: every position shifts
+            out = run.prepare(messages)
+            for given, sent in zip(messages, out):
+                big = given["role"] == "tool" and len(given["content"]) > 100
+                assert _offloaded(sent) == big
+                if big:
+                    assert f"call_id={given['tool_call_id']}," in sent["content"]
+
+
+def test_offload_decisions_follow_a_reused_call_id_across_prepares() -> None:
+    """A call_id reused with new text moves the older text to a derived id; a conversation
+    still holding the older result is pointed at the derived id from then on."""
+    stack = MemoryStack([ToolResults()], store=InMemoryStore())
+    old, new = big_log(), big_log(2500)
+    messages = [{"role": "tool", "tool_call_id": "call_0", "content": old}]
+    with stack.run(thread_id="t") as run:
+        first = run.prepare(messages)[0]["content"]
+        assert first.startswith("[tool result offloaded: call_id=call_0,")
+        run.prepare([{"role": "tool", "tool_call_id": "call_0", "content": new}])
+        again = run.prepare(messages)[0]["content"]
+        pointed = again.split("call_id=")[1].split(",")[0]
+        assert pointed.startswith("call_0:")
+        assert run.layer("tool-results").read_tool_result(pointed, max_tokens=32_000)[
+            "total_chars"
+        ] == len(old)

@@ -11,7 +11,10 @@ count any message through :func:`countable`, so each of them handles every forma
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import compress, repeat
 from typing import Any, NamedTuple
 
 import orjson
@@ -256,3 +259,105 @@ def is_message(value: Any) -> bool:
 
 def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+# Snapshots --------------------------------------------------------------------------------------
+
+_FLAT = frozenset({str, type(None)})
+
+
+class Snapshot(NamedTuple):
+    """What a message list held, position by position (see :func:`changes`).
+
+    Attributes:
+        tops: A shallow copy of every message. For a message whose values are all text or None
+            (immutable), it is the whole content.
+        deep: The positions, ascending, whose content the shallow copy does not hold (a list,
+            a dict, a number at the top level).
+        texts: The JSON text of the message at each of ``deep`` (None: not JSON data).
+    """
+
+    tops: list[Message]
+    deep: list[int]
+    texts: list[bytes | None]
+
+
+EMPTY_SNAPSHOT = Snapshot([], [], [])
+
+
+def changes(
+    previous: Snapshot, messages: list[Message], *, shallow: Callable[[Message], bool] | None = None
+) -> tuple[Snapshot, list[int]]:
+    """The snapshot of ``messages`` and the positions, ascending, whose content differs from
+    what ``previous`` holds at the same position (every position past its end included).
+
+    The comparison is by content, never by the identity of objects: a message whose values are
+    all text or None is compared with ``==`` against a shallow copy taken when it was seen (a
+    list or dict edited in place cannot hide there, since such a message holds none); any
+    other by its JSON text, which an edit in place at any depth changes. Both comparisons run
+    in C over the whole list, so an unchanged prefix costs well under a microsecond a message.
+
+    ``shallow(copy)`` may declare a message's nested values irrelevant to the caller (the
+    offload pass never reads below an assistant message's top level): such a message is
+    compared by its top level only.
+    """
+    n = len(messages)
+    tops = previous.tops
+    m = min(n, len(tops))
+    # The previous copy on the left: its values are exact str or None, whose == compares text.
+    if tops == (messages if n == m else messages[:m]):
+        changed: list[int] = []  # the common case, in one call
+    else:
+        same = map(operator.eq, tops, messages)
+        changed = list(compress(range(m), map(operator.not_, same)))
+    k = bisect_left(previous.deep, m)
+    deep = previous.deep[:k]
+    now: list[bytes | None] = []
+    if deep:
+        before = previous.texts
+        try:
+            now = list(map(orjson.dumps, map(messages.__getitem__, deep)))
+            moved = list(compress(deep, map(operator.ne, now, before)))
+        except (TypeError, orjson.JSONEncodeError):
+            now = [_json_or_none(messages[i]) for i in deep]
+            moved = [i for i, a, b in zip(deep, now, before) if a is None or a != b]
+        if moved:
+            changed = sorted({*changed, *moved})
+    if not changed and n == len(tops):
+        return previous, changed
+    new_tops = tops[:m]
+    new_tops += map(dict, messages[m:])
+    if changed:
+        by_position = dict(zip(deep, now))
+        for i in changed:
+            new_tops[i] = dict(messages[i])
+            by_position.pop(i, None)
+            if _is_deep(new_tops[i], shallow):
+                by_position[i] = _json_or_none(messages[i])
+    else:
+        by_position = {}
+    # Which new messages hold more than text or None, in C; the predicate only for those.
+    flat = map(_FLAT.issuperset, map(map, repeat(type), map(dict.values, new_tops[m:])))
+    added = list(compress(range(m, n), map(operator.not_, flat)))
+    if shallow is not None:
+        added = [i for i in added if not shallow(new_tops[i])]
+    if changed:
+        by_position.update(zip(added, map(_json_or_none, map(messages.__getitem__, added))))
+        order = sorted(by_position)
+        texts = [by_position[i] for i in order]
+    else:
+        order = [*deep, *added]
+        texts = [*now, *map(_json_or_none, map(messages.__getitem__, added))]
+    return Snapshot(new_tops, order, texts), [*changed, *range(m, n)]
+
+
+def _is_deep(top: Message, shallow: Callable[[Message], bool] | None) -> bool:
+    """Whether the shallow copy ``top`` misses part of its message's content."""
+    return not _FLAT.issuperset(map(type, top.values())) and (shallow is None or not shallow(top))
+
+
+def _json_or_none(message: Message) -> bytes | None:
+    try:
+        return orjson.dumps(message)
+    except (TypeError, orjson.JSONEncodeError):
+        return None

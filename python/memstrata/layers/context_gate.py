@@ -31,11 +31,14 @@ Decisions where the seed is silent:
 
 * "Fits" means the padded estimate is strictly below ``max_input_tokens``; the refusal is "at
   or above 100% after compression", as the seed says.
-* Per-message token counts are cached by content, never by object identity: a message whose
-  values are all text, numbers or None is keyed by its items, any other by its JSON text. A
-  message or content list edited in place is counted again. The keys' characters are bounded
-  (8 Mi), so a new large block every turn cannot pile up. A message nesting deeper than 254
-  levels is refused with :class:`InvalidInputError` naming its index.
+* Per-message token counts are cached by content, never by object identity. The gate keeps a
+  snapshot of the last four lists it checked (a shallow copy of each message whose values are
+  all text or None, the JSON text of any other) with their counts: a position whose content is
+  unchanged keeps its count, compared in C (:func:`memstrata.messages.changes`). Any other
+  message is looked up by its items when every value is a text, number, bool or None, else by
+  its JSON text. A message or content list edited in place is counted again. The keys'
+  characters are bounded (8 Mi), so a new large block every turn cannot pile up. A message
+  nesting deeper than 254 levels is refused with :class:`InvalidInputError` naming its index.
 * "pruned" is reported only when a result was replaced; at the prune line with nothing left
   to prune, a prompt that fits passes as "warn".
 * The once-per-run warning is keyed by ``run_id`` (the stack passes one per run); without one,
@@ -57,13 +60,22 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
 from memstrata.exceptions import InvalidInputError, RecoverableContextError
-from memstrata.messages import countable, is_message, tool_results, with_tool_results
+from memstrata.messages import (
+    EMPTY_SNAPSHOT,
+    Snapshot,
+    changes,
+    countable,
+    is_message,
+    tool_results,
+    with_tool_results,
+)
 from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
 from memstrata.safe_files import is_regular_file, path_in, write_atomic
@@ -90,6 +102,8 @@ _NOTICE_ID = re.compile(
     re.escape(TOOL_RESULT_OFFLOADED[: TOOL_RESULT_OFFLOADED.index("{")]) + f"({_ID}),"
 )
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+# Message lists whose snapshot and counts the gate keeps (conversations checked in turn).
+_LISTS_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -197,6 +211,8 @@ class ContextGate:
         # A message's content key -> (tokens, characters the key holds); see _content_key.
         self._counts: OrderedDict[Any, tuple[int, int]] = OrderedDict()
         self._counts_chars = 0
+        # The last lists checked, newest first: a snapshot of each and its messages' counts.
+        self._lists: list[tuple[Snapshot, list[int]]] = []
         self._lock = threading.Lock()
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._default_run = 0
@@ -321,13 +337,42 @@ class ContextGate:
     def _raw_counts(self, messages: list[Message]) -> tuple[int, list[int]]:
         """The unpadded total and each message's own tokens.
 
-        Counts are cached by each message's content (see :func:`_content_key`), never by the
-        identity of its objects: a list or dict edited in place between two calls is counted
-        again. Computing a key also checks the message (depth, JSON data).
+        The gate keeps a snapshot of the last few lists it checked, with their counts: the
+        positions whose content is what it was (:func:`memstrata.messages.changes`, a
+        comparison by content run in C) keep their counts, and only the others are counted,
+        through the content-keyed cache (:meth:`_keyed_counts`). A list or dict edited in
+        place between two calls is counted again.
         """
+        if not messages or not self.cache:
+            return self._keyed_counts(messages)
+        n = len(messages)
+        with self._lock:
+            kept = self._lists
+            previous = next((k for k in kept if _probe(k[0], messages)), None)
+        snapshot, changed = changes(previous[0] if previous else EMPTY_SNAPSHOT, messages)
+        if previous is not None and not changed:
+            counts = previous[1] if len(previous[1]) == n else previous[1][:n]
+        else:
+            counts = previous[1][:n] if previous is not None else []
+            counts += [0] * (n - len(counts))
+            _, fresh = self._keyed_counts([messages[i] for i in changed], changed)
+            for i, tokens in zip(changed, fresh):
+                counts[i] = tokens
+        with self._lock:
+            rest = [k for k in self._lists if k is not previous][: _LISTS_KEPT - 1]
+            self._lists = [(snapshot, counts), *rest]
+        return sum(counts) + self._priming, counts
+
+    def _keyed_counts(
+        self, messages: list[Message], positions: list[int] | None = None
+    ) -> tuple[int, list[int]]:
+        """Like :meth:`_raw_counts`, each message looked up in the cache by its content (see
+        :func:`_content_key`); ``positions`` are the messages' indexes in the caller's list,
+        for errors. Computing a key also checks the message (depth, JSON data)."""
         if not messages:
             return 0, []
-        keys = list(map(_content_key, range(len(messages)), messages))
+        indexes = positions if positions is not None else range(len(messages))
+        keys = list(map(_content_key, indexes, messages))
         if not self.cache:
             counts = [self._count(m) for m in messages]
             return sum(counts) + self._priming, counts
@@ -362,7 +407,7 @@ class ContextGate:
         """The unpadded total of ``pruned``: ``raw`` minus each replaced message plus its new
         count."""
         changed = [i for i in range(len(given)) if pruned[i] is not given[i]]
-        _, new_counts = self._raw_counts([pruned[i] for i in changed])
+        _, new_counts = self._keyed_counts([pruned[i] for i in changed], changed)
         for i, tokens in zip(changed, new_counts):
             raw += tokens - counts[i]
         return raw
@@ -625,7 +670,7 @@ def _as_message_list(messages: Sequence[Message]) -> list[Message]:
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         raise InvalidInputError(f"messages must be a list of dicts, got {type(messages).__name__}")
     given = messages if isinstance(messages, list) else list(messages)
-    if not all(map(is_message, given)):
+    if not _all_dicts_with_roles(given) and not all(map(is_message, given)):
         for index, message in enumerate(given):
             if not isinstance(message, dict):
                 raise InvalidInputError(
@@ -637,6 +682,15 @@ def _as_message_list(messages: Sequence[Message]) -> list[Message]:
                     "a Responses item or an Anthropic message"
                 )
     return given
+
+
+def _all_dicts_with_roles(messages: list[Any]) -> bool:
+    """Whether every item is a dict with a role (chat and Anthropic messages), checked in C;
+    a list holding anything else (Responses items, mistakes) is checked one item at a time."""
+    try:
+        return all(map(dict.__contains__, messages, repeat("role")))
+    except TypeError:  # an item that is not a dict
+        return False
 
 
 def _content_key(index: int, message: Message) -> Any:
@@ -660,6 +714,15 @@ def _content_key(index: int, message: Message) -> Any:
         return None
     except TypeError:
         return None
+
+
+def _probe(snapshot: Snapshot, messages: list[Message]) -> bool:
+    """Whether ``messages`` looks like the list ``snapshot`` was taken of (its first message
+    and its last one in common are equal): picks which kept list to compare against. A wrong
+    pick costs time, never a wrong count (:func:`changes` compares every position)."""
+    tops = snapshot.tops
+    last = min(len(tops), len(messages)) - 1
+    return last >= 0 and tops[0] == messages[0] and tops[last] == messages[last]
 
 
 def _key_size(key: Any) -> int:

@@ -62,7 +62,15 @@ import orjson
 
 from memstrata._core import prune_sliding_window
 from memstrata.exceptions import InvalidInputError, ToolError
-from memstrata.messages import call_names, tool_results, with_tool_results
+from memstrata.messages import (
+    EMPTY_SNAPSHOT,
+    Snapshot,
+    ToolResult,
+    call_names,
+    changes,
+    tool_results,
+    with_tool_results,
+)
 from memstrata.prompts import (
     READ_TOOL_RESULT_DESCRIPTION,
     TOOL_RESULT_OFFLOADED,
@@ -101,6 +109,7 @@ _RESOURCES_DIR = "resources"
 _CHUNK_CHARS = 1 << 20  # characters per stored chunk: far below a store's per-value limit
 _EARLIER_KEPT = 32  # older ids a reused call_id lists
 _SEEN_LIMIT = 50_000  # results whose offload decision is remembered
+_LISTS_KEPT = 64  # scopes whose last conversation the offload pass keeps a snapshot of
 _READ_TOOL_NAMES = frozenset({"read_tool_result"})
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
 _UNSEEN = "\x00unseen"
@@ -191,6 +200,13 @@ class ToolResults:
         # counted and stored once. Shared by every run of the layer, hence the scope in the key.
         self._seen: OrderedDict[tuple[Any, ...], str | None] = OrderedDict()
         self._seen_lock = threading.Lock()
+        # Per scope, the last conversation offload_messages saw: its snapshot, the notices
+        # it put at each position (position -> block -> notice) and the version of _seen they
+        # came from. _version[0] grows whenever remembered notices are rewritten (_repoint).
+        self._lists: OrderedDict[Any, tuple[Snapshot, dict[int, dict[int | None, str]], int]] = (
+            OrderedDict()
+        )
+        self._version = [0]
 
     @property
     def tool_calls_dir(self) -> Path | None:
@@ -309,10 +325,51 @@ class ToolResults:
         given = messages if isinstance(messages, list) else list(messages)
         if not self.enabled:
             return given
-        bodies: dict[tuple[int, int | None], Any] = {}
+        scope = self._scope
+        with self._seen_lock:
+            kept = self._lists.get(scope)
+            version = self._version[0]
+        if kept is not None and kept[2] == version:
+            previous, notices = kept[0], kept[1]
+        else:
+            previous, notices = EMPTY_SNAPSHOT, {}
+        try:
+            snapshot, changed = changes(previous, given, shallow=_holds_no_result)
+        except (TypeError, ValueError):  # an item that is not a dict: the plain pass skips it
+            return self._offload_all(given)
+        if changed:
+            n = len(given)
+            notices = {p: b for p, b in notices.items() if p < n}
+            for p in changed:
+                notices.pop(p, None)
+            found = tool_results([given[p] for p in changed])
+            decided = self._decisions(given, found, positions=changed)
+            for (p, block), notice in decided.items():
+                notices.setdefault(p, {})[block] = notice
+        with self._seen_lock:
+            self._lists[scope] = (snapshot, notices, version)
+            self._lists.move_to_end(scope)
+            while len(self._lists) > _LISTS_KEPT:
+                self._lists.popitem(last=False)
+        if not notices:
+            return given
+        bodies = {(p, b): notice for p, blocks in notices.items() for b, notice in blocks.items()}
+        return with_tool_results(given, bodies)
+
+    def _offload_all(self, given: list[Message]) -> list[Message]:
+        bodies = self._decisions(given, tool_results(given))
+        return with_tool_results(given, bodies) if bodies else given
+
+    def _decisions(
+        self, given: list[Message], found: list[ToolResult], positions: list[int] | None = None
+    ) -> dict[tuple[int, int | None], str]:
+        """The notice for each result in ``found`` that is to be offloaded, by (position,
+        block); ``positions`` maps the results' positions to ``given``'s."""
+        bodies: dict[tuple[int, int | None], str] = {}
         names: dict[str, str] | None = None
-        for found in tool_results(given):
-            key = _seen_key(self._scope, found.call_id, found.body)
+        for result in found:
+            position = positions[result.position] if positions is not None else result.position
+            key = _seen_key(self._scope, result.call_id, result.body)
             if key is None:
                 continue
             with self._seen_lock:
@@ -320,16 +377,16 @@ class ToolResults:
             if decided is _UNSEEN:
                 if names is None:
                     names = call_names(given)
-                if names.get(found.call_id) in _READ_TOOL_NAMES:
+                if names.get(result.call_id) in _READ_TOOL_NAMES:
                     # A page the model asked for: offloading it would send the model back to
                     # read it again, for ever.
                     decided = None
                 else:
-                    decided = self._decide(found.position, found.call_id, found.body)
+                    decided = self._decide(position, result.call_id, result.body)
                 self._remember(key, decided)
             if decided is not None:
-                bodies[(found.position, found.block)] = decided
-        return with_tool_results(given, bodies) if bodies else given
+                bodies[(position, result.block)] = decided
+        return bodies
 
     def _decide(self, index: int, call_id: str, body: Any) -> str | None:
         """The notice replacing ``body``, or None to leave it."""
@@ -419,6 +476,7 @@ class ToolResults:
         for that text name ``older`` from now on, so a conversation holding both results
         points each message at its own."""
         with self._seen_lock:
+            self._version[0] += 1
             for key, decided in list(self._seen.items()):
                 scope, key_id, body, kept = key
                 if scope != self._scope or key_id != call_id or decided is None:
@@ -545,6 +603,13 @@ def _label(scope_id: str | None) -> str:
     if scope_id is None:
         return _NONE
     return hashlib.sha256(scope_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _holds_no_result(top: Message) -> bool:
+    """Whether a message holds no tool result whatever its nested values (an assistant or
+    system message): the offload pass compares it by its top level only."""
+    role = top.get("role")
+    return type(role) is str and role in ("assistant", "system")
 
 
 def _seen_key(
