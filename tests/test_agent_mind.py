@@ -712,7 +712,7 @@ def seed_entries(stack: MemoryStack) -> dict[str, str]:
 
 
 def test_recall_filters(store: Store) -> None:
-    stack = make_stack(store)
+    stack = make_stack(store, similarity_floor=0.0)  # the filters, not the floor, under test
     ids = seed_entries(stack)
     time.sleep(1.1)  # let the 1s belief expire
     with stack.run(agent=AGENT) as run:

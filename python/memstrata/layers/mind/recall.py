@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 CONFIDENCE_SCORES: dict[str, float] = {"low": 0.3, "medium": 0.6, "high": 1.0}
 PRIORITY_SCORES: dict[str, float] = {"low": 0.3, "normal": 0.6, "high": 1.0}
 RECENCY_DECAY_DAYS = 30.0
-DEFAULT_SIMILARITY_FLOOR = 0.2
+DEFAULT_SIMILARITY_FLOOR = 0.25
 GOAL_VECTORS_KEPT = 4096
 # A ranking built by one run serves later runs this long (while no entry changed or expired):
 # recency moves scores by at most 0.2 * (1 - exp(-1 min / 30 d)), under 5e-6, in that time.
