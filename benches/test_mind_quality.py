@@ -9,12 +9,12 @@ version 2 embedder (memstrata's ``hash_embed`` today) alone, and for version 2 w
 Recall (tests/data/recall_set.json): each query is answered from one pool of goals, beliefs and
 reflections of known ages, by
 
-* the seed formula, as toolpack Agent Mind describes it, written here in Python: goals that
+* the toolpack formula, as toolpack Agent Mind describes it, written here in Python: goals that
   share any word with the query first, then beliefs and reflections scoring
-  ``0.6·similarity + 0.2·recency + 0.2·confidence`` at least 0.35, five in all. The seed does
-  not define recency or the confidence values; this uses memstrata's (``exp(-age / 30 days)``;
-  low 0.3, medium 0.6, high 1.0, reflections medium) so the two differ only where the seed
-  does say something;
+  ``0.6·similarity + 0.2·recency + 0.2·confidence`` at least 0.35, five in all. toolpack Agent Mind
+  does not define recency or the confidence values; this uses memstrata's (``exp(-age / 30 days)``;
+  low 0.3, medium 0.6, high 1.0, reflections medium) so the two differ only where toolpack Agent
+  Mind does say something;
 * memstrata's ``mind_recall`` tool, through a MemoryStack with a default AgentMind over an
   InMemoryStore, the entries stored with their ages as earlier runs would have left them.
 
@@ -147,7 +147,7 @@ def load_recall() -> dict[str, Any]:
 
 
 def seed_recall(data: dict[str, Any], now: int) -> Callable[[str], list[str]]:
-    """The seed formula: goals sharing a word first, then score >= 0.35, five in all."""
+    """The toolpack formula: goals sharing a word first, then score >= 0.35, five in all."""
     embedder = HashingEmbedder()
     entries = data["entries"]
     goals = sorted((e for e in entries if e["type"] == "goal"), key=lambda e: -float(e["age_days"]))
@@ -260,7 +260,10 @@ def test_recall_quality(benchmark: Any) -> None:
     ours, run = memstrata_recall(data, now)
     try:
         figures = benchmark.pedantic(
-            lambda: {"seed formula": scores(seed, queries), "mind_recall": scores(ours, queries)},
+            lambda: {
+                "toolpack formula": scores(seed, queries),
+                "mind_recall": scores(ours, queries),
+            },
             rounds=1,
             iterations=1,
         )
@@ -277,9 +280,9 @@ def test_recall_quality(benchmark: Any) -> None:
     for name, f in figures.items():
         lines.append(f"  {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in f.items()))
     ratio = figures["mind_recall"]["precision@5"] / max(
-        figures["seed formula"]["precision@5"], 1e-9
+        figures["toolpack formula"]["precision@5"], 1e-9
     )
-    lines.append(f"  precision@5 mind_recall / seed formula: {ratio:.2f}x")
-    lines.append("  target: precision@5 >= 2x the seed formula's, recall@5 not lower")
+    lines.append(f"  precision@5 mind_recall / toolpack formula: {ratio:.2f}x")
+    lines.append("  target: precision@5 >= 2x the toolpack formula's, recall@5 not lower")
     print("\n".join(lines))
     record({"title": "recall quality", "figures": figures, "ratio": ratio})

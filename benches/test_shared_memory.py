@@ -1,5 +1,5 @@
-"""SharedMemory tools over 10k entries, against a plain-Python dict implementation of the seed's
-AgentMemory (what the seed's own code does: a Map, filter on every call, serialise each value to
+"""SharedMemory tools over 10k entries, against a plain-Python dict implementation of NodeTool's
+AgentMemory (what NodeTool's own code does: a Map, filter on every call, serialise each value to
 size it) in the same run."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def entries(n: int = 10_000) -> list[dict[str, Any]]:
 
 
 class PlainMemory:
-    """The seed's AgentMemory as a Python developer would port it."""
+    """NodeTool's AgentMemory as a Python developer would port it."""
 
     def __init__(self) -> None:
         self.entries: dict[str, dict[str, Any]] = {}

@@ -1,4 +1,4 @@
-"""Every prompt text memstrata ships, in one place (seed 003, Layer 5).
+"""Every prompt text memstrata ships, in one place (Modulatio, Layer 5).
 
 Each constant here is something a model reads on every turn it is offered: guidelines injected
 with a layer's block, tool descriptions, notices. They are kept terse on purpose: every byte of

@@ -1,8 +1,8 @@
-"""repo_map: a symbol-aware digest of a code base, within a token budget (seed 003, Layer 3).
+"""repo_map: a symbol-aware digest of a code base, within a token budget (Modulatio, Layer 3).
 
 For Python files (stdlib :mod:`ast`): the module docstring, imports, top-level functions with
 their signatures and docstrings, classes with their docstrings and every method's signature.
-Bodies are never included. Beyond the seed, Rust and TypeScript/JavaScript files get the same
+Bodies are never included. Beyond Modulatio, Rust and TypeScript/JavaScript files get the same
 treatment: from tree-sitter syntax trees when the grammars from PyPI are installed
 (``pip install memstrata[repomap]``: binary wheels, nothing fetched at run time), else from a
 small scanner (comments and string literals blanked first so braces inside them do not count;
@@ -10,7 +10,7 @@ items then read at the top level and inside ``impl``/``trait``/``mod``/``class``
 blocks). Both produce the same digest format. Other text files are listed by name; binary files
 are skipped.
 
-Decisions where the seed is silent:
+Decisions where Modulatio is silent:
 
 * Excludes: ``.gitignore`` files (the root one and nested ones, with ``!`` negation, ``/``
   anchoring, trailing ``/`` for directories and ``**``), plus ``.git``, ``node_modules``,

@@ -445,7 +445,7 @@ class Run:
         """Runs a tool call the model made; never raises for anything the model sent.
 
         Args:
-            name: The seed's tool name or its wire-safe form.
+            name: The tool's own name (``working-memory/update``) or its wire-safe form.
             arguments: A dict, or the JSON text the model sent.
 
         Returns:

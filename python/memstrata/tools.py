@@ -1,9 +1,9 @@
 """Tools the layers offer the model: one definition, rendered for every SDK.
 
-A :class:`Tool` holds the seed's own name (``working-memory/update``), a description, a JSON
-Schema for its arguments and the handler. ``tool_spec`` renders it as OpenAI chat tools,
+A :class:`Tool` holds the name its system gives it (``working-memory/update``), a description, a
+JSON Schema for its arguments and the handler. ``tool_spec`` renders it as OpenAI chat tools,
 Anthropic tools or MCP tools. OpenAI and Anthropic accept only ``[A-Za-z0-9_-]{1,64}`` as a tool
-name, so ``wire_name`` maps seed names to a safe form (``working-memory_update``); the stack
+name, so ``wire_name`` maps those names to a safe form (``working-memory_update``); the stack
 accepts either form in ``call_tool``.
 
 ``parse_arguments`` and ``validate_arguments`` turn whatever the model sent into a dict or a
@@ -48,7 +48,7 @@ class Tool:
     """One tool a layer offers the model.
 
     Attributes:
-        name: The seed's name for it, the contract with the model (``mind_recall``).
+        name: The name its system gives it, the contract with the model (``mind_recall``).
         description: What the model reads to decide when to call it.
         parameters: JSON Schema of the arguments (an ``object`` schema).
         handler: Called with the validated arguments; returns JSON data or raises ToolError.

@@ -1,4 +1,4 @@
-"""The context layers in one scripted tool loop (seed 003): offloading, the gate, team state.
+"""The context layers in one scripted tool loop (Modulatio): offloading, the gate, team state.
 
 A triage agent works through a long tool loop against a small model window. The model's side is
 recorded below as data (``RECORDED_CALLS``: the tool calls it made, in order), so no LLM runs;

@@ -1,6 +1,7 @@
 """ContextGate: every call boundary is checked against the model's input window.
 
-Implements Layer 2 of seed 003. :meth:`ContextGate.check_and_compress` estimates the prompt
+Implements Layer 2 of Modulatio's context engineering. :meth:`ContextGate.check_and_compress`
+estimates the prompt
 (padded by ``pad_pct``) and takes one of four paths:
 
 * below ``soft_warn_at_pct`` of the window: pass, unchanged;
@@ -27,10 +28,10 @@ can be read back with ``read_tool_result``. Without it, a pruned result is repla
 placeholder that names a call_id only if the result is an offload notice (its text is stored);
 any other says plainly that the text is gone.
 
-Decisions where the seed is silent:
+Decisions where Modulatio is silent:
 
 * "Fits" means the padded estimate is strictly below ``max_input_tokens``; the refusal is "at
-  or above 100% after compression", as the seed says.
+  or above 100% after compression", as Modulatio says.
 * Per-message token counts are cached by content, never by object identity. The gate keeps a
   snapshot of the last four lists it checked (a shallow copy of each message whose values are
   all text or None, the JSON text of any other) with their counts: a position whose content is
@@ -44,7 +45,7 @@ Decisions where the seed is silent:
 * The once-per-run warning is keyed by ``run_id`` (the stack passes one per run); without one,
   the gate itself is the run until :meth:`ContextGate.new_run`.
 * Redaction (on by default) replaces tool-role contents and assistant tool-call arguments by
-  ``[redacted: N chars]`` and, going beyond the seed, sweeps user, assistant and system prose
+  ``[redacted: N chars]`` and, going beyond Modulatio, sweeps user, assistant and system prose
   for secret-shaped strings (API keys, bearer tokens, JWTs, private keys, passwords in URLs,
   ``password=...`` pairs). ``redaction_policy`` lists the channels that were redacted.
 """
@@ -438,7 +439,7 @@ class ContextGate:
     # Checkpoints ------------------------------------------------------------------------------
 
     def write_checkpoint(self, messages: Sequence[Message], call_id: str, estimated: int) -> Path:
-        """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in the seed's format,
+        """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in Modulatio's format,
         atomically."""
         path = path_in(self.checkpoints_dir, call_id, ".json")
         if self.checkpoint_redact_secrets:

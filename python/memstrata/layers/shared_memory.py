@@ -1,4 +1,4 @@
-"""SharedMemory: the namespaced key/value memory the steps of a workflow share (seed 004).
+"""SharedMemory: the namespaced key/value memory the steps of a workflow share (NodeTool).
 
 Keys are namespaced strings built with :data:`memory_keys` (``step:<id>``, ``task:<id>``,
 ``input:<key>``, ``shared:<key>``). Executors write results with :meth:`SharedMemory.set`; the
@@ -6,23 +6,23 @@ model discovers and fetches them through three tools — ``memory_list`` (metada
 ``memory_read`` (values) and ``memory_write`` (only under ``shared:``) — so upstream results are
 pulled on demand instead of being pasted into every prompt.
 
-Decisions where the seed is silent or its code disagrees with its text:
+Decisions where NodeTool is silent or its code disagrees with its text:
 
 * Entries are ordered by first write: by ``createdAt`` (kept on overwrite), then by a sequence
   number each new key takes, stored with the entry, so entries written in the same millisecond
   keep their order after a restart; then by key (entries stored by earlier versions have no
   number, and two servers may draw the same one), the same in every instance.
 * ``memory_list`` is capped at 200 entries and returns the *newest* 200 in that order, as the
-  document says (the seed's code keeps the oldest). Descriptions longer than 240 characters are
-  cut there, with "…" appended, as the seed's tool does; ``memory_read`` returns them whole.
+  document says (NodeTool's code keeps the oldest). Descriptions longer than 240 characters are
+  cut there, with "…" appended, as NodeTool's tool does; ``memory_read`` returns them whole.
 * ``valueBytes`` is the UTF-8 size of the compact JSON of the value, as written.
-* ``memory_write`` stores ``source: "memory_write"``, as the seed's tool does. Its key suffix must
+* ``memory_write`` stores ``source: "memory_write"``, as NodeTool's tool does. Its key suffix must
   be non-empty, at most 256 characters, with no control characters; values must be JSON data
   (checked by the Rust walker, which names the path).
 * Values are copied at the boundary: each entry keeps the JSON text of its value and every
   reader (``get``, ``get_value``, ``list``, ``snapshot``, ``memory_read``, listeners, the entry
   ``set`` returns) gets a freshly decoded copy, so mutating one never changes what is stored.
-* Beyond the seed, limits: a value is at most ``max_value_bytes`` of JSON (1 MiB) and the
+* Beyond NodeTool, limits: a value is at most ``max_value_bytes`` of JSON (1 MiB) and the
   memory holds at most ``max_entries`` entries (100,000); a write past either is refused with
   :class:`~memstrata.exceptions.LimitExceededError` (overwriting an existing key never counts
   as a new entry). The entry count is checked against what the instance has read from the
@@ -33,7 +33,7 @@ Decisions where the seed is silent or its code disagrees with its text:
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost.
 * The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
   stays within the layer's token budget (keys past it are counted, not listed).
-* Beyond the seed: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
+* Beyond NodeTool: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
   store, and every public read first catches up with the store's change
   tracking. A new instance resumes a crashed workflow, and several instances on one store (two
   agent servers) see each other's writes and deletions. Without a store the memory lives in the
@@ -148,7 +148,7 @@ class MemoryEntry:
         return item
 
     def to_json(self) -> dict[str, Any]:
-        """The ``memory_read`` view, with the seed's field names and ``createdAt`` in ms."""
+        """The ``memory_read`` view, with NodeTool's field names and ``createdAt`` in ms."""
         item: dict[str, Any] = {"key": self.key, "kind": self.kind, "value": self.value}
         for name in ("source", "title", "description"):
             if getattr(self, name) is not None:
@@ -207,7 +207,7 @@ Listener = Callable[[MemoryEntry], None]
 
 
 class SharedMemory:
-    """The seed's ``AgentMemory``, usable on its own and as a :class:`~memstrata.stack.Layer`.
+    """NodeTool's ``AgentMemory``, usable on its own and as a :class:`~memstrata.stack.Layer`.
 
     Args:
         store: Optional store to write entries through to. Entries already stored under

@@ -1,10 +1,10 @@
 """TeamState: a short state document a team carries from one sub-objective to the next.
 
-Implements Layer 4 of seed 003. ``<state_dir>/current_state.md`` says, for the latest
-sub-objectives: what was shipped, what the producer claimed (its ``## summary_for_state_doc``
-trailer, removed from the artifact), what QC verified, and divergence flags where claim and
-verdict disagree. Producers and QC see it prepended to their prompts under ``## Team State``;
-divergences are also appended to ``<state_dir>/audit.jsonl``.
+Implements Layer 4 of Modulatio's context engineering. ``<state_dir>/current_state.md`` says,
+for the latest sub-objectives: what was shipped, what the producer claimed (its
+``## summary_for_state_doc`` trailer, removed from the artifact), what QC verified, and
+divergence flags where claim and verdict disagree. Producers and QC see it prepended to their
+prompts under ``## Team State``; divergences are also appended to ``<state_dir>/audit.jsonl``.
 
 Usage::
 
@@ -16,7 +16,7 @@ Usage::
 
 As a stack layer it injects the same block as a prompt item.
 
-Decisions where the seed is silent:
+Decisions where Modulatio is silent:
 
 * The entries live in ``current_state.json`` (the source of truth, written first) and are
   rendered to ``current_state.md``; both writes are atomic (temp file, fsync, rename). A damaged
@@ -36,7 +36,7 @@ Decisions where the seed is silent:
 * Writers in several processes (or threads) take an OS lock on ``<state_dir>/current_state.lock``
   around the read-modify-write, so no entry is lost to a concurrent ``record``.
 * A state directory that cannot be used (a file in its place, not writable, not creatable, a
-  path with NUL) switches the layer off, as the seed says: one warning naming the path and the
+  path with NUL) switches the layer off, as Modulatio says: one warning naming the path and the
   reason, then nothing is read, written or injected (``record`` returns the entry unsaved;
   :attr:`TeamState.off_reason` says why). Build a new ``TeamState`` to try the directory again.
 """

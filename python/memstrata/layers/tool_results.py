@@ -3,7 +3,7 @@
 Implements Layer 1 of Modulatio. A tool result over ``threshold_tokens`` is stored verbatim and
 replaced in the conversation by a short summary plus the call_id; the model recovers the
 verbatim text with the ``read_tool_result`` tool, page by page.
-:func:`prune_messages_sliding_window` is the seed's sliding-window prune (OpenAI chat only; the
+:func:`prune_messages_sliding_window` is Modulatio's sliding-window prune (OpenAI chat only; the
 context gate prunes every format).
 
 In a stack, nothing changes in the tool loop: ``run.prepare()`` offloads every tool result over
@@ -17,7 +17,7 @@ context gate prunes, so each ``[summarized: call_id=...]`` placeholder can be re
         messages.append({"role": "tool", "tool_call_id": call.id, "content": my_tool(**args)})
         prompt = run.prepare(messages)    # large results already replaced by notices
 
-Decisions where the seed is silent:
+Decisions where Modulatio is silent:
 
 * Results live in the stack's store by default (``tool_calls_dir`` keeps them as files
   instead), so every server sharing the store, and a restarted one, reads them back. They are
@@ -25,7 +25,7 @@ Decisions where the seed is silent:
   resource), stored once per content hash within that scope, and expire ``ttl`` seconds (7
   days by default) after they were last stored. Used on its own without a store or a
   directory, the layer keeps results in a private in-memory store.
-* Identical payloads are stored once, unlike the seed (which keeps both copies). With files,
+* Identical payloads are stored once, unlike Modulatio (which keeps both copies). With files,
   the bytes live in ``by-hash/<sha256>.txt`` and every ``<call_id>.txt`` holding them is a hard
   link to it (a copy where the file system has no hard links).
 * A reused call_id (local servers often send ``call_0`` every turn): the newer result wins the

@@ -19,8 +19,8 @@ Decisions where the two are silent or disagree:
 * A spawned child in the parent's namespace gets a copy of its state (resource scope) or its
   own empty, unsaved one (thread scope); a child in another namespace loads its own state.
 * Each layer's ``name`` labels its block and tools (``<human>``, ``human/update``), so several
-  can share a stack; the default name keeps the seeds' names and takes legacy calls, applied
-  once when both ``call_tool`` and ``observe`` see one.
+  can share a stack; the default name keeps noetic's and VoltAgent's names and takes legacy calls,
+  applied once when both ``call_tool`` and ``observe`` see one.
 * Every state handed out is the caller's copy.
 """
 

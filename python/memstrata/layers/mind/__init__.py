@@ -1,6 +1,6 @@
 """AgentMind: persistent goals, beliefs and reflections, a prompt header and seven tools.
 
-Implements seed 001. Each run reads the committed store once, shows the model a
+Implements toolpack Agent Mind. Each run reads the committed store once, shows the model a
 ``--- AGENT MIND ---`` header, offers ``mind_recall``, ``mind_believe``, ``mind_reflect``,
 ``mind_unpin_reflection``, ``mind_set_goal``, ``mind_update_goal`` and ``mind_complete_goal``,
 buffers every write but ``mind_complete_goal`` in a draft, and flushes the draft in one store
@@ -12,15 +12,15 @@ Usable in a :class:`~memstrata.MemoryStack` or on its own::
     with mind.session(store, agent="research-tracker") as handle:
         handle.believe("TSMC Q2 capacity is fully booked.", confidence="high")
 
-Decisions where the seed is silent (or its code differs from its text):
+Decisions where toolpack Agent Mind is silent (or its code differs from its text):
 
 * Storage: namespace ``("mind", agent)`` (``namespace=`` overrides; ``"a/b"`` means
   ``("a", "b")``), one key per entry (``goal/<id>``, ``belief/<id>``, ``reflection/<id>``); the
-  value is the seed's camelCase payload plus ``embedding`` (float32, base64) and
+  value is toolpack Agent Mind's camelCase payload plus ``embedding`` (float32, base64) and
   ``embeddingModel``. Expiry is a field, not a store TTL: an expired belief is archived (kept,
   hidden from the header, dedup and recall unless ``includeExpired``), never deleted.
-* A configured reflection TTL is applied (the seed's code ignores it); expired reflections are
-  archived like beliefs.
+* A configured reflection TTL is applied (toolpack Agent Mind's code ignores it); expired
+  reflections are archived like beliefs.
 * Recency is measured from ``updatedAt`` (a re-confirmed belief is fresh). Reflections have no
   confidence: they count as medium (0.6), or low when error-flagged, like beliefs.
 * Dedup of a belief considers live beliefs only, in the draft and the committed store; the
@@ -50,8 +50,8 @@ Decisions where the seed is silent (or its code differs from its text):
   by score, ``limit`` in total. Goals match when a query word (two characters or more) occurs
   in their description, progress or tags.
 * Completing a goal folds in this run's pending updates to it; completing a goal created in
-  this run writes it (completed) at once. Both survive an error flush, as the seed's exemption
-  of ``mind_complete_goal`` implies.
+  this run writes it (completed) at once. Both survive an error flush, as toolpack Agent Mind's
+  exemption of ``mind_complete_goal`` implies.
 * The header's beliefs and reflections share ``token_budget``, further capped by the stack's
   budget for the layer minus the goals and standing rules (which are always shown). Beliefs
   are listed newest first, reflections newest first.
@@ -116,7 +116,7 @@ class ScoreWeights:
 
 
 class AgentMind:
-    """The agent-mind layer (seed 001).
+    """The agent-mind layer (toolpack Agent Mind).
 
     Args:
         embedder: An :class:`~memstrata.embedders.Embedder`, or a zero-argument factory that

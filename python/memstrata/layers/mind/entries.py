@@ -1,8 +1,8 @@
 """AgentMind's data: the entry types, their enumerations, durations, and their stored form.
 
-The Python fields are snake_case; ``to_payload`` gives the seed's camelCase shape (what the
-tools return and what is stored), ``from_payload`` reads it back and refuses malformed data.
-Times are Unix milliseconds, as in the seed.
+The Python fields are snake_case; ``to_payload`` gives toolpack Agent Mind's camelCase shape (what
+the tools return and what is stored), ``from_payload`` reads it back and refuses malformed data.
+Times are Unix milliseconds, as in toolpack Agent Mind.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ MAX_PREVIOUS = 16
 class MindBelief:
     """A fact the agent holds, with a confidence and usually an expiry (``type: 'belief'``).
 
-    ``previous`` is memstrata's addition to the seed's shape: the contents a restatement
+    ``previous`` is memstrata's addition to toolpack Agent Mind's shape: the contents a restatement
     replaced, oldest first, each ``{"content", "updatedAt"}`` (the last ``MAX_PREVIOUS``), so
     that folding a belief into a similar one never destroys what it said before.
     """
@@ -265,8 +265,8 @@ def _fail(message: str) -> bool:
 class MindReflection:
     """An observation about the agent's own work; pinned ones are standing rules.
 
-    ``expires_at`` is memstrata's addition to the seed's shape: set when a reflection TTL is
-    configured (``ttl_defaults.reflection``), absent otherwise.
+    ``expires_at`` is memstrata's addition to toolpack Agent Mind's shape: set when a reflection
+    TTL is configured (``ttl_defaults.reflection``), absent otherwise.
     """
 
     id: str
@@ -323,7 +323,8 @@ MindEntry = MindGoal | MindBelief | MindReflection
 
 @dataclass
 class MindRecallResult:
-    """One ``mind_recall`` hit, the seed's unified shape (``to_payload`` gives it as JSON)."""
+    """One ``mind_recall`` hit, toolpack Agent Mind's unified shape (``to_payload`` gives it as
+    JSON)."""
 
     id: str
     type: MindEntryType

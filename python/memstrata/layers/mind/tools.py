@@ -1,4 +1,4 @@
-"""AgentMind's seven tools: their JSON Schemas (the seed's parameter names) and handlers.
+"""AgentMind's seven tools: their JSON Schemas (toolpack Agent Mind's parameter names) and handlers.
 
 Each handler turns the model's camelCase arguments into a call on the run's
 :class:`~memstrata.layers.mind.handle.AgentMindHandle`; the handle validates and raises
@@ -43,7 +43,7 @@ def _args(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def mind_tools(handle: AgentMindHandle) -> list[Tool]:
-    """The seven tools, bound to one run's handle; argument names are the seed's."""
+    """The seven tools, bound to one run's handle; argument names are toolpack Agent Mind's."""
 
     def recall(args: dict[str, Any]) -> list[dict[str, Any]]:
         a = _args(args)
