@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from memstrata.layers.mind.entries import MindBelief, MindGoal, MindReflection
 from memstrata.layers.mind.records import DAY_MS
 from memstrata.prompts import one_line
-from memstrata.tokens import EstimatingCounter, ExactCounter
+from memstrata.tokens import EstimatingCounter, ExactCounter, exact_count
 
 if TYPE_CHECKING:
     from memstrata.layers.mind.handle import AgentMindHandle
@@ -142,6 +142,26 @@ def _render(handle: AgentMindHandle, selection: _Selection, budget: int | None) 
     allowance = max(0, min(layer.token_budget, limit - fixed))
     belief_lines, allowance = _fit(handle, selection.beliefs, _BELIEF_LINE, allowance)
     reflection_lines, _ = _fit(handle, selection.recent, _REFLECTION_LINE, allowance)
+    while True:
+        text = _assemble(goal_lines, rule_lines, belief_lines, reflection_lines)
+        # Lines are counted one by one; the block as a whole is counted exactly before it is
+        # shown, and loses its last reflection or belief lines until it fits.
+        if not text or exact_count(handle.counter(), text) <= limit:
+            return text
+        if reflection_lines:
+            reflection_lines = reflection_lines[:-1]
+        elif belief_lines:
+            belief_lines = belief_lines[:-1]
+        else:
+            return text  # the frame alone was fitted exactly by _standing_lines
+
+
+def _assemble(
+    goal_lines: list[str],
+    rule_lines: list[str],
+    belief_lines: list[str],
+    reflection_lines: list[str],
+) -> str:
     lines = ["--- AGENT MIND ---"]
     for title, section in (
         ("## Goals", goal_lines),
@@ -166,7 +186,7 @@ def _standing_lines(
     while True:
         goal_lines = [_cut_line(_goal_line(g), chars) for g in goals]
         rule_lines = [_cut_line(f"- {one_line(r.content)}", chars) for r in rules]
-        if handle.count_tokens(_frame(goal_lines, rule_lines)) <= limit:
+        if exact_count(handle.counter(), _frame(goal_lines, rule_lines)) <= limit:
             return goal_lines, rule_lines
         if chars > MIN_HEADER_LINE_CHARS:
             chars = max(MIN_HEADER_LINE_CHARS, chars // 2)
