@@ -498,3 +498,23 @@ def test_a_bad_tool_call_comes_back_as_a_readable_error() -> None:
         answer = update.invoke({"__proto__": {"x": 1}})
         assert isinstance(answer, str)
         assert asyncio.run(update.ainvoke({"note": "async"})).startswith('{"ok":true')
+
+
+def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:
+    import runpy
+
+    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "langgraph_agent.py"
+    main = runpy.run_path(str(example))["main"]
+    call = {"name": "working-memory_update", "args": {"name": "Priya"}, "id": "c1"}
+    path = str(tmp_path / "example.db")
+    model = ToolCallingFake(responses=[AIMessage(content="", tool_calls=[call]), AIMessage("ok")])
+    assert main("I'm Priya.", model=model, path=path) == "ok"
+    seen: list[str] = []
+
+    class Recording(ToolCallingFake):
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(str(messages[0].content))
+            return super()._generate(messages, *args, **kwargs)
+
+    assert main("Who am I?", model=Recording(responses=[AIMessage("Priya")]), path=path) == "Priya"
+    assert "Priya" in seen[0]  # the second run's prompt holds what the first one wrote
