@@ -1,0 +1,741 @@
+"""LangGraph: memstrata stores as a LangGraph ``BaseStore``, and the layers as LangChain tools.
+
+Install with ``pip install 'memstrata[langgraph]'``.
+
+:class:`MemstrataStore` puts any memstrata store (``memory://``, SQLite, PostgreSQL) behind
+LangGraph's store interface, so ``graph.compile(store=MemstrataStore("sqlite:///agent.db"))``
+and ``create_react_agent(..., store=...)`` get ``get``/``put``/``delete``, ``search`` (filters and
+semantic queries), ``list_namespaces``, ``batch``/``abatch`` and TTLs in minutes::
+
+    store = MemstrataStore("sqlite:///agent.db", index={"dims": 384, "fields": ["text"]})
+    store.put(("memories", "u1"), "m1", {"text": "prefers dark mode"})
+    store.search(("memories", "u1"), query="UI preferences", limit=3)
+
+:func:`memstrata_tools` turns a :class:`~memstrata.Run`'s tools into LangChain tools and
+:func:`memory_prompt` / :func:`react_prompt` give the layers' prompt text to an agent.
+
+How the adapter maps LangGraph onto a memstrata store (it holds no memory logic: values, TTLs
+and history live in the store; vectors are scored by the Rust ``VectorSet``):
+
+* An item is stored as it is, at its namespace and key: code using the memstrata store directly
+  reads what LangGraph wrote. ``created_at`` is kept on overwrite, as in LangGraph's PostgreSQL
+  store (its ``InMemoryStore`` resets it).
+* Its vectors are stored beside it at ``("langgraph", *namespace)`` (LangGraph reserves the root
+  label ``langgraph``, so no user namespace can collide), with the item version they embed, so
+  a new process on the same store searches without re-embedding; the namespaces the adapter
+  wrote are listed at ``("langgraph",)``. Namespaces are therefore at most 15 labels deep.
+* Search reads an in-process copy of the namespaces under the prefix, brought up to date by
+  the store's change tracking before every search, so writes from other processes are seen.
+  Namespaces written without the adapter are found once, when the adapter first reads.
+* TTLs are in minutes (LangGraph's unit) and become the store's TTL in seconds. Refreshing a
+  TTL on read rewrites the item with the same value (the store has no way to move an expiry
+  alone), so its ``updated_at`` moves too; a refresh that races with another write gives way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AnyMessage, SystemMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    get_text_at_path,
+    tokenize_path,
+)
+
+from memstrata._core import VectorSet
+from memstrata.embedders import Embedder, HashingEmbedder
+from memstrata.stack import Run
+from memstrata.stores import Store, open_store
+from memstrata.stores import base as store_base
+
+__all__ = ["MemstrataStore", "memory_prompt", "memstrata_tools", "react_prompt"]
+
+Vectors = npt.NDArray[np.float32]
+
+# LangGraph refuses user namespaces under this root label; the adapter keeps its records there.
+RESERVED = "langgraph"
+REGISTRY: tuple[str, ...] = (RESERVED,)
+DEFAULT_DIMS = 384
+_PAGE = 1000
+
+try:  # langgraph >= 0.6: labels of ops handed to batch() directly are checked too
+    from langgraph.store.base import validate_op_namespace as _validate_op_namespace
+except ImportError:  # pragma: no cover - older langgraph
+
+    def _validate_op_namespace(op: Op) -> None:
+        return None
+
+
+class _DefaultIndex:
+    """Marks ``index`` as not given: semantic search with a HashingEmbedder."""
+
+
+_DEFAULT_INDEX = _DefaultIndex()
+
+
+class _Embed:
+    """One face for a memstrata Embedder, a LangChain Embeddings or an embedding function."""
+
+    def __init__(self, embed: Any, dims: int) -> None:
+        self.dims = dims
+        self.memstrata: Embedder | None = embed if isinstance(embed, Embedder) else None
+        self.langchain: Embeddings | None = (
+            None if self.memstrata is not None else ensure_embeddings(embed)
+        )
+        if self.memstrata is not None:
+            self.model = self.memstrata.model
+        else:
+            inner = getattr(self.langchain, "func", None) or getattr(self.langchain, "afunc", None)
+            named = inner if inner is not None else self.langchain
+            label = getattr(named, "model", None) or getattr(named, "__qualname__", None)
+            self.model = str(label or type(named).__qualname__)
+
+    def _array(self, rows: Any, count: int) -> Vectors:
+        array = np.asarray(rows, dtype=np.float32)
+        if array.shape != (count, self.dims):
+            raise ValueError(
+                f"the embedder returned vectors of shape {array.shape}; index dims is {self.dims}"
+            )
+        return array
+
+    def documents(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        if self.memstrata is not None:
+            return self._array(self.memstrata.embed(texts), len(texts))
+        assert self.langchain is not None
+        return self._array(self.langchain.embed_documents(texts), len(texts))
+
+    async def adocuments(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        if self.memstrata is not None:
+            return self._array(await self.memstrata.aembed(texts), len(texts))
+        assert self.langchain is not None
+        return self._array(await self.langchain.aembed_documents(texts), len(texts))
+
+    def query(self, text: str) -> Vectors:
+        if self.memstrata is not None:
+            rows = self._array(self.memstrata.embed([text]), 1)
+        else:
+            assert self.langchain is not None
+            rows = self._array([self.langchain.embed_query(text)], 1)
+        return cast(Vectors, rows[0])
+
+    async def aquery(self, text: str) -> Vectors:
+        if self.memstrata is not None:
+            rows = self._array(await self.memstrata.aembed([text]), 1)
+        else:
+            assert self.langchain is not None
+            rows = self._array([await self.langchain.aembed_query(text)], 1)
+        return cast(Vectors, rows[0])
+
+
+@dataclass
+class _Space:
+    """The in-process copy of one namespace: items, and their vectors in a VectorSet."""
+
+    items: dict[str, store_base.Item] = field(default_factory=dict)
+    shadows: dict[str, Any] = field(default_factory=dict)
+    ids: dict[str, list[str]] = field(default_factory=dict)
+    vectors: VectorSet | None = None
+    item_mark: store_base.ChangeMark | None = None
+    shadow_mark: store_base.ChangeMark | None = None
+
+
+def _shadow_of(namespace: tuple[str, ...]) -> tuple[str, ...]:
+    return (RESERVED, *namespace)
+
+
+def _registry_key(namespace: tuple[str, ...]) -> str:
+    return hashlib.sha256(orjson.dumps(list(namespace))).hexdigest()
+
+
+def _when(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def _copy(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+def _as_item(item: store_base.Item, *, copy: bool) -> Item:
+    return Item(
+        value=_copy(item.value) if copy else item.value,
+        key=item.key,
+        namespace=item.namespace,
+        created_at=_when(item.created_at),
+        updated_at=_when(item.updated_at),
+    )
+
+
+def _live(item: store_base.Item, now: float) -> bool:
+    return item.expires_at is None or item.expires_at > now
+
+
+def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    window = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
+    if not path:
+        return True
+    if condition.match_type not in ("prefix", "suffix"):
+        raise ValueError(f"Unsupported match type: {condition.match_type}")
+    return all(p == "*" or p == label for p, label in zip(path, window))
+
+
+def _compare(value: Any, wanted: Any) -> bool:
+    """LangGraph's filter semantics: exact match, nested dicts, and $eq/$ne/$gt/$gte/$lt/$lte."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return all(_operator(value, op, operand) for op, operand in wanted.items())
+        if not isinstance(value, dict):
+            return False
+        return all(_compare(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, (list, tuple)):
+        return (
+            isinstance(value, (list, tuple))
+            and len(value) == len(wanted)
+            and all(_compare(v, w) for v, w in zip(value, wanted))
+        )
+    return bool(value == wanted)
+
+
+def _operator(value: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return bool(value == operand)
+    if op == "$ne":
+        return bool(value != operand)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        try:
+            left, right = float(value), float(operand)
+        except (TypeError, ValueError):
+            return False  # a missing or non-numeric field matches no comparison
+        if op == "$gt":
+            return left > right
+        if op == "$gte":
+            return left >= right
+        if op == "$lt":
+            return left < right
+        return left <= right
+    raise ValueError(f"Unsupported operator: {op}")
+
+
+def _passes(value: Any, flt: Mapping[str, Any] | None) -> bool:
+    if not flt:
+        return True
+    if not isinstance(value, dict):
+        return False
+    return all(_compare(value.get(k), v) for k, v in flt.items())
+
+
+class MemstrataStore(BaseStore):
+    """A LangGraph store over a memstrata store.
+
+    Args:
+        store: A memstrata :class:`~memstrata.stores.Store`, or a URL for
+            :func:`~memstrata.stores.open_store` (the adapter then closes it on ``close``).
+        index: LangGraph's ``IndexConfig``: ``dims``, ``embed`` (a memstrata Embedder, a
+            LangChain ``Embeddings``, a sync or async function of a list of texts, or a
+            provider string) and ``fields`` (JSON paths, ``["$"]`` by default). Not given:
+            a :class:`~memstrata.HashingEmbedder` of 384 dimensions over the whole value, so
+            ``search(query=...)`` works offline. ``None``: no vectors, and a search's query is
+            ignored, as in LangGraph's stores without an index.
+        ttl: LangGraph's ``TTLConfig``: ``default_ttl`` in minutes for puts that give none,
+            ``refresh_on_read`` (default True). ``sweep_interval_minutes`` is not acted on:
+            expired items are never returned, and :meth:`sweep_ttl` deletes them.
+    """
+
+    supports_ttl: bool = True
+
+    def __init__(
+        self,
+        store: Store | str,
+        *,
+        index: IndexConfig | _DefaultIndex | None = _DEFAULT_INDEX,
+        ttl: TTLConfig | None = None,
+    ) -> None:
+        self._owns_store = isinstance(store, str)
+        self.store: Store = open_store(store) if isinstance(store, str) else store
+        self.ttl_config = ttl
+        if isinstance(index, _DefaultIndex):
+            index = IndexConfig(dims=DEFAULT_DIMS, embed=HashingEmbedder(dim=DEFAULT_DIMS))  # type: ignore[typeddict-item]
+        self.index_config: IndexConfig | None = IndexConfig(**index) if index else None
+        self._embed: _Embed | None = None
+        self._fields: list[tuple[str, Any]] = []
+        if self.index_config is not None:
+            dims = int(self.index_config.get("dims") or 0)
+            if dims < 1:
+                raise ValueError(f"index dims must be a positive int, got {dims!r}")
+            embed = self.index_config.get("embed")
+            self._embed = _Embed(embed if embed is not None else HashingEmbedder(dim=dims), dims)
+            self._fields = [
+                (p, p if p == "$" else tokenize_path(p))
+                for p in (self.index_config.get("fields") or ["$"])
+            ]
+        self._lock = threading.RLock()
+        self._spaces: dict[tuple[str, ...], _Space] = {}
+        self._known: set[tuple[str, ...]] = set()
+        self._registry_mark: store_base.ChangeMark | None = None
+        self._scanned = False
+
+    # BaseStore --------------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = self._checked(ops)
+        texts = self._texts(ops)
+        queries = self._queries(ops)
+        put_vectors = self._embed.documents([t for t, _ in texts]) if self._embed else None
+        query_vectors = {q: self._embed.query(q) for q in queries} if self._embed else {}
+        return self._execute(ops, texts, put_vectors, query_vectors)
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = self._checked(ops)
+        texts = self._texts(ops)
+        queries = self._queries(ops)
+        put_vectors = None
+        query_vectors: dict[str, Vectors] = {}
+        if self._embed is not None:
+            put_vectors = await self._embed.adocuments([t for t, _ in texts])
+            found = await asyncio.gather(*(self._embed.aquery(q) for q in queries))
+            query_vectors = dict(zip(queries, found))
+        return await asyncio.to_thread(self._execute, ops, texts, put_vectors, query_vectors)
+
+    def sweep_ttl(self) -> int:
+        """Deletes expired items (and their vectors); returns how many rows went."""
+        return self.store.purge_expired()
+
+    async def asweep_ttl(self) -> int:
+        return await asyncio.to_thread(self.sweep_ttl)
+
+    def close(self) -> None:
+        """Closes the memstrata store if the adapter opened it from a URL."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> MemstrataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Preparation: everything that does not touch the store, so abatch can await it -----------
+
+    def _checked(self, ops: Iterable[Op]) -> list[Op]:
+        out = list(ops)
+        for op in out:
+            if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
+                raise ValueError(f"Unknown operation type: {type(op)}")
+            _validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                if not op.namespace:
+                    raise InvalidNamespaceError("Namespace cannot be empty.")
+                if op.namespace[0] == RESERVED:
+                    raise InvalidNamespaceError(
+                        f'Root label for namespace cannot be "langgraph". Got: {op.namespace}'
+                    )
+                if op.value is not None and not isinstance(op.value, Mapping):
+                    raise ValueError(f"a PutOp value must be a mapping, got {type(op.value)}")
+        return out
+
+    def _texts(self, ops: list[Op]) -> list[tuple[str, tuple[int, str]]]:
+        """(text, (op index, path)) for every text the puts index."""
+        if self._embed is None:
+            return []
+        out = []
+        for i, op in enumerate(ops):
+            if not isinstance(op, PutOp) or op.value is None or op.index is False:
+                continue
+            paths = (
+                self._fields
+                if op.index is None
+                else [(p, p if p == "$" else tokenize_path(p)) for p in op.index]
+            )
+            for path, tokens in paths:
+                found = get_text_at_path(op.value, tokens)
+                if len(found) == 1:
+                    out.append((found[0], (i, path)))
+                else:
+                    out.extend((text, (i, f"{path}.{n}")) for n, text in enumerate(found))
+        return out
+
+    def _queries(self, ops: list[Op]) -> list[str]:
+        if self._embed is None:
+            return []
+        return sorted({op.query for op in ops if isinstance(op, SearchOp) and op.query})
+
+    # Execution --------------------------------------------------------------------------------
+
+    def _execute(
+        self,
+        ops: list[Op],
+        texts: list[tuple[str, tuple[int, str]]],
+        put_vectors: Vectors | None,
+        query_vectors: Mapping[str, Vectors],
+    ) -> list[Result]:
+        per_put: dict[int, tuple[list[str], list[Vectors]]] = {}
+        if put_vectors is not None:
+            for row, (_, (i, path)) in zip(put_vectors, texts):
+                paths, rows = per_put.setdefault(i, ([], []))
+                paths.append(path)
+                rows.append(row)
+        results: list[Result] = []
+        with self._lock:
+            for i, op in enumerate(ops):
+                if isinstance(op, GetOp):
+                    results.append(self._get(op))
+                elif isinstance(op, PutOp):
+                    self._put(op, per_put.get(i, ([], [])))
+                    results.append(None)
+                elif isinstance(op, SearchOp):
+                    vector = query_vectors.get(op.query) if op.query else None
+                    results.append(self._search(op, vector))
+                else:
+                    results.append(self._list_namespaces(op))
+        return results
+
+    def _get(self, op: GetOp) -> Item | None:
+        if not op.namespace or op.namespace[0] == RESERVED:
+            return None
+        found = self.store.get(op.namespace, op.key)
+        if found is None:
+            return None
+        if op.refresh_ttl:
+            self._refresh(found)
+        return _as_item(found, copy=False)  # the store decoded a fresh copy already
+
+    def _put(self, op: PutOp, embedded: tuple[list[str], list[Vectors]]) -> None:
+        namespace, key, shadow_ns = tuple(op.namespace), op.key, _shadow_of(tuple(op.namespace))
+        space = self._spaces.get(namespace)
+        if op.value is None:
+            self.store.delete(namespace, key)
+            self.store.delete(shadow_ns, key)
+            if space is not None:
+                self._forget(space, key)
+            return
+        seconds = op.ttl * 60.0 if op.ttl is not None else None
+        item = self.store.put(namespace, key, dict(op.value), ttl=seconds)
+        shadow = None
+        if self._embed is not None:
+            paths, rows = embedded
+            block = np.ascontiguousarray(rows, dtype=np.float32) if rows else None
+            shadow = {
+                "version": item.version,
+                "model": self._embed.model,
+                "dims": self._embed.dims,
+                "paths": paths,
+                "vectors": base64.b64encode(block.tobytes()).decode() if block is not None else "",
+            }
+            self.store.put(shadow_ns, key, shadow, ttl=seconds)
+        else:
+            self.store.delete(shadow_ns, key)
+        if namespace not in self._known:
+            self.store.put(REGISTRY, _registry_key(namespace), list(namespace))
+            self._known.add(namespace)
+        if space is not None:
+            space.items[key] = item
+            if shadow is None:
+                space.shadows.pop(key, None)
+            else:
+                space.shadows[key] = shadow
+            self._reindex(space, key)
+
+    def _refresh(self, item: store_base.Item) -> None:
+        """Moves a TTL'd item's expiry on by its TTL, with its vectors; gives way to a write."""
+        if item.expires_at is None:
+            return
+        seconds = max(item.expires_at - item.updated_at, 1e-3)
+        new = self.store.put_if_version(
+            item.namespace, item.key, item.value, expected_version=item.version, ttl=seconds
+        )
+        if new is None:
+            return
+        shadow_ns = _shadow_of(item.namespace)
+        space = self._spaces.get(item.namespace)
+        shadow = space.shadows.get(item.key) if space is not None else None
+        if shadow is None:
+            stored = self.store.get(shadow_ns, item.key)
+            shadow = stored.value if stored is not None else None
+        if isinstance(shadow, dict) and shadow.get("version") == item.version:
+            shadow = {**shadow, "version": new.version}
+            self.store.put(shadow_ns, item.key, shadow, ttl=seconds)
+            if space is not None:
+                space.shadows[item.key] = shadow
+        if space is not None:
+            space.items[item.key] = new
+            self._reindex(space, item.key)
+
+    # The in-process copy ----------------------------------------------------------------------
+
+    def _sync_registry(self) -> None:
+        changes = self.store.changes(REGISTRY, self._registry_mark)
+        for entry in changes.items:
+            if isinstance(entry.value, list) and entry.value:
+                self._known.add(tuple(str(label) for label in entry.value))
+        self._registry_mark = changes.mark
+        if not self._scanned:
+            # Namespaces written without the adapter (a memstrata store used directly) are
+            # found by one pass over the store.
+            offset = 0
+            while True:
+                page = self.store.list((), limit=_PAGE, offset=offset)
+                self._known.update(f.namespace for f in page if f.namespace[0] != RESERVED)
+                if len(page) < _PAGE:
+                    break
+                offset += _PAGE
+            self._scanned = True
+
+    def _sync(self, namespace: tuple[str, ...]) -> _Space:
+        space = self._spaces.get(namespace)
+        if space is None:
+            space = self._spaces[namespace] = _Space()
+        changed: set[str] = set()
+        items = self.store.changes(namespace, space.item_mark)
+        if items.complete:
+            changed.update(space.items)
+            space.items = {}
+        for item in items.items:
+            space.items[item.key] = item
+            changed.add(item.key)
+        for key in items.removed:
+            space.items.pop(key, None)
+            changed.add(key)
+        space.item_mark = items.mark
+        if self._embed is not None:
+            shadows = self.store.changes(_shadow_of(namespace), space.shadow_mark)
+            if shadows.complete:
+                changed.update(space.shadows)
+                space.shadows = {}
+            for item in shadows.items:
+                space.shadows[item.key] = item.value
+                changed.add(item.key)
+            for key in shadows.removed:
+                space.shadows.pop(key, None)
+                changed.add(key)
+            space.shadow_mark = shadows.mark
+            for key in changed:
+                self._reindex(space, key)
+        return space
+
+    def _forget(self, space: _Space, key: str) -> None:
+        space.items.pop(key, None)
+        space.shadows.pop(key, None)
+        self._reindex(space, key)
+
+    def _reindex(self, space: _Space, key: str) -> None:
+        """Puts the key's vectors in the space's VectorSet if they embed its current version."""
+        old = space.ids.pop(key, None)
+        if old and space.vectors is not None:
+            space.vectors.remove(old)
+        if self._embed is None:
+            return
+        item, shadow = space.items.get(key), space.shadows.get(key)
+        if (
+            item is None
+            or not isinstance(shadow, dict)
+            or shadow.get("version") != item.version
+            or shadow.get("model") != self._embed.model
+            or shadow.get("dims") != self._embed.dims
+            or not shadow.get("paths")
+        ):
+            return
+        dims = self._embed.dims
+        rows = np.frombuffer(base64.b64decode(shadow["vectors"]), dtype=np.float32)
+        rows = rows.reshape(-1, dims)
+        # A text without tokens embeds to zeros: such a path has no direction to score.
+        usable = np.isfinite(rows).all(axis=1) & (np.abs(rows).sum(axis=1) > 0)
+        ids = [f"{key}\x00{n}" for n, ok in enumerate(usable) if ok]
+        if not ids:
+            return
+        if space.vectors is None:
+            space.vectors = VectorSet(dims)
+        space.vectors.add(ids, rows[usable])
+        space.ids[key] = ids
+
+    def _namespaces(self, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+        self._sync_registry()
+        n = len(prefix)
+        return sorted(ns for ns in self._known if ns[:n] == prefix and ns[0] != RESERVED)
+
+    # Reads --------------------------------------------------------------------------------------
+
+    def _search(self, op: SearchOp, query: Vectors | None) -> list[SearchItem]:
+        if op.namespace_prefix and op.namespace_prefix[0] == RESERVED:
+            return []
+        now = time.time()
+        spaces = [(ns, self._sync(ns)) for ns in self._namespaces(tuple(op.namespace_prefix))]
+        flt = op.filter
+
+        def wanted(space: _Space, key: str) -> store_base.Item | None:
+            found = space.items.get(key)
+            if found is None or not _live(found, now) or not _passes(found.value, flt):
+                return None
+            return found
+
+        kept: list[tuple[float | None, store_base.Item]] = []
+        if query is None:
+            matching = (
+                found
+                for _, space in spaces
+                for key in sorted(space.items)
+                if (found := wanted(space, key)) is not None
+            )
+            stop = op.offset + op.limit
+            for n, found in enumerate(matching):
+                if n >= stop:
+                    break
+                if n >= op.offset:
+                    kept.append((None, found))
+        else:
+            need = op.offset + op.limit
+            scored: list[tuple[float, store_base.Item]] = []
+            scoreless: list[store_base.Item] = []
+            for _, space in spaces:
+                scored.extend(self._ranked(space, query, need, wanted))
+                scoreless.extend(
+                    found
+                    for key in sorted(space.items)
+                    if key not in space.ids and (found := wanted(space, key)) is not None
+                )
+            scored.sort(key=lambda pair: -pair[0])
+            kept.extend(scored[op.offset : need])
+            if scoreless and len(kept) < op.limit:
+                # As LangGraph's InMemoryStore: items without vectors fill what is left.
+                kept.extend((None, found) for found in scoreless[: op.limit - len(kept)])
+        results = []
+        for score, found in kept:
+            if op.refresh_ttl:
+                self._refresh(found)
+            results.append(
+                SearchItem(
+                    namespace=found.namespace,
+                    key=found.key,
+                    value=_copy(found.value),
+                    created_at=_when(found.created_at),
+                    updated_at=_when(found.updated_at),
+                    score=score,
+                )
+            )
+        return results
+
+    def _ranked(
+        self,
+        space: _Space,
+        query: Vectors,
+        need: int,
+        wanted: Callable[[_Space, str], store_base.Item | None],
+    ) -> list[tuple[float, store_base.Item]]:
+        """The space's best ``need`` items by their best path's cosine (max pooling)."""
+        if space.vectors is None or not len(space.vectors) or need < 1:
+            return []
+        total = len(space.vectors)
+        k = min(total, max(need * 2, 16))
+        while True:
+            best: dict[str, tuple[float, store_base.Item]] = {}
+            for vid, score in space.vectors.top_k(query, k):
+                key = vid.rsplit("\x00", 1)[0]
+                if key in best:
+                    continue
+                found = wanted(space, key)
+                if found is not None:
+                    best[key] = (float(score), found)
+                    if len(best) == need:
+                        return list(best.values())
+            if k >= total:
+                return list(best.values())
+            k = min(total, k * 4)
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        now = time.time()
+        found = []
+        for ns in self._namespaces(()):
+            if op.match_conditions and not all(_matches(c, ns) for c in op.match_conditions):
+                continue
+            space = self._sync(ns)
+            if any(_live(item, now) for item in space.items.values()):
+                found.append(ns)
+        if op.max_depth is not None:
+            found = sorted({ns[: op.max_depth] for ns in found})
+        return found[op.offset : op.offset + op.limit]
+
+
+# The layers as LangChain tools ---------------------------------------------------------------
+
+
+def memstrata_tools(run: Run) -> list[BaseTool]:
+    """The run's memory tools as LangChain ``StructuredTool``s, for ``create_react_agent``.
+
+    Each tool keeps the wire-safe name and JSON Schema of ``run.tool_specs("openai")`` and
+    answers with ``run.call_tool``'s JSON result (an error payload the model can read, never an
+    exception). The run must be open while the agent runs.
+    """
+    tools: list[BaseTool] = []
+    for spec in run.tool_specs("openai"):
+        fn = spec["function"]
+        name = str(fn["name"])
+
+        def call(_name: str = name, **arguments: Any) -> str:
+            return orjson.dumps(run.call_tool(_name, arguments)).decode()
+
+        async def acall(_name: str = name, **arguments: Any) -> str:
+            return orjson.dumps(await run.acall_tool(_name, arguments)).decode()
+
+        tools.append(
+            StructuredTool(
+                name=name,
+                description=str(fn.get("description") or name),
+                args_schema=cast(dict[str, Any], fn.get("parameters") or {"type": "object"}),
+                func=call,
+                coroutine=acall,
+            )
+        )
+    return tools
+
+
+def memory_prompt(run: Run, *, system: str = "") -> str:
+    """``system`` followed by the layers' prompt blocks, as :meth:`Run.prepare` injects them."""
+    prepared = run.prepare([{"role": "system", "content": system}] if system else [])
+    return "\n\n".join(
+        str(m.get("content") or "") for m in prepared if m.get("role") in ("system", "developer")
+    )
+
+
+def react_prompt(
+    run: Run, *, system: str = ""
+) -> Callable[[Mapping[str, Any]], Sequence[AnyMessage]]:
+    """A ``prompt`` for ``create_react_agent``: the system text with the layers' blocks, rebuilt
+    before every model call so a memory the model just wrote is in its next prompt."""
+
+    def prompt(state: Mapping[str, Any]) -> Sequence[AnyMessage]:
+        messages = state["messages"] if isinstance(state, Mapping) else state.messages
+        return [SystemMessage(content=memory_prompt(run, system=system)), *messages]
+
+    return prompt

@@ -1,0 +1,520 @@
+"""memstrata.integrations.langgraph, checked against LangGraph's documented store semantics.
+
+Every store test runs against LangGraph's own InMemoryStore (the reference) and MemstrataStore on
+the memory, SQLite and PostgreSQL backends, so a difference shows as a failure or as an explicit,
+commented branch on ``is_reference``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.store.base")
+
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
+from langgraph.store.memory import InMemoryStore as LangGraphInMemoryStore
+
+from memstrata import MemoryStack, SQLiteStore, WorkingMemory, hash_embed
+from memstrata.integrations.langgraph import (
+    MemstrataStore,
+    memory_prompt,
+    memstrata_tools,
+    react_prompt,
+)
+from memstrata.stores import InMemoryStore, PostgresStore
+
+DIMS = 64
+
+
+class CountingEmbed:
+    """The same embedding function for every store, counting the texts it embeds."""
+
+    def __init__(self) -> None:
+        self.texts = 0
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return hash_embed(list(texts), DIMS).tolist()  # type: ignore[no-any-return]
+
+
+BACKENDS = ["langgraph", "memory", "sqlite", "postgres"]
+
+
+def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path, **kw: Any) -> Any:
+    if kind == "langgraph":
+        kw.pop("ttl", None)
+        return LangGraphInMemoryStore(**kw)
+    if kind == "memory":
+        return MemstrataStore(InMemoryStore(), **kw)
+    if kind == "sqlite":
+        return MemstrataStore(SQLiteStore(tmp_path / "lg.db"), **kw)
+    from store_checks import empty_postgres_tables
+
+    url = request.getfixturevalue("postgres_url")
+    backend = PostgresStore(url)  # creates the schema
+    empty_postgres_tables(url)
+    return MemstrataStore(backend, **kw)
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[BaseStore]:
+    index = {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
+    made = make_store(request.param, request, tmp_path, index=index)
+    yield made
+    if isinstance(made, MemstrataStore):
+        made.store.close()
+
+
+def is_reference(store: BaseStore) -> bool:
+    return isinstance(store, LangGraphInMemoryStore)
+
+
+# get / put / delete -------------------------------------------------------------------------
+
+
+def test_put_get_delete_with_datetime_timestamps(store: BaseStore) -> None:
+    assert store.get(("users", "1"), "prefs") is None
+    store.put(("users", "1"), "prefs", {"text": "dark mode", "n": 1})
+    item = store.get(("users", "1"), "prefs")
+    assert item is not None
+    assert (item.namespace, item.key, item.value) == (("users", "1"), "prefs", item.value)
+    assert item.value == {"text": "dark mode", "n": 1}
+    assert isinstance(item.created_at, datetime) and item.created_at.tzinfo is not None
+    assert item.updated_at >= item.created_at
+    item.value["n"] = 99
+    again = store.get(("users", "1"), "prefs")
+    assert again is not None
+    if is_reference(store):
+        # LangGraph's InMemoryStore hands out the stored dict itself: the edit reached it.
+        assert again.value["n"] == 99
+    else:
+        assert again.value["n"] == 1  # memstrata returns copies
+    store.delete(("users", "1"), "prefs")
+    assert store.get(("users", "1"), "prefs") is None
+    store.delete(("users", "1"), "never-there")  # deleting nothing is fine
+
+
+def test_overwrite_moves_updated_at(store: BaseStore) -> None:
+    store.put(("users",), "k", {"text": "one"})
+    first = store.get(("users",), "k")
+    time.sleep(0.01)
+    store.put(("users",), "k", {"text": "two"})
+    second = store.get(("users",), "k")
+    assert first is not None and second is not None
+    assert second.value == {"text": "two"}
+    assert second.updated_at > first.updated_at
+    if is_reference(store):
+        # LangGraph's InMemoryStore makes a new item on every put: created_at moves too.
+        assert second.created_at > first.created_at
+    else:
+        # memstrata keeps the creation time, as LangGraph's PostgresStore does.
+        assert second.created_at == first.created_at
+
+
+@pytest.mark.parametrize(
+    "namespace", [(), ("langgraph", "x"), ("a.b",), ("a", ""), ("ok", 3)], ids=repr
+)
+def test_bad_namespaces_are_refused(store: BaseStore, namespace: Any) -> None:
+    with pytest.raises(InvalidNamespaceError):
+        store.put(namespace, "k", {"text": "v"})
+
+
+# search -------------------------------------------------------------------------------------
+
+
+def fill(store: BaseStore) -> None:
+    store.put(("docs", "u1"), "py", {"text": "python tutorial for beginners", "stars": 5})
+    store.put(("docs", "u1"), "ts", {"text": "typescript guide", "stars": 3})
+    store.put(("docs", "u2"), "pasta", {"text": "cooking pasta at home", "stars": 4})
+    store.put(("docs", "u2"), "meta", {"text": "python packaging", "meta": {"lang": "py"}})
+    store.put(("other",), "x", {"text": "python elsewhere", "stars": 5})
+
+
+def keys(items: Sequence[Any]) -> list[str]:
+    return [item.key for item in items]
+
+
+def test_search_scopes_to_the_namespace_prefix(store: BaseStore) -> None:
+    fill(store)
+    assert sorted(keys(store.search(("docs",), limit=100))) == [["meta", "pasta", "py", "ts"]][0]
+    assert sorted(keys(store.search(("docs", "u2")))) == ["meta", "pasta"]
+    assert len(store.search((), limit=100)) == 5
+    assert store.search(("nothing",)) == []
+    assert all(r.score is None for r in store.search(("docs",)))  # no query: no score
+
+
+def test_search_filters(store: BaseStore) -> None:
+    fill(store)
+    if is_reference(store):
+        # LangGraph's InMemoryStore raises on a comparison with an item that lacks the field
+        # ("meta" has no "stars"); MemstrataStore counts such an item as not matching.
+        with pytest.raises(TypeError):
+            store.search(("docs",), filter={"stars": {"$gte": 4}})
+        store.delete(("docs", "u2"), "meta")
+    assert keys(store.search(("docs",), filter={"stars": 3})) == ["ts"]
+    assert sorted(keys(store.search(("docs",), filter={"stars": {"$gte": 4}}))) == ["pasta", "py"]
+    assert sorted(keys(store.search(("docs",), filter={"stars": {"$lt": 4}}))) == ["ts"]
+    if is_reference(store):
+        store.put(("docs", "u2"), "meta", {"text": "python packaging", "meta": {"lang": "py"}})
+    # $ne matches an item without the field (None != 5) in both.
+    assert sorted(keys(store.search(("docs",), filter={"stars": {"$ne": 5}}))) == [
+        "meta",
+        "pasta",
+        "ts",
+    ]
+    assert keys(store.search(("docs",), filter={"meta": {"lang": "py"}})) == ["meta"]
+    assert keys(store.search((), filter={"stars": 5, "text": "python elsewhere"})) == ["x"]
+
+
+def test_search_pages_without_overlap(store: BaseStore) -> None:
+    for i in range(7):
+        store.put(("p",), f"k{i}", {"text": f"item {i}"})
+    pages = [keys(store.search(("p",), limit=3, offset=o)) for o in (0, 3, 6)]
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert sorted(k for page in pages for k in page) == [f"k{i}" for i in range(7)]
+
+
+def test_search_by_query_ranks_by_similarity(store: BaseStore) -> None:
+    fill(store)
+    results = store.search(("docs",), query="python tutorial", limit=4)
+    assert results[0].key == "py"
+    scores = [r.score for r in results]
+    assert all(isinstance(s, float) for s in scores)
+    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    assert keys(store.search(("docs",), query="python tutorial", limit=1, offset=1)) == [
+        results[1].key
+    ]
+    filtered = store.search(
+        ("docs",), query="python tutorial", filter={"stars": 4, "text": {"$ne": ""}}
+    )
+    assert keys(filtered) == ["pasta"]
+    filtered = store.search(
+        ("docs",), query="python tutorial", filter={"text": {"$ne": "typescript guide"}}
+    )
+    assert "ts" not in keys(filtered) and filtered[0].key == "py"
+    filtered = store.search(("other",), query="python", filter={"stars": {"$gte": 4}})
+    assert keys(filtered) == ["x"]
+
+
+def test_query_with_fields_index_false_and_arrays(store: BaseStore) -> None:
+    store.put(("n",), "hidden", {"text": "python python python"}, index=False)
+    store.put(("n",), "title", {"text": "unrelated", "title": "python guide"}, index=["title"])
+    store.put(
+        ("n",),
+        "chunks",
+        {"text": "zzz", "parts": ["gardening", "python snakes"]},
+        index=["parts[*]"],
+    )
+    results = store.search(("n",), query="python", limit=10)
+    # Indexed items come scored; an item put with index=False is never scored but, as in
+    # LangGraph's InMemoryStore, fills the page after them.
+    assert sorted(keys(results[:2])) == ["chunks", "title"]
+    assert all(r.score is not None for r in results[:2])
+    assert keys(results[2:]) == ["hidden"] and results[2].score is None
+    assert keys(store.search(("n",), query="python", limit=2)) == keys(results[:2])
+
+
+# list_namespaces ------------------------------------------------------------------------------
+
+
+def test_list_namespaces_as_documented(store: BaseStore) -> None:
+    for ns in [
+        ("a", "b", "c"),
+        ("a", "b", "d", "e"),
+        ("a", "b", "d", "i"),
+        ("a", "b", "f"),
+        ("a", "c", "f"),
+    ]:
+        store.put(ns, "k", {"text": "v"})
+    assert store.list_namespaces(prefix=("a", "b"), max_depth=3) == [
+        ("a", "b", "c"),
+        ("a", "b", "d"),
+        ("a", "b", "f"),
+    ]
+    assert store.list_namespaces(suffix=("f",)) == [("a", "b", "f"), ("a", "c", "f")]
+    assert store.list_namespaces(prefix=("a", "*", "f")) == [("a", "b", "f"), ("a", "c", "f")]
+    assert store.list_namespaces(max_depth=1) == [("a",)]
+    everything = store.list_namespaces()
+    assert everything == sorted(everything) and len(everything) == 5
+    assert store.list_namespaces(limit=2, offset=1) == everything[1:3]
+    store.delete(("a", "c", "f"), "k")
+    if is_reference(store):
+        # LangGraph's InMemoryStore keeps listing a namespace whose last item was deleted.
+        assert ("a", "c", "f") in store.list_namespaces()
+    else:
+        assert ("a", "c", "f") not in store.list_namespaces()
+
+
+# batch / abatch -------------------------------------------------------------------------------
+
+
+def test_batch_answers_in_order(store: BaseStore) -> None:
+    store.put(("b",), "old", {"text": "before"})
+    results = store.batch(
+        [
+            GetOp(("b",), "old"),
+            PutOp(("b",), "new", {"text": "written in the batch"}),
+            SearchOp(("b",), limit=10),
+            ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("b",)),)),
+            GetOp(("b",), "new"),
+        ]
+    )
+    assert results[0].value == {"text": "before"}  # type: ignore[union-attr]
+    assert results[1] is None
+    assert results[3] == [("b",)]
+    if is_reference(store):
+        # LangGraph's InMemoryStore answers every read before it applies the batch's puts.
+        assert keys(results[2]) == ["old"] and results[4] is None  # type: ignore[arg-type]
+    else:
+        # MemstrataStore applies the ops in order, so a read sees the puts before it (as
+        # LangGraph's PostgresStore does for puts placed before reads).
+        assert keys(results[2]) == ["new", "old"]  # type: ignore[arg-type]
+        assert results[4].value == {"text": "written in the batch"}  # type: ignore[union-attr]
+
+
+def test_abatch_and_async_methods(store: BaseStore) -> None:
+    async def scenario() -> None:
+        await store.aput(("as",), "k", {"text": "async python"})
+        got = await store.aget(("as",), "k")
+        assert got is not None and got.value == {"text": "async python"}
+        found = await store.asearch(("as",), query="python")
+        assert keys(found) == ["k"] and found[0].score is not None
+        assert await store.alist_namespaces() == [("as",)]
+        await store.adelete(("as",), "k")
+        assert await store.aget(("as",), "k") is None
+
+    asyncio.run(scenario())
+
+
+def test_async_embedding_function(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> None:
+    async def aembed(texts: Sequence[str]) -> list[list[float]]:
+        return hash_embed(list(texts), DIMS).tolist()  # type: ignore[no-any-return]
+
+    for kind in ("langgraph", "memory"):
+        s = make_store(kind, request, tmp_path, index={"dims": DIMS, "embed": aembed})
+
+        async def scenario(s: BaseStore = s) -> list[Any]:
+            await s.aput(("e",), "a", {"text": "red apples"})
+            await s.aput(("e",), "b", {"text": "blue sky"})
+            return await s.asearch(("e",), query="apples")
+
+        assert keys(asyncio.run(scenario()))[0] == "a"
+
+
+# TTL ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_ttl_in_minutes_with_refresh_on_read(
+    kind: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    store = make_store(kind, request, tmp_path, index=None)
+    if is_reference(store):
+        # LangGraph's InMemoryStore has no TTL support: it refuses one.
+        assert store.supports_ttl is False
+        with pytest.raises(NotImplementedError):
+            store.put(("t",), "k", {"text": "v"}, ttl=1)
+        return
+    ttl = 0.6 / 60  # 0.6 seconds, in minutes
+    store.put(("t",), "kept", {"text": "v"}, ttl=ttl)
+    store.put(("t",), "gone", {"text": "v"}, ttl=ttl)
+    store.put(("t",), "forever", {"text": "v"})
+    for _ in range(3):
+        time.sleep(0.3)
+        assert store.get(("t",), "kept") is not None  # each read moves the expiry on
+        assert store.get(("t",), "gone", refresh_ttl=False) is not None or _ > 0
+    assert store.get(("t",), "gone") is None
+    assert store.search(("t",), filter={"text": "v"}, limit=10)[0].key in ("forever", "kept")
+    assert sorted(keys(store.search(("t",)))) == ["forever", "kept"]
+    store.store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_default_ttl_and_no_refresh(
+    kind: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    ttl_config = {"default_ttl": 0.4 / 60, "refresh_on_read": False}
+    store = make_store(kind, request, tmp_path, index=None, ttl=ttl_config)
+    store.put(("t",), "short", {"text": "v"})
+    store.put(("t",), "long", {"text": "v"}, ttl=None)  # an explicit None: no expiry
+    time.sleep(0.25)
+    assert store.get(("t",), "short") is not None  # read without refreshing
+    time.sleep(0.25)
+    assert store.get(("t",), "short") is None
+    assert store.get(("t",), "long") is not None
+    assert store.list_namespaces() == [("t",)]
+    store.sweep_ttl()
+    store.store.close()
+
+
+# persistence and several processes ------------------------------------------------------------
+
+
+def test_a_new_process_searches_without_re_embedding(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "restart.db"
+    first_embed = CountingEmbed()
+    with MemstrataStore(SQLiteStore(path), index={"dims": DIMS, "embed": first_embed}) as first:
+        first.put(("mem", "u1"), "a", {"text": "likes hiking in the alps"})
+        first.put(("mem", "u1"), "b", {"text": "allergic to peanuts"})
+        first.store.close()
+    embed = CountingEmbed()
+    second = MemstrataStore(f"sqlite:///{path}", index={"dims": DIMS, "embed": embed})
+    results = second.search(("mem",), query="peanuts allergy")
+    assert results[0].key == "b" and results[0].score is not None
+    assert embed.texts == 1  # the query only: stored vectors were reused
+    assert second.list_namespaces() == [("mem", "u1")]
+    second.close()
+
+
+def test_two_adapters_on_one_database_see_each_other(tmp_path: pathlib.Path) -> None:
+    index = {"dims": DIMS, "embed": CountingEmbed()}
+    one = MemstrataStore(SQLiteStore(tmp_path / "two.db"), index=index)  # type: ignore[arg-type]
+    two = MemstrataStore(SQLiteStore(tmp_path / "two.db"), index=index)  # type: ignore[arg-type]
+    one.put(("s",), "a", {"text": "alpha particle"})
+    assert keys(two.search(("s",), query="alpha")) == ["a"]
+    two.put(("s", "deeper"), "b", {"text": "beta decay"})
+    one.put(("s",), "a", {"text": "gamma ray"})
+    assert keys(one.search(("s",), query="beta decay"))[0] == "b"
+    assert two.search(("s",), query="gamma", limit=1)[0].key == "a"
+    two.delete(("s",), "a")
+    assert keys(one.search(("s",), query="gamma")) == ["b"]
+    assert one.list_namespaces() == [("s", "deeper")]
+
+
+def test_items_written_by_the_memstrata_store_directly_are_found(tmp_path: pathlib.Path) -> None:
+    raw = SQLiteStore(tmp_path / "raw.db")
+    raw.put(("legacy", "u1"), "note", {"text": "written before the adapter"})
+    store = MemstrataStore(raw, index={"dims": DIMS, "embed": CountingEmbed()})
+    assert store.list_namespaces() == [("legacy", "u1")]
+    # Written without the adapter, it has no vectors: a query lists it without a score.
+    [found] = store.search(("legacy",), query="adapter")
+    assert found.key == "note" and found.score is None
+    raw.close()
+
+
+def test_default_index_is_a_hashing_embedder() -> None:
+    store = MemstrataStore("memory://")
+    store.put(("d",), "a", {"text": "solar panels on the roof"})
+    store.put(("d",), "b", {"text": "a recipe for bread"})
+    assert store.search(("d",), query="roof solar")[0].key == "a"
+    no_index = MemstrataStore("memory://", index=None)
+    no_index.put(("d",), "a", {"text": "solar"})
+    assert no_index.search(("d",), query="solar")[0].score is None  # query ignored, as LangGraph
+
+
+# LangGraph graphs and create_react_agent --------------------------------------------------------
+
+
+def test_compiled_graph_uses_the_store(tmp_path: pathlib.Path) -> None:
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        query: str
+        found: list[str]
+
+    def recall(state: State, *, store: BaseStore) -> dict[str, Any]:
+        store.put(("notes",), "n1", {"text": "the deploy key rotates monthly"})
+        return {"found": [r.key for r in store.search(("notes",), query=state["query"])]}
+
+    graph = StateGraph(State)
+    graph.add_node("recall", recall)
+    graph.add_edge(START, "recall")
+    graph.add_edge("recall", END)
+    store = MemstrataStore(f"sqlite:///{tmp_path / 'graph.db'}")
+    app = graph.compile(store=store)
+    assert app.invoke({"query": "deploy key", "found": []})["found"] == ["n1"]
+    store.close()
+
+
+class ToolCallingFake(FakeMessagesListChatModel):
+    """LangChain's scripted chat model, accepting bound tools (create_react_agent binds them)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:  # type: ignore[override]
+        return self
+
+
+def test_react_agent_writes_working_memory_that_survives_a_restart(
+    tmp_path: pathlib.Path,
+) -> None:
+    from langgraph.prebuilt import create_react_agent
+
+    path = tmp_path / "agent.db"
+    stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=SQLiteStore(path))
+    model = ToolCallingFake(
+        responses=[
+            AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": "working-memory_update",
+                        "args": {"user": {"name": "Priya", "ships": "v2.4 on Friday"}},
+                        "id": "call-1",
+                    }
+                ],
+            ),
+            AIMessage(content="Noted, Priya."),
+        ]
+    )
+    with stack.run(thread_id="t1", resource_id="u1") as run:
+        tools = memstrata_tools(run)
+        assert {t.name for t in tools} == {"working-memory_update", "working-memory_replace"}
+        agent = create_react_agent(model, tools, prompt=react_prompt(run, system="Be brief."))
+        out = agent.invoke({"messages": [("user", "I'm Priya; we ship v2.4 on Friday.")]})
+        tool_message = out["messages"][2]
+        assert tool_message.type == "tool" and '"ok":true' in tool_message.content
+        assert out["messages"][-1].content == "Noted, Priya."
+    stack.store.close()
+
+    restarted = MemoryStack([WorkingMemory(schema={"type": "object"})], store=SQLiteStore(path))
+    with restarted.run(thread_id="t1", resource_id="u1") as run:
+        text = memory_prompt(run, system="Be brief.")
+        assert text.startswith("Be brief.")
+        assert "Priya" in text and "v2.4 on Friday" in text
+    restarted.store.close()
+
+
+def test_a_bad_tool_call_comes_back_as_a_readable_error() -> None:
+    stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=InMemoryStore())
+    with stack.run(thread_id="t", resource_id="u") as run:
+        [update] = [t for t in memstrata_tools(run) if t.name == "working-memory_update"]
+        answer = update.invoke({"__proto__": {"x": 1}})
+        assert isinstance(answer, str)
+        assert asyncio.run(update.ainvoke({"note": "async"})).startswith('{"ok":true')
+
+
+def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:
+    import runpy
+
+    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "langgraph_agent.py"
+    main = runpy.run_path(str(example))["main"]
+    call = {"name": "working-memory_update", "args": {"name": "Priya"}, "id": "c1"}
+    path = str(tmp_path / "example.db")
+    model = ToolCallingFake(responses=[AIMessage(content="", tool_calls=[call]), AIMessage("ok")])
+    assert main("I'm Priya.", model=model, path=path) == "ok"
+    seen: list[str] = []
+
+    class Recording(ToolCallingFake):
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(str(messages[0].content))
+            return super()._generate(messages, *args, **kwargs)
+
+    assert main("Who am I?", model=Recording(responses=[AIMessage("Priya")]), path=path) == "Priya"
+    assert "Priya" in seen[0]  # the second run's prompt holds what the first one wrote
