@@ -171,7 +171,7 @@ def test_four_processes_flushing_one_mind_store_each_belief_once(
     vectors = hash_embed(everything, 384)
     similarity = vectors @ vectors.T
     np.fill_diagonal(similarity, 0)
-    assert similarity.max() < 0.5  # distinct contents: only the same text may merge
+    assert similarity.max() < 0.7  # distinct contents, far under the 0.85 fold threshold
     open_store(url).close()
     barrier = tmp_path / "barrier"
     barrier.mkdir()
