@@ -38,6 +38,20 @@ PINNED_SIZES = {
     "TOOL_RESULT_PRUNED": 31,
     "TOOL_RESULT_GONE": 87,
     "TEAM_STATE_HEADER": 13,
+    # The agent mind's seven tool descriptions and its header's frame.
+    "MIND_RECALL_DESCRIPTION": 215,
+    "MIND_BELIEVE_DESCRIPTION": 72,
+    "MIND_REFLECT_DESCRIPTION": 113,
+    "MIND_UNPIN_DESCRIPTION": 82,
+    "MIND_SET_GOAL_DESCRIPTION": 105,
+    "MIND_UPDATE_GOAL_DESCRIPTION": 107,
+    "MIND_COMPLETE_GOAL_DESCRIPTION": 57,
+    "MIND_HEADER_OPEN": 18,
+    "MIND_HEADER_CLOSE": 3,
+    "MIND_HEADER_GOALS": 8,
+    "MIND_HEADER_RULES": 26,
+    "MIND_HEADER_BELIEFS": 10,
+    "MIND_HEADER_REFLECTIONS": 21,
     # What a line break in stored text becomes inside a line-structured block.
     "LINE_BREAK_MARK": 5,
 }
@@ -99,3 +113,18 @@ def test_shared_memory_uses_the_shared_texts() -> None:
         "memory_read": prompts.MEMORY_READ_DESCRIPTION,
         "memory_write": prompts.MEMORY_WRITE_DESCRIPTION,
     }
+
+
+def test_the_agent_mind_uses_the_shared_texts() -> None:
+    from memstrata import AgentMind
+
+    stack = MemoryStack([AgentMind()], store=InMemoryStore())
+    with stack.run(agent="a") as run:
+        specs = {s["name"]: s["description"] for s in run.tool_specs("mcp")}
+        run.call_tool("mind_believe", {"content": "Tea is the user's drink", "confidence": "high"})
+    assert specs["mind_recall"] == prompts.MIND_RECALL_DESCRIPTION
+    assert specs["mind_complete_goal"] == prompts.MIND_COMPLETE_GOAL_DESCRIPTION
+    with stack.run(agent="a") as run:
+        header = run.prepare([])[0]["content"].splitlines()
+    assert header[0] == prompts.MIND_HEADER_OPEN and header[-1] == prompts.MIND_HEADER_CLOSE
+    assert prompts.MIND_HEADER_BELIEFS in header

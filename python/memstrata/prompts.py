@@ -82,6 +82,41 @@ MEMORY_WRITE_DESCRIPTION = (
     "Publish a value under shared:<key> so other agents and steps can find it."
 )
 
+# Agent mind (layers/mind/) ---------------------------------------------------------------
+
+# The seven tools' descriptions (their parameters are toolpack Agent Mind's).
+MIND_RECALL_DESCRIPTION = (
+    "Search your persistent memory (goals, beliefs, reflections). Reads what earlier runs "
+    "committed; writes made in this run are not visible until the next run. Without a query, "
+    "pinned=true lists all your standing rules."
+)
+MIND_BELIEVE_DESCRIPTION = (
+    "Record a belief (a fact you learned), or update an existing similar one."
+)
+MIND_REFLECT_DESCRIPTION = (
+    "Log an observation about your own performance; pin=true makes it a standing rule shown at "
+    "the start of every run."
+)
+MIND_UNPIN_DESCRIPTION = (
+    "Remove the pin from a standing-rule reflection (it stays as a regular reflection)."
+)
+MIND_SET_GOAL_DESCRIPTION = (
+    "Create an active goal to track across sessions. Check mind_recall(type='goal') first to "
+    "avoid duplicates."
+)
+MIND_UPDATE_GOAL_DESCRIPTION = (
+    "Update an active goal: revise its description or priority, or append a progress note. Does "
+    "not complete it."
+)
+MIND_COMPLETE_GOAL_DESCRIPTION = "Mark an active goal as completed (committed immediately)."
+# The header's frame: its rule lines and section headings.
+MIND_HEADER_OPEN = "--- AGENT MIND ---"
+MIND_HEADER_CLOSE = "---"
+MIND_HEADER_GOALS = "## Goals"
+MIND_HEADER_RULES = "## Standing Rules (Pinned)"
+MIND_HEADER_BELIEFS = "## Beliefs"
+MIND_HEADER_REFLECTIONS = "## Recent Reflections"
+
 # Tool results (layers/tool_results.py) --------------------------------------------------------
 
 READ_TOOL_RESULT_DESCRIPTION = (

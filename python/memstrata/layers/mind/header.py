@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from memstrata.layers.mind.entries import MindBelief, MindGoal, MindReflection
 from memstrata.layers.mind.records import DAY_MS
-from memstrata.prompts import one_line
+from memstrata.prompts import (
+    MIND_HEADER_BELIEFS,
+    MIND_HEADER_CLOSE,
+    MIND_HEADER_GOALS,
+    MIND_HEADER_OPEN,
+    MIND_HEADER_REFLECTIONS,
+    MIND_HEADER_RULES,
+    one_line,
+)
 from memstrata.tokens import EstimatingCounter, ExactCounter, exact_count
 
 if TYPE_CHECKING:
@@ -162,18 +170,18 @@ def _assemble(
     belief_lines: list[str],
     reflection_lines: list[str],
 ) -> str:
-    lines = ["--- AGENT MIND ---"]
+    lines = [MIND_HEADER_OPEN]
     for title, section in (
-        ("## Goals", goal_lines),
-        ("## Standing Rules (Pinned)", rule_lines),
-        ("## Beliefs", belief_lines),
-        ("## Recent Reflections", reflection_lines),
+        (MIND_HEADER_GOALS, goal_lines),
+        (MIND_HEADER_RULES, rule_lines),
+        (MIND_HEADER_BELIEFS, belief_lines),
+        (MIND_HEADER_REFLECTIONS, reflection_lines),
     ):
         if section:
             lines += [title, *section]
     if len(lines) == 1:
         return ""
-    lines.append("---")
+    lines.append(MIND_HEADER_CLOSE)
     return "\n".join(lines)
 
 
@@ -254,14 +262,14 @@ def _frame(goal_lines: list[str], rule_lines: list[str]) -> str:
     budget, and so what it must first make room for."""
     return "\n".join(
         [
-            "--- AGENT MIND ---",
-            "## Goals",
+            MIND_HEADER_OPEN,
+            MIND_HEADER_GOALS,
             *goal_lines,
-            "## Standing Rules (Pinned)",
+            MIND_HEADER_RULES,
             *rule_lines,
-            "## Beliefs",
-            "## Recent Reflections",
-            "---",
+            MIND_HEADER_BELIEFS,
+            MIND_HEADER_REFLECTIONS,
+            MIND_HEADER_CLOSE,
         ]
     )
 

@@ -10,6 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memstrata.layers.mind.entries import CONFIDENCE_LEVELS, GOAL_PRIORITIES, GOAL_STATUSES
+from memstrata.prompts import (
+    MIND_BELIEVE_DESCRIPTION,
+    MIND_COMPLETE_GOAL_DESCRIPTION,
+    MIND_RECALL_DESCRIPTION,
+    MIND_REFLECT_DESCRIPTION,
+    MIND_SET_GOAL_DESCRIPTION,
+    MIND_UNPIN_DESCRIPTION,
+    MIND_UPDATE_GOAL_DESCRIPTION,
+)
 from memstrata.tools import Tool
 
 if TYPE_CHECKING:
@@ -104,9 +113,7 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
     return [
         Tool(
             "mind_recall",
-            "Search your persistent memory (goals, beliefs, reflections). Reads what earlier "
-            "runs committed; writes made in this run are not visible until the next run. "
-            "Without a query, pinned=true lists all your standing rules.",
+            MIND_RECALL_DESCRIPTION,
             _schema(
                 [],
                 query={**_TEXT, "description": "Free-text query (needed unless pinned=true)."},
@@ -122,7 +129,7 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
         ),
         Tool(
             "mind_believe",
-            "Record a belief (a fact you learned), or update an existing similar one.",
+            MIND_BELIEVE_DESCRIPTION,
             _schema(
                 ["content"],
                 content={**_TEXT, "description": "The belief statement."},
@@ -135,8 +142,7 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
         ),
         Tool(
             "mind_reflect",
-            "Log an observation about your own performance; pin=true makes it a standing rule "
-            "shown at the start of every run.",
+            MIND_REFLECT_DESCRIPTION,
             _schema(
                 ["content"],
                 content={**_TEXT, "description": "The observation."},
@@ -148,14 +154,13 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
         ),
         Tool(
             "mind_unpin_reflection",
-            "Remove the pin from a standing-rule reflection (it stays as a regular reflection).",
+            MIND_UNPIN_DESCRIPTION,
             _schema(["id"], id={"type": "string", "minLength": 1, "maxLength": 64}),
             unpin,
         ),
         Tool(
             "mind_set_goal",
-            "Create an active goal to track across sessions. Check mind_recall(type='goal') "
-            "first to avoid duplicates.",
+            MIND_SET_GOAL_DESCRIPTION,
             _schema(
                 ["description"],
                 description={**_TEXT, "description": "The goal statement."},
@@ -167,8 +172,7 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
         ),
         Tool(
             "mind_update_goal",
-            "Update an active goal: revise its description or priority, or append a progress "
-            "note. Does not complete it.",
+            MIND_UPDATE_GOAL_DESCRIPTION,
             _schema(
                 ["id"],
                 id={"type": "string", "minLength": 1, "maxLength": 64},
@@ -180,7 +184,7 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
         ),
         Tool(
             "mind_complete_goal",
-            "Mark an active goal as completed (committed immediately).",
+            MIND_COMPLETE_GOAL_DESCRIPTION,
             _schema(
                 ["id"],
                 id={"type": "string", "minLength": 1, "maxLength": 64},
