@@ -1680,3 +1680,19 @@ def test_overlapping_runs_never_fold_facts_that_disagree(
     assert sorted(x["content"] for x in stored_entries(shared_store, "belief")) == sorted(
         [first, second]
     )
+
+
+def test_one_run_cannot_add_past_its_entry_quota(store: Store) -> None:
+    stack = make_stack(store, max_run_entries=3)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_reflect", {"content": "First note"}))
+        ok(run.call_tool("mind_set_goal", {"description": "Ship the release"}))
+        first = ok(run.call_tool("mind_believe", {"content": "The API answers in JSON"}))
+        refused = run.call_tool("mind_reflect", {"content": "One too many"})
+        assert refused["error"]["code"] == "limit_exceeded"
+        assert "max_run_entries" in refused["error"]["message"]
+        # Restating a belief adds nothing: still allowed.
+        again = ok(run.call_tool("mind_believe", {"content": "The API answers in JSON."}))
+        assert again["id"] == first["id"]
+    with stack.run(agent=AGENT) as run:  # the next run has its own quota
+        ok(run.call_tool("mind_reflect", {"content": "A new run's note"}))

@@ -542,3 +542,25 @@ def test_a_copy_holds_its_own_values() -> None:
     spoil(clone.get_value("task:t"))
     memory.set(key="task:other", kind="task_result", value=0)
     assert_unspoiled(clone)
+
+
+def test_one_run_cannot_write_past_its_quotas() -> None:
+    memory = SharedMemory(max_run_writes=3, max_run_bytes=1_000)
+    stack = MemoryStack([memory], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        for i in range(3):
+            assert run.call_tool("memory_write", {"key": f"k{i}", "value": i})["ok"]
+        refused = run.call_tool("memory_write", {"key": "k3", "value": 3})
+        assert refused["error"]["code"] == "limit_exceeded"
+        assert "max_run_writes" in refused["error"]["message"]
+    with stack.run(thread_id="t") as run:  # a new run starts a new quota
+        refused = run.call_tool("memory_write", {"key": "big", "value": "x" * 2_000})
+        assert refused["error"]["code"] == "limit_exceeded"
+        assert "max_run_bytes" in refused["error"]["message"]
+        assert run.call_tool("memory_write", {"key": "small", "value": "x" * 900})["ok"]
+    assert sorted(e.key for e in memory.snapshot()) == [
+        "shared:k0",
+        "shared:k1",
+        "shared:k2",
+        "shared:small",
+    ]

@@ -28,7 +28,9 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   as a new entry). The entry count is checked against what the instance has read from the
   store, so servers writing new keys between their reads can pass it by those writes, never
   without bound. A ``title`` or ``source`` holds at most 256 characters and a
-  ``description`` 4,000.
+  ``description`` 4,000. One run's model writes at most ``max_run_writes`` entries (1,000) and
+  ``max_run_bytes`` of values (16 MiB) through ``memory_write``; past either the tool answers
+  ``limit_exceeded``.
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost.
 * The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
@@ -84,6 +86,9 @@ LIST_CAP = 200
 LIST_DESCRIPTION_CHARS = 240
 MAX_SHARED_KEY_LENGTH = 256
 MEMORY_WRITE_SOURCE = "memory_write"
+# What one run's model may write through memory_write: calls, and bytes of JSON values.
+DEFAULT_MAX_RUN_WRITES = 1_000
+DEFAULT_MAX_RUN_BYTES = 16 << 20
 DEFAULT_MAX_VALUE_BYTES = 1 << 20
 DEFAULT_MAX_ENTRIES = 100_000
 MAX_CREATED_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -231,12 +236,21 @@ class SharedMemory:
         budget: tuple[int, int] | Budget = (50, 400),
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_run_writes: int = DEFAULT_MAX_RUN_WRITES,
+        max_run_bytes: int = DEFAULT_MAX_RUN_BYTES,
     ) -> None:
-        for option, limit in (("max_value_bytes", max_value_bytes), ("max_entries", max_entries)):
+        for option, limit in (
+            ("max_value_bytes", max_value_bytes),
+            ("max_entries", max_entries),
+            ("max_run_writes", max_run_writes),
+            ("max_run_bytes", max_run_bytes),
+        ):
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise InvalidInputError(f"{option} must be a positive int, got {limit!r}")
         self.max_value_bytes = max_value_bytes
         self.max_entries = max_entries
+        self.max_run_writes = max_run_writes
+        self.max_run_bytes = max_run_bytes
         self.name = name
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
@@ -689,7 +703,12 @@ class SharedMemory:
         """Nothing to do: the model writes through ``memory_write``."""
 
     def tools(self, handle: SharedMemoryHandle) -> builtins.list[Tool]:
-        return handle.memory.tools_for_model()
+        return [
+            replace(tool, handler=handle.metered(tool.handler))
+            if tool.name == "memory_write"
+            else tool
+            for tool in handle.memory.tools_for_model()
+        ]
 
     def on_spawn(self, handle: SharedMemoryHandle, child: RunContext) -> SharedMemoryHandle:
         """A spawned sub-run shares the workflow's memory (it is a step of the same workflow);
@@ -708,6 +727,38 @@ class SharedMemoryHandle:
         self.memory = memory
         self.tokens = tokens if tokens is not None else EstimatingCounter()
         self.upstream: list[str] = []
+        self.writes = 0  # memory_write calls this run's model made that stored something
+        self.written_bytes = 0
+
+    def metered(self, write: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+        """``memory_write`` within the run's quotas (``max_run_writes`` calls and
+        ``max_run_bytes`` of values per run): a model cannot grow the memory without bound in
+        one run."""
+        memory = self.memory
+
+        def handler(args: dict[str, Any]) -> Any:
+            try:
+                size = len(codec.dumps(args.get("value")))
+            except (InvalidInputError, TypeError, ValueError):
+                size = 0  # the write itself names what is wrong with the value
+            for setting, used, adding, limit in (
+                ("max_run_writes", self.writes, 1, memory.max_run_writes),
+                ("max_run_bytes", self.written_bytes, size, memory.max_run_bytes),
+            ):
+                if used + adding > limit:
+                    raise LimitExceededError(
+                        f"this run already wrote {used:,} of its {limit:,} ({setting}); "
+                        "write fewer, larger entries, or finish the step",
+                        setting=setting,
+                        size=used + adding,
+                        limit=limit,
+                    )
+            result = write(args)
+            self.writes += 1
+            self.written_bytes += size
+            return result
+
+        return handler
 
     def require(self, keys: Iterable[str]) -> None:
         """Declares upstream keys (``step.dependsOn``, parent ``task.dependsOn``)."""

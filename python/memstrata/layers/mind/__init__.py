@@ -92,6 +92,8 @@ from memstrata.stores import Namespace, Store
 from memstrata.tools import Tool
 
 DEFAULT_MAX_ENTRIES = 100_000
+# New entries one run may add: far above what a turn needs, far below what fills a mind.
+DEFAULT_MAX_RUN_ENTRIES = 1_000
 MAX_GOALS_CEILING = 10
 MAX_PINNED_CEILING = 10
 
@@ -135,6 +137,8 @@ class AgentMind:
             dict with ``belief``/``reflection``).
         score_weights: Weights of the recall score.
         max_entries: Most goals, beliefs and reflections one namespace holds.
+        max_run_entries: Most new goals, beliefs and reflections one run may add (restating a
+            belief does not count): a model cannot grow the mind without bound in one run.
         purge_expired_after: How long an expired (archived) belief or reflection is kept, as a
             duration (``"30d"``); None keeps it for ever. Past that, it is deleted when a write
             needs room under ``max_entries`` or by :meth:`AgentMindHandle.purge_expired`.
@@ -160,6 +164,7 @@ class AgentMind:
         ttl_defaults: MindTtlDefaults | dict[str, str | None] | None = None,
         score_weights: ScoreWeights | None = None,
         max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_run_entries: int = DEFAULT_MAX_RUN_ENTRIES,
         purge_expired_after: str | None = "30d",
         on_progress: ProgressCallback | None = None,
         budget: tuple[int, int] | Budget = (0, 1500),
@@ -171,6 +176,7 @@ class AgentMind:
         check_int(max_goals, "max_goals", minimum=1)
         check_int(max_pinned_reflections, "max_pinned_reflections", minimum=1)
         check_int(max_entries, "max_entries", minimum=1)
+        check_int(max_run_entries, "max_run_entries", minimum=1)
         check_number(deduplication_threshold, "deduplication_threshold", low=0, high=1)
         check_number(retrieval_threshold, "retrieval_threshold", low=0, high=1)
         check_number(similarity_floor, "similarity_floor", low=0, high=1)
@@ -199,6 +205,7 @@ class AgentMind:
         self.max_goals = min(max_goals, MAX_GOALS_CEILING)
         self.max_pinned_reflections = min(max_pinned_reflections, MAX_PINNED_CEILING)
         self.max_entries = max_entries
+        self.max_run_entries = max_run_entries
         self.purge_expired_after_ms = (
             None
             if purge_expired_after is None

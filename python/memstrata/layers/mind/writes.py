@@ -77,8 +77,13 @@ class _Draft:
     goals: dict[str, MindGoal] = field(default_factory=dict)
     goal_patches: dict[str, _GoalPatch] = field(default_factory=dict)
     unpins: set[str] = field(default_factory=set)
+    new_beliefs: int = 0  # beliefs among ``beliefs`` that are not stored yet
     pins: int = 0  # what the draft changes the number of live pinned reflections by
     downgrades: set[str] = field(default_factory=set)  # beliefs written with allowDowngrade
+
+    def created_entries(self) -> int:
+        """New goals, beliefs and reflections in the draft (updates of stored ones aside)."""
+        return self.new_beliefs + len(self.reflections) + len(self.goals)
 
     def empty(self) -> bool:
         return not (self.beliefs or self.reflections or self.goals or self.goal_patches) and not (
@@ -199,6 +204,8 @@ def _draft_belief(
     allow_downgrade: bool = False,
 ) -> None:
     draft = handle.draft
+    if not stored_before and belief.id not in draft.beliefs:
+        draft.new_beliefs += 1
     draft.beliefs[belief.id] = (belief, vector, stored_before)
     if draft.belief_vectors is None:
         draft.belief_vectors = VectorSet(int(vector.shape[0]))
@@ -296,9 +303,7 @@ def unpin_reflection(handle: AgentMindHandle, id: str) -> dict[str, Any]:
 def entry_count(handle: AgentMindHandle) -> int:
     """See :meth:`AgentMindHandle.entry_count`."""
     committed = len(handle.goals) + len(handle.beliefs) + len(handle.reflections)
-    draft = handle.draft
-    drafted = sum(1 for _b, _v, stored_before in draft.beliefs.values() if not stored_before)
-    return committed - len(handle._purged) + drafted + len(draft.reflections) + len(draft.goals)
+    return committed - len(handle._purged) + handle.draft.created_entries()
 
 
 def purge_expired(handle: AgentMindHandle) -> int:
@@ -324,6 +329,16 @@ def purge_expired(handle: AgentMindHandle) -> int:
 def require_room(handle: AgentMindHandle, kind: str) -> None:
     """Refuses a new entry of ``kind`` once the namespace holds ``max_entries`` (after purging
     what expired long enough ago)."""
+    quota = handle.layer.max_run_entries
+    drafted = handle.draft.created_entries()
+    if drafted >= quota:
+        raise LimitExceededError(
+            f"this run already added {drafted:,} entries, the most one run may add "
+            f"(max_run_entries); restate existing beliefs to update them instead",
+            setting="max_run_entries",
+            size=drafted + 1,
+            limit=quota,
+        )
     limit = handle.layer.max_entries
     count = entry_count(handle)
     if count >= limit and purge_expired(handle):
