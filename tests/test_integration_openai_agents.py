@@ -351,3 +351,19 @@ async def test_session_protocol(tmp_path: Path) -> None:
     await other.add_items([{"role": "user", "content": "elsewhere"}])
     assert await session.get_items() == []
     memory.stack.store.close()
+
+
+@synchronously
+async def test_runner_run_directly_still_reaches_the_memory(tmp_path: Path) -> None:
+    from agents import Runner
+
+    memory = make_memory(tmp_path / "d.db")
+    model = FakeModel(
+        [[call("working-memory_update", {"name": "Ana", "ship": None}, "c1")], [say("hi Ana")]]
+    )
+    # No memory.run: each tool call and each rendering opens a short run of the same scope.
+    result = await Runner.run(make_agent(memory, model), "I'm Ana.")
+    assert result.final_output == "hi Ana"
+    assert '"name": "Ana"' in model.calls[1]["instructions"]
+    assert '"ship"' not in model.calls[1]["instructions"]
+    memory.stack.store.close()

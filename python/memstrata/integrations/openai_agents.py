@@ -122,7 +122,8 @@ class AgentsMemory:
         async with self.stack.arun(
             thread_id=self.thread_id, resource_id=self.resource_id, agent=scope
         ) as run:
-            run.tool_specs("responses", strict=self.strict)  # null padding is stripped from now
+            if self.strict:
+                run.tool_specs("responses", strict=True)  # null padding is stripped from now
             token = self._current.set(run)
             try:
                 yield run
@@ -135,13 +136,13 @@ class AgentsMemory:
             return await Runner.run(agent, input, **kwargs)
 
     @asynccontextmanager
-    async def _using_run(self) -> AsyncIterator[Run]:
+    async def _using_run(self, agent: Any = None) -> AsyncIterator[Run]:
         """The turn's run, or a short one of the same scope outside a turn."""
         current = self._current.get()
         if current is not None:
             yield current
         else:
-            async with self.turn() as run:
+            async with self.turn(getattr(agent, "name", None)) as run:
                 yield run
 
     # Tools ------------------------------------------------------------------------------------
@@ -164,8 +165,8 @@ class AgentsMemory:
         ]
 
     def _invoker(self, name: str) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
-        async def invoke(_ctx: ToolContext[Any], arguments: str) -> str:
-            async with self._using_run() as run:
+        async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+            async with self._using_run(ctx.agent) as run:
                 result = await run.acall_tool(name, arguments)
             return orjson.dumps(result).decode()
 
@@ -183,7 +184,7 @@ class AgentsMemory:
             head = base(ctx, agent) if callable(base) else base
             if inspect.isawaitable(head):
                 head = await head
-            async with self._using_run() as run:
+            async with self._using_run(agent) as run:
                 blocks = await run.aprepare([])
             parts = [head] if head else []
             parts.extend(_text(block) for block in blocks)
