@@ -367,3 +367,23 @@ async def test_runner_run_directly_still_reaches_the_memory(tmp_path: Path) -> N
     assert '"name": "Ana"' in model.calls[1]["instructions"]
     assert '"ship"' not in model.calls[1]["instructions"]
     memory.stack.store.close()
+
+
+def test_the_example_runs_without_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = Path(__file__).resolve().parent.parent / "examples" / "openai_agents_sdk.py"
+    spec = importlib.util.spec_from_file_location("openai_agents_sdk", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    db = str(tmp_path / "example.db")
+    first = asyncio.run(example.main("I'm Priya.", db))
+    assert '"ship": "v2.4 on Friday"' in first
+    # A second process on the same file: memory and history are there.
+    assert '"name": "Priya"' in asyncio.run(example.main("Again.", db))
+    store = SQLiteStore(db)
+    stored = store.changes(("openai-agents-session", "cli")).items
+    assert len([item for item in stored if item.key != "head"]) == 6
+    store.close()
