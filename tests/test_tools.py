@@ -305,3 +305,40 @@ def test_an_error_payload_is_bounded_whatever_the_error_says() -> None:
         "tool": "t",
         "error": {"code": "c", "message": "short", "details": ["one"]},
     }
+
+
+def test_responses_format_is_the_flat_function_shape() -> None:
+    tool = Tool("working-memory/update", "Update it.", {"type": "object"}, lambda a: a)
+    assert tool_spec(tool, "responses") == {
+        "type": "function",
+        "name": "working-memory_update",
+        "description": "Update it.",
+        "parameters": {"type": "object"},
+    }
+    # An open-ended schema cannot be strict: said so, and sent as it is.
+    assert tool_spec(tool, "responses", strict=True) == {
+        **tool_spec(tool, "responses"),
+        "strict": False,
+    }
+
+
+def test_responses_strict_form_equals_the_chat_one() -> None:
+    tool = Tool("mind_recall", "Recall.", SCHEMA, lambda a: a)
+    flat = tool_spec(tool, "responses", strict=True)
+    chat = tool_spec(tool, "openai", strict=True)["function"]
+    assert flat == {"type": "function", **chat}
+    assert flat["strict"] is True
+    assert flat["parameters"]["additionalProperties"] is False
+    assert tool_spec(tool, "responses")["parameters"] == SCHEMA
+
+
+def test_responses_format_through_a_run() -> None:
+    from memstrata import MemoryStack, WorkingMemory
+
+    stack = MemoryStack([WorkingMemory()], store="memory://")
+    with stack.run(thread_id="t") as run:
+        specs = run.tool_specs("responses", strict=True)
+    assert specs
+    for spec in specs:
+        assert set(spec) == {"type", "name", "description", "parameters", "strict"}
+        assert spec["type"] == "function" and WIRE.match(spec["name"])

@@ -2,9 +2,9 @@
 
 A :class:`Tool` holds the name its system gives it (``working-memory/update``), a description, a
 JSON Schema for its arguments and the handler. ``tool_spec`` renders it as OpenAI chat tools,
-Anthropic tools or MCP tools. OpenAI and Anthropic accept only ``[A-Za-z0-9_-]{1,64}`` as a tool
-name, so ``wire_name`` maps those names to a safe form (``working-memory_update``); the stack
-accepts either form in ``call_tool``.
+OpenAI Responses tools, Anthropic tools or MCP tools. OpenAI and Anthropic accept only
+``[A-Za-z0-9_-]{1,64}`` as a tool name, so ``wire_name`` maps those names to a safe form
+(``working-memory_update``); the stack accepts either form in ``call_tool``.
 
 ``parse_arguments`` and ``validate_arguments`` turn whatever the model sent into a dict or a
 :class:`~memstrata.exceptions.ToolError` that says exactly what was wrong.
@@ -27,7 +27,7 @@ import orjson
 from memstrata._core import MAX_DEPTH
 from memstrata.exceptions import ToolError
 
-ToolFormat = Literal["openai", "anthropic", "mcp"]
+ToolFormat = Literal["openai", "responses", "anthropic", "mcp"]
 
 # A model can send anything; these bound what one call may cost before any layer sees it.
 MAX_ARGUMENT_BYTES = 1 << 20
@@ -95,6 +95,9 @@ def wire_name(name: str) -> str:
 def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -> dict[str, Any]:
     """Renders one tool for an SDK.
 
+    ``openai`` is the Chat Completions shape (``{"type": "function", "function": {...}}``),
+    ``responses`` the Responses API's flat one (``{"type": "function", "name": ...}``).
+
     ``strict=True`` (OpenAI only) renders the form OpenAI's structured outputs accept: every
     property required, the optional ones nullable, no additional properties. The model then pads
     every optional field with null, which :func:`strip_null_padding` removes again. A tool whose
@@ -102,7 +105,7 @@ def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -
     expressed strictly and is rendered in the normal form, with ``strict`` false.
     """
     parameters = dict(tool.parameters)
-    if fmt == "openai":
+    if fmt in ("openai", "responses"):
         function: dict[str, Any] = {
             "name": tool.wire_name,
             "description": tool.description,
@@ -113,13 +116,15 @@ def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -
             function["strict"] = strict_parameters is not None
             if strict_parameters is not None:
                 function["parameters"] = strict_parameters
+        if fmt == "responses":
+            return {"type": "function", **function}
         return {"type": "function", "function": function}
     if fmt == "anthropic":
         return {"name": tool.wire_name, "description": tool.description, "input_schema": parameters}
     if fmt == "mcp":
         return {"name": tool.wire_name, "description": tool.description, "inputSchema": parameters}
     raise ToolError(
-        f"unknown tool format {fmt!r}; expected 'openai', 'anthropic' or 'mcp'",
+        f"unknown tool format {fmt!r}; expected 'openai', 'responses', 'anthropic' or 'mcp'",
         code="invalid_arguments",
     )
 

@@ -1,0 +1,389 @@
+"""The OpenAI Agents SDK adapter, driven by the SDK's real agent loop and a fake model that
+answers with recorded responses (no key, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import (
+    Agent,
+    FunctionTool,
+    ModelResponse,
+    Usage,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.models.interface import Model
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from memstrata import (
+    Budget,
+    ContextGate,
+    MemoryStack,
+    RunContext,
+    SQLiteStore,
+    ToolResults,
+    WorkingMemory,
+)
+from memstrata.integrations.openai_agents import AgentsMemory, MemstrataSession
+
+
+def synchronously(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Runs an async test on a fresh event loop (the suite has no async plugin)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+set_tracing_disabled(True)  # nothing to export to: no key, no network
+
+PROFILE = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "ship": {"type": "string"}},
+}
+
+
+def call(name: str, arguments: dict[str, Any], call_id: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        type="function_call",
+        id=f"fc_{call_id}",
+        call_id=call_id,
+        name=name,
+        arguments=json.dumps(arguments),
+        status="completed",
+    )
+
+
+def say(text: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        type="message",
+        id="msg_1",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+    )
+
+
+class FakeModel(Model):
+    """The SDK's Model interface answering with recorded outputs, one per call; keeps what it
+    was sent."""
+
+    def __init__(self, outputs: list[list[Any] | Exception]) -> None:
+        self.outputs = list(outputs)
+        self.calls: list[dict[str, Any]] = []
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: Any,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> ModelResponse:
+        self.calls.append(
+            {
+                "instructions": system_instructions,
+                "input": input if isinstance(input, str) else list(input),
+                "tools": tools,
+            }
+        )
+        output = self.outputs.pop(0)
+        if isinstance(output, Exception):
+            raise output
+        return ModelResponse(output=output, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("the fake model does not stream")
+
+
+def make_memory(path: Path, **kwargs: Any) -> AgentsMemory:
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store=SQLiteStore(str(path)))
+    return AgentsMemory(stack, thread_id="t1", resource_id="user-42", **kwargs)
+
+
+def make_agent(memory: AgentsMemory, model: Model, tools: list[Any] | None = None) -> Agent[Any]:
+    return Agent(
+        name="assistant",
+        instructions=memory.instructions("You are a release assistant."),
+        tools=[*(tools or []), *memory.tools()],
+        model=model,
+    )
+
+
+@synchronously
+async def test_memory_written_by_a_tool_shows_next_turn_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "agent.db"
+    memory = make_memory(db)
+    model = FakeModel(
+        [
+            # Turn 1: the model writes working memory (strict: it pads "ship" with null).
+            [call("working-memory_update", {"name": "Priya", "ship": None}, "call_1")],
+            [say("Noted, Priya.")],
+            # Turn 2: it answers from what the instructions show.
+            [say("You are Priya.")],
+        ]
+    )
+    agent = make_agent(memory, model)
+    session = memory.session()
+
+    first = await memory.run(agent, "I'm Priya.", session=session)
+    assert first.final_output == "Noted, Priya."
+    # The tool answered with the stack's JSON payload...
+    outputs = [i for i in model.calls[1]["input"] if i.get("type") == "function_call_output"]
+    assert json.loads(outputs[0]["output"])["ok"] is True
+    # ...and the second call of the same turn already shows the write.
+    assert '"name": "Priya"' in model.calls[1]["instructions"]
+    assert model.calls[0]["instructions"].startswith("You are a release assistant.")
+    assert "Priya" not in model.calls[0]["instructions"]
+    # The padded null was stripped: "ship" was never stored as null.
+    assert '"ship"' not in model.calls[1]["instructions"]
+
+    second = await memory.run(agent, "Who am I?", session=session)
+    assert second.final_output == "You are Priya."
+    assert '"name": "Priya"' in model.calls[2]["instructions"]
+    # The session gave the model the first turn's history.
+    texts = json.dumps(model.calls[2]["input"])
+    assert "I'm Priya." in texts and "Noted, Priya." in texts and "call_1" in texts
+
+    # A restart: a new store object on the same SQLite file.
+    memory.stack.store.close()
+    again = make_memory(db)
+    history = await again.session().get_items()
+    roles = [item.get("role") or item.get("type") for item in history]
+    assert roles == [
+        "user",
+        "function_call",
+        "function_call_output",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    restarted = FakeModel([[say("Still Priya.")]])
+    third = await again.run(make_agent(again, restarted), "And now?", session=again.session())
+    assert third.final_output == "Still Priya."
+    assert '"name": "Priya"' in restarted.calls[0]["instructions"]
+    assert "Noted, Priya." in json.dumps(restarted.calls[0]["input"])
+    again.stack.store.close()
+
+
+def test_tools_are_function_tools_strict_where_the_schema_allows(tmp_path: Path) -> None:
+    closed = {**PROFILE, "additionalProperties": False}
+    for schema, strict in ((closed, True), ({"type": "object"}, False)):
+        stack = MemoryStack([WorkingMemory(schema=schema)], store="memory://")
+        tools = AgentsMemory(stack, thread_id="t").tools()
+        assert all(isinstance(t, FunctionTool) for t in tools)
+        by_name = {t.name: t for t in tools}
+        update = by_name["working-memory_update"]
+        assert update.strict_json_schema is strict
+        if strict:
+            assert update.params_json_schema["additionalProperties"] is False
+            assert update.params_json_schema["required"] == ["name", "ship"]
+        else:
+            assert update.params_json_schema == {"type": "object"}
+
+
+class Recorder:
+    """A layer that records its runs' lifecycle."""
+
+    name, slot, budget = "recorder", 10, Budget(0, 10)
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def init(self, ctx: RunContext) -> None:
+        self.events.append(("open", ctx.agent))
+
+    def recall(self, handle: None, budget: int) -> list[dict[str, Any]]:
+        return []
+
+    def observe(self, handle: None, message: dict[str, Any]) -> None:
+        pass
+
+    def tools(self, handle: None) -> list[Any]:
+        return []
+
+    def on_spawn(self, handle: None, child: RunContext) -> None:
+        return None
+
+    def close(self, handle: None, error: BaseException | None) -> None:
+        self.events.append(("close", None if error is None else type(error).__name__))
+
+
+@synchronously
+async def test_one_run_per_turn_closed_with_the_error_when_the_agent_raises() -> None:
+    recorder = Recorder()
+    stack = MemoryStack([recorder, WorkingMemory()], store="memory://")
+    memory = AgentsMemory(stack, thread_id="t")
+    tools = memory.tools()
+    recorder.events.clear()  # listing the tools opened a run of its own
+    model = FakeModel(
+        [
+            [call("working-memory_update", {"name": "Priya"}, "c1")],
+            [say("ok")],
+            RuntimeError("the provider is down"),
+        ]
+    )
+    agent = Agent(name="assistant", instructions=memory.instructions(), tools=tools, model=model)
+
+    await memory.run(agent, "hi")
+    # One run for the whole turn: two model calls and a tool call inside it.
+    assert recorder.events == [("open", "assistant"), ("close", None)]
+    with pytest.raises(RuntimeError, match="provider is down"):
+        await memory.run(agent, "again")
+    assert recorder.events[2:] == [("open", "assistant"), ("close", "RuntimeError")]
+
+
+@synchronously
+async def test_a_bad_tool_call_is_an_error_payload_the_model_reads() -> None:
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store="memory://")
+    memory = AgentsMemory(stack, thread_id="t", strict=False)
+    model = FakeModel([[call("working-memory_update", {"name": 42}, "c1")], [say("sorry")]])
+    result = await memory.run(make_agent(memory, model), "hi")
+    assert result.final_output == "sorry"
+    output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
+    payload = json.loads(output["output"])
+    assert payload["ok"] is False and payload["error"]["code"] == "schema_violation"
+
+
+@synchronously
+async def test_session_history_is_offloaded_and_pruned_to_recoverable_placeholders(
+    tmp_path: Path,
+) -> None:
+    big = "\n".join(f"line {i}: " + "log output " * 20 for i in range(400))
+    stack = MemoryStack(
+        [ToolResults(threshold_tokens=500)],
+        store=SQLiteStore(str(tmp_path / "s.db")),
+        gate=ContextGate(max_input_tokens=1100, keep_recent=1, checkpoints_dir=tmp_path),
+    )
+    memory = AgentsMemory(stack, thread_id="t1")
+
+    @function_tool
+    def fetch_logs(day: int) -> str:
+        """Fetch the day's build logs."""
+        return big if day == 1 else f"day {day}: " + "small output " * 100
+
+    model = FakeModel(
+        [
+            [call("fetch_logs", {"day": 1}, "logs_1")],
+            [say("Day 1 had 400 lines.")],
+            [call("fetch_logs", {"day": 2}, "logs_2")],
+            [call("fetch_logs", {"day": 3}, "logs_3")],
+            [say("Days 2 and 3 were short.")],
+            [say("ok")],
+        ]
+    )
+    agent = make_agent(memory, model, tools=[fetch_logs])
+    session = memory.session()
+    await memory.run(agent, "How was day 1?", session=session)
+    await memory.run(agent, "And days 2 and 3?", session=session)
+
+    # Stored as it came: the session keeps every body.
+    stored = stack.store.changes(("openai-agents-session", "t1")).items
+    assert big in [item.value.get("output") for item in stored]
+
+    await memory.run(agent, "Thanks.", session=session)
+    # What the model was shown never goes back into the store: 4 + 6 + 2 items, as they came.
+    stored = stack.store.changes(("openai-agents-session", "t1")).items
+    assert len([item for item in stored if item.key != "head"]) == 12
+    assert big in [item.value.get("output") for item in stored]
+    sent = model.calls[-1]["input"]
+    outputs = {i["call_id"]: i["output"] for i in sent if i.get("type") == "function_call_output"}
+    # The large result was offloaded, the old small one pruned; the latest stays verbatim.
+    assert big not in outputs.values()
+    assert outputs["logs_1"].startswith(("[summarized: call_id=logs_1", "[tool result offloaded"))
+    assert len(outputs["logs_1"]) < 2000
+    assert outputs["logs_2"].startswith("[summarized: call_id=logs_2")
+    assert outputs["logs_3"].startswith("day 3:")
+    # Each placeholder can be read back through the stack's own tool.
+    async with memory.turn() as run:
+        for call_id, prefix in (("logs_1", "line 0:"), ("logs_2", "day 2:")):
+            page = await run.acall_tool("read_tool_result", {"call_id": call_id})
+            assert page["content"].startswith(prefix), page
+
+
+@synchronously
+async def test_session_protocol(tmp_path: Path) -> None:
+    from agents.memory import Session
+
+    memory = make_memory(tmp_path / "p.db")
+    session = memory.session()
+    assert isinstance(session, Session) and isinstance(session, MemstrataSession)
+    assert session.session_id == "t1"
+    assert await session.get_items() == []
+    assert await session.pop_item() is None
+    items = [{"role": "user", "content": f"m{i}"} for i in range(12)]
+    await session.add_items(items[:5])
+    await session.add_items(items[5:])
+    assert await session.get_items() == items  # in order past ten (keys sort as numbers)
+    assert await session.get_items(limit=2) == items[-2:]
+    assert await session.pop_item() == items[-1]
+    assert await session.get_items(limit=1) == [items[-2]]
+    await session.add_items([{"role": "user", "content": "after pop"}])
+    assert (await session.get_items())[-1]["content"] == "after pop"
+    await session.clear_session()
+    assert await session.get_items() == []
+    # Another thread's history is a wall away.
+    other = AgentsMemory(memory.stack, thread_id="t2").session()
+    await other.add_items([{"role": "user", "content": "elsewhere"}])
+    assert await session.get_items() == []
+    memory.stack.store.close()
+
+
+@synchronously
+async def test_runner_run_directly_still_reaches_the_memory(tmp_path: Path) -> None:
+    from agents import Runner
+
+    memory = make_memory(tmp_path / "d.db")
+    model = FakeModel(
+        [[call("working-memory_update", {"name": "Ana", "ship": None}, "c1")], [say("hi Ana")]]
+    )
+    # No memory.run: each tool call and each rendering opens a short run of the same scope.
+    result = await Runner.run(make_agent(memory, model), "I'm Ana.")
+    assert result.final_output == "hi Ana"
+    assert '"name": "Ana"' in model.calls[1]["instructions"]
+    assert '"ship"' not in model.calls[1]["instructions"]
+    memory.stack.store.close()
+
+
+def test_the_example_runs_without_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = Path(__file__).resolve().parent.parent / "examples" / "openai_agents_sdk.py"
+    spec = importlib.util.spec_from_file_location("openai_agents_sdk", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    db = str(tmp_path / "example.db")
+    first = asyncio.run(example.main("I'm Priya.", db))
+    assert '"ship": "v2.4 on Friday"' in first
+    # A second process on the same file: memory and history are there.
+    assert '"name": "Priya"' in asyncio.run(example.main("Again.", db))
+    store = SQLiteStore(db)
+    stored = store.changes(("openai-agents-session", "cli")).items
+    assert len([item for item in stored if item.key != "head"]) == 6
+    store.close()
