@@ -488,3 +488,22 @@ def test_offload_decisions_follow_a_reused_call_id_across_prepares() -> None:
         assert run.layer("tool-results").read_tool_result(pointed, max_tokens=32_000)[
             "total_chars"
         ] == len(old)
+
+
+def test_a_shorter_list_after_a_longer_one_in_the_same_scope() -> None:
+    """The offload pass remembers the notices it put at each position: a later, shorter list
+    (an empty one, or a new conversation in the same thread) must not reach past its end."""
+    stack = MemoryStack([ToolResults(threshold_tokens=5)], store=InMemoryStore())
+    big = {"role": "tool", "tool_call_id": "c1", "content": "word " * 200}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    }
+    with stack.run(thread_id="t") as run:
+        first = run.prepare([{"role": "user", "content": "hi"}, call, big])
+        assert "read_tool_result" in first[-1]["content"]
+        assert run.prepare([]) == []
+        assert run.prepare([{"role": "user", "content": "again"}])[-1]["content"] == "again"

@@ -337,9 +337,11 @@ class ToolResults:
             snapshot, changed = changes(previous, given, shallow=_holds_no_result)
         except (TypeError, ValueError):  # an item that is not a dict: the plain pass skips it
             return self._offload_all(given)
-        if changed:
-            n = len(given)
+        n = len(given)
+        if any(p >= n for p in notices):  # a shorter list: its positions past the end are gone
             notices = {p: b for p, b in notices.items() if p < n}
+        if changed:
+            notices = dict(notices)
             for p in changed:
                 notices.pop(p, None)
             found = tool_results([given[p] for p in changed])
