@@ -59,7 +59,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -79,6 +79,7 @@ from memstrata.messages import (
 )
 from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
+from memstrata.redaction import redact_messages
 from memstrata.safe_files import is_regular_file, path_in, write_atomic
 from memstrata.tokens import EstimatingCounter, TokenCounter
 
@@ -464,207 +465,6 @@ class ContextGate:
         # Temp file, fsync, rename: a crash leaves the old checkpoint or the new, never a part.
         write_atomic(path, data)
         return path
-
-
-# Redaction ------------------------------------------------------------------------------------
-
-POLICY_TOOL_CONTENT = "tool.content"
-POLICY_TOOL_ARGUMENTS = "assistant.tool_calls.function.arguments"
-POLICY_FUNCTION_CALL = "assistant.function_call.arguments"
-POLICY_FUNCTION_CONTENT = "function.content"
-
-# Content blocks that carry a tool's input or output inside another role's message (Anthropic's
-# tool_use / tool_result, OpenAI Responses' function_call / function_call_output): the field
-# holding the body, redacted whole like a tool-role message.
-_TOOL_BLOCK_BODIES = {
-    "tool_use": "input",
-    "server_tool_use": "input",
-    "tool_result": "content",
-    "function_call": "arguments",
-    "function_call_output": "output",
-    "custom_tool_call": "input",
-    "custom_tool_call_output": "output",
-}
-
-# Secret-shaped strings. Each pattern keeps a harmless prefix (group "keep") where one helps a
-# reader see what was there ("Bearer ", "https://user:"). Checkpoints are for audit, so the
-# patterns lean towards redacting too much rather than too little.
-_ASSIGNED_VALUE = r"(?!\[redacted)(?:(?<=\")[^\"\n]{6,}(?=\")|(?<=')[^'\n]{6,}(?=')|[^\s\"',;]{6,})"
-_SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    (
-        "private_key",
-        re.compile(
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
-            r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-            re.DOTALL,
-        ),
-    ),
-    ("slack_webhook", re.compile(r"(?P<keep>\bhttps://hooks\.slack\.com/services/)[\w/-]+")),
-    ("url_password", re.compile(r"(?P<keep>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+(?=@)")),
-    ("bearer", re.compile(r"(?P<keep>\b[Bb]earer\s+)[A-Za-z0-9\-._~+/]{16,}=*")),
-    (
-        "basic_auth",
-        re.compile(r"(?P<keep>\b(?i:authorization)\s*[:=]\s*[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}"),
-    ),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    ("api_key", re.compile(r"\bsk-(?:ant-|proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b")),
-    (
-        "github_token",
-        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
-    ),
-    ("gitlab_token", re.compile(r"\bgl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_-]{20,}")),
-    ("slack_token", re.compile(r"\b(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})")),
-    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("google_oauth", re.compile(r"\b(?:ya29\.[0-9A-Za-z_-]{20,}|GOCSPX-[0-9A-Za-z_-]{20,})")),
-    ("stripe_key", re.compile(r"\b(?:[rs]k_(?:live|test)_|whsec_)[0-9A-Za-z]{16,}")),
-    ("twilio_key", re.compile(r"\bSK[0-9a-fA-F]{32}\b")),
-    ("sendgrid_key", re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")),
-    ("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("package_token", re.compile(r"\b(?:npm_[A-Za-z0-9]{36}|pypi-AgE[A-Za-z0-9_-]{50,})")),
-    (
-        # An AWS secret access key has no prefix: 40 characters of base64 mixing upper case,
-        # lower case and digits. Hex digests (one case only) and prose never look like that.
-        "aws_secret_key",
-        re.compile(
-            r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
-            r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
-        ),
-    ),
-    (
-        # key = value pairs whose name says secret (``TWILIO_AUTH_TOKEN=...``,
-        # ``"password": "..."``, ``aws_secret_access_key: ...``), in any case.
-        "assigned_secret",
-        re.compile(
-            r"(?P<keep>(?:password|passwd|pwd|secret|api[_-]?key|private[_-]?key"
-            r"|(?:auth|access|refresh|session|id|api)[_-]?token)"
-            r"[A-Za-z0-9_-]*[\"']?\s*[:=]\s*[\"']?)" + _ASSIGNED_VALUE,
-            re.IGNORECASE,
-        ),
-    ),
-]
-
-
-def redact_secrets(text: str) -> tuple[str, int]:
-    """``text`` with every secret-shaped string replaced by ``[redacted: <kind>]``, and how many
-    were replaced."""
-    total = 0
-    for kind, pattern in _SECRET_PATTERNS:
-
-        def replace(match: re.Match[str], kind: str = kind) -> str:
-            keep = match.groupdict().get("keep") or ""
-            return f"{keep}[redacted: {kind}]"
-
-        text, n = pattern.subn(replace, text)
-        total += n
-    return text, total
-
-
-def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
-    """Redacted copies of ``messages`` and the channels that were redacted.
-
-    Tool bodies and tool-call arguments become ``[redacted: N chars]`` wherever they are: the
-    content of a tool-role message, ``tool_calls[].function.arguments``, a legacy
-    ``function_call``, and tool blocks inside content (``tool_use`` input, ``tool_result``
-    content, ``function_call`` / ``function_call_output``). Every other string of every message,
-    at any depth, is swept for secret-shaped strings. The inputs are not changed.
-    """
-    policy: dict[str, None] = {}
-    out: list[Message] = []
-    for message in messages:
-        role = message.get("role")
-        copy = dict(message)
-        if role in ("tool", "function") and "content" in copy:
-            copy["content"] = _redacted(copy["content"])
-            policy[POLICY_TOOL_CONTENT if role == "tool" else POLICY_FUNCTION_CONTENT] = None
-        kind = message.get("type") if role is None else None
-        item_body = _TOOL_BLOCK_BODIES.get(kind) if isinstance(kind, str) else None
-        if item_body is not None and item_body in copy:
-            # A Responses item that is itself a tool call or a tool output.
-            copy[item_body] = _redacted(copy[item_body])
-            policy[f"{kind}.{item_body}"] = None
-        calls = copy.get("tool_calls")
-        if isinstance(calls, list):
-            new_calls = []
-            for call in calls:
-                function = call.get("function") if isinstance(call, Mapping) else None
-                if isinstance(function, Mapping) and "arguments" in function:
-                    arguments = _redacted(function["arguments"])
-                    call = {**call, "function": {**function, "arguments": arguments}}
-                    policy[POLICY_TOOL_ARGUMENTS] = None
-                new_calls.append(call)
-            copy["tool_calls"] = new_calls
-        legacy = copy.get("function_call")
-        if isinstance(legacy, Mapping) and "arguments" in legacy:
-            copy["function_call"] = {**legacy, "arguments": _redacted(legacy["arguments"])}
-            policy[POLICY_FUNCTION_CALL] = None
-        for field, value in list(copy.items()):
-            if (
-                field == "role"
-                or (field == "content" and role in ("tool", "function"))
-                or field == item_body
-            ):
-                continue
-            swept, blocks, secrets = _sweep(value)
-            if blocks or secrets:
-                copy[field] = swept
-            for kind in blocks:
-                policy[f"{role}.{field}.{kind}"] = None
-            if secrets:
-                policy[f"{role}.{field}.secrets"] = None
-        out.append(copy)
-    return out, list(policy)
-
-
-def _redacted(body: Any) -> str:
-    return f"[redacted: {_length(body)} chars]"
-
-
-def _sweep(value: Any) -> tuple[Any, list[str], int]:
-    """``value`` with tool blocks redacted and secrets swept from every string, at any depth;
-    the kinds of tool blocks found and how many secrets. Containers are copied only where
-    something changed."""
-    if isinstance(value, str):
-        text, n = redact_secrets(value)
-        return text, [], n
-    if isinstance(value, list):
-        blocks: list[str] = []
-        total = 0
-        items = []
-        for item in value:
-            new, found, n = _sweep(item)
-            items.append(new)
-            blocks += found
-            total += n
-        return (items if blocks or total else value), blocks, total
-    if isinstance(value, Mapping):
-        blocks = []
-        total = 0
-        kind = value.get("type")
-        body_field = _TOOL_BLOCK_BODIES.get(kind) if isinstance(kind, str) else None
-        out: dict[str, Any] = {}
-        for field, item in value.items():
-            if field == body_field:
-                out[field] = _redacted(item)
-                blocks.append(f"{kind}.{field}")
-                continue
-            new, found, n = _sweep(item)
-            out[field] = new
-            blocks += found
-            total += n
-        return (out if blocks or total else value), blocks, total
-    return value, [], 0
-
-
-def _length(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value)
-    if value is None:
-        return 0
-    try:
-        return len(orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError):
-        return len(repr(value))
 
 
 def _as_message_list(messages: Sequence[Message]) -> list[Message]:
