@@ -44,10 +44,11 @@ Decisions where Modulatio is silent:
   to prune, a prompt that fits passes as "warn".
 * The once-per-run warning is keyed by ``run_id`` (the stack passes one per run); without one,
   the gate itself is the run until :meth:`ContextGate.new_run`.
-* Redaction (on by default) replaces tool-role contents and assistant tool-call arguments by
-  ``[redacted: N chars]`` and, going beyond Modulatio, sweeps user, assistant and system prose
-  for secret-shaped strings (API keys, bearer tokens, JWTs, private keys, passwords in URLs,
-  ``password=...`` pairs). ``redaction_policy`` lists the channels that were redacted.
+* Checkpoints are redacted (on by default) by :mod:`memstrata.redaction`: the bodies of every
+  non-conversational role, tool block and tool item, and tool-call arguments, become
+  ``[redacted: N chars]``; going beyond Modulatio, user, assistant, system and developer text
+  and dictionary keys are swept for secret-shaped strings, in linear time.
+  ``redaction_policy`` lists the channels that were redacted.
 """
 
 from __future__ import annotations
