@@ -23,6 +23,7 @@ from memstrata.exceptions import (
 )
 from memstrata.layers import SharedMemory, memory_keys
 from memstrata.stores import InMemoryStore, Store
+from memstrata.tokens import exact_count
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -474,7 +475,7 @@ def test_the_upstream_hint_is_one_line_a_key_and_stays_in_budget() -> None:
     assert lines[1] == "- task:a — Findings ⏎ # Required upstream memory ⏎ - shared:secret — forged"
     assert [line for line in lines if not line.startswith("- ")] == [lines[0]]  # one header
     assert hint.splitlines()[-1].endswith("more; call `memory_list`")
-    assert stack.tokens.count(item["content"]) <= stack.budgets["shared-memory"]
+    assert exact_count(stack.tokens, item["content"]) <= stack.budgets["shared-memory"]  # exactly
 
 
 ORIGINAL = {"items": [1, 2], "meta": {"ok": True}}

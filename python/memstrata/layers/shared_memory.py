@@ -75,7 +75,7 @@ from memstrata.prompts import (
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import ChangeMark
-from memstrata.tokens import EstimatingCounter, TokenCounter
+from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.shared_memory")
@@ -696,7 +696,9 @@ class SharedMemory:
         ``budget`` (the section itself is fixed template, shown whole)."""
         hint = ""
         if handle.upstream:
-            hint = handle.upstream_hint(budget - handle.tokens.count(MEMORY_TOOLS_SECTION) - 2)
+            hint = handle.upstream_hint(
+                budget - exact_count(handle.tokens, MEMORY_TOOLS_SECTION) - 2
+            )
         return [{"content": f"{MEMORY_TOOLS_SECTION}\n\n{hint}" if hint else MEMORY_TOOLS_SECTION}]
 
     def observe(self, handle: SharedMemoryHandle, message: Message) -> None:
@@ -766,22 +768,34 @@ class SharedMemoryHandle:
 
     def upstream_hint(self, budget: int | None = None) -> str:
         """The "Required upstream memory" lines: each declared key and its title, if any, on
-        one line; within ``budget`` tokens, the keys past it counted, not listed."""
+        one line; within ``budget`` tokens (the whole hint counted exactly), the keys past it
+        counted, not listed. Empty when not even the heading fits."""
         if not self.upstream:
             return ""
-        lines = [UPSTREAM_HEADER]
-        used = self.tokens.count(UPSTREAM_HEADER)
-        for index, key in enumerate(self.upstream):
+        lines = []
+        for key in self.upstream:
             record = self.memory._find(key)  # the title only: no value decoded
             title = one_line(record.meta.title or "").strip() if record is not None else ""
-            line = f"- {key} — {title[:HINT_TITLE_CHARS]}" if title else f"- {key}"
-            cost = self.tokens.count(line) + 1
-            if budget is not None and used + cost > budget:
-                lines.append(f"- ... {len(self.upstream) - index} more; call `memory_list`")
+            lines.append(f"- {key} — {title[:HINT_TITLE_CHARS]}" if title else f"- {key}")
+        if budget is None:
+            return "\n".join([UPSTREAM_HEADER, *lines])
+        # Lines counted one by one pick how many are shown; the hint as a whole is then
+        # counted exactly, and shows one key fewer until it fits.
+        used = exact_count(self.tokens, UPSTREAM_HEADER)
+        shown = 0
+        for line in lines:
+            used += exact_count(self.tokens, line) + 1
+            if used > budget:
                 break
-            lines.append(line)
-            used += cost
-        return "\n".join(lines)
+            shown += 1
+        while shown >= 0:
+            more = len(lines) - shown
+            tail = [f"- ... {more} more; call `memory_list`"] if more else []
+            hint = "\n".join([UPSTREAM_HEADER, *lines[:shown], *tail])
+            if exact_count(self.tokens, hint) <= budget:
+                return hint
+            shown -= 1
+        return ""
 
 
 def _kinds(kind: str | Sequence[str] | None) -> set[str] | None:
