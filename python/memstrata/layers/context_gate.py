@@ -79,7 +79,7 @@ from memstrata.messages import (
 )
 from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
-from memstrata.safe_files import is_regular_file, path_in, write_atomic
+from memstrata.safe_files import file_name, open_dir, write_atomic
 from memstrata.tokens import EstimatingCounter, TokenCounter
 
 logger = logging.getLogger("memstrata.context_gate")
@@ -440,8 +440,18 @@ class ContextGate:
 
     def write_checkpoint(self, messages: Sequence[Message], call_id: str, estimated: int) -> Path:
         """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in Modulatio's format,
-        atomically."""
-        path = path_in(self.checkpoints_dir, call_id, ".json")
+        atomically.
+
+        The file is written through the directory's descriptor: a temp file, fsync, rename, so
+        a crash leaves the old checkpoint or the new, never a part. Something other than a
+        regular file with one link already under the name (a symlink, a hard link, a FIFO, a
+        directory) is refused, neither replaced nor written through: the name is a call_id a
+        caller chose.
+
+        Raises:
+            InvalidInputError: A bad call_id, or ``cannot write ...`` naming what is planted.
+        """
+        name = file_name(call_id, ".json")
         if self.checkpoint_redact_secrets:
             redacted, policy = redact_messages(messages)
         else:
@@ -457,13 +467,9 @@ class ContextGate:
             "messages": redacted,
         }
         data = orjson.dumps(record, option=orjson.OPT_INDENT_2)
-        # Something other than a regular file planted under the name (a symlink, a directory)
-        # is refused, not replaced: the name is a call_id a caller chose.
-        if os.path.lexists(path) and not is_regular_file(path):
-            raise InvalidInputError(f"cannot write {path}: not a regular file")
-        # Temp file, fsync, rename: a crash leaves the old checkpoint or the new, never a part.
-        write_atomic(path, data)
-        return path
+        with open_dir(self.checkpoints_dir, create=True) as directory:
+            write_atomic(directory, name, data, refuse_planted=True)
+        return self.checkpoints_dir / name
 
 
 # Redaction ------------------------------------------------------------------------------------
