@@ -11,7 +11,10 @@ the same way:
 * Files are opened relative to that descriptor with ``O_NOFOLLOW | O_NONBLOCK`` (a planted
   symlink fails the open, a planted FIFO cannot block it), then the *descriptor* is checked with
   ``fstat``: a regular file, with one link unless the caller accepts more (a hard link planted
-  to a file elsewhere has two). What is read or appended is what was checked.
+  to a file elsewhere has two). As a link count read from the descriptor can drop after the
+  open (the planted link removed again), an ``lstat`` of the name must then show the same inode
+  with one link: one system call sees both, so a file linked from elsewhere never passes. What
+  is read or appended is what was checked.
 * Writes go to a new temp file (``O_CREAT | O_EXCL``, its mode set with ``fchmod`` on the
   descriptor), fsynced, then renamed over the name: never ``O_TRUNC`` on an existing path, never
   ``chmod`` by path. A rename replaces the directory entry, so whatever was planted under the
@@ -289,6 +292,15 @@ def _checked_fd(directory: Dir, name: str, flags: int, mode: int, *, links: bool
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or (info.st_nlink > 1 and not links):
             raise _refused(name, info)
+        if not links:
+            # The fstat's link count can drop after the open (a planted hard link removed
+            # again): one lstat sees the name and its inode's link count at the same instant.
+            # The name must still be this file, and its one link.
+            now = directory.lstat(name)
+            if now is None or (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+                raise InvalidInputError(f"{name} was replaced while being opened; refusing it")
+            if now.st_nlink > 1:
+                raise _refused(name, now)
         if _NONBLOCK:
             os.set_blocking(fd, True)
     except BaseException:

@@ -704,9 +704,9 @@ class _FileBackend:
 
     Every file is reached through directory descriptors (:mod:`memstrata.safe_files`), opened
     from the configured directory down, never through a symlink planted below it. A result is
-    read only from a regular file whose opened descriptor has one link, or is the very blob its
-    content hashes to (same device and inode): a hard link planted to a file elsewhere is
-    refused."""
+    read from a regular file (never a symlink, a FIFO or a directory) and returned only if its
+    bytes hash to a blob stored in ``by-hash``: a hard link planted to a file elsewhere is
+    refused, even if it is swapped in and out while being read."""
 
     def __init__(self, directory: Path, base: Path) -> None:
         self.directory = directory
@@ -742,12 +742,16 @@ class _FileBackend:
         """The bytes of ``<call_id>.txt``, or None when there is none."""
         name = file_name(call_id, ".txt")
         try:
-            data, info = read_regular(directory, name, links=True)
+            data, _ = read_regular(directory, name, links=True)
         except FileNotFoundError:
             return None
-        if info.st_nlink > 1 and not _is_blob(directory, hashlib.sha256(data).hexdigest(), info):
+        # Results are content-addressed: whatever the link count said when it was looked at (a
+        # link planted and removed again in between), bytes are returned only if they are a
+        # text stored in this directory's by-hash.
+        if not _is_stored(directory, hashlib.sha256(data).hexdigest()):
             raise InvalidInputError(
-                f"{name} is a hard link to a file outside {_HASH_DIR}; refusing to read it"
+                f"{name} is not a stored result (a file linked in from elsewhere?); refusing "
+                "to read it"
             )
         return data
 
@@ -811,13 +815,15 @@ def _same_file(a: os.stat_result | None, b: os.stat_result) -> bool:
     return a is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _is_blob(directory: Dir, digest_hex: str, info: os.stat_result) -> bool:
-    """Whether ``info`` (an opened result's fstat) is ``by-hash/<digest_hex>.txt`` itself."""
+def _is_stored(directory: Dir, digest_hex: str) -> bool:
+    """Whether ``by-hash/<digest_hex>.txt`` is a regular file: the text hashing to it was
+    stored here."""
     try:
         with open_subdir(directory, _HASH_DIR, create=False) as blobs:
-            return _same_file(blobs.lstat(f"{digest_hex}.txt"), info)
+            info = blobs.lstat(f"{digest_hex}.txt")
     except (FileNotFoundError, InvalidInputError):
         return False
+    return info is not None and stat.S_ISREG(info.st_mode)
 
 
 def _holds(blobs: Dir, blob: str, digest_hex: str) -> bool:
