@@ -67,7 +67,7 @@ from typing import Any, Literal
 
 import orjson
 
-from memstrata.exceptions import InvalidInputError, RecoverableContextError
+from memstrata.exceptions import InvalidInputError, MemstrataError, RecoverableContextError
 from memstrata.messages import (
     EMPTY_SNAPSHOT,
     Snapshot,
@@ -375,7 +375,7 @@ class ContextGate:
         indexes = positions if positions is not None else range(len(messages))
         keys = list(map(_content_key, indexes, messages))
         if not self.cache:
-            counts = [self._count(m) for m in messages]
+            counts = [self._count(m, i) for i, m in zip(indexes, messages)]
             return sum(counts) + self._priming, counts
         entries = self._counts
         with self._lock:
@@ -385,7 +385,7 @@ class ContextGate:
             if entry is not None:
                 counts[i] = entry[0]
                 continue
-            tokens = counts[i] = self._count(messages[i])
+            tokens = counts[i] = self._count(messages[i], indexes[i])
             if key is None:
                 continue
             size = _key_size(key)
@@ -399,8 +399,12 @@ class ContextGate:
                     self._counts_chars -= entries.popitem(last=False)[1][1]
         return sum(counts) + self._priming, counts
 
-    def _count(self, message: Message) -> int:
-        return self.tokens.count_messages([countable(message)]) - self._priming
+    def _count(self, message: Message, index: int) -> int:
+        try:
+            return self.tokens.count_messages([countable(message)]) - self._priming
+        except MemstrataError as exc:
+            # Counted alone, the message is $[0] to the counter: name its place in the list.
+            raise _at_index(exc, index) from None
 
     def _raw_after_prune(
         self, given: list[Message], pruned: list[Message], counts: list[int], raw: int
@@ -671,6 +675,16 @@ def _length(value: Any) -> int:
         return len(orjson.dumps(value))
     except (TypeError, orjson.JSONEncodeError):
         return len(repr(value))
+
+
+def _at_index(exc: MemstrataError, index: int) -> MemstrataError:
+    """``exc`` with the ``$[0]`` of a message counted alone replaced by ``$[index]``."""
+    real = f"$[{index}]"
+    exc.args = tuple(a.replace("$[0]", real, 1) if isinstance(a, str) else a for a in exc.args)
+    path = getattr(exc, "path", None)
+    if isinstance(path, str) and path.startswith("$[0]"):
+        exc.path = real + path[len("$[0]") :]  # type: ignore[attr-defined]
+    return exc
 
 
 def _as_message_list(messages: Sequence[Message]) -> list[Message]:
