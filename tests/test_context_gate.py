@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstrata import MemoryStack, RecoverableContextError, ToolResults, estimate_messages
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, UnsupportedTypeError
 from memstrata.layers.context_gate import TOOL_RESULT_GONE, ContextGate
 from memstrata.model_windows import (
     FALLBACK_MAX_INPUT_TOKENS,
@@ -733,3 +733,15 @@ def test_interleaved_conversations_on_one_gate_are_each_counted_right() -> None:
             messages.append({"role": "assistant", "content": [{"type": "text", "text": f"{turn}"}]})
             messages[-2 if len(messages) > 2 else -1]["content"] = f"edited {turn} " * k
             assert gate.estimate(messages) == plain.estimate(messages)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_bad_message_is_named_by_its_index(cache: bool) -> None:
+    gate = ContextGate(max_input_tokens=1000, cache=cache)
+    good = {"role": "user", "content": "hi"}
+    with pytest.raises(UnsupportedTypeError, match=r"messages \$\[2\]\.role must be a str") as e:
+        gate.check_and_compress([good, good, {"role": 5, "content": "x"}], "c1")
+    assert e.value.path == "$[2].role"
+    bad_part = {"role": "user", "content": [{"type": "text", "text": 7}]}
+    with pytest.raises(UnsupportedTypeError, match=r"\$\[1\]\.content\[0\]\.text"):
+        gate.check_and_compress([good, bad_part], "c2")

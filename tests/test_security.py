@@ -20,11 +20,13 @@ call_id is given (``tests/test_tool_results.py::test_call_ids_that_could_escape_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,7 @@ from memstrata import (
     merge_json,
     strip_unsafe_keys,
 )
-from memstrata.exceptions import InvalidInputError, RecoverableContextError
+from memstrata.exceptions import InvalidInputError, RecoverableContextError, ToolError
 from memstrata.layers.wm_stored import read_state
 from memstrata.stores import PostgresStore, Store
 
@@ -983,3 +985,191 @@ def run_unknown_tool_message(tmp_path: Path, name: str) -> str:
     assert result["tool"] == name[:200] + "… (100,000 characters)"
     assert "available: " in message and "mind_recall" in message  # the list is not cut off
     return message
+
+
+# 8. Files planted in the layers' directories ---------------------------------------------------
+# Each layer directory (checkpoints, tool calls, team state) gets a symlink to a file outside, a
+# hard link to it, a FIFO or a directory under the name the layer is about to use. The outside
+# file keeps its content and its mode, no call hangs (a FIFO opened for reading or writing would
+# block forever without O_NONBLOCK), and the layer refuses, switches off or moves on as its
+# docstring says.
+
+PLANT_KINDS = ("symlink", "hardlink", "fifo", "directory")
+OUTSIDE_TEXT = "outside: do not read, do not overwrite"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    path = tmp_path / "outside.txt"
+    path.write_text(OUTSIDE_TEXT)
+    path.chmod(0o640)
+    return path
+
+
+def _plant(path: Path, kind: str, outside: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "symlink":
+        path.symlink_to(outside)
+    elif kind == "hardlink":
+        os.link(outside, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+def _untouched(outside: Path) -> None:
+    assert outside.read_text() == OUTSIDE_TEXT
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o640
+
+
+def _in_time(call: Any, timeout: float = 10.0) -> Any:
+    """``call()``'s result, or the exception it raised; fails if it has not returned within
+    ``timeout`` seconds (it would hang on a FIFO)."""
+    done: list[tuple[Any]] = []
+
+    def target() -> None:
+        try:
+            done.append((call(),))
+        except BaseException as exc:
+            done.append((exc,))
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    assert done, f"{call} did not return within {timeout} s"
+    return done[0][0]
+
+
+@pytest.mark.parametrize("kind", PLANT_KINDS)
+def test_planted_checkpoints_are_refused_and_never_hang(
+    tmp_path: Path, outside: Path, kind: str
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    _plant(ckpt / "c1.json", kind, outside)
+    gate = ContextGate(max_input_tokens=10, checkpoints_dir=ckpt)
+    too_big = [{"role": "user", "content": "word " * 100}]
+    raised = _in_time(lambda: gate.check_and_compress(too_big, "c1"))
+    assert isinstance(raised, InvalidInputError), raised
+    assert "cannot write" in str(raised) and "c1.json" in str(raised)
+    _untouched(outside)
+    # Another call_id is checkpointed as usual next to the planted name.
+    with pytest.raises(RecoverableContextError) as err:
+        gate.check_and_compress(too_big, "c2")
+    assert Path(err.value.checkpoint_path) == ckpt / "c2.json"
+    assert json.loads((ckpt / "c2.json").read_text())["call_id"] == "c2"
+    assert [p.name for p in ckpt.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("kind", PLANT_KINDS)
+def test_planted_tool_results_are_refused_and_never_hang(
+    tmp_path: Path, outside: Path, kind: str
+) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls", threshold_tokens=1)
+    _plant(layer.for_thread("t").tool_calls_dir / "c1.txt", kind, outside)
+    with MemoryStack([layer], store="memory://").run(thread_id="t") as run:
+        result = _in_time(lambda: run.call_tool("read_tool_result", {"call_id": "c1"}))
+        assert result["ok"] is False and result["error"]["code"] == "invalid_arguments", result
+        assert OUTSIDE_TEXT not in json.dumps(result)
+        assert "c1.txt" in result["error"]["message"]
+        own = run.layer("tool-results")
+        raised = _in_time(lambda: own.offload("c1", "a new result over the threshold " * 10))
+        assert isinstance(raised, InvalidInputError), raised
+    _untouched(outside)
+
+
+@pytest.mark.parametrize("kind", PLANT_KINDS)
+def test_a_planted_blob_is_replaced_or_refused_never_written_through(
+    tmp_path: Path, outside: Path, kind: str
+) -> None:
+    import hashlib
+
+    calls = tmp_path / "calls"
+    text = "a result to be stored " * 5
+    blob = calls / "by-hash" / f"{hashlib.sha256(text.encode()).hexdigest()}.txt"
+    _plant(blob, kind, outside)
+    layer = ToolResults(tool_calls_dir=calls, threshold_tokens=1)
+    raised = _in_time(lambda: layer.offload("c1", text))
+    if kind == "directory":
+        assert isinstance(raised, InvalidInputError), raised
+    else:
+        assert not isinstance(raised, BaseException), raised
+        assert layer.read_tool_result("c1")["content"] == text
+        assert stat.S_ISREG(os.lstat(blob).st_mode) and os.lstat(blob).st_nlink == 2
+    _untouched(outside)
+
+
+TEAM_FILES = ("current_state.json", "current_state.md", "audit.jsonl", "current_state.lock")
+
+
+@pytest.mark.parametrize("kind", PLANT_KINDS)
+@pytest.mark.parametrize("name", TEAM_FILES)
+def test_planted_team_state_files_are_never_followed_and_never_hang(
+    tmp_path: Path, outside: Path, name: str, kind: str
+) -> None:
+    from memstrata import TeamState
+
+    state_dir = tmp_path / "team"
+    _plant(state_dir / name, kind, outside)
+    team = TeamState(state_dir=state_dir)
+    # A fail verdict on a claim is a divergence: the entry goes to audit.jsonl too.
+    _in_time(lambda: team.record("ship it", claim="done", verified="tests fail", verdict="fail"))
+    _in_time(team.entries)
+    _in_time(lambda: MemoryStack([team], store="memory://").run(thread_id="t").prepare([]))
+    _untouched(outside)
+    replaced = name == "current_state.md" and kind != "directory"
+    if replaced:
+        # The rendered document is written by rename: whatever was planted is replaced.
+        assert team.off_reason is None
+        assert "ship it" in (state_dir / name).read_text()
+        assert os.lstat(state_dir / name).st_nlink == 1
+    else:
+        # The layer switches itself off, naming the file; nothing went through the plant.
+        assert team.off_reason is not None and name in team.off_reason, team.off_reason
+
+
+def test_reading_tool_results_never_returns_a_file_swapped_in(
+    tmp_path: Path, outside: Path
+) -> None:
+    """A thread swaps a symlink and a hard link to the outside file in and out of a result's
+    name while another reads the result in a loop: no read returns the outside file."""
+    layer = ToolResults(tool_calls_dir=tmp_path / "calls", threshold_tokens=1)
+    text = "the real result " * 10
+    layer.offload("c1", text)
+    path = layer.tool_calls_dir / "c1.txt"
+    regular = tmp_path / "regular.txt"
+    stop = threading.Event()
+    flips = [0]
+
+    def flip() -> None:
+        spare = tmp_path / "calls" / "spare"
+        while not stop.is_set():
+            for plant in ("symlink", "hardlink"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(spare)
+                _plant(spare, plant, outside)
+                os.replace(spare, path)
+                regular.write_text(text)
+                os.replace(regular, path)
+                flips[0] += 1
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    seen = {"real": 0, "refused": 0}
+    try:
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            try:
+                content = layer.read_tool_result("c1")["content"]
+            except (InvalidInputError, ToolError) as exc:
+                assert OUTSIDE_TEXT not in str(exc)
+                seen["refused"] += 1
+                continue
+            assert OUTSIDE_TEXT not in content
+            assert content == text
+            seen["real"] += 1
+    finally:
+        stop.set()
+        flipper.join(10)
+    assert flips[0] > 100 and seen["real"] > 0, (flips, seen)
+    _untouched(outside)

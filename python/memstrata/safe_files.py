@@ -1,24 +1,44 @@
-"""Files the layers write for the model and for audit: safe names, private modes, atomic writes.
+"""Files the layers write for the model and for audit: safe names, private modes, atomic writes,
+all through directory descriptors.
 
 Tool results, checkpoints and the team state document are files named after ids a model (or a
-caller) supplied. :func:`check_file_id` refuses any id that could leave its directory;
-:func:`write_atomic` never leaves a half-written file behind (temp file in the same directory,
-fsync, rename); :func:`write_private` creates a file readable by its owner only;
-:func:`read_regular` reads a file only if it is a regular file, never through a symlink.
+caller) supplied, in directories something else might write into too. Every file is reached
+the same way:
+
+* :func:`open_dir` opens the configured directory (trusted: a symlink there is followed) and
+  :func:`open_subdir` each directory below it, relative to its parent's descriptor with
+  ``O_NOFOLLOW``: a symlink planted in place of a subdirectory is refused.
+* Files are opened relative to that descriptor with ``O_NOFOLLOW | O_NONBLOCK`` (a planted
+  symlink fails the open, a planted FIFO cannot block it), then the *descriptor* is checked with
+  ``fstat``: a regular file, with one link unless the caller accepts more (a hard link planted
+  to a file elsewhere has two). As a link count read from the descriptor can drop after the
+  open (the planted link removed again), an ``lstat`` of the name must then show the same inode
+  with one link: one system call sees both, so a file linked from elsewhere never passes. What
+  is read or appended is what was checked.
+* Writes go to a new temp file (``O_CREAT | O_EXCL``, its mode set with ``fchmod`` on the
+  descriptor), fsynced, then renamed over the name: never ``O_TRUNC`` on an existing path, never
+  ``chmod`` by path. A rename replaces the directory entry, so whatever was planted under the
+  name (a symlink, a hard link) is replaced, never written through.
+
+:func:`check_file_id` refuses any id that could leave its directory.
+
+Windows has no ``O_NOFOLLOW``, ``O_NONBLOCK`` nor ``dir_fd``: there a :class:`Dir` holds the
+path only, names are joined to it, and the ``lstat``/``fstat`` checks still refuse what is not a
+regular file (best effort: the check and the open are two steps).
 
 Directories these functions create for private files are private too (0700). A directory that
-already exists keeps its mode: it is the caller's. Symlinks planted *inside* a directory are
-never followed; the configured directory itself is trusted, symlink or not.
+already exists keeps its mode: it is the caller's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
+from types import TracebackType
 
 from memstrata.exceptions import InvalidInputError
 
@@ -26,6 +46,17 @@ MAX_FILE_ID = 128
 _FILE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 PRIVATE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BINARY = getattr(os, "O_BINARY", 0)
+# Whether files can be opened relative to a directory descriptor here (not on Windows).
+DIR_FDS = (
+    _DIRECTORY != 0
+    and {os.open, os.mkdir, os.stat, os.rename, os.unlink, os.link} <= os.supports_dir_fd
+)
 
 
 def check_file_id(file_id: object, *, what: str = "call_id") -> str:
@@ -58,14 +89,9 @@ def check_file_id(file_id: object, *, what: str = "call_id") -> str:
     return file_id
 
 
-def path_in(directory: Path, file_id: str, suffix: str, *, what: str = "call_id") -> Path:
-    """``directory/<file_id><suffix>`` after :func:`check_file_id`, checked to stay inside."""
-    check_file_id(file_id, what=what)
-    path = directory / f"{file_id}{suffix}"
-    # Belt and braces: the id check already makes escaping impossible.
-    if path.parent.resolve() != directory.resolve():
-        raise InvalidInputError(f"{what} {file_id!r} would leave {directory}")
-    return path
+def file_name(file_id: str, suffix: str, *, what: str = "call_id") -> str:
+    """``<file_id><suffix>`` after :func:`check_file_id`: a name that stays in its directory."""
+    return check_file_id(file_id, what=what) + suffix
 
 
 def make_directory(directory: Path, *, private: bool = True) -> None:
@@ -82,96 +108,310 @@ def make_directory(directory: Path, *, private: bool = True) -> None:
         raise InvalidInputError(f"cannot create {directory}: {exc.strerror}") from None
 
 
-def real_subdirectory(directory: Path, name: str) -> Path:
-    """``directory/name`` created private if missing, refused if it is a symlink or not a
-    directory: a directory planted as a symlink would send writes elsewhere."""
-    sub = directory / name
-    make_directory(directory)
-    try:
-        os.mkdir(sub, PRIVATE_DIR_MODE)
-    except FileExistsError:
-        info = os.lstat(sub)
-        if not stat.S_ISDIR(info.st_mode):
-            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
-            raise InvalidInputError(f"{sub} is {kind}; refusing to write through it") from None
-    return sub
+# Directories ----------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_MODE) -> None:
-    """Writes ``data`` to ``path`` so readers see the old file or the new one, never a part.
+class Dir:
+    """An open directory: its descriptor (``fd``) where the platform opens files relative to
+    one, else None and only its ``path``. Close it (or use it as a context manager)."""
 
-    The temp file is created in the same directory with ``mode`` (so a private file is never
-    briefly world-readable), fsynced, then renamed over ``path`` (a symlink planted at ``path``
-    is replaced, never written through). A missing directory is created, private when the file
-    is.
-    """
-    directory = path.parent
-    make_directory(directory, private=not mode & 0o077)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path = path
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def __enter__(self) -> Dir:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """What is under ``name`` itself (a symlink is not followed), or None for nothing."""
+        try:
+            if self.fd is not None:
+                return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            return os.lstat(self.path / name)
+        except FileNotFoundError:
+            return None
+
+    def unlink(self, name: str) -> None:
+        """Removes the entry ``name`` (a symlink itself, never its target)."""
+        if self.fd is not None:
+            os.unlink(name, dir_fd=self.fd)
+        else:
+            os.unlink(self.path / name)
+
+    def rename(self, name: str, new_name: str) -> None:
+        """Renames the entry ``name`` to ``new_name`` in this directory, replacing the entry
+        there (never writing through it)."""
+        if self.fd is not None:
+            os.replace(name, new_name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        else:
+            os.replace(self.path / name, self.path / new_name)
+
+    def link(self, name: str, target: Dir, new_name: str) -> None:
+        """Hard-links the entry ``name`` (never a symlink's target) as ``new_name`` in
+        ``target``; fails if ``new_name`` exists."""
+        if self.fd is not None and target.fd is not None:
+            os.link(name, new_name, src_dir_fd=self.fd, dst_dir_fd=target.fd, follow_symlinks=False)
+        else:
+            os.link(self.path / name, target.path / new_name)
+
+    def _open(self, name: str, flags: int, mode: int = 0o777) -> int:
+        if self.fd is not None:
+            return os.open(name, flags, mode, dir_fd=self.fd)
+        return os.open(self.path / name, flags, mode)
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` with mode 0600.
+def open_dir(path: str | os.PathLike[str], *, create: bool = False, private: bool = True) -> Dir:
+    """Opens the directory ``path`` (created first when ``create``, 0700 when ``private``).
 
-    ``os.open(..., O_CREAT, 0o600)`` makes a new file private from its first byte; the
-    ``fchmod`` that follows repairs the mode of a file that already existed with a wider one.
-    ``O_NOFOLLOW`` refuses a symlink planted at ``path``.
-    """
-    make_directory(path.parent)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, PRIVATE_MODE)
-    except OSError as exc:
-        raise InvalidInputError(f"cannot write {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "wb") as fh:
-        os.fchmod(fh.fileno(), PRIVATE_MODE)
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def is_regular_file(path: Path) -> bool:
-    """Whether ``path`` is a regular file itself (a symlink to one is not)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
-
-
-def read_regular(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file, never through a symlink.
-
-    ``O_NOFOLLOW`` refuses a symlink at ``path``; ``O_NONBLOCK`` keeps a FIFO planted there from
-    blocking the open, and the ``fstat`` that follows refuses it, a directory or a device.
+    ``path`` itself is the caller's and trusted: a symlink there is followed.
 
     Raises:
-        FileNotFoundError: Nothing is at ``path``.
-        InvalidInputError: Something other than a regular file is there.
+        FileNotFoundError: ``path`` does not exist (and ``create`` is False).
+        InvalidInputError: ``path`` is not a directory, or cannot be created or opened.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    directory = Path(path)
+    if create:
+        make_directory(directory, private=private)
+    if not DIR_FDS:
+        if not directory.is_dir():
+            if not directory.exists():
+                raise FileNotFoundError(errno.ENOENT, "no such directory", str(directory))
+            raise InvalidInputError(f"{directory} is not a directory")
+        return Dir(directory, None)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(directory, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except NotADirectoryError:
+        raise InvalidInputError(f"{directory} is not a directory") from None
+    except OSError as exc:
+        raise InvalidInputError(f"cannot open {directory}: {exc.strerror}") from None
+    return Dir(directory, fd)
+
+
+def open_subdir(parent: Dir, name: str, *, create: bool = True) -> Dir:
+    """Opens the directory ``name`` inside ``parent`` (created 0700 when missing and
+    ``create``), never through a symlink planted under ``name``.
+
+    Raises:
+        FileNotFoundError: Nothing is under ``name`` (and ``create`` is False).
+        InvalidInputError: A symlink or something other than a directory is under ``name``.
+    """
+    path = parent.path / name
+    if create:
+        try:
+            if parent.fd is not None:
+                os.mkdir(name, PRIVATE_DIR_MODE, dir_fd=parent.fd)
+            else:
+                os.mkdir(path, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise InvalidInputError(f"cannot create {path}: {exc.strerror}") from None
+    info = parent.lstat(name)
+    if info is None:
+        raise FileNotFoundError(errno.ENOENT, "no such directory", str(path))
+    if not stat.S_ISDIR(info.st_mode):
+        raise InvalidInputError(f"{path} is {_kind(info)}; refusing to use it as a directory")
+    if parent.fd is None:
+        return Dir(path, None)
+    try:
+        fd = parent._open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        # Swapped for a symlink (ELOOP) or something else (ENOTDIR) since the lstat.
+        raise InvalidInputError(
+            f"{path} is a symlink or not a directory; refusing to use it ({exc.strerror})"
+        ) from None
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):  # pragma: no cover - O_DIRECTORY ensures it
+        os.close(fd)
+        raise InvalidInputError(f"{path} is not a directory; refusing to use it")
+    return Dir(path, fd)
+
+
+# Files ----------------------------------------------------------------------------------------
+
+
+def _kind(info: os.stat_result) -> str:
+    mode = info.st_mode
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISREG(mode) and info.st_nlink > 1:
+        return f"a regular file with {info.st_nlink} hard links"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return "not a regular file"
+
+
+def _refused(name: str, info: os.stat_result) -> InvalidInputError:
+    if stat.S_ISREG(info.st_mode):
+        what = f"is a regular file with {info.st_nlink} hard links (one was planted)"
+    else:
+        what = f"is {_kind(info)}, not a regular file"
+    return InvalidInputError(f"{name} {what}; refusing to use it")
+
+
+def _checked_fd(directory: Dir, name: str, flags: int, mode: int, *, links: bool) -> int:
+    """``name`` opened with ``flags | O_NOFOLLOW | O_NONBLOCK``, its descriptor checked to be a
+    regular file (with one link unless ``links``)."""
+    if directory.fd is None:
+        # No O_NOFOLLOW here: refuse a symlink (or anything not regular) by lstat first.
+        info = directory.lstat(name)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise _refused(name, info)
+    try:
+        fd = directory._open(name, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _BINARY, mode)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        # ELOOP: a symlink; anything else (EACCES...) is refused the same way, by name.
-        raise InvalidInputError(f"{path.name} cannot be read: {exc.strerror}") from None
+        # ELOOP: a symlink; ENXIO: a FIFO without a reader; EISDIR: a directory...
+        info = directory.lstat(name)
+        if info is None or stat.S_ISREG(info.st_mode):
+            # Gone, or swapped back since the open failed: say why the open failed.
+            raise InvalidInputError(f"{name} cannot be opened: {exc.strerror}") from None
+        raise _refused(name, info) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidInputError(f"{path.name} is not a regular file; refusing to read it")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (info.st_nlink > 1 and not links):
+            raise _refused(name, info)
+        if not links:
+            # The fstat's link count can drop after the open (a planted hard link removed
+            # again): one lstat sees the name and its inode's link count at the same instant.
+            # The name must still be this file, and its one link.
+            now = directory.lstat(name)
+            if now is None or (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+                raise InvalidInputError(f"{name} was replaced while being opened; refusing it")
+            if now.st_nlink > 1:
+                raise _refused(name, now)
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+def read_regular(
+    directory: Dir, name: str, limit: int | None = None, *, links: bool = False
+) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``name`` in ``directory`` and its ``fstat``, never through
+    a symlink, a FIFO, a directory or (unless ``links``) a file with more than one hard link.
+
+    Raises:
+        FileNotFoundError: Nothing is under ``name``.
+        InvalidInputError: Something else than an acceptable regular file is there, or it holds
+            more than ``limit`` bytes.
+    """
+    fd = _checked_fd(directory, name, os.O_RDONLY, 0, links=links)
     with os.fdopen(fd, "rb") as fh:
-        return fh.read()
+        info = os.fstat(fd)
+        if limit is None:
+            return fh.read(), info
+        data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise InvalidInputError(f"{name} holds over {limit:,} bytes; refusing to read it")
+        return data, info
+
+
+def write_atomic(
+    directory: Dir,
+    name: str,
+    data: bytes,
+    *,
+    mode: int = PRIVATE_MODE,
+    refuse_planted: bool = False,
+) -> None:
+    """Writes ``data`` as ``name`` in ``directory``: readers see the old file or the new one,
+    never a part.
+
+    A new temp file (``O_CREAT | O_EXCL | O_NOFOLLOW``) gets ``mode`` by ``fchmod`` before any
+    byte is written, is fsynced, then renamed over ``name``: whatever was there is replaced,
+    never written through nor chmodded. With ``refuse_planted``, anything under ``name`` other
+    than a regular file with one link (a symlink, a hard link, a FIFO, a directory) is refused
+    instead.
+
+    Raises:
+        InvalidInputError: ``refuse_planted`` and something else is under ``name``; or the
+            rename failed (a directory is there).
+    """
+    if refuse_planted:
+        info = directory.lstat(name)
+        if info is not None and (not stat.S_ISREG(info.st_mode) or info.st_nlink > 1):
+            raise InvalidInputError(
+                f"cannot write {directory.path / name}: it is {_kind(info)}; refusing to replace it"
+            )
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY
+    for _ in range(100):
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+        try:
+            fd = directory._open(tmp, flags, mode)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 48 random bits
+        raise InvalidInputError(f"cannot create a temp file in {directory.path}")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if hasattr(os, "fchmod"):
+                os.fchmod(fh.fileno(), mode)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            directory.rename(tmp, name)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot write {directory.path / name}: {exc.strerror}"
+            ) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            directory.unlink(tmp)
+        raise
+    if directory.fd is not None:
+        with contextlib.suppress(OSError):
+            os.fsync(directory.fd)
+
+
+def append_regular(directory: Dir, name: str, data: bytes, *, mode: int = PRIVATE_MODE) -> None:
+    """Appends ``data`` to the regular file ``name`` in ``directory`` (created with ``mode``
+    when missing) in one ``O_APPEND`` write, so concurrent appenders do not interleave.
+
+    Never through a symlink, a FIFO, a directory or a file with more than one hard link: the
+    opened descriptor is checked before the write.
+
+    Raises:
+        InvalidInputError: Something else than a regular file with one link is under ``name``.
+    """
+    fd = _checked_fd(directory, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode, links=False)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise InvalidInputError(
+                f"{name}: only {written} of {len(data)} bytes could be appended"
+            )
+    finally:
+        os.close(fd)
+
+
+def open_lock_file(directory: Dir, name: str, *, mode: int = 0o644) -> int:
+    """A descriptor of the regular file ``name`` (created when missing) to take a lock on,
+    checked like :func:`append_regular`'s. The caller closes it."""
+    return _checked_fd(directory, name, os.O_RDWR | os.O_CREAT, mode, links=False)

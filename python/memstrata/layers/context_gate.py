@@ -68,7 +68,7 @@ from typing import Any, Literal
 
 import orjson
 
-from memstrata.exceptions import InvalidInputError, RecoverableContextError
+from memstrata.exceptions import InvalidInputError, MemstrataError, RecoverableContextError
 from memstrata.messages import (
     EMPTY_SNAPSHOT,
     Snapshot,
@@ -81,7 +81,7 @@ from memstrata.messages import (
 from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
 from memstrata.redaction import redact_messages
-from memstrata.safe_files import is_regular_file, path_in, write_atomic
+from memstrata.safe_files import file_name, open_dir, write_atomic
 from memstrata.tokens import EstimatingCounter, TokenCounter
 
 logger = logging.getLogger("memstrata.context_gate")
@@ -377,7 +377,7 @@ class ContextGate:
         indexes = positions if positions is not None else range(len(messages))
         keys = list(map(_content_key, indexes, messages))
         if not self.cache:
-            counts = [self._count(m) for m in messages]
+            counts = [self._count(m, i) for i, m in zip(indexes, messages)]
             return sum(counts) + self._priming, counts
         entries = self._counts
         with self._lock:
@@ -387,7 +387,7 @@ class ContextGate:
             if entry is not None:
                 counts[i] = entry[0]
                 continue
-            tokens = counts[i] = self._count(messages[i])
+            tokens = counts[i] = self._count(messages[i], indexes[i])
             if key is None:
                 continue
             size = _key_size(key)
@@ -401,8 +401,12 @@ class ContextGate:
                     self._counts_chars -= entries.popitem(last=False)[1][1]
         return sum(counts) + self._priming, counts
 
-    def _count(self, message: Message) -> int:
-        return self.tokens.count_messages([countable(message)]) - self._priming
+    def _count(self, message: Message, index: int) -> int:
+        try:
+            return self.tokens.count_messages([countable(message)]) - self._priming
+        except MemstrataError as exc:
+            # Counted alone, the message is $[0] to the counter: name its place in the list.
+            raise _at_index(exc, index) from None
 
     def _raw_after_prune(
         self, given: list[Message], pruned: list[Message], counts: list[int], raw: int
@@ -442,8 +446,18 @@ class ContextGate:
 
     def write_checkpoint(self, messages: Sequence[Message], call_id: str, estimated: int) -> Path:
         """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in Modulatio's format,
-        atomically."""
-        path = path_in(self.checkpoints_dir, call_id, ".json")
+        atomically.
+
+        The file is written through the directory's descriptor: a temp file, fsync, rename, so
+        a crash leaves the old checkpoint or the new, never a part. Something other than a
+        regular file with one link already under the name (a symlink, a hard link, a FIFO, a
+        directory) is refused, neither replaced nor written through: the name is a call_id a
+        caller chose.
+
+        Raises:
+            InvalidInputError: A bad call_id, or ``cannot write ...`` naming what is planted.
+        """
+        name = file_name(call_id, ".json")
         if self.checkpoint_redact_secrets:
             redacted, policy = redact_messages(messages)
         else:
@@ -459,13 +473,19 @@ class ContextGate:
             "messages": redacted,
         }
         data = orjson.dumps(record, option=orjson.OPT_INDENT_2)
-        # Something other than a regular file planted under the name (a symlink, a directory)
-        # is refused, not replaced: the name is a call_id a caller chose.
-        if os.path.lexists(path) and not is_regular_file(path):
-            raise InvalidInputError(f"cannot write {path}: not a regular file")
-        # Temp file, fsync, rename: a crash leaves the old checkpoint or the new, never a part.
-        write_atomic(path, data)
-        return path
+        with open_dir(self.checkpoints_dir, create=True) as directory:
+            write_atomic(directory, name, data, refuse_planted=True)
+        return self.checkpoints_dir / name
+
+
+def _at_index(exc: MemstrataError, index: int) -> MemstrataError:
+    """``exc`` with the ``$[0]`` of a message counted alone replaced by ``$[index]``."""
+    real = f"$[{index}]"
+    exc.args = tuple(a.replace("$[0]", real, 1) if isinstance(a, str) else a for a in exc.args)
+    path = getattr(exc, "path", None)
+    if isinstance(path, str) and path.startswith("$[0]"):
+        exc.path = real + path[len("$[0]") :]  # type: ignore[attr-defined]
+    return exc
 
 
 def _as_message_list(messages: Sequence[Message]) -> list[Message]:

@@ -39,6 +39,13 @@ Decisions where Modulatio is silent:
   path with NUL) switches the layer off, as Modulatio says: one warning naming the path and the
   reason, then nothing is read, written or injected (``record`` returns the entry unsaved;
   :attr:`TeamState.off_reason` says why). Build a new ``TeamState`` to try the directory again.
+* Files are reached through the state directory's descriptor (:mod:`memstrata.safe_files`):
+  ``current_state.json``, ``audit.jsonl`` and the lock file are opened ``O_NOFOLLOW |
+  O_NONBLOCK`` and used only if the opened descriptor is a regular file with one link. A
+  symlink, a hard link, a FIFO or a directory planted under one of these names switches the
+  layer off as above (the reason names it); nothing is read, appended or locked through it.
+  The documents are written by temp file and rename, which replaces whatever was planted under
+  their names and never writes through it.
 """
 
 from __future__ import annotations
@@ -61,7 +68,15 @@ import orjson
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.prompts import TEAM_STATE_HEADER, one_line
-from memstrata.safe_files import make_directory, write_atomic
+from memstrata.safe_files import (
+    Dir,
+    append_regular,
+    make_directory,
+    open_dir,
+    open_lock_file,
+    read_regular,
+    write_atomic,
+)
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
 from memstrata.tools import Tool
@@ -81,6 +96,8 @@ AUDIT_LOG = "audit.jsonl"
 LOCK_FILE = "current_state.lock"
 DEFAULT_SOFT_CAP_BYTES = 2048
 MAX_FIELD_CHARS = 4000
+# current_state.json is kept near soft_cap_bytes; a file far past that was not written by us.
+MAX_STATE_BYTES = 8 << 20
 
 # The trailer: a "## summary_for_state_doc" heading (any level from 1 to 6) and everything after
 # it up to the next heading, or the end.
@@ -236,20 +253,29 @@ class TeamState:
             self._switch_off(exc)
             return []
 
-    def _read(self, *, locked: bool = False) -> list[StateEntry]:
+    def _read(self, locked: Dir | None = None) -> list[StateEntry]:
+        """The entries of ``current_state.json``, read through the state directory's descriptor
+        (``locked``: the one the caller holds the lock in). Something planted under the name (a
+        symlink, a hard link, a FIFO, a directory) raises InvalidInputError: the layer switches
+        off rather than read it."""
         path = self.state_dir / STATE_JSON
         try:
-            raw = orjson.loads(path.read_bytes())
+            if locked is not None:
+                data, _ = read_regular(locked, STATE_JSON, MAX_STATE_BYTES)
+            else:
+                with open_dir(self.state_dir) as directory:
+                    data, _ = read_regular(directory, STATE_JSON, MAX_STATE_BYTES)
+            raw = orjson.loads(data)
             return [StateEntry(**item) for item in raw["entries"]]
         except FileNotFoundError:
             return []
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            if not locked:
+            if locked is None:
                 # Re-read under the lock: a writer may have replaced the file since.
-                with self._lock():
-                    return self._read(locked=True)
-            aside = path.with_name(f"{STATE_JSON}.corrupt-{time.time():.0f}")
-            os.replace(path, aside)
+                with self._lock() as directory:
+                    return self._read(directory)
+            aside = f"{STATE_JSON}.corrupt-{time.time():.0f}"
+            locked.rename(STATE_JSON, aside)
             logger.warning("team state %s was unreadable (%s); moved aside to %s", path, exc, aside)
             return []
 
@@ -333,15 +359,15 @@ class TeamState:
         if not self._active():
             return entry
         try:
-            with self._lock():
-                entries = self._within_cap([*self._read(locked=True), entry])
+            with self._lock() as directory:
+                entries = self._within_cap([*self._read(directory), entry])
                 data = orjson.dumps(
                     {"entries": [asdict(e) for e in entries]}, option=orjson.OPT_INDENT_2
                 )
-                write_atomic(self.state_dir / STATE_JSON, data, mode=0o644)
-                write_atomic(self.md_path, (_render(entries) + "\n").encode(), mode=0o644)
+                write_atomic(directory, STATE_JSON, data, mode=0o644)
+                write_atomic(directory, STATE_MD, (_render(entries) + "\n").encode(), mode=0o644)
                 if flags:
-                    self._audit(entry)
+                    self._audit(directory, entry)
         except (OSError, ValueError) as exc:
             self._switch_off(exc)
         return entry
@@ -351,28 +377,29 @@ class TeamState:
         if not self._active():
             return
         try:
-            with self._lock():
+            with self._lock() as directory:
                 for name in (STATE_JSON, STATE_MD):
                     with contextlib.suppress(FileNotFoundError):
-                        (self.state_dir / name).unlink()
+                        directory.unlink(name)
         except (OSError, ValueError) as exc:
             self._switch_off(exc)
 
     @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        """An exclusive OS lock on the lock file, for one read-modify-write."""
+    def _lock(self) -> Iterator[Dir]:
+        """An exclusive OS lock on the lock file, for one read-modify-write; yields the state
+        directory, opened, that the files are read and written through."""
         with self._thread_lock:
             make_directory(self.state_dir, private=False)
-            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-            fd = os.open(self.state_dir / LOCK_FILE, flags, 0o644)
-            try:
-                _lock_fd(fd)
+            with open_dir(self.state_dir) as directory:
+                fd = open_lock_file(directory, LOCK_FILE)
                 try:
-                    yield
+                    _lock_fd(fd)
+                    try:
+                        yield directory
+                    finally:
+                        _unlock_fd(fd)
                 finally:
-                    _unlock_fd(fd)
-            finally:
-                os.close(fd)
+                    os.close(fd)
 
     def _within_cap(self, entries: list[StateEntry]) -> list[StateEntry]:
         def fits(kept: list[StateEntry]) -> bool:
@@ -387,7 +414,7 @@ class TeamState:
             entries = [only]
         return entries
 
-    def _audit(self, entry: StateEntry) -> None:
+    def _audit(self, directory: Dir, entry: StateEntry) -> None:
         line = orjson.dumps(
             {
                 "at": entry.at,
@@ -400,11 +427,8 @@ class TeamState:
             }
         )
         # One write of one line with O_APPEND: concurrent appenders do not interleave lines.
-        fd = os.open(self.audit_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, line + b"\n")
-        finally:
-            os.close(fd)
+        # Never through a symlink, a hard link, a FIFO or a directory planted as audit.jsonl.
+        append_regular(directory, AUDIT_LOG, line + b"\n", mode=0o600)
 
     # Layer protocol ---------------------------------------------------------------------------
 
@@ -420,7 +444,7 @@ class TeamState:
             return []
         limit = min(budget, self.budget.max)
         try:
-            stat = os.stat(self._json_path)
+            stat = os.lstat(self._json_path)
         except FileNotFoundError:
             return []
         except (OSError, ValueError) as exc:

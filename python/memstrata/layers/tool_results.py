@@ -52,6 +52,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -78,11 +79,12 @@ from memstrata.prompts import (
 )
 from memstrata.safe_files import (
     MAX_FILE_ID,
+    Dir,
     check_file_id,
-    is_regular_file,
-    path_in,
+    file_name,
+    open_dir,
+    open_subdir,
     read_regular,
-    real_subdirectory,
     write_atomic,
 )
 from memstrata.stack import Budget, Message, RunContext
@@ -700,70 +702,157 @@ class _StoreBackend:
 
 class _FileBackend:
     """Results as files: ``<call_id>.txt`` is a hard link to ``by-hash/<sha256>.txt`` (a copy
-    where the file system has no hard links); ``<call_id>.earlier`` lists older ids."""
+    where the file system has no hard links); ``<call_id>.earlier`` lists older ids.
+
+    Every file is reached through directory descriptors (:mod:`memstrata.safe_files`), opened
+    from the configured directory down, never through a symlink planted below it. A result is
+    read from a regular file (never a symlink, a FIFO or a directory) and returned only if its
+    bytes hash to a blob stored in ``by-hash``: a hard link planted to a file elsewhere is
+    refused, even if it is swapped in and out while being read."""
 
     def __init__(self, directory: Path, base: Path) -> None:
         self.directory = directory
         self.base = base
 
-    def _check_parents(self) -> None:
-        directory = self.directory
-        while directory != self.base:
-            if os.path.islink(directory):
-                raise InvalidInputError(f"{directory} is a symlink; refusing to read through it")
-            directory = directory.parent
+    def _open(self, *, create: bool) -> Dir | None:
+        """The results directory, each level opened relative to the one above; None when it
+        does not exist (and not ``create``)."""
+        parts = () if self.directory == self.base else self.directory.relative_to(self.base).parts
+        try:
+            current = open_dir(self.base, create=create)
+        except FileNotFoundError:
+            return None
+        try:
+            for part in parts:
+                sub = open_subdir(current, part, create=create)
+                current.close()
+                current = sub
+        except FileNotFoundError:
+            current.close()
+            return None
+        except BaseException:
+            current.close()
+            raise
+        return current
 
-    def _writable(self) -> Path:
-        if self.directory == self.base:
-            return self.base
-        relative = self.directory.relative_to(self.base)
-        directory = self.base
-        for part in relative.parts:
-            directory = real_subdirectory(directory, part)
+    def _writable(self) -> Dir:
+        directory = self._open(create=True)
+        assert directory is not None
         return directory
 
-    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
-        self._check_parents()
-        path = path_in(self.directory, call_id, ".txt")
-        if not os.path.lexists(path):
-            return None
-        _require_regular(path)
-        return _sha256_file(path), self._earlier(call_id)
-
-    def _earlier(self, call_id: str) -> list[str]:
+    def _result(self, directory: Dir, call_id: str) -> bytes | None:
+        """The bytes of ``<call_id>.txt``, or None when there is none."""
+        name = file_name(call_id, ".txt")
         try:
-            data = read_regular(path_in(self.directory, call_id, ".earlier"))
+            data, _ = read_regular(directory, name, links=True)
+        except FileNotFoundError:
+            return None
+        # Results are content-addressed: whatever the link count said when it was looked at (a
+        # link planted and removed again in between), bytes are returned only if they are a
+        # text stored in this directory's by-hash.
+        if not _is_stored(directory, hashlib.sha256(data).hexdigest()):
+            raise InvalidInputError(
+                f"{name} is not a stored result (a file linked in from elsewhere?); refusing "
+                "to read it"
+            )
+        return data
+
+    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
+        directory = self._open(create=False)
+        if directory is None:
+            return None
+        with directory:
+            data = self._result(directory, call_id)
+            if data is None:
+                return None
+            return hashlib.sha256(data).hexdigest(), self._earlier(directory, call_id)
+
+    def _earlier(self, directory: Dir, call_id: str) -> list[str]:
+        try:
+            data, _ = read_regular(directory, file_name(call_id, ".earlier"))
         except FileNotFoundError:
             return []
         return [line for line in data.decode().splitlines() if line]
 
     def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
-        directory = self._writable()
-        path = path_in(directory, call_id, ".txt")
-        blob = real_subdirectory(directory, _HASH_DIR) / f"{digest_hex}.txt"
-        if not is_regular_file(blob):
-            write_atomic(blob, text.encode("utf-8", "surrogatepass"))
-        if earlier:
-            write_atomic(path_in(directory, call_id, ".earlier"), "\n".join(earlier).encode())
-        if os.path.lexists(path):
-            _require_regular(path)
-            if _sha256_file(path) == digest_hex:
-                return
-        _link_or_copy(blob, path)
+        name = file_name(call_id, ".txt")
+        data = text.encode("utf-8", "surrogatepass")
+        with self._writable() as directory, open_subdir(directory, _HASH_DIR) as blobs:
+            blob = f"{digest_hex}.txt"
+            if not _holds(blobs, blob, digest_hex):
+                write_atomic(blobs, blob, data)
+            if earlier:
+                write_atomic(directory, file_name(call_id, ".earlier"), "\n".join(earlier).encode())
+            info = directory.lstat(name)
+            if info is not None:
+                if not stat.S_ISREG(info.st_mode):
+                    raise InvalidInputError(
+                        f"{name} is a symlink or not a regular file; refusing to use it"
+                    )
+                if _same_file(blobs.lstat(blob), info):
+                    return
+            # A regular file (a hard link planted to a file elsewhere too) is replaced by the
+            # rename, never written through.
+            _link_or_copy(blobs, blob, directory, name)
 
     def alias(self, call_id: str, digest_hex: str) -> None:
-        directory = self._writable()
-        blob = real_subdirectory(directory, _HASH_DIR) / f"{digest_hex}.txt"
-        _link_or_copy(blob, path_in(directory, call_id, ".txt"))
+        name = file_name(call_id, ".txt")
+        with self._writable() as directory, open_subdir(directory, _HASH_DIR) as blobs:
+            _link_or_copy(blobs, f"{digest_hex}.txt", directory, name)
 
     def read(self, call_id: str, offset: int, chars: int) -> tuple[str, int, list[str]] | None:
-        self._check_parents()
-        path = path_in(self.directory, call_id, ".txt")
-        try:
-            text = read_regular(path).decode("utf-8", "surrogatepass")
-        except FileNotFoundError:
+        check_file_id(call_id)
+        directory = self._open(create=False)
+        if directory is None:
             return None
-        return text[offset : offset + chars], len(text), self._earlier(call_id)
+        with directory:
+            data = self._result(directory, call_id)
+            if data is None:
+                return None
+            text = data.decode("utf-8", "surrogatepass")
+            return text[offset : offset + chars], len(text), self._earlier(directory, call_id)
+
+
+def _same_file(a: os.stat_result | None, b: os.stat_result) -> bool:
+    return a is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _is_stored(directory: Dir, digest_hex: str) -> bool:
+    """Whether ``by-hash/<digest_hex>.txt`` is a regular file: the text hashing to it was
+    stored here."""
+    try:
+        with open_subdir(directory, _HASH_DIR, create=False) as blobs:
+            info = blobs.lstat(f"{digest_hex}.txt")
+    except (FileNotFoundError, InvalidInputError):
+        return False
+    return info is not None and stat.S_ISREG(info.st_mode)
+
+
+def _holds(blobs: Dir, blob: str, digest_hex: str) -> bool:
+    """Whether ``blob`` is a regular file holding the text ``digest_hex`` names."""
+    try:
+        data, _ = read_regular(blobs, blob, links=True)
+    except (FileNotFoundError, InvalidInputError):
+        return False
+    return hashlib.sha256(data).hexdigest() == digest_hex
+
+
+def _link_or_copy(blobs: Dir, blob: str, directory: Dir, name: str) -> None:
+    """``name`` in ``directory`` becomes a hard link to ``blob`` (a private atomic copy where
+    the file system has no hard links), replacing what was there atomically."""
+    tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+    try:
+        blobs.link(blob, directory, tmp)
+    except OSError:
+        data, _ = read_regular(blobs, blob, links=True)
+        write_atomic(directory, name, data)
+        return
+    try:
+        directory.rename(tmp, name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            directory.unlink(tmp)
+        raise
 
 
 # The digest -----------------------------------------------------------------------------------
@@ -879,35 +968,3 @@ def _fit_prefix(text: str, max_tokens: int, counter: TokenCounter) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _require_regular(path: Path) -> None:
-    if not is_regular_file(path):
-        raise InvalidInputError(
-            f"{path.name} is a symlink or not a regular file; refusing to use it"
-        )
-
-
-def _link_or_copy(blob: Path, path: Path) -> None:
-    """``path`` becomes a hard link to ``blob`` (a private atomic copy where the file system has
-    no hard links), replacing what was there atomically."""
-    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
-    try:
-        os.link(blob, tmp)
-    except OSError:
-        write_atomic(path, read_regular(blob))
-        return
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

@@ -1,0 +1,207 @@
+"""safe_files: the primitives every layer reaches files through (descriptors, no follow, no
+block, one link, temp file + rename), on this platform and in the path-only fallback used where
+there are no directory descriptors (Windows)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memstrata import safe_files
+from memstrata.exceptions import InvalidInputError
+from memstrata.safe_files import (
+    Dir,
+    append_regular,
+    open_dir,
+    open_lock_file,
+    open_subdir,
+    read_regular,
+    write_atomic,
+)
+
+OUTSIDE = b"outside bytes"
+KINDS = ("symlink", "hardlink", "fifo", "directory")
+
+
+@pytest.fixture(params=["descriptors", "paths"])
+def directory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Dir]:
+    """The directory ``d`` opened by descriptor, and as the path-only fallback."""
+    (tmp_path / "d").mkdir()
+    if request.param == "descriptors":
+        if not safe_files.DIR_FDS:
+            pytest.skip("no dir_fd on this platform")
+        with open_dir(tmp_path / "d") as opened:
+            yield opened
+    else:
+        yield Dir(tmp_path / "d", None)
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    path = tmp_path / "outside.bin"
+    path.write_bytes(OUTSIDE)
+    path.chmod(0o640)
+    return path
+
+
+def _plant(path: Path, kind: str, outside: Path) -> None:
+    if kind == "symlink":
+        path.symlink_to(outside)
+    elif kind == "hardlink":
+        os.link(outside, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+def _untouched(outside: Path) -> None:
+    assert outside.read_bytes() == OUTSIDE
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o640
+
+
+def _returns(call, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    done: list[object] = []
+
+    def target() -> None:
+        try:
+            done.append(call())
+        except BaseException as exc:
+            done.append(exc)
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    assert done, "the call hung"
+    return done[0]
+
+
+def test_the_module_imports_without_posix_flags() -> None:
+    # What Windows lacks is looked up with getattr, never required.
+    assert isinstance(safe_files.DIR_FDS, bool)
+    for flag in ("_NOFOLLOW", "_NONBLOCK", "_DIRECTORY", "_CLOEXEC", "_BINARY"):
+        assert isinstance(getattr(safe_files, flag), int)
+
+
+def test_read_regular_reads_a_regular_file(directory: Dir) -> None:
+    (directory.path / "f").write_bytes(b"data")
+    data, info = read_regular(directory, "f")
+    assert data == b"data" and info.st_nlink == 1
+    with pytest.raises(FileNotFoundError):
+        read_regular(directory, "missing")
+    with pytest.raises(InvalidInputError, match="over 2 bytes"):
+        read_regular(directory, "f", 2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_read_regular_refuses_what_is_planted(directory: Dir, outside: Path, kind: str) -> None:
+    _plant(directory.path / "f", kind, outside)
+    raised = _returns(lambda: read_regular(directory, "f"))
+    assert isinstance(raised, InvalidInputError), raised
+    assert "refusing" in str(raised)
+    _untouched(outside)
+
+
+def test_read_regular_accepts_links_only_when_asked(directory: Dir, outside: Path) -> None:
+    _plant(directory.path / "f", "hardlink", outside)
+    assert read_regular(directory, "f", links=True)[0] == OUTSIDE
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo"])
+def test_write_atomic_replaces_what_is_planted_never_writes_through(
+    directory: Dir, outside: Path, kind: str
+) -> None:
+    _plant(directory.path / "f", kind, outside)
+    assert _returns(lambda: write_atomic(directory, "f", b"new", mode=0o600)) is None
+    _untouched(outside)
+    info = os.lstat(directory.path / "f")
+    assert stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+    assert stat.S_IMODE(info.st_mode) == 0o600
+    assert (directory.path / "f").read_bytes() == b"new"
+    assert sorted(p.name for p in directory.path.iterdir()) == ["f"]  # no temp file left
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_write_atomic_can_refuse_what_is_planted(directory: Dir, outside: Path, kind: str) -> None:
+    _plant(directory.path / "f", kind, outside)
+    with pytest.raises(InvalidInputError, match="cannot write"):
+        write_atomic(directory, "f", b"new", refuse_planted=True)
+    _untouched(outside)
+    assert [p.name for p in directory.path.iterdir()] == ["f"]
+
+
+def test_write_atomic_never_truncates_the_old_file(directory: Dir) -> None:
+    """A reader holding the old file keeps reading it whole: the name is renamed over, the old
+    inode is never truncated."""
+    (directory.path / "f").write_bytes(b"old contents")
+    with open(directory.path / "f", "rb") as held:
+        write_atomic(directory, "f", b"new")
+        assert held.read() == b"old contents"
+    assert (directory.path / "f").read_bytes() == b"new"
+
+
+def test_write_atomic_sets_the_mode_whatever_the_umask(directory: Dir) -> None:
+    old = os.umask(0o777)
+    try:
+        write_atomic(directory, "f", b"x", mode=0o644)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.lstat(directory.path / "f").st_mode) == 0o644
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_append_regular_refuses_what_is_planted(directory: Dir, outside: Path, kind: str) -> None:
+    _plant(directory.path / "log", kind, outside)
+    raised = _returns(lambda: append_regular(directory, "log", b"line\n"))
+    assert isinstance(raised, InvalidInputError), raised
+    _untouched(outside)
+
+
+def test_append_regular_creates_then_appends(directory: Dir) -> None:
+    append_regular(directory, "log", b"one\n")
+    append_regular(directory, "log", b"two\n")
+    assert (directory.path / "log").read_bytes() == b"one\ntwo\n"
+    assert stat.S_IMODE(os.lstat(directory.path / "log").st_mode) == 0o600
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_open_lock_file_refuses_what_is_planted(directory: Dir, outside: Path, kind: str) -> None:
+    _plant(directory.path / "lock", kind, outside)
+    raised = _returns(lambda: open_lock_file(directory, "lock"))
+    assert isinstance(raised, InvalidInputError), raised
+    _untouched(outside)
+
+
+def test_open_subdir_creates_private_and_refuses_a_symlink(directory: Dir, tmp_path: Path) -> None:
+    with open_subdir(directory, "sub") as sub:
+        write_atomic(sub, "f", b"x")
+    assert stat.S_IMODE(os.lstat(directory.path / "sub").st_mode) == 0o700
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (directory.path / "link").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(InvalidInputError, match="symlink"):
+        open_subdir(directory, "link")
+    os.mkfifo(directory.path / "fifo")
+    with pytest.raises(InvalidInputError, match="FIFO"):
+        raise _returns(lambda: open_subdir(directory, "fifo"))
+    with pytest.raises(FileNotFoundError):
+        open_subdir(directory, "missing", create=False)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_open_dir_refuses_a_file_and_follows_the_configured_symlink(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InvalidInputError, match="not a directory"):
+        open_dir(tmp_path / "file")
+    with pytest.raises(FileNotFoundError):
+        open_dir(tmp_path / "missing")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "configured").symlink_to(tmp_path / "real", target_is_directory=True)
+    with open_dir(tmp_path / "configured") as opened:
+        write_atomic(opened, "f", b"x")
+    assert (tmp_path / "real" / "f").read_bytes() == b"x"
