@@ -11,11 +11,13 @@ copies the live ones out.
 from __future__ import annotations
 
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from memstrata._core import decode_vectors_b64
 
 _SHIFT = 13
 BLOCK_ROWS = 1 << _SHIFT  # 8,192 rows: 12 MB a block at dim 384
@@ -56,12 +58,15 @@ class VectorRows:
 
     def append(self, vectors: npt.NDArray[np.float32]) -> list[int]:
         """Appends the rows of ``vectors`` (shape ``(n, dim)``); normalised by :meth:`seal`."""
-        rows = []
-        for vector in vectors:
-            row = self._next_row()
-            self._blocks[row >> _SHIFT][row & (BLOCK_ROWS - 1)] = vector
-            rows.append(row)
-        return rows
+        first, done = self.size, 0
+        while done < len(vectors):
+            row = self._next_row()  # opens the block the next rows go to
+            offset = row & (BLOCK_ROWS - 1)
+            take = min(len(vectors) - done, BLOCK_ROWS - offset)
+            self._blocks[row >> _SHIFT][offset : offset + take] = vectors[done : done + take]
+            self.size += take - 1
+            done += take
+        return list(range(first, self.size))
 
     def seal(self) -> None:
         """Normalises the rows appended since the last call and marks which are usable."""
@@ -114,3 +119,45 @@ def decode_raw(text: Any) -> bytes | None:
     except (binascii.Error, ValueError):
         return None
     return raw if raw and not len(raw) % 4 else None
+
+
+def vector_dim(text: Any) -> int:
+    """The dimension of the vector ``encode_vector`` would write as ``text``, judged by its
+    length alone (each dimension has its own length), or 0 when no vector has that length."""
+    if type(text) is not str:
+        return 0
+    dim = 3 * len(text) // 16
+    return dim if dim and 4 * -(-4 * dim // 3) == len(text) else 0
+
+
+def append_encoded(rows: dict[int, VectorRows], texts: Sequence[Any]) -> list[tuple[int, int]]:
+    """Decodes stored vectors into ``rows[dim]`` (made when missing), a dimension at a time.
+
+    For each of ``texts`` (a stored ``embedding`` value: base64 text as ``encode_vector``
+    writes it, or anything else) returns ``(dim, row)``, or ``(0, -1)`` when it is not a
+    vector. Call :meth:`VectorRows.seal` on the rows afterwards, as after ``append``. Decoding
+    is one native call per dimension (:func:`memstrata._core.decode_vectors_b64`), strict about
+    the form: stray characters or whitespace make a text not a vector.
+    """
+    out: list[tuple[int, int]] = [(0, -1)] * len(texts)
+    by_dim: dict[int, list[int]] = {}
+    for n, text in enumerate(texts):
+        dim = vector_dim(text)
+        if dim:
+            by_dim.setdefault(dim, []).append(n)
+    for dim, where in by_dim.items():
+        chosen = texts if len(where) == len(texts) else [texts[n] for n in where]
+        matrix, ok = decode_vectors_b64(chosen, dim)
+        target = rows.get(dim)
+        if target is None:
+            target = rows[dim] = VectorRows(dim)
+        if ok.all():
+            added = target.append(matrix)
+            for n, row in zip(where, added):
+                out[n] = (dim, row)
+        else:
+            kept = np.flatnonzero(ok)
+            added = target.append(matrix[kept])
+            for k, row in zip(kept.tolist(), added):
+                out[where[k]] = (dim, row)
+    return out
