@@ -53,11 +53,27 @@ pub fn decode_exact(text: &[u8], out: &mut [u8]) -> bool {
     }
     let whole = out.len() / 3;
     let (head, tail) = text.split_at(whole * 4);
-    for (quad, triple) in head.chunks_exact(4).zip(out.chunks_exact_mut(3)) {
+    // Eight symbols (48 bits, six bytes) a step, the validity of all eight checked at once:
+    // a branch per symbol held the loop to a quarter of the speed.
+    let octets = head.chunks_exact(8);
+    let quad = octets.remainder();
+    for (symbols, bytes) in octets.zip(out.chunks_exact_mut(6)) {
+        let (mut bits, mut seen) = (0_u64, 0_u8);
+        for &c in symbols {
+            let v = DECODE[usize::from(c)];
+            seen |= v;
+            bits = bits << 6 | u64::from(v);
+        }
+        if seen & 0xC0 != 0 {
+            return false;
+        }
+        bytes.copy_from_slice(&bits.to_be_bytes()[2..]);
+    }
+    if !quad.is_empty() {
         let Some(bits) = sextets(quad) else {
             return false;
         };
-        triple.copy_from_slice(&bits.to_be_bytes()[1..]);
+        out[whole * 3 - 3..whole * 3].copy_from_slice(&bits.to_be_bytes()[1..]);
     }
     let rest = &mut out[whole * 3..];
     match rest.len() {
