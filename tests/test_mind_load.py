@@ -154,9 +154,11 @@ def test_append_encoded_groups_by_dimension_and_skips_non_vectors() -> None:
     texts.append(encode_vector(wide[0])[:-2] + "*=")  # right length, a stray character
     held: dict[int, VectorRows] = {4: VectorRows(4)}
     held[4].append(np.ones((2, 4), dtype=np.float32))  # rows already there come first
-    placed = append_encoded(held, texts)
-    assert placed[1:5] == [(3, 0), (0, -1), (0, -1), (3, 1)] and placed[-1] == (0, -1)
-    wide_places = [placed[0], *placed[5:-1]]
+    dims, placed = append_encoded(held, texts)
+    assert len(dims) == len(placed) == len(texts)
+    pairs = list(zip(dims, placed))
+    assert pairs[1:5] == [(3, 0), (0, -1), (0, -1), (3, 1)] and pairs[-1] == (0, -1)
+    wide_places = [pairs[0], *pairs[5:-1]]
     assert wide_places == [(4, 2 + n) for n in range(len(wide))]
     assert (held[4].gather([row for _, row in wide_places]) == wide).all()
     assert (held[3].gather([0, 1]) == narrow).all()
@@ -164,15 +166,39 @@ def test_append_encoded_groups_by_dimension_and_skips_non_vectors() -> None:
         rows.seal()
     unit = held[4].gather([2])[0]
     assert np.isclose(np.linalg.norm(unit), 1.0)
-    assert append_encoded({}, []) == []
+    assert append_encoded({}, []) == ([], [])
+    assert append_encoded({}, [None, "x", 3]) == ([0, 0, 0], [-1, -1, -1])
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(1, 6).map(lambda dim: np.full(dim, dim, dtype=np.float32)),
+            st.sampled_from([None, "", "AAAA", "AAAAAAA=", "bad text"]),
+        ),
+        max_size=12,
+    )
+)
+def test_append_encoded_places_every_vector_once(values: list[Any]) -> None:
+    texts = [encode_vector(v) if isinstance(v, np.ndarray) else v for v in values]
+    held: dict[int, VectorRows] = {}
+    dims, placed = append_encoded(held, texts)
+    for value, dim, row in zip(values, dims, placed):
+        if isinstance(value, np.ndarray):
+            assert dim == len(value) and (held[dim].gather([row])[0] == value).all()
+        else:
+            assert (dim, row) == (0, -1)
+    used = [(d, r) for d, r in zip(dims, placed) if d]
+    assert len(set(used)) == len(used)
+    assert {d: r.size for d, r in held.items()} == {d: dims.count(d) for d in held}
 
 
 def test_append_encoded_marks_zero_vectors_unusable() -> None:
     held: dict[int, VectorRows] = {}
     vectors = np.array([[0, 0], [np.nan, 1], [3, 4]], dtype=np.float32)
-    placed = append_encoded(held, [encode_vector(v) for v in vectors])
+    _dims, placed = append_encoded(held, [encode_vector(v) for v in vectors])
     held[2].seal()
-    assert [held[2].usable(row) for _, row in placed] == [False, False, True]
+    assert [held[2].usable(row) for row in placed] == [False, False, True]
 
 
 # --- entries_from_payloads ----------------------------------------------------------------------

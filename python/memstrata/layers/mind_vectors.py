@@ -130,34 +130,48 @@ def vector_dim(text: Any) -> int:
     return dim if dim and 4 * -(-4 * dim // 3) == len(text) else 0
 
 
-def append_encoded(rows: dict[int, VectorRows], texts: Sequence[Any]) -> list[tuple[int, int]]:
+def append_encoded(
+    rows: dict[int, VectorRows], texts: Sequence[Any]
+) -> tuple[list[int], list[int]]:
     """Decodes stored vectors into ``rows[dim]`` (made when missing), a dimension at a time.
 
-    For each of ``texts`` (a stored ``embedding`` value: base64 text as ``encode_vector``
-    writes it, or anything else) returns ``(dim, row)``, or ``(0, -1)`` when it is not a
-    vector. Call :meth:`VectorRows.seal` on the rows afterwards, as after ``append``. Decoding
-    is one native call per dimension (:func:`memstrata._core.decode_vectors_b64`), strict about
-    the form: stray characters or whitespace make a text not a vector.
+    ``texts`` are stored ``embedding`` values: base64 text as ``encode_vector`` writes it, or
+    anything else. Returns ``(dims, rows)``: for each text the dimension of its vector and its
+    row in ``rows[dim]``, or ``0`` and ``-1`` when it is not a vector. Call
+    :meth:`VectorRows.seal` afterwards, as after ``append``.
+
+    One native call (:func:`memstrata._core.decode_vectors_b64`) per dimension present, and no
+    Python work per text when they share one: the dimension is read off the first vector, and
+    only the texts that fail at it are looked at again. Decoding is strict about the form:
+    stray characters or whitespace make a text not a vector.
     """
-    out: list[tuple[int, int]] = [(0, -1)] * len(texts)
-    by_dim: dict[int, list[int]] = {}
-    for n, text in enumerate(texts):
-        dim = vector_dim(text)
-        if dim:
-            by_dim.setdefault(dim, []).append(n)
-    for dim, where in by_dim.items():
-        chosen = texts if len(where) == len(texts) else [texts[n] for n in where]
+    count = len(texts)
+    dims = np.zeros(count, dtype=np.int64)
+    placed = np.full(count, -1, dtype=np.int64)
+    todo: list[int] | range = range(count)
+    while todo:
+        dim, skip = 0, 0
+        for skip, n in enumerate(todo):  # noqa: B007 (skip is where the first vector is)
+            dim = vector_dim(texts[n])
+            if dim:
+                break
+        if not dim:
+            break
+        todo = todo[skip:]
+        chosen = texts if len(todo) == count else [texts[n] for n in todo]
         matrix, ok = decode_vectors_b64(chosen, dim)
+        where = np.asarray(todo, dtype=np.int64)
         target = rows.get(dim)
         if target is None:
             target = rows[dim] = VectorRows(dim)
+        first = target.size
         if ok.all():
-            added = target.append(matrix)
-            for n, row in zip(where, added):
-                out[n] = (dim, row)
-        else:
-            kept = np.flatnonzero(ok)
-            added = target.append(matrix[kept])
-            for k, row in zip(kept.tolist(), added):
-                out[where[k]] = (dim, row)
-    return out
+            target.append(matrix)
+            dims[where], placed[where] = dim, np.arange(first, target.size)
+            break
+        target.append(matrix[ok])
+        dims[where[ok]], placed[where[ok]] = dim, np.arange(first, target.size)
+        # A text of this dimension's length that failed is not a vector; the others may be
+        # vectors of another dimension.
+        todo = [n for n in where[~ok].tolist() if vector_dim(texts[n]) != dim]
+    return dims.tolist(), placed.tolist()
