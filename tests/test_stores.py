@@ -27,7 +27,7 @@ from memstrata.exceptions import (
     UnsupportedTypeError,
 )
 from memstrata.stores import InMemoryStore, Item, PostgresStore, SQLiteStore, Store, open_store
-from memstrata.stores.base import ChangeMark, ConditionalWrite
+from memstrata.stores.base import ChangeMark, ConditionalWrite, item_of
 
 StoreFactory = Callable[[pytest.FixtureRequest, pathlib.Path], Store]
 
@@ -830,3 +830,21 @@ def test_stamp_names_the_value_without_reading_it(store: Store) -> None:
         store.stamp(NS, "")
     with pytest.raises(InvalidInputError, match="namespace"):
         store.stamp((), "a")
+
+
+def test_item_of_builds_the_item_the_constructor_builds() -> None:
+    args = (("a", "b"), "k", {"v": [1]}, 3, 1.5, 2.5, None)
+    fast, slow = item_of(*args), Item(*args)
+    assert type(fast) is Item and fast == slow and hash(fast.key) == hash(slow.key)
+    assert vars(fast) == vars(slow)
+    with pytest.raises(AttributeError):
+        fast.key = "other"  # type: ignore[misc]
+
+
+def test_changes_each_streams_items_equal_to_changes(store: Store) -> None:
+    for key in ("b", "a"):
+        store.put(NS, key, {"key": key}, ttl=60 if key == "a" else None)
+    seen: list[Item] = []
+    store.changes_each(NS, None, seen.append)
+    assert seen == store.changes(NS).items
+    assert all(type(i.namespace) is tuple and i.namespace == NS for i in seen)

@@ -71,6 +71,33 @@ class Item:
     expires_at: float | None = None
 
 
+_new_object = object.__new__
+
+
+def item_of(
+    namespace: Namespace,
+    key: str,
+    value: JSONValue,
+    version: int,
+    created_at: float,
+    updated_at: float,
+    expires_at: float | None,
+) -> Item:
+    """``Item(namespace, key, value, version, created_at, updated_at, expires_at)``, for a
+    store's bulk reads: the same object, built without the frozen dataclass's seven
+    ``object.__setattr__`` calls (a third of the cost, which a 100,000-entry read feels)."""
+    item: Item = _new_object(Item)
+    fields = item.__dict__
+    fields["namespace"] = namespace
+    fields["key"] = key
+    fields["value"] = value
+    fields["version"] = version
+    fields["created_at"] = created_at
+    fields["updated_at"] = updated_at
+    fields["expires_at"] = expires_at
+    return item
+
+
 @dataclass(frozen=True)
 class ChangeMark:
     """A point in a namespace's write history, made by :meth:`Store.change_mark`.

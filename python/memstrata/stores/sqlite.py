@@ -46,6 +46,7 @@ from memstrata.stores.base import (
     Updater,
     decode_namespace,
     encode_namespace,
+    item_of,
     prefix_upper_bound,
     sequence_position,
     validate_key,
@@ -599,9 +600,16 @@ class SQLiteStore(Store):
             try:
                 last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
                 cursor = self._conn.execute(_NAMESPACE, (ns, time.time()))
+                # Every row is of ``namespace``: one tuple for all, no decoding per row.
+                loads = codec.loads
                 while rows := cursor.fetchmany(_STREAM_BATCH):
-                    for row in rows:
-                        each(self._item(row))
+                    for _ns, key, data, version, created_at, updated_at, expires_at in rows:
+                        value = loads(data)
+                        each(
+                            item_of(
+                                namespace, key, value, version, created_at, updated_at, expires_at
+                            )
+                        )
             finally:
                 self._conn.execute("COMMIT")
         return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], True)

@@ -1,8 +1,11 @@
-//! Bindings of `cosine_top_k` and `VectorSet`: numpy arrays in, the GIL released during scans.
+//! Bindings of `cosine_top_k`, `VectorSet` and `decode_vectors_b64`: numpy arrays in and out,
+//! the GIL released during scans and decoding.
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
@@ -334,8 +337,72 @@ impl PyVectorSet {
     }
 }
 
+/// A decoded matrix and, per row, whether its text was a vector.
+type Decoded<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray1<bool>>);
+
+/// Stored base64 float32 vectors of dimension `dim` as one `(len(texts), dim)` matrix and a
+/// mask of the texts that were such vectors (the other rows are zero).
+#[pyfunction]
+#[pyo3(signature = (texts, dim))]
+fn decode_vectors_b64<'py>(
+    py: Python<'py>,
+    texts: &Bound<'py, PyAny>,
+    dim: i64,
+) -> PyResult<Decoded<'py>> {
+    if !(1..=crate::embed::MAX_DIM as i64).contains(&dim) {
+        return Err(invalid(
+            py,
+            format!(
+                "dim must be between 1 and {}, got {dim}",
+                crate::embed::MAX_DIM
+            ),
+        ));
+    }
+    let dim = dim as usize;
+    let unsupported = |message: String| errors::new_error(py, "UnsupportedTypeError", message, &[]);
+    if texts.is_instance_of::<PyString>() || texts.is_instance_of::<PyBytes>() {
+        return Err(unsupported(format!(
+            "texts must be a sequence of values, not a single {}",
+            texts.get_type().name()?
+        )));
+    }
+    let chars = vectors::encoded_len(4 * dim);
+    // Only a str of the one possible length is worth its UTF-8 copy (the limited API of
+    // Python 3.9 cannot lend a str's buffer).
+    let encoded: Vec<Option<Bound<'py, PyBytes>>> = texts
+        .try_iter()
+        .map_err(|_| {
+            unsupported(format!(
+                "texts must be a sequence of values, got {}",
+                texts
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
+            ))
+        })?
+        .map(|item| {
+            let item = item?;
+            Ok(match item.cast::<PyString>() {
+                Ok(s) if s.len()? == chars => s.encode_utf8().ok(),
+                _ => None,
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    let views: Vec<Option<&[u8]>> = encoded
+        .iter()
+        .map(|b| b.as_ref().map(|b| b.as_bytes()))
+        .collect();
+    let (matrix, ok) = py.detach(|| vectors::decode_f32_rows(&views, dim));
+    let rows = views.len();
+    Ok((
+        PyArray1::from_vec(py, matrix).reshape([rows, dim])?,
+        PyArray1::from_vec(py, ok),
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cosine_top_k, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_vectors_b64, m)?)?;
     m.add_class::<PyVectorSet>()?;
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! split across threads. Rows whose norm is zero have no direction and are skipped. NaN or
 //! infinite inputs are errors naming the position.
 
+mod base64;
 mod set;
 mod simd;
 mod topk;
@@ -13,6 +14,7 @@ mod topk;
 use rayon::prelude::*;
 
 use crate::{CoreError, CoreResult};
+pub use base64::{decode_f32_rows, encoded_len};
 pub use set::VectorSet;
 pub use topk::Scored;
 

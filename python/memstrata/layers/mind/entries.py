@@ -11,9 +11,10 @@ import base64
 import itertools
 import re
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -103,6 +104,24 @@ def decode_vector(text: Any) -> npt.NDArray[np.float32] | None:
     return np.frombuffer(raw, dtype="<f4").astype(np.float32)
 
 
+_Class = TypeVar("_Class", bound=type)
+
+
+def _slotted(cls: _Class) -> _Class:
+    """The dataclass ``cls`` rebuilt with ``__slots__`` for its fields, as
+    ``dataclass(slots=True)`` does from Python 3.10 (the package supports 3.9).
+
+    A mind holds up to 100,000 entries: without an instance ``__dict__`` each is about half
+    the size, and quicker to build.
+    """
+    names = tuple(f.name for f in fields(cls))
+    skip = {*names, "__dict__", "__weakref__"}
+    body = {k: v for k, v in cls.__dict__.items() if k not in skip}
+    body["__slots__"] = names
+    slotted: _Class = type(cls)(cls.__name__, cls.__bases__, body)
+    return slotted
+
+
 def _opt(out: dict[str, Any], key: str, value: Any) -> None:
     if value is not None:
         out[key] = value
@@ -132,6 +151,7 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
+@_slotted
 @dataclass
 class MindGoal:
     """A goal tracked across runs (``type: 'goal'``)."""
@@ -188,6 +208,7 @@ class MindGoal:
 MAX_PREVIOUS = 16
 
 
+@_slotted
 @dataclass
 class MindBelief:
     """A fact the agent holds, with a confidence and usually an expiry (``type: 'belief'``).
@@ -261,6 +282,7 @@ def _fail(message: str) -> bool:
     raise InvalidInputError(message)
 
 
+@_slotted
 @dataclass
 class MindReflection:
     """An observation about the agent's own work; pinned ones are standing rules.
@@ -424,3 +446,117 @@ def entry_from_payload(value: Any) -> MindEntry:
     if kind == "reflection":
         return MindReflection.from_payload(value)
     raise InvalidInputError(f"unknown mind entry type {kind!r}")
+
+
+def entries_from_payloads(values: Iterable[Any]) -> list[MindEntry | InvalidInputError]:
+    """The entries the stored ``values`` hold, in order; a malformed value gives, in its place,
+    the :class:`InvalidInputError` :func:`entry_from_payload` raises for it.
+
+    The same result as :func:`entry_from_payload` on each value, built faster for loading a
+    whole namespace: a belief or reflection in exactly the shape memstrata writes (exact
+    types, integer times, no stray values) is taken by one pass of checks; anything else,
+    goals included, goes through :func:`entry_from_payload`, which accepts what it accepts
+    (a float time, say) and names what is wrong with the rest.
+    """
+    out: list[MindEntry | InvalidInputError] = []
+    append = out.append
+    for value in values:
+        entry: MindEntry | None = None
+        if type(value) is dict:
+            kind = value.get("type")
+            if kind == "belief":
+                entry = _belief_as_written(value)
+            elif kind == "reflection":
+                entry = _reflection_as_written(value)
+        if entry is None:
+            try:
+                entry = entry_from_payload(value)
+            except InvalidInputError as exc:
+                append(exc)
+                continue
+        append(entry)
+    return out
+
+
+# The levels as the constants above: a loaded entry refers to these rather than holding its
+# own copy of the text.
+_CONFIDENCE: dict[str, ConfidenceLevel] = {level: level for level in CONFIDENCE_LEVELS}
+
+
+def _tags_as_written(tags: Any) -> list[str] | None:
+    if type(tags) is not list:
+        return None
+    for tag in tags:
+        if type(tag) is not str:
+            return None
+    return list(tags)
+
+
+def _previous_as_written(value: Any) -> list[dict[str, Any]] | None:
+    if type(value) is not list:
+        return None
+    out = []
+    for item in value:
+        if type(item) is not dict:
+            return None
+        content, updated = item.get("content"), item.get("updatedAt")
+        if type(content) is not str or type(updated) is not int:
+            return None
+        out.append({"content": content, "updatedAt": updated})
+    return out
+
+
+def _belief_as_written(p: dict[str, Any]) -> MindBelief | None:
+    """``MindBelief.from_payload(p)`` for a payload in the written shape, else None."""
+    id_, content = p.get("id"), p.get("content")
+    created, updated = p.get("createdAt"), p.get("updatedAt")
+    if type(id_) is not str or type(content) is not str:
+        return None
+    if type(created) is not int or type(updated) is not int:
+        return None
+    level, expires = p.get("confidence"), p.get("expiresAt")
+    confidence = _CONFIDENCE.get(level) if type(level) is str else None
+    tags = _tags_as_written(p.get("tags", ()))
+    if confidence is None or tags is None or not (expires is None or type(expires) is int):
+        return None
+    previous = p.get("previous")
+    if previous is None:
+        if "previous" in p:
+            return None
+        previous = []
+    else:
+        previous = _previous_as_written(previous)
+        if previous is None:
+            return None
+    return MindBelief(
+        id_,
+        content,
+        confidence,
+        tags,
+        expires,
+        created,
+        updated,
+        p.get("error") is True,
+        previous,
+    )
+
+
+def _reflection_as_written(p: dict[str, Any]) -> MindReflection | None:
+    """``MindReflection.from_payload(p)`` for a payload in the written shape, else None."""
+    id_, content = p.get("id"), p.get("content")
+    created, updated = p.get("createdAt"), p.get("updatedAt")
+    if type(id_) is not str or type(content) is not str:
+        return None
+    if type(created) is not int or type(updated) is not int:
+        return None
+    pinned, related, expires = p.get("pinned", False), p.get("relatedTo"), p.get("expiresAt")
+    tags = _tags_as_written(p.get("tags", ()))
+    if tags is None or type(pinned) is not bool:
+        return None
+    if not (related is None or type(related) is str):
+        return None
+    if not (expires is None or type(expires) is int):
+        return None
+    return MindReflection(
+        id_, content, pinned, tags, related, created, updated, p.get("error") is True, expires
+    )

@@ -11,11 +11,13 @@ copies the live ones out.
 from __future__ import annotations
 
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from memstrata._core import decode_vectors_b64
 
 _SHIFT = 13
 BLOCK_ROWS = 1 << _SHIFT  # 8,192 rows: 12 MB a block at dim 384
@@ -56,12 +58,15 @@ class VectorRows:
 
     def append(self, vectors: npt.NDArray[np.float32]) -> list[int]:
         """Appends the rows of ``vectors`` (shape ``(n, dim)``); normalised by :meth:`seal`."""
-        rows = []
-        for vector in vectors:
-            row = self._next_row()
-            self._blocks[row >> _SHIFT][row & (BLOCK_ROWS - 1)] = vector
-            rows.append(row)
-        return rows
+        first, done = self.size, 0
+        while done < len(vectors):
+            row = self._next_row()  # opens the block the next rows go to
+            offset = row & (BLOCK_ROWS - 1)
+            take = min(len(vectors) - done, BLOCK_ROWS - offset)
+            self._blocks[row >> _SHIFT][offset : offset + take] = vectors[done : done + take]
+            self.size += take - 1
+            done += take
+        return list(range(first, self.size))
 
     def seal(self) -> None:
         """Normalises the rows appended since the last call and marks which are usable."""
@@ -114,3 +119,59 @@ def decode_raw(text: Any) -> bytes | None:
     except (binascii.Error, ValueError):
         return None
     return raw if raw and not len(raw) % 4 else None
+
+
+def vector_dim(text: Any) -> int:
+    """The dimension of the vector ``encode_vector`` would write as ``text``, judged by its
+    length alone (each dimension has its own length), or 0 when no vector has that length."""
+    if type(text) is not str:
+        return 0
+    dim = 3 * len(text) // 16
+    return dim if dim and 4 * -(-4 * dim // 3) == len(text) else 0
+
+
+def append_encoded(
+    rows: dict[int, VectorRows], texts: Sequence[Any]
+) -> tuple[list[int], list[int]]:
+    """Decodes stored vectors into ``rows[dim]`` (made when missing), a dimension at a time.
+
+    ``texts`` are stored ``embedding`` values: base64 text as ``encode_vector`` writes it, or
+    anything else. Returns ``(dims, rows)``: for each text the dimension of its vector and its
+    row in ``rows[dim]``, or ``0`` and ``-1`` when it is not a vector. Call
+    :meth:`VectorRows.seal` afterwards, as after ``append``.
+
+    One native call (:func:`memstrata._core.decode_vectors_b64`) per dimension present, and no
+    Python work per text when they share one: the dimension is read off the first vector, and
+    only the texts that fail at it are looked at again. Decoding is strict about the form:
+    stray characters or whitespace make a text not a vector.
+    """
+    count = len(texts)
+    dims = np.zeros(count, dtype=np.int64)
+    placed = np.full(count, -1, dtype=np.int64)
+    todo: list[int] | range = range(count)
+    while todo:
+        dim, skip = 0, 0
+        for skip, n in enumerate(todo):  # noqa: B007 (skip is where the first vector is)
+            dim = vector_dim(texts[n])
+            if dim:
+                break
+        if not dim:
+            break
+        todo = todo[skip:]
+        chosen = texts if len(todo) == count else [texts[n] for n in todo]
+        matrix, ok = decode_vectors_b64(chosen, dim)
+        where = np.asarray(todo, dtype=np.int64)
+        target = rows.get(dim)
+        if target is None:
+            target = rows[dim] = VectorRows(dim)
+        first = target.size
+        if ok.all():
+            target.append(matrix)
+            dims[where], placed[where] = dim, np.arange(first, target.size)
+            break
+        target.append(matrix[ok])
+        dims[where[ok]], placed[where[ok]] = dim, np.arange(first, target.size)
+        # A text of this dimension's length that failed is not a vector; the others may be
+        # vectors of another dimension.
+        todo = [n for n in where[~ok].tolist() if vector_dim(texts[n]) != dim]
+    return dims.tolist(), placed.tolist()
