@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 from memstrata._core import decode_vectors_b64
 from memstrata.exceptions import InvalidInputError, UnsupportedTypeError
-from memstrata.layers.mind_entries import (
+from memstrata.layers.mind.entries import (
     MindBelief,
     MindGoal,
     MindReflection,
@@ -24,7 +24,7 @@ from memstrata.layers.mind_entries import (
     entries_from_payloads,
     entry_from_payload,
 )
-from memstrata.layers.mind_vectors import (
+from memstrata.layers.mind.vectors import (
     BLOCK_ROWS,
     VectorRows,
     append_encoded,

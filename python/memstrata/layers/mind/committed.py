@@ -17,16 +17,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError
-from memstrata.layers.mind.entries import MindBelief, MindGoal, MindReflection, entry_from_payload
+from memstrata.layers.mind.entries import (
+    MindBelief,
+    MindGoal,
+    MindReflection,
+    entries_from_payloads,
+)
 from memstrata.layers.mind.ranking import CompositeRanker
 from memstrata.layers.mind.records import entry_key
-from memstrata.layers.mind.vectors import BLOCK_ROWS, VectorRows, decode_raw
+from memstrata.layers.mind.vectors import BLOCK_ROWS, VectorRows, append_encoded
 from memstrata.stores import Item, Namespace, Store
 from memstrata.stores.base import ChangeMark
 
 logger = logging.getLogger("memstrata.agent_mind")
 
 _versions = itertools.count(1)
+# Entries are built, and their vectors decoded, this many at a time as a full read streams in.
+LOAD_BATCH = 1024
 
 
 @dataclass(eq=False)
@@ -75,8 +82,7 @@ class _Committed:
 
     def apply(self, items: list[Item], removed: list[str]) -> None:
         self.remove([*removed, *(item.key for item in items)])
-        for item in items:
-            self.add(item)
+        self.add_many(items)
         self.seal()
 
     def remove(self, keys: list[str]) -> None:
@@ -91,36 +97,32 @@ class _Committed:
                 self.vectors.pop(id_, None)
             self.expiring.pop(key, None)
 
-    def add(self, item: Item) -> None:
-        """Takes in one item not held yet; its vector is decoded into ``rows`` (call
-        :meth:`seal` once the items are in)."""
-        if item.expires_at is not None:
-            self.expiring[item.key] = item.expires_at
-        try:
-            entry = entry_from_payload(item.value)
-        except InvalidInputError as exc:
-            logger.warning("skipping malformed mind entry %r: %s", item.key, exc)
-            return
-        if item.key != entry_key(entry):
-            logger.warning("skipping mind entry %r stored under a foreign key", item.key)
-            return
-        if entry.type == "belief":
-            self.beliefs[entry.id] = entry
-        elif entry.type == "reflection":
-            self.reflections[entry.id] = entry
-        else:
-            self.goals[entry.id] = entry
-            return
-        value = item.value
-        raw = decode_raw(value.get("embedding"))
-        if raw is None:
-            self.vectors[entry.id] = (value.get("embeddingModel"), 0, -1)
-            return
-        dim = len(raw) // 4
-        rows = self.rows.get(dim)
-        if rows is None:
-            rows = self.rows[dim] = VectorRows(dim)
-        self.vectors[entry.id] = (value.get("embeddingModel"), dim, rows.append_raw(raw))
+    def add_many(self, items: list[Item]) -> None:
+        """Takes in items not held yet: the entries built together, their vectors decoded into
+        ``rows`` a dimension at a time (call :meth:`seal` once the items are in)."""
+        ids: list[tuple[str, Any]] = []
+        texts: list[Any] = []
+        for item, entry in zip(items, entries_from_payloads([i.value for i in items])):
+            if item.expires_at is not None:
+                self.expiring[item.key] = item.expires_at
+            if isinstance(entry, InvalidInputError):
+                logger.warning("skipping malformed mind entry %r: %s", item.key, entry)
+                continue
+            if item.key != entry_key(entry):
+                logger.warning("skipping mind entry %r stored under a foreign key", item.key)
+                continue
+            if isinstance(entry, MindGoal):
+                self.goals[entry.id] = entry
+                continue
+            if isinstance(entry, MindBelief):
+                self.beliefs[entry.id] = entry
+            else:
+                self.reflections[entry.id] = entry
+            ids.append((entry.id, item.value.get("embeddingModel")))
+            texts.append(item.value.get("embedding"))
+        dims, rows = append_encoded(self.rows, texts)
+        for (id_, model), dim, row in zip(ids, dims, rows):
+            self.vectors[id_] = (model, dim, row)
 
     def seal(self) -> None:
         for rows in self.rows.values():
@@ -152,7 +154,16 @@ def refresh(
     if held is None:
         # Streamed: each entry's vector is decoded into the rows as the store reads it.
         committed = _Committed(store, None)
-        changes = store.changes_each(namespace, None, committed.add)
+        batch: list[Item] = []
+
+        def take(item: Item) -> None:
+            batch.append(item)
+            if len(batch) >= LOAD_BATCH:
+                committed.add_many(batch)
+                batch.clear()
+
+        changes = store.changes_each(namespace, None, take)
+        committed.add_many(batch)
         committed.mark = changes.mark
         committed.seal()
     else:

@@ -10,7 +10,6 @@ copies the live ones out.
 
 from __future__ import annotations
 
-import binascii
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -48,12 +47,6 @@ class VectorRows:
             self._blocks.append(np.empty((BLOCK_ROWS, self.dim), dtype=np.float32))
             self._usable.append(np.zeros(BLOCK_ROWS, dtype=np.bool_))
         self.size += 1
-        return row
-
-    def append_raw(self, raw: bytes) -> int:
-        """Appends the little-endian float32 vector ``raw`` (``4 * dim`` bytes)."""
-        row = self._next_row()
-        self._blocks[row >> _SHIFT][row & (BLOCK_ROWS - 1)] = np.frombuffer(raw, dtype="<f4")
         return row
 
     def append(self, vectors: npt.NDArray[np.float32]) -> list[int]:
@@ -108,17 +101,6 @@ class VectorRows:
             fresh.append(self.gather([rows[i] for i in chunk]))
         fresh.seal()
         return fresh, {i: n for n, i in enumerate(ids)}
-
-
-def decode_raw(text: Any) -> bytes | None:
-    """The bytes of a vector ``encode_vector`` wrote, or None for anything that is not one."""
-    if not isinstance(text, str) or not text or len(text) % 4:
-        return None
-    try:
-        raw = binascii.a2b_base64(text)
-    except (binascii.Error, ValueError):
-        return None
-    return raw if raw and not len(raw) % 4 else None
 
 
 def vector_dim(text: Any) -> int:
