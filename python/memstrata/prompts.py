@@ -178,3 +178,29 @@ def _tag_pattern(label: str) -> re.Pattern[str]:
             r"<\s*/?\s*" + re.escape(label) + r"(?![A-Za-z0-9_-])", re.IGNORECASE
         )
     return pattern
+
+
+# The openings of the notices memstrata writes into a conversation: stored text quoting one is
+# shown with its bracket changed (see quote_notices), so only memstrata's own notices read as
+# notices.
+_NOTICE_OPENINGS = tuple(
+    text[: text.index("{")] if "{" in text else text[: text.index(";")]
+    for text in (
+        TOOL_RESULT_OFFLOADED,
+        TOOL_RESULT_PRUNED,
+        TOOL_RESULT_GONE,
+        WORKING_MEMORY_TRUNCATED,
+    )
+)
+
+
+def quote_notices(text: str) -> str:
+    """Stored text with every copy of one of memstrata's notice openings (``[summarized:``,
+    ``[tool result offloaded:``...) shown as ``(summarized:``...: a tool's output cannot pass
+    for a placeholder or a pointer the library wrote."""
+    if "[" not in text:
+        return text
+    for opening in _NOTICE_OPENINGS:
+        if opening in text:
+            text = text.replace(opening, "(" + opening[1:])
+    return text

@@ -76,6 +76,8 @@ from memstrata.prompts import (
     READ_TOOL_RESULT_DESCRIPTION,
     TOOL_RESULT_OFFLOADED,
     TOOL_RESULT_PRUNED,
+    one_line,
+    quote_notices,
 )
 from memstrata.safe_files import (
     MAX_FILE_ID,
@@ -310,7 +312,8 @@ class ToolResults:
 
     def _notice(self, call_id: str, text: str, tokens: int) -> str:
         notice = TOOL_RESULT_OFFLOADED.format(call_id=call_id, chars=len(text), tokens=tokens)
-        return f"{notice}\n{self.summarize(text)}"
+        # The summary quotes the tool's own text: it may not pass for a notice of ours.
+        return f"{notice}\n{quote_notices(self.summarize(text))}"
 
     def offload_message(self, message: Message) -> Message:
         """A message with its tool results offloaded when over the threshold (a new dict;
@@ -884,7 +887,7 @@ def digest(
     # Alternate two head lines for one tail line: the start usually says what the result is.
     turn = 0
     while lo <= hi:
-        line = lines[lo] if take_head else lines[hi]
+        line = one_line(lines[lo] if take_head else lines[hi])
         shown = line if len(line) <= _LINE_CHARS else line[:_LINE_CHARS] + " …"
         cost = counter.count(shown) + 1
         if used + cost + 4 > max_tokens:
