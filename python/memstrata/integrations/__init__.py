@@ -3,6 +3,10 @@
 * :mod:`memstrata.integrations.langgraph` (``memstrata[langgraph]``): ``MemstrataStore``, a
   LangGraph ``BaseStore`` over any memstrata store, and the layers' tools and prompt for
   ``create_react_agent``.
+* :mod:`memstrata.integrations.openai_agents` (``memstrata[openai-agents]``): ``AgentsMemory``,
+  the OpenAI Agents SDK's tools, dynamic instructions, a run per turn and a ``Session``.
+* :mod:`memstrata.integrations.pydantic_ai` (``memstrata[pydantic-ai]``): ``MemoryCapability``,
+  a Pydantic AI capability with the layers' toolset, instructions and a run per agent run.
 
 Each adapter is thin: it maps the stack and the stores onto the framework's interfaces and holds
 no memory logic of its own. Importing this package imports no framework.
