@@ -12,9 +12,10 @@ has when a turn arrives:
 * SharedMemory: 1,000 entries, written through to the store;
 * TeamState: a short team-state document;
 
-all on one SQLite file. The turn: ``stack.run(...)``, ``prepare``, three tool calls as a model
-sends them (JSON text: a working-memory update, a ``mind_recall``, a ``memory_write``),
-``observe`` of the model's response, close. Embedding is excluded: the mind's embedder returns
+all on one SQLite file (or the store passed in: ``benches/test_turn_postgres.py``). The turn:
+``stack.run(...)``, ``prepare``, three tool calls as a model sends them (JSON text: a
+working-memory update, a ``mind_recall``, a ``memory_write``), ``observe`` of the model's
+response, close. Embedding is excluded: the mind's embedder returns
 precomputed HashingEmbedder vectors and refuses any text it was not given, so nothing is
 embedded inside a timed turn.
 
@@ -56,6 +57,7 @@ from memstrata import (
     hash_embed,
 )
 from memstrata.layers.mind.entries import decode_vector
+from memstrata.stores import Store
 
 THREAD, USER, AGENT = "thread-1", "user-42", "bench"
 SHARED_NS = ("shared-memory", "workflow")
@@ -167,9 +169,9 @@ def model_response(i: int, calls: list[tuple[str, str]]) -> dict[str, Any]:
 class Scenario:
     """The stores, layers and data of one benchmark, built once (not timed)."""
 
-    def __init__(self, workdir: pathlib.Path) -> None:
+    def __init__(self, workdir: pathlib.Path, *, store: Store | None = None) -> None:
         self.workdir = workdir
-        self.store = SQLiteStore(workdir / "turn.db")
+        self.store = store if store is not None else SQLiteStore(workdir / "turn.db")
         _, self.mind_texts = fill_store(7_000, 3_000, seed=2, store=self.store)
         self.queries = recall_queries(self.mind_texts)
         self.embedder = PrecomputedEmbedder(self.queries)

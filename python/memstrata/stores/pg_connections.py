@@ -20,6 +20,9 @@ from typing import Any
 class LoopConnections:
     """Connections of one event loop: at most ``max_size`` open, idle ones reused.
 
+    Connections are in autocommit mode, as the sync pool's: a single statement needs no
+    BEGIN/COMMIT round trips, and a method that needs a transaction opens one explicitly.
+
     A block that ends normally has its open transaction committed, one that raises has it
     rolled back (as a psycopg pool does); a connection that is broken or cannot be brought back
     to idle is closed instead of kept.
@@ -57,7 +60,7 @@ class LoopConnections:
                 return self._idle.pop()
             self._open += 1
         try:
-            return await self._connect(self.url)
+            return await self._connect(self.url, autocommit=True)
         except BaseException:
             async with self._changed:
                 self._open -= 1

@@ -11,9 +11,13 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   never query inside values; the issue asked for JSONB and this is the deliberate exception.
 * Namespaces use the "C" collation, so prefix listing is a range scan on the primary key, as on
   SQLite; a partial index on ``expires_at`` keeps TTL filtering and purging cheap.
+* Connections are in autocommit mode: a read, a ``put`` or a ``put_if_version`` is one
+  statement and one round trip. ``update`` and ``update_many`` are pipelined transactions of
+  three round trips however many keys (BEGIN + locks + one read; the writes; COMMIT).
 * ``update`` and ``put_if_version`` serialise on a transaction-scoped advisory lock per
   (namespace, key), which also covers the case row-level locks cannot: two writers racing to
-  create the same absent record.
+  create the same absent record. ``put_if_version`` takes it inside its one statement, whose
+  write then rechecks the version against the newest committed row.
 * The async twins use psycopg's async connections, not threads: per running event loop, idle
   connections are kept and new ones opened on demand, with no background tasks, so a loop that
   ends (``asyncio.run``) neither hangs nor leaves a pool behind (``pg_connections``).
@@ -158,7 +162,14 @@ def _locked(lock: str) -> str:
 
 _LOCK_KEY = _locked("SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s, 0))")
 _THIS_LIVE_ROW = f"FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
-_CURRENT_VALUE = f"SELECT value::text {_THIS_LIVE_ROW}"
+# update()/update_many(): the values of the keys, read in the statement after their locks (so
+# its READ COMMITTED snapshot holds what the previous holders committed), with the clock read
+# as it runs: the time of the whole transaction. One row per live key, or one with NULL key.
+_READ_LOCKED = f"""SELECT clock.now, items.key, items.value::text
+    FROM (SELECT {_CLOCK} AS now OFFSET 0) AS clock
+    LEFT JOIN memstrata_items AS items
+        ON items.namespace = %(ns)s AND items.key = ANY(%(keys)s)
+        AND (items.expires_at IS NULL OR items.expires_at > clock.now)"""
 _CURRENT_VERSION = f"SELECT version {_THIS_LIVE_ROW}"
 # A tombstone for every row the CTE ``gone`` deleted, in the deleting statement.
 _BURY = f"""buried AS (
@@ -183,6 +194,39 @@ _PRUNE = f"""WITH pruned AS (
         ORDER BY namespace, deleted_by DESC
     ON CONFLICT (namespace) DO UPDATE
         SET pruned_to = greatest(kept.pruned_to, excluded.pruned_to)"""
+# put_if_version in one autocommit statement. The record's advisory lock is taken first (the
+# CTE feeds the write its only row), so a put_if_version waits for an update() holding that
+# lock and then writes over the latest committed row only: an UPDATE rechecks its WHERE against
+# the newest row version, ON CONFLICT DO UPDATE its WHERE against the conflicting row, both
+# under READ COMMITTED. Over version 0 the record must be absent or expired (replaced anew);
+# over version n it must be live at version n.
+_KEY_LOCK_ROW = "SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s, 0))"
+_PUT_IF_ABSENT = f"""WITH locked AS MATERIALIZED ({_KEY_LOCK_ROW})
+    INSERT INTO memstrata_items AS items
+        (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
+    SELECT %(ns)s, %(key)s, %(data)s::json, 1, {_NOW}, {_NOW}, {_NOW} + %(ttl)s::float8,
+           pg_current_xact_id()
+        FROM locked
+    ON CONFLICT (namespace, key) DO UPDATE SET
+        value = excluded.value,
+        written_by = excluded.written_by,
+        version = 1,
+        created_at = excluded.created_at,
+        updated_at = excluded.updated_at,
+        expires_at = excluded.expires_at
+    WHERE items.expires_at IS NOT NULL AND items.expires_at <= excluded.updated_at
+    RETURNING version, created_at, updated_at, expires_at"""
+_PUT_OVER_VERSION = f"""WITH locked AS MATERIALIZED ({_KEY_LOCK_ROW})
+    UPDATE memstrata_items AS items SET
+        value = %(data)s::json,
+        written_by = pg_current_xact_id(),
+        version = items.version + 1,
+        updated_at = {_NOW},
+        expires_at = {_NOW} + %(ttl)s::float8
+    FROM locked
+    WHERE items.namespace = %(ns)s AND items.key = %(key)s AND items.version = %(expected)s
+        AND (items.expires_at IS NULL OR items.expires_at > {_NOW})
+    RETURNING items.version, items.created_at, items.updated_at, items.expires_at"""
 _MARK = "SELECT pg_current_snapshot()::text"
 _LOCK_NAMESPACE = _locked(
     f"SELECT pg_advisory_xact_lock({_NAMESPACE_LOCK_CLASS}, hashtext(%(ns)s))"
@@ -293,8 +337,15 @@ class PostgresStore(Store):
         pool_module = _require_psycopg()
         self.url = url
         self._max_size = max_size
+        # Autocommit: a read or a one-statement write is one round trip, with no BEGIN/COMMIT
+        # around it; the methods that need a transaction open one explicitly.
         self._pool = pool_module.ConnectionPool(
-            url, min_size=min_size, max_size=max_size, open=True, name="memstrata"
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=True,
+            name="memstrata",
+            kwargs={"autocommit": True},
         )
         # The async twins' connections: per event loop, no background tasks (see pg_connections).
         self._async = ConnectionsByLoop(url, max_size)
@@ -422,14 +473,10 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn, conn.transaction():
-            (params["now"],) = conn.execute(_LOCK_KEY, params).fetchone()
-            row = conn.execute(_CURRENT_VALUE, params).fetchone()
-            value = fn(codec.loads(row[0]) if row is not None else None)
-            params["data"] = codec.dumps(value).decode()
-            params["ttl"] = ttl
-            written = conn.execute(_UPSERT, params).fetchone()
-        return self._written(namespace, key, value, written)
+        # Pipelined: BEGIN, the lock and the read in one round trip, the write in another, and
+        # COMMIT in a third.
+        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            return self._update_many(conn, namespace, {key: fn}, {key: params}, ttl)[0]
 
     def put_if_version(
         self,
@@ -445,14 +492,18 @@ class PostgresStore(Store):
         params = self._write_params(
             namespace, key, value, ttl, validated=validated, encoded=encoded
         )
-        expected_version = validate_version(expected_version)
-        with self._pool.connection() as conn, conn.transaction():
-            (params["now"],) = conn.execute(_LOCK_KEY, params).fetchone()
-            row = conn.execute(_CURRENT_VERSION, params).fetchone()
-            if (row[0] if row else 0) != expected_version:
-                return None
-            written = conn.execute(_UPSERT, params).fetchone()
-        return self._written(namespace, key, value, written)
+        sql = self._put_if_version_sql(params, validate_version(expected_version))
+        with self._pool.connection() as conn:
+            written = conn.execute(sql, params).fetchone()
+        return None if written is None else self._written(namespace, key, value, written)
+
+    @staticmethod
+    def _put_if_version_sql(params: dict[str, Any], expected_version: int) -> str:
+        """The one statement of a put_if_version (autocommit: its own transaction)."""
+        if expected_version == 0:
+            return _PUT_IF_ABSENT
+        params["expected"] = expected_version
+        return _PUT_OVER_VERSION
 
     def _conditional_params(
         self, namespace: Namespace, writes: Mapping[str, ConditionalWrite], validated: bool
@@ -500,7 +551,7 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn, conn.transaction():
+        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
             return self._update_many(conn, namespace, updates, all_params, ttl)
 
     def _update_many(
@@ -511,21 +562,39 @@ class PostgresStore(Store):
         all_params: dict[str, dict[str, Any]],
         ttl: float | None,
     ) -> builtins.list[Item]:
-        """``update_many`` in the caller's transaction."""
+        """``update_many`` in the caller's transaction, on a pipelined connection: the locks and
+        the read go in one round trip, the writes in another, however many keys."""
+        if not all_params:
+            return []
         # Keys are locked in one order, so two batches over the same keys cannot deadlock.
-        now = None
-        for key in sorted(all_params):
-            (now,) = conn.execute(_LOCK_KEY, all_params[key]).fetchone()
-        items = []
+        keys = sorted(all_params)
+        for key in keys:
+            conn.execute(_LOCK_KEY, all_params[key])
+        read = {"ns": all_params[keys[0]]["ns"], "keys": keys}
+        rows = conn.execute(_READ_LOCKED, read).fetchall()
+        written = [
+            (key, value, conn.execute(_UPSERT, params))
+            for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
+        ]
+        return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
+
+    @staticmethod
+    def _planned_writes(
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        rows: builtins.list[tuple[Any, ...]],
+        ttl: float | None,
+    ) -> builtins.list[tuple[str, JSONValue, dict[str, Any]]]:
+        """Every update applied to what ``_READ_LOCKED`` read, before anything is written (an
+        updater that raises leaves nothing queued)."""
+        now = rows[0][0]  # the clock once every lock is held
+        current = {key: text for _, key, text in rows if key is not None}
+        writes = []
         for key, params in all_params.items():
-            params["now"] = now  # the clock once every lock is held
-            row = conn.execute(_CURRENT_VALUE, params).fetchone()
-            value = updates[key](codec.loads(row[0]) if row is not None else None)
-            params["data"] = codec.dumps(value).decode()
-            params["ttl"] = ttl
-            written = conn.execute(_UPSERT, params).fetchone()
-            items.append(self._written(namespace, key, value, written))
-        return items
+            value = updates[key](codec.loads(current[key]) if key in current else None)
+            params.update(now=now, data=codec.dumps(value).decode(), ttl=ttl)
+            writes.append((key, value, params))
+        return writes
 
     def change_mark(self, namespace: Namespace) -> ChangeMark:
         namespace = validate_namespace(namespace)
@@ -559,7 +628,7 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         params = self._since_params(namespace, since)
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn, conn.transaction():
+        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
             # The lock first, in its own statement: under READ COMMITTED the next statement's
             # snapshot then includes whatever the previous holder committed.
             (params["now"],) = conn.execute(_LOCK_NAMESPACE, params).fetchone()
@@ -622,21 +691,23 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        async with (await self._apool()).connection() as conn, conn.transaction():
-            (params["now"],) = await (await conn.execute(_LOCK_KEY, params)).fetchone()
-            row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
-            value = fn(codec.loads(row[0]) if row is not None else None)
-            params["data"] = codec.dumps(value).decode()
-            params["ttl"] = ttl
-            written = await (await conn.execute(_UPSERT, params)).fetchone()
-        return self._written(namespace, key, value, written)
+        async with (
+            (await self._apool()).connection() as conn,
+            conn.pipeline(),
+            conn.transaction(),
+        ):
+            return (await self._aupdate_many(conn, namespace, {key: fn}, {key: params}, ttl))[0]
 
     async def aupdate_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        async with (await self._apool()).connection() as conn, conn.transaction():
+        async with (
+            (await self._apool()).connection() as conn,
+            conn.pipeline(),
+            conn.transaction(),
+        ):
             return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
 
     async def _aupdate_many(
@@ -647,19 +718,21 @@ class PostgresStore(Store):
         all_params: dict[str, dict[str, Any]],
         ttl: float | None,
     ) -> builtins.list[Item]:
-        now = None
-        for key in sorted(all_params):
-            (now,) = await (await conn.execute(_LOCK_KEY, all_params[key])).fetchone()
-        items = []
-        for key, params in all_params.items():
-            params["now"] = now
-            row = await (await conn.execute(_CURRENT_VALUE, params)).fetchone()
-            value = updates[key](codec.loads(row[0]) if row is not None else None)
-            params["data"] = codec.dumps(value).decode()
-            params["ttl"] = ttl
-            written = await (await conn.execute(_UPSERT, params)).fetchone()
-            items.append(self._written(namespace, key, value, written))
-        return items
+        if not all_params:
+            return []
+        keys = sorted(all_params)
+        for key in keys:
+            await conn.execute(_LOCK_KEY, all_params[key])
+        read = {"ns": all_params[keys[0]]["ns"], "keys": keys}
+        rows = await (await conn.execute(_READ_LOCKED, read)).fetchall()
+        written = [
+            (key, value, await conn.execute(_UPSERT, params))
+            for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
+        ]
+        return [
+            self._written(namespace, key, value, await cur.fetchone())
+            for key, value, cur in written
+        ]
 
     async def achange_mark(self, namespace: Namespace) -> ChangeMark:
         namespace = validate_namespace(namespace)
@@ -691,7 +764,11 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         params = self._since_params(namespace, since)
         ttl = validate_ttl(ttl)
-        async with (await self._apool()).connection() as conn, conn.transaction():
+        async with (
+            (await self._apool()).connection() as conn,
+            conn.pipeline(),
+            conn.transaction(),
+        ):
             (params["now"],) = await (await conn.execute(_LOCK_NAMESPACE, params)).fetchone()
             rows = await (await conn.execute(_CHANGES, params)).fetchall()
             updates = plan([_item(row) for row in rows])
@@ -712,14 +789,10 @@ class PostgresStore(Store):
         params = self._write_params(
             namespace, key, value, ttl, validated=validated, encoded=encoded
         )
-        expected_version = validate_version(expected_version)
-        async with (await self._apool()).connection() as conn, conn.transaction():
-            (params["now"],) = await (await conn.execute(_LOCK_KEY, params)).fetchone()
-            row = await (await conn.execute(_CURRENT_VERSION, params)).fetchone()
-            if (row[0] if row else 0) != expected_version:
-                return None
-            written = await (await conn.execute(_UPSERT, params)).fetchone()
-        return self._written(namespace, key, value, written)
+        sql = self._put_if_version_sql(params, validate_version(expected_version))
+        async with (await self._apool()).connection() as conn:
+            written = await (await conn.execute(sql, params)).fetchone()
+        return None if written is None else self._written(namespace, key, value, written)
 
     async def aput_many_if_versions(
         self,
