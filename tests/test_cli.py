@@ -158,3 +158,23 @@ def test_inspect_json_escapes_control_characters_and_round_trips(tmp_path: pathl
     assert items["k"]["value"] == {"text": READABLE, "evil": HOSTILE}
     assert items["k"]["namespace"] == ["custom", "ns\x1b]0;title\x07"]
     assert items["note\x1b[2J"]["value"]["title"] == HOSTILE
+
+
+def test_version_prints_the_version() -> None:
+    from memstrata import __version__
+
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"memstrata {__version__}"
+
+
+def test_read_commands_refuse_a_missing_sqlite_file(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "typo" / "agent.db"
+    for args in (["inspect"], ["inspect", "--json"], ["reindex", "--agent", "a"]):
+        result = run_cli(*args, "--store", f"sqlite:///{missing}")
+        assert result.returncode == 2, (args, result.stdout)
+        assert f"no SQLite database at {missing}" in result.stderr
+        assert result.stdout == ""
+    assert not (tmp_path / "typo").exists()  # neither the file nor its directory was created
+    directory = run_cli("inspect", "--store", f"sqlite:///{tmp_path}")
+    assert directory.returncode == 2 and f"no SQLite database at {tmp_path}" in directory.stderr

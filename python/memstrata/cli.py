@@ -22,7 +22,9 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+from memstrata._core import __version__
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
@@ -208,6 +210,7 @@ def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memstrata", description="Memory layers for LLM agents.")
+    parser.add_argument("--version", action="version", version=f"memstrata {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the scripted agent conversation (make demo)")
     demo.add_argument(
@@ -245,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return demo_module.main([] if args.db is None else ["--db", args.db])
     try:
+        if args.command != "mcp":
+            _require_sqlite_file(args.store)
         store = open_store(args.store)
     except MemstrataError as exc:
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
@@ -262,6 +267,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         store.close()
     return 0
+
+
+def _require_sqlite_file(url: str) -> None:
+    """Commands that read a store never create one: opening a mistyped ``sqlite:///`` path
+    would create an empty database (and its directories) and report nothing stored."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc:
+        return  # other schemes, and a malformed sqlite URL, get open_store's own error
+    # Read the way open_store reads it: sqlite:///x.db relative, sqlite:////x.db absolute.
+    path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    if path and path != ":memory:" and not os.path.isfile(path):
+        raise InvalidInputError(
+            f"no SQLite database at {os.path.abspath(path)} (from {url}); check the path:"
+            " this command reads an existing store and does not create one"
+        )
 
 
 def mcp_stack(
