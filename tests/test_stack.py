@@ -228,3 +228,12 @@ def test_the_stack_closes_only_a_store_it_opened(tmp_path: Any) -> None:
     owned.close()
     with pytest.raises(Exception, match="closed"):
         owned.store.get(("x",), "k")
+
+
+def test_a_gate_among_the_layers_is_told_to_go_to_gate() -> None:
+    from memstrata.layers import ContextGate
+
+    gate = ContextGate(max_input_tokens=8000)
+    with pytest.raises(InvalidInputError, match=r"a gate, not a layer: .*gate=\.\.\."):
+        MemoryStack([RecordingLayer("a", 1), gate], store=InMemoryStore())  # type: ignore[list-item]
+    assert MemoryStack([RecordingLayer("a", 1)], store=InMemoryStore(), gate=gate).gate is gate

@@ -221,6 +221,10 @@ class MemoryStack:
     ) -> None:
         given = list(layers)
         for layer in given:
+            if isinstance(layer, Gate) and not isinstance(layer, Layer):
+                raise InvalidInputError(
+                    f"{layer!r} is a gate, not a layer: pass it as MemoryStack(..., gate=...)"
+                )
             if not isinstance(layer, Layer):
                 raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
         self.layers: list[Layer] = sorted(given, key=lambda layer: layer.slot)
