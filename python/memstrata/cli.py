@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 import unicodedata
@@ -114,13 +115,69 @@ def _summary(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+def _cell_width(char: str) -> int:
+    """Terminal columns ``char`` takes: 2 for East Asian wide letters, 0 for combining marks."""
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _text_width(text: str) -> int:
+    return len(text) if text.isascii() else sum(_cell_width(c) for c in text)
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` within ``width`` columns, its end replaced by ``…`` when cut."""
+    if _text_width(text) <= width:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += _cell_width(char)
+        if used > width - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
+
+
+def _fit(widths: list[int], room: int, fixed: frozenset[int]) -> list[int]:
+    """Column widths within ``room``: the ``fixed`` columns and the narrow ones keep their
+    width, the widest share what is left (at least 3 each: a tiny terminal overflows)."""
+    fitted = list(widths)
+    left = room - sum(widths[i] for i in fixed)
+    order = sorted((i for i in range(len(widths)) if i not in fixed), key=lambda i: widths[i])
+    for n, i in enumerate(order):
+        fitted[i] = min(widths[i], max(3, left // (len(order) - n)))
+        left -= fitted[i]
+    return fitted
+
+
+def terminal_width() -> int | None:
+    """Columns to fit tables in: the terminal's, or ``$COLUMNS``; None (no limit) when the
+    output goes to a file or a pipe and ``$COLUMNS`` is not set."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def _table(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str],
+    width: int | None = None,
+    fixed: frozenset[int] = frozenset(),
+) -> str:
+    """A fixed-width table; with ``width``, its widest columns (not those ``fixed``, by index)
+    are cut to fit, ending in ``…``. Cells are escaped first (:func:`shown_text`), so a cut
+    never lets a control character through."""
     rows = [[shown_text(cell) for cell in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
+    widths = [max(_text_width(h), *(_text_width(r[i]) for r in rows)) for i, h in enumerate(header)]
+    if width is not None:
+        widths = _fit(widths, width - 2 * (len(header) - 1), fixed)
+
+    def line(cells: Sequence[str]) -> str:
+        cut = [_cut(c, w) for c, w in zip(cells, widths)]
+        return "  ".join(c + " " * (w - _text_width(c)) for c, w in zip(cut, widths)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
@@ -151,7 +208,14 @@ def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
     return folded
 
 
-def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) -> str:
+ITEM_HEADER = ("namespace", "key", "ver", "updated (UTC)", "value")
+
+
+def inspect(
+    store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool, width: int | None = None
+) -> str:
+    """What ``memstrata inspect`` prints: tables (cut to ``width`` columns when given) or
+    JSON."""
     items = [item for prefix in prefixes or [()] for item in _items(store, prefix)]
     items = _fold_working_memories(store, items)
     if as_json:
@@ -182,6 +246,8 @@ def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) ->
         _table(
             [["/".join(ns), str(sum(1 for i in items if i.namespace == ns))] for ns in namespaces],
             ["namespace", "items"],
+            width,
+            fixed=frozenset({1}),
         ),
     ]
     known = {label for label, _ in SECTIONS}
@@ -203,7 +269,7 @@ def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) ->
         out += [
             "",
             f"{title} ({len(group)})",
-            _table(rows, ["namespace", "key", "ver", "updated (UTC)", "value"]),
+            _table(rows, ITEM_HEADER, width, fixed=frozenset({2, 3})),
         ]
     return "\n".join(out)
 
@@ -260,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _reindex(store, args)
     try:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
-        print(inspect(store, prefixes, args.json))
+        print(inspect(store, prefixes, args.json, terminal_width()))
     except MemstrataError as exc:
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
