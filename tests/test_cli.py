@@ -227,3 +227,11 @@ def test_table_cuts_wide_letters_by_their_columns() -> None:
     assert max(map(_columns, lines)) <= 12
     assert lines[2] == "東京東…  v1"  # 7 columns: three wide letters and the ellipsis
     assert lines[3] == "ascii …  v2"
+
+
+def test_help_speaks_to_users() -> None:
+    for command in ([], ["demo"], ["inspect"], ["mcp"], ["reindex"]):
+        result = run_cli(*command, "--help")
+        assert result.returncode == 0, result.stderr
+        assert "make " not in result.stdout, result.stdout
+    assert "demo-data/memstrata-demo.db" in run_cli("demo", "--help", columns=200).stdout

@@ -1,6 +1,6 @@
 """The ``memstrata`` command.
 
-    memstrata demo [--db PATH]                        what ``make demo`` runs
+    memstrata demo [--db PATH]                        a scripted conversation, no model needed
     memstrata inspect --store URL [NAMESPACE ...]     what is stored, as readable tables
     memstrata inspect --store URL --json [...]        the same as JSON, for scripts
     memstrata mcp --store URL --agent NAME [--thread ID] [--resource ID]
@@ -208,6 +208,8 @@ def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
     return folded
 
 
+_STORE_HELP = "the store: sqlite:///agent.db (a file), postgresql://... or memory://"
+
 ITEM_HEADER = ("namespace", "key", "ver", "updated (UTC)", "value")
 
 
@@ -275,38 +277,98 @@ def inspect(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="memstrata", description="Memory layers for LLM agents.")
+    parser = argparse.ArgumentParser(
+        prog="memstrata",
+        description="Memory layers for LLM agents: look into a store, serve it over MCP.",
+    )
     parser.add_argument("--version", action="version", version=f"memstrata {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run the scripted agent conversation (make demo)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = commands.add_parser(
+        "demo",
+        help="walk through a scripted agent conversation (no model or API key needed)",
+        description="Replays a recorded agent conversation through every memory layer and "
+        "prints what the model sees each turn; the second half runs in a new process, to show "
+        "the memory surviving a restart.",
+    )
     demo.add_argument(
-        "--db", default=None, help="SQLite file (default demo-data/memstrata-demo.db)"
+        "--db",
+        default=None,
+        help="SQLite file for the demo's memory (default: demo-data/memstrata-demo.db)",
     )
-    look = commands.add_parser("inspect", help="show what a store holds")
+    look = commands.add_parser(
+        "inspect",
+        help="show what a store holds",
+        description="Prints what a store holds, as tables that fit the terminal, or in full "
+        "as JSON. Only reads: a SQLite file that does not exist is an error.",
+    )
+    look.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
     look.add_argument(
-        "--store", required=True, help="memory://, sqlite:///path.db, postgresql://..."
+        "namespace",
+        nargs="*",
+        help="show only these namespaces, e.g. mind/my-agent or working-memory/thread",
     )
-    look.add_argument("namespace", nargs="*", help="namespace prefixes, labels joined by '/'")
-    look.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    serve = commands.add_parser("mcp", help="serve the memory tools over MCP on stdio")
+    look.add_argument("--json", action="store_true", help="print every item in full, as JSON")
+    serve = commands.add_parser(
+        "mcp",
+        help="serve an agent's memory tools over MCP (stdio)",
+        description="Serves a working memory, the agent's mind and its shared memory to an MCP "
+        "client over stdio. Needs the mcp extra: pip install 'memstrata[mcp]'.",
+    )
     serve.add_argument(
-        "--store", required=True, help="memory://, sqlite:///path.db, postgresql://..."
+        "--store",
+        required=True,
+        metavar="URL",
+        help=_STORE_HELP + " (a SQLite file is created if missing)",
     )
-    serve.add_argument("--agent", required=True, help="the agent's name (its memory namespace)")
-    serve.add_argument("--thread", default=None, help="conversation id (default: mcp-<agent>)")
-    serve.add_argument("--resource", default=None, help="user id: working memory per user")
+    serve.add_argument(
+        "--agent", required=True, help="the agent's name; its memory is kept under it"
+    )
+    serve.add_argument(
+        "--thread", default=None, help="conversation id for the working memory (default: mcp-AGENT)"
+    )
+    serve.add_argument(
+        "--resource",
+        default=None,
+        help="user id: one working memory per user, across conversations",
+    )
     serve.add_argument(
         "--schema",
         default=None,
+        metavar="FILE",
         help="a JSON Schema file for the working memory (default: any JSON object)",
     )
-    reindex = commands.add_parser("reindex", help="re-embed a mind's entries")
-    reindex.add_argument("--store", required=True, help="the store URL")
+    reindex = commands.add_parser(
+        "reindex",
+        help="re-embed a mind's entries with another embedder",
+        description="Re-embeds the entries of an agent's mind that were embedded by another "
+        "model or dimension, with a progress bar; entries already embedded are left alone.",
+    )
+    reindex.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
     reindex.add_argument("--agent", required=True, help="the agent whose mind to re-embed")
-    reindex.add_argument("--embedder", choices=["hashing", "openai"], default="hashing")
-    reindex.add_argument("--model", default="text-embedding-3-small", help="for --embedder openai")
-    reindex.add_argument("--base-url", default="https://api.openai.com/v1", help="for openai")
-    reindex.add_argument("--dim", type=int, default=None, help="embedding dimension")
+    reindex.add_argument(
+        "--embedder",
+        choices=["hashing", "openai"],
+        default="hashing",
+        help="hashing: built in, offline (default); openai: an OpenAI-compatible embeddings "
+        "API, with the key from $OPENAI_API_KEY",
+    )
+    reindex.add_argument(
+        "--model",
+        default="text-embedding-3-small",
+        help="the embedding model, for --embedder openai (default: text-embedding-3-small)",
+    )
+    reindex.add_argument(
+        "--base-url",
+        default="https://api.openai.com/v1",
+        metavar="URL",
+        help="the API root, for --embedder openai (default: https://api.openai.com/v1)",
+    )
+    reindex.add_argument(
+        "--dim",
+        type=int,
+        default=None,
+        help="vector dimension (default: 384 for hashing, the model's own for openai)",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "demo":
