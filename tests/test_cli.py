@@ -183,6 +183,13 @@ def test_read_commands_refuse_a_missing_sqlite_file(tmp_path: pathlib.Path) -> N
     assert not (tmp_path / "typo").exists()  # neither the file nor its directory was created
     directory = run_cli("inspect", "--store", f"sqlite:///{tmp_path}")
     assert directory.returncode == 2 and f"no SQLite database at {tmp_path}" in directory.stderr
+    not_sqlite = tmp_path / "notes.txt"
+    not_sqlite.write_text("not a database")
+    wrong = run_cli("inspect", "--store", f"sqlite:///{not_sqlite}")
+    assert wrong.returncode == 2, wrong.stderr
+    assert (
+        wrong.stderr == f"memstrata: cannot open sqlite:///{not_sqlite}: file is not a database\n"
+    )
 
 
 def _columns(line: str) -> int:

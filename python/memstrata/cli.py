@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import time
 import unicodedata
@@ -381,6 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = open_store(args.store)
     except MemstrataError as exc:
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:  # e.g. a file that is not a SQLite database
+        print(f"memstrata: cannot open {shown_text(args.store)}: {exc}", file=sys.stderr)
         return 2
     if args.command == "mcp":
         return _serve_mcp(store, args)
