@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -13,9 +14,13 @@ from memstrata import MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
 MEMSTRATA = shutil.which("memstrata", path=str(pathlib.Path(sys.executable).parent))
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs ``memstrata``, its output piped: tables are cut only to ``columns`` if given."""
     assert MEMSTRATA is not None, "the memstrata entry point is not installed"
-    return subprocess.run([MEMSTRATA, *args], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([MEMSTRATA, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def populate(path: pathlib.Path) -> None:
@@ -158,3 +163,82 @@ def test_inspect_json_escapes_control_characters_and_round_trips(tmp_path: pathl
     assert items["k"]["value"] == {"text": READABLE, "evil": HOSTILE}
     assert items["k"]["namespace"] == ["custom", "ns\x1b]0;title\x07"]
     assert items["note\x1b[2J"]["value"]["title"] == HOSTILE
+
+
+def test_version_prints_the_version() -> None:
+    from memstrata import __version__
+
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"memstrata {__version__}"
+
+
+def test_read_commands_refuse_a_missing_sqlite_file(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "typo" / "agent.db"
+    for args in (["inspect"], ["inspect", "--json"], ["reindex", "--agent", "a"]):
+        result = run_cli(*args, "--store", f"sqlite:///{missing}")
+        assert result.returncode == 2, (args, result.stdout)
+        assert f"no SQLite database at {missing}" in result.stderr
+        assert result.stdout == ""
+    assert not (tmp_path / "typo").exists()  # neither the file nor its directory was created
+    directory = run_cli("inspect", "--store", f"sqlite:///{tmp_path}")
+    assert directory.returncode == 2 and f"no SQLite database at {tmp_path}" in directory.stderr
+    not_sqlite = tmp_path / "notes.txt"
+    not_sqlite.write_text("not a database")
+    wrong = run_cli("inspect", "--store", f"sqlite:///{not_sqlite}")
+    assert wrong.returncode == 2, wrong.stderr
+    assert (
+        wrong.stderr == f"memstrata: cannot open sqlite:///{not_sqlite}: file is not a database\n"
+    )
+
+
+def _columns(line: str) -> int:
+    """Terminal columns a line takes (wide East Asian letters take two)."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def _wide_store(path: pathlib.Path) -> None:
+    with SQLiteStore(path) as store:
+        for n in range(3):
+            store.put(
+                ("mind", "a-rather-long-agent-name-for-a-narrow-terminal"),
+                f"belief/b_{n:032x}",
+                {"content": f"東京 café {n} " + "the staging key differs from production " * 3},
+            )
+        store.put(("custom", "evil"), "k\x1b[2J", {"text": HOSTILE * 3})
+
+
+def test_inspect_tables_fit_the_terminal(tmp_path: pathlib.Path) -> None:
+    _wide_store(tmp_path / "m.db")
+    for columns in (100, 60):
+        result = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db", columns=columns)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert max(map(_columns, lines)) <= columns, result.stdout
+        assert _raw_controls(result.stdout) == set()  # cut cells stay escaped
+        assert "1970-01-01" not in result.stdout and " v1   20" in result.stdout  # dates whole
+        assert "…" in result.stdout and "Mind entries (3)" in result.stdout
+    # Piped with no COLUMNS: nothing is cut to a guessed width.
+    piped = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db")
+    assert "mind/a-rather-long-agent-name-for-a-narrow-terminal" in piped.stdout
+    assert max(map(_columns, piped.stdout.splitlines())) > 100
+
+
+def test_table_cuts_wide_letters_by_their_columns() -> None:
+    from memstrata.cli import _table
+
+    table = _table([["東京東京東京東京", "v1"], ["ascii text here", "v2"]], ["name", "ver"], 12)
+    lines = table.splitlines()
+    assert max(map(_columns, lines)) <= 12
+    assert lines[2] == "東京東…  v1"  # 7 columns: three wide letters and the ellipsis
+    assert lines[3] == "ascii …  v2"
+
+
+def test_help_speaks_to_users() -> None:
+    for command in ([], ["demo"], ["inspect"], ["mcp"], ["reindex"]):
+        result = run_cli(*command, "--help")
+        assert result.returncode == 0, result.stderr
+        assert "make " not in result.stdout, result.stdout
+    assert "demo-data/memstrata-demo.db" in run_cli("demo", "--help", columns=200).stdout

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -156,3 +158,27 @@ def test_agent_mind_works_over_the_openai_embedder(api: str, tmp_path: Any) -> N
         found = run.call_tool("mind_recall", {"query": "API answers JSON"})["result"]
     assert found[0]["content"] == "The API answers in JSON"
     store.close()
+
+
+def _imported_by_import_memstrata(modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after ``import memstrata``."""
+    code = (
+        "import json, sys, memstrata\n"
+        f"print(json.dumps([m for m in {modules!r} if m in sys.modules]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded: list[str] = json.loads(result.stdout)
+    return loaded
+
+
+def test_import_memstrata_leaves_the_http_client_for_the_first_request() -> None:
+    assert _imported_by_import_memstrata(("urllib.request", "http.client", "email.parser")) == []
+
+
+@pytest.mark.xfail(
+    strict=True, reason="asyncio (imported by memstrata.stores.base and stack) imports ssl"
+)
+def test_import_memstrata_does_not_load_ssl() -> None:
+    assert _imported_by_import_memstrata(("ssl",)) == []

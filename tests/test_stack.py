@@ -228,3 +228,39 @@ def test_the_stack_closes_only_a_store_it_opened(tmp_path: Any) -> None:
     owned.close()
     with pytest.raises(Exception, match="closed"):
         owned.store.get(("x",), "k")
+
+
+def test_the_stack_is_a_context_manager_that_closes_what_it_opened(tmp_path: Any) -> None:
+    from memstrata.stores import SQLiteStore
+
+    with MemoryStack([RecordingLayer("a", 1)], store=f"sqlite:///{tmp_path}/w.db") as stack:
+        with stack.run(thread_id="t") as run:
+            run.call_tool("a/echo", {"n": 1})
+        stack.store.put(("open",), "k", 1)
+    with pytest.raises(Exception, match="closed"):
+        stack.store.get(("open",), "k")
+
+    async def scenario() -> MemoryStack:
+        async with MemoryStack([RecordingLayer("a", 1)], store=f"sqlite:///{tmp_path}/a.db") as s:
+            async with s.arun(thread_id="t") as run:
+                await run.acall_tool("a/echo", {"n": 1})
+            return s
+
+    closed = asyncio.run(scenario())
+    with pytest.raises(Exception, match="closed"):
+        closed.store.get(("x",), "k")
+
+    with SQLiteStore(tmp_path / "mine.db") as mine:
+        with MemoryStack([RecordingLayer("a", 1)], store=mine):
+            pass
+        mine.put(("still",), "usable", 1)  # the caller's store stays open for the caller
+        assert mine.get(("still",), "usable") is not None
+
+
+def test_a_gate_among_the_layers_is_told_to_go_to_gate() -> None:
+    from memstrata.layers import ContextGate
+
+    gate = ContextGate(max_input_tokens=8000)
+    with pytest.raises(InvalidInputError, match=r"a gate, not a layer: .*gate=\.\.\."):
+        MemoryStack([RecordingLayer("a", 1), gate], store=InMemoryStore())  # type: ignore[list-item]
+    assert MemoryStack([RecordingLayer("a", 1)], store=InMemoryStore(), gate=gate).gate is gate

@@ -1,6 +1,6 @@
 """The ``memstrata`` command.
 
-    memstrata demo [--db PATH]                        what ``make demo`` runs
+    memstrata demo [--db PATH]                        a scripted conversation, no model needed
     memstrata inspect --store URL [NAMESPACE ...]     what is stored, as readable tables
     memstrata inspect --store URL --json [...]        the same as JSON, for scripts
     memstrata mcp --store URL --agent NAME [--thread ID] [--resource ID]
@@ -16,13 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import sqlite3
 import sys
 import time
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+from memstrata._core import __version__
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
@@ -112,13 +116,69 @@ def _summary(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+def _cell_width(char: str) -> int:
+    """Terminal columns ``char`` takes: 2 for East Asian wide letters, 0 for combining marks."""
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _text_width(text: str) -> int:
+    return len(text) if text.isascii() else sum(_cell_width(c) for c in text)
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` within ``width`` columns, its end replaced by ``…`` when cut."""
+    if _text_width(text) <= width:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += _cell_width(char)
+        if used > width - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
+
+
+def _fit(widths: list[int], room: int, fixed: frozenset[int]) -> list[int]:
+    """Column widths within ``room``: the ``fixed`` columns and the narrow ones keep their
+    width, the widest share what is left (at least 3 each: a tiny terminal overflows)."""
+    fitted = list(widths)
+    left = room - sum(widths[i] for i in fixed)
+    order = sorted((i for i in range(len(widths)) if i not in fixed), key=lambda i: widths[i])
+    for n, i in enumerate(order):
+        fitted[i] = min(widths[i], max(3, left // (len(order) - n)))
+        left -= fitted[i]
+    return fitted
+
+
+def terminal_width() -> int | None:
+    """Columns to fit tables in: the terminal's, or ``$COLUMNS``; None (no limit) when the
+    output goes to a file or a pipe and ``$COLUMNS`` is not set."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def _table(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str],
+    width: int | None = None,
+    fixed: frozenset[int] = frozenset(),
+) -> str:
+    """A fixed-width table; with ``width``, its widest columns (not those ``fixed``, by index)
+    are cut to fit, ending in ``…``. Cells are escaped first (:func:`shown_text`), so a cut
+    never lets a control character through."""
     rows = [[shown_text(cell) for cell in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
+    widths = [max(_text_width(h), *(_text_width(r[i]) for r in rows)) for i, h in enumerate(header)]
+    if width is not None:
+        widths = _fit(widths, width - 2 * (len(header) - 1), fixed)
+
+    def line(cells: Sequence[str]) -> str:
+        cut = [_cut(c, w) for c, w in zip(cells, widths)]
+        return "  ".join(c + " " * (w - _text_width(c)) for c, w in zip(cut, widths)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
@@ -149,7 +209,16 @@ def _fold_working_memories(store: Store, items: list[Item]) -> list[Item]:
     return folded
 
 
-def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) -> str:
+_STORE_HELP = "the store: sqlite:///agent.db (a file), postgresql://... or memory://"
+
+ITEM_HEADER = ("namespace", "key", "ver", "updated (UTC)", "value")
+
+
+def inspect(
+    store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool, width: int | None = None
+) -> str:
+    """What ``memstrata inspect`` prints: tables (cut to ``width`` columns when given) or
+    JSON."""
     items = [item for prefix in prefixes or [()] for item in _items(store, prefix)]
     items = _fold_working_memories(store, items)
     if as_json:
@@ -180,6 +249,8 @@ def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) ->
         _table(
             [["/".join(ns), str(sum(1 for i in items if i.namespace == ns))] for ns in namespaces],
             ["namespace", "items"],
+            width,
+            fixed=frozenset({1}),
         ),
     ]
     known = {label for label, _ in SECTIONS}
@@ -201,43 +272,104 @@ def inspect(store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool) ->
         out += [
             "",
             f"{title} ({len(group)})",
-            _table(rows, ["namespace", "key", "ver", "updated (UTC)", "value"]),
+            _table(rows, ITEM_HEADER, width, fixed=frozenset({2, 3})),
         ]
     return "\n".join(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="memstrata", description="Memory layers for LLM agents.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run the scripted agent conversation (make demo)")
+    parser = argparse.ArgumentParser(
+        prog="memstrata",
+        description="Memory layers for LLM agents: look into a store, serve it over MCP.",
+    )
+    parser.add_argument("--version", action="version", version=f"memstrata {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = commands.add_parser(
+        "demo",
+        help="walk through a scripted agent conversation (no model or API key needed)",
+        description="Replays a recorded agent conversation through every memory layer and "
+        "prints what the model sees each turn; the second half runs in a new process, to show "
+        "the memory surviving a restart.",
+    )
     demo.add_argument(
-        "--db", default=None, help="SQLite file (default demo-data/memstrata-demo.db)"
+        "--db",
+        default=None,
+        help="SQLite file for the demo's memory (default: demo-data/memstrata-demo.db)",
     )
-    look = commands.add_parser("inspect", help="show what a store holds")
+    look = commands.add_parser(
+        "inspect",
+        help="show what a store holds",
+        description="Prints what a store holds, as tables that fit the terminal, or in full "
+        "as JSON. Only reads: a SQLite file that does not exist is an error.",
+    )
+    look.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
     look.add_argument(
-        "--store", required=True, help="memory://, sqlite:///path.db, postgresql://..."
+        "namespace",
+        nargs="*",
+        help="show only these namespaces, e.g. mind/my-agent or working-memory/thread",
     )
-    look.add_argument("namespace", nargs="*", help="namespace prefixes, labels joined by '/'")
-    look.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    serve = commands.add_parser("mcp", help="serve the memory tools over MCP on stdio")
+    look.add_argument("--json", action="store_true", help="print every item in full, as JSON")
+    serve = commands.add_parser(
+        "mcp",
+        help="serve an agent's memory tools over MCP (stdio)",
+        description="Serves a working memory, the agent's mind and its shared memory to an MCP "
+        "client over stdio. Needs the mcp extra: pip install 'memstrata[mcp]'.",
+    )
     serve.add_argument(
-        "--store", required=True, help="memory://, sqlite:///path.db, postgresql://..."
+        "--store",
+        required=True,
+        metavar="URL",
+        help=_STORE_HELP + " (a SQLite file is created if missing)",
     )
-    serve.add_argument("--agent", required=True, help="the agent's name (its memory namespace)")
-    serve.add_argument("--thread", default=None, help="conversation id (default: mcp-<agent>)")
-    serve.add_argument("--resource", default=None, help="user id: working memory per user")
+    serve.add_argument(
+        "--agent", required=True, help="the agent's name; its memory is kept under it"
+    )
+    serve.add_argument(
+        "--thread", default=None, help="conversation id for the working memory (default: mcp-AGENT)"
+    )
+    serve.add_argument(
+        "--resource",
+        default=None,
+        help="user id: one working memory per user, across conversations",
+    )
     serve.add_argument(
         "--schema",
         default=None,
+        metavar="FILE",
         help="a JSON Schema file for the working memory (default: any JSON object)",
     )
-    reindex = commands.add_parser("reindex", help="re-embed a mind's entries")
-    reindex.add_argument("--store", required=True, help="the store URL")
+    reindex = commands.add_parser(
+        "reindex",
+        help="re-embed a mind's entries with another embedder",
+        description="Re-embeds the entries of an agent's mind that were embedded by another "
+        "model or dimension, with a progress bar; entries already embedded are left alone.",
+    )
+    reindex.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
     reindex.add_argument("--agent", required=True, help="the agent whose mind to re-embed")
-    reindex.add_argument("--embedder", choices=["hashing", "openai"], default="hashing")
-    reindex.add_argument("--model", default="text-embedding-3-small", help="for --embedder openai")
-    reindex.add_argument("--base-url", default="https://api.openai.com/v1", help="for openai")
-    reindex.add_argument("--dim", type=int, default=None, help="embedding dimension")
+    reindex.add_argument(
+        "--embedder",
+        choices=["hashing", "openai"],
+        default="hashing",
+        help="hashing: built in, offline (default); openai: an OpenAI-compatible embeddings "
+        "API, with the key from $OPENAI_API_KEY",
+    )
+    reindex.add_argument(
+        "--model",
+        default="text-embedding-3-small",
+        help="the embedding model, for --embedder openai (default: text-embedding-3-small)",
+    )
+    reindex.add_argument(
+        "--base-url",
+        default="https://api.openai.com/v1",
+        metavar="URL",
+        help="the API root, for --embedder openai (default: https://api.openai.com/v1)",
+    )
+    reindex.add_argument(
+        "--dim",
+        type=int,
+        default=None,
+        help="vector dimension (default: 384 for hashing, the model's own for openai)",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -245,9 +377,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return demo_module.main([] if args.db is None else ["--db", args.db])
     try:
+        if args.command != "mcp":
+            _require_sqlite_file(args.store)
         store = open_store(args.store)
     except MemstrataError as exc:
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:  # e.g. a file that is not a SQLite database
+        print(f"memstrata: cannot open {shown_text(args.store)}: {exc}", file=sys.stderr)
         return 2
     if args.command == "mcp":
         return _serve_mcp(store, args)
@@ -255,13 +392,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _reindex(store, args)
     try:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
-        print(inspect(store, prefixes, args.json))
+        print(inspect(store, prefixes, args.json, terminal_width()))
     except MemstrataError as exc:
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
     finally:
         store.close()
     return 0
+
+
+def _require_sqlite_file(url: str) -> None:
+    """Commands that read a store never create one: opening a mistyped ``sqlite:///`` path
+    would create an empty database (and its directories) and report nothing stored."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc:
+        return  # other schemes, and a malformed sqlite URL, get open_store's own error
+    # Read the way open_store reads it: sqlite:///x.db relative, sqlite:////x.db absolute.
+    path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    if path and path != ":memory:" and not os.path.isfile(path):
+        raise InvalidInputError(
+            f"no SQLite database at {os.path.abspath(path)} (from {url}); check the path:"
+            " this command reads an existing store and does not create one"
+        )
 
 
 def mcp_stack(

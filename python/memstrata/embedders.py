@@ -16,10 +16,7 @@ is later given another embedder re-embeds what it stored.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -168,9 +165,16 @@ class OpenAIEmbedder:
         return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
+        import asyncio  # here, like urllib below: most programs never create this embedder
+
         return await asyncio.to_thread(self.embed, texts)
 
     def _request(self, batch: list[str]) -> Vectors:
+        # Imported on first request: urllib.request pulls in http.client, email and ssl, which
+        # would cost every `import memstrata` for an embedder most programs never create.
+        import urllib.error
+        import urllib.request
+
         body: dict[str, Any] = {"model": self._model, "input": batch, "encoding_format": "float"}
         if self.send_dimensions and self._dim is not None:
             body["dimensions"] = self._dim

@@ -196,6 +196,9 @@ def allocate_budgets(layers: Sequence[Layer], total: int) -> dict[str, int]:
 class MemoryStack:
     """The layers, the store and the token counter an agent's runs share.
 
+    Use it in a ``with`` (or ``async with``) block, or call :meth:`close`, to close the store
+    it opened from a URL.
+
     Args:
         layers: Layer objects; names must be unique. Their order does not matter: prompt items
             are injected by slot.
@@ -221,6 +224,10 @@ class MemoryStack:
     ) -> None:
         given = list(layers)
         for layer in given:
+            if isinstance(layer, Gate) and not isinstance(layer, Layer):
+                raise InvalidInputError(
+                    f"{layer!r} is a gate, not a layer: pass it as MemoryStack(..., gate=...)"
+                )
             if not isinstance(layer, Layer):
                 raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
         self.layers: list[Layer] = sorted(given, key=lambda layer: layer.slot)
@@ -270,9 +277,22 @@ class MemoryStack:
         return self.run(thread_id=thread_id, resource_id=resource_id, agent=agent)
 
     def close(self) -> None:
-        """Closes the store if the stack opened it (from a URL or the default)."""
+        """Closes the store if the stack opened it (from a URL or the default); a store passed
+        in as an object stays open, the caller's to close."""
         if self._owns_store:
             self.store.close()
+
+    def __enter__(self) -> MemoryStack:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MemoryStack:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        await asyncio.to_thread(self.close)
 
 
 class Run:
