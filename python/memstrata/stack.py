@@ -33,7 +33,6 @@ shows the time to the model::
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import itertools
 import logging
@@ -42,6 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from memstrata._threads import in_thread
 from memstrata.exceptions import (
     InvalidInputError,
     LimitExceededError,
@@ -292,7 +292,7 @@ class MemoryStack:
         return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        await asyncio.to_thread(self.close)
+        await in_thread(self.close)
 
 
 class Run:
@@ -373,10 +373,10 @@ class Run:
         self.close(exc)
 
     async def __aenter__(self) -> Run:
-        return await asyncio.to_thread(self.open)
+        return await in_thread(self.open)
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        await asyncio.to_thread(self.close, exc)
+        await in_thread(self.close, exc)
 
     def _require_open(self) -> None:
         if not self._opened:
@@ -524,15 +524,15 @@ class Run:
         return diagnostics
 
     async def acall_tool(self, name: str, arguments: Any = None) -> dict[str, Any]:
-        return await asyncio.to_thread(self.call_tool, name, arguments)
+        return await in_thread(self.call_tool, name, arguments)
 
     async def aobserve(self, message: Message) -> list[str]:
-        return await asyncio.to_thread(self.observe, message)
+        return await in_thread(self.observe, message)
 
     async def aprepare(
         self, messages: Sequence[Message], *, call_id: str | None = None
     ) -> list[Message]:
-        return await asyncio.to_thread(self.prepare, messages, call_id=call_id)
+        return await in_thread(self.prepare, messages, call_id=call_id)
 
     # Composition -----------------------------------------------------------------------------
 

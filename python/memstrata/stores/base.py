@@ -32,7 +32,6 @@ Semantics every backend guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import math
 from abc import ABC, abstractmethod
@@ -40,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from memstrata._threads import in_thread
 from memstrata.exceptions import InvalidInputError
 
 Namespace = tuple[str, ...]
@@ -476,31 +476,31 @@ class Store(ABC):
     # never stalled; a networked backend overrides these with native async I/O.
 
     async def aget(self, namespace: Namespace, key: str) -> Item | None:
-        return await asyncio.to_thread(self.get, namespace, key)
+        return await in_thread(self.get, namespace, key)
 
     async def aput(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
-        return await asyncio.to_thread(self.put, namespace, key, value, ttl=ttl)
+        return await in_thread(self.put, namespace, key, value, ttl=ttl)
 
     async def adelete(self, namespace: Namespace, key: str) -> bool:
-        return await asyncio.to_thread(self.delete, namespace, key)
+        return await in_thread(self.delete, namespace, key)
 
     async def alist(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:
-        return await asyncio.to_thread(self.list, namespace_prefix, limit=limit, offset=offset)
+        return await in_thread(self.list, namespace_prefix, limit=limit, offset=offset)
 
     async def aupdate(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
-        return await asyncio.to_thread(self.update, namespace, key, fn, ttl=ttl)
+        return await in_thread(self.update, namespace, key, fn, ttl=ttl)
 
     async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
-        return await asyncio.to_thread(self.changes, namespace, since)
+        return await in_thread(self.changes, namespace, since)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
-        return await asyncio.to_thread(self.stamp, namespace, key)
+        return await in_thread(self.stamp, namespace, key)
 
     async def aput_if_version(
         self,
@@ -513,7 +513,7 @@ class Store(ABC):
         validated: bool = False,
         encoded: bytes | None = None,
     ) -> Item | None:
-        return await asyncio.to_thread(
+        return await in_thread(
             self.put_if_version,
             namespace,
             key,
@@ -531,17 +531,15 @@ class Store(ABC):
         *,
         validated: bool = False,
     ) -> builtins.list[Item] | None:
-        return await asyncio.to_thread(
-            self.put_many_if_versions, namespace, writes, validated=validated
-        )
+        return await in_thread(self.put_many_if_versions, namespace, writes, validated=validated)
 
     async def aupdate_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
-        return await asyncio.to_thread(self.update_many, namespace, updates, ttl=ttl)
+        return await in_thread(self.update_many, namespace, updates, ttl=ttl)
 
     async def achange_mark(self, namespace: Namespace) -> ChangeMark:
-        return await asyncio.to_thread(self.change_mark, namespace)
+        return await in_thread(self.change_mark, namespace)
 
     async def aupdate_many_since(
         self,
@@ -551,10 +549,10 @@ class Store(ABC):
         *,
         ttl: float | None = None,
     ) -> builtins.list[Item]:
-        return await asyncio.to_thread(self.update_many_since, namespace, since, plan, ttl=ttl)
+        return await in_thread(self.update_many_since, namespace, since, plan, ttl=ttl)
 
     async def apurge_expired(self) -> int:
-        return await asyncio.to_thread(self.purge_expired)
+        return await in_thread(self.purge_expired)
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
+        await in_thread(self.close)
