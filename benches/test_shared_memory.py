@@ -134,7 +134,7 @@ def test_memory_list_with_filters(benchmark: Any) -> None:
         "memory_list via call_tool, 10k entries, filter by kind",
         lambda: run.call_tool("memory_list", args_all),
         {"plain-Python dict": lambda: plain.memory_list(args_all)},
-        target="report (issue 6)",
+        target="report",
     )
 
 
@@ -147,7 +147,7 @@ def test_memory_list_prefix_and_sources(benchmark: Any) -> None:
         "memory_list via call_tool, 10k entries, key_prefix + sources",
         lambda: run.call_tool("memory_list", args),
         {"plain-Python dict": lambda: plain.memory_list(args)},
-        target="report (issue 6)",
+        target="report",
     )
 
 
@@ -161,7 +161,7 @@ def test_memory_read_ten_keys(benchmark: Any) -> None:
         "memory_read of 10 keys (the tool handler), 10k entries",
         lambda: memory.tool_read(args),
         {"plain-Python dict": lambda: plain.memory_read(args)},
-        target="report (issue 6)",
+        target="report",
     )
 
 
@@ -174,5 +174,5 @@ def test_memory_read_through_call_tool(benchmark: Any) -> None:
         "memory_read of 10 keys via call_tool(JSON text), 10k entries",
         lambda: run.call_tool("memory_read", raw),
         {"plain-Python dict + json.loads": lambda: plain.memory_read(json.loads(raw))},
-        target="report (issue 6)",
+        target="report",
     )

@@ -745,3 +745,31 @@ def test_a_bad_message_is_named_by_its_index(cache: bool) -> None:
     bad_part = {"role": "user", "content": [{"type": "text", "text": 7}]}
     with pytest.raises(UnsupportedTypeError, match=r"\$\[1\]\.content\[0\]\.text"):
         gate.check_and_compress([good, bad_part], "c2")
+
+
+def test_a_sliding_window_keeps_counts_right_through_edits_in_place() -> None:
+    """A conversation trimmed at its start every call (a window sliding by a few messages),
+    with a block before it that changes and a message edited in place: the cached gate's
+    estimate is the uncached one's at every step."""
+    cached = ContextGate(max_input_tokens=10**9)
+    plain = ContextGate(max_input_tokens=10**9, cache=False)
+    history = []
+    for i in range(120):
+        history.append({"role": "user", "content": f"question {i} " * (i % 7 + 1)})
+        history.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": f"answer {i}"}],
+                "tool_calls": [{"id": f"c{i}", "type": "function",
+                                "function": {"name": "f", "arguments": "{}"}}],
+            }
+        )  # fmt: skip
+    for step in range(40):
+        start = step * 3
+        window = history[start : start + 60]
+        block = {"role": "system", "content": f"memory block v{step // 2}"}
+        messages = [{"role": "system", "content": "be brief"}, block, *window]
+        if step % 5 == 4:  # an edit in place, deep inside a message the window still holds
+            edited = next(m for m in window[10:] if m["role"] == "assistant")
+            edited["content"][0]["text"] += " and much more text " * 30
+        assert cached.estimate(messages) == plain.estimate(messages), step

@@ -126,3 +126,41 @@ def test_countable_maps_responses_items_to_chat() -> None:
     assert countable({"type": "reasoning", "summary": []})["role"] == "assistant"
     chat = {"role": "user", "content": "hi"}
     assert countable(chat) is chat
+
+
+def test_a_slid_window_is_realigned_and_only_what_is_new_counts_as_changed() -> None:
+    from memstrata.messages import EMPTY_SNAPSHOT, changes, realigned
+
+    system = {"role": "system", "content": "be brief"}
+    turns = [{"role": "user", "content": f"turn {i}"} for i in range(30)]
+    calls = [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "arguments": [i]}]}
+        for i in range(30)
+    ]
+    history = [m for pair in zip(turns, calls) for m in pair]
+    first = [system, {"role": "user", "content": "block v1"}, *history[:40]]
+    snapshot, _ = changes(EMPTY_SNAPSHOT, first)
+    # The next call: the injected block changed, the window slid by two, two messages added.
+    second = [system, {"role": "user", "content": "block v2"}, *history[2:42]]
+    aligned, origin = realigned(snapshot, second)
+    assert origin is not None and origin[:2] == [0, -1]  # the block changed: no origin
+    assert origin[2:40] == list(range(4, 42))  # the conversation: two positions further on
+    assert origin[40:] == [-1, -1]
+    snapshot, changed = changes(aligned, second)
+    assert changed == [1, 40, 41]
+    # Content edited in place under a slid window is still seen.
+    calls[5]["tool_calls"][0]["arguments"].append("edited")
+    third = [system, {"role": "user", "content": "block v2"}, *history[4:44]]
+    aligned, origin = realigned(snapshot, third)
+    _, changed = changes(aligned, third)
+    assert third.index(calls[5]) in changed
+    assert {40, 41} <= set(changed)
+
+
+def test_lists_that_line_up_are_left_as_they_are() -> None:
+    from memstrata.messages import EMPTY_SNAPSHOT, changes, realigned
+
+    first = [{"role": "user", "content": str(i)} for i in range(10)]
+    snapshot, _ = changes(EMPTY_SNAPSHOT, first)
+    assert realigned(snapshot, [*first, {"role": "user", "content": "new"}]) == (snapshot, None)
+    assert realigned(snapshot, [{"role": "user", "content": "other"}]) == (snapshot, None)

@@ -351,6 +351,51 @@ def changes(
     return Snapshot(new_tops, order, texts), [*changed, *range(m, n)]
 
 
+# How far a window may have slid between two calls for realigned() to find it.
+MAX_SLIDE = 64
+_NEVER_EQUAL: Message = {}  # stands at a position with no origin: no message equals it
+
+
+def realigned(previous: Snapshot, messages: list[Message]) -> tuple[Snapshot, list[int] | None]:
+    """``previous`` laid out to line up with ``messages`` when a window slid between the two
+    lists (a conversation trimmed at its start, blocks injected before it), and where each of
+    its positions came from in ``previous`` (-1: nowhere); ``(previous, None)`` when the lists
+    line up as they are. Only a guess at which old message sits where: :func:`changes` then
+    compares every position by content, so a wrong guess costs time, never a wrong answer."""
+    tops = previous.tops
+    last = len(tops) - 1
+    n = len(messages)
+    if last < 0 or not n or (last < n and tops[last] == messages[last]):
+        return previous, None
+    anchor = tops[last]
+    # Where the previous list's last message is now, the nearest first: the window's slide.
+    found = None
+    for distance in range(1, MAX_SLIDE + 1):
+        for j in (last - distance, last + distance):
+            if 0 <= j < n and messages[j] == anchor:
+                found = j
+                break
+        if found is not None:
+            break
+    if found is None:
+        return previous, None
+    offset = last - found  # old position = new position + offset, past the slide point
+    # Each position compared with its old message both slid and in place, in C.
+    lo, hi = max(0, -offset), min(n, last + 1 - offset)
+    slid = [False] * n
+    slid[lo:hi] = map(operator.eq, tops[lo + offset : hi + offset], messages[lo:hi])
+    m = min(n, last + 1)
+    stayed = [*map(operator.eq, tops[:m], messages[:m]), *repeat(False, n - m)]
+    origin = [
+        p + offset if moved else (p if kept else -1)
+        for p, moved, kept in zip(range(n), slid, stayed)
+    ]
+    texts = dict(zip(previous.deep, previous.texts))
+    deep = [p for p, q in enumerate(origin) if q in texts]
+    aligned = [tops[q] if q >= 0 else _NEVER_EQUAL for q in origin]
+    return Snapshot(aligned, deep, [texts[origin[p]] for p in deep]), origin
+
+
 def _is_deep(top: Message, shallow: Callable[[Message], bool] | None) -> bool:
     """Whether the shallow copy ``top`` misses part of its message's content."""
     return not _FLAT.issuperset(map(type, top.values())) and (shallow is None or not shallow(top))

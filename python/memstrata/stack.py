@@ -330,7 +330,13 @@ class Run:
                 else:
                     self._handles[layer.name] = layer.init(self.context)
             self._index_tools()
-            keepers = (h for h in self._handles.values() if isinstance(h, ResultKeeper))
+            # What isinstance(h, ResultKeeper) checks, without a runtime protocol's cost per run.
+            keepers = (
+                h
+                for h in self._handles.values()
+                if callable(getattr(h, "offload_messages", None))
+                and callable(getattr(h, "keep", None))
+            )
             self._keeper = next(keepers, None)
         except BaseException as exc:
             self.close(exc)

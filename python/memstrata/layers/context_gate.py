@@ -71,10 +71,12 @@ import orjson
 from memstrata.exceptions import InvalidInputError, MemstrataError, RecoverableContextError
 from memstrata.messages import (
     EMPTY_SNAPSHOT,
+    MAX_SLIDE,
     Snapshot,
     changes,
     countable,
     is_message,
+    realigned,
     tool_results,
     with_tool_results,
 )
@@ -352,11 +354,16 @@ class ContextGate:
         with self._lock:
             kept = self._lists
             previous = next((k for k in kept if _probe(k[0], messages)), None)
-        snapshot, changed = changes(previous[0] if previous else EMPTY_SNAPSHOT, messages)
+        old, old_counts = previous if previous is not None else (EMPTY_SNAPSHOT, [])
+        # A window that slid (the conversation trimmed at its start) keeps its counts too.
+        old, origin = realigned(old, messages)
+        if origin is not None:
+            old_counts = [old_counts[q] if q >= 0 else 0 for q in origin]
+        snapshot, changed = changes(old, messages)
         if previous is not None and not changed:
-            counts = previous[1] if len(previous[1]) == n else previous[1][:n]
+            counts = old_counts if len(old_counts) == n else old_counts[:n]
         else:
-            counts = previous[1][:n] if previous is not None else []
+            counts = old_counts[:n]
             counts += [0] * (n - len(counts))
             _, fresh = self._keyed_counts([messages[i] for i in changed], changed)
             for i, tokens in zip(changed, fresh):
@@ -544,7 +551,10 @@ def _probe(snapshot: Snapshot, messages: list[Message]) -> bool:
     pick costs time, never a wrong count (:func:`changes` compares every position)."""
     tops = snapshot.tops
     last = min(len(tops), len(messages)) - 1
-    return last >= 0 and tops[0] == messages[0] and tops[last] == messages[last]
+    if last < 0 or tops[0] != messages[0]:
+        return False
+    # The same list, or the same conversation with its window slid (see realigned).
+    return tops[last] == messages[last] or tops[-1] in messages[-MAX_SLIDE - 1 :]
 
 
 def _key_size(key: Any) -> int:

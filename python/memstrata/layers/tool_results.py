@@ -69,6 +69,7 @@ from memstrata.messages import (
     ToolResult,
     call_names,
     changes,
+    realigned,
     tool_results,
     with_tool_results,
 )
@@ -338,6 +339,9 @@ class ToolResults:
             previous, notices = kept[0], kept[1]
         else:
             previous, notices = EMPTY_SNAPSHOT, {}
+        previous, origin = realigned(previous, given)  # a window that slid keeps its notices
+        if origin is not None:
+            notices = {p: notices[q] for p, q in enumerate(origin) if q in notices}
         try:
             snapshot, changed = changes(previous, given, shallow=_holds_no_result)
         except (TypeError, ValueError):  # an item that is not a dict: the plain pass skips it
