@@ -7,7 +7,7 @@ import importlib.util
 import json
 import pathlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any
@@ -30,24 +30,24 @@ def load(name: str) -> ModuleType:
     return module
 
 
-class Replay:
-    """Answers each POST with the next recorded response and keeps the requests it got."""
+class Loopback:
+    """An HTTP server on loopback answering each POST with ``answer(json body)`` as JSON; keeps
+    the requests it got."""
 
-    def __init__(self, responses: list[dict[str, Any]]) -> None:
-        self.responses = list(responses)
+    def __init__(self, answer: Callable[[Any], Any]) -> None:
         self.requests: list[dict[str, Any]] = []
-        replay = self
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                replay.requests.append({"path": self.path, "body": json.loads(body)})
-                answer = json.dumps(replay.responses.pop(0)).encode()
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, "body": body})
+                answer_bytes = json.dumps(answer(body)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
+                self.send_header("Content-Length", str(len(answer_bytes)))
                 self.end_headers()
-                self.wfile.write(answer)
+                self.wfile.write(answer_bytes)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -59,6 +59,14 @@ class Replay:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Replay(Loopback):
+    """Answers each POST with the next recorded response (no network, no key)."""
+
+    def __init__(self, responses: list[dict[str, Any]]) -> None:
+        pending = list(responses)
+        super().__init__(lambda _body: pending.pop(0))
 
 
 def chat_completion(message: dict[str, Any]) -> dict[str, Any]:
@@ -195,52 +203,26 @@ def test_fastapi_agent_endpoint(replay: Any, tmp_path: pathlib.Path) -> None:
     assert bad.status_code == 422
 
 
-class EmbeddingsServer:
-    """An OpenAI-compatible ``POST /v1/embeddings`` on loopback, answering with the offline
-    hashing embedder's vectors in the API's shape (what Ollama, vLLM or TEI would send)."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "body": body})
-                vectors = hash_embed(body["input"], 64)
-                answer = json.dumps(
-                    {
-                        "object": "list",
-                        "model": body["model"],
-                        "data": [
-                            {"object": "embedding", "index": i, "embedding": v.tolist()}
-                            for i, v in enumerate(vectors)
-                        ],
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def embeddings_answer(body: Any) -> dict[str, Any]:
+    """An OpenAI-compatible ``/v1/embeddings`` answer, with the offline hashing embedder's
+    vectors in the API's shape (what Ollama, vLLM or TEI would send)."""
+    vectors = hash_embed(body["input"], 64)
+    return {
+        "object": "list",
+        "model": body["model"],
+        "data": [
+            {"object": "embedding", "index": i, "embedding": v.tolist()}
+            for i, v in enumerate(vectors)
+        ],
+    }
 
 
 def test_real_embeddings_example_talks_to_an_openai_compatible_endpoint() -> None:
     example = load("real_embeddings")
-    server = EmbeddingsServer()
+    server = Loopback(embeddings_answer)
     try:
-        found = example.remember_and_recall(example.endpoint_embedder(server.url, "nomic-embed"))
+        url = f"{server.url}/v1"
+        found = example.remember_and_recall(example.endpoint_embedder(url, "nomic-embed"))
     finally:
         server.close()
     assert found[0] == "The user's production database is PostgreSQL 16 on AWS RDS"
