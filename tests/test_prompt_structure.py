@@ -143,7 +143,6 @@ def test_mind_entries_cannot_add_header_lines(payload: str) -> None:
     def write(handle: Any) -> None:
         handle.set_goal(f"Goal {payload}")
         goal = next(iter(handle.draft.goals))
-        handle.draft.goal_patches  # noqa: B018 - a goal created in the run takes its progress
         handle.update_goal(goal, progress=f"step {payload}")
         handle.reflect(f"Rule {payload}", pin=True)
         handle.reflect(f"Note {payload}")
