@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import shutil
+import sqlite3
 import subprocess
 import sys
 
@@ -55,6 +56,18 @@ def test_inspect_json_filters_by_namespace(tmp_path: pathlib.Path) -> None:
         (["shared-memory", "wf"], "task:research")
     ]
     assert items[0]["value"]["title"] == "Risks"
+
+
+def test_a_store_from_a_newer_memstrata_is_a_clear_error_not_a_traceback(
+    tmp_path: pathlib.Path,
+) -> None:
+    populate(tmp_path / "m.db")
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        conn.execute("INSERT INTO memstrata_schema VALUES (99)")
+    result = run_cli("inspect", "--store", f"sqlite:///{tmp_path}/m.db")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "schema version 99" in result.stderr and "upgrade memstrata" in result.stderr
 
 
 def test_bad_store_url_is_a_clear_error(tmp_path: pathlib.Path) -> None:

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from store_checks import changed_keys, drop_postgres_tables
 
+from memstrata.exceptions import StoreVersionError
 from memstrata.stores import PostgresStore, open_store
 from memstrata.stores import postgres as pg
 from memstrata.stores.base import (
@@ -81,7 +82,7 @@ def test_a_newer_schema_is_refused(url: str) -> None:
     PostgresStore(url).close()
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO memstrata_schema VALUES (99)")
-    with pytest.raises(RuntimeError, match=r"schema version 99.*upgrade memstrata"):
+    with pytest.raises(StoreVersionError, match=r"schema version 99.*upgrade memstrata"):
         PostgresStore(url)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from store_checks import changed_keys
 
+from memstrata.exceptions import StoreVersionError
 from memstrata.stores import SQLiteStore
 from memstrata.stores import sqlite as sq
 from memstrata.stores.base import encode_namespace, prefix_upper_bound
@@ -129,7 +130,7 @@ def test_a_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
     SQLiteStore(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("INSERT INTO memstrata_schema VALUES (99)")
-    with pytest.raises(RuntimeError, match=r"schema version 99.*upgrade memstrata"):
+    with pytest.raises(StoreVersionError, match=r"schema version 99.*upgrade memstrata"):
         SQLiteStore(path)
 
 

@@ -203,6 +203,11 @@ class StorageRaceError(MemstrataError):
     working memory's state and journal, written by many processes at once."""
 
 
+class StoreVersionError(MemstrataError, RuntimeError):
+    """The store was written by a newer memstrata (a higher schema version than this one knows).
+    It is left untouched: upgrade memstrata to open it."""
+
+
 class RecoverableContextError(MemstrataError):
     """The context gate refused a prompt: even after pruning old tool results it does not fit
     the model's input window. The conversation was checkpointed (redacted) for the caller to

@@ -52,7 +52,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, StoreVersionError
 from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
@@ -361,7 +361,7 @@ class PostgresStore(Store):
             conn.execute("CREATE TABLE IF NOT EXISTS memstrata_schema (version INTEGER NOT NULL)")
             current = conn.execute("SELECT max(version) FROM memstrata_schema").fetchone()[0] or 0
             if current > SCHEMA_VERSION:
-                raise RuntimeError(
+                raise StoreVersionError(
                     f"the database has memstrata schema version {current}; this memstrata knows "
                     f"up to {SCHEMA_VERSION}: upgrade memstrata to use it"
                 )

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
+from memstrata.exceptions import StoreVersionError
 from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
@@ -262,7 +263,7 @@ class SQLiteStore(Store):
             row = self._conn.execute("SELECT max(version) FROM memstrata_schema").fetchone()
             current = row[0] or 0
             if current > SCHEMA_VERSION:
-                raise RuntimeError(
+                raise StoreVersionError(
                     f"{self.path} has schema version {current}; this memstrata knows up to "
                     f"{SCHEMA_VERSION}: upgrade memstrata to open it"
                 )
