@@ -207,7 +207,7 @@ def _build_ranker(
         ],
         dtype=np.float64,
     )
-    return CompositeRanker.from_rows(
+    return CompositeRanker(
         [e.id for e in chosen],
         cache.vectors,
         [cache.rows[e.id] for e in chosen],

@@ -92,6 +92,19 @@ class VectorRows:
             out[where] = self._blocks[int(b)][offsets[where]]
         return out
 
+    def dots(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Every row's dot product with ``query``, shape ``(size,)``: one matrix-vector product
+        a block at a time (rows not usable give NaN or garbage: callers index the usable)."""
+        size, blocks = self.size, list(self._blocks)
+        out = np.empty(size, dtype=np.float32)
+        for b, block in enumerate(blocks):
+            first = b << _SHIFT
+            if first >= size:
+                break
+            count = min(BLOCK_ROWS, size - first)
+            np.matmul(block[:count], query, out=out[first : first + count])
+        return out
+
     def compacted(self, rows: dict[str, int]) -> tuple[VectorRows, dict[str, int]]:
         """A new store holding only ``rows`` (id -> row), and the ids' rows in it."""
         fresh = VectorRows(self.dim)
