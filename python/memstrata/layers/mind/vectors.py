@@ -79,6 +79,16 @@ class VectorRows:
     def usable(self, row: int) -> bool:
         return 0 <= row < self._sealed and bool(self._usable[row >> _SHIFT][row & (BLOCK_ROWS - 1)])
 
+    def usable_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """:meth:`usable` of each row in ``rows``."""
+        out = np.zeros(len(rows), dtype=np.bool_)
+        inside = (rows >= 0) & (rows < self._sealed)
+        if not inside.any():
+            return out
+        flags = np.concatenate(self._usable)
+        out[inside] = flags[rows[inside]]
+        return out
+
     def gather(self, rows: Iterable[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """The given rows, in order, as one new ``(len(rows), dim)`` matrix."""
         index = np.asarray(rows if isinstance(rows, np.ndarray) else list(rows), dtype=np.int64)
