@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,9 @@ import pytest
 
 from memstrata import AgentMind, InMemoryStore
 from memstrata.layers.mind import ranking
+from memstrata.layers.mind.entries import MindBelief
 from memstrata.layers.mind.ranking import CompositeRanker
+from memstrata.layers.mind.records import stored_payload
 from memstrata.layers.mind.vectors import VectorRows
 
 DIM = 48
@@ -134,3 +137,33 @@ def test_mind_recall_and_dedup_while_the_index_builds(monkeypatch: pytest.Monkey
     monkeypatch.setattr(ranking, "BACKGROUND_MIN_ROWS", 0)
     assert answers() == at_once
     assert all(at_once[0]) and at_once[1]["action"] == "updated_store"
+
+
+def test_recall_keeps_looking_past_high_scoring_hits_under_the_similarity_floor() -> None:
+    """Fresh, confident entries barely related to the query outrank (by composite score) the
+    one entry similar enough to pass the floor: recall asks the scan for more until it has
+    the hits that pass, however many it drops."""
+    store = InMemoryStore()
+    mind = AgentMind(namespace=("t", "floor"))
+    model, dim = mind.embedder.model, mind.embedder.dim
+    now = int(time.time() * 1000)
+    basis = np.eye(dim, dtype=np.float32)
+    query = basis[0]
+    old = now - 200 * 86_400_000  # recency ~0: bias 0.2 * 0.3 = 0.06
+
+    def put(entry: MindBelief, vector: Any) -> None:
+        store.put(
+            mind.namespace_for(None), f"belief/{entry.id}", stored_payload(entry, vector, model)
+        )
+
+    # cosine 0.5: score 0.6 * 0.5 + 0.06 = 0.36, over the 0.35 threshold and the 0.25 floor
+    wanted = 0.5 * basis[0] + np.sqrt(0.75, dtype=np.float32) * basis[1]
+    put(MindBelief("b_wanted", "the wanted one", "low", [], None, old, old), wanted)
+    for i in range(40):  # cosine 0.2, under the floor: score 0.12 + 0.4 = 0.52
+        vector = 0.2 * basis[0] + np.sqrt(0.96, dtype=np.float32) * basis[2 + i]
+        put(MindBelief(f"b_{i:02d}", f"unrelated {i}", "high", [], None, now, now), vector)
+    run = mind.open(store)
+    for limit in (1, 3):
+        found = run.search(query, limit=limit)
+        assert [r.id for r in found] == ["b_wanted"]
+        assert found[0].score == pytest.approx(0.36, abs=1e-3)

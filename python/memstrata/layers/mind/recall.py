@@ -268,7 +268,9 @@ def search(
         found_by = ranker(handle, kinds, expired)
         # A hit at the floor scores at least w * floor + its bias: the scan skips the rest.
         cut = max(threshold, w.similarity * floor + found_by.min_bias) if floor else threshold
-        k = 4 * limit if filtered else limit
+        # Tags and pins drop many hits, so the scan is asked for more at once; the floor
+        # drops few (the cut already keeps every hit within the bias spread of it).
+        k = 4 * limit if tags or pinned is not None else limit
         while found_by.size:
             found = found_by.top(query, k, threshold=cut)
             passing = []
