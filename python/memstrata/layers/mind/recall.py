@@ -268,8 +268,9 @@ def search(
         found_by = ranker(handle, kinds, expired)
         # A hit at the floor scores at least w * floor + its bias: the scan skips the rest.
         cut = max(threshold, w.similarity * floor + found_by.min_bias) if floor else threshold
-        # Tags and pins drop many hits, so the scan is asked for more at once; the floor
-        # drops few (the cut already keeps every hit within the bias spread of it).
+        # Tags and pins may drop many hits, so the scan is asked for more at once; the floor
+        # drops few (the cut already keeps out every hit further under it than the biases'
+        # spread), so the scan is asked for more only when it did.
         k = 4 * limit if tags or pinned is not None else limit
         while found_by.size:
             found = found_by.top(query, k, threshold=cut)
