@@ -4,9 +4,11 @@ The mind is built once (70,000 beliefs, 30,000 reflections, dim 384, ``hash_embe
 earlier runs leave them) and cached under ``target/`` for a day. Each measurement is a new
 interpreter that imports memstrata, opens a run, makes the first ``mind_recall`` and the first
 ``mind_believe`` (what an agent server's first request after a restart pays), then times later
-recalls; it reports each step and its peak RSS (``ru_maxrss``). Targets: open + first recall +
-first believe within 1.5 s, peak RSS within 3x the raw float32 vectors (100,000 x 384 x 4 bytes,
-so ~460 MB), later recalls as fast as before.
+recalls: 40 straight after (answered by the exact scan while the recall index builds in the
+background), and 40 once the index is built; it reports each step and its peak RSS
+(``ru_maxrss``) after the first believe and at the end, the index built. Targets: open + first
+recall + first believe within 1.5 s, peak RSS within 3x the raw float32 vectors (100,000 x 384 x
+4 bytes, so ~460 MB), later recalls as fast as before.
 """
 
 from __future__ import annotations
@@ -57,10 +59,19 @@ for i in range(40):
     s = time.perf_counter()
     handle.recall(query, limit=5)
     later.append(time.perf_counter() - s)
+# The recall index is built in the background while the first recalls scan exactly: time
+# recalls again once it is in.
+assert handle._ranker(("belief", "reflection"), False).wait(120)
+built = []
+for i in range(40):
+    query = f"{words[(5 * i + 2) % 8]} {words[i % 8]} warning note {i}"
+    s = time.perf_counter()
+    handle.recall(query, limit=5)
+    built.append(time.perf_counter() - s)
 print(json.dumps({
     "import": imported - t0, "open": t2 - t1, "first_recall": t3 - t2,
     "first_believe": t4 - t3, "rss": rss, "hits": len(first), "action": believed["action"],
-    "later_p50": statistics.median(later),
+    "later_p50": statistics.median(later), "built_p50": statistics.median(built),
     "rss_after": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
 }))
 """
@@ -111,10 +122,12 @@ def test_open_recall_believe_100k_fresh_process(benchmark: Any) -> None:
         f" first believe: {fmt_seconds(med['first_believe'])}"
         f"\n  open + first recall + first believe: {fmt_seconds(first)}"
         f" (target <= {TARGET_FIRST_SECONDS} s)"
-        f"\n  peak RSS after them: {med['rss'] / mb:.0f} MB, after 40 more recalls:"
+        f"\n  peak RSS after them: {med['rss'] / mb:.0f} MB; at the end (80 more recalls,"
+        f" the index built):"
         f" {med['rss_after'] / mb:.0f} MB (target <= {TARGET_RSS_BYTES / mb:.0f} MB, 3x the"
         f" raw vectors' {RAW_VECTOR_BYTES / mb:.0f} MB)"
-        f"\n  later recall p50: {fmt_seconds(med['later_p50'])}"
+        f"\n  later recall p50: {fmt_seconds(med['later_p50'])} (the 40 straight after),"
+        f" {fmt_seconds(med['built_p50'])} (40 more once the recall index is built)"
     )
     record(
         {

@@ -201,6 +201,35 @@ def test_append_encoded_marks_zero_vectors_unusable() -> None:
     assert [held[2].usable(row) for row in placed] == [False, False, True]
 
 
+def test_usable_rows_and_dots_agree_with_the_row_at_a_time_answers() -> None:
+    rows = VectorRows(3)
+    rng = np.random.default_rng(8)
+    matrix = rng.standard_normal((BLOCK_ROWS + 40, 3)).astype(np.float32)
+    matrix[[5, BLOCK_ROWS + 3]] = 0.0
+    matrix[7, 1] = np.inf
+    rows.append(matrix)
+    rows.seal()
+    rows.append(matrix[:4])  # appended, not sealed yet: not usable
+    probe = np.array([-1, 0, 5, 7, 9, BLOCK_ROWS + 3, BLOCK_ROWS + 39, rows.size - 1, rows.size])
+    assert rows.usable_rows(probe).tolist() == [rows.usable(int(r)) for r in probe]
+    assert rows.usable_rows(probe).tolist() == [
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
+    query = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    dots = rows.dots(query)
+    assert dots.shape == (rows.size,)
+    usable = [r for r in range(BLOCK_ROWS + 40) if rows.usable(r)]
+    assert np.allclose(dots[usable], rows.gather(usable) @ query, atol=1e-6)
+
+
 # --- entries_from_payloads ----------------------------------------------------------------------
 
 WRITTEN = [

@@ -151,13 +151,21 @@ def _sync_index(handle: AgentMindHandle) -> _IndexCache:
     cache = _IndexCache(model, dim, vectors)
     stored = handle._stored_vectors
     stale: list[str] = []
+    ids: list[str] = []
+    rows: list[int] = []
+    missing = (None, 0, -1)
     for entries in (handle.beliefs, handle.reflections):
         for i in entries:
-            stored_model, stored_dim, row = stored.get(i, (None, 0, -1))
-            if stored_model == model and stored_dim == dim and vectors.usable(row):
-                cache.rows[i] = row
+            stored_model, stored_dim, row = stored.get(i, missing)
+            if stored_model == model and stored_dim == dim:
+                ids.append(i)
+                rows.append(row)
             else:
                 stale.append(i)
+    # One vectorised check of the rows rather than a method call per entry.
+    usable = vectors.usable_rows(np.asarray(rows, dtype=np.int64)).tolist()
+    cache.rows = {i: row for i, row, ok in zip(ids, rows, usable) if ok}
+    stale += [i for i, ok in zip(ids, usable) if not ok]
     if stale:
         cache.rows.update(_reembed(handle, stale, {**handle.beliefs, **handle.reflections}))
     cache.version = committed.version

@@ -170,50 +170,56 @@ def ranker(handle: AgentMindHandle, kinds: tuple[str, ...], expired: bool) -> Co
     if shared is not None and shared[1] <= now < shared[2]:
         handle._rankers[key] = shared[0]
         return shared[0]
-    built = handle._rankers[key] = _build_ranker(handle, kinds, expired)
+    built, next_expiry = _build_ranker(handle, kinds, expired)
+    handle._rankers[key] = built
     # Valid until the first entry of these kinds expires (it would change sides).
-    expiries = [
-        e.expires_at
-        for kind in kinds
-        for e in (handle.beliefs if kind == "belief" else handle.reflections).values()
-        if e.expires_at is not None and e.expires_at > now
-    ]
-    committed.rankers[key] = (built, now, min([now + RANKING_REUSE_MS, *expiries]))
+    committed.rankers[key] = (built, now, int(min(now + RANKING_REUSE_MS, next_expiry)))
     return built
 
 
 def _build_ranker(
     handle: AgentMindHandle, kinds: tuple[str, ...], expired: bool
-) -> CompositeRanker:
+) -> tuple[CompositeRanker, float]:
     """A ranker over the live (or the archived) entries of the given kinds, at the run's
-    start time."""
+    start time, and when the first of those entries expires after it (inf: never).
+
+    One pass over the entries gathers the columns the ranker needs: at 100,000 entries each
+    pass is felt by the first recall."""
     cache = handle.index()
+    rows_of = cache.rows
     now = handle.started_at
-    chosen: list[MindBelief | MindReflection] = [
-        e
-        for kind in kinds
-        for e in (handle.beliefs if kind == "belief" else handle.reflections).values()
-        if e.id in cache.rows and e.expired(now) == expired
-    ]
+    next_expiry = math.inf
+    ids: list[str] = []
+    rows: list[int] = []
+    updated: list[int] = []
+    levels: list[float] = []
+    low, medium = CONFIDENCE_SCORES["low"], CONFIDENCE_SCORES["medium"]
+    for kind in kinds:
+        entries = handle.beliefs if kind == "belief" else handle.reflections
+        for e in entries.values():
+            at = e.expires_at
+            if at is not None and at > now and at < next_expiry:
+                next_expiry = at
+            row = rows_of.get(e.id)
+            if row is None or (at is not None and at <= now) != expired:
+                continue
+            ids.append(e.id)
+            rows.append(row)
+            updated.append(e.updated_at)
+            if e.error:
+                levels.append(low)
+            elif isinstance(e, MindBelief):
+                levels.append(CONFIDENCE_SCORES[e.confidence])
+            else:
+                levels.append(medium)
     w = handle.layer.score_weights
-    updated = np.array([e.updated_at for e in chosen], dtype=np.float64)
-    recency = np.exp(-np.maximum(0.0, (now - updated) / DAY_MS) / RECENCY_DECAY_DAYS)
-    confidence = np.array(
-        [
-            CONFIDENCE_SCORES[
-                "low" if e.error else (e.confidence if isinstance(e, MindBelief) else "medium")
-            ]
-            for e in chosen
-        ],
-        dtype=np.float64,
+    ages = (now - np.array(updated, dtype=np.float64)) / DAY_MS
+    recency = np.exp(-np.maximum(0.0, ages) / RECENCY_DECAY_DAYS)
+    confidence = np.array(levels, dtype=np.float64)
+    ranker = CompositeRanker(
+        ids, cache.vectors, rows, w.recency * recency + w.confidence * confidence, w.similarity
     )
-    return CompositeRanker.from_rows(
-        [e.id for e in chosen],
-        cache.vectors,
-        [cache.rows[e.id] for e in chosen],
-        w.recency * recency + w.confidence * confidence,
-        w.similarity,
-    )
+    return ranker, next_expiry
 
 
 def _bias(handle: AgentMindHandle, entry: MindBelief | MindReflection) -> float:
@@ -262,7 +268,10 @@ def search(
         found_by = ranker(handle, kinds, expired)
         # A hit at the floor scores at least w * floor + its bias: the scan skips the rest.
         cut = max(threshold, w.similarity * floor + found_by.min_bias) if floor else threshold
-        k = 4 * limit if filtered else limit
+        # Tags and pins may drop many hits, so the scan is asked for more at once; the floor
+        # drops few (the cut already keeps out every hit further under it than the biases'
+        # spread), so the scan is asked for more only when it did.
+        k = 4 * limit if tags or pinned is not None else limit
         while found_by.size:
             found = found_by.top(query, k, threshold=cut)
             passing = []
