@@ -23,8 +23,14 @@ _SECRET_GATES = ("pass", "pwd", "secret", "key", "token")
 
 # An assigned value: quoted (up to the closing quote or the end of the line, whichever comes
 # first, so nothing after the opening quote can make it fail) or bare (up to white space or a
-# separator). Six characters at least, so ``password: none`` stays.
-_ASSIGNED_VALUE = r"(?!\[redacted)(?:(?<=\")[^\"\n]{6,}|(?<=')[^'\n]{6,}|[^\s\"',;]{6,})"
+# separator). Six characters at least, so ``password: none`` stays. Not an earlier rule's
+# ``[redacted`` placeholder, nor a mere beginning of one (``[redac`` to ``[redacte``), which the
+# library's rules leave too.
+_ASSIGNED_VALUE = (
+    r"(?!\[redacted)(?:(?<=\")(?!\[redac(?:te?)?(?:[\"\n]|\Z))[^\"\n]{6,}"
+    r"|(?<=')(?!\[redac(?:te?)?(?:['\n]|\Z))[^'\n]{6,}"
+    r"|(?!\[redac(?:te?)?(?:[\s\"',;]|\Z))[^\s\"',;]{6,})"
+)
 
 
 @dataclass(frozen=True)
@@ -302,7 +308,8 @@ def redact_secrets(text: str) -> tuple[str, int]:
         source, pattern = text, shape.pattern
         if shape.lower:
             if lowered_of is not text:
-                lowered, lowered_of = text.lower(), text
+                # Case folded as Unicode does it, as the library's rules do: the long s is an s.
+                lowered, lowered_of = text.lower().replace("\u017f", "s"), text
             source = lowered
         if shape.gates and not any(gate in source for gate in shape.gates):
             continue

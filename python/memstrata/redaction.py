@@ -87,9 +87,10 @@ _SECRET_KEY = re.compile(r"[A-Za-z0-9_.-]{0,64}?" + _SECRET_WORD + r"[A-Za-z0-9_
 # Without look-around, what must come before or after a secret is matched and kept: a rule's
 # ``before`` and ``after``. ``(?:^|[^X])`` says "not after an X" (or "not before an X" after
 # the secret), and ``(?-u:\b)`` next to a letter or digit "not next to a letter, digit or
-# ``_``". The core takes the longest text ``before`` and ``after`` match at the two ends of a
-# match, and starts its next search where the secret ended, so the character ``after`` took
-# can begin the next match.
+# ``_``" (``(?i)(?:^|[^a-z0-9_])`` in the rules that ignore case, so that the Kelvin sign and
+# the long s count as the letters they fold to). The core takes the longest text ``before``
+# and ``after`` match at the two ends of a match, and starts its next search where the secret
+# ended, so the character ``after`` took can begin the next match.
 _B = r"(?-u:\b)"
 # Python's ``\s`` (what these rules were first written with) also takes \x1c-\x1f.
 _SPACE = r"\s\x1c-\x1f"
@@ -162,7 +163,9 @@ _RULES: list[_Rule] = [
     _Rule(
         "basic_auth",
         r"(?i)[a-z0-9+/]{8,}={0,2}",
-        before=r"(?i)" + _B + r"authorization[ \t]{0,16}[:=][ \t]{0,16}basic[ \t]{1,16}",
+        before=r"(?i)"
+        + _not_after("a-z0-9_")
+        + r"authorization[ \t]{0,16}[:=][ \t]{0,16}basic[ \t]{1,16}",
     ),
     _Rule(
         "jwt",
@@ -233,7 +236,7 @@ _RULES: list[_Rule] = [
         "azure_key",
         rf"[^{_SPACE};&\"'<>]{{8,}}",
         before=r"(?i)(?:accountkey|sharedaccesskey|sharedaccesssignature)[ \t]{0,4}=[ \t]{0,4}"
-        r"|(?i)" + _B + r"sig=",
+        r"|(?i)" + _not_after("a-z0-9_") + r"sig=",
     ),
     _Rule(
         # Passwords in URLs, found as a parser would. A candidate span runs from a scheme
