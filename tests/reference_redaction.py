@@ -308,8 +308,7 @@ def redact_secrets(text: str) -> tuple[str, int]:
         source, pattern = text, shape.pattern
         if shape.lower:
             if lowered_of is not text:
-                # Case folded as Unicode does it, as the library's rules do: the long s is an s.
-                lowered, lowered_of = text.lower().replace("\u017f", "s"), text
+                lowered, lowered_of = text.lower(), text
             source = lowered
         if shape.gates and not any(gate in source for gate in shape.gates):
             continue

@@ -85,19 +85,23 @@ _SECRET_KEY = re.compile(r"[A-Za-z0-9_.-]{0,64}?" + _SECRET_WORD + r"[A-Za-z0-9_
 
 # The rules are patterns of Rust's ``regex`` crate, run by the core (:class:`PatternReplacer`).
 # Without look-around, what must come before or after a secret is matched and kept: a rule's
-# ``before`` and ``after``. ``(?:^|[^X])`` says "not after an X" (or "not before an X" after
-# the secret), and ``(?-u:\b)`` next to a letter or digit "not next to a letter, digit or
-# ``_``" (``(?i)(?:^|[^a-z0-9_])`` in the rules that ignore case, so that the Kelvin sign and
-# the long s count as the letters they fold to). The core takes the longest text ``before``
-# and ``after`` match at the two ends of a match, and starts its next search where the secret
-# ended, so the character ``after`` took can begin the next match.
+# ``before`` and ``after``. ``[^X]`` before a secret says "not after an X" (the sweep puts a
+# line break before every text, so a secret at its start has one too, and no pattern needs a
+# ``^``, which would stop the regex crate from jumping from one occurrence of the secret's
+# literal to the next); ``(?:$|[^X])`` after it says "not before an X". ``(?-u:\b)`` next to
+# a letter or digit says "not next to a letter, digit or ``_``", without taking a character
+# (so a secret ending in ``=`` can be followed at once by the next header; in the rules that
+# ignore case, the Kelvin sign and the long s count as letters within a name, not beside it).
+# The core takes the longest text ``before`` and ``after`` match at the two ends of a match,
+# and starts its next search where the secret ended, so the character ``after`` took can
+# begin the next match.
 _B = r"(?-u:\b)"
-# Python's ``\s`` (what these rules were first written with) also takes \x1c-\x1f.
+# White space as Python's ``str.isspace`` has it (Rust's ``\s`` leaves out \x1c-\x1f).
 _SPACE = r"\s\x1c-\x1f"
 
 
 def _not_after(chars: str) -> str:
-    return rf"(?:^|[^{chars}])"
+    return rf"[^{chars}]"
 
 
 def _not_before(chars: str) -> str:
@@ -163,9 +167,7 @@ _RULES: list[_Rule] = [
     _Rule(
         "basic_auth",
         r"(?i)[a-z0-9+/]{8,}={0,2}",
-        before=r"(?i)"
-        + _not_after("a-z0-9_")
-        + r"authorization[ \t]{0,16}[:=][ \t]{0,16}basic[ \t]{1,16}",
+        before=r"(?i)" + _B + r"authorization[ \t]{0,16}[:=][ \t]{0,16}basic[ \t]{1,16}",
     ),
     _Rule(
         "jwt",
@@ -236,7 +238,7 @@ _RULES: list[_Rule] = [
         "azure_key",
         rf"[^{_SPACE};&\"'<>]{{8,}}",
         before=r"(?i)(?:accountkey|sharedaccesskey|sharedaccesssignature)[ \t]{0,4}=[ \t]{0,4}"
-        r"|(?i)" + _not_after("a-z0-9_") + r"sig=",
+        r"|(?i)" + _B + r"sig=",
     ),
     _Rule(
         # Passwords in URLs, found as a parser would. A candidate span runs from a scheme
@@ -291,7 +293,9 @@ def redact_secrets(text: str) -> tuple[str, int]:
     Raises:
         InvalidInputError: ``text`` holds a lone surrogate (it is not Unicode text).
     """
-    return _REPLACER.replace(text)
+    # The line break before the text is never part of a secret: it comes back first.
+    swept, n = _REPLACER.replace("\n" + text)
+    return (text, 0) if not n else (swept[1:], n)
 
 
 def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
