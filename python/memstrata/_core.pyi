@@ -109,6 +109,47 @@ def strip_unsafe_keys(
         InvalidOptionError: ``keys`` is not an iterable of str.
     """
 
+# --- patterns (PatternReplacer) ---
+
+class PatternReplacer:
+    r"""Regex rules compiled once and applied in order, each to the text the ones before it made.
+
+    A rule is ``(pattern, replacement[, before[, after[, requires]]])``. Patterns use the syntax
+    of Rust's ``regex`` crate: no look-around or back-references, and every search takes time
+    linear in the text it reads. In each match of ``pattern``, the longest beginning that
+    ``before`` matches and the longest end that ``after`` matches stay, and the text between
+    them is replaced by ``replacement``: so ``before`` stands for a kept prefix or a
+    look-behind, ``after`` for a look-ahead or a kept suffix. When ``after`` took at most 4
+    bytes, the next search starts where the replaced text ended, as after a look-ahead. A match
+    where ``before`` or ``after`` finds nothing, or with nothing left to replace between them,
+    stays as it is. ``requires``: patterns that must all be found in the text to replace.
+    ``before`` and ``after`` cannot use Unicode word boundaries (``(?-u:\b)`` works).
+
+    Raises:
+        InvalidInputError: A pattern does not compile or is over a size limit (the message
+            names it, ``rules[3].after``), or over 256 rules.
+        UnsupportedTypeError: ``rules`` is not a list of such tuples.
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[
+            tuple[str, str]
+            | tuple[str, str, str | None]
+            | tuple[str, str, str | None, str | None]
+            | tuple[str, str, str | None, str | None, Sequence[str]]
+        ],
+    ) -> None: ...
+    def replace(self, text: str) -> tuple[str, int]:
+        """``text`` rewritten by every rule in turn, and how many replacements were made
+        (``text`` itself when none was). The GIL is released for long texts.
+
+        Raises:
+            UnsupportedTypeError: ``text`` is not a str.
+            InvalidInputError: ``text`` holds a lone surrogate (it is not Unicode text).
+        """
+    def __len__(self) -> int: ...
+
 # --- prune (prune_sliding_window) ---
 
 def prune_sliding_window(

@@ -18,11 +18,12 @@ Decisions:
   white space or quote, and its password is everything between the first ``:`` of the user
   part and the last ``@`` that does not follow a ``/`` (so a password holding ``/`` or ``@``
   is redacted whole). The scheme, user and host stay.
-* Every pattern runs in linear time on any input: repetitions are bounded, or start only at
-  the beginning of a run of their own alphabet (a negative lookbehind) so that no run is
-  scanned more than a few times, or end with nothing that can fail once they have started.
-  ``tests/test_redaction.py`` times 1 MB adversarial inputs; ``benches/test_redaction.py``
-  prints the figures.
+* The patterns run in Rust's ``regex`` crate (:class:`memstrata._core.PatternReplacer`), whose
+  searches take time linear in the text whatever it holds; the rules are written so that no
+  text is searched more than a few times, so one sweep is linear too. A text holding a lone
+  surrogate is refused (``InvalidInputError``): it is not Unicode text, and the context gate
+  refuses such messages before it checkpoints them. ``tests/test_redaction.py`` redacts 1 MB
+  adversarial inputs; ``benches/test_redaction.py`` prints the figures.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from memstrata._core import PatternReplacer
 
 Message = dict[str, Any]
 
@@ -72,278 +75,213 @@ _TOOL_BLOCK_BODIES: dict[str, tuple[str, ...]] = {
 _REDACTED_PREFIX = "[redacted"
 
 # Names that say a secret: a key of a dict whose value is then blanked, and the name half of the
-# name=value pairs swept from text.
+# name=value pairs swept from text (the same alternation is valid in Python and Rust syntax).
 _SECRET_WORD = (
     r"(?:password|passwd|pwd|secret|api[_-]?key|private[_-]?key|account[_-]?key"
     r"|access[_-]?key|shared[_-]?access[_-]?key"
     r"|(?:auth|access|refresh|session|security|id|api|bot)[_-]?token)"
 )
-# Whatever a text holds a secret name in, it holds one of these (lower case).
-_SECRET_GATES = ("pass", "pwd", "secret", "key", "token")
 _SECRET_KEY = re.compile(r"[A-Za-z0-9_.-]{0,64}?" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,64}", re.I)
 
-# An assigned value: quoted (up to the closing quote or the end of the line, whichever comes
-# first, so nothing after the opening quote can make it fail) or bare (up to white space or a
-# separator). Six characters at least, so ``password: none`` stays.
-_ASSIGNED_VALUE = r"(?!\[redacted)(?:(?<=\")[^\"\n]{6,}|(?<=')[^'\n]{6,}|[^\s\"',;]{6,})"
+# The rules are patterns of Rust's ``regex`` crate, run by the core (:class:`PatternReplacer`).
+# Without look-around, what must come before or after a secret is matched and kept: a rule's
+# ``before`` and ``after``. ``[^X]`` before a secret says "not after an X" (the sweep puts a
+# line break before every text, so a secret at its start has one too, and no pattern needs a
+# ``^``, which would stop the regex crate from jumping from one occurrence of the secret's
+# literal to the next); ``(?:$|[^X])`` after it says "not before an X". ``(?-u:\b)`` next to
+# a letter or digit says "not next to a letter, digit or ``_``", without taking a character
+# (so a secret ending in ``=`` can be followed at once by the next header; in the rules that
+# ignore case, the Kelvin sign and the long s count as letters within a name, not beside it).
+# The core takes the longest text ``before`` and ``after`` match at the two ends of a match,
+# and starts its next search where the secret ended, so the character ``after`` took can
+# begin the next match.
+_B = r"(?-u:\b)"
+# White space as Python's ``str.isspace`` has it (Rust's ``\s`` leaves out \x1c-\x1f).
+_SPACE = r"\s\x1c-\x1f"
+
+
+def _not_after(chars: str) -> str:
+    return rf"[^{chars}]"
+
+
+def _not_before(chars: str) -> str:
+    return rf"(?:$|[^{chars}])"
+
+
+def _value(chars: str) -> str:
+    """A run of at least six of ``[chars]`` that does not begin with ``[redacted`` (an earlier
+    rule's work): each branch names the first character where the run leaves ``[redacted``.
+    (A run that is only a beginning of it, ``[redac`` to ``[redacte``, is no secret either.)"""
+    prefix = "[redacted"
+    run = f"[{chars}]"
+    branches = []
+    for k, ch in enumerate(prefix):
+        other = f"[[{chars}]--[{re.escape(ch)}{re.escape(ch.upper())}]]"
+        branches.append(re.escape(prefix[:k]) + other + run + f"{{{max(5 - k, 0)},}}")
+    return "(?:" + "|".join(branches) + ")"
+
+
+# A name that says secret, then ``=`` or ``:`` (the name and the value may be quoted).
+_ASSIGNMENT = r"(?i)" + _SECRET_WORD + r"[a-z0-9_.-]{0,64}[\"']?[ \t]{0,16}[:=][ \t]{0,16}"
+
+# What ends a URL's candidate span.
+_URL_END = rf"{_SPACE}\"'<>`"
 
 
 @dataclass(frozen=True)
-class _Shape:
-    """One secret shape: its pattern, and what must be in a text for the pattern to match.
-
-    Every pattern begins with a literal where it can (the regex engine then jumps between
-    occurrences of it instead of trying every position) and checks what comes before the
-    literal with a lookbehind. ``gates``: the pattern can only match a text holding one of
-    them (a C substring search skips it otherwise). ``lower``: the pattern is written in lower
-    case and run on the lower-cased text (matching in any case at the speed of a literal).
-    ``back``: characters just before a match that belong to the secret (at most ``back_max``),
-    for patterns anchored on a literal in their middle.
-    """
+class _Rule:
+    """One secret shape: the ``secret`` pattern replaced, what is matched and kept ``before``
+    and ``after`` it, and patterns the secret must also hold (``requires``). ``span``: the
+    pattern searched, when it is not just the three in a row."""
 
     kind: str
-    pattern: re.Pattern[str]
-    gates: tuple[str, ...] = ()
-    lower: bool = False
-    back: frozenset[str] = frozenset()
-    back_max: int = 0
-    # The same pattern matching in any case, for a text whose lower-cased copy differs in
-    # length (a few non-ASCII letters): the matches cannot be mapped back from the copy.
-    folded: re.Pattern[str] | None = None
+    secret: str
+    before: str = ""
+    after: str = ""
+    requires: tuple[str, ...] = ()
+    span: str = ""
 
-    def __post_init__(self) -> None:
-        if self.lower:
-            flags = self.pattern.flags | re.IGNORECASE
-            object.__setattr__(self, "folded", re.compile(self.pattern.pattern, flags))
+    def spec(self) -> tuple[str, str, str | None, str | None, list[str]]:
+        span = self.span or "".join(f"(?:{p})" for p in (self.before, self.secret, self.after))
+        return (
+            span,
+            f"[redacted: {self.kind}]",
+            self.before or None,
+            self.after or None,
+            list(self.requires),
+        )
 
 
-_B64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_HEX = frozenset("0123456789abcdef")
-
-# Secret-shaped strings. Each pattern keeps a harmless prefix (group "keep") where one helps a
-# reader see what was there ("Bearer ", "AccountKey="). Checkpoints are for audit, so the
-# patterns lean towards redacting too much rather than too little. ``(?<![A-Za-z0-9_]sk-)``
-# after a literal plays the part of ``\b`` before it.
-_SHAPES: list[_Shape] = [
-    _Shape(
+# Secret-shaped strings, tried in this order, each on the text the ones before it left.
+# Checkpoints are for audit, so the patterns lean towards redacting too much rather than too
+# little; each keeps a harmless prefix ("Bearer ", "AccountKey=") where one helps a reader see
+# what was there.
+_RULES: list[_Rule] = [
+    _Rule(
         "private_key",
-        re.compile(
-            r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
-            r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)",
-            re.DOTALL,
-        ),
-        ("-----BEGIN ",),
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?s:.)*?"
+        r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\z)",
     ),
-    _Shape(
-        "slack_webhook",
-        re.compile(r"(?P<keep>https://hooks\.slack\.com/services/)[\w/-]+"),
-        ("hooks.slack.com",),
-    ),
-    _Shape(
-        "bearer",
-        re.compile(
-            r"(?P<keep>earer(?<![A-Za-z0-9_][Bb]earer)(?<=[Bb]earer)[ \t]{1,16})"
-            r"[A-Za-z0-9\-._~+/]{16,}=*"
-        ),
-        ("earer",),
-    ),
-    _Shape(
+    _Rule("slack_webhook", r"[\w/-]+", before=r"https://hooks\.slack\.com/services/"),
+    _Rule("bearer", r"[A-Za-z0-9\-._~+/]{16,}=*", before=_B + r"[Bb]earer[ \t]{1,16}"),
+    _Rule(
         "basic_auth",
-        re.compile(
-            r"(?P<keep>authorization(?<![a-z0-9_]authorization)[ \t]{0,16}[:=][ \t]{0,16}"
-            r"basic[ \t]{1,16})[a-z0-9+/]{8,}={0,2}"
-        ),
-        ("authorization",),
-        lower=True,
+        r"(?i)[a-z0-9+/]{8,}={0,2}",
+        before=r"(?i)" + _B + r"authorization[ \t]{0,16}[:=][ \t]{0,16}basic[ \t]{1,16}",
     ),
-    _Shape(
+    _Rule(
         "jwt",
-        re.compile(
-            r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
-        ),
-        ("eyJ",),
+        r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        before=_not_after("A-Za-z0-9_-"),
     ),
-    _Shape(
-        "api_key",
-        re.compile(
-            r"sk-(?<![A-Za-z0-9_]sk-)(?:ant-|proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}"
-        ),
-        ("sk-",),
-    ),
-    _Shape(
-        "aws_access_key",
-        re.compile(r"A(?<![A-Za-z0-9_]A)(?:KIA|SIA|BIA|CCA)[0-9A-Z]{16}(?![A-Za-z0-9_])"),
-        ("AKIA", "ASIA", "ABIA", "ACCA"),
-    ),
-    _Shape(
+    _Rule("api_key", _B + r"sk-(?:ant-|proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}"),
+    _Rule("aws_access_key", _B + r"A(?:KIA|SIA|BIA|CCA)[0-9A-Z]{16}" + _B),
+    _Rule(
         # STS session tokens are long base64 beginning with a fixed serialisation header.
         "aws_session_token",
-        re.compile(
-            r"(?:IQoJb3JpZ2lu|FwoGZXIvYXdz|FQoGZXIvYXdz)(?<![A-Za-z0-9/+=].{12})[A-Za-z0-9/+=]{20,}",
-            re.DOTALL,
-        ),
-        ("IQoJb3JpZ2lu", "FwoGZXIvYXdz", "FQoGZXIvYXdz"),
+        r"(?:IQoJb3JpZ2lu|FwoGZXIvYXdz|FQoGZXIvYXdz)[A-Za-z0-9/+=]{20,}",
+        before=_not_after("A-Za-z0-9/+="),
     ),
-    _Shape(
+    _Rule(
         "github_token",
-        re.compile(r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{30,}|ithub_pat_[A-Za-z0-9_]{30,})"),
-        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        _B + r"g(?:h[pousr]_[A-Za-z0-9]{30,}|ithub_pat_[A-Za-z0-9_]{30,})",
     ),
-    _Shape(
-        "gitlab_token",
-        re.compile(r"gl(?<![A-Za-z0-9_]gl)(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_-]{20,}"),
-        ("gl",),
-    ),
-    _Shape(
-        "slack_token",
-        re.compile(
-            r"x(?<![A-Za-z0-9_]x)(?:ox[abposre]-[A-Za-z0-9-]{10,}|app-\d-[A-Za-z0-9-]{10,})"
-        ),
-        ("xox", "xapp-"),
-    ),
-    _Shape(
-        "google_api_key",
-        re.compile(r"AIza(?<![A-Za-z0-9_]AIza)[0-9A-Za-z_-]{35}"),
-        ("AIza",),
-    ),
-    _Shape(
-        "google_oauth",
-        re.compile(
-            r"(?:ya29\.(?<![A-Za-z0-9_]ya29\.)|GOCSPX-(?<![A-Za-z0-9_]GOCSPX-))[0-9A-Za-z_-]{20,}"
-        ),
-        ("ya29.", "GOCSPX-"),
-    ),
-    _Shape(
-        "stripe_key",
-        re.compile(
-            r"(?:[rs]k_(?:live|test)_(?<![A-Za-z0-9_].{8})|whsec_(?<![A-Za-z0-9_]whsec_))"
-            r"[0-9A-Za-z]{16,}",
-            re.DOTALL,
-        ),
-        ("k_live_", "k_test_", "whsec_"),
-    ),
-    _Shape(
-        "twilio_key",
-        re.compile(r"SK(?<![A-Za-z0-9_]SK)[0-9a-fA-F]{32}(?![A-Za-z0-9_])"),
-        ("SK",),
-    ),
-    _Shape(
+    _Rule("gitlab_token", _B + r"gl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_-]{20,}"),
+    _Rule("slack_token", _B + r"x(?:ox[abposre]-[A-Za-z0-9-]{10,}|app-\d-[A-Za-z0-9-]{10,})"),
+    _Rule("google_api_key", _B + r"AIza[0-9A-Za-z_-]{35}"),
+    _Rule("google_oauth", _B + r"(?:ya29\.|GOCSPX-)[0-9A-Za-z_-]{20,}"),
+    _Rule("stripe_key", _B + r"(?:[rs]k_(?:live|test)_|whsec_)[0-9A-Za-z]{16,}"),
+    _Rule("twilio_key", _B + r"SK[0-9a-fA-F]{32}" + _B),
+    _Rule(
         # A Twilio auth token next to its account SID (``AC…:token``, ``AC… token``).
         "twilio_auth_token",
-        re.compile(
-            r"(?P<keep>AC(?<![A-Za-z0-9_]AC)[0-9a-f]{32}[:/ ,;|\t]{1,4})[0-9a-f]{32}"
-            r"(?![A-Za-z0-9_])"
-        ),
-        ("AC",),
+        r"[0-9a-f]{32}" + _B,
+        before=_B + r"AC[0-9a-f]{32}[:/ ,;|\t]{1,4}",
     ),
-    _Shape(
-        "sendgrid_key",
-        re.compile(r"SG\.(?<![A-Za-z0-9_]SG\.)[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
-        ("SG.",),
-    ),
-    _Shape(
-        "huggingface_token",
-        re.compile(r"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}"),
-        ("hf_",),
-    ),
-    _Shape(
-        "package_token",
-        re.compile(
-            r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}"
-            r"|pypi-AgE(?<![A-Za-z0-9_]pypi-AgE)[A-Za-z0-9_-]{50,}"
-        ),
-        ("npm_", "pypi-AgE"),
-    ),
-    _Shape(
-        # Mailgun's old keys: ``key-`` and 32 characters.
+    _Rule("sendgrid_key", _B + r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
+    _Rule("huggingface_token", _B + r"hf_[A-Za-z0-9]{30,}"),
+    _Rule("package_token", _B + r"(?:npm_[A-Za-z0-9]{36}|pypi-AgE[A-Za-z0-9_-]{50,})"),
+    # Mailgun's old keys: ``key-`` and 32 characters.
+    _Rule("mailgun_key", _B + r"key-[0-9a-zA-Z]{32}" + _B),
+    _Rule(
+        # Mailgun's private API keys: 32-8-8 hex digits.
         "mailgun_key",
-        re.compile(r"key-(?<![A-Za-z0-9_]key-)[0-9a-zA-Z]{32}(?![A-Za-z0-9_])"),
-        ("key-",),
+        r"[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}",
+        before=_not_after("0-9A-Za-z-"),
+        after=_not_before("0-9A-Za-z-"),
     ),
-    _Shape(
-        # Mailgun's private API keys: 32-8-8 hex digits (matched from the first dash, the 32
-        # digits before it taken too).
-        "mailgun_key",
-        re.compile(r"-(?<=(?<![0-9A-Za-z-])[0-9a-f]{32}-)[0-9a-f]{8}-[0-9a-f]{8}(?![0-9A-Za-z-])"),
-        ("-",),
-        back=_HEX,
-        back_max=32,
-    ),
-    _Shape(
+    _Rule(
         # Discord bot tokens: a base64 user id (24 to 28 characters), a dot, 6 characters of
-        # timestamp, a dot, an HMAC (matched from the first dot, the id before it taken too).
+        # timestamp, a dot, an HMAC.
         "discord_token",
-        re.compile(
-            r"\.(?:(?<=(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{23}\.)"
-            r"|(?<=(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{24}\.)"
-            r"|(?<=(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{25}\.)"
-            r"|(?<=(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{26}\.)"
-            r"|(?<=(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{27}\.))"
-            r"[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])"
-        ),
-        (".",),
-        back=_B64URL,
-        back_max=28,
+        r"[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}",
+        before=_not_after("A-Za-z0-9_-"),
+        after=_not_before("A-Za-z0-9_-"),
     ),
-    _Shape(
-        # Telegram bot tokens: the bot id (8 to 10 digits), a colon, 35 characters.
+    _Rule(
+        # Telegram bot tokens: the bot id (8 to 10 digits), a colon, 35 characters; the id
+        # stays.
         "telegram_token",
-        re.compile(
-            r":(?:(?<=(?<![A-Za-z0-9_])[0-9]{8}:)|(?<=(?<![A-Za-z0-9_])[0-9]{9}:)"
-            r"|(?<=(?<![A-Za-z0-9_])[0-9]{10}:))[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"
-        ),
-        (":",),
+        r":[A-Za-z0-9_-]{35}",
+        before=_B + r"[0-9]{8,10}",
+        after=_not_before("A-Za-z0-9_-"),
     ),
-    _Shape(
-        # Azure AD client secrets: 3 characters, a digit, ``Q~``, then 31 to 34 more (matched
-        # from ``Q~``, the 4 characters before it taken too).
+    _Rule(
+        # Azure AD client secrets: 3 characters, a digit, ``Q~``, then 31 to 34 more.
         "azure_client_secret",
-        re.compile(
-            r"Q~(?<=(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}[0-9]Q~)[A-Za-z0-9_~.-]{31,34}"
-            r"(?![A-Za-z0-9_~.-])"
-        ),
-        ("Q~",),
-        back=frozenset(_B64URL | {"~", "."}),
-        back_max=4,
+        r"[A-Za-z0-9_~.-]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}",
+        before=_not_after("A-Za-z0-9_~.-"),
+        after=_not_before("A-Za-z0-9_~.-"),
     ),
-    _Shape(
+    _Rule(
         # Azure storage and service bus connection strings, and SAS signatures in URLs.
         "azure_key",
-        re.compile(
-            r"(?P<keep>(?:accountkey|sharedaccesskey|sharedaccesssignature)[ \t]{0,4}="
-            r"[ \t]{0,4}|sig=(?<![a-z0-9_]sig=))[^\s;&\"'<>]{8,}"
-        ),
-        ("accountkey", "sharedaccess", "sig="),
-        lower=True,
+        rf"[^{_SPACE};&\"'<>]{{8,}}",
+        before=r"(?i)(?:accountkey|sharedaccesskey|sharedaccesssignature)[ \t]{0,4}=[ \t]{0,4}"
+        r"|(?i)" + _B + r"sig=",
     ),
-    _Shape(
+    _Rule(
+        # Passwords in URLs, found as a parser would. A candidate span runs from a scheme
+        # (at the start of its run of scheme characters) and ``://`` to the next white space
+        # or quote. Its password runs from the first ``:`` of the user part (which holds no
+        # ``/ @ ? #``) to the last ``@`` that does not follow a ``/`` (an ``@`` right after a
+        # ``/`` opens a path segment, ``/@user``), so a password holding ``/`` or ``@`` is
+        # redacted whole; scheme, user and host stay. A span without one stays whole, and so
+        # does a URL inside its query. Before the bare 40-character shape, which could cut a
+        # password in two.
+        "url_password",
+        "",
+        span=_not_after("A-Za-z0-9+.-") + rf"[A-Za-z][A-Za-z0-9+.-]{{0,31}}://[^{_URL_END}]*",
+        before=_not_after("A-Za-z0-9+.-")
+        + rf"[A-Za-z][A-Za-z0-9+.-]{{0,31}}://[^:/@?#{_URL_END}]*:",
+        after=rf"@(?:/@|[^@{_URL_END}])*",
+        requires=(r"[^/]\z",),
+    ),
+    _Rule(
         # An AWS secret access key has no prefix: 40 characters of base64 mixing upper case,
         # lower case and digits. Hex digests (one case only) and prose never look like that.
         "aws_secret_key",
-        re.compile(
-            r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
-            r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
-        ),
+        r"[A-Za-z0-9/+]{40}",
+        before=_not_after("A-Za-z0-9/+="),
+        after=_not_before("A-Za-z0-9/+="),
+        requires=("[A-Z]", "[a-z]", "[0-9]"),
     ),
-    _Shape(
-        # key = value pairs whose name says secret (``TWILIO_AUTH_TOKEN=...``,
-        # ``"password": "..."``, ``aws_secret_access_key: ...``), in any case. The rest of the
-        # name is bounded (64 characters) and never given back (the lookahead and
-        # back-reference make an atomic group), so a run of keywords costs linear time.
+    _Rule(
+        # name = value pairs whose name says secret (``TWILIO_AUTH_TOKEN=...``,
+        # ``"password": "..."``, ``aws_secret_access_key: ...``), in any case. The value is
+        # quoted (up to the closing quote or the end of the line) or bare (up to white space or
+        # a separator); six characters at least, so ``password: none`` stays.
         "assigned_secret",
-        re.compile(
-            r"(?P<keep>" + _SECRET_WORD + r"(?=(?P<rest>[a-z0-9_.-]{0,64}))(?P=rest)"
-            r"[\"']?[ \t]{0,16}[:=][ \t]{0,16}[\"']?)" + _ASSIGNED_VALUE
-        ),
-        _SECRET_GATES,
-        lower=True,
+        "",
+        span=_ASSIGNMENT
+        + "(?:"
+        + "|".join((r"\"" + _value('^"\\n'), "'" + _value("^'\\n"), _value(rf"^{_SPACE}\"',;")))
+        + ")",
+        before=_ASSIGNMENT + r"[\"']?",
     ),
 ]
 
-# The start of a URL and its candidate span: a scheme at the start of its run of scheme
-# characters (so a long run is tried once), ``://``, then up to white space or a quote. Matched
-# from ``://`` backwards would need a variable lookbehind; the scheme is bounded instead.
-_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s\"'<>`]*")
+_REPLACER = PatternReplacer([rule.spec() for rule in _RULES])
 
 
 def redact_secrets(text: str) -> tuple[str, int]:
@@ -351,79 +289,13 @@ def redact_secrets(text: str) -> tuple[str, int]:
     were replaced.
 
     Runs in time linear in ``len(text)`` whatever it holds.
+
+    Raises:
+        InvalidInputError: ``text`` holds a lone surrogate (it is not Unicode text).
     """
-    total = 0
-    lowered = ""
-    lowered_of: str | None = None
-    for shape in _SHAPES:
-        if shape.kind == "aws_secret_key":
-            # Passwords in URLs go before the bare 40-character shape could cut one in two.
-            text, n = _redact_url_passwords(text)
-            total += n
-        source, pattern = text, shape.pattern
-        if shape.lower:
-            if lowered_of is not text:
-                lowered, lowered_of = text.lower(), text
-            source = lowered
-        if shape.gates and not any(gate in source for gate in shape.gates):
-            continue
-        if shape.folded is not None and len(source) != len(text):
-            # Lower-casing changed the length: match in place, in any case.
-            source, pattern = text, shape.folded
-        text, n = _apply(shape, pattern, text, source)
-        total += n
-    return text, total
-
-
-def _apply(shape: _Shape, pattern: re.Pattern[str], text: str, source: str) -> tuple[str, int]:
-    """``text`` with the matches of ``pattern`` in ``source`` (``text`` itself or its lower-cased
-    copy, of the same length) replaced."""
-    pieces: list[str] = []
-    last = count = 0
-    for match in pattern.finditer(source):
-        start, end = match.span()
-        if shape.back:
-            floor = max(start - shape.back_max, last)
-            while start > floor and text[start - 1] in shape.back:
-                start -= 1
-        keep = match.end("keep") if "keep" in pattern.groupindex else -1
-        pieces.append(text[last:start])
-        if keep > start:
-            pieces.append(text[start:keep])
-        pieces.append(f"[redacted: {shape.kind}]")
-        last = end
-        count += 1
-    if not count:
-        return text, 0
-    pieces.append(text[last:])
-    return "".join(pieces), count
-
-
-def _redact_url_passwords(text: str) -> tuple[str, int]:
-    if "://" not in text:
-        return text, 0
-    count = 0
-
-    def replace(match: re.Match[str]) -> str:
-        nonlocal count
-        url = match.group(0)
-        start = url.index("://") + 3
-        at = url.rfind("@", start)
-        # An ``@`` right after a ``/`` opens a path segment (``/@user``), not a host.
-        while at > start and url[at - 1] == "/":
-            at = url.rfind("@", start, at - 1)
-        if at < start:
-            return url
-        colon = url.find(":", start, at)
-        if colon < 0 or colon + 1 == at:
-            return url
-        user = url[start:colon]
-        if "/" in user or "@" in user or "?" in user or "#" in user:
-            return url  # the ``:`` is past the authority: no credentials
-        count += 1
-        return f"{url[: colon + 1]}[redacted: url_password]{url[at:]}"
-
-    return _URL.sub(replace, text), count
+    # The line break before the text is never part of a secret: it comes back first.
+    swept, n = _REPLACER.replace("\n" + text)
+    return (text, 0) if not n else (swept[1:], n)
 
 
 def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:

@@ -7,6 +7,7 @@ pub mod embed;
 pub mod error;
 pub mod json_path;
 pub mod merge;
+pub mod patterns;
 pub mod prune;
 pub mod tokens;
 pub mod vectors;

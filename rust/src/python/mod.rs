@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod embed;
 mod errors;
 mod merge;
+mod patterns;
 mod prune;
 mod tokens;
 pub(crate) mod vectors;
@@ -16,6 +17,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     embed::register(m)?;
     merge::register(m)?;
+    patterns::register(m)?;
     prune::register(m)?;
     tokens::register(m)?;
     vectors::register(m)?;
