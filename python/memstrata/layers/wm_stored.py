@@ -42,8 +42,9 @@ def read(store: Store, namespace: Namespace, initial: Any = None) -> Stored:
     Raises:
         InvalidInputError: The older rows are malformed or do not belong together.
     """
-    journal = store.get(namespace, JOURNAL_KEY)
-    snapshot = store.get(namespace, STATE_KEY)
+    # One read for both: the journal is almost always absent, and asking costs no round trip.
+    rows = store.get_many(namespace, (STATE_KEY, JOURNAL_KEY))
+    journal, snapshot = rows.get(JOURNAL_KEY), rows.get(STATE_KEY)
     version = snapshot.version if snapshot is not None else 0
     state = snapshot.value if snapshot is not None else None
     if journal is None:

@@ -301,14 +301,14 @@ class WorkingMemoryHandle:
         wrote since the state record at version ``checked`` failed (None: the rows could not
         be read together); False, and nothing moved or reset, if someone did."""
         store, namespace = self.ctx.store, self.namespace
-        rows = {key: store.get(namespace, key) for key in wm_stored.ALL_KEYS}
-        snapshot = rows[wm_stored.STATE_KEY]
+        rows = store.get_many(namespace, wm_stored.ALL_KEYS)  # one read: the rows together
+        snapshot = rows.get(wm_stored.STATE_KEY)
         version = snapshot.version if snapshot is not None else 0
         if checked is not None and version != checked:
             return False  # written since it was checked: read again, never move a new state
         moved_at = time.time()
         key = f"{QUARANTINE_PREFIX}{moved_at:.6f}"
-        record = {name: row.value for name, row in rows.items() if row is not None}
+        record = {name: row.value for name, row in rows.items()}
         record.setdefault("state", None)
         violations = getattr(reason, "violations", None) or [str(reason)]
         record.update(version=version, moved_at=moved_at, violations=violations)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import builtins
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError
@@ -69,6 +69,7 @@ from memstrata.stores.base import (
     mark_position,
     prefix_upper_bound,
     validate_key,
+    validate_keys,
     validate_namespace,
     validate_page,
     validate_ttl,
@@ -133,6 +134,7 @@ _SELECT = (
     " FROM memstrata_items"
 )
 _GET = f"{_SELECT} WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
+_GET_MANY = f"{_SELECT} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_LIVE}"
 _LIST = (
     f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
@@ -378,6 +380,17 @@ class PostgresStore(Store):
         return {"ns": ns, "key": validate_key(key), "now": None}
 
     @staticmethod
+    def _many_params(namespace: Namespace, keys: Sequence[str]) -> dict[str, Any]:
+        ns = encode_namespace(validate_namespace(namespace))
+        return {"ns": ns, "keys": validate_keys(keys), "now": None}
+
+    @staticmethod
+    def _found(keys: builtins.list[str], rows: builtins.list[tuple[Any, ...]]) -> dict[str, Item]:
+        """``get_many``'s answer: the rows read, by key in the order asked."""
+        found = {row[1]: _item(row) for row in rows}
+        return {key: found[key] for key in keys if key in found}
+
+    @staticmethod
     def _write_params(
         namespace: Namespace,
         key: str,
@@ -439,6 +452,12 @@ class PostgresStore(Store):
         with self._pool.connection() as conn:
             row = conn.execute(_GET, params).fetchone()
         return None if row is None else _item(row)
+
+    def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        params = self._many_params(namespace, keys)
+        with self._pool.connection() as conn:
+            rows = conn.execute(_GET_MANY, params).fetchall()
+        return self._found(params["keys"], rows)
 
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
@@ -657,6 +676,12 @@ class PostgresStore(Store):
         async with (await self._apool()).connection() as conn:
             row = await (await conn.execute(_GET, params)).fetchone()
         return None if row is None else _item(row)
+
+    async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        params = self._many_params(namespace, keys)
+        async with (await self._apool()).connection() as conn:
+            rows = await (await conn.execute(_GET_MANY, params)).fetchall()
+        return self._found(params["keys"], rows)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
