@@ -48,20 +48,24 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
 from __future__ import annotations
 
 import builtins
+import contextlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    Answer,
     ChangeMark,
     Changes,
     ConditionalWrite,
+    GetMany,
     Item,
     JSONValue,
     Namespace,
     Planner,
+    Read,
     Store,
     Updater,
     decode_namespace,
@@ -72,6 +76,7 @@ from memstrata.stores.base import (
     validate_keys,
     validate_namespace,
     validate_page,
+    validate_reads,
     validate_ttl,
     validate_updates,
     validate_version,
@@ -172,7 +177,6 @@ _READ_LOCKED = f"""SELECT clock.now, items.key, items.value::text
     LEFT JOIN memstrata_items AS items
         ON items.namespace = %(ns)s AND items.key = ANY(%(keys)s)
         AND (items.expires_at IS NULL OR items.expires_at > clock.now)"""
-_CURRENT_VERSION = f"SELECT version {_THIS_LIVE_ROW}"
 # A tombstone for every row the CTE ``gone`` deleted, in the deleting statement.
 _BURY = f"""buried AS (
         INSERT INTO memstrata_tombstones (namespace, key, deleted_by, deleted_at)
@@ -275,6 +279,90 @@ _SINCE = f"""{_MARK_ROW}
         FROM memstrata_tombstones
         WHERE namespace = %(ns)s AND {_not_seen_by_mark("deleted_by")}"""
 _STAMP = f"SELECT version, created_at {_THIS_LIVE_ROW}"
+
+
+class _Rollback(Exception):
+    """Raised inside :func:`_transaction` to roll it back: a conditional write missed."""
+
+
+def _in_lock_order(all_params: dict[str, dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+    """The keys' parameters in the one order every batch locks keys in, so two batches over the
+    same keys cannot deadlock."""
+    return [all_params[key] for key in sorted(all_params)]
+
+
+def _locked_read(all_params: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """``_READ_LOCKED`` over the keys (after their ``_LOCK_KEY`` statements, in lock order)."""
+    keys = sorted(all_params)
+    return _READ_LOCKED, {"ns": all_params[keys[0]]["ns"], "keys": keys}
+
+
+def _queue_locked_read(conn: Any, all_params: dict[str, dict[str, Any]]) -> Any:
+    """Queues every key's lock, then the read of their values; returns the read's cursor."""
+    for params in _in_lock_order(all_params):
+        conn.execute(_LOCK_KEY, params)
+    return conn.execute(*_locked_read(all_params))
+
+
+@contextlib.contextmanager
+def _transaction(conn: Any) -> Iterator[Any]:
+    """A transaction on an autocommit connection in pipeline mode, yielding the pipeline:
+    BEGIN goes out with the first statements and COMMIT with the last, so neither costs a round
+    trip of its own (psycopg's ``transaction()`` waits for each). ``pipeline.sync()`` sends what
+    is queued and waits for its answers; results of statements queued after the last sync are
+    in their cursors once the block ends. An exception rolls everything back: a ROLLBACK
+    goes out with the pipeline's last sync (or, after a statement failed, on its own)."""
+    try:
+        with conn.pipeline() as pipeline:
+            conn.execute("BEGIN", prepare=False)
+            try:
+                yield pipeline
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK", prepare=False)
+                raise
+            conn.execute("COMMIT", prepare=False)
+    except BaseException:
+        _roll_back(conn)
+        raise
+
+
+@contextlib.asynccontextmanager
+async def _atransaction(conn: Any) -> AsyncIterator[Any]:
+    """:func:`_transaction` on an async connection."""
+    try:
+        async with conn.pipeline() as pipeline:
+            await conn.execute("BEGIN", prepare=False)
+            try:
+                yield pipeline
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.execute("ROLLBACK", prepare=False)
+                raise
+            await conn.execute("COMMIT", prepare=False)
+    except BaseException:
+        from psycopg.pq import TransactionStatus
+
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(Exception):
+                await conn.rollback()
+        raise
+
+
+async def _aqueue_locked_read(conn: Any, all_params: dict[str, dict[str, Any]]) -> Any:
+    """:func:`_queue_locked_read` on an async connection."""
+    for params in _in_lock_order(all_params):
+        await conn.execute(_LOCK_KEY, params)
+    return await conn.execute(*_locked_read(all_params))
+
+
+def _roll_back(conn: Any) -> None:
+    """Ends a transaction that failed (the pool would, but it warns)."""
+    from psycopg.pq import TransactionStatus
+
+    if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+        with contextlib.suppress(Exception):
+            conn.rollback()
 
 
 def _require_psycopg() -> Any:
@@ -492,9 +580,7 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        # Pipelined: BEGIN, the lock and the read in one round trip, the write in another, and
-        # COMMIT in a third.
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        with self._pool.connection() as conn:
             return self._update_many(conn, namespace, {key: fn}, {key: params}, ttl)[0]
 
     def put_if_version(
@@ -548,29 +634,43 @@ class PostgresStore(Store):
         validated: bool = False,
     ) -> builtins.list[Item] | None:
         all_params = self._conditional_params(namespace, writes, validated)
-        with self._pool.connection() as conn, conn.transaction():
-            # Keys are locked in one order, so two batches over the same keys cannot deadlock.
-            now = None
-            for key in sorted(all_params):
-                (now,) = conn.execute(_LOCK_KEY, all_params[key]).fetchone()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = conn.execute(_CURRENT_VERSION, params).fetchone()
-                if (row[0] if row else 0) != writes[key].expected_version:
-                    return None
-            return [
-                self._written(
-                    namespace, key, writes[key].value, conn.execute(_UPSERT, params).fetchone()
-                )
-                for key, params in all_params.items()
-            ]
+        statements = self._conditional_writes(writes, all_params)
+        # Two round trips: the locks and every write; then COMMIT, or ROLLBACK if a write
+        # found another version.
+        try:
+            with self._pool.connection() as conn, _transaction(conn) as pipeline:
+                for params in _in_lock_order(all_params):
+                    conn.execute(_LOCK_KEY, params)
+                cursors = [conn.execute(sql, params) for sql, params in statements]
+                pipeline.sync()
+                rows = [cursor.fetchone() for cursor in cursors]
+                if any(row is None for row in rows):
+                    raise _Rollback
+        except _Rollback:
+            return None
+        return [
+            self._written(namespace, key, writes[key].value, row)
+            for key, row in zip(all_params, rows)
+        ]
+
+    def _conditional_writes(
+        self, writes: Mapping[str, ConditionalWrite], all_params: dict[str, dict[str, Any]]
+    ) -> builtins.list[tuple[str, dict[str, Any]]]:
+        """Each key's ``put_if_version`` statement: in a transaction that holds the keys' locks
+        already, it takes its own again (harmlessly) and writes only over its expected version."""
+        return [
+            (self._put_if_version_sql(params, writes[key].expected_version), params)
+            for key, params in all_params.items()
+        ]
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        if not all_params:
+            return []
+        with self._pool.connection() as conn:
             return self._update_many(conn, namespace, updates, all_params, ttl)
 
     def _update_many(
@@ -581,21 +681,28 @@ class PostgresStore(Store):
         all_params: dict[str, dict[str, Any]],
         ttl: float | None,
     ) -> builtins.list[Item]:
-        """``update_many`` in the caller's transaction, on a pipelined connection: the locks and
-        the read go in one round trip, the writes in another, however many keys."""
-        if not all_params:
-            return []
-        # Keys are locked in one order, so two batches over the same keys cannot deadlock.
-        keys = sorted(all_params)
-        for key in keys:
-            conn.execute(_LOCK_KEY, all_params[key])
-        read = {"ns": all_params[keys[0]]["ns"], "keys": keys}
-        rows = conn.execute(_READ_LOCKED, read).fetchall()
-        written = [
+        """``update_many`` in two round trips however many keys: BEGIN, the locks and the read;
+        then the writes and COMMIT."""
+        with _transaction(conn) as pipeline:
+            read = _queue_locked_read(conn, all_params)
+            pipeline.sync()
+            written = self._queue_writes(conn, updates, all_params, read.fetchall(), ttl)
+        return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
+
+    def _queue_writes(
+        self,
+        conn: Any,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        rows: builtins.list[tuple[Any, ...]],
+        ttl: float | None,
+    ) -> builtins.list[tuple[str, JSONValue, Any]]:
+        """The writes of ``updates`` over the rows of ``_READ_LOCKED``, queued on the pipeline:
+        ``(key, value, cursor)``, the cursor's row there once the pipeline syncs."""
+        return [
             (key, value, conn.execute(_UPSERT, params))
             for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
         ]
-        return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
 
     @staticmethod
     def _planned_writes(
@@ -623,19 +730,54 @@ class PostgresStore(Store):
 
     def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
-        namespace = tuple(namespace)
         with self._pool.connection() as conn:
-            if since is not None:
-                answer = _changes(
-                    namespace, conn.execute(_SINCE, params).fetchall(), complete=False
-                )
-                if answer is not None:
-                    return answer
-            everything = _changes(
+            rows = conn.execute(_EVERYTHING if since is None else _SINCE, params).fetchall()
+            return self._changes_answer(conn, tuple(namespace), since, params, rows)
+
+    @staticmethod
+    def _changes_answer(
+        conn: Any,
+        namespace: Namespace,
+        since: ChangeMark | None,
+        params: dict[str, Any],
+        rows: builtins.list[tuple[Any, ...]],
+    ) -> Changes:
+        """``changes``' answer from the rows of ``_SINCE`` (``_EVERYTHING`` without a mark),
+        reading everything when they say the mark is stale."""
+        answer = _changes(namespace, rows, complete=since is None)
+        if answer is None:
+            answer = _changes(
                 namespace, conn.execute(_EVERYTHING, params).fetchall(), complete=True
             )
-        assert everything is not None  # _EVERYTHING has no 'stale' row
-        return everything
+        assert answer is not None  # _EVERYTHING has no 'stale' row
+        return answer
+
+    def read_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
+        plans = [self._read_plan(read) for read in validate_reads(reads)]
+        if not plans:
+            return []
+        with self._pool.connection() as conn:
+            # Every statement is sent, then one Sync as the pipeline ends, which brings every
+            # answer back: one round trip (a fetch inside the block would cost a second).
+            with conn.pipeline():
+                cursors = [conn.execute(sql, params) for _, sql, params in plans]
+            answers: builtins.list[Answer] = []
+            for (read, _, params), cursor in zip(plans, cursors):
+                rows = cursor.fetchall()
+                if isinstance(read, GetMany):
+                    answers.append(self._found(params["keys"], rows))
+                else:
+                    namespace = tuple(read.namespace)
+                    answers.append(self._changes_answer(conn, namespace, read.since, params, rows))
+        return answers
+
+    @staticmethod
+    def _read_plan(read: Read) -> tuple[Read, str, dict[str, Any]]:
+        """The statement that answers one read of ``read_many``, and its parameters."""
+        if isinstance(read, GetMany):
+            return read, _GET_MANY, PostgresStore._many_params(read.namespace, read.keys)
+        params = PostgresStore._changes_params(read.namespace, read.since)
+        return read, _EVERYTHING if read.since is None else _SINCE, params
 
     def update_many_since(
         self,
@@ -647,14 +789,23 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         params = self._since_params(namespace, since)
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        # Three round trips: the namespace's lock and the changes; the keys' locks and their
+        # values; the writes and COMMIT (two when the plan writes nothing).
+        with self._pool.connection() as conn, _transaction(conn) as pipeline:
             # The lock first, in its own statement: under READ COMMITTED the next statement's
-            # snapshot then includes whatever the previous holder committed.
-            (params["now"],) = conn.execute(_LOCK_NAMESPACE, params).fetchone()
-            changed = [_item(row) for row in conn.execute(_CHANGES, params).fetchall()]
-            updates = plan(changed)
+            # snapshot then includes whatever the previous holder committed (and its clock, as
+            # it starts, the time once the lock is held).
+            conn.execute(_LOCK_NAMESPACE, params)
+            changed = conn.execute(_CHANGES, params)
+            pipeline.sync()
+            updates = plan([_item(row) for row in changed.fetchall()])
             all_params = self._planned_params(namespace, updates)
-            return self._update_many(conn, namespace, updates, all_params, ttl)
+            if not all_params:
+                return []
+            read = _queue_locked_read(conn, all_params)
+            pipeline.sync()
+            written = self._queue_writes(conn, updates, all_params, read.fetchall(), ttl)
+        return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
 
     def purge_expired(self) -> int:
         with self._pool.connection() as conn, conn.transaction():
@@ -716,11 +867,7 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        async with (
-            (await self._apool()).connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
-        ):
+        async with (await self._apool()).connection() as conn:
             return (await self._aupdate_many(conn, namespace, {key: fn}, {key: params}, ttl))[0]
 
     async def aupdate_many(
@@ -728,11 +875,9 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        async with (
-            (await self._apool()).connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
-        ):
+        if not all_params:
+            return []
+        async with (await self._apool()).connection() as conn:
             return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
 
     async def _aupdate_many(
@@ -743,17 +888,12 @@ class PostgresStore(Store):
         all_params: dict[str, dict[str, Any]],
         ttl: float | None,
     ) -> builtins.list[Item]:
-        if not all_params:
-            return []
-        keys = sorted(all_params)
-        for key in keys:
-            await conn.execute(_LOCK_KEY, all_params[key])
-        read = {"ns": all_params[keys[0]]["ns"], "keys": keys}
-        rows = await (await conn.execute(_READ_LOCKED, read)).fetchall()
-        written = [
-            (key, value, await conn.execute(_UPSERT, params))
-            for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
-        ]
+        async with _atransaction(conn) as pipeline:
+            read = await _aqueue_locked_read(conn, all_params)
+            await pipeline.sync()
+            written = await self._aqueue_writes(
+                conn, updates, all_params, await read.fetchall(), ttl
+            )
         return [
             self._written(namespace, key, value, await cur.fetchone())
             for key, value, cur in written
@@ -767,17 +907,57 @@ class PostgresStore(Store):
 
     async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
-        namespace = tuple(namespace)
         async with (await self._apool()).connection() as conn:
-            if since is not None:
-                rows = await (await conn.execute(_SINCE, params)).fetchall()
-                answer = _changes(namespace, rows, complete=False)
-                if answer is not None:
-                    return answer
+            sql = _EVERYTHING if since is None else _SINCE
+            rows = await (await conn.execute(sql, params)).fetchall()
+            return await self._achanges_answer(conn, tuple(namespace), since, params, rows)
+
+    @staticmethod
+    async def _achanges_answer(
+        conn: Any,
+        namespace: Namespace,
+        since: ChangeMark | None,
+        params: dict[str, Any],
+        rows: builtins.list[tuple[Any, ...]],
+    ) -> Changes:
+        answer = _changes(namespace, rows, complete=since is None)
+        if answer is None:
             rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
-        everything = _changes(namespace, rows, complete=True)
-        assert everything is not None  # _EVERYTHING has no 'stale' row
-        return everything
+            answer = _changes(namespace, rows, complete=True)
+        assert answer is not None  # _EVERYTHING has no 'stale' row
+        return answer
+
+    async def aread_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
+        plans = [self._read_plan(read) for read in validate_reads(reads)]
+        if not plans:
+            return []
+        async with (await self._apool()).connection() as conn:
+            async with conn.pipeline():
+                cursors = [await conn.execute(sql, params) for _, sql, params in plans]
+            answers: builtins.list[Answer] = []
+            for (read, _, params), cursor in zip(plans, cursors):
+                rows = await cursor.fetchall()
+                if isinstance(read, GetMany):
+                    answers.append(self._found(params["keys"], rows))
+                else:
+                    namespace = tuple(read.namespace)
+                    answers.append(
+                        await self._achanges_answer(conn, namespace, read.since, params, rows)
+                    )
+        return answers
+
+    async def _aqueue_writes(
+        self,
+        conn: Any,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        rows: builtins.list[tuple[Any, ...]],
+        ttl: float | None,
+    ) -> builtins.list[tuple[str, JSONValue, Any]]:
+        return [
+            (key, value, await conn.execute(_UPSERT, params))
+            for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
+        ]
 
     async def aupdate_many_since(
         self,
@@ -789,16 +969,23 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         params = self._since_params(namespace, since)
         ttl = validate_ttl(ttl)
-        async with (
-            (await self._apool()).connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
-        ):
-            (params["now"],) = await (await conn.execute(_LOCK_NAMESPACE, params)).fetchone()
-            rows = await (await conn.execute(_CHANGES, params)).fetchall()
-            updates = plan([_item(row) for row in rows])
+        async with (await self._apool()).connection() as conn, _atransaction(conn) as pipeline:
+            await conn.execute(_LOCK_NAMESPACE, params)
+            changed = await conn.execute(_CHANGES, params)
+            await pipeline.sync()
+            updates = plan([_item(row) for row in await changed.fetchall()])
             all_params = self._planned_params(namespace, updates)
-            return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
+            if not all_params:
+                return []
+            read = await _aqueue_locked_read(conn, all_params)
+            await pipeline.sync()
+            written = await self._aqueue_writes(
+                conn, updates, all_params, await read.fetchall(), ttl
+            )
+        return [
+            self._written(namespace, key, value, await cur.fetchone())
+            for key, value, cur in written
+        ]
 
     async def aput_if_version(
         self,
@@ -827,20 +1014,25 @@ class PostgresStore(Store):
         validated: bool = False,
     ) -> builtins.list[Item] | None:
         all_params = self._conditional_params(namespace, writes, validated)
-        async with (await self._apool()).connection() as conn, conn.transaction():
-            now = None
-            for key in sorted(all_params):
-                (now,) = await (await conn.execute(_LOCK_KEY, all_params[key])).fetchone()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = await (await conn.execute(_CURRENT_VERSION, params)).fetchone()
-                if (row[0] if row else 0) != writes[key].expected_version:
-                    return None
-            items = []
-            for key, params in all_params.items():
-                written = await (await conn.execute(_UPSERT, params)).fetchone()
-                items.append(self._written(namespace, key, writes[key].value, written))
-            return items
+        statements = self._conditional_writes(writes, all_params)
+        try:
+            async with (
+                (await self._apool()).connection() as conn,
+                _atransaction(conn) as pipeline,
+            ):
+                for params in _in_lock_order(all_params):
+                    await conn.execute(_LOCK_KEY, params)
+                cursors = [await conn.execute(sql, params) for sql, params in statements]
+                await pipeline.sync()
+                rows = [await cursor.fetchone() for cursor in cursors]
+                if any(row is None for row in rows):
+                    raise _Rollback
+        except _Rollback:
+            return None
+        return [
+            self._written(namespace, key, writes[key].value, row)
+            for key, row in zip(all_params, rows)
+        ]
 
     async def apurge_expired(self) -> int:
         async with (await self._apool()).connection() as conn, conn.transaction():
