@@ -56,7 +56,8 @@ from memstrata.messages import tool_calls
 from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
 from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Namespace, codec
+from memstrata.stores import GetMany, Item, Namespace, Read, codec
+from memstrata.stores.base import Answer
 from memstrata.tokens import exact_count, exact_count_over, json_lines
 from memstrata.tools import Tool
 
@@ -166,9 +167,17 @@ class WorkingMemory:
 
     # Layer protocol ---------------------------------------------------------------------------
 
-    def init(self, ctx: RunContext) -> WorkingMemoryHandle:
-        handle = WorkingMemoryHandle(self, ctx, self.namespace_of(ctx))
-        handle.load()
+    def opening_reads(self, ctx: RunContext) -> list[Read]:
+        """The stored records, read with the other layers' when the run opens."""
+        return [GetMany(self.namespace_of(ctx), wm_stored.OPENING_KEYS)]
+
+    def init(
+        self, ctx: RunContext, opened: Mapping[Read, Answer] | None = None
+    ) -> WorkingMemoryHandle:
+        namespace = self.namespace_of(ctx)
+        handle = WorkingMemoryHandle(self, ctx, namespace)
+        rows = (opened or {}).get(GetMany(namespace, wm_stored.OPENING_KEYS))
+        handle.load(rows if isinstance(rows, dict) else None)
         return handle
 
     def namespace_of(self, ctx: RunContext) -> Namespace:
@@ -265,13 +274,15 @@ class WorkingMemoryHandle:
 
     # Reading ----------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Reads the stored state (folding rows of older memstrata into one record)."""
+    def load(self, rows: Mapping[str, Item] | None = None) -> None:
+        """Reads the stored state (folding rows of older memstrata into one record); ``rows``
+        are the state's records as the run's opening read found them, used on the first try."""
         layer, store = self.layer, self.ctx.store
         for _ in range(MAX_WRITE_ATTEMPTS):
             stored = None
             try:
-                stored = wm_stored.read(store, self.namespace, layer.initial_state())
+                stored = wm_stored.read(store, self.namespace, layer.initial_state(), rows)
+                rows = None  # a second try reads again
                 if stored.state is None:
                     self._take(layer.initial_state(), stored.version)
                     return
