@@ -19,7 +19,7 @@ from pg_round_trips import RoundTripCounter
 from store_checks import changed_keys, drop_postgres_tables
 
 from memstrata.exceptions import InvalidInputError
-from memstrata.stores import PostgresStore, open_store
+from memstrata.stores import PostgresStore, open_store, pg_sql
 from memstrata.stores import postgres as pg
 from memstrata.stores.base import (
     ChangeMark,
@@ -482,7 +482,7 @@ def test_put_many_if_versions_checks_versions_in_its_writes(url: str) -> None:
     answer: list[Any] = []
     with psycopg.connect(url, autocommit=True) as holder:
         holder.execute("BEGIN")
-        holder.execute(pg._KEY_LOCK_ROW, {"ns": encode_namespace(NS), "key": "b"})
+        holder.execute(pg_sql._KEY_LOCK_ROW, {"ns": encode_namespace(NS), "key": "b"})
         writer = threading.Thread(
             target=lambda: answer.append(store.put_many_if_versions(NS, batch))
         )
