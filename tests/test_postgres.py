@@ -469,6 +469,29 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
     assert round_trips(counter, lambda: store.put_many_if_versions(NS, stale)) == 2
     assert store.get(NS, "new") is None
 
+    # The async twins send the same statements the same way, on one event loop's connections.
+    async def async_trips() -> dict[str, float]:
+        calls = {
+            "aread_many": (lambda: store.aread_many(reads)),
+            "aupdate": (lambda: store.aupdate(NS, "k", lambda v: v)),
+            "aupdate_many_since": (
+                lambda: store.aupdate_many_since(
+                    NS, mark, lambda changed: {c.key: lambda v: v for c in changed}
+                )
+            ),
+        }
+        trips = {}
+        for name, call in calls.items():
+            for _ in range(20):
+                await call()
+            start = counter.round_trips
+            for _ in range(10):
+                await call()
+            trips[name] = (counter.round_trips - start) / 10
+        return trips
+
+    assert asyncio.run(async_trips()) == {"aread_many": 1, "aupdate": 2, "aupdate_many_since": 3}
+
 
 def test_put_many_if_versions_checks_versions_in_its_writes(url: str) -> None:
     """A plain put that lands while put_many_if_versions waits for its locks wins: the batch
