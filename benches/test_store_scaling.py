@@ -30,9 +30,11 @@ SECONDS = 3.0
 _WRITER = """
 import sys, time
 from memstrata import deep_merge, open_store
-url, worker, start_at, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+url, worker, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 store = open_store(url)
 store.put(("bench", worker), "state", {"n": 0})
+print("ready", flush=True)
+start_at = float(sys.stdin.readline())
 latencies = []
 time.sleep(max(0.0, start_at - time.time()))
 end_at = start_at + seconds
@@ -46,24 +48,33 @@ latencies.sort()
 print(len(latencies), latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)])
 """
 
-# Time for every writer to start its interpreter and open its store before the window opens.
-STARTUP_SECONDS = 4.0
+# The window opens this long after the last writer said it is ready (its store open).
+START_DELAY_SECONDS = 0.5
 
 
 def throughput(url: str, writers: int) -> tuple[float, float, float]:
     """Total updates/s over the common window, and the worst writer's p50 and p99 latency."""
-    start_at = time.time() + STARTUP_SECONDS
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _WRITER, url, str(w), repr(start_at), str(SECONDS)],
+            [sys.executable, "-c", _WRITER, url, str(w), str(SECONDS)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for w in range(writers)
     ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    start_at = time.time() + START_DELAY_SECONDS
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(f"{start_at!r}\n")
+        p.stdin.close()
     total, p50, p99 = 0, 0.0, 0.0
     for p in procs:
-        out, _ = p.communicate(timeout=120)
+        assert p.stdout is not None
+        out = p.stdout.read()
+        p.wait(timeout=120)
         assert p.returncode == 0
         done, median, tail = out.split()
         total += int(done)

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-import select
-import socket
 import statistics
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from benchkit import compare, fmt_seconds, record
+from pg_round_trips import RoundTripCounter
 from postgres_cluster import throwaway_cluster
 from test_turn import per_turn, percentile
 from turn_scenario import THREAD, PlainTurn, Scenario
@@ -30,59 +28,6 @@ from turn_scenario import THREAD, PlainTurn, Scenario
 from memstrata.stores import PostgresStore
 
 TARGET = "p95 <= 2 ms on loopback, >= 5x LangGraph's PostgresStore + plain Python"
-
-
-class RoundTripCounter:
-    """A loopback TCP proxy in front of PostgreSQL that counts round trips: a client message
-    that follows a server message (or opens the connection) starts one. Used only to count;
-    the timings go straight to the server."""
-
-    def __init__(self, url: str) -> None:
-        rest = url.split("://", 1)[1]
-        userinfo, _, hostpart = rest.rpartition("@")
-        hostport, _, self._db = hostpart.partition("/")
-        host, _, port = hostport.partition(":")
-        self._upstream = (host, int(port))
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"postgresql://{userinfo}@127.0.0.1:{self._listener.getsockname()[1]}/{self._db}"
-        self.round_trips = 0
-        self._lock = threading.Lock()
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self._upstream)
-            for s in (client, server):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._relay, args=(client, server), daemon=True).start()
-
-    def _relay(self, client: socket.socket, server: socket.socket) -> None:
-        server_spoke_last = True
-        with client, server:
-            while True:
-                readable, _, _ = select.select([client, server], [], [])
-                for s in readable:
-                    data = s.recv(1 << 16)
-                    if not data:
-                        return
-                    if s is client:
-                        if server_spoke_last:
-                            with self._lock:
-                                self.round_trips += 1
-                        server_spoke_last = False
-                        server.sendall(data)
-                    else:
-                        server_spoke_last = True
-                        client.sendall(data)
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
 
 
 class LangGraphPostgresTurn(PlainTurn):

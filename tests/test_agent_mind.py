@@ -17,8 +17,10 @@ from store_checks import empty_postgres_tables
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, count_tokens, hash_embed
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind import MindTtlDefaults, ScoreWeights
+from memstrata.layers.mind.committed import refresh
 from memstrata.layers.mind.entries import parse_due_by, parse_duration
-from memstrata.stores import InMemoryStore, PostgresStore, Store
+from memstrata.stores import ChangesSince, InMemoryStore, PostgresStore, Store
+from memstrata.stores.base import ChangeMark, Changes
 
 AGENT = "research-tracker"
 NS = ("mind", AGENT)
@@ -1696,3 +1698,31 @@ def test_one_run_cannot_add_past_its_entry_quota(store: Store) -> None:
         assert again["id"] == first["id"]
     with stack.run(agent=AGENT) as run:  # the next run has its own quota
         ok(run.call_tool("mind_reflect", {"content": "A new run's note"}))
+
+
+def test_the_opening_read_is_used_only_for_the_mark_it_was_made_at(store: Store) -> None:
+    mind = AgentMind()
+    with mind.session(store, agent=AGENT) as handle:
+        handle.believe("the sky is blue", confidence="high")
+    with mind.session(store, agent=AGENT):
+        pass  # loads what the first session committed
+    held = mind._committed[NS]
+    assert held.mark is not None
+    # Another process commits a belief after this process last looked.
+    with AgentMind().session(store, agent=AGENT) as other:
+        other.believe("grass is green", confidence="high")
+    # An answer for the mark the layer holds is taken as the read (here: "nothing changed").
+    answer = Changes(held.mark, [], [], complete=False)
+    committed, _ = refresh(held, store, NS, {ChangesSince(NS, held.mark): answer})
+    assert sorted(b.content for b in committed.beliefs.values()) == ["the sky is blue"]
+    # One made at another mark answers another read: the layer reads again and sees it.
+    older = ChangeMark(held.mark.backend, NS, "0")
+    committed, _ = refresh(held, store, NS, {ChangesSince(NS, older): answer})
+    assert sorted(b.content for b in committed.beliefs.values()) == [
+        "grass is green",
+        "the sky is blue",
+    ]
+    # Through a run: the opening read sees the other process's belief.
+    stack = MemoryStack([mind], store=store)
+    with stack.run(agent=AGENT) as run:
+        assert "grass is green" in "\n".join(m["content"] for m in run.prepare([]))

@@ -15,14 +15,18 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_round_trips import RoundTripCounter
 from store_checks import changed_keys, drop_postgres_tables
 
-from memstrata.exceptions import StoreVersionError
-from memstrata.stores import PostgresStore, open_store
+from memstrata.exceptions import InvalidInputError, StoreVersionError
+from memstrata.stores import PostgresStore, open_store, pg_sql
 from memstrata.stores import postgres as pg
 from memstrata.stores.base import (
     ChangeMark,
+    Changes,
+    ChangesSince,
     ConditionalWrite,
+    GetMany,
     Store,
     encode_namespace,
     prefix_upper_bound,
@@ -399,3 +403,191 @@ def test_one_statement_conditional_writes_and_updates_lose_nothing(url: str) -> 
     assert stores[0].get(NS, "fresh") is None
     for store in stores:
         store.close()
+
+
+@pytest.fixture
+def counted(url: str) -> Iterator[tuple[PostgresStore, RoundTripCounter]]:
+    """A store whose connections go through a proxy that counts round trips."""
+    counter = RoundTripCounter(url)
+    store = PostgresStore(counter.url)
+    yield store, counter
+    store.close()
+    counter.close()
+
+
+def round_trips(counter: RoundTripCounter, call: Any, times: int = 10) -> float:
+    for _ in range(20):
+        call()  # past psycopg's prepare threshold on every pooled connection
+    start = counter.round_trips
+    for _ in range(times):
+        call()
+    return (counter.round_trips - start) / times
+
+
+def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -> None:
+    store, counter = counted
+    store.put(NS, "k", 0)
+    mark = store.change_mark(NS)
+    reads = [ChangesSince(NS, mark), GetMany(NS, ("k", "absent")), ChangesSince(NS)]
+    version = {"k": store.get(NS, "k").version}  # type: ignore[union-attr]
+
+    def put_if_version() -> None:
+        written = store.put_if_version(NS, "k", 1, expected_version=version["k"])
+        assert written is not None
+        version["k"] = written.version
+
+    def put_many_if_versions() -> None:
+        both = {"k": ConditionalWrite(2, version["k"]), "j": ConditionalWrite(2, 0)}
+        written = store.put_many_if_versions(NS, both)
+        assert written is not None
+        version["k"] = written[0].version
+        store.delete(NS, "j")  # one more round trip, taken off below
+
+    def update_many_since() -> None:
+        store.update_many_since(NS, mark, lambda changed: {c.key: lambda v: v for c in changed})
+
+    expected = {
+        "get": (lambda: store.get(NS, "k"), 1),
+        "get_many": (lambda: store.get_many(NS, ["k", "j"]), 1),
+        "read_many of 3 reads": (lambda: store.read_many(reads), 1),
+        "put_if_version": (put_if_version, 1),
+        # BEGIN, the locks and the writes; then COMMIT (ROLLBACK when a version was wrong).
+        "put_many_if_versions": (put_many_if_versions, 2 + 1),
+        # BEGIN, the locks and the read; then the writes and COMMIT.
+        "update": (lambda: store.update(NS, "k", lambda v: v), 2),
+        "update_many of 3 keys": (
+            lambda: store.update_many(NS, {k: lambda v: v for k in ("k", "a", "b")}),
+            2,
+        ),
+        # The namespace lock and the changes; the keys' locks and values; the writes, COMMIT.
+        "update_many_since": (update_many_since, 3),
+    }
+    counted_trips = {name: round_trips(counter, call) for name, (call, _) in expected.items()}
+    assert counted_trips == {name: float(trips) for name, (_, trips) in expected.items()}
+    version_before = store.get(NS, "k").version  # type: ignore[union-attr]
+    stale = {"k": ConditionalWrite(9, version_before - 1), "new": ConditionalWrite(9, 0)}
+    assert round_trips(counter, lambda: store.put_many_if_versions(NS, stale)) == 2
+    assert store.get(NS, "new") is None
+
+    # The async twins send the same statements the same way, on one event loop's connections.
+    async def async_trips() -> dict[str, float]:
+        calls = {
+            "aread_many": (lambda: store.aread_many(reads)),
+            "aupdate": (lambda: store.aupdate(NS, "k", lambda v: v)),
+            "aupdate_many_since": (
+                lambda: store.aupdate_many_since(
+                    NS, mark, lambda changed: {c.key: lambda v: v for c in changed}
+                )
+            ),
+        }
+        trips = {}
+        for name, call in calls.items():
+            for _ in range(20):
+                await call()
+            start = counter.round_trips
+            for _ in range(10):
+                await call()
+            trips[name] = (counter.round_trips - start) / 10
+        return trips
+
+    assert asyncio.run(async_trips()) == {"aread_many": 1, "aupdate": 2, "aupdate_many_since": 3}
+
+
+def test_put_many_if_versions_checks_versions_in_its_writes(url: str) -> None:
+    """A plain put that lands while put_many_if_versions waits for its locks wins: the batch
+    then finds another version and writes nothing."""
+    import threading
+
+    store = PostgresStore(url)
+    store.put(NS, "a", 1)
+    store.put(NS, "b", 1)
+    batch = {"a": ConditionalWrite("batch", 1), "b": ConditionalWrite("batch", 1)}
+    answer: list[Any] = []
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("BEGIN")
+        holder.execute(pg_sql._KEY_LOCK_ROW, {"ns": encode_namespace(NS), "key": "b"})
+        writer = threading.Thread(
+            target=lambda: answer.append(store.put_many_if_versions(NS, batch))
+        )
+        writer.start()
+        time.sleep(0.2)  # the batch holds "a" and waits for "b"
+        assert writer.is_alive()
+        store.put(NS, "b", "plain")  # no lock needed: lands while the batch waits
+        holder.execute("COMMIT")
+        writer.join(timeout=10)
+    assert answer == [None]
+    assert store.get(NS, "a").value == 1  # type: ignore[union-attr]
+    assert store.get(NS, "b").value == "plain"  # type: ignore[union-attr]
+    store.close()
+
+
+def test_batched_writes_over_expired_rows(url: str) -> None:
+    store = PostgresStore(url)
+    store.put(NS, "old", 1, ttl=0.05)
+    store.put(NS, "kept", 1)
+    time.sleep(0.08)
+    # An expired record counts as absent: version 0 writes it anew, its old version does not.
+    assert store.put_many_if_versions(NS, {"old": ConditionalWrite(2, 1)}) is None
+    written = store.put_many_if_versions(
+        NS, {"old": ConditionalWrite(2, 0), "kept": ConditionalWrite(2, 1)}
+    )
+    assert written is not None and [(i.key, i.version) for i in written] == [
+        ("old", 1),
+        ("kept", 2),
+    ]
+    store.put(NS, "old", 3, ttl=0.05)
+    time.sleep(0.08)
+    updated = store.update_many(NS, {"old": lambda v: {"was": v}, "kept": lambda v: v + 1})
+    assert [(i.value, i.version) for i in updated] == [({"was": None}, 1), (3, 3)]
+    store.close()
+
+
+def test_a_failed_transaction_leaves_its_connection_idle(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresStore(url, max_size=1)  # one connection: every call reuses it
+    store.put(NS, "k", 1)
+
+    def boom(_: Any) -> Any:
+        raise ValueError("updater failed")
+
+    with pytest.raises(ValueError, match="updater failed"):
+        store.update(NS, "k", boom)
+    with pytest.raises(ValueError, match="updater failed"):
+        store.update_many_since(NS, ChangeMark("postgres", NS, "1:1:"), lambda _: {"k": boom})
+
+    def failing_plan(_: Any) -> Any:
+        raise ValueError("planner failed")
+
+    with pytest.raises(ValueError, match="planner failed"):
+        store.update_many_since(NS, store.change_mark(NS), failing_plan)
+    # No lock is left held: another connection updates the record at once.
+    other = PostgresStore(url)
+    assert other.update(NS, "k", lambda v: v + 1).version == 2
+    assert store.update(NS, "k", lambda v: v + 1).value == 3
+    assert not [r for r in caplog.records if "rolling back" in r.getMessage()]
+    other.close()
+    store.close()
+
+
+def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
+    store = PostgresStore(url)
+    store.put(NS, "a", 1)
+    mark = store.change_mark(NS)
+    store.put(NS, "b", 2)
+    foreign = ChangeMark("postgres", NS, "999999999:999999999:")  # ahead of this database
+    reads = [GetMany(NS, ("b", "a", "x")), ChangesSince(NS, mark), ChangesSince(NS, foreign)]
+    got = store.read_many(reads)
+    assert got[0] == store.get_many(NS, ["b", "a", "x"])
+    assert isinstance(got[1], Changes) and [i.key for i in got[1].items] == ["b"]
+    assert not got[1].complete
+    assert isinstance(got[2], Changes) and got[2].complete  # answered in full
+    assert [i.key for i in got[2].items] == ["a", "b"]
+    twin = asyncio.run(store.aread_many(reads))
+    assert twin[0] == got[0] and isinstance(twin[1], Changes) and isinstance(twin[2], Changes)
+    assert [i.key for i in twin[1].items] == ["b"] and twin[2].complete
+    with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
+        store.read_many([GetMany(NS, ("a",)), ChangesSince(NS, ChangeMark("postgres", NS, "x"))])
+    with pytest.raises(InvalidInputError, match="GetMany or ChangesSince"):
+        store.read_many([("get", NS, "a")])  # type: ignore[list-item]
+    store.close()

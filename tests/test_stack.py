@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 
 from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.stack import Budget, Layer, MemoryStack, RunContext, allocate_budgets
-from memstrata.stores import InMemoryStore
+from memstrata.stores import ChangesSince, GetMany, InMemoryStore, Read
+from memstrata.stores.base import Answer
 from memstrata.tools import Tool
 
 
@@ -264,3 +266,61 @@ def test_a_gate_among_the_layers_is_told_to_go_to_gate() -> None:
     with pytest.raises(InvalidInputError, match=r"a gate, not a layer: .*gate=\.\.\."):
         MemoryStack([RecordingLayer("a", 1), gate], store=InMemoryStore())  # type: ignore[list-item]
     assert MemoryStack([RecordingLayer("a", 1)], store=InMemoryStore(), gate=gate).gate is gate
+
+
+class ReadCountingStore(InMemoryStore):
+    """An in-memory store that records every read_many call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_many_calls: list[list[Read]] = []
+
+    def read_many(self, reads: Sequence[Read]) -> list[Answer]:
+        self.read_many_calls.append(list(reads))
+        return super().read_many(reads)
+
+
+@dataclass
+class OpeningLayer(RecordingLayer):
+    """A RecordingLayer that asks for reads when a run opens and keeps what it was given."""
+
+    reads: list[Read] = field(default_factory=list)
+
+    def opening_reads(self, ctx: RunContext) -> list[Read]:
+        return self.reads
+
+    def init(  # type: ignore[override]
+        self, ctx: RunContext, opened: Mapping[Read, Answer] | None = None
+    ) -> dict[str, Any]:
+        handle = super().init(ctx)
+        handle["opened"] = opened
+        return handle
+
+
+def test_a_run_opens_with_every_layers_reads_in_one_call() -> None:
+    store = ReadCountingStore()
+    store.put(("a",), "k", 1)
+    mark = store.change_mark(("b",))
+    store.put(("b",), "j", 2)
+    first = OpeningLayer("first", 1, reads=[GetMany(("a",), ("k", "x"))])
+    second = OpeningLayer("second", 2, reads=[ChangesSince(("b",), mark)])
+    plain = RecordingLayer("plain", 3)
+    stack = MemoryStack([first, second, plain], store=store)
+    with stack.run(thread_id="t") as run:
+        handles = {name: run.layer(name) for name in ("first", "second", "plain")}
+    assert store.read_many_calls == [[*first.reads, *second.reads]]
+    assert handles["first"]["opened"] == {first.reads[0]: {"k": store.get(("a",), "k")}}
+    (changes,) = handles["second"]["opened"].values()
+    assert [i.key for i in changes.items] == ["j"]
+    assert "opened" not in handles["plain"]
+    # A child run derives its handles from the parent's: nothing is read for it.
+    with stack.run(thread_id="t") as run, run.spawn(thread_id="child") as child:
+        assert child.layer("first")["parent"] is run.layer("first")
+    assert len(store.read_many_calls) == 2
+
+
+def test_reads_are_looked_up_by_value() -> None:
+    assert GetMany(["a"], ["k"]) == GetMany(("a",), ("k",))  # type: ignore[arg-type]
+    assert hash(GetMany(["a"], ["k"])) == hash(GetMany(("a",), ("k",)))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="GetMany or ChangesSince"):
+        InMemoryStore().read_many([GetMany(("a",), ("k",)), "k"])  # type: ignore[list-item]

@@ -129,6 +129,32 @@ def test_expired_items_are_never_returned(store: Store) -> None:
     assert store.delete(NS, "gone") is False
 
 
+def test_get_many_reads_the_live_items_among_the_keys(store: Store) -> None:
+    store.put(NS, "b", {"n": 2})
+    store.put(NS, "a", {"n": 1})
+    store.put(NS, "gone", "v", ttl=0.05)
+    store.put(("agents", "bob"), "c", "other namespace")
+    assert store.get_many(NS, ["gone"]) == {"gone": store.get(NS, "gone")}
+    time.sleep(0.08)
+    # Asked order, duplicates once; absent, expired and other namespaces' keys left out.
+    got = store.get_many(NS, ["b", "missing", "gone", "a", "b", "c"])
+    assert list(got) == ["b", "a"]
+    assert got == {"b": store.get(NS, "b"), "a": store.get(NS, "a")}
+    assert store.get_many(NS, ()) == {}
+    got["a"].value["n"] = 99  # the caller's copy
+    assert store.get(NS, "a").value == {"n": 1}  # type: ignore[union-attr]
+    many = [f"k{i:04d}" for i in range(1200)]  # past SQLite's keys per statement
+    for key in many[::100]:
+        store.put(NS, key, key)
+    assert list(store.get_many(NS, many)) == many[::100]
+
+
+@pytest.mark.parametrize("keys", ["ab", [1], ["a", ""], None, {"a"}])
+def test_get_many_names_bad_keys(store: Store, keys: Any) -> None:
+    with pytest.raises(InvalidInputError, match="key"):
+        store.get_many(NS, keys)
+
+
 def test_update_is_read_modify_write(store: Store) -> None:
     seen: list[Any] = []
 
@@ -334,6 +360,7 @@ def test_async_twins(store: Store) -> None:
         await store.aupdate(NS, "k", lambda v: deep_merge(v, {"b": 2}))
         item = await store.aget(NS, "k")
         assert item is not None and item.value == {"a": 1, "b": 2} and item.version == 2
+        assert await store.aget_many(NS, ["x", "k"]) == {"k": item}
         assert [i.key for i in await store.alist(NS)] == ["k"]
         assert await store.adelete(NS, "k") is True
         assert await store.apurge_expired() == 0

@@ -29,6 +29,13 @@ shows the time to the model::
         def tools(self, handle): return []
         def on_spawn(self, handle, child): return None
         def close(self, handle, error): pass
+
+A layer that reads the store when a run opens may also define ``opening_reads(ctx)``, the
+reads its ``init`` starts with (:class:`~memstrata.stores.GetMany`,
+:class:`~memstrata.stores.ChangesSince`): the run asks the store for every layer's together
+(one round trip on PostgreSQL) and calls ``init(ctx, opened={read: answer})`` with that
+layer's. A layer looks its read up there when it makes it, so an answer is only used for the
+very read it answers (the mind's, for one, depends on what the layer held when it asked).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from memstrata.exceptions import (
     ToolError,
 )
 from memstrata.stores import Store, open_store
+from memstrata.stores.base import Answer, Read
 from memstrata.tokens import EstimatingCounter, TokenCounter
 from memstrata.tools import (
     Tool,
@@ -323,10 +331,14 @@ class Run:
             return self
         self._opened = True
         try:
+            opened = self._opening_answers() if self._parent is None else {}
             for layer in self.stack.layers:
                 if self._parent is not None:
                     parent_handle = self._parent[1][layer.name]
                     self._handles[layer.name] = layer.on_spawn(parent_handle, self.context)
+                elif layer.name in opened:
+                    init: Any = layer.init  # with opening_reads, init takes ``opened``
+                    self._handles[layer.name] = init(self.context, opened=opened[layer.name])
                 else:
                     self._handles[layer.name] = layer.init(self.context)
             self._index_tools()
@@ -342,6 +354,17 @@ class Run:
             self.close(exc)
             raise
         return self
+
+    def _opening_answers(self) -> dict[str, dict[Read, Answer]]:
+        """Every layer's ``opening_reads``, asked of the store together: by layer name, that
+        layer's reads and their answers."""
+        wanted: dict[str, list[Read]] = {}
+        for layer in self.stack.layers:
+            reads = getattr(layer, "opening_reads", None)
+            if callable(reads):
+                wanted[layer.name] = list(reads(self.context))
+        answers = iter(self.context.store.read_many([r for rs in wanted.values() for r in rs]))
+        return {name: {read: next(answers) for read in reads} for name, reads in wanted.items()}
 
     def _index_tools(self) -> None:
         for layer in self.stack.layers:

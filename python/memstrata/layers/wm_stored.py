@@ -9,6 +9,7 @@ emptied of patches (older code reading meanwhile still sees that state), then de
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from memstrata.stores import ConditionalWrite, Item, Namespace, Store
 
 STATE_KEY, JOURNAL_KEY, ARCHIVE_KEY = "state", "journal", "archive"
 ALL_KEYS = (STATE_KEY, JOURNAL_KEY, ARCHIVE_KEY)
+# What read() starts with: the journal is almost always absent, and asking costs no round trip.
+OPENING_KEYS = (STATE_KEY, JOURNAL_KEY)
 
 
 @dataclass(frozen=True)
@@ -35,15 +38,21 @@ class Stored:
         return self.journal is not None
 
 
-def read(store: Store, namespace: Namespace, initial: Any = None) -> Stored:
+def read(
+    store: Store,
+    namespace: Namespace,
+    initial: Any = None,
+    rows: Mapping[str, Item] | None = None,
+) -> Stored:
     """The stored state, an older journal's patches applied (to ``initial`` if the snapshot is
-    missing).
+    missing). ``rows`` is ``store.get_many(namespace, OPENING_KEYS)`` if the caller read it.
 
     Raises:
         InvalidInputError: The older rows are malformed or do not belong together.
     """
-    journal = store.get(namespace, JOURNAL_KEY)
-    snapshot = store.get(namespace, STATE_KEY)
+    if rows is None:
+        rows = store.get_many(namespace, OPENING_KEYS)
+    journal, snapshot = rows.get(JOURNAL_KEY), rows.get(STATE_KEY)
     version = snapshot.version if snapshot is not None else 0
     state = snapshot.value if snapshot is not None else None
     if journal is None:

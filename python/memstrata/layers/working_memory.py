@@ -56,7 +56,8 @@ from memstrata.messages import tool_calls
 from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
 from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Namespace, codec
+from memstrata.stores import GetMany, Item, Namespace, Read, codec
+from memstrata.stores.base import Answer
 from memstrata.tokens import exact_count, exact_count_over, json_lines
 from memstrata.tools import Tool
 
@@ -166,9 +167,17 @@ class WorkingMemory:
 
     # Layer protocol ---------------------------------------------------------------------------
 
-    def init(self, ctx: RunContext) -> WorkingMemoryHandle:
-        handle = WorkingMemoryHandle(self, ctx, self.namespace_of(ctx))
-        handle.load()
+    def opening_reads(self, ctx: RunContext) -> list[Read]:
+        """The stored records, read with the other layers' when the run opens."""
+        return [GetMany(self.namespace_of(ctx), wm_stored.OPENING_KEYS)]
+
+    def init(
+        self, ctx: RunContext, opened: Mapping[Read, Answer] | None = None
+    ) -> WorkingMemoryHandle:
+        namespace = self.namespace_of(ctx)
+        handle = WorkingMemoryHandle(self, ctx, namespace)
+        rows = (opened or {}).get(GetMany(namespace, wm_stored.OPENING_KEYS))
+        handle.load(rows if isinstance(rows, dict) else None)
         return handle
 
     def namespace_of(self, ctx: RunContext) -> Namespace:
@@ -265,13 +274,15 @@ class WorkingMemoryHandle:
 
     # Reading ----------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Reads the stored state (folding rows of older memstrata into one record)."""
+    def load(self, rows: Mapping[str, Item] | None = None) -> None:
+        """Reads the stored state (folding rows of older memstrata into one record); ``rows``
+        are the state's records as the run's opening read found them, used on the first try."""
         layer, store = self.layer, self.ctx.store
         for _ in range(MAX_WRITE_ATTEMPTS):
             stored = None
             try:
-                stored = wm_stored.read(store, self.namespace, layer.initial_state())
+                stored = wm_stored.read(store, self.namespace, layer.initial_state(), rows)
+                rows = None  # a second try reads again
                 if stored.state is None:
                     self._take(layer.initial_state(), stored.version)
                     return
@@ -301,14 +312,14 @@ class WorkingMemoryHandle:
         wrote since the state record at version ``checked`` failed (None: the rows could not
         be read together); False, and nothing moved or reset, if someone did."""
         store, namespace = self.ctx.store, self.namespace
-        rows = {key: store.get(namespace, key) for key in wm_stored.ALL_KEYS}
-        snapshot = rows[wm_stored.STATE_KEY]
+        rows = store.get_many(namespace, wm_stored.ALL_KEYS)  # one read: the rows together
+        snapshot = rows.get(wm_stored.STATE_KEY)
         version = snapshot.version if snapshot is not None else 0
         if checked is not None and version != checked:
             return False  # written since it was checked: read again, never move a new state
         moved_at = time.time()
         key = f"{QUARANTINE_PREFIX}{moved_at:.6f}"
-        record = {name: row.value for name, row in rows.items() if row is not None}
+        record = {name: row.value for name, row in rows.items()}
         record.setdefault("state", None)
         violations = getattr(reason, "violations", None) or [str(reason)]
         record.update(version=version, moved_at=moved_at, violations=violations)

@@ -12,18 +12,31 @@ from __future__ import annotations
 from urllib.parse import unquote, urlsplit
 
 from memstrata.exceptions import InvalidInputError
-from memstrata.stores.base import ChangeMark, Changes, ConditionalWrite, Item, Namespace, Store
+from memstrata.stores.base import (
+    ChangeMark,
+    Changes,
+    ChangesSince,
+    ConditionalWrite,
+    GetMany,
+    Item,
+    Namespace,
+    Read,
+    Store,
+)
 from memstrata.stores.memory import InMemoryStore
 from memstrata.stores.sqlite import SQLiteStore
 
 __all__ = [
     "ChangeMark",
     "Changes",
+    "ChangesSince",
     "ConditionalWrite",
+    "GetMany",
     "InMemoryStore",
     "Item",
     "Namespace",
     "PostgresStore",
+    "Read",
     "SQLiteStore",
     "Store",
     "open_store",

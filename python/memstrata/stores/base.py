@@ -37,7 +37,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union
 
 from memstrata._threads import in_thread
 from memstrata.exceptions import InvalidInputError
@@ -131,6 +131,37 @@ class Changes:
     items: list[Item]
     removed: list[str]
     complete: bool
+
+
+@dataclass(frozen=True)
+class GetMany:
+    """A read for :meth:`Store.read_many`: what ``get_many(namespace, keys)`` answers."""
+
+    namespace: Namespace
+    keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        # Reads are looked up by value (a run hands each layer {read: answer}): hashable.
+        for name in ("namespace", "keys"):
+            if isinstance(getattr(self, name), builtins.list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+@dataclass(frozen=True)
+class ChangesSince:
+    """A read for :meth:`Store.read_many`: what ``changes(namespace, since)`` answers."""
+
+    namespace: Namespace
+    since: ChangeMark | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.namespace, builtins.list):
+            object.__setattr__(self, "namespace", tuple(self.namespace))
+
+
+Read = Union[GetMany, ChangesSince]
+# What read_many answers a GetMany (the live items by key) or a ChangesSince.
+Answer = Union[dict[str, Item], Changes]
 
 
 # What update_many_since asks of its caller: the items changed since the mark -> the updates.
@@ -256,6 +287,31 @@ def validate_writes(writes: Any) -> builtins.list[str]:
     return keys
 
 
+def validate_keys(keys: Any) -> builtins.list[str]:
+    """The keys of a ``get_many``, each checked, duplicates dropped (first kept), or
+    InvalidInputError."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, (builtins.list, tuple)):
+        raise InvalidInputError(f"keys must be a list or tuple of str, got {keys!r}")
+    return builtins.list(dict.fromkeys(validate_key(key) for key in keys))
+
+
+def validate_reads(reads: Any) -> builtins.list[Read]:
+    """The reads of a ``read_many``, each checked (namespace, keys), or InvalidInputError."""
+    if isinstance(reads, (str, bytes)) or not isinstance(reads, Sequence):
+        raise InvalidInputError(f"reads must be a list of GetMany or ChangesSince, got {reads!r}")
+    for read in reads:
+        if isinstance(read, GetMany):
+            validate_namespace(read.namespace)
+            validate_keys(read.keys)
+        elif isinstance(read, ChangesSince):
+            validate_namespace(read.namespace)
+            if read.since is not None and not isinstance(read.since, ChangeMark):
+                raise InvalidInputError(f"since must be a ChangeMark or None, got {read.since!r}")
+        else:
+            raise InvalidInputError(f"a read must be a GetMany or ChangesSince, got {read!r}")
+    return builtins.list(reads)
+
+
 def validate_updates(updates: Any) -> builtins.list[str]:
     """The keys of a ``{key: fn}`` mapping, each checked, or InvalidInputError."""
     if not isinstance(updates, Mapping):
@@ -293,6 +349,32 @@ class Store(ABC):
     @abstractmethod
     def get(self, namespace: Namespace, key: str) -> Item | None:
         """Returns the item, or None when it is absent or expired."""
+
+    def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        """The live items among ``keys`` of ``namespace``, by key in the order asked; absent and
+        expired keys are left out. A layer that opens a run with several records reads them
+        with this: one statement on the SQL stores (up to 500 keys on SQLite), so one round
+        trip on PostgreSQL."""
+        namespace = validate_namespace(namespace)
+        found = {key: self.get(namespace, key) for key in validate_keys(keys)}
+        return {key: item for key, item in found.items() if item is not None}
+
+    def read_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
+        """The answers to several reads, in their order: one round trip on PostgreSQL (each
+        read is still its own statement, as if made alone, one after the other). A run opens
+        with the reads its layers ask for this way (see ``Layer.opening_reads``).
+
+        Raises:
+            InvalidInputError: A read is not a GetMany or ChangesSince, or is malformed; nothing
+                is read.
+        """
+        checked = validate_reads(reads)
+        return [
+            self.get_many(read.namespace, read.keys)
+            if isinstance(read, GetMany)
+            else self.changes(read.namespace, read.since)
+            for read in checked
+        ]
 
     @abstractmethod
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
@@ -498,6 +580,12 @@ class Store(ABC):
 
     async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         return await in_thread(self.changes, namespace, since)
+
+    async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        return await in_thread(self.get_many, namespace, keys)
+
+    async def aread_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
+        return await in_thread(self.read_many, reads)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         return await in_thread(self.stamp, namespace, key)

@@ -12,8 +12,11 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
 * Namespaces use the "C" collation, so prefix listing is a range scan on the primary key, as on
   SQLite; a partial index on ``expires_at`` keeps TTL filtering and purging cheap.
 * Connections are in autocommit mode: a read, a ``put`` or a ``put_if_version`` is one
-  statement and one round trip. ``update`` and ``update_many`` are pipelined transactions of
-  three round trips however many keys (BEGIN + locks + one read; the writes; COMMIT).
+  statement and one round trip, and ``read_many`` pipelines several reads into one. A
+  transaction is pipelined too (``pg_transactions``), BEGIN going out with the first statements
+  and COMMIT with the last: ``update``, ``update_many`` and ``put_many_if_versions`` are two
+  round trips however many keys (BEGIN, the locks and one read or the conditional writes; the
+  writes and COMMIT, or COMMIT alone), ``update_many_since`` three. The SQL is in ``pg_sql``.
 * ``update`` and ``put_if_version`` serialise on a transaction-scoped advisory lock per
   (namespace, key), which also covers the case row-level locks cannot: two writers racing to
   create the same absent record. ``put_if_version`` takes it inside its one statement, whose
@@ -23,8 +26,11 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   ends (``asyncio.run``) neither hangs nor leaves a pool behind (``pg_connections``).
 * Times come from the database's clock, not the client's: servers sharing one database may
   disagree about the time, and an expiry must mean the same on all of them. A single statement
-  uses its own start time; a transaction reads the clock in the statement that takes its locks
-  (so a wait for a lock is not counted against a TTL) and uses that time throughout.
+  uses its own start time; ``update`` and ``update_many`` read the clock in the statement that
+  reads the locked records (so a wait for a lock is not counted against a TTL) and write with
+  that time; a statement that follows a lock in a pipeline (the changes ``update_many_since``
+  reads, each conditional write of ``put_many_if_versions``) starts once the lock is held and
+  uses its own start time.
 * Change tracking (``change_mark``/``update_many_since``) uses transaction ids, not clocks:
   every write stamps its row with its transaction's id (``written_by``, ``xid8``), a mark is a
   snapshot (``pg_current_snapshot()``), and a row changed since the mark when its writer was not
@@ -49,19 +55,22 @@ from __future__ import annotations
 
 import builtins
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError, StoreVersionError
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    Answer,
     ChangeMark,
     Changes,
     ConditionalWrite,
+    GetMany,
     Item,
     JSONValue,
     Namespace,
     Planner,
+    Read,
     Store,
     Updater,
     decode_namespace,
@@ -69,210 +78,49 @@ from memstrata.stores.base import (
     mark_position,
     prefix_upper_bound,
     validate_key,
+    validate_keys,
     validate_namespace,
     validate_page,
+    validate_reads,
     validate_ttl,
     validate_updates,
     validate_version,
     validate_writes,
 )
 from memstrata.stores.pg_connections import ConnectionsByLoop, LoopConnections
+from memstrata.stores.pg_sql import (
+    _CHANGES,
+    _DELETE,
+    _EVERYTHING,
+    _GET,
+    _GET_MANY,
+    _LIST,
+    _LOCK_KEY,
+    _LOCK_NAMESPACE,
+    _MARK,
+    _MIGRATION_LOCK,
+    _MIGRATIONS,
+    _PRUNE,
+    _PURGE,
+    _PUT_IF_ABSENT,
+    _PUT_OVER_VERSION,
+    _SINCE,
+    _STAMP,
+    _UPSERT,
+    SCHEMA_VERSION,
+)
+from memstrata.stores.pg_transactions import (
+    _aqueue_locked_read,
+    _atransaction,
+    _in_lock_order,
+    _queue_locked_read,
+    _Rollback,
+    _transaction,
+)
 
-SCHEMA_VERSION = 2
 _BACKEND = "postgres"
-_MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
-_NAMESPACE_LOCK_CLASS = 0x6D656D6E  # "memn": first key of the two-key namespace locks
 # A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,...
 _SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
-
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        """CREATE TABLE IF NOT EXISTS memstrata_items (
-            namespace TEXT COLLATE "C" NOT NULL,
-            key TEXT COLLATE "C" NOT NULL,
-            value JSON NOT NULL,
-            version BIGINT NOT NULL,
-            created_at DOUBLE PRECISION NOT NULL,
-            updated_at DOUBLE PRECISION NOT NULL,
-            expires_at DOUBLE PRECISION,
-            PRIMARY KEY (namespace, key)
-        )""",
-        "CREATE INDEX IF NOT EXISTS memstrata_items_expires_at ON memstrata_items (expires_at)"
-        " WHERE expires_at IS NOT NULL",
-    ),
-    # Change tracking for update_many_since: rows written before it count as never changed.
-    2: (
-        "ALTER TABLE memstrata_items ADD COLUMN IF NOT EXISTS written_by xid8 NOT NULL DEFAULT '0'",
-        "ALTER TABLE memstrata_items ALTER COLUMN written_by SET DEFAULT pg_current_xact_id()",
-        "CREATE INDEX IF NOT EXISTS memstrata_items_changes ON memstrata_items"
-        " (namespace, written_by)",
-        """CREATE TABLE IF NOT EXISTS memstrata_tombstones (
-            namespace TEXT COLLATE "C" NOT NULL,
-            key TEXT COLLATE "C" NOT NULL,
-            deleted_by xid8 NOT NULL,
-            deleted_at DOUBLE PRECISION NOT NULL,
-            PRIMARY KEY (namespace, key)
-        )""",
-        "CREATE INDEX IF NOT EXISTS memstrata_tombstones_changes ON memstrata_tombstones"
-        " (namespace, deleted_by)",
-        "CREATE INDEX IF NOT EXISTS memstrata_tombstones_deleted_at ON memstrata_tombstones"
-        " (deleted_at)",
-        """CREATE TABLE IF NOT EXISTS memstrata_tombstone_floor (
-            namespace TEXT COLLATE "C" PRIMARY KEY,
-            pruned_to xid8 NOT NULL
-        )""",
-    ),
-}
-
-# The time of a transaction (read with its locks) or, when %(now)s is NULL, of the statement.
-_NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)"
-_CLOCK = "extract(epoch FROM clock_timestamp())::float8"
-_LIVE = f"(expires_at IS NULL OR expires_at > {_NOW})"
-_SELECT = (
-    "SELECT namespace, key, value::text, version, created_at, updated_at, expires_at"
-    " FROM memstrata_items"
-)
-_GET = f"{_SELECT} WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
-_LIST = (
-    f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
-    " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
-)
-# excluded.updated_at is this write's time: an old row that expired by then is replaced anew.
-_UPSERT = f"""INSERT INTO memstrata_items AS items
-        (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
-    VALUES (%(ns)s, %(key)s, %(data)s::json, 1, {_NOW}, {_NOW}, {_NOW} + %(ttl)s::float8,
-            pg_current_xact_id())
-    ON CONFLICT (namespace, key) DO UPDATE SET
-        value = excluded.value,
-        written_by = excluded.written_by,
-        version = CASE WHEN items.expires_at IS NULL OR items.expires_at > excluded.updated_at
-                       THEN items.version + 1 ELSE 1 END,
-        created_at = CASE WHEN items.expires_at IS NULL OR items.expires_at > excluded.updated_at
-                          THEN items.created_at ELSE excluded.created_at END,
-        updated_at = excluded.updated_at,
-        expires_at = excluded.expires_at
-    RETURNING version, created_at, updated_at, expires_at"""
-
-
-def _locked(lock: str) -> str:
-    """A lock statement that returns the database's clock read once the lock is held (the
-    subquery with OFFSET 0 is not flattened, so it runs, and waits, before the outer row)."""
-    return f"SELECT {_CLOCK} FROM ({lock} OFFSET 0) AS locked"
-
-
-_LOCK_KEY = _locked("SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s, 0))")
-_THIS_LIVE_ROW = f"FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
-# update()/update_many(): the values of the keys, read in the statement after their locks (so
-# its READ COMMITTED snapshot holds what the previous holders committed), with the clock read
-# as it runs: the time of the whole transaction. One row per live key, or one with NULL key.
-_READ_LOCKED = f"""SELECT clock.now, items.key, items.value::text
-    FROM (SELECT {_CLOCK} AS now OFFSET 0) AS clock
-    LEFT JOIN memstrata_items AS items
-        ON items.namespace = %(ns)s AND items.key = ANY(%(keys)s)
-        AND (items.expires_at IS NULL OR items.expires_at > clock.now)"""
-_CURRENT_VERSION = f"SELECT version {_THIS_LIVE_ROW}"
-# A tombstone for every row the CTE ``gone`` deleted, in the deleting statement.
-_BURY = f"""buried AS (
-        INSERT INTO memstrata_tombstones (namespace, key, deleted_by, deleted_at)
-            SELECT namespace, key, pg_current_xact_id(), {_NOW} FROM gone
-        ON CONFLICT (namespace, key) DO UPDATE
-            SET deleted_by = excluded.deleted_by, deleted_at = excluded.deleted_at)"""
-_DELETE = f"""WITH gone AS (
-        DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s
-        RETURNING namespace, key, expires_at), {_BURY}
-    SELECT {_LIVE} FROM gone"""
-_PURGE = f"""WITH gone AS (
-        DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= {_NOW}
-        RETURNING namespace, key), {_BURY}
-    SELECT count(*) FROM gone"""
-# Tombstones older than the retention go; each namespace's floor keeps the newest id pruned.
-_PRUNE = f"""WITH pruned AS (
-        DELETE FROM memstrata_tombstones WHERE deleted_at < {_NOW} - %(retention)s::float8
-        RETURNING namespace, deleted_by)
-    INSERT INTO memstrata_tombstone_floor AS kept (namespace, pruned_to)
-        SELECT DISTINCT ON (namespace) namespace, deleted_by FROM pruned
-        ORDER BY namespace, deleted_by DESC
-    ON CONFLICT (namespace) DO UPDATE
-        SET pruned_to = greatest(kept.pruned_to, excluded.pruned_to)"""
-# put_if_version in one autocommit statement. The record's advisory lock is taken first (the
-# CTE feeds the write its only row), so a put_if_version waits for an update() holding that
-# lock and then writes over the latest committed row only: an UPDATE rechecks its WHERE against
-# the newest row version, ON CONFLICT DO UPDATE its WHERE against the conflicting row, both
-# under READ COMMITTED. Over version 0 the record must be absent or expired (replaced anew);
-# over version n it must be live at version n.
-_KEY_LOCK_ROW = "SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s, 0))"
-_PUT_IF_ABSENT = f"""WITH locked AS MATERIALIZED ({_KEY_LOCK_ROW})
-    INSERT INTO memstrata_items AS items
-        (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
-    SELECT %(ns)s, %(key)s, %(data)s::json, 1, {_NOW}, {_NOW}, {_NOW} + %(ttl)s::float8,
-           pg_current_xact_id()
-        FROM locked
-    ON CONFLICT (namespace, key) DO UPDATE SET
-        value = excluded.value,
-        written_by = excluded.written_by,
-        version = 1,
-        created_at = excluded.created_at,
-        updated_at = excluded.updated_at,
-        expires_at = excluded.expires_at
-    WHERE items.expires_at IS NOT NULL AND items.expires_at <= excluded.updated_at
-    RETURNING version, created_at, updated_at, expires_at"""
-_PUT_OVER_VERSION = f"""WITH locked AS MATERIALIZED ({_KEY_LOCK_ROW})
-    UPDATE memstrata_items AS items SET
-        value = %(data)s::json,
-        written_by = pg_current_xact_id(),
-        version = items.version + 1,
-        updated_at = {_NOW},
-        expires_at = {_NOW} + %(ttl)s::float8
-    FROM locked
-    WHERE items.namespace = %(ns)s AND items.key = %(key)s AND items.version = %(expected)s
-        AND (items.expires_at IS NULL OR items.expires_at > {_NOW})
-    RETURNING items.version, items.created_at, items.updated_at, items.expires_at"""
-_MARK = "SELECT pg_current_snapshot()::text"
-_LOCK_NAMESPACE = _locked(
-    f"SELECT pg_advisory_xact_lock({_NAMESPACE_LOCK_CLASS}, hashtext(%(ns)s))"
-)
-
-
-def _not_seen_by_mark(column: str) -> str:
-    """Written by a transaction at or after the mark's oldest running one, and not committed in
-    it (the first test is what lets the ``(namespace, <column>)`` index bound the scan)."""
-    return (
-        f"{column} >= pg_snapshot_xmin(%(mark)s::pg_snapshot)"
-        f" AND NOT pg_visible_in_snapshot({column}, %(mark)s::pg_snapshot)"
-    )
-
-
-_CHANGES = f"""{_SELECT} WHERE namespace = %(ns)s AND {_not_seen_by_mark("written_by")}
-        AND {_LIVE}
-    ORDER BY key"""
-# changes(): one statement, so the mark it reads is the snapshot its rows were read with. Rows
-# are (kind, key, value, version, created_at, updated_at, expires_at).
-_MARK_ROW = (
-    "SELECT 'mark', pg_current_snapshot()::text, NULL::text, NULL::bigint,"
-    " NULL::float8, NULL::float8, NULL::float8"
-)
-_EVERYTHING = f"""{_MARK_ROW}
-    UNION ALL
-    SELECT 'item', key, value::text, version, created_at, updated_at, expires_at
-        FROM memstrata_items WHERE namespace = %(ns)s AND {_LIVE}"""
-# 'stale': tombstones this mark would need were pruned, or the mark is ahead of this database
-# (made over other data); the caller then reads _EVERYTHING instead.
-_SINCE = f"""{_MARK_ROW}
-    UNION ALL
-    SELECT 'stale', NULL, NULL, NULL, NULL, NULL, NULL
-        WHERE pg_snapshot_xmax(%(mark)s::pg_snapshot)
-                > pg_snapshot_xmax(pg_current_snapshot())
-            OR EXISTS (SELECT FROM memstrata_tombstone_floor WHERE namespace = %(ns)s
-                       AND pruned_to >= pg_snapshot_xmin(%(mark)s::pg_snapshot))
-    UNION ALL
-    SELECT CASE WHEN {_LIVE} THEN 'item' ELSE 'expired' END, key,
-            CASE WHEN {_LIVE} THEN value::text END, version, created_at, updated_at, expires_at
-        FROM memstrata_items WHERE namespace = %(ns)s AND {_not_seen_by_mark("written_by")}
-    UNION ALL
-    SELECT 'deleted', key, NULL, NULL, NULL, NULL, NULL
-        FROM memstrata_tombstones
-        WHERE namespace = %(ns)s AND {_not_seen_by_mark("deleted_by")}"""
-_STAMP = f"SELECT version, created_at {_THIS_LIVE_ROW}"
 
 
 def _require_psycopg() -> Any:
@@ -378,6 +226,17 @@ class PostgresStore(Store):
         return {"ns": ns, "key": validate_key(key), "now": None}
 
     @staticmethod
+    def _many_params(namespace: Namespace, keys: Sequence[str]) -> dict[str, Any]:
+        ns = encode_namespace(validate_namespace(namespace))
+        return {"ns": ns, "keys": validate_keys(keys), "now": None}
+
+    @staticmethod
+    def _found(keys: builtins.list[str], rows: builtins.list[tuple[Any, ...]]) -> dict[str, Item]:
+        """``get_many``'s answer: the rows read, by key in the order asked."""
+        found = {row[1]: _item(row) for row in rows}
+        return {key: found[key] for key in keys if key in found}
+
+    @staticmethod
     def _write_params(
         namespace: Namespace,
         key: str,
@@ -440,6 +299,12 @@ class PostgresStore(Store):
             row = conn.execute(_GET, params).fetchone()
         return None if row is None else _item(row)
 
+    def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        params = self._many_params(namespace, keys)
+        with self._pool.connection() as conn:
+            rows = conn.execute(_GET_MANY, params).fetchall()
+        return self._found(params["keys"], rows)
+
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
         with self._pool.connection() as conn:
@@ -473,9 +338,7 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        # Pipelined: BEGIN, the lock and the read in one round trip, the write in another, and
-        # COMMIT in a third.
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        with self._pool.connection() as conn:
             return self._update_many(conn, namespace, {key: fn}, {key: params}, ttl)[0]
 
     def put_if_version(
@@ -529,29 +392,43 @@ class PostgresStore(Store):
         validated: bool = False,
     ) -> builtins.list[Item] | None:
         all_params = self._conditional_params(namespace, writes, validated)
-        with self._pool.connection() as conn, conn.transaction():
-            # Keys are locked in one order, so two batches over the same keys cannot deadlock.
-            now = None
-            for key in sorted(all_params):
-                (now,) = conn.execute(_LOCK_KEY, all_params[key]).fetchone()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = conn.execute(_CURRENT_VERSION, params).fetchone()
-                if (row[0] if row else 0) != writes[key].expected_version:
-                    return None
-            return [
-                self._written(
-                    namespace, key, writes[key].value, conn.execute(_UPSERT, params).fetchone()
-                )
-                for key, params in all_params.items()
-            ]
+        statements = self._conditional_writes(writes, all_params)
+        # Two round trips: the locks and every write; then COMMIT, or ROLLBACK if a write
+        # found another version.
+        try:
+            with self._pool.connection() as conn, _transaction(conn) as pipeline:
+                for params in _in_lock_order(all_params):
+                    conn.execute(_LOCK_KEY, params)
+                cursors = [conn.execute(sql, params) for sql, params in statements]
+                pipeline.sync()
+                rows = [cursor.fetchone() for cursor in cursors]
+                if any(row is None for row in rows):
+                    raise _Rollback
+        except _Rollback:
+            return None
+        return [
+            self._written(namespace, key, writes[key].value, row)
+            for key, row in zip(all_params, rows)
+        ]
+
+    def _conditional_writes(
+        self, writes: Mapping[str, ConditionalWrite], all_params: dict[str, dict[str, Any]]
+    ) -> builtins.list[tuple[str, dict[str, Any]]]:
+        """Each key's ``put_if_version`` statement: in a transaction that holds the keys' locks
+        already, it takes its own again (harmlessly) and writes only over its expected version."""
+        return [
+            (self._put_if_version_sql(params, writes[key].expected_version), params)
+            for key, params in all_params.items()
+        ]
 
     def update_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        if not all_params:
+            return []
+        with self._pool.connection() as conn:
             return self._update_many(conn, namespace, updates, all_params, ttl)
 
     def _update_many(
@@ -562,21 +439,28 @@ class PostgresStore(Store):
         all_params: dict[str, dict[str, Any]],
         ttl: float | None,
     ) -> builtins.list[Item]:
-        """``update_many`` in the caller's transaction, on a pipelined connection: the locks and
-        the read go in one round trip, the writes in another, however many keys."""
-        if not all_params:
-            return []
-        # Keys are locked in one order, so two batches over the same keys cannot deadlock.
-        keys = sorted(all_params)
-        for key in keys:
-            conn.execute(_LOCK_KEY, all_params[key])
-        read = {"ns": all_params[keys[0]]["ns"], "keys": keys}
-        rows = conn.execute(_READ_LOCKED, read).fetchall()
-        written = [
+        """``update_many`` in two round trips however many keys: BEGIN, the locks and the read;
+        then the writes and COMMIT."""
+        with _transaction(conn) as pipeline:
+            read = _queue_locked_read(conn, all_params)
+            pipeline.sync()
+            written = self._queue_writes(conn, updates, all_params, read.fetchall(), ttl)
+        return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
+
+    def _queue_writes(
+        self,
+        conn: Any,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        rows: builtins.list[tuple[Any, ...]],
+        ttl: float | None,
+    ) -> builtins.list[tuple[str, JSONValue, Any]]:
+        """The writes of ``updates`` over the rows of ``_READ_LOCKED``, queued on the pipeline:
+        ``(key, value, cursor)``, the cursor's row there once the pipeline syncs."""
+        return [
             (key, value, conn.execute(_UPSERT, params))
             for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
         ]
-        return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
 
     @staticmethod
     def _planned_writes(
@@ -604,19 +488,54 @@ class PostgresStore(Store):
 
     def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
-        namespace = tuple(namespace)
         with self._pool.connection() as conn:
-            if since is not None:
-                answer = _changes(
-                    namespace, conn.execute(_SINCE, params).fetchall(), complete=False
-                )
-                if answer is not None:
-                    return answer
-            everything = _changes(
+            rows = conn.execute(_EVERYTHING if since is None else _SINCE, params).fetchall()
+            return self._changes_answer(conn, tuple(namespace), since, params, rows)
+
+    @staticmethod
+    def _changes_answer(
+        conn: Any,
+        namespace: Namespace,
+        since: ChangeMark | None,
+        params: dict[str, Any],
+        rows: builtins.list[tuple[Any, ...]],
+    ) -> Changes:
+        """``changes``' answer from the rows of ``_SINCE`` (``_EVERYTHING`` without a mark),
+        reading everything when they say the mark is stale."""
+        answer = _changes(namespace, rows, complete=since is None)
+        if answer is None:
+            answer = _changes(
                 namespace, conn.execute(_EVERYTHING, params).fetchall(), complete=True
             )
-        assert everything is not None  # _EVERYTHING has no 'stale' row
-        return everything
+        assert answer is not None  # _EVERYTHING has no 'stale' row
+        return answer
+
+    def read_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
+        plans = [self._read_plan(read) for read in validate_reads(reads)]
+        if not plans:
+            return []
+        with self._pool.connection() as conn:
+            # Every statement is sent, then one Sync as the pipeline ends, which brings every
+            # answer back: one round trip (a fetch inside the block would cost a second).
+            with conn.pipeline():
+                cursors = [conn.execute(sql, params) for _, sql, params in plans]
+            answers: builtins.list[Answer] = []
+            for (read, _, params), cursor in zip(plans, cursors):
+                rows = cursor.fetchall()
+                if isinstance(read, GetMany):
+                    answers.append(self._found(params["keys"], rows))
+                else:
+                    namespace = tuple(read.namespace)
+                    answers.append(self._changes_answer(conn, namespace, read.since, params, rows))
+        return answers
+
+    @staticmethod
+    def _read_plan(read: Read) -> tuple[Read, str, dict[str, Any]]:
+        """The statement that answers one read of ``read_many``, and its parameters."""
+        if isinstance(read, GetMany):
+            return read, _GET_MANY, PostgresStore._many_params(read.namespace, read.keys)
+        params = PostgresStore._changes_params(read.namespace, read.since)
+        return read, _EVERYTHING if read.since is None else _SINCE, params
 
     def update_many_since(
         self,
@@ -628,14 +547,23 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         params = self._since_params(namespace, since)
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        # Three round trips: the namespace's lock and the changes; the keys' locks and their
+        # values; the writes and COMMIT (two when the plan writes nothing).
+        with self._pool.connection() as conn, _transaction(conn) as pipeline:
             # The lock first, in its own statement: under READ COMMITTED the next statement's
-            # snapshot then includes whatever the previous holder committed.
-            (params["now"],) = conn.execute(_LOCK_NAMESPACE, params).fetchone()
-            changed = [_item(row) for row in conn.execute(_CHANGES, params).fetchall()]
-            updates = plan(changed)
+            # snapshot then includes whatever the previous holder committed (and its clock, as
+            # it starts, the time once the lock is held).
+            conn.execute(_LOCK_NAMESPACE, params)
+            changed = conn.execute(_CHANGES, params)
+            pipeline.sync()
+            updates = plan([_item(row) for row in changed.fetchall()])
             all_params = self._planned_params(namespace, updates)
-            return self._update_many(conn, namespace, updates, all_params, ttl)
+            if not all_params:
+                return []
+            read = _queue_locked_read(conn, all_params)
+            pipeline.sync()
+            written = self._queue_writes(conn, updates, all_params, read.fetchall(), ttl)
+        return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
 
     def purge_expired(self) -> int:
         with self._pool.connection() as conn, conn.transaction():
@@ -657,6 +585,12 @@ class PostgresStore(Store):
         async with (await self._apool()).connection() as conn:
             row = await (await conn.execute(_GET, params)).fetchone()
         return None if row is None else _item(row)
+
+    async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        params = self._many_params(namespace, keys)
+        async with (await self._apool()).connection() as conn:
+            rows = await (await conn.execute(_GET_MANY, params)).fetchall()
+        return self._found(params["keys"], rows)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
@@ -691,11 +625,7 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        async with (
-            (await self._apool()).connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
-        ):
+        async with (await self._apool()).connection() as conn:
             return (await self._aupdate_many(conn, namespace, {key: fn}, {key: params}, ttl))[0]
 
     async def aupdate_many(
@@ -703,11 +633,9 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         all_params = {key: self._params(namespace, key) for key in updates}
         ttl = validate_ttl(ttl)
-        async with (
-            (await self._apool()).connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
-        ):
+        if not all_params:
+            return []
+        async with (await self._apool()).connection() as conn:
             return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
 
     async def _aupdate_many(
@@ -718,17 +646,12 @@ class PostgresStore(Store):
         all_params: dict[str, dict[str, Any]],
         ttl: float | None,
     ) -> builtins.list[Item]:
-        if not all_params:
-            return []
-        keys = sorted(all_params)
-        for key in keys:
-            await conn.execute(_LOCK_KEY, all_params[key])
-        read = {"ns": all_params[keys[0]]["ns"], "keys": keys}
-        rows = await (await conn.execute(_READ_LOCKED, read)).fetchall()
-        written = [
-            (key, value, await conn.execute(_UPSERT, params))
-            for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
-        ]
+        async with _atransaction(conn) as pipeline:
+            read = await _aqueue_locked_read(conn, all_params)
+            await pipeline.sync()
+            written = await self._aqueue_writes(
+                conn, updates, all_params, await read.fetchall(), ttl
+            )
         return [
             self._written(namespace, key, value, await cur.fetchone())
             for key, value, cur in written
@@ -742,17 +665,57 @@ class PostgresStore(Store):
 
     async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
-        namespace = tuple(namespace)
         async with (await self._apool()).connection() as conn:
-            if since is not None:
-                rows = await (await conn.execute(_SINCE, params)).fetchall()
-                answer = _changes(namespace, rows, complete=False)
-                if answer is not None:
-                    return answer
+            sql = _EVERYTHING if since is None else _SINCE
+            rows = await (await conn.execute(sql, params)).fetchall()
+            return await self._achanges_answer(conn, tuple(namespace), since, params, rows)
+
+    @staticmethod
+    async def _achanges_answer(
+        conn: Any,
+        namespace: Namespace,
+        since: ChangeMark | None,
+        params: dict[str, Any],
+        rows: builtins.list[tuple[Any, ...]],
+    ) -> Changes:
+        answer = _changes(namespace, rows, complete=since is None)
+        if answer is None:
             rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
-        everything = _changes(namespace, rows, complete=True)
-        assert everything is not None  # _EVERYTHING has no 'stale' row
-        return everything
+            answer = _changes(namespace, rows, complete=True)
+        assert answer is not None  # _EVERYTHING has no 'stale' row
+        return answer
+
+    async def aread_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
+        plans = [self._read_plan(read) for read in validate_reads(reads)]
+        if not plans:
+            return []
+        async with (await self._apool()).connection() as conn:
+            async with conn.pipeline():
+                cursors = [await conn.execute(sql, params) for _, sql, params in plans]
+            answers: builtins.list[Answer] = []
+            for (read, _, params), cursor in zip(plans, cursors):
+                rows = await cursor.fetchall()
+                if isinstance(read, GetMany):
+                    answers.append(self._found(params["keys"], rows))
+                else:
+                    namespace = tuple(read.namespace)
+                    answers.append(
+                        await self._achanges_answer(conn, namespace, read.since, params, rows)
+                    )
+        return answers
+
+    async def _aqueue_writes(
+        self,
+        conn: Any,
+        updates: Mapping[str, Updater],
+        all_params: dict[str, dict[str, Any]],
+        rows: builtins.list[tuple[Any, ...]],
+        ttl: float | None,
+    ) -> builtins.list[tuple[str, JSONValue, Any]]:
+        return [
+            (key, value, await conn.execute(_UPSERT, params))
+            for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
+        ]
 
     async def aupdate_many_since(
         self,
@@ -764,16 +727,23 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         params = self._since_params(namespace, since)
         ttl = validate_ttl(ttl)
-        async with (
-            (await self._apool()).connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
-        ):
-            (params["now"],) = await (await conn.execute(_LOCK_NAMESPACE, params)).fetchone()
-            rows = await (await conn.execute(_CHANGES, params)).fetchall()
-            updates = plan([_item(row) for row in rows])
+        async with (await self._apool()).connection() as conn, _atransaction(conn) as pipeline:
+            await conn.execute(_LOCK_NAMESPACE, params)
+            changed = await conn.execute(_CHANGES, params)
+            await pipeline.sync()
+            updates = plan([_item(row) for row in await changed.fetchall()])
             all_params = self._planned_params(namespace, updates)
-            return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
+            if not all_params:
+                return []
+            read = await _aqueue_locked_read(conn, all_params)
+            await pipeline.sync()
+            written = await self._aqueue_writes(
+                conn, updates, all_params, await read.fetchall(), ttl
+            )
+        return [
+            self._written(namespace, key, value, await cur.fetchone())
+            for key, value, cur in written
+        ]
 
     async def aput_if_version(
         self,
@@ -802,20 +772,25 @@ class PostgresStore(Store):
         validated: bool = False,
     ) -> builtins.list[Item] | None:
         all_params = self._conditional_params(namespace, writes, validated)
-        async with (await self._apool()).connection() as conn, conn.transaction():
-            now = None
-            for key in sorted(all_params):
-                (now,) = await (await conn.execute(_LOCK_KEY, all_params[key])).fetchone()
-            for key, params in all_params.items():
-                params["now"] = now
-                row = await (await conn.execute(_CURRENT_VERSION, params)).fetchone()
-                if (row[0] if row else 0) != writes[key].expected_version:
-                    return None
-            items = []
-            for key, params in all_params.items():
-                written = await (await conn.execute(_UPSERT, params)).fetchone()
-                items.append(self._written(namespace, key, writes[key].value, written))
-            return items
+        statements = self._conditional_writes(writes, all_params)
+        try:
+            async with (
+                (await self._apool()).connection() as conn,
+                _atransaction(conn) as pipeline,
+            ):
+                for params in _in_lock_order(all_params):
+                    await conn.execute(_LOCK_KEY, params)
+                cursors = [await conn.execute(sql, params) for sql, params in statements]
+                await pipeline.sync()
+                rows = [await cursor.fetchone() for cursor in cursors]
+                if any(row is None for row in rows):
+                    raise _Rollback
+        except _Rollback:
+            return None
+        return [
+            self._written(namespace, key, writes[key].value, row)
+            for key, row in zip(all_params, rows)
+        ]
 
     async def apurge_expired(self) -> int:
         async with (await self._apool()).connection() as conn, conn.transaction():

@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from memstrata.exceptions import StoreVersionError
@@ -51,6 +51,7 @@ from memstrata.stores.base import (
     prefix_upper_bound,
     sequence_position,
     validate_key,
+    validate_keys,
     validate_namespace,
     validate_page,
     validate_ttl,
@@ -66,6 +67,7 @@ _BACKEND = "sqlite"
 logger = logging.getLogger(__name__)
 
 _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
+_KEYS_PER_READ = 500
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE IF NOT EXISTS items (
@@ -349,6 +351,23 @@ class SQLiteStore(Store):
                 (ns, key, time.time()),
             ).fetchone()
         return None if row is None else self._item(row)
+
+    def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        ns = encode_namespace(validate_namespace(namespace))
+        wanted = validate_keys(keys)
+        found: dict[str, Item] = {}
+        with self._lock:
+            # SQLite caps the parameters of a statement: a long list is read in slices.
+            for start in range(0, len(wanted), _KEYS_PER_READ):
+                some = wanted[start : start + _KEYS_PER_READ]
+                marks = ", ".join("?" * len(some))
+                rows = self._conn.execute(
+                    f"SELECT {_COLUMNS} FROM items"
+                    f" WHERE namespace = ? AND key IN ({marks}) AND {_LIVE}",
+                    (ns, *some, time.time()),
+                ).fetchall()
+                found.update((row[1], self._item(row)) for row in rows)
+        return {key: found[key] for key in wanted if key in found}
 
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         ns = encode_namespace(validate_namespace(namespace))

@@ -70,7 +70,7 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -81,14 +81,15 @@ import numpy.typing as npt
 from memstrata.embedders import Embedder, HashingEmbedder
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind.checks import check_int, check_number, parse_namespace
-from memstrata.layers.mind.committed import _Committed
+from memstrata.layers.mind.committed import _Committed, opening_read
 from memstrata.layers.mind.entries import parse_duration
 from memstrata.layers.mind.handle import AgentMindHandle
 from memstrata.layers.mind.index import _IndexCache
 from memstrata.layers.mind.recall import CONFIDENCE_SCORES, DEFAULT_SIMILARITY_FLOOR
 from memstrata.layers.mind.tools import mind_tools
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import Namespace, Store
+from memstrata.stores import Namespace, Read, Store
+from memstrata.stores.base import Answer
 from memstrata.tools import Tool
 
 DEFAULT_MAX_ENTRIES = 100_000
@@ -262,8 +263,17 @@ class AgentMind:
 
     # Layer protocol ---------------------------------------------------------------------------
 
-    def init(self, ctx: RunContext) -> AgentMindHandle:
-        return self.open(ctx.store, agent=ctx.agent, tokens=ctx.tokens)
+    def opening_reads(self, ctx: RunContext) -> list[Read]:
+        """What changed since this process last loaded the mind, read with the other layers'
+        when the run opens (nothing on the first load, which streams every entry)."""
+        namespace = self.namespace_for(ctx.agent)
+        read = opening_read(self._committed.get(namespace), ctx.store, namespace)
+        return [] if read is None else [read]
+
+    def init(self, ctx: RunContext, opened: Mapping[Read, Answer] | None = None) -> AgentMindHandle:
+        handle = AgentMindHandle(self, ctx.store, self.namespace_for(ctx.agent), ctx.tokens)
+        handle.load(opened)
+        return handle
 
     def recall(self, handle: AgentMindHandle, budget: int) -> list[Message]:
         header = handle.header(budget)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from memstrata.layers.mind.ranking import CompositeRanker
 from memstrata.layers.mind.records import entry_key
 from memstrata.layers.mind.vectors import BLOCK_ROWS, VectorRows, append_encoded
 from memstrata.stores import Item, Namespace, Store
-from memstrata.stores.base import ChangeMark
+from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, Read
 
 logger = logging.getLogger("memstrata.agent_mind")
 
@@ -142,13 +143,26 @@ class _Committed:
                 self.vectors[i] = (model, dim, row)
 
 
+def opening_read(held: _Committed | None, store: Store, namespace: Namespace) -> Read | None:
+    """The read :func:`refresh` will make of ``store`` over ``held``, if it can be asked with
+    other reads (not the first load: it streams every entry)."""
+    if held is None or held.store is not store or held.mark is None:
+        return None
+    return ChangesSince(namespace, held.mark)
+
+
 def refresh(
-    held: _Committed | None, store: Store, namespace: Namespace
+    held: _Committed | None,
+    store: Store,
+    namespace: Namespace,
+    opened: Mapping[Read, Answer] | None = None,
 ) -> tuple[_Committed, ChangeMark]:
     """``held`` brought up to date with ``store``, reading only what was written or deleted
     since its mark (everything when there is none), and the mark of the store's answer: no
     later than what it read, so whatever is written meanwhile counts as a change at flush. A
-    malformed entry is skipped and logged, never deleted."""
+    malformed entry is skipped and logged, never deleted. ``opened`` holds reads made when the
+    run opened: the changes since ``held``'s mark are taken from there if they were read (a
+    mark that moved on since is a different read, made again)."""
     if held is not None and held.store is not store:
         held = None  # a mark only means something to the store that made it
     if held is None:
@@ -167,7 +181,8 @@ def refresh(
         committed.mark = changes.mark
         committed.seal()
     else:
-        changes = store.changes(namespace, held.mark)
+        read = (opened or {}).get(ChangesSince(namespace, held.mark))
+        changes = read if isinstance(read, Changes) else store.changes(namespace, held.mark)
         if changes.complete:
             committed = _Committed(store, changes.mark)
             committed.apply(changes.items, changes.removed)

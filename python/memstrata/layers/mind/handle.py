@@ -7,6 +7,7 @@ index and rankers); the work is done by the modules named for it: :mod:`.header`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -33,7 +34,7 @@ from memstrata.layers.mind.index import _Index, embed_one, open_index
 from memstrata.layers.mind.ranking import CompositeRanker
 from memstrata.layers.mind.writes import _Draft
 from memstrata.stores import Namespace, Store
-from memstrata.stores.base import ChangeMark
+from memstrata.stores.base import Answer, ChangeMark, Read
 
 if TYPE_CHECKING:
     from memstrata.layers.mind import AgentMind
@@ -69,12 +70,13 @@ class AgentMindHandle:
         # committed meanwhile: the id mind_believe returned -> the id the belief is stored under.
         self.folded: dict[str, str] = {}
 
-    def load(self) -> None:
+    def load(self, opened: Mapping[Read, Answer] | None = None) -> None:
         """Brings the layer's copy of the committed entries up to date, reading only what was
-        written or deleted since the last run looked, and takes it as this run's view. A
-        malformed entry is skipped and logged, never deleted."""
+        written or deleted since the last run looked (or taking it from ``opened``, the reads
+        the run opened with), and takes it as this run's view. A malformed entry is skipped
+        and logged, never deleted."""
         committed, self._mark = refresh(
-            self.layer._committed.get(self.namespace), self.store, self.namespace
+            self.layer._committed.get(self.namespace), self.store, self.namespace, opened
         )
         self.layer._committed[self.namespace] = committed
         self._committed = committed
