@@ -527,6 +527,18 @@ def test_a_lone_surrogate_in_a_nested_key_is_refused_at_the_checkpoint(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_lone_surrogate_in_a_key_is_refused_without_redaction_too(tmp_path: Path) -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "word " * 400, "m": {"k\udc00": 1}}]}
+    ]
+    gate = ContextGate(
+        max_input_tokens=200, checkpoints_dir=tmp_path, checkpoint_redact_secrets=False
+    )
+    with pytest.raises(InvalidInputError, match="cannot checkpoint call 'surrogate'.*surrogates"):
+        gate.check_and_compress(messages, "surrogate")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_large_user_message_checkpoints_quickly(tmp_path: Path) -> None:
     messages = [{"role": "user", "content": "secret " * 15_000}]
     gate = ContextGate(max_input_tokens=1000, checkpoints_dir=tmp_path)

@@ -479,7 +479,12 @@ class ContextGate:
             "redacted": bool(policy),
             "messages": redacted,
         }
-        data = orjson.dumps(record, option=orjson.OPT_INDENT_2)
+        try:
+            data = orjson.dumps(record, option=orjson.OPT_INDENT_2)
+        except orjson.JSONEncodeError as exc:  # e.g. a lone surrogate in a key: not JSON text
+            raise InvalidInputError(
+                f"cannot checkpoint call {call_id!r}: the messages are not JSON text ({exc})"
+            ) from None
         with open_dir(self.checkpoints_dir, create=True) as directory:
             write_atomic(directory, name, data, refuse_planted=True)
         return self.checkpoints_dir / name
