@@ -62,7 +62,14 @@ FEATURE_NAMES = (
     "CJK ideographs that are two tokens alone",
     "hangul syllables that are two tokens alone",
     "runs of hangul not right after a space or tab",
+    # The guard's features (coefficient 0): signs of text the model cannot bound.
+    "letters third or later in a row of consonants or of vowels (guard only)",
+    "tabs not after a tab or line break, spaces after a tab (guard only)",
+    "punctuation third or later in its run, unlike the one before (guard only)",
+    "ASCII control characters other than tab and line breaks (guard only)",
 )
+# Indices of the features the fit leaves at 0.
+GUARD_ONLY = range(36, 40)
 
 
 def _is_letter(c: str) -> bool:
@@ -188,7 +195,32 @@ def features(text: str, encoding: str) -> list[float]:
             if cls == 27 and (i == 0 or not _is_other_2byte(text[i - 1])):
                 f[28] += 1
         i = j
+    _guard_features(f, text)
     return f
+
+
+def _guard_features(f: list[float], text: str) -> None:
+    letters, vowel_run, puncts, previous = 0, False, 0, ""
+    for c in text:
+        if _is_letter(c):
+            vowel = c in "aeiouyAEIOUY"
+            letters = letters + 1 if letters and vowel == vowel_run else 1
+            vowel_run = vowel
+            f[36] += letters >= 3
+        else:
+            letters = 0
+        if c == "\t":
+            f[37] += previous not in ("\t", "\n", "\r")
+        elif c == " ":
+            f[37] += previous == "\t"
+        if c < "\x80" and _is_ascii_punct(c):
+            puncts += 1
+            f[38] += puncts >= 3 and c != previous
+        else:
+            puncts = 0
+        if (c < " " and c not in "\t\n\r") or c == "\x7f":
+            f[39] += 1
+        previous = c
 
 
 # Feature classes whose runs are counted: 1 for ideographs and kana, 2 for hangul.
@@ -212,6 +244,7 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
     pieces = segments + f[10]
     fragments = f[0] + f[1] + f[10]
     han_kana = f[21] + f[22] + f[23] + f[33]
+    hangul = f[24] + f[25] + f[34]
     unusual = 0.5 * f[22] + f[25] + f[29] + f[30]
     return (
         n < 32
@@ -227,6 +260,11 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or f[27] > 12.0 * f[28]
         or (han_kana > 0 and f[31] > 0.35 * han_kana)
         or 0.8 * (pieces + f[19]) > e
+        or f[36] > 0.5 * e
+        or f[37] > 0.25 * e
+        or f[38] > 1.5 * e
+        or f[39] > 0.2 * e
+        or f[26] - han_kana - hangul > 0.25 * e
     )
 
 
@@ -247,14 +285,31 @@ def coefficients(encoding: str) -> list[float]:
     return [float(line.split(",")[0]) for line in block.strip().splitlines()]
 
 
+# Code points per chunk the kernel judges on its own (``CHUNK_CHARS`` in estimate.rs).
+CHUNK_CHARS = 1024
+
+
+def chunks(text: str) -> list[str]:
+    """The chunks the kernel judges one by one: ``CHUNK_CHARS`` code points each, the last
+    joining the one before it when it holds fewer than half as many."""
+    pieces = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
+    if len(pieces) > 1 and len(pieces[-1]) < CHUNK_CHARS // 2:
+        last = pieces.pop()
+        pieces[-1] += last
+    return pieces
+
+
 def estimate(text: str, encoding: str, coefficients: list[float]) -> int:
     """The estimate the kernel must return for ``text`` given one family's coefficients."""
     if not text:
         return 0
-    value, distrusted = model_value(text, encoding, coefficients)
-    if distrusted:
-        return max(1, len(tiktoken_encoding(encoding).encode_ordinary(text)))
-    return max(1, round(value))
+    total = 0.0
+    for chunk in chunks(text):
+        value, distrusted = model_value(chunk, encoding, coefficients)
+        if distrusted:
+            value = len(tiktoken_encoding(encoding).encode_ordinary(chunk))
+        total += value
+    return max(1, round(total))
 
 
 # --- the tiktoken peer, offline -------------------------------------------------------------

@@ -4,7 +4,7 @@
 //! features in `super::features` order) and the bitsets of the ideographs and hangul
 //! syllables the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.
 
-pub const FEATURE_COUNT: usize = 36;
+pub const FEATURE_COUNT: usize = 40;
 pub const HAN_FIRST: u32 = 0x4e00;
 pub const HAN_LAST: u32 = 0x9fff;
 pub const HANGUL_FIRST: u32 = 0xac00;
@@ -47,6 +47,10 @@ pub const O200K: [f64; FEATURE_COUNT] = [
     3.9331685907320733,    // CJK ideographs that are two tokens alone
     2.145266708084642,     // hangul syllables that are two tokens alone
     0.7368266253125006,    // runs of hangul not right after a space or tab
+    0.0, // letters third or later in a row of consonants or of vowels (guard only)
+    0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
+    0.0, // punctuation third or later in its run, unlike the one before (guard only)
+    0.0, // ASCII control characters other than tab and line breaks (guard only)
 ];
 pub static O200K_HAN_SINGLE: [u64; 328] = [
     0x6f55257035586f8b,
@@ -1100,6 +1104,10 @@ pub const CL100K: [f64; FEATURE_COUNT] = [
     2.424466074035084,      // CJK ideographs that are two tokens alone
     1.1694737117410803,     // hangul syllables that are two tokens alone
     0.7961678940548392,     // runs of hangul not right after a space or tab
+    0.0, // letters third or later in a row of consonants or of vowels (guard only)
+    0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
+    0.0, // punctuation third or later in its run, unlike the one before (guard only)
+    0.0, // ASCII control characters other than tab and line breaks (guard only)
 ];
 pub static CL100K_HAN_SINGLE: [u64; 328] = [
     0x0c04241014086e81,

@@ -54,6 +54,18 @@ pub mod slots {
     /// hangul words with their leading space, so a word glued to punctuation (or starting a line)
     /// is spelled from smaller pieces.
     pub const HANGUL_BARE_RUNS: usize = 35;
+    // The guard's features (their coefficients are 0): signs of text the model cannot bound.
+    /// ASCII letters that are the third or later in a row of consonants, or of vowels (`y`
+    /// counted as a vowel): rare in words, most letters of random strings.
+    pub const HARD_LETTERS: usize = 36;
+    /// Tabs not right after a tab or a line break, and spaces right after a tab: a tab inside a
+    /// line is a token of its own (a word takes a space, not a tab, into its token), and
+    /// indentation repeats one character.
+    pub const MIXED_WHITESPACE: usize = 37;
+    /// ASCII punctuation third or later in its run and unlike the one before it.
+    pub const MIXED_PUNCT: usize = 38;
+    /// ASCII control characters other than tab, line feed and carriage return.
+    pub const CONTROL_CHARS: usize = 39;
 }
 
 /// Feature counts of one text.
@@ -325,6 +337,12 @@ pub struct Masks {
     non_ascii: u64,
     /// The non-ASCII units a character starts at (all of them in UCS-4).
     lead: u64,
+    /// ASCII vowels, `y` included.
+    vowel: u64,
+    tab: u64,
+    control: u64,
+    /// ASCII units equal to the unit before them in the block (bit 0 is left clear).
+    same: u64,
     valid: u64,
 }
 
@@ -340,7 +358,22 @@ fn scalar_masks<U: Unit>(units: &[U]) -> Masks {
     };
     for (i, unit) in units.iter().take(64).enumerate() {
         let b = 1u64 << i;
-        match class(unit.value()) {
+        let v = unit.value();
+        if v < 0x80 {
+            if b"aeiouyAEIOUY".contains(&(v as u8)) {
+                m.vowel |= b;
+            }
+            if v == 0x09 {
+                m.tab |= b;
+            }
+            if (v < 0x20 && !matches!(v, 0x09 | 0x0A | 0x0D)) || v == 0x7F {
+                m.control |= b;
+            }
+            if i > 0 && units[i - 1].value() == v {
+                m.same |= b;
+            }
+        }
+        match class(v) {
             LOWER => m.lower |= b,
             UPPER => m.upper |= b,
             DIGIT => m.digit |= b,
@@ -384,17 +417,43 @@ mod sse2 {
         _mm_movemask_epi8(v) as u32 as u64
     }
 
-    /// Adds the masks of 16 bytes (ASCII as themselves, everything else with the high bit
-    /// set) at bit `shift`.
     #[inline]
     #[target_feature(enable = "sse2")]
-    fn classify(m: &mut Masks, b: __m128i, shift: u32) {
+    fn equal(b: __m128i, x: u8) -> __m128i {
+        _mm_cmpeq_epi8(b, _mm_set1_epi8(x as i8))
+    }
+
+    /// Adds the masks of 16 bytes (ASCII as themselves, everything else with the high bit
+    /// set) at bit `shift`; `before` holds the same bytes one position earlier (lane 0 of
+    /// the first 16 of a block is masked out of `same` by the caller).
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn classify(m: &mut Masks, b: __m128i, before: __m128i, shift: u32) {
+        let non_ascii = _mm_movemask_epi8(b) as u32 as u64;
         m.lower |= between(b, b'a', b'z') << shift;
         m.upper |= between(b, b'A', b'Z') << shift;
         m.digit |= between(b, b'0', b'9') << shift;
-        m.space |= either(b, b' ', b'\t') << shift;
-        m.newline |= either(b, b'\n', b'\r') << shift;
-        m.non_ascii |= (_mm_movemask_epi8(b) as u32 as u64) << shift;
+        let space = either(b, b' ', b'\t');
+        let newline = either(b, b'\n', b'\r');
+        m.space |= space << shift;
+        m.newline |= newline << shift;
+        m.non_ascii |= non_ascii << shift;
+        // A letter with bit 5 set is its lower-case form; no other byte maps onto a vowel.
+        let folded = _mm_or_si128(b, _mm_set1_epi8(0x20));
+        let vowel = _mm_or_si128(
+            _mm_or_si128(equal(folded, b'a'), equal(folded, b'e')),
+            _mm_or_si128(
+                _mm_or_si128(equal(folded, b'i'), equal(folded, b'o')),
+                _mm_or_si128(equal(folded, b'u'), equal(folded, b'y')),
+            ),
+        );
+        m.vowel |= (_mm_movemask_epi8(vowel) as u32 as u64) << shift;
+        m.tab |= (_mm_movemask_epi8(equal(b, b'\t')) as u32 as u64) << shift;
+        let control = (between(b, 0, 0x1F) & !(space | newline))
+            | _mm_movemask_epi8(equal(b, 0x7F)) as u32 as u64;
+        m.control |= control << shift;
+        let same = _mm_movemask_epi8(_mm_cmpeq_epi8(b, before)) as u32 as u64 & !non_ascii;
+        m.same |= same << shift;
     }
 
     #[inline]
@@ -408,12 +467,19 @@ mod sse2 {
             // SAFETY: k < 4, so the 16 bytes read lie inside `block`; the load has no
             // alignment requirement.
             let b = unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k).cast()) };
-            classify(&mut m, b, 16 * k as u32);
+            let before = if k == 0 {
+                _mm_slli_si128(b, 1)
+            } else {
+                // SAFETY: 1 <= k < 4, so the 16 bytes from 16 * k - 1 lie inside `block`.
+                unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k - 1).cast()) }
+            };
+            classify(&mut m, b, before, 16 * k as u32);
             // UTF-8 continuation bytes, 0x80..=0xBF, are the signed bytes below -64.
             let continuation = _mm_cmplt_epi8(b, _mm_set1_epi8(-64));
             m.lead |=
                 ((_mm_movemask_epi8(_mm_andnot_si128(continuation, b)) as u32) as u64) << (16 * k);
         }
+        m.same &= !1;
         m
     }
 
@@ -442,12 +508,17 @@ mod sse2 {
             valid: u64::MAX,
             ..Masks::default()
         };
+        let mut previous = _mm_setzero_si128();
         for k in 0..4 {
             let lo = _mm_packs_epi32(load4(block, 4 * k), load4(block, 4 * k + 1));
             let hi = _mm_packs_epi32(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
-            classify(&mut m, _mm_packus_epi16(lo, hi), 16 * k as u32);
+            let b = _mm_packus_epi16(lo, hi);
+            let before = _mm_or_si128(_mm_slli_si128(b, 1), _mm_srli_si128(previous, 15));
+            classify(&mut m, b, before, 16 * k as u32);
+            previous = b;
         }
         m.lead = m.non_ascii;
+        m.same &= !1;
         m
     }
 }
@@ -498,6 +569,11 @@ struct Pass {
     c_punct_start: u64,
     c_punct_1: u64,
     c_non_ascii: u64,
+    c_tab: u64,
+    /// The last two bits (bit 1 the very last) of the consonant, vowel and punctuation masks.
+    c2_consonant: u64,
+    c2_vowel: u64,
+    c2_punct: u64,
     /// Last bit of `at_offset[k]`: letters at offset >= k within their segment.
     c_offset: [u64; 13],
     /// Per k, the number of letters at offset >= k in their segment (index 0 unused).
@@ -516,6 +592,10 @@ struct Pass {
     punct_long_3: u64,
     punct_chars: u64,
     punct_glued: u64,
+    hard_letters: u64,
+    mixed_whitespace: u64,
+    mixed_punct: u64,
+    control_chars: u64,
     /// Category of the last non-ASCII character.
     last_category: u8,
     /// Per [`FIELDS`] field, the non-ASCII counts so far.
@@ -525,6 +605,13 @@ struct Pass {
 #[inline(always)]
 fn count(mask: u64) -> u64 {
     u64::from(mask.count_ones())
+}
+
+/// Bits of `mask` whose two predecessors are set too (`carry2`: the previous block's last two
+/// bits, the very last as bit 1).
+#[inline(always)]
+fn third_in_row(mask: u64, carry2: u64) -> u64 {
+    mask & ((mask << 1) | carry2 >> 1) & ((mask << 2) | carry2)
 }
 
 impl Pass {
@@ -584,6 +671,23 @@ impl Pass {
         self.punct_chars += count(punct);
         self.punct_glued += count(letter & later(punct_start, self.c_punct_start));
 
+        // The guard's features.
+        let consonant = letter & !m.vowel;
+        self.hard_letters += count(
+            third_in_row(consonant, self.c2_consonant) | third_in_row(m.vowel, self.c2_vowel),
+        );
+        let after_tab = later(m.tab, self.c_tab);
+        let after_line = later(m.newline, self.c_newline);
+        self.mixed_whitespace +=
+            count((m.tab & !(after_tab | after_line)) | (m.space & !m.tab & after_tab));
+        let mut same = m.same;
+        if base > 0 && units[base].value() < 0x80 && units[base].value() == units[base - 1].value()
+        {
+            same |= 1;
+        }
+        self.mixed_punct += count(third_in_row(punct, self.c2_punct) & !same);
+        self.control_chars += count(m.control);
+
         // Non-ASCII characters one by one, but without a loop per run (their runs are short,
         // and each exit would be a mispredicted branch) and without branches on their class:
         // a table gives the category, another the packed counter increments.
@@ -631,6 +735,10 @@ impl Pass {
         self.c_punct_start = punct_start >> 63;
         self.c_punct_1 = punct_1 >> 63;
         self.c_non_ascii = m.non_ascii >> 63;
+        self.c_tab = m.tab >> 63;
+        self.c2_consonant = consonant >> 62;
+        self.c2_vowel = m.vowel >> 62;
+        self.c2_punct = punct >> 62;
     }
 
     /// Closes the runs still open at the text's end and writes the derived features.
@@ -673,6 +781,10 @@ impl Pass {
         f[PUNCT_RUN_3P] += self.punct_long_3;
         f[PUNCT_EXTRA] += self.punct_chars - punct_1 - 2 * punct_2 - 2 * self.punct_long_3;
         f[PUNCT_GLUED] += self.punct_glued;
+        f[HARD_LETTERS] += self.hard_letters;
+        f[MIXED_WHITESPACE] += self.mixed_whitespace;
+        f[MIXED_PUNCT] += self.mixed_punct;
+        f[CONTROL_CHARS] += self.control_chars;
     }
 }
 
@@ -733,12 +845,13 @@ pub const PARALLEL_MIN_UNITS: usize = 192 * 1024;
 const CUT_WINDOW: usize = 64 * 1024;
 
 /// Whether the runs of the pass end between `units[i - 1]` and `units[i]` with no feature
-/// looking across: a space or newline followed by an ASCII unit of another class. (A letter
-/// after punctuation is looked across, and non-ASCII runs span several UTF-8 bytes.)
+/// looking across: a space or newline followed by an ASCII unit of another class other than a
+/// tab. (A letter after punctuation is looked across, so is a tab after a newline, and
+/// non-ASCII runs span several UTF-8 bytes.)
 #[inline]
 fn clean_cut<U: Unit>(units: &[U], i: usize) -> bool {
     let (a, b) = (units[i - 1].value(), units[i].value());
-    matches!(a, 0x20 | 0x0A) && b < 0x80 && class(a) != class(b)
+    matches!(a, 0x20 | 0x0A) && b < 0x80 && b != 0x09 && class(a) != class(b)
 }
 
 /// [`extract_units`] over `pieces` pieces of about equal size cut where no run crosses, on
@@ -1016,7 +1129,44 @@ mod scalar {
             }
             i = j;
         }
+        guard_features(&mut f, units);
         f
+    }
+
+    /// The guard's features, one unit at a time (non-ASCII units end every run).
+    fn guard_features<U: Unit>(f: &mut Features, units: &[U]) {
+        let (mut letters, mut kind, mut puncts) = (0, false, 0);
+        let mut previous = u32::MAX;
+        for unit in units {
+            let v = unit.value();
+            let vowel = v < 0x80 && b"aeiouyAEIOUY".contains(&(v as u8));
+            if is_letter(v) {
+                letters = if letters > 0 && kind == vowel {
+                    letters + 1
+                } else {
+                    1
+                };
+                kind = vowel;
+                f[HARD_LETTERS] += u64::from(letters >= 3);
+            } else {
+                letters = 0;
+            }
+            f[MIXED_WHITESPACE] += u64::from(match v {
+                0x09 => !matches!(previous, 0x09 | 0x0A | 0x0D),
+                0x20 => previous == 0x09,
+                _ => false,
+            });
+            if v < 0x80 && class(v) == PUNCT {
+                puncts += 1;
+                f[MIXED_PUNCT] += u64::from(puncts >= 3 && v != previous);
+            } else {
+                puncts = 0;
+            }
+            if (v < 0x20 && !matches!(v, 0x09 | 0x0A | 0x0D)) || v == 0x7F {
+                f[CONTROL_CHARS] += 1;
+            }
+            previous = v;
+        }
     }
 }
 
