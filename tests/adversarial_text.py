@@ -62,10 +62,10 @@ def segment(rng: random.Random, kind: str) -> str:
     if kind == "wsmix":
         return "".join(rng.choice(WHITESPACE) for _ in range(n))
     if kind == "char":
-        return rng.choice([_char(rng, 33, 126), _char(rng, 0x80, 0x2FFF),
-                           _char(rng, 0x1F300, 0x1FAFF), _char(rng, 0x80, 0x10FFFF)]) * n  # fmt: skip
+        ranges = [(33, 126), (0x80, 0x2FFF), (0x1F300, 0x1FAFF), (0x80, 0x10FFFF)]
+        return rng.choice([_char(rng, lo, hi) for lo, hi in ranges]) * n
     if kind == "word":
-        word = rng.choice([*WORDS, _word(rng, LOWER, 1, 8)])
+        word = rng.choice(WORDS)
         return (word + rng.choice(["", " ", "\n", ", ", "\t", "  ", ".", "\t\t"])) * n
     if kind == "b64":
         return base64.b64encode(rng.randbytes(n)).decode()

@@ -67,9 +67,10 @@ FEATURE_NAMES = (
     "tabs not after a tab or line break, spaces after a tab (guard only)",
     "punctuation third or later in its run, unlike the one before (guard only)",
     "ASCII control characters other than tab and line breaks (guard only)",
+    "2-byte UTF-8 characters that are not one token alone (guard only)",
 )
 # Indices of the features the fit leaves at 0.
-GUARD_ONLY = range(36, 40)
+GUARD_ONLY = range(36, 41)
 
 
 def _is_letter(c: str) -> bool:
@@ -96,6 +97,9 @@ def _letter_segment(f: list[float], seg: str) -> None:
 # Ideographs and hangul syllables whose single-token-ness the calibrator tabulates per family.
 HAN_TABLE = (0x4E00, 0x9FFF)
 HANGUL_TABLE = (0xAC00, 0xD7A3)
+# The 2-byte UTF-8 characters: the ones that are not one token alone are a sign of text the
+# model cannot bound (combining marks, rare letters, random code points).
+TWO_BYTE_TABLE = (0x80, 0x7FF)
 
 
 @functools.cache
@@ -104,7 +108,7 @@ def isolated_counts(encoding: str) -> dict[int, int]:
     enc = tiktoken_encoding(encoding)
     return {
         o: len(enc.encode_ordinary(chr(o)))
-        for lo, hi in (HAN_TABLE, HANGUL_TABLE)
+        for lo, hi in (HAN_TABLE, HANGUL_TABLE, TWO_BYTE_TABLE)
         for o in range(lo, hi + 1)
     }
 
@@ -194,6 +198,8 @@ def features(text: str, encoding: str) -> list[float]:
                     f[35] += 1
             if cls == 27 and (i == 0 or not _is_other_2byte(text[i - 1])):
                 f[28] += 1
+            if cls == 27 and single[o] != 1:
+                f[40] += 1
         i = j
     _guard_features(f, text)
     return f
@@ -264,6 +270,8 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or f[37] > 0.25 * e
         or f[38] > 1.5 * e
         or f[39] > 0.2 * e
+        or f[40] > 0.25 * e
+        or hangul > 8.0 * f[32]
         or f[26] - han_kana - hangul > 0.25 * e
     )
 

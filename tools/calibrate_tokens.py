@@ -316,6 +316,11 @@ def fit() -> None:
                 out.append(f"pub static {family}_{table}_{kind}: [u64; {n}] = [")
                 out.extend(bitset(lo, hi, members))
                 out.append("];")
+        lo, hi = ref.TWO_BYTE_TABLE
+        members = {o for o, t in isolated.items() if lo <= o <= hi and t == 1}
+        out.append(f"pub static {family}_TWO_BYTE_SINGLE: [u64; {(hi - lo + 1 + 63) // 64}] = [")
+        out.extend(bitset(lo, hi, members))
+        out.append("];")
         out.append("")
     COEFFICIENTS.write_text("\n".join(out), encoding="utf-8")
     subprocess.run(["rustfmt", "--edition", "2021", str(COEFFICIENTS)], check=True)

@@ -22,9 +22,9 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 
-import adversarial_text as adv  # noqa: E402
+import adversarial_text as adv
 
-from memstrata.tokens import count_tokens, estimate_tokens  # noqa: E402
+from memstrata.tokens import count_tokens, estimate_tokens
 
 ENCODINGS = ("o200k_base", "cl100k_base")
 
@@ -36,7 +36,9 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=100, help="texts per seed")
     parser.add_argument("--unbounded", action="store_true", help="draw the unbounded kinds too")
     args = parser.parse_args()
-    first = args.first_seed if args.first_seed is not None else random.SystemRandom().getrandbits(40)
+    first = args.first_seed
+    if first is None:
+        first = random.SystemRandom().getrandbits(40)
     kinds = adv.KINDS + adv.UNBOUNDED_KINDS if args.unbounded else adv.KINDS
     start = time.perf_counter()
     searched = failures = 0

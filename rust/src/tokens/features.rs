@@ -66,6 +66,8 @@ pub mod slots {
     pub const MIXED_PUNCT: usize = 38;
     /// ASCII control characters other than tab, line feed and carriage return.
     pub const CONTROL_CHARS: usize = 39;
+    /// 2-byte UTF-8 characters that are not one token alone: combining marks, rare letters.
+    pub const RARE_TWO_BYTE: usize = 40;
 }
 
 /// Feature counts of one text.
@@ -78,6 +80,8 @@ pub struct SingleTokenTables {
     pub han_double: &'static [u64],
     pub hangul_single: &'static [u64],
     pub hangul_double: &'static [u64],
+    /// Which 2-byte UTF-8 characters (U+0080..=U+07FF) are one token alone.
+    pub two_byte_single: &'static [u64],
     /// The [`Category`] of every BMP code point under these tables, built on first use.
     pub categories: &'static OnceLock<Box<[u8; 0x10000]>>,
 }
@@ -87,7 +91,7 @@ impl SingleTokenTables {
         self.categories.get_or_init(|| {
             let mut table = Box::new([0u8; 0x10000]);
             for (c, category) in table.iter_mut().enumerate().skip(0x80) {
-                *category = category_of_slot(non_ascii_slot(c as u32, self));
+                *category = non_ascii_category(c as u32, self);
             }
             table
         })
@@ -239,9 +243,20 @@ fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
     }
 }
 
+/// The category of a non-ASCII character: [`non_ascii_slot`], told apart from the rare 2-byte
+/// characters, which count in both [`OTHER_2BYTE`] and [`RARE_TWO_BYTE`].
+fn non_ascii_category(c: u32, tables: &SingleTokenTables) -> u8 {
+    let slot = non_ascii_slot(c, tables);
+    if slot == OTHER_2BYTE && !in_bitset(tables.two_byte_single, c - 0x80) {
+        category_of_slot(RARE_TWO_BYTE)
+    } else {
+        category_of_slot(slot)
+    }
+}
+
 /// The class of a non-ASCII character: its feature slot, numbered from 1 (0 stands for "no
 /// character": the one before a run of non-ASCII characters).
-const CATEGORY_SLOTS: [usize; 12] = [
+const CATEGORY_SLOTS: [usize; 13] = [
     usize::MAX,
     HAN_SINGLE,
     HAN_DOUBLE,
@@ -254,6 +269,7 @@ const CATEGORY_SLOTS: [usize; 12] = [
     OTHER_2BYTE,
     OTHER_3BYTE,
     FOUR_BYTE,
+    RARE_TWO_BYTE,
 ];
 
 const fn category_of_slot(slot: usize) -> u8 {
@@ -279,12 +295,17 @@ const fn kind_of_category(category: usize) -> u32 {
 /// Packed counters of the non-ASCII characters of a block (at most 64, so 7 bits apiece never
 /// overflow): one field per category (field `category - 1`) and four run counts.
 const FIELD_BITS: u32 = 7;
-const FIELD_HAN_KANA_RUNS: u32 = 11;
-const FIELD_HANGUL_RUNS: u32 = 12;
-const FIELD_OTHER_2BYTE_RUNS: u32 = 13;
+const FIELD_HAN_KANA_RUNS: u32 = 12;
+const FIELD_HANGUL_RUNS: u32 = 13;
+const FIELD_OTHER_2BYTE_RUNS: u32 = 14;
 /// Not in [`INCREMENTS`]: whether a hangul run is bare depends on the unit before it.
-const FIELD_HANGUL_BARE_RUNS: u32 = 14;
-const FIELDS: usize = 15;
+const FIELD_HANGUL_BARE_RUNS: u32 = 15;
+const FIELDS: usize = 16;
+
+/// Whether a category is a 2-byte "other" character, rare or not.
+const fn is_two_byte(category: usize) -> bool {
+    matches!(CATEGORY_SLOTS[category], OTHER_2BYTE | RARE_TWO_BYTE)
+}
 
 /// The packed increments of a character of category `c` after one of category `p` (0: after
 /// ASCII or at the start), at index `p << 4 | c`.
@@ -296,13 +317,16 @@ const INCREMENTS: [u128; 256] = {
         while c < CATEGORY_SLOTS.len() {
             let (kp, kc) = (kind_of_category(p), kind_of_category(c));
             let mut inc = 1u128 << ((c as u32 - 1) * FIELD_BITS);
+            if CATEGORY_SLOTS[c] == RARE_TWO_BYTE {
+                inc |= 1 << ((category_of_slot(OTHER_2BYTE) as u32 - 1) * FIELD_BITS);
+            }
             if kc == 1 && kp != 1 {
                 inc |= 1 << (FIELD_HAN_KANA_RUNS * FIELD_BITS);
             }
             if kc == 2 && kp != 2 {
                 inc |= 1 << (FIELD_HANGUL_RUNS * FIELD_BITS);
             }
-            if CATEGORY_SLOTS[c] == OTHER_2BYTE && CATEGORY_SLOTS[p] != OTHER_2BYTE {
+            if is_two_byte(c) && !is_two_byte(p) {
                 inc |= 1 << (FIELD_OTHER_2BYTE_RUNS * FIELD_BITS);
             }
             table[p << 4 | c] = inc;
@@ -1100,6 +1124,9 @@ mod scalar {
                                     f[OTHER_2BYTE_RUNS] += 1;
                                 }
                                 other_2byte_end = k;
+                                if !in_bitset(tables.two_byte_single, c - 0x80) {
+                                    f[RARE_TWO_BYTE] += 1;
+                                }
                             }
                             match slot {
                                 HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
@@ -1174,6 +1201,7 @@ mod scalar {
 mod tests {
     use super::super::coefficients::{
         O200K_HANGUL_DOUBLE, O200K_HANGUL_SINGLE, O200K_HAN_DOUBLE, O200K_HAN_SINGLE,
+        O200K_TWO_BYTE_SINGLE,
     };
     use super::*;
 
@@ -1184,6 +1212,7 @@ mod tests {
             han_double: &O200K_HAN_DOUBLE,
             hangul_single: &O200K_HANGUL_SINGLE,
             hangul_double: &O200K_HANGUL_DOUBLE,
+            two_byte_single: &O200K_TWO_BYTE_SINGLE,
             categories: &CATEGORIES,
         }
     }
