@@ -66,7 +66,7 @@ FEATURE_NAMES = (
     "letters third or later in a row of consonants or of vowels (guard only)",
     "tabs not after a tab or line break, spaces after a tab (guard only)",
     "punctuation third or later in its run, unlike the one before (guard only)",
-    "ASCII control characters other than tab and line breaks (guard only)",
+    "ASCII control characters but tab and line breaks, CR after CR (guard only)",
     "2-byte UTF-8 characters that are not one token alone (guard only)",
 )
 # Indices of the features the fit leaves at 0.
@@ -224,7 +224,7 @@ def _guard_features(f: list[float], text: str) -> None:
             f[38] += puncts >= 3 and c != previous
         else:
             puncts = 0
-        if (c < " " and c not in "\t\n\r") or c == "\x7f":
+        if (c < " " and c not in "\t\n\r") or c == "\x7f" or c == previous == "\r":
             f[39] += 1
         previous = c
 
@@ -266,7 +266,7 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or f[27] > 12.0 * f[28]
         or (han_kana > 0 and f[31] > 0.35 * han_kana)
         or 0.8 * (pieces + f[19]) > e
-        or f[36] > 0.5 * e
+        or f[36] > 0.4 * e
         or f[37] > 0.25 * e
         or f[38] > 1.5 * e
         or f[39] > 0.2 * e

@@ -283,7 +283,8 @@ def _drawn(seed: int, index: int, kinds: list[str] = adv.KINDS) -> str:
 # text whole: (seed, index) of tools/explore_tokens.py.
 FOUND = [(2, 5), (2, 21), (6, 83), (8, 50), (10, 3), (12, 21), (12, 29), (13, 82), (16, 79),
          (18, 4), (19, 65), (23, 55), (31, 41), (33, 49), (34, 17), (36, 1), (39, 16), (39, 21),
-         (41, 53), (44, 71), (45, 17), (49, 79), (55, 91), (58, 87)]  # fmt: skip
+         (41, 53), (44, 71), (45, 17), (49, 79), (55, 91), (58, 87), (94098219602, 24),
+         (94098219805, 50)]  # fmt: skip
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

@@ -50,7 +50,7 @@ pub const O200K: [f64; FEATURE_COUNT] = [
     0.0, // letters third or later in a row of consonants or of vowels (guard only)
     0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
     0.0, // punctuation third or later in its run, unlike the one before (guard only)
-    0.0, // ASCII control characters other than tab and line breaks (guard only)
+    0.0, // ASCII control characters but tab and line breaks, CR after CR (guard only)
     0.0, // 2-byte UTF-8 characters that are not one token alone (guard only)
 ];
 pub static O200K_HAN_SINGLE: [u64; 328] = [
@@ -1140,7 +1140,7 @@ pub const CL100K: [f64; FEATURE_COUNT] = [
     0.0, // letters third or later in a row of consonants or of vowels (guard only)
     0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
     0.0, // punctuation third or later in its run, unlike the one before (guard only)
-    0.0, // ASCII control characters other than tab and line breaks (guard only)
+    0.0, // ASCII control characters but tab and line breaks, CR after CR (guard only)
     0.0, // 2-byte UTF-8 characters that are not one token alone (guard only)
 ];
 pub static CL100K_HAN_SINGLE: [u64; 328] = [

@@ -201,7 +201,7 @@ pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
         // one token: an estimate well under their number is surely too low.
         || 0.8 * (pieces + at(NEWLINE_RUNS)) > e
         // Random strings: a word's letters mostly alternate between consonants and vowels.
-        || at(HARD_LETTERS) > 0.5 * e
+        || at(HARD_LETTERS) > 0.4 * e
         || at(MIXED_WHITESPACE) > 0.25 * e
         || at(MIXED_PUNCT) > 1.5 * e
         || at(CONTROL_CHARS) > 0.2 * e

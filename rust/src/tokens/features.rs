@@ -64,7 +64,8 @@ pub mod slots {
     pub const MIXED_WHITESPACE: usize = 37;
     /// ASCII punctuation third or later in its run and unlike the one before it.
     pub const MIXED_PUNCT: usize = 38;
-    /// ASCII control characters other than tab, line feed and carriage return.
+    /// ASCII control characters other than tab, line feed and carriage return, and carriage
+    /// returns right after one (a line break is at most one of them before a line feed).
     pub const CONTROL_CHARS: usize = 39;
     /// 2-byte UTF-8 characters that are not one token alone: combining marks, rare letters.
     pub const RARE_TWO_BYTE: usize = 40;
@@ -364,6 +365,7 @@ pub struct Masks {
     /// ASCII vowels, `y` included.
     vowel: u64,
     tab: u64,
+    carriage_return: u64,
     control: u64,
     /// ASCII units equal to the unit before them in the block (bit 0 is left clear).
     same: u64,
@@ -389,6 +391,9 @@ fn scalar_masks<U: Unit>(units: &[U]) -> Masks {
             }
             if v == 0x09 {
                 m.tab |= b;
+            }
+            if v == 0x0D {
+                m.carriage_return |= b;
             }
             if (v < 0x20 && !matches!(v, 0x09 | 0x0A | 0x0D)) || v == 0x7F {
                 m.control |= b;
@@ -473,6 +478,7 @@ mod sse2 {
         );
         m.vowel |= (_mm_movemask_epi8(vowel) as u32 as u64) << shift;
         m.tab |= (_mm_movemask_epi8(equal(b, b'\t')) as u32 as u64) << shift;
+        m.carriage_return |= (_mm_movemask_epi8(equal(b, b'\r')) as u32 as u64) << shift;
         let control = (between(b, 0, 0x1F) & !(space | newline))
             | _mm_movemask_epi8(equal(b, 0x7F)) as u32 as u64;
         m.control |= control << shift;
@@ -594,6 +600,7 @@ struct Pass {
     c_punct_1: u64,
     c_non_ascii: u64,
     c_tab: u64,
+    c_carriage_return: u64,
     /// The last two bits (bit 1 the very last) of the consonant, vowel and punctuation masks.
     c2_consonant: u64,
     c2_vowel: u64,
@@ -710,7 +717,8 @@ impl Pass {
             same |= 1;
         }
         self.mixed_punct += count(third_in_row(punct, self.c2_punct) & !same);
-        self.control_chars += count(m.control);
+        let cr_after_cr = m.carriage_return & later(m.carriage_return, self.c_carriage_return);
+        self.control_chars += count(m.control | cr_after_cr);
 
         // Non-ASCII characters one by one, but without a loop per run (their runs are short,
         // and each exit would be a mispredicted branch) and without branches on their class:
@@ -760,6 +768,7 @@ impl Pass {
         self.c_punct_1 = punct_1 >> 63;
         self.c_non_ascii = m.non_ascii >> 63;
         self.c_tab = m.tab >> 63;
+        self.c_carriage_return = m.carriage_return >> 63;
         self.c2_consonant = consonant >> 62;
         self.c2_vowel = m.vowel >> 62;
         self.c2_punct = punct >> 62;
@@ -1190,6 +1199,9 @@ mod scalar {
                 puncts = 0;
             }
             if (v < 0x20 && !matches!(v, 0x09 | 0x0A | 0x0D)) || v == 0x7F {
+                f[CONTROL_CHARS] += 1;
+            }
+            if v == 0x0D && previous == 0x0D {
                 f[CONTROL_CHARS] += 1;
             }
             previous = v;
