@@ -65,12 +65,11 @@ FEATURE_NAMES = (
     # The guard's features (coefficient 0): signs of text the model cannot bound.
     "letters third or later in a row of consonants or of vowels (guard only)",
     "tabs not after a tab or line break, spaces after a tab (guard only)",
-    "punctuation third or later in its run, unlike the one before (guard only)",
     "ASCII control characters but tab and line breaks, CR after CR (guard only)",
     "2-byte UTF-8 characters that are not one token alone (guard only)",
 )
 # Indices of the features the fit leaves at 0.
-GUARD_ONLY = range(36, 41)
+GUARD_ONLY = range(36, 40)
 
 
 def _is_letter(c: str) -> bool:
@@ -199,14 +198,14 @@ def features(text: str, encoding: str) -> list[float]:
             if cls == 27 and (i == 0 or not _is_other_2byte(text[i - 1])):
                 f[28] += 1
             if cls == 27 and single[o] != 1:
-                f[40] += 1
+                f[39] += 1
         i = j
     _guard_features(f, text)
     return f
 
 
 def _guard_features(f: list[float], text: str) -> None:
-    letters, vowel_run, puncts, previous = 0, False, 0, ""
+    letters, vowel_run, previous = 0, False, ""
     for c in text:
         if _is_letter(c):
             vowel = c in "aeiouyAEIOUY"
@@ -219,13 +218,8 @@ def _guard_features(f: list[float], text: str) -> None:
             f[37] += previous not in ("\t", "\n", "\r")
         elif c == " ":
             f[37] += previous == "\t"
-        if c < "\x80" and _is_ascii_punct(c):
-            puncts += 1
-            f[38] += puncts >= 3 and c != previous
-        else:
-            puncts = 0
         if (c < " " and c not in "\t\n\r") or c == "\x7f" or c == previous == "\r":
-            f[39] += 1
+            f[38] += 1
         previous = c
 
 
@@ -264,13 +258,13 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or unusual > 0.15 * e
         or (fragments > 0.6 * pieces and pieces > 0.25 * e)
         or f[27] > 12.0 * f[28]
-        or (han_kana > 0 and f[31] > 0.35 * han_kana)
+        or (han_kana > 0.1 * e and f[31] > 0.35 * han_kana)
         or 0.8 * (pieces + f[19]) > e
         or f[36] > 0.4 * e
         or f[37] > 0.25 * e
-        or f[38] > 1.5 * e
-        or f[39] > 0.2 * e
-        or f[40] > 0.25 * e
+        or f[14] > 2.0 * e
+        or f[38] > 0.2 * e
+        or f[39] > 0.25 * e
         or hangul > 8.0 * f[32]
         or f[26] - han_kana - hangul > 0.25 * e
     )

@@ -4,7 +4,7 @@
 //! features in `super::features` order) and the bitsets of the ideographs and hangul
 //! syllables the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.
 
-pub const FEATURE_COUNT: usize = 41;
+pub const FEATURE_COUNT: usize = 40;
 pub const HAN_FIRST: u32 = 0x4e00;
 pub const HAN_LAST: u32 = 0x9fff;
 pub const HANGUL_FIRST: u32 = 0xac00;
@@ -49,7 +49,6 @@ pub const O200K: [f64; FEATURE_COUNT] = [
     0.7368266253125006,    // runs of hangul not right after a space or tab
     0.0, // letters third or later in a row of consonants or of vowels (guard only)
     0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
-    0.0, // punctuation third or later in its run, unlike the one before (guard only)
     0.0, // ASCII control characters but tab and line breaks, CR after CR (guard only)
     0.0, // 2-byte UTF-8 characters that are not one token alone (guard only)
 ];
@@ -1139,7 +1138,6 @@ pub const CL100K: [f64; FEATURE_COUNT] = [
     0.7961678940548392,     // runs of hangul not right after a space or tab
     0.0, // letters third or later in a row of consonants or of vowels (guard only)
     0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
-    0.0, // punctuation third or later in its run, unlike the one before (guard only)
     0.0, // ASCII control characters but tab and line breaks, CR after CR (guard only)
     0.0, // 2-byte UTF-8 characters that are not one token alone (guard only)
 ];

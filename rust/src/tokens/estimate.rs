@@ -90,7 +90,12 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     let values: Vec<f64> = if units.len() >= PARALLEL_MIN_UNITS && rayon::current_num_threads() > 1
     {
         use rayon::prelude::*;
-        chunks.par_iter().map(chunk).collect()
+        // Handed out by the hundred: a task per chunk would cost about what it computes.
+        let groups: Vec<Vec<f64>> = chunks
+            .par_chunks(128)
+            .map(|group| group.iter().map(chunk).collect())
+            .collect();
+        groups.concat()
     } else {
         chunks.iter().map(chunk).collect()
     };
@@ -196,14 +201,15 @@ pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
         || unusual > 0.15 * e
         || (fragments > 0.6 * pieces && pieces > 0.25 * e)
         || at(OTHER_2BYTE) > 12.0 * at(OTHER_2BYTE_RUNS)
-        || (han_kana > 0.0 && at(HAN_KANA_RUNS) > 0.35 * han_kana)
+        // CJK words cut short by spaces or punctuation, where they carry a share of the value.
+        || (han_kana > 0.1 * e && at(HAN_KANA_RUNS) > 0.35 * han_kana)
         // Each letter segment, digit group and newline run is a piece of its own of at least
         // one token: an estimate well under their number is surely too low.
         || 0.8 * (pieces + at(NEWLINE_RUNS)) > e
         // Random strings: a word's letters mostly alternate between consonants and vowels.
         || at(HARD_LETTERS) > 0.4 * e
         || at(MIXED_WHITESPACE) > 0.25 * e
-        || at(MIXED_PUNCT) > 1.5 * e
+        || at(PUNCT_EXTRA) > 2.0 * e
         || at(CONTROL_CHARS) > 0.2 * e
         // Combining marks, rare letters, random code points: the vocabulary spells each in
         // one to two tokens, the model in a fraction of one.

@@ -62,13 +62,11 @@ pub mod slots {
     /// line is a token of its own (a word takes a space, not a tab, into its token), and
     /// indentation repeats one character.
     pub const MIXED_WHITESPACE: usize = 37;
-    /// ASCII punctuation third or later in its run and unlike the one before it.
-    pub const MIXED_PUNCT: usize = 38;
     /// ASCII control characters other than tab, line feed and carriage return, and carriage
     /// returns right after one (a line break is at most one of them before a line feed).
-    pub const CONTROL_CHARS: usize = 39;
+    pub const CONTROL_CHARS: usize = 38;
     /// 2-byte UTF-8 characters that are not one token alone: combining marks, rare letters.
-    pub const RARE_TWO_BYTE: usize = 40;
+    pub const RARE_TWO_BYTE: usize = 39;
 }
 
 /// Feature counts of one text.
@@ -366,9 +364,9 @@ pub struct Masks {
     vowel: u64,
     tab: u64,
     carriage_return: u64,
-    control: u64,
-    /// ASCII units equal to the unit before them in the block (bit 0 is left clear).
-    same: u64,
+    /// Units below 0x20, DEL, and non-ASCII units: the control characters among the
+    /// punctuation.
+    low: u64,
     valid: u64,
 }
 
@@ -395,12 +393,11 @@ fn scalar_masks<U: Unit>(units: &[U]) -> Masks {
             if v == 0x0D {
                 m.carriage_return |= b;
             }
-            if (v < 0x20 && !matches!(v, 0x09 | 0x0A | 0x0D)) || v == 0x7F {
-                m.control |= b;
+            if v < 0x20 || v == 0x7F {
+                m.low |= b;
             }
-            if i > 0 && units[i - 1].value() == v {
-                m.same |= b;
-            }
+        } else {
+            m.low |= b;
         }
         match class(v) {
             LOWER => m.lower |= b,
@@ -453,11 +450,10 @@ mod sse2 {
     }
 
     /// Adds the masks of 16 bytes (ASCII as themselves, everything else with the high bit
-    /// set) at bit `shift`; `before` holds the same bytes one position earlier (lane 0 of
-    /// the first 16 of a block is masked out of `same` by the caller).
+    /// set) at bit `shift`.
     #[inline]
     #[target_feature(enable = "sse2")]
-    fn classify(m: &mut Masks, b: __m128i, before: __m128i, shift: u32) {
+    fn classify(m: &mut Masks, b: __m128i, shift: u32) {
         let non_ascii = _mm_movemask_epi8(b) as u32 as u64;
         m.lower |= between(b, b'a', b'z') << shift;
         m.upper |= between(b, b'A', b'Z') << shift;
@@ -468,22 +464,20 @@ mod sse2 {
         m.newline |= newline << shift;
         m.non_ascii |= non_ascii << shift;
         // A letter with bit 5 set is its lower-case form; no other byte maps onto a vowel.
+        // `a`/`e` differ in bit 2 only, `i`/`y` in bit 4 only: one comparison each.
         let folded = _mm_or_si128(b, _mm_set1_epi8(0x20));
+        let a_e = equal(_mm_andnot_si128(_mm_set1_epi8(0x04), folded), b'a');
+        let i_y = equal(_mm_andnot_si128(_mm_set1_epi8(0x10), folded), b'i');
         let vowel = _mm_or_si128(
-            _mm_or_si128(equal(folded, b'a'), equal(folded, b'e')),
-            _mm_or_si128(
-                _mm_or_si128(equal(folded, b'i'), equal(folded, b'o')),
-                _mm_or_si128(equal(folded, b'u'), equal(folded, b'y')),
-            ),
+            _mm_or_si128(a_e, i_y),
+            _mm_or_si128(equal(folded, b'o'), equal(folded, b'u')),
         );
         m.vowel |= (_mm_movemask_epi8(vowel) as u32 as u64) << shift;
         m.tab |= (_mm_movemask_epi8(equal(b, b'\t')) as u32 as u64) << shift;
         m.carriage_return |= (_mm_movemask_epi8(equal(b, b'\r')) as u32 as u64) << shift;
-        let control = (between(b, 0, 0x1F) & !(space | newline))
-            | _mm_movemask_epi8(equal(b, 0x7F)) as u32 as u64;
-        m.control |= control << shift;
-        let same = _mm_movemask_epi8(_mm_cmpeq_epi8(b, before)) as u32 as u64 & !non_ascii;
-        m.same |= same << shift;
+        // Signed: the non-ASCII bytes are negative, so below 0x20 too.
+        let low = _mm_or_si128(_mm_cmplt_epi8(b, _mm_set1_epi8(0x20)), equal(b, 0x7F));
+        m.low |= (_mm_movemask_epi8(low) as u32 as u64) << shift;
     }
 
     #[inline]
@@ -497,19 +491,12 @@ mod sse2 {
             // SAFETY: k < 4, so the 16 bytes read lie inside `block`; the load has no
             // alignment requirement.
             let b = unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k).cast()) };
-            let before = if k == 0 {
-                _mm_slli_si128(b, 1)
-            } else {
-                // SAFETY: 1 <= k < 4, so the 16 bytes from 16 * k - 1 lie inside `block`.
-                unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k - 1).cast()) }
-            };
-            classify(&mut m, b, before, 16 * k as u32);
+            classify(&mut m, b, 16 * k as u32);
             // UTF-8 continuation bytes, 0x80..=0xBF, are the signed bytes below -64.
             let continuation = _mm_cmplt_epi8(b, _mm_set1_epi8(-64));
             m.lead |=
                 ((_mm_movemask_epi8(_mm_andnot_si128(continuation, b)) as u32) as u64) << (16 * k);
         }
-        m.same &= !1;
         m
     }
 
@@ -538,17 +525,12 @@ mod sse2 {
             valid: u64::MAX,
             ..Masks::default()
         };
-        let mut previous = _mm_setzero_si128();
         for k in 0..4 {
             let lo = _mm_packs_epi32(load4(block, 4 * k), load4(block, 4 * k + 1));
             let hi = _mm_packs_epi32(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
-            let b = _mm_packus_epi16(lo, hi);
-            let before = _mm_or_si128(_mm_slli_si128(b, 1), _mm_srli_si128(previous, 15));
-            classify(&mut m, b, before, 16 * k as u32);
-            previous = b;
+            classify(&mut m, _mm_packus_epi16(lo, hi), 16 * k as u32);
         }
         m.lead = m.non_ascii;
-        m.same &= !1;
         m
     }
 }
@@ -604,7 +586,6 @@ struct Pass {
     /// The last two bits (bit 1 the very last) of the consonant, vowel and punctuation masks.
     c2_consonant: u64,
     c2_vowel: u64,
-    c2_punct: u64,
     /// Last bit of `at_offset[k]`: letters at offset >= k within their segment.
     c_offset: [u64; 13],
     /// Per k, the number of letters at offset >= k in their segment (index 0 unused).
@@ -625,7 +606,6 @@ struct Pass {
     punct_glued: u64,
     hard_letters: u64,
     mixed_whitespace: u64,
-    mixed_punct: u64,
     control_chars: u64,
     /// Category of the last non-ASCII character.
     last_category: u8,
@@ -711,14 +691,8 @@ impl Pass {
         let after_line = later(m.newline, self.c_newline);
         self.mixed_whitespace +=
             count((m.tab & !(after_tab | after_line)) | (m.space & !m.tab & after_tab));
-        let mut same = m.same;
-        if base > 0 && units[base].value() < 0x80 && units[base].value() == units[base - 1].value()
-        {
-            same |= 1;
-        }
-        self.mixed_punct += count(third_in_row(punct, self.c2_punct) & !same);
         let cr_after_cr = m.carriage_return & later(m.carriage_return, self.c_carriage_return);
-        self.control_chars += count(m.control | cr_after_cr);
+        self.control_chars += count((m.low & punct) | cr_after_cr);
 
         // Non-ASCII characters one by one, but without a loop per run (their runs are short,
         // and each exit would be a mispredicted branch) and without branches on their class:
@@ -771,7 +745,6 @@ impl Pass {
         self.c_carriage_return = m.carriage_return >> 63;
         self.c2_consonant = consonant >> 62;
         self.c2_vowel = m.vowel >> 62;
-        self.c2_punct = punct >> 62;
     }
 
     /// Closes the runs still open at the text's end and writes the derived features.
@@ -816,7 +789,6 @@ impl Pass {
         f[PUNCT_GLUED] += self.punct_glued;
         f[HARD_LETTERS] += self.hard_letters;
         f[MIXED_WHITESPACE] += self.mixed_whitespace;
-        f[MIXED_PUNCT] += self.mixed_punct;
         f[CONTROL_CHARS] += self.control_chars;
     }
 }
@@ -1171,7 +1143,7 @@ mod scalar {
 
     /// The guard's features, one unit at a time (non-ASCII units end every run).
     fn guard_features<U: Unit>(f: &mut Features, units: &[U]) {
-        let (mut letters, mut kind, mut puncts) = (0, false, 0);
+        let (mut letters, mut kind) = (0, false);
         let mut previous = u32::MAX;
         for unit in units {
             let v = unit.value();
@@ -1192,12 +1164,6 @@ mod scalar {
                 0x20 => previous == 0x09,
                 _ => false,
             });
-            if v < 0x80 && class(v) == PUNCT {
-                puncts += 1;
-                f[MIXED_PUNCT] += u64::from(puncts >= 3 && v != previous);
-            } else {
-                puncts = 0;
-            }
             if (v < 0x20 && !matches!(v, 0x09 | 0x0A | 0x0D)) || v == 0x7F {
                 f[CONTROL_CHARS] += 1;
             }
