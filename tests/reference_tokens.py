@@ -260,7 +260,7 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or f[27] > 12.0 * f[28]
         or (han_kana > 0.1 * e and f[31] > 0.35 * han_kana)
         or 0.8 * (pieces + f[19]) > e
-        or f[36] > 0.4 * e
+        or f[36] > (0.2 if n < 128 else 0.4) * e
         or f[37] > 0.25 * e
         or f[14] > 2.0 * e
         or f[38] > 0.2 * e

@@ -206,8 +206,9 @@ pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
         // Each letter segment, digit group and newline run is a piece of its own of at least
         // one token: an estimate well under their number is surely too low.
         || 0.8 * (pieces + at(NEWLINE_RUNS)) > e
-        // Random strings: a word's letters mostly alternate between consonants and vowels.
-        || at(HARD_LETTERS) > 0.4 * e
+        // Random strings: a word's letters mostly alternate between consonants and vowels. A
+        // text of a few words has too few letters to tell by a share, and costs little to count.
+        || at(HARD_LETTERS) > e * if n < 128.0 { 0.2 } else { 0.4 }
         || at(MIXED_WHITESPACE) > 0.25 * e
         || at(PUNCT_EXTRA) > 2.0 * e
         || at(CONTROL_CHARS) > 0.2 * e
