@@ -435,16 +435,6 @@ mod sse2 {
 
     #[inline]
     #[target_feature(enable = "sse2")]
-    fn either(b: __m128i, x: u8, y: u8) -> u64 {
-        let v = _mm_or_si128(
-            _mm_cmpeq_epi8(b, _mm_set1_epi8(x as i8)),
-            _mm_cmpeq_epi8(b, _mm_set1_epi8(y as i8)),
-        );
-        _mm_movemask_epi8(v) as u32 as u64
-    }
-
-    #[inline]
-    #[target_feature(enable = "sse2")]
     fn equal(b: __m128i, x: u8) -> __m128i {
         _mm_cmpeq_epi8(b, _mm_set1_epi8(x as i8))
     }
@@ -458,8 +448,11 @@ mod sse2 {
         m.lower |= between(b, b'a', b'z') << shift;
         m.upper |= between(b, b'A', b'Z') << shift;
         m.digit |= between(b, b'0', b'9') << shift;
-        let space = either(b, b' ', b'\t');
-        let newline = either(b, b'\n', b'\r');
+        let tab = equal(b, b'\t');
+        let carriage_return = equal(b, b'\r');
+        let space = _mm_movemask_epi8(_mm_or_si128(equal(b, b' '), tab)) as u32 as u64;
+        let newline =
+            _mm_movemask_epi8(_mm_or_si128(equal(b, b'\n'), carriage_return)) as u32 as u64;
         m.space |= space << shift;
         m.newline |= newline << shift;
         m.non_ascii |= non_ascii << shift;
@@ -473,8 +466,8 @@ mod sse2 {
             _mm_or_si128(equal(folded, b'o'), equal(folded, b'u')),
         );
         m.vowel |= (_mm_movemask_epi8(vowel) as u32 as u64) << shift;
-        m.tab |= (_mm_movemask_epi8(equal(b, b'\t')) as u32 as u64) << shift;
-        m.carriage_return |= (_mm_movemask_epi8(equal(b, b'\r')) as u32 as u64) << shift;
+        m.tab |= (_mm_movemask_epi8(tab) as u32 as u64) << shift;
+        m.carriage_return |= (_mm_movemask_epi8(carriage_return) as u32 as u64) << shift;
         // Signed: the non-ASCII bytes are negative, so below 0x20 too.
         let low = _mm_or_si128(_mm_cmplt_epi8(b, _mm_set1_epi8(0x20)), equal(b, 0x7F));
         m.low |= (_mm_movemask_epi8(low) as u32 as u64) << shift;
