@@ -62,7 +62,14 @@ FEATURE_NAMES = (
     "CJK ideographs that are two tokens alone",
     "hangul syllables that are two tokens alone",
     "runs of hangul not right after a space or tab",
+    # The guard's features (coefficient 0): signs of text the model cannot bound.
+    "letters third or later in a row of consonants or of vowels (guard only)",
+    "tabs not after a tab or line break, spaces after a tab (guard only)",
+    "ASCII control characters but tab and line breaks, CR after CR (guard only)",
+    "2-byte UTF-8 characters that are not one token alone (guard only)",
 )
+# Indices of the features the fit leaves at 0.
+GUARD_ONLY = range(36, 40)
 
 
 def _is_letter(c: str) -> bool:
@@ -89,6 +96,9 @@ def _letter_segment(f: list[float], seg: str) -> None:
 # Ideographs and hangul syllables whose single-token-ness the calibrator tabulates per family.
 HAN_TABLE = (0x4E00, 0x9FFF)
 HANGUL_TABLE = (0xAC00, 0xD7A3)
+# The 2-byte UTF-8 characters: the ones that are not one token alone are a sign of text the
+# model cannot bound (combining marks, rare letters, random code points).
+TWO_BYTE_TABLE = (0x80, 0x7FF)
 
 
 @functools.cache
@@ -97,7 +107,7 @@ def isolated_counts(encoding: str) -> dict[int, int]:
     enc = tiktoken_encoding(encoding)
     return {
         o: len(enc.encode_ordinary(chr(o)))
-        for lo, hi in (HAN_TABLE, HANGUL_TABLE)
+        for lo, hi in (HAN_TABLE, HANGUL_TABLE, TWO_BYTE_TABLE)
         for o in range(lo, hi + 1)
     }
 
@@ -187,8 +197,30 @@ def features(text: str, encoding: str) -> list[float]:
                     f[35] += 1
             if cls == 27 and (i == 0 or not _is_other_2byte(text[i - 1])):
                 f[28] += 1
+            if cls == 27 and single[o] != 1:
+                f[39] += 1
         i = j
+    _guard_features(f, text)
     return f
+
+
+def _guard_features(f: list[float], text: str) -> None:
+    letters, vowel_run, previous = 0, False, ""
+    for c in text:
+        if _is_letter(c):
+            vowel = c in "aeiouyAEIOUY"
+            letters = letters + 1 if letters and vowel == vowel_run else 1
+            vowel_run = vowel
+            f[36] += letters >= 3
+        else:
+            letters = 0
+        if c == "\t":
+            f[37] += previous not in ("\t", "\n", "\r")
+        elif c == " ":
+            f[37] += previous == "\t"
+        if (c < " " and c not in "\t\n\r") or c == "\x7f" or c == previous == "\r":
+            f[38] += 1
+        previous = c
 
 
 # Feature classes whose runs are counted: 1 for ideographs and kana, 2 for hangul.
@@ -212,6 +244,7 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
     pieces = segments + f[10]
     fragments = f[0] + f[1] + f[10]
     han_kana = f[21] + f[22] + f[23] + f[33]
+    hangul = f[24] + f[25] + f[34]
     unusual = 0.5 * f[22] + f[25] + f[29] + f[30]
     return (
         n < 32
@@ -225,8 +258,15 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or unusual > 0.15 * e
         or (fragments > 0.6 * pieces and pieces > 0.25 * e)
         or f[27] > 12.0 * f[28]
-        or (han_kana > 0 and f[31] > 0.35 * han_kana)
+        or (han_kana > 0.1 * e and f[31] > 0.35 * han_kana)
         or 0.8 * (pieces + f[19]) > e
+        or f[36] > (0.2 if n < 128 else 0.4) * e
+        or f[37] > 0.25 * e
+        or f[14] > 2.0 * e
+        or f[38] > 0.2 * e
+        or f[39] > 0.25 * e
+        or hangul > 8.0 * f[32]
+        or f[26] - han_kana - hangul > 0.25 * e
     )
 
 
@@ -247,14 +287,31 @@ def coefficients(encoding: str) -> list[float]:
     return [float(line.split(",")[0]) for line in block.strip().splitlines()]
 
 
+# Code points per chunk the kernel judges on its own (``CHUNK_CHARS`` in estimate.rs).
+CHUNK_CHARS = 1024
+
+
+def chunks(text: str) -> list[str]:
+    """The chunks the kernel judges one by one: ``CHUNK_CHARS`` code points each, the last
+    joining the one before it when it holds fewer than half as many."""
+    pieces = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
+    if len(pieces) > 1 and len(pieces[-1]) < CHUNK_CHARS // 2:
+        last = pieces.pop()
+        pieces[-1] += last
+    return pieces
+
+
 def estimate(text: str, encoding: str, coefficients: list[float]) -> int:
     """The estimate the kernel must return for ``text`` given one family's coefficients."""
     if not text:
         return 0
-    value, distrusted = model_value(text, encoding, coefficients)
-    if distrusted:
-        return max(1, len(tiktoken_encoding(encoding).encode_ordinary(text)))
-    return max(1, round(value))
+    total = 0.0
+    for chunk in chunks(text):
+        value, distrusted = model_value(chunk, encoding, coefficients)
+        if distrusted:
+            value = len(tiktoken_encoding(encoding).encode_ordinary(chunk))
+        total += value
+    return max(1, round(total))
 
 
 # --- the tiktoken peer, offline -------------------------------------------------------------

@@ -9,6 +9,7 @@ import random
 import statistics
 from typing import Any
 
+import adversarial_text as adv
 import pytest
 import reference_tokens as ref
 from hypothesis import example, given, settings
@@ -251,6 +252,13 @@ ADVERSARIAL = {
     "random astral code points": "".join(
         chr(_RNG.randint(0x10000, 0x10FFFF)) for _ in range(3_000)
     ),
+    # A tab, unlike a space, is a token of its own before a word.
+    "'und\\t' x 1,500": "und\t" * 1_500,
+    # Random letters look like words to the model.
+    "random consonant words": " ".join(
+        "".join(_RNG.choice("bcdfghjklmnpqrstvwxz") for _ in range(_RNG.randint(2, 7)))
+        for _ in range(600)
+    ),
 }
 
 
@@ -263,64 +271,44 @@ def test_adversarial_texts_stay_within_a_factor_of_two(encoding: str, name: str)
     assert exact / 2 <= estimate <= 2 * exact, (name, estimate, exact)
 
 
-def _random_word(rng: random.Random, length: int) -> str:
-    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(length))
+def _drawn(seed: int, index: int, kinds: list[str] = adv.KINDS) -> str:
+    """Text number ``index`` drawn from ``seed`` (what tools/explore_tokens.py reports)."""
+    rng = random.Random(seed)
+    for _ in range(index):
+        adv.text(rng, kinds)
+    return adv.text(rng, kinds)
 
 
-# Script blocks to draw random code points from: Latin-1, Greek, Cyrillic, Hebrew, Arabic,
-# Devanagari, Thai, Myanmar, Hangul Jamo, arrows and maths, kana, ideographs, hangul, private
-# use, symbols and emoji, ideographs extension B.
-_BLOCKS = [0x80, 0x370, 0x400, 0x590, 0x600, 0x900, 0xE00, 0x1000, 0x1100, 0x2190, 0x3040,
-           0x4E00, 0xAC00, 0xE000, 0x1F300, 0x20000]  # fmt: skip
-
-
-@st.composite
-def _adversarial_piece(draw: st.DrawFn) -> str:
-    rng = random.Random(draw(st.integers(0, 2**32)))
-    n = draw(st.sampled_from([1, 3, 10, 100, 1_000, 5_000]))
-    kind = draw(st.sampled_from(["ws", "nl", "char", "word", "b64", "hex", "digits", "emoji",
-                                 "script", "longword", "punct", "prose"]))  # fmt: skip
-    if kind == "ws":
-        return rng.choice([" ", "\t", " \t"]) * n
-    if kind == "nl":
-        return rng.choice(["\n", "\r\n", "\r", "\n\n ", "  \n"]) * n
-    if kind == "char":
-        return chr(rng.choice([rng.randint(33, 126), rng.randint(0x80, 0x2FFF),
-                               rng.randint(0x1F300, 0x1FAFF)])) * n  # fmt: skip
-    if kind == "word":
-        word = rng.choice(["hello", "the", "x", "Foo", "\u00e9", "\u6570\u636e", "ok", "--"])
-        return (word + rng.choice(["", " ", "\n", ", "])) * n
-    if kind == "b64":
-        return base64.b64encode(rng.randbytes(n)).decode()
-    if kind == "hex":
-        return rng.randbytes(n).hex()
-    if kind == "digits":
-        return "".join(rng.choice("0123456789") for _ in range(n))
-    if kind == "emoji":
-        return "".join(chr(rng.choice([rng.randint(0x1F300, 0x1F64F), rng.randint(0x2600, 0x27BF)]))
-                       for _ in range(n))  # fmt: skip
-    if kind == "script":
-        lo = rng.choice(_BLOCKS)
-        return "".join(chr(rng.randint(lo, lo + 0xFF)) for _ in range(n))
-    if kind == "longword":
-        return _random_word(rng, 30 + n)
-    if kind == "punct":
-        return "".join(rng.choice("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~") for _ in range(n))
-    words = ["the", "agent", "memory", "of", "a", "context", "window", "is", "budget", "tokens."]
-    return " ".join(rng.choice(words) for _ in range(n))
-
-
-ADVERSARIAL_TEXTS = st.lists(_adversarial_piece(), min_size=1, max_size=5).map("".join)
+# Texts the random search found misjudged by more than a factor of 2 when the guard judged a
+# text whole: (seed, index) of tools/explore_tokens.py.
+FOUND = [(2, 5), (2, 21), (6, 83), (8, 50), (10, 3), (12, 21), (12, 29), (13, 82), (16, 79),
+         (18, 4), (19, 65), (23, 55), (31, 41), (33, 49), (34, 17), (36, 1), (39, 16), (39, 21),
+         (41, 53), (44, 71), (45, 17), (49, 79), (55, 91), (58, 87), (94098219602, 24),
+         (94098219805, 50), (1062478640217, 36)]  # fmt: skip
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-@settings(max_examples=300, deadline=None, derandomize=True)  # one case set: reproducible
+@pytest.mark.parametrize(("seed", "index"), FOUND)
+def test_found_texts_stay_within_a_factor_of_two(encoding: str, seed: int, index: int) -> None:
+    text = _drawn(seed, index)
+    exact = count_tokens(text, encoding=encoding)
+    estimate = estimate_tokens(text, model=encoding)
+    assert exact / 2 <= estimate <= 2 * exact, (estimate, exact, text[:80])
+
+
+# Mixtures of one to six segments (runs of whitespace, newlines, one character or word,
+# base64, hex, digits, emoji and symbols, random code points of many scripts, long words,
+# random letters, punctuation, control characters, prose, code), concatenated or interleaved.
+ADVERSARIAL_TEXTS = st.integers(0, 2**64 - 1).map(lambda seed: adv.text(random.Random(seed)))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@settings(max_examples=600, deadline=None, derandomize=True)  # one case set: reproducible
 @given(text=ADVERSARIAL_TEXTS)
 @example(text="\t" * 100 + "hello\n" * 100)  # short lines: a newline per word, once missed
 def test_estimate_never_collapses(encoding: str, text: str) -> None:
-    """Runs of whitespace, newlines, one character or word, base64, hex, digits, emoji and
-    symbols, random code points of many scripts, long words, and mixtures of them: the estimate
-    stays within a factor of 2 of the exact count."""
+    """On any mixture of the segments the estimator bounds, the estimate stays within a factor
+    of 2 of the exact count."""
     exact = count_tokens(text, encoding=encoding)
     estimate = estimate_tokens(text, model=encoding)
     assert exact / 2 <= estimate <= 2 * exact, (estimate, exact)
@@ -333,6 +321,18 @@ def test_estimate_matches_the_reference_guard(encoding: str, text: str) -> None:
     """The kernel distrusts its model exactly where the reference does, and then counts."""
     expected = ref.estimate(text, encoding, ref.coefficients(encoding))
     assert estimate_tokens(text, model=encoding) == expected
+
+
+def test_the_unbounded_kinds_still_fool_the_model() -> None:
+    """What the guard cannot see: words the vocabularies do not hold, spelt like a language's
+    (tools/explore_tokens.py --unbounded finds them). If this starts to fail, the estimator has
+    learnt to bound them: move the kinds into adv.KINDS."""
+    misjudged = 0
+    for seed in range(40):
+        text = _drawn(seed, 0, adv.UNBOUNDED_KINDS)
+        exact = count_tokens(text, encoding="o200k_base")
+        misjudged += estimate_tokens(text) < exact / 2
+    assert misjudged > 0
 
 
 def test_model_table() -> None:

@@ -240,7 +240,9 @@ def fit() -> None:
             y = len(enc.encode_ordinary(text))
             if y == 0:
                 continue
-            rows.append(ref.features(text, encoding))
+            # The guard's features stay out of the model (their coefficients are 0).
+            f = ref.features(text, encoding)
+            rows.append([x for k, x in enumerate(f) if k not in ref.GUARD_ONLY])
             targets.append(y)
             weights.append(1.0 / per_cat[category])
         x = np.asarray(rows, dtype=float)
@@ -250,12 +252,14 @@ def fit() -> None:
         scale = w / y
         # A light ridge pull towards a plain prior keeps features the corpus rarely exercises
         # (emoji, rare scripts) at sane values instead of whatever absorbs the noise.
-        prior = np.asarray(PRIOR, dtype=float)
+        prior = np.asarray(PRIOR[: x.shape[1]], dtype=float)
         ridge = np.sqrt(RIDGE) * np.eye(len(prior))
         a = np.vstack([x * scale[:, None], ridge])
         b = np.concatenate([y * scale, ridge @ prior])
-        coef, *_ = np.linalg.lstsq(a, b, rcond=None)
-        pred = x @ coef
+        fitted, *_ = np.linalg.lstsq(a, b, rcond=None)
+        pred = x @ fitted
+        coef = np.zeros(len(ref.FEATURE_NAMES))
+        coef[[k for k in range(len(coef)) if k not in ref.GUARD_ONLY]] = fitted
         for category in categories:
             idx = [i for i, (c, _) in enumerate(chunks) if c == category]
             rel = np.abs(pred[idx] - y[idx]) / y[idx]
@@ -312,6 +316,11 @@ def fit() -> None:
                 out.append(f"pub static {family}_{table}_{kind}: [u64; {n}] = [")
                 out.extend(bitset(lo, hi, members))
                 out.append("];")
+        lo, hi = ref.TWO_BYTE_TABLE
+        members = {o for o, t in isolated.items() if lo <= o <= hi and t == 1}
+        out.append(f"pub static {family}_TWO_BYTE_SINGLE: [u64; {(hi - lo + 1 + 63) // 64}] = [")
+        out.extend(bitset(lo, hi, members))
+        out.append("];")
         out.append("")
     COEFFICIENTS.write_text("\n".join(out), encoding="utf-8")
     subprocess.run(["rustfmt", "--edition", "2021", str(COEFFICIENTS)], check=True)

@@ -141,6 +141,72 @@ proptest! {
     }
 }
 
+/// One segment of a kind the estimator must bound: runs of whitespace or of one character,
+/// base64, hex, digits, emoji and symbols, code points of any script, long words, random
+/// letters, punctuation, control characters, prose.
+fn segment() -> impl Strategy<Value = String> {
+    let run = |unit: &'static [&'static str]| {
+        (prop::sample::select(unit.to_vec()), 1usize..3000).prop_map(|(u, n)| u.repeat(n))
+    };
+    prop_oneof![
+        run(&[" ", "\t", " \t", "\n", "\r\n", "  \n", "\u{3000}", "\u{a0}", "\u{b}"]),
+        "[ \t\n\r\u{b}\u{c}\u{a0}\u{3000}]{1,2000}",
+        (any::<char>(), 1usize..3000).prop_map(|(c, n)| c.to_string().repeat(n)),
+        run(&[
+            "the ",
+            "und\t",
+            "ok,",
+            "x\n",
+            "\u{6570}\u{636e}",
+            "\u{d55c}\u{ad6d} "
+        ]),
+        "[A-Za-z0-9+/]{1,3000}",
+        "[0-9a-f]{1,3000}",
+        "[0-9]{1,3000}",
+        "[\u{1f300}-\u{1f64f}\u{2600}-\u{27bf}]{1,1000}",
+        prop::collection::vec(any::<char>(), 1..1000).prop_map(|v| v.into_iter().collect()),
+        "[\u{400}-\u{4ff}\u{590}-\u{6ff}\u{900}-\u{97f}\u{e00}-\u{e7f}]{1,1000}",
+        "[a-z]{30,2000}",
+        "([bcdfghjklmnpqrstvwxz]{1,7} ){1,400}",
+        "[!-/:-@\\[-`{-~]{1,1000}",
+        "[\u{0}-\u{1f}\u{7f}a ]{1,1000}",
+        "((the|agent|memory|of|a|context|window|is|budget|tokens\\.) ){1,400}",
+    ]
+}
+
+/// Segments concatenated, or interleaved a few characters at a time.
+fn mixture() -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec(segment(), 1..6),
+        prop::option::of(1usize..100),
+    )
+        .prop_map(|(parts, slice)| match slice {
+            None => parts.concat(),
+            Some(k) => {
+                let parts: Vec<Vec<char>> = parts.iter().map(|p| p.chars().collect()).collect();
+                let longest = parts.iter().map(Vec::len).max().unwrap_or(0);
+                let mut out = String::new();
+                for start in (0..longest).step_by(k) {
+                    for part in &parts {
+                        out.extend(part.iter().skip(start).take(k));
+                    }
+                }
+                out
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn estimate_stays_within_a_factor_of_two(text in mixture(), e in encoding()) {
+        let exact = count_tokens(&text, e);
+        let estimate = estimate_tokens(&text, e);
+        prop_assert!(2 * estimate >= exact && estimate <= 2 * exact, "{} {}", estimate, exact);
+    }
+}
+
 proptest! {
     // Texts past the parallel threshold (192k units): slow in a debug build, so few cases.
     #![proptest_config(ProptestConfig::with_cases(4))]

@@ -4,7 +4,7 @@
 //! features in `super::features` order) and the bitsets of the ideographs and hangul
 //! syllables the family encodes as one (SINGLE) or two (DOUBLE) tokens on their own.
 
-pub const FEATURE_COUNT: usize = 36;
+pub const FEATURE_COUNT: usize = 40;
 pub const HAN_FIRST: u32 = 0x4e00;
 pub const HAN_LAST: u32 = 0x9fff;
 pub const HANGUL_FIRST: u32 = 0xac00;
@@ -47,6 +47,10 @@ pub const O200K: [f64; FEATURE_COUNT] = [
     3.9331685907320733,    // CJK ideographs that are two tokens alone
     2.145266708084642,     // hangul syllables that are two tokens alone
     0.7368266253125006,    // runs of hangul not right after a space or tab
+    0.0, // letters third or later in a row of consonants or of vowels (guard only)
+    0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
+    0.0, // ASCII control characters but tab and line breaks, CR after CR (guard only)
+    0.0, // 2-byte UTF-8 characters that are not one token alone (guard only)
 ];
 pub static O200K_HAN_SINGLE: [u64; 328] = [
     0x6f55257035586f8b,
@@ -1062,6 +1066,38 @@ pub static O200K_HANGUL_DOUBLE: [u64; 175] = [
     0xffffefddffffffff,
     0x0000000ffeffeeff,
 ];
+pub static O200K_TWO_BYTE_SINGLE: [u64; 30] = [
+    0xffffffff021c0001,
+    0xfffffffff7ffffff,
+    0x54a38a8aeb8bbbff,
+    0xffaaab2fef0f295e,
+    0x0001800302058000,
+    0x0000000000004000,
+    0x000000000f000000,
+    0x002000000a9a0000,
+    0x1800000000000000,
+    0x0000000034000040,
+    0x000020880000174f,
+    0x0000000000000000,
+    0xfffef3fbffff1150,
+    0x0000000000007fff,
+    0xffffffffffff41f6,
+    0x00000000dffeffff,
+    0xacefea8b8e8d0000,
+    0x0080830a03000000,
+    0xff3e002000000000,
+    0xfffffffe687df7f1,
+    0xd3f10000000002ff,
+    0x001c07ffffff0000,
+    0x07fffffe88001000,
+    0xfe011fff001fffff,
+    0x5c28ae00076ab7fb,
+    0x63ff0000003579cb,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000000,
+];
 
 pub const CL100K: [f64; FEATURE_COUNT] = [
     1.2545638696492112,     // letter segments of length 1
@@ -1100,6 +1136,10 @@ pub const CL100K: [f64; FEATURE_COUNT] = [
     2.424466074035084,      // CJK ideographs that are two tokens alone
     1.1694737117410803,     // hangul syllables that are two tokens alone
     0.7961678940548392,     // runs of hangul not right after a space or tab
+    0.0, // letters third or later in a row of consonants or of vowels (guard only)
+    0.0, // tabs not after a tab or line break, spaces after a tab (guard only)
+    0.0, // ASCII control characters but tab and line breaks, CR after CR (guard only)
+    0.0, // 2-byte UTF-8 characters that are not one token alone (guard only)
 ];
 pub static CL100K_HAN_SINGLE: [u64; 328] = [
     0x0c04241014086e81,
@@ -2114,4 +2154,36 @@ pub static CL100K_HANGUL_DOUBLE: [u64; 175] = [
     0x0000000000000000,
     0x1000000000000000,
     0x0000000000000800,
+];
+pub static CL100K_TWO_BYTE_SINGLE: [u64; 30] = [
+    0xfeffffff00040001,
+    0x3f7fffff94cb629f,
+    0x000308008a0b20aa,
+    0x5402882a8a0a2014,
+    0x0001000200000000,
+    0x0000000000000000,
+    0x000000000a000000,
+    0x0020000002000000,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000003,
+    0x0000000000000000,
+    0xbfbef00000000000,
+    0x00000000000012ff,
+    0xffffa0dffdbf0004,
+    0x000000000042ffff,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000070552bb0000,
+    0x07ffffa800001000,
+    0x400000000007c7fe,
+    0x0000820000000000,
+    0x0000000000001000,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000000,
+    0x0000000000000000,
 ];

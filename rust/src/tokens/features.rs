@@ -54,6 +54,19 @@ pub mod slots {
     /// hangul words with their leading space, so a word glued to punctuation (or starting a line)
     /// is spelled from smaller pieces.
     pub const HANGUL_BARE_RUNS: usize = 35;
+    // The guard's features (their coefficients are 0): signs of text the model cannot bound.
+    /// ASCII letters that are the third or later in a row of consonants, or of vowels (`y`
+    /// counted as a vowel): rare in words, most letters of random strings.
+    pub const HARD_LETTERS: usize = 36;
+    /// Tabs not right after a tab or a line break, and spaces right after a tab: a tab inside a
+    /// line is a token of its own (a word takes a space, not a tab, into its token), and
+    /// indentation repeats one character.
+    pub const MIXED_WHITESPACE: usize = 37;
+    /// ASCII control characters other than tab, line feed and carriage return, and carriage
+    /// returns right after one (a line break is at most one of them before a line feed).
+    pub const CONTROL_CHARS: usize = 38;
+    /// 2-byte UTF-8 characters that are not one token alone: combining marks, rare letters.
+    pub const RARE_TWO_BYTE: usize = 39;
 }
 
 /// Feature counts of one text.
@@ -66,6 +79,8 @@ pub struct SingleTokenTables {
     pub han_double: &'static [u64],
     pub hangul_single: &'static [u64],
     pub hangul_double: &'static [u64],
+    /// Which 2-byte UTF-8 characters (U+0080..=U+07FF) are one token alone.
+    pub two_byte_single: &'static [u64],
     /// The [`Category`] of every BMP code point under these tables, built on first use.
     pub categories: &'static OnceLock<Box<[u8; 0x10000]>>,
 }
@@ -75,7 +90,7 @@ impl SingleTokenTables {
         self.categories.get_or_init(|| {
             let mut table = Box::new([0u8; 0x10000]);
             for (c, category) in table.iter_mut().enumerate().skip(0x80) {
-                *category = category_of_slot(non_ascii_slot(c as u32, self));
+                *category = non_ascii_category(c as u32, self);
             }
             table
         })
@@ -227,9 +242,20 @@ fn non_ascii_slot(c: u32, tables: &SingleTokenTables) -> usize {
     }
 }
 
+/// The category of a non-ASCII character: [`non_ascii_slot`], told apart from the rare 2-byte
+/// characters, which count in both [`OTHER_2BYTE`] and [`RARE_TWO_BYTE`].
+fn non_ascii_category(c: u32, tables: &SingleTokenTables) -> u8 {
+    let slot = non_ascii_slot(c, tables);
+    if slot == OTHER_2BYTE && !in_bitset(tables.two_byte_single, c - 0x80) {
+        category_of_slot(RARE_TWO_BYTE)
+    } else {
+        category_of_slot(slot)
+    }
+}
+
 /// The class of a non-ASCII character: its feature slot, numbered from 1 (0 stands for "no
 /// character": the one before a run of non-ASCII characters).
-const CATEGORY_SLOTS: [usize; 12] = [
+const CATEGORY_SLOTS: [usize; 13] = [
     usize::MAX,
     HAN_SINGLE,
     HAN_DOUBLE,
@@ -242,6 +268,7 @@ const CATEGORY_SLOTS: [usize; 12] = [
     OTHER_2BYTE,
     OTHER_3BYTE,
     FOUR_BYTE,
+    RARE_TWO_BYTE,
 ];
 
 const fn category_of_slot(slot: usize) -> u8 {
@@ -267,12 +294,17 @@ const fn kind_of_category(category: usize) -> u32 {
 /// Packed counters of the non-ASCII characters of a block (at most 64, so 7 bits apiece never
 /// overflow): one field per category (field `category - 1`) and four run counts.
 const FIELD_BITS: u32 = 7;
-const FIELD_HAN_KANA_RUNS: u32 = 11;
-const FIELD_HANGUL_RUNS: u32 = 12;
-const FIELD_OTHER_2BYTE_RUNS: u32 = 13;
+const FIELD_HAN_KANA_RUNS: u32 = 12;
+const FIELD_HANGUL_RUNS: u32 = 13;
+const FIELD_OTHER_2BYTE_RUNS: u32 = 14;
 /// Not in [`INCREMENTS`]: whether a hangul run is bare depends on the unit before it.
-const FIELD_HANGUL_BARE_RUNS: u32 = 14;
-const FIELDS: usize = 15;
+const FIELD_HANGUL_BARE_RUNS: u32 = 15;
+const FIELDS: usize = 16;
+
+/// Whether a category is a 2-byte "other" character, rare or not.
+const fn is_two_byte(category: usize) -> bool {
+    matches!(CATEGORY_SLOTS[category], OTHER_2BYTE | RARE_TWO_BYTE)
+}
 
 /// The packed increments of a character of category `c` after one of category `p` (0: after
 /// ASCII or at the start), at index `p << 4 | c`.
@@ -284,13 +316,16 @@ const INCREMENTS: [u128; 256] = {
         while c < CATEGORY_SLOTS.len() {
             let (kp, kc) = (kind_of_category(p), kind_of_category(c));
             let mut inc = 1u128 << ((c as u32 - 1) * FIELD_BITS);
+            if CATEGORY_SLOTS[c] == RARE_TWO_BYTE {
+                inc |= 1 << ((category_of_slot(OTHER_2BYTE) as u32 - 1) * FIELD_BITS);
+            }
             if kc == 1 && kp != 1 {
                 inc |= 1 << (FIELD_HAN_KANA_RUNS * FIELD_BITS);
             }
             if kc == 2 && kp != 2 {
                 inc |= 1 << (FIELD_HANGUL_RUNS * FIELD_BITS);
             }
-            if CATEGORY_SLOTS[c] == OTHER_2BYTE && CATEGORY_SLOTS[p] != OTHER_2BYTE {
+            if is_two_byte(c) && !is_two_byte(p) {
                 inc |= 1 << (FIELD_OTHER_2BYTE_RUNS * FIELD_BITS);
             }
             table[p << 4 | c] = inc;
@@ -325,6 +360,13 @@ pub struct Masks {
     non_ascii: u64,
     /// The non-ASCII units a character starts at (all of them in UCS-4).
     lead: u64,
+    /// ASCII vowels, `y` included.
+    vowel: u64,
+    tab: u64,
+    carriage_return: u64,
+    /// Units below 0x20, DEL, and non-ASCII units: the control characters among the
+    /// punctuation.
+    low: u64,
     valid: u64,
 }
 
@@ -340,7 +382,24 @@ fn scalar_masks<U: Unit>(units: &[U]) -> Masks {
     };
     for (i, unit) in units.iter().take(64).enumerate() {
         let b = 1u64 << i;
-        match class(unit.value()) {
+        let v = unit.value();
+        if v < 0x80 {
+            if b"aeiouyAEIOUY".contains(&(v as u8)) {
+                m.vowel |= b;
+            }
+            if v == 0x09 {
+                m.tab |= b;
+            }
+            if v == 0x0D {
+                m.carriage_return |= b;
+            }
+            if v < 0x20 || v == 0x7F {
+                m.low |= b;
+            }
+        } else {
+            m.low |= b;
+        }
+        match class(v) {
             LOWER => m.lower |= b,
             UPPER => m.upper |= b,
             DIGIT => m.digit |= b,
@@ -376,12 +435,8 @@ mod sse2 {
 
     #[inline]
     #[target_feature(enable = "sse2")]
-    fn either(b: __m128i, x: u8, y: u8) -> u64 {
-        let v = _mm_or_si128(
-            _mm_cmpeq_epi8(b, _mm_set1_epi8(x as i8)),
-            _mm_cmpeq_epi8(b, _mm_set1_epi8(y as i8)),
-        );
-        _mm_movemask_epi8(v) as u32 as u64
+    fn equal(b: __m128i, x: u8) -> __m128i {
+        _mm_cmpeq_epi8(b, _mm_set1_epi8(x as i8))
     }
 
     /// Adds the masks of 16 bytes (ASCII as themselves, everything else with the high bit
@@ -389,12 +444,33 @@ mod sse2 {
     #[inline]
     #[target_feature(enable = "sse2")]
     fn classify(m: &mut Masks, b: __m128i, shift: u32) {
+        let non_ascii = _mm_movemask_epi8(b) as u32 as u64;
         m.lower |= between(b, b'a', b'z') << shift;
         m.upper |= between(b, b'A', b'Z') << shift;
         m.digit |= between(b, b'0', b'9') << shift;
-        m.space |= either(b, b' ', b'\t') << shift;
-        m.newline |= either(b, b'\n', b'\r') << shift;
-        m.non_ascii |= (_mm_movemask_epi8(b) as u32 as u64) << shift;
+        let tab = equal(b, b'\t');
+        let carriage_return = equal(b, b'\r');
+        let space = _mm_movemask_epi8(_mm_or_si128(equal(b, b' '), tab)) as u32 as u64;
+        let newline =
+            _mm_movemask_epi8(_mm_or_si128(equal(b, b'\n'), carriage_return)) as u32 as u64;
+        m.space |= space << shift;
+        m.newline |= newline << shift;
+        m.non_ascii |= non_ascii << shift;
+        // A letter with bit 5 set is its lower-case form; no other byte maps onto a vowel.
+        // `a`/`e` differ in bit 2 only, `i`/`y` in bit 4 only: one comparison each.
+        let folded = _mm_or_si128(b, _mm_set1_epi8(0x20));
+        let a_e = equal(_mm_andnot_si128(_mm_set1_epi8(0x04), folded), b'a');
+        let i_y = equal(_mm_andnot_si128(_mm_set1_epi8(0x10), folded), b'i');
+        let vowel = _mm_or_si128(
+            _mm_or_si128(a_e, i_y),
+            _mm_or_si128(equal(folded, b'o'), equal(folded, b'u')),
+        );
+        m.vowel |= (_mm_movemask_epi8(vowel) as u32 as u64) << shift;
+        m.tab |= (_mm_movemask_epi8(tab) as u32 as u64) << shift;
+        m.carriage_return |= (_mm_movemask_epi8(carriage_return) as u32 as u64) << shift;
+        // Signed: the non-ASCII bytes are negative, so below 0x20 too.
+        let low = _mm_or_si128(_mm_cmplt_epi8(b, _mm_set1_epi8(0x20)), equal(b, 0x7F));
+        m.low |= (_mm_movemask_epi8(low) as u32 as u64) << shift;
     }
 
     #[inline]
@@ -498,6 +574,11 @@ struct Pass {
     c_punct_start: u64,
     c_punct_1: u64,
     c_non_ascii: u64,
+    c_tab: u64,
+    c_carriage_return: u64,
+    /// The last two bits (bit 1 the very last) of the consonant, vowel and punctuation masks.
+    c2_consonant: u64,
+    c2_vowel: u64,
     /// Last bit of `at_offset[k]`: letters at offset >= k within their segment.
     c_offset: [u64; 13],
     /// Per k, the number of letters at offset >= k in their segment (index 0 unused).
@@ -516,6 +597,9 @@ struct Pass {
     punct_long_3: u64,
     punct_chars: u64,
     punct_glued: u64,
+    hard_letters: u64,
+    mixed_whitespace: u64,
+    control_chars: u64,
     /// Category of the last non-ASCII character.
     last_category: u8,
     /// Per [`FIELDS`] field, the non-ASCII counts so far.
@@ -525,6 +609,13 @@ struct Pass {
 #[inline(always)]
 fn count(mask: u64) -> u64 {
     u64::from(mask.count_ones())
+}
+
+/// Bits of `mask` whose two predecessors are set too (`carry2`: the previous block's last two
+/// bits, the very last as bit 1).
+#[inline(always)]
+fn third_in_row(mask: u64, carry2: u64) -> u64 {
+    mask & ((mask << 1) | carry2 >> 1) & ((mask << 2) | carry2)
 }
 
 impl Pass {
@@ -584,6 +675,18 @@ impl Pass {
         self.punct_chars += count(punct);
         self.punct_glued += count(letter & later(punct_start, self.c_punct_start));
 
+        // The guard's features.
+        let consonant = letter & !m.vowel;
+        self.hard_letters += count(
+            third_in_row(consonant, self.c2_consonant) | third_in_row(m.vowel, self.c2_vowel),
+        );
+        let after_tab = later(m.tab, self.c_tab);
+        let after_line = later(m.newline, self.c_newline);
+        self.mixed_whitespace +=
+            count((m.tab & !(after_tab | after_line)) | (m.space & !m.tab & after_tab));
+        let cr_after_cr = m.carriage_return & later(m.carriage_return, self.c_carriage_return);
+        self.control_chars += count((m.low & punct) | cr_after_cr);
+
         // Non-ASCII characters one by one, but without a loop per run (their runs are short,
         // and each exit would be a mispredicted branch) and without branches on their class:
         // a table gives the category, another the packed counter increments.
@@ -631,6 +734,10 @@ impl Pass {
         self.c_punct_start = punct_start >> 63;
         self.c_punct_1 = punct_1 >> 63;
         self.c_non_ascii = m.non_ascii >> 63;
+        self.c_tab = m.tab >> 63;
+        self.c_carriage_return = m.carriage_return >> 63;
+        self.c2_consonant = consonant >> 62;
+        self.c2_vowel = m.vowel >> 62;
     }
 
     /// Closes the runs still open at the text's end and writes the derived features.
@@ -673,6 +780,9 @@ impl Pass {
         f[PUNCT_RUN_3P] += self.punct_long_3;
         f[PUNCT_EXTRA] += self.punct_chars - punct_1 - 2 * punct_2 - 2 * self.punct_long_3;
         f[PUNCT_GLUED] += self.punct_glued;
+        f[HARD_LETTERS] += self.hard_letters;
+        f[MIXED_WHITESPACE] += self.mixed_whitespace;
+        f[CONTROL_CHARS] += self.control_chars;
     }
 }
 
@@ -733,12 +843,13 @@ pub const PARALLEL_MIN_UNITS: usize = 192 * 1024;
 const CUT_WINDOW: usize = 64 * 1024;
 
 /// Whether the runs of the pass end between `units[i - 1]` and `units[i]` with no feature
-/// looking across: a space or newline followed by an ASCII unit of another class. (A letter
-/// after punctuation is looked across, and non-ASCII runs span several UTF-8 bytes.)
+/// looking across: a space or newline followed by an ASCII unit of another class other than a
+/// tab. (A letter after punctuation is looked across, so is a tab after a newline, and
+/// non-ASCII runs span several UTF-8 bytes.)
 #[inline]
 fn clean_cut<U: Unit>(units: &[U], i: usize) -> bool {
     let (a, b) = (units[i - 1].value(), units[i].value());
-    matches!(a, 0x20 | 0x0A) && b < 0x80 && class(a) != class(b)
+    matches!(a, 0x20 | 0x0A) && b < 0x80 && b != 0x09 && class(a) != class(b)
 }
 
 /// [`extract_units`] over `pieces` pieces of about equal size cut where no run crosses, on
@@ -987,6 +1098,9 @@ mod scalar {
                                     f[OTHER_2BYTE_RUNS] += 1;
                                 }
                                 other_2byte_end = k;
+                                if !in_bitset(tables.two_byte_single, c - 0x80) {
+                                    f[RARE_TWO_BYTE] += 1;
+                                }
                             }
                             match slot {
                                 HAN_SINGLE | HAN_DOUBLE | HAN_OTHER | KANA => 1,
@@ -1016,7 +1130,41 @@ mod scalar {
             }
             i = j;
         }
+        guard_features(&mut f, units);
         f
+    }
+
+    /// The guard's features, one unit at a time (non-ASCII units end every run).
+    fn guard_features<U: Unit>(f: &mut Features, units: &[U]) {
+        let (mut letters, mut kind) = (0, false);
+        let mut previous = u32::MAX;
+        for unit in units {
+            let v = unit.value();
+            let vowel = v < 0x80 && b"aeiouyAEIOUY".contains(&(v as u8));
+            if is_letter(v) {
+                letters = if letters > 0 && kind == vowel {
+                    letters + 1
+                } else {
+                    1
+                };
+                kind = vowel;
+                f[HARD_LETTERS] += u64::from(letters >= 3);
+            } else {
+                letters = 0;
+            }
+            f[MIXED_WHITESPACE] += u64::from(match v {
+                0x09 => !matches!(previous, 0x09 | 0x0A | 0x0D),
+                0x20 => previous == 0x09,
+                _ => false,
+            });
+            if (v < 0x20 && !matches!(v, 0x09 | 0x0A | 0x0D)) || v == 0x7F {
+                f[CONTROL_CHARS] += 1;
+            }
+            if v == 0x0D && previous == 0x0D {
+                f[CONTROL_CHARS] += 1;
+            }
+            previous = v;
+        }
     }
 }
 
@@ -1024,6 +1172,7 @@ mod scalar {
 mod tests {
     use super::super::coefficients::{
         O200K_HANGUL_DOUBLE, O200K_HANGUL_SINGLE, O200K_HAN_DOUBLE, O200K_HAN_SINGLE,
+        O200K_TWO_BYTE_SINGLE,
     };
     use super::*;
 
@@ -1034,6 +1183,7 @@ mod tests {
             han_double: &O200K_HAN_DOUBLE,
             hangul_single: &O200K_HANGUL_SINGLE,
             hangul_double: &O200K_HANGUL_DOUBLE,
+            two_byte_single: &O200K_TWO_BYTE_SINGLE,
             categories: &CATEGORIES,
         }
     }
