@@ -4,6 +4,7 @@ gives the set's answer, and the ranker moves to the set once it is built."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from memstrata import AgentMind, InMemoryStore
+from memstrata._core import VectorSet
 from memstrata.layers.mind import ranking
 from memstrata.layers.mind.entries import MindBelief
 from memstrata.layers.mind.ranking import CompositeRanker
@@ -22,7 +24,7 @@ DIM = 48
 
 
 class HeldRows(VectorRows):
-    """Rows whose ``gather`` (what the set's build reads) waits for ``release``: the ranker
+    """Rows whose ``blocks`` (what the set's build reads) waits for ``release``: the ranker
     built over them answers from the exact scan until then."""
 
     def __init__(self, dim: int) -> None:
@@ -30,11 +32,11 @@ class HeldRows(VectorRows):
         self.release = threading.Event()
         self.fail = False
 
-    def gather(self, rows: Any) -> Any:
+    def blocks(self) -> Any:
         assert self.release.wait(30)
         if self.fail:
             raise MemoryError("no room for the index")
-        return super().gather(rows)
+        return super().blocks()
 
 
 def filled(rows: VectorRows, n: int, seed: int) -> tuple[list[str], list[int], Any]:
@@ -84,6 +86,32 @@ def test_exact_scan_answers_as_the_built_set_does() -> None:
     finally:
         held_rows.release.set()
         assert exact.wait(30)
+
+
+def test_the_built_set_reads_the_minds_rows_and_answers_as_its_own_copy_did() -> None:
+    """The set reads the mind's unit rows in place (one float32 copy of the vectors), and
+    ranks as a set holding its own copy of the same rows, in the same order, does."""
+    rows = VectorRows(DIM)
+    ids, placed, biases = filled(rows, 20_000, seed=11)
+    blocks = rows.blocks()
+    held = [sys.getrefcount(b) for b in blocks]
+    ranker = CompositeRanker(ids, rows, placed, biases, 0.6, background_min_rows=10**9)
+    assert ranker._set is not None
+    # Each block is referenced by the set (once, however many calls gave it), not copied.
+    assert [sys.getrefcount(b) for b in blocks] == [h + 1 for h in held]
+    order = np.argsort(-np.asarray(biases, dtype=np.float32), kind="stable")
+    own = VectorSet(DIM)
+    own.add(
+        [ids[i] for i in order],
+        rows.gather(np.asarray(placed)[order]),
+        biases=np.asarray(biases, dtype=np.float32)[order],
+    )
+    for query in queries(12):
+        for k, threshold in ((5, None), (60, None), (10, 0.3)):
+            got = ranker._set.top_k(query, k, threshold=threshold, weight=0.6)
+            want = own.top_k(query, k, threshold=threshold, weight=0.6)
+            assert [i for i, _ in got] == [i for i, _ in want]
+            assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-6)
 
 
 def test_ranker_moves_to_the_set_once_built() -> None:

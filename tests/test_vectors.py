@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -332,6 +333,105 @@ def test_vector_set_errors_name_the_id_and_change_nothing() -> None:
         with pytest.raises(InvalidInputError, match="dim must be between 1 and 65536"):
             memstrata.VectorSet(dim)
     assert len(vs) == 1
+
+
+def test_vector_set_add_rows_reads_unit_rows_in_place() -> None:
+    rng = np.random.default_rng(7)
+    matrix = rng.standard_normal((900, 16))
+    unit = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+    blocks = [unit[:400].copy(), unit[400:].copy()]
+    shared, own = memstrata.VectorSet(16), memstrata.VectorSet(16)
+    order = rng.permutation(900)
+    ids = [f"r{i}" for i in order]
+    biases = rng.uniform(0, 0.4, 900).astype(np.float32)
+    for part in (slice(0, 500), slice(500, 900)):
+        shared.add_rows(ids[part], blocks, order[part], biases=biases[part])
+    own.add(ids, unit[order], biases=biases)
+    for query in rng.standard_normal((10, 16)):
+        got = shared.top_k(query, 7, weight=0.6)
+        want = own.top_k(query, 7, weight=0.6)
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-6)
+
+
+def test_vector_set_add_rows_errors_name_the_problem_and_change_nothing() -> None:
+    unit = np.eye(3, dtype=np.float32)
+    vs = memstrata.VectorSet(3)
+    cases: list[tuple[type[Exception], str, list[Any], Any, Any]] = [
+        (
+            InvalidInputError,
+            r"blocks\[0\] must be a float32 C-contiguous",
+            [unit.astype(np.float64)],
+            [0],
+            None,
+        ),
+        (
+            InvalidInputError,
+            r"blocks\[0\] must be a float32 C-contiguous",
+            [np.asfortranarray(np.eye(3, 4, dtype=np.float32)[:, :3])],
+            [0],
+            None,
+        ),
+        (
+            InvalidInputError,
+            r"blocks\[0\] must be a float32 C-contiguous array of shape \(n, 3\)",
+            [np.eye(2, dtype=np.float32)],
+            [0],
+            None,
+        ),
+        (
+            UnsupportedTypeError,
+            "blocks must be a list of arrays, not a single one",
+            unit,
+            [0],
+            None,
+        ),
+        (InvalidInputError, r"rows\[0\] must be at least 0, got -1", [unit], [-1], None),
+        (
+            InvalidInputError,
+            r"rows\[0\] \(id \"a\"\) is 3, past the sources' 3 rows",
+            [unit],
+            [3],
+            None,
+        ),
+        (InvalidInputError, "got 1 ids but 2 rows", [unit], [0, 1], None),
+        (
+            InvalidInputError,
+            r"biases\[0\] \(id \"a\"\) must be a finite number",
+            [unit],
+            [0],
+            [np.nan],
+        ),
+        (InvalidInputError, "has norm 2: shared rows must be unit vectors", [2 * unit], [0], None),
+        (
+            ZeroVectorError,
+            r'the row for id "a" \(rows\[0\]\)',
+            [np.zeros((1, 3), np.float32)],
+            [0],
+            None,
+        ),
+        (
+            NonFiniteNumberError,
+            r'rows\[0\] \(id "a"\), column 1 is NaN',
+            [np.array([[0, np.nan, 1]], np.float32)],
+            [0],
+            None,
+        ),
+    ]
+    for error, message, blocks, rows, biases in cases:
+        with pytest.raises(error, match=message):
+            vs.add_rows(
+                ["a"][: len(rows)] if len(rows) == 1 else ["a"], blocks, rows, biases=biases
+            )
+        assert len(vs) == 0
+    vs.add_rows(["a", "b"], [unit], [0, 2])
+    with pytest.raises(InvalidInputError, match="cannot take vectors of its own"):
+        vs.add(["c"], [[1, 0, 0]])
+    own = memstrata.VectorSet(3)
+    own.add(["a"], [[1, 0, 0]])
+    with pytest.raises(InvalidInputError, match="cannot take shared rows"):
+        own.add_rows(["b"], [unit], [1])
+    assert vs.top_k([0, 0, 1], 1)[0][0] == "b" and len(vs) == 2 and len(own) == 1
 
 
 def test_vector_set_is_safe_to_share_between_threads() -> None:

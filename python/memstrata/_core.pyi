@@ -278,6 +278,37 @@ class VectorSet:
                 finite number per id.
             UnsupportedTypeError: ``ids`` is not a list of str.
         """
+    def add_rows(
+        self,
+        ids: Iterable[str],
+        blocks: Sequence[npt.NDArray[np.float32]],
+        rows: npt.ArrayLike,
+        *,
+        biases: npt.ArrayLike | None = None,
+    ) -> None:
+        """Adds ``ids[i]`` with row ``rows[i]`` of ``blocks``, read in place rather than copied.
+
+        The rows of ``blocks`` count end to end (the rows of ``blocks[1]`` follow those of
+        ``blocks[0]``). The set keeps a reference to each block (a block given again is kept
+        once) and only int8 codes and statistics of its own, so a caller that already holds
+        its vectors normalised does not hold them twice. The rows must be unit vectors (norm
+        within 1e-4 of 1) and must not be written while the set holds them. A set takes either
+        ``add`` or ``add_rows``, not both. All-or-nothing, as ``add``.
+
+        Args:
+            ids: The ids (a list of str; a lone str is refused).
+            blocks: float32 C-contiguous arrays of shape ``(n, dim)`` (never converted).
+            rows: Row numbers into ``blocks``, one per id.
+            biases: As ``add``'s.
+
+        Raises:
+            ZeroVectorError: A row is all zeros (the message names its id).
+            NonFiniteNumberError: A row holds NaN or infinity (the message names its id).
+            InvalidInputError: A block is not float32 C-contiguous with ``dim`` columns, a row
+                number is negative or past the blocks' rows, a row is not a unit vector, the
+                set holds vectors given to ``add``, or ``rows`` or ``biases`` is not one per id.
+            UnsupportedTypeError: ``ids`` is not a list of str, or ``blocks`` is one array.
+        """
     def remove(self, ids: Iterable[str]) -> int:
         """Removes the given ids (O(1) each); ids not in the set are ignored.
 

@@ -3,7 +3,9 @@
 //! naming the problem, a failed `VectorSet::add` changes nothing, and the results are the best
 //! rows, best first.
 
-use memstrata::vectors::{cosine_top_k, VectorSet};
+use std::sync::Arc;
+
+use memstrata::vectors::{cosine_top_k, SharedRows, VectorSet};
 use memstrata::CoreError;
 use proptest::prelude::*;
 
@@ -224,6 +226,67 @@ proptest! {
         let flat: Vec<f32> = kept.iter().flat_map(|(_, v, _)| v.clone()).collect();
         let kept_biases: Vec<f32> = kept.iter().map(|(_, _, b)| *b).collect();
         set.add_with_biases(&ids, &flat, Some(&kept_biases)).unwrap();
+        let hits = set.top_k_weighted(&query, k, None, weight).unwrap();
+        prop_assert_eq!(hits.len(), k.min(kept.len()));
+        let worst_kept = hits.last().map_or(f64::INFINITY, |h| f64::from(h.1));
+        for (id, vector, bias) in &kept {
+            let score = f64::from(weight) * cosine(vector, &query).unwrap() + f64::from(*bias);
+            match hits.iter().find(|h| h.0 == id) {
+                Some(hit) => prop_assert!((f64::from(hit.1) - score).abs() < 3.0 * TOLERANCE),
+                None => {
+                    prop_assert!(score <= worst_kept + 3.0 * TOLERANCE, "{} beats the kept ones", id)
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// A set reading its owner's unit rows in place (over two sources, some ids removed)
+    /// ranks `weight · cosine + bias` as an exhaustive scan does.
+    #[test]
+    fn vector_set_of_shared_rows_matches_an_exhaustive_scan(
+        (dim, values, biases, query) in (1usize..40, 580usize..700).prop_flat_map(|(dim, rows)| {
+            (
+                Just(dim),
+                prop::collection::vec(finite_element(), dim * rows),
+                prop::collection::vec(-1.0f32..1.0, rows),
+                prop::collection::vec(-1.0f32..1.0, dim),
+            )
+        }),
+        k in 1usize..20,
+        weight in 0.0f32..2.0,
+        removed in prop::collection::vec(0usize..700, 0..50),
+    ) {
+        prop_assume!(query.iter().any(|&x| x != 0.0));
+        // The owner's rows: the non-zero ones, scaled to unit length in f64.
+        let mut unit: Vec<f32> = Vec::new();
+        let mut kept: Vec<(String, Vec<f32>, f32)> = Vec::new();
+        for (i, (row, &bias)) in values.chunks(dim).zip(&biases).enumerate() {
+            let norm = row.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+            if norm > 0.0 && norm.is_finite() {
+                let u: Vec<f32> = row.iter().map(|&x| (f64::from(x) / norm) as f32).collect();
+                unit.extend_from_slice(&u);
+                kept.push((format!("v{i}"), u, bias));
+            }
+        }
+        let half = kept.len() / 2;
+        let sources: Vec<Arc<dyn SharedRows>> = vec![
+            Arc::new(unit[..half * dim].to_vec()),
+            Arc::new(unit[half * dim..].to_vec()),
+        ];
+        let ids: Vec<String> = kept.iter().map(|(id, _, _)| id.clone()).collect();
+        let rows: Vec<usize> = (0..kept.len()).collect();
+        let kept_biases: Vec<f32> = kept.iter().map(|(_, _, b)| *b).collect();
+        let mut set = VectorSet::new(dim).unwrap();
+        set.add_shared(&ids, &sources, &rows, Some(&kept_biases)).unwrap();
+        let gone: Vec<String> = removed.iter().map(|i| format!("v{i}")).collect();
+        set.remove(&gone);
+        kept.retain(|(id, _, _)| !gone.contains(id));
+        prop_assert_eq!(set.len(), kept.len());
+        prop_assume!(!kept.is_empty());
         let hits = set.top_k_weighted(&query, k, None, weight).unwrap();
         prop_assert_eq!(hits.len(), k.min(kept.len()));
         let worst_kept = hits.last().map_or(f64::INFINITY, |h| f64::from(h.1));

@@ -1,7 +1,7 @@
 //! Bindings of `cosine_top_k`, `VectorSet` and `decode_vectors_b64`: numpy arrays in and out,
 //! the GIL released during scans and decoding.
 
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use numpy::{
     PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,
@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::python::errors::{self, IntoPyResult};
-use crate::vectors;
+use crate::vectors::{self, SharedRows};
 
 fn invalid(py: Python<'_>, message: String) -> PyErr {
     errors::new_error(py, "InvalidInputError", message, &[])
@@ -171,6 +171,71 @@ pub(crate) fn str_list(
     Ok(out)
 }
 
+/// A float32 C-contiguous numpy matrix a `VectorSet` reads in place: the reference keeps the
+/// array (and so its buffer) alive, and numpy refuses to resize an array referenced elsewhere.
+#[derive(Debug)]
+struct ArrayRows {
+    _array: Py<PyArray2<f32>>,
+    data: *const f32,
+    len: usize,
+}
+
+// SAFETY: the buffer lives as long as `_array`, and only `values` reads it, shared. Callers of
+// `VectorSet.add_rows` promise not to write the rows the set holds (documented there).
+unsafe impl Send for ArrayRows {}
+unsafe impl Sync for ArrayRows {}
+
+impl SharedRows for ArrayRows {
+    fn values(&self) -> &[f32] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `data` points at `len` float32 values of the C-contiguous array kept alive.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+/// `blocks` (a sequence of float32 C-contiguous `(n, dim)` arrays) as sources a set can keep.
+fn array_rows(
+    py: Python<'_>,
+    blocks: &Bound<'_, PyAny>,
+    dim: usize,
+) -> PyResult<Vec<Arc<dyn SharedRows>>> {
+    if blocks.is_instance_of::<PyString>() || blocks.cast::<numpy::PyUntypedArray>().is_ok() {
+        return Err(errors::new_error(
+            py,
+            "UnsupportedTypeError",
+            "blocks must be a list of arrays, not a single one".into(),
+            &[],
+        ));
+    }
+    let mut out: Vec<Arc<dyn SharedRows>> = Vec::new();
+    for (b, block) in blocks.try_iter()?.enumerate() {
+        let block = block?;
+        let array = block
+            .cast::<PyArray2<f32>>()
+            .ok()
+            .filter(|a| a.is_c_contiguous() && a.shape()[1] == dim)
+            .ok_or_else(|| {
+                invalid(
+                    py,
+                    format!(
+                        "blocks[{b}] must be a float32 C-contiguous array of shape (n, {dim}) \
+                         (it is read in place, never converted)"
+                    ),
+                )
+            })?;
+        let len = array.shape()[0] * dim;
+        out.push(Arc::new(ArrayRows {
+            // SAFETY (of the pointer's later use): see `ArrayRows`.
+            data: array.data().cast_const(),
+            _array: array.clone().unbind(),
+            len,
+        }));
+    }
+    Ok(out)
+}
+
 /// A growable set of id-keyed unit vectors with exact cosine top-k and duplicate search.
 #[pyclass(name = "VectorSet", module = "memstrata._core", frozen)]
 pub struct PyVectorSet {
@@ -250,6 +315,40 @@ impl PyVectorSet {
         let values = array.as_slice()?;
         let biases = biases.as_ref().map(|b| b.as_slice()).transpose()?;
         py.detach(|| self.write().add_with_biases(&ids, values, biases))
+            .into_py_result(py)
+    }
+
+    #[pyo3(signature = (ids, blocks, rows, *, biases=None))]
+    fn add_rows(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        blocks: &Bound<'_, PyAny>,
+        rows: &Bound<'_, PyAny>,
+        biases: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let ids = str_list(py, ids, "ids")?;
+        let sources = array_rows(py, blocks, self.dim)?;
+        let numpy = py.import("numpy")?;
+        let rows: Vec<i64> = numpy
+            .call_method1("asarray", (rows, "int64"))
+            .and_then(|a| a.call_method0("ravel"))
+            .and_then(|a| a.call_method0("tolist"))
+            .and_then(|a| a.extract())
+            .map_err(|e| invalid(py, format!("rows must be whole row numbers: {e}")))?;
+        let rows = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                usize::try_from(r)
+                    .map_err(|_| invalid(py, format!("rows[{i}] must be at least 0, got {r}")))
+            })
+            .collect::<PyResult<Vec<usize>>>()?;
+        let biases = biases
+            .map(|b| f32_array(py, b, "biases", 1, "(n,)"))
+            .transpose()?;
+        let biases = biases.as_ref().map(|b| b.as_slice()).transpose()?;
+        py.detach(|| self.write().add_shared(&ids, &sources, &rows, biases))
             .into_py_result(py)
     }
 

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::{CoreError, CoreResult};
 pub use base64::{decode_f32_rows, encoded_len};
-pub use set::VectorSet;
+pub use set::{SharedRows, VectorSet};
 pub use topk::Scored;
 
 /// Below this many f32 elements (4 MB) one thread finishes before a second one is worth waking:

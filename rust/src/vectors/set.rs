@@ -12,6 +12,7 @@
 //! ranking is as exact as a cosine one and reads no more bytes.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -50,14 +51,43 @@ const MAX_FIRST_CUTS: usize = 2;
 /// `PARALLEL_MIN_ELEMENTS`) only pays off from about 8 MB of codes (20k rows at dim 384).
 const PARALLEL_MIN_INT8_BYTES: usize = 1 << 23;
 
+/// How far from 1 the norm of a shared row may be: a float32 vector normalised in float64 is
+/// within a few ulps of it.
+const SHARED_UNIT_TOLERANCE: f64 = 1e-4;
+
+/// Rows of f32 values whose owner keeps them outside a [`VectorSet`]: a set given them with
+/// [`VectorSet::add_shared`] reads them in place at each search rather than keep a copy.
+pub trait SharedRows: Send + Sync + std::fmt::Debug {
+    /// The rows, row-major. The values a set reads must not change while it holds them.
+    fn values(&self) -> &[f32];
+}
+
+impl SharedRows for Vec<f32> {
+    fn values(&self) -> &[f32] {
+        self
+    }
+}
+
+/// Where the unit vectors live.
+#[derive(Debug, Clone)]
+enum Units {
+    /// The set's own copy, row-major, `dim` per row.
+    Owned(Vec<f32>),
+    /// Read in place: per slot, the source and the row in it.
+    Shared {
+        sources: Vec<Arc<dyn SharedRows>>,
+        at: Vec<(u32, u32)>,
+    },
+}
+
 /// A growable set of unit vectors keyed by string ids.
 #[derive(Debug, Clone)]
 pub struct VectorSet {
     dim: usize,
     ids: Vec<String>,
     slots: HashMap<String, usize>,
-    /// Unit vectors, row-major, `dim` per row.
-    unit: Vec<f32>,
+    /// The unit vectors: the set's own, or rows shared with their owner.
+    unit: Units,
     /// `dim` rounded up to 64 bytes: one VNNI step.
     stride: usize,
     /// The int8 codes in column planes: plane `p` holds columns `128p..128p + 128` (the last
@@ -129,6 +159,10 @@ impl Partial {
         }
     }
 }
+
+/// A row ready to store: its own unit vector (None: a shared row, read in place), its int8
+/// codes, and its statistics per cut.
+type Prepared = (Option<Vec<f32>>, Quantized, Vec<(i32, f32, f32, f32)>);
 
 /// Rounded up so that bounds computed in f64 stay bounds after the cast to f32.
 fn up(x: f64) -> f32 {
@@ -314,7 +348,7 @@ impl VectorSet {
             dim,
             ids: Vec::new(),
             slots: HashMap::new(),
-            unit: Vec::new(),
+            unit: Units::Owned(Vec::new()),
             stride,
             planes: vec![Vec::new(); stride.div_ceil(PLANE_COLUMNS)],
             code_sums: Vec::new(),
@@ -342,8 +376,28 @@ impl VectorSet {
         simd::i8_dot_rows(&self.planes[p], width, rows, 0..width, &q_u8[cols], out);
     }
 
+    /// The unit vector in `slot`.
+    #[inline(always)]
+    fn row(&self, slot: usize) -> &[f32] {
+        let d = self.dim;
+        match &self.unit {
+            Units::Owned(values) => &values[slot * d..(slot + 1) * d],
+            Units::Shared { sources, at } => {
+                let (source, row) = at[slot];
+                let start = row as usize * d;
+                &sources[source as usize].values()[start..start + d]
+            }
+        }
+    }
+
     pub fn dim(&self) -> usize {
         self.dim
+    }
+
+    /// Whether the set reads its vectors in place from rows given to
+    /// [`VectorSet::add_shared`] (it then keeps only the int8 codes and statistics).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.unit, Units::Shared { .. })
     }
 
     pub fn len(&self) -> usize {
@@ -384,6 +438,159 @@ impl VectorSet {
         vectors: &[f32],
         biases: Option<&[f32]>,
     ) -> CoreResult<()> {
+        self.check_batch(ids, biases)?;
+        if vectors.len() != ids.len() * self.dim {
+            return Err(CoreError::InvalidArgument(format!(
+                "got {} ids but {} values, which is not {} vectors of dimension {}",
+                ids.len(),
+                vectors.len(),
+                ids.len(),
+                self.dim
+            )));
+        }
+        if self.is_shared() && !ids.is_empty() {
+            return Err(CoreError::InvalidArgument(
+                "this set reads shared rows (add_shared): it cannot take vectors of its own".into(),
+            ));
+        }
+        let rows: Vec<&[f32]> = vectors.chunks_exact(self.dim).collect();
+        let prepared = self.prepare(ids, &rows, |i, id, v| {
+            let norm = checked_norm(v, |j| format!("vectors[{i}, {j}] (id {id:?})"))?;
+            if norm == 0.0 {
+                return Err(CoreError::ZeroVector {
+                    what: format!("the vector for id {id:?} (vectors[{i}])"),
+                });
+            }
+            let inverse = 1.0 / norm;
+            Ok(Some(
+                v.iter().map(|&x| (f64::from(x) * inverse) as f32).collect(),
+            ))
+        })?;
+        self.commit(ids, prepared, biases, |_| (0, 0));
+        Ok(())
+    }
+
+    /// [`VectorSet::add_with_biases`] for vectors the set reads in place rather than copies:
+    /// `ids[i]` gets row `rows[i]` of `sources`, whose rows count end to end (the rows of
+    /// `sources[1]` follow those of `sources[0]`). The set keeps the sources (a source given
+    /// again, the same values, is kept once) and only its int8 codes and statistics of them.
+    ///
+    /// The rows must be unit vectors (norm within 1e-4 of 1) and must not change while the set
+    /// holds them. A set holds either its own vectors or shared rows: this call is refused by a
+    /// set that took vectors with [`VectorSet::add`], and the other way round.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the counts disagree, a source is not whole rows of `dim`, a row
+    /// is past the sources' end or not a unit vector (naming the id), or the set holds its own
+    /// vectors; `NonFiniteVector` and `ZeroVector` naming the id; as
+    /// [`VectorSet::add_with_biases`] for the biases.
+    pub fn add_shared(
+        &mut self,
+        ids: &[String],
+        sources: &[Arc<dyn SharedRows>],
+        rows: &[usize],
+        biases: Option<&[f32]>,
+    ) -> CoreResult<()> {
+        self.check_batch(ids, biases)?;
+        if rows.len() != ids.len() {
+            return Err(CoreError::InvalidArgument(format!(
+                "got {} ids but {} rows",
+                ids.len(),
+                rows.len()
+            )));
+        }
+        if matches!(&self.unit, Units::Owned(values) if !values.is_empty()) && !ids.is_empty() {
+            return Err(CoreError::InvalidArgument(
+                "this set holds vectors of its own (add): it cannot take shared rows".into(),
+            ));
+        }
+        let d = self.dim;
+        // Each source's first row number, counted end to end.
+        let mut starts = Vec::with_capacity(sources.len() + 1);
+        let mut total = 0_usize;
+        for (s, source) in sources.iter().enumerate() {
+            let len = source.values().len();
+            if len % d != 0 {
+                return Err(CoreError::InvalidArgument(format!(
+                    "sources[{s}] holds {len} values, which is not whole rows of dimension {d}"
+                )));
+            }
+            if len / d > u32::MAX as usize {
+                return Err(CoreError::InvalidArgument(format!(
+                    "sources[{s}] holds more than {} rows",
+                    u32::MAX
+                )));
+            }
+            starts.push(total);
+            total += len / d;
+        }
+        let located = |i: usize| -> (usize, usize) {
+            let s = starts.partition_point(|&first| first <= rows[i]) - 1;
+            (s, rows[i] - starts[s])
+        };
+        if let Some(i) = rows.iter().position(|&r| r >= total) {
+            return Err(CoreError::InvalidArgument(format!(
+                "rows[{i}] (id {:?}) is {}, past the sources' {total} rows",
+                ids[i], rows[i]
+            )));
+        }
+        let views: Vec<&[f32]> = (0..ids.len())
+            .map(|i| {
+                let (s, r) = located(i);
+                &sources[s].values()[r * d..(r + 1) * d]
+            })
+            .collect();
+        let prepared = self.prepare(ids, &views, |i, id, v| {
+            let norm = checked_norm(v, |j| format!("rows[{i}] (id {id:?}), column {j}"))?;
+            if norm == 0.0 {
+                return Err(CoreError::ZeroVector {
+                    what: format!("the row for id {id:?} (rows[{i}])"),
+                });
+            }
+            if (norm - 1.0).abs() > SHARED_UNIT_TOLERANCE {
+                return Err(CoreError::InvalidArgument(format!(
+                    "the row for id {id:?} (rows[{i}]) has norm {norm}: shared rows must be \
+                     unit vectors"
+                )));
+            }
+            Ok(None)
+        })?;
+        // The set's index of each given source: one already held (the same values) is reused.
+        if ids.is_empty() {
+            return Ok(());
+        }
+        if !self.is_shared() {
+            self.unit = Units::Shared {
+                sources: Vec::new(),
+                at: Vec::new(),
+            };
+        }
+        let Units::Shared { sources: held, .. } = &mut self.unit else {
+            unreachable!("made shared above")
+        };
+        let index: Vec<u32> = sources
+            .iter()
+            .map(|source| {
+                let values = source.values();
+                let found = held.iter().position(|h| {
+                    let h = h.values();
+                    std::ptr::eq(h.as_ptr(), values.as_ptr()) && h.len() == values.len()
+                });
+                found.unwrap_or_else(|| {
+                    held.push(Arc::clone(source));
+                    held.len() - 1
+                }) as u32
+            })
+            .collect();
+        self.commit(ids, prepared, biases, |i| {
+            let (s, r) = located(i);
+            (index[s], r as u32)
+        });
+        Ok(())
+    }
+
+    /// Checks what every add checks: one finite bias per id, room for the ids.
+    fn check_batch(&self, ids: &[String], biases: Option<&[f32]>) -> CoreResult<()> {
         if let Some(biases) = biases {
             if biases.len() != ids.len() {
                 return Err(CoreError::InvalidArgument(format!(
@@ -399,60 +606,80 @@ impl VectorSet {
                 )));
             }
         }
-        if vectors.len() != ids.len() * self.dim {
-            return Err(CoreError::InvalidArgument(format!(
-                "got {} ids but {} values, which is not {} vectors of dimension {}",
-                ids.len(),
-                vectors.len(),
-                ids.len(),
-                self.dim
-            )));
-        }
         if self.ids.len() + ids.len() > u32::MAX as usize {
             return Err(CoreError::InvalidArgument(format!(
                 "a VectorSet holds at most {} vectors",
                 u32::MAX
             )));
         }
-        type Prepared = (Vec<f32>, Quantized, Vec<(i32, f32, f32, f32)>);
+        Ok(())
+    }
+
+    /// Each row checked by `unit` (which returns the unit vector to keep, or None to read the
+    /// row itself), quantised, and summarised; in order, so the error reported is the first
+    /// row's. Nothing changes here.
+    fn prepare(
+        &self,
+        ids: &[String],
+        rows: &[&[f32]],
+        unit: impl Fn(usize, &String, &[f32]) -> CoreResult<Option<Vec<f32>>> + Sync,
+    ) -> CoreResult<Vec<Prepared>> {
         let cuts = &self.cuts;
-        let prepare = |(i, (id, v)): (usize, (&String, &[f32]))| -> CoreResult<Prepared> {
-            let norm = checked_norm(v, |j| format!("vectors[{i}, {j}] (id {id:?})"))?;
-            if norm == 0.0 {
-                return Err(CoreError::ZeroVector {
-                    what: format!("the vector for id {id:?} (vectors[{i}])"),
-                });
-            }
-            let inverse = 1.0 / norm;
-            let unit: Vec<f32> = v.iter().map(|&x| (f64::from(x) * inverse) as f32).collect();
-            let q = quantize(&unit, self.stride, 127);
-            let partials = cuts.iter().map(|&c| partial_stats(&unit, &q, c)).collect();
-            Ok((unit, q, partials))
+        let prepare = |(i, (id, v)): (usize, (&String, &&[f32]))| -> CoreResult<Prepared> {
+            let own = unit(i, id, v)?;
+            let u = own.as_deref().unwrap_or(v);
+            let q = quantize(u, self.stride, 127);
+            let partials = cuts.iter().map(|&c| partial_stats(u, &q, c)).collect();
+            Ok((own, q, partials))
         };
-        let rows = ids.iter().zip(vectors.chunks_exact(self.dim)).enumerate();
-        // Collected in order, so the error reported is the first row's.
-        let prepared: Vec<CoreResult<Prepared>> =
-            if vectors.len() >= PARALLEL_MIN_ELEMENTS / 4 && rayon::current_num_threads() > 1 {
-                rows.collect::<Vec<_>>()
-                    .into_par_iter()
-                    .map(prepare)
-                    .collect()
-            } else {
-                rows.map(prepare).collect()
-            };
-        let prepared = prepared.into_iter().collect::<CoreResult<Vec<_>>>()?;
-        for (i, (id, (u, q, partials))) in ids.iter().zip(prepared).enumerate() {
-            let u = u.as_slice();
+        let items = ids.iter().zip(rows).enumerate();
+        let prepared: Vec<CoreResult<Prepared>> = if rows.len() * self.dim
+            >= PARALLEL_MIN_ELEMENTS / 4
+            && rayon::current_num_threads() > 1
+        {
+            items
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(prepare)
+                .collect()
+        } else {
+            items.map(prepare).collect()
+        };
+        prepared.into_iter().collect()
+    }
+
+    /// Stores prepared rows: `own` vectors into the set's copy, or else the place `shared(i)`
+    /// gives (source, row) for row `i`.
+    fn commit(
+        &mut self,
+        ids: &[String],
+        prepared: Vec<Prepared>,
+        biases: Option<&[f32]>,
+        shared: impl Fn(usize) -> (u32, u32),
+    ) {
+        let d = self.dim;
+        for (i, (id, (own, q, partials))) in ids.iter().zip(prepared).enumerate() {
             let bias = biases.map_or(0.0, |b| b[i]);
             self.bias_total += f64::from(bias);
             self.max_abs_bias = self.max_abs_bias.max(bias.abs());
-            let slot = self.slots.get(id).copied().unwrap_or(self.ids.len());
+            let existing = self.slots.get(id).copied();
+            let slot = existing.unwrap_or(self.ids.len());
             for (partial, stats) in self.partials.iter_mut().zip(partials) {
                 partial.set(slot, stats);
             }
-            match self.slots.get(id) {
-                Some(&slot) => {
-                    self.unit[slot * self.dim..(slot + 1) * self.dim].copy_from_slice(u);
+            match (&mut self.unit, own) {
+                (Units::Owned(values), Some(u)) => match existing {
+                    Some(slot) => values[slot * d..(slot + 1) * d].copy_from_slice(&u),
+                    None => values.extend_from_slice(&u),
+                },
+                (Units::Shared { at, .. }, None) => match existing {
+                    Some(slot) => at[slot] = shared(i),
+                    None => at.push(shared(i)),
+                },
+                _ => unreachable!("the mode is checked before rows are prepared"),
+            }
+            match existing {
+                Some(slot) => {
                     for p in 0..self.planes.len() {
                         let cols = self.plane_columns(p);
                         let w = cols.len();
@@ -468,7 +695,6 @@ impl VectorSet {
                 None => {
                     self.slots.insert(id.clone(), self.ids.len());
                     self.ids.push(id.clone());
-                    self.unit.extend_from_slice(u);
                     for p in 0..self.planes.len() {
                         let cols = self.plane_columns(p);
                         self.planes[p].extend_from_slice(&q.codes[cols]);
@@ -481,7 +707,6 @@ impl VectorSet {
                 }
             }
         }
-        Ok(())
     }
 
     /// Removes the given ids in O(1) each (the last row moves into the hole); ids not in the set
@@ -494,9 +719,17 @@ impl VectorSet {
             };
             removed += 1;
             let last = self.ids.len() - 1;
+            let d = self.dim;
+            match &mut self.unit {
+                Units::Owned(values) => {
+                    values.copy_within(last * d..(last + 1) * d, slot * d);
+                    values.truncate(last * d);
+                }
+                Units::Shared { at, .. } => {
+                    at.swap_remove(slot);
+                }
+            }
             if slot != last {
-                let d = self.dim;
-                self.unit.copy_within(last * d..(last + 1) * d, slot * d);
                 for p in 0..self.planes.len() {
                     let w = self.plane_columns(p).len();
                     self.planes[p].copy_within(last * w..(last + 1) * w, slot * w);
@@ -512,7 +745,6 @@ impl VectorSet {
             for partial in &mut self.partials {
                 partial.swap_remove(slot);
             }
-            self.unit.truncate(last * self.dim);
             for p in 0..self.planes.len() {
                 let w = self.plane_columns(p).len();
                 self.planes[p].truncate(last * w);
@@ -523,9 +755,7 @@ impl VectorSet {
 
     /// The unit vector stored for `id`.
     pub fn get(&self, id: &str) -> Option<&[f32]> {
-        self.slots
-            .get(id)
-            .map(|&slot| &self.unit[slot * self.dim..(slot + 1) * self.dim])
+        self.slots.get(id).map(|&slot| self.row(slot))
     }
 
     /// The `k` ids most similar to `query`, best first, with their cosine similarity; only those
@@ -696,7 +926,7 @@ impl VectorSet {
             if upper < top.floor() {
                 break;
             }
-            let row = &self.unit[index * self.dim..(index + 1) * self.dim];
+            let row = self.row(index);
             top.push(
                 composite(weight, simd::dot(level, row, q), self.biases[index]),
                 index,
@@ -720,8 +950,17 @@ impl VectorSet {
         let mut block = start;
         while block < end {
             let len = 128.min(end - block);
-            let rows = &self.unit[block * self.dim..(block + len) * self.dim];
-            simd::dot_rows(level, rows, self.dim, q, &mut scores[..len]);
+            match &self.unit {
+                Units::Owned(values) => {
+                    let rows = &values[block * self.dim..(block + len) * self.dim];
+                    simd::dot_rows(level, rows, self.dim, q, &mut scores[..len]);
+                }
+                Units::Shared { .. } => {
+                    for (i, score) in scores[..len].iter_mut().enumerate() {
+                        *score = simd::dot(level, self.row(block + i), q);
+                    }
+                }
+            }
             let biases = &self.biases[block..block + len];
             for (i, (&s, &b)) in scores[..len].iter().zip(biases).enumerate() {
                 let score = composite(weight, s, b);
@@ -1354,7 +1593,7 @@ mod tests {
                     // And the exhaustive search is the formula, row by row.
                     let mut all: Vec<(f32, usize)> = (0..set.len())
                         .map(|r| {
-                            let row = &set.unit[r * dim..(r + 1) * dim];
+                            let row = set.row(r);
                             (
                                 composite(weight, simd::dot(level, row, &qn), set.biases[r]),
                                 r,
@@ -1471,6 +1710,135 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// `rows` scaled to unit length in f64, as their owner would keep them.
+    fn unit_rows(rows: &[f32], dim: usize) -> Vec<f32> {
+        rows.chunks(dim)
+            .flat_map(|r| {
+                let n = r.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+                r.iter().map(move |&x| (f64::from(x) / n) as f32)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn shared_rows_answer_as_the_set_own_copy_does() {
+        let (dim, n) = (96, 3000);
+        let rows = unit_rows(&random(n * dim, 5), dim);
+        let biases: Vec<f32> = (0..n).map(|i| (i % 17) as f32 / 40.0).collect();
+        // Stored in another order than the sources' (as a ranker stores by bias), over two
+        // sources.
+        let order: Vec<usize> = (0..n).map(|i| (i * 7) % n).collect();
+        let first: Arc<dyn SharedRows> = Arc::new(rows[..1000 * dim].to_vec());
+        let second: Arc<dyn SharedRows> = Arc::new(rows[1000 * dim..].to_vec());
+        let ids: Vec<String> = order.iter().map(|i| format!("id{i}")).collect();
+        let ordered_biases: Vec<f32> = order.iter().map(|&i| biases[i]).collect();
+        let mut shared = VectorSet::new(dim).unwrap();
+        for part in (0..n).collect::<Vec<_>>().chunks(700) {
+            let rows_of: Vec<usize> = part.iter().map(|&j| order[j]).collect();
+            let part_ids: Vec<String> = part.iter().map(|&j| ids[j].clone()).collect();
+            let part_biases: Vec<f32> = part.iter().map(|&j| ordered_biases[j]).collect();
+            shared
+                .add_shared(
+                    &part_ids,
+                    &[Arc::clone(&first), Arc::clone(&second)],
+                    &rows_of,
+                    Some(&part_biases),
+                )
+                .unwrap();
+        }
+        assert!(shared.is_shared());
+        let Units::Shared { sources, at } = &shared.unit else {
+            unreachable!()
+        };
+        assert_eq!((sources.len(), at.len()), (2, n)); // each source kept once
+        let mut own = VectorSet::new(dim).unwrap();
+        let flat: Vec<f32> = order
+            .iter()
+            .flat_map(|&i| rows[i * dim..(i + 1) * dim].to_vec())
+            .collect();
+        own.add_with_biases(&ids, &flat, Some(&ordered_biases))
+            .unwrap();
+        for seed in 0..20 {
+            let q = random(dim, 700 + seed);
+            for (k, threshold, weight) in [(5, None, 0.6), (50, None, 1.0), (10, Some(0.3), 0.6)] {
+                let a = shared.top_k_weighted(&q, k, threshold, weight).unwrap();
+                let b = own.top_k_weighted(&q, k, threshold, weight).unwrap();
+                assert_eq!(a.len(), b.len());
+                for (x, y) in a.iter().zip(&b) {
+                    assert!((x.1 - y.1).abs() < 1e-5, "{x:?} against {y:?}");
+                }
+                // Exactly the exhaustive answer over the shared rows themselves.
+                let qn = unit_query(&q, dim, "query").unwrap();
+                let exhaustive =
+                    shared.search(&qn, k, threshold, weight, simd::float_level(), false);
+                let ids_a: Vec<&str> = a.iter().map(|h| h.0).collect();
+                let ids_e: Vec<&str> = exhaustive
+                    .iter()
+                    .map(|s| shared.ids[s.index].as_str())
+                    .collect();
+                assert_eq!(ids_a, ids_e);
+            }
+        }
+        // Removing moves the last slot's place, not a row.
+        let gone: Vec<String> = (0..n).step_by(3).map(|i| format!("id{i}")).collect();
+        shared.remove(&gone);
+        own.remove(&gone);
+        assert_eq!(shared.len(), own.len());
+        for seed in 0..5 {
+            let q = random(dim, 900 + seed);
+            let a = shared.top_k(&q, 10, None).unwrap();
+            let b = own.top_k(&q, 10, None).unwrap();
+            let ids_a: Vec<&str> = a.iter().map(|h| h.0).collect();
+            let ids_b: Vec<&str> = b.iter().map(|h| h.0).collect();
+            assert_eq!(ids_a, ids_b);
+        }
+        assert_eq!(shared.get("id1").unwrap(), &rows[dim..2 * dim]);
+    }
+
+    #[test]
+    fn shared_rows_are_checked_and_a_failed_add_changes_nothing() {
+        let source: Arc<dyn SharedRows> = Arc::new(vec![1.0, 0.0, 0.6, 0.8, 0.0, 0.0, 3.0, 4.0]);
+        let sources = [Arc::clone(&source)];
+        let mut set = VectorSet::new(2).unwrap();
+        let err = set
+            .add_shared(&ids(0..2), &sources, &[0, 2], None)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the row for id \"id1\" (rows[1]) is a zero vector; cosine similarity is undefined for it"
+        );
+        let err = set
+            .add_shared(&ids(0..2), &sources, &[0, 3], None)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the row for id \"id1\" (rows[1]) has norm 5: shared rows must be unit"),
+            "{err}"
+        );
+        let err = set
+            .add_shared(&ids(0..1), &sources, &[4], None)
+            .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("rows[0] (id \"id0\") is 4, past the sources' 4 rows"));
+        let odd: Arc<dyn SharedRows> = Arc::new(vec![1.0, 0.0, 1.0]);
+        let err = set.add_shared(&ids(0..1), &[odd], &[0], None).unwrap_err();
+        assert!(err.to_string().contains("not whole rows of dimension 2"));
+        assert!(set.add_shared(&ids(0..2), &sources, &[0], None).is_err());
+        assert!(set.is_empty() && !set.is_shared());
+        // One set, one kind of storage.
+        set.add_shared(&ids(0..2), &sources, &[0, 1], None).unwrap();
+        let err = set.add(&ids(2..3), &[1.0, 0.0]).unwrap_err();
+        assert!(err.to_string().contains("cannot take vectors of its own"));
+        let mut own = VectorSet::new(2).unwrap();
+        own.add(&ids(0..1), &[1.0, 0.0]).unwrap();
+        let err = own
+            .add_shared(&ids(1..2), &sources, &[0], None)
+            .unwrap_err();
+        assert!(err.to_string().contains("cannot take shared rows"));
+        assert_eq!(set.top_k(&[0.0, 1.0], 1, None).unwrap()[0].0, "id1");
     }
 
     #[test]

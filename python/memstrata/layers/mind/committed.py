@@ -101,9 +101,14 @@ class _Committed:
     def add_many(self, items: list[Item]) -> None:
         """Takes in items not held yet: the entries built together, their vectors decoded into
         ``rows`` a dimension at a time (call :meth:`seal` once the items are in)."""
-        ids: list[tuple[str, Any]] = []
+        ids: list[str] = []
+        models: list[Any] = []
         texts: list[Any] = []
-        for item, entry in zip(items, entries_from_payloads([i.value for i in items])):
+        # Bound once: the loop runs once per entry, 100,000 times for a full mind.
+        add_id, add_model, add_text = ids.append, models.append, texts.append
+        beliefs, reflections = self.beliefs, self.reflections
+        values = [item.value for item in items]
+        for item, value, entry in zip(items, values, entries_from_payloads(values)):
             if item.expires_at is not None:
                 self.expiring[item.key] = item.expires_at
             if isinstance(entry, InvalidInputError):
@@ -112,18 +117,18 @@ class _Committed:
             if item.key != entry_key(entry):
                 logger.warning("skipping mind entry %r stored under a foreign key", item.key)
                 continue
-            if isinstance(entry, MindGoal):
+            if isinstance(entry, MindBelief):
+                beliefs[entry.id] = entry
+            elif isinstance(entry, MindReflection):
+                reflections[entry.id] = entry
+            else:
                 self.goals[entry.id] = entry
                 continue
-            if isinstance(entry, MindBelief):
-                self.beliefs[entry.id] = entry
-            else:
-                self.reflections[entry.id] = entry
-            ids.append((entry.id, item.value.get("embeddingModel")))
-            texts.append(item.value.get("embedding"))
+            add_id(entry.id)
+            add_model(value.get("embeddingModel"))
+            add_text(value.get("embedding"))
         dims, rows = append_encoded(self.rows, texts)
-        for (id_, model), dim, row in zip(ids, dims, rows):
-            self.vectors[id_] = (model, dim, row)
+        self.vectors.update(zip(ids, zip(models, dims, rows)))
 
     def seal(self) -> None:
         for rows in self.rows.values():

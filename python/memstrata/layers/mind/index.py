@@ -75,9 +75,12 @@ class _KindIndex:
         self._handle = handle
         self._cache = cache
         self._entries = handle.beliefs if kind == "belief" else handle.reflections
-        self._size = sum(1 for i in self._entries if i in cache.rows)
+        self._size: int | None = None
 
     def __len__(self) -> int:
+        if self._size is None:
+            # One set intersection in C: a pass in Python costs 0.1 s at 100,000 entries.
+            self._size = len(self._entries.keys() & self._cache.rows.keys())
         return self._size
 
     def top_k(self, vector: npt.ArrayLike, k: int, *, threshold: float) -> list[tuple[str, float]]:
@@ -163,9 +166,13 @@ def _sync_index(handle: AgentMindHandle) -> _IndexCache:
             else:
                 stale.append(i)
     # One vectorised check of the rows rather than a method call per entry.
-    usable = vectors.usable_rows(np.asarray(rows, dtype=np.int64)).tolist()
-    cache.rows = {i: row for i, row, ok in zip(ids, rows, usable) if ok}
-    stale += [i for i, ok in zip(ids, usable) if not ok]
+    usable = vectors.usable_rows(np.asarray(rows, dtype=np.int64))
+    if usable.all():  # the usual case: built in C, without a test per entry
+        cache.rows = dict(zip(ids, rows))
+    else:
+        flags = usable.tolist()
+        cache.rows = {i: row for i, row, ok in zip(ids, rows, flags) if ok}
+        stale += [i for i, ok in zip(ids, flags) if not ok]
     if stale:
         cache.rows.update(_reembed(handle, stale, {**handle.beliefs, **handle.reflections}))
     cache.version = committed.version

@@ -8,7 +8,7 @@ weight per search and carries its int8 bounds through ``w·x + b``, so its exact
 prefilter with proven bounds, float32 re-score, no GIL) returns exactly the top-k by composite
 score in one pass over the plain vectors.
 
-Building that set takes about half a second at 100,000 entries (each row is normalised,
+Building that set takes about half a second at 100,000 entries (each row is checked,
 quantised and summarised), while one exact pass of dot products over the rows takes tens of
 milliseconds. A large ranker therefore answers from the exact scan at once and builds its set in
 a background thread (the heavy part runs without the GIL); searches move to the set when it is
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("memstrata.agent_mind")
 
-# Rows handed to the VectorSet per call: the set's own working copy (it normalises and
-# quantises each call's rows) stays this small.
+# Rows handed to the VectorSet per call: its working memory (it quantises each call's rows)
+# stays this small.
 _BUILD_CHUNK = 4096
 # From this many rows the set is built in a background thread (about 0.1 s of work here).
 BACKGROUND_MIN_ROWS = 16_384
@@ -126,11 +126,15 @@ class CompositeRanker:
     def _build(self) -> None:
         try:
             built = VectorSet(self.dim)
+            # The set reads the unit rows in place (they are sealed, and never written again):
+            # one float32 copy of the vectors, the mind's.
+            blocks = self._vectors.blocks()
             for start in range(0, self.size, _BUILD_CHUNK):
                 part = self._order[start : start + _BUILD_CHUNK]
-                built.add(
+                built.add_rows(
                     [self._ids[int(i)] for i in part],
-                    self._vectors.gather(self._rows[part]),
+                    blocks,
+                    self._rows[part],
                     biases=self._bias[part],
                 )
             self._set = built

@@ -194,24 +194,27 @@ def _build_ranker(
     updated: list[int] = []
     levels: list[float] = []
     low, medium = CONFIDENCE_SCORES["low"], CONFIDENCE_SCORES["medium"]
+    # Bound once: this loop runs once per entry.
+    add_id, add_row, add_updated, add_level = ids.append, rows.append, updated.append, levels.append
+    row_of = rows_of.get
     for kind in kinds:
         entries = handle.beliefs if kind == "belief" else handle.reflections
         for e in entries.values():
             at = e.expires_at
-            if at is not None and at > now and at < next_expiry:
+            if at is not None and now < at < next_expiry:
                 next_expiry = at
-            row = rows_of.get(e.id)
+            row = row_of(e.id)
             if row is None or (at is not None and at <= now) != expired:
                 continue
-            ids.append(e.id)
-            rows.append(row)
-            updated.append(e.updated_at)
+            add_id(e.id)
+            add_row(row)
+            add_updated(e.updated_at)
             if e.error:
-                levels.append(low)
+                add_level(low)
             elif isinstance(e, MindBelief):
-                levels.append(CONFIDENCE_SCORES[e.confidence])
+                add_level(CONFIDENCE_SCORES[e.confidence])
             else:
-                levels.append(medium)
+                add_level(medium)
     w = handle.layer.score_weights
     ages = (now - np.array(updated, dtype=np.float64)) / DAY_MS
     recency = np.exp(-np.maximum(0.0, ages) / RECENCY_DECAY_DAYS)

@@ -76,6 +76,12 @@ class VectorRows:
             start += last - first
         self._sealed = end
 
+    def blocks(self) -> list[npt.NDArray[np.float32]]:
+        """The blocks holding the rows, ``BLOCK_ROWS`` rows each: row ``r`` is row
+        ``r % BLOCK_ROWS`` of block ``r // BLOCK_ROWS``. A sealed row is never written again,
+        so a reader may keep the blocks and read sealed rows in place."""
+        return list(self._blocks)
+
     def usable(self, row: int) -> bool:
         return 0 <= row < self._sealed and bool(self._usable[row >> _SHIFT][row & (BLOCK_ROWS - 1)])
 
