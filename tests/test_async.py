@@ -10,6 +10,7 @@ import json
 import pathlib
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +23,11 @@ from memstrata import (
     MemoryStack,
     SharedMemory,
     SQLiteStore,
+    TaskLock,
     ToolResults,
     WorkingMemory,
 )
+from memstrata._bridge import run_sync
 from memstrata.stores import PostgresStore, Store
 
 SCHEMA = {
@@ -346,3 +349,38 @@ def test_concurrent_async_writes_to_shared_memory_keep_their_order(postgres_url:
     sequences = [item.value["sequence"] for item in store.list(SHARED, limit=100)]
     assert sorted(sequences) == list(range(1, 21))
     store.close()
+
+
+def test_a_task_lock_held_by_a_thread_does_not_block_the_loop() -> None:
+    """A task waiting for a TaskLock a thread holds is suspended; the loop ticks on, and the
+    task gets the lock when the thread lets go."""
+    lock = TaskLock()
+    held = threading.Event()
+    release = threading.Event()
+
+    def thread_holds() -> None:
+        with lock:
+            held.set()
+            release.wait(5)
+
+    def critical(order: list[str]) -> None:
+        with lock, lock:  # re-entrant for its holder
+            order.append("task")
+
+    async def main() -> tuple[float, list[str]]:
+        holder = threading.Thread(target=thread_holds)
+        holder.start()
+        held.wait(5)
+        order: list[str] = []
+        task = asyncio.create_task(run_sync(critical, order))
+        lag = await loop_lag(0.2)
+        assert order == [] and not task.done()
+        order.append("thread let go")
+        release.set()
+        await task
+        holder.join()
+        return lag, order
+
+    lag, order = asyncio.run(main())
+    assert lag < 0.1
+    assert order == ["thread let go", "task"]

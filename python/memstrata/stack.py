@@ -29,6 +29,12 @@ shows the time to the model::
         def tools(self, handle): return []
         def on_spawn(self, handle, child): return None
         def close(self, handle, error): pass
+
+The async forms (``await run.aprepare(...)``) run a layer's methods on the event loop; a call
+to the store that has to wait suspends them while other tasks run, other runs of the same layer
+included. State a layer guards with a lock across a store call takes a
+:class:`memstrata.TaskLock`, which tells those tasks apart (a ``threading`` lock would let the
+second in, or block the loop).
 """
 
 from __future__ import annotations
