@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from store_checks import empty_postgres_tables
 
@@ -28,6 +29,7 @@ from memstrata import (
     WorkingMemory,
 )
 from memstrata._bridge import run_sync
+from memstrata.embedders import embed_texts
 from memstrata.stores import PostgresStore, Store
 
 SCHEMA = {
@@ -384,3 +386,46 @@ def test_a_task_lock_held_by_a_thread_does_not_block_the_loop() -> None:
     lag, order = asyncio.run(main())
     assert lag < 0.1
     assert order == ["thread let go", "task"]
+
+
+class NetworkEmbedder:
+    """An embedding service's client: ``aembed`` waits for the network (a sleep here)."""
+
+    model = "network"
+    dim = 4
+
+    def embed(self, texts: Any) -> Any:
+        return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    async def aembed(self, texts: Any) -> Any:
+        await asyncio.sleep(0.02)
+        return self.embed(texts)
+
+
+def test_a_store_callback_that_embeds_lets_no_other_task_into_its_transaction(
+    tmp_path: pathlib.Path,
+) -> None:
+    """An update's fn runs while SQLite holds the connection and a write transaction; if it
+    suspended (to await an embedder), another task's write would go into that transaction
+    and be rolled back with it."""
+    store = SQLiteStore(tmp_path / "s.db")
+    ns = ("callbacks",)
+
+    def embeds_then_refuses(_value: Any) -> Any:
+        embed_texts(NetworkEmbedder(), ["a text"])
+        raise ValueError("refused after embedding")
+
+    def update() -> None:
+        with pytest.raises(ValueError, match="refused after embedding"):
+            store.update(ns, "a", embeds_then_refuses)
+
+    async def main() -> None:
+        first = asyncio.create_task(run_sync(update))
+        second = asyncio.create_task(run_sync(store.put, ns, "b", {"kept": True}))
+        await asyncio.gather(first, second)
+
+    asyncio.run(main())
+    assert store.get(ns, "a") is None
+    kept = store.get(ns, "b")
+    assert kept is not None and kept.value == {"kept": True}
+    store.close()

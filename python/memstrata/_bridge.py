@@ -10,7 +10,7 @@ statement that need not wait, the Rust kernels) runs inline: no thread, no loop 
 
 * :func:`run_sync` is the coroutine that runs sync code this way;
 * :func:`bridged` tells sync code it runs under :func:`run_sync`, and :func:`await_` awaits an
-  awaitable from there;
+  awaitable from there; :func:`pinned` marks code that must not suspend;
 * :class:`TaskLock` is a lock for state that such code and threads share.
 
 ``asyncio`` and ``greenlet`` are imported when an async method is first awaited, not with
@@ -19,9 +19,10 @@ memstrata (asyncio brings ``ssl`` along: tens of milliseconds that a sync caller
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -43,6 +44,8 @@ def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
 
         class Worker(greenlet.greenlet):  # type: ignore[misc]
             """A greenlet running sync code for a coroutine (see run_sync), job after job."""
+
+            pins = 0  # pinned() blocks it is in
 
         _getcurrent, _worker_class = greenlet.getcurrent, Worker
     assert _getcurrent is not None
@@ -106,9 +109,29 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
 
 def bridged() -> bool:
-    """Whether the calling sync code runs under :func:`run_sync` (so it may :func:`await_`)."""
+    """Whether the calling sync code runs under :func:`run_sync`, outside :func:`pinned`
+    blocks (so it may :func:`await_`)."""
     getcurrent = _getcurrent
-    return getcurrent is not None and type(getcurrent()) is _worker_class
+    if getcurrent is None:
+        return False
+    current = getcurrent()
+    return type(current) is _worker_class and not current.pins
+
+
+@contextlib.contextmanager
+def pinned() -> Iterator[None]:
+    """A block of sync code that must not suspend: :func:`bridged` is False in it, so what it
+    calls waits in place. A store runs a caller's callback (an update's ``fn``) in one while
+    it holds its lock and transaction: another task let in there would write into them."""
+    current: Any = _getcurrent() if _getcurrent is not None else None
+    if type(current) is not _worker_class:
+        yield
+        return
+    current.pins += 1
+    try:
+        yield
+    finally:
+        current.pins -= 1
 
 
 def await_(awaitable: Awaitable[T]) -> T:
@@ -122,7 +145,8 @@ def await_(awaitable: Awaitable[T]) -> T:
 
 
 def _holder() -> object:
-    return _getcurrent() if bridged() else threading.get_ident()  # type: ignore[misc]
+    current = _getcurrent() if _getcurrent is not None else None
+    return current if type(current) is _worker_class else threading.get_ident()
 
 
 def _wake(future: Any) -> None:

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from memstrata._bridge import await_, bridged, in_thread
+from memstrata._bridge import await_, bridged, in_thread, pinned
 from memstrata.exceptions import InvalidInputError
 
 Namespace = tuple[str, ...]
@@ -489,10 +489,8 @@ class Store(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Makes each sync I/O method ``cls`` defines serve a call from bridged layer code
-        (see memstrata._bridge) through its async twin."""
+        (see memstrata._bridge) with :meth:`_serve_bridged`."""
         super().__init_subclass__(**kwargs)
-        if not cls.waits:
-            return
         for name in IO_METHODS:
             method = cls.__dict__.get(name)
             if method is not None and not hasattr(method, "__wrapped__"):
@@ -501,8 +499,12 @@ class Store(ABC):
     def _serve_bridged(
         self, name: str, method: Callable[..., _T], args: tuple[Any, ...], kwargs: Any
     ) -> _T:
-        """How a sync I/O method serves bridged layer code: through its async twin, awaited
-        by the coroutine that runs the code."""
+        """How a sync I/O method serves bridged layer code: directly when the store never
+        waits (its callbacks pinned: they run under its lock), else through its async twin,
+        awaited by the coroutine that runs the code."""
+        if not self.waits:
+            with pinned():
+                return method(*args, **kwargs)
         twin: Callable[..., Awaitable[_T]] = getattr(self, "a" + name)
         return await_(twin(*args, **kwargs))
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from memstrata._bridge import await_, in_thread
+from memstrata._bridge import await_, in_thread, pinned
 from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
@@ -671,7 +671,8 @@ class SQLiteStore(Store):
         try:
             self._conn.execute("PRAGMA busy_timeout = 0")
             try:
-                return True, method(*args, **kwargs)
+                with pinned():  # a callback (an update's fn) may not let another task in
+                    return True, method(*args, **kwargs)
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
                     raise
