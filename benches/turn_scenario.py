@@ -206,6 +206,24 @@ class Scenario:
 
     def turn(self) -> dict[str, Any]:
         """One agent turn; returns what the three tools answered."""
+        i, calls = self.next_turn()
+        with self.stack.run(thread_id=THREAD, resource_id=USER, agent=AGENT) as run:
+            prepared = run.prepare(self.messages)
+            results = [run.call_tool(name, arguments) for name, arguments in calls]
+            run.observe(model_response(i, calls))
+        return {"prepared": prepared, "results": results}
+
+    async def aturn(self) -> dict[str, Any]:
+        """The same turn through the async forms, as an asyncio agent server runs it."""
+        i, calls = self.next_turn()
+        async with self.stack.arun(thread_id=THREAD, resource_id=USER, agent=AGENT) as run:
+            prepared = await run.aprepare(self.messages)
+            results = [await run.acall_tool(name, arguments) for name, arguments in calls]
+            await run.aobserve(model_response(i, calls))
+        return {"prepared": prepared, "results": results}
+
+    def next_turn(self) -> tuple[int, list[tuple[str, str]]]:
+        """The next turn's number and tool calls; the conversation grows by its question."""
         i = next(self.turns)
         calls = [
             ("working-memory/update", wm_patch(i)),
@@ -219,11 +237,7 @@ class Scenario:
             *self.messages[-(CONVERSATION - 1) :],
             {"role": "user", "content": f"Turn {i}: what next?"},
         ]
-        with self.stack.run(thread_id=THREAD, resource_id=USER, agent=AGENT) as run:
-            prepared = run.prepare(self.messages)
-            results = [run.call_tool(name, arguments) for name, arguments in calls]
-            run.observe(model_response(i, calls))
-        return {"prepared": prepared, "results": results}
+        return i, calls
 
     def close(self) -> None:
         self.stack.close()

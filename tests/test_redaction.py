@@ -534,7 +534,7 @@ def test_a_lone_surrogate_in_a_key_is_refused_without_redaction_too(tmp_path: Pa
     gate = ContextGate(
         max_input_tokens=200, checkpoints_dir=tmp_path, checkpoint_redact_secrets=False
     )
-    with pytest.raises(InvalidInputError, match="cannot checkpoint call 'surrogate'.*surrogates"):
+    with pytest.raises(InvalidInputError, match=r"cannot checkpoint call 'surrogate'.*surrogates"):
         gate.check_and_compress(messages, "surrogate")
     assert list(tmp_path.iterdir()) == []
 

@@ -8,6 +8,7 @@ plain data; none mutates its inputs. The stack (``MemoryStack``) composes layers
 from __future__ import annotations
 
 from memstrata import exceptions
+from memstrata._bridge import TaskLock
 from memstrata._core import (
     DEFAULT_UNSAFE_KEYS,
     MAX_DEPTH,
@@ -71,6 +72,7 @@ __all__ = [
     "SQLiteStore",
     "SharedMemory",
     "Store",
+    "TaskLock",
     "TeamState",
     "TokenCounter",
     "Tool",

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from memstrata._bridge import await_, bridged
 from memstrata._core import hash_embed
 from memstrata.exceptions import InvalidInputError, MemstrataError
 
@@ -55,6 +56,15 @@ class Embedder(Protocol):
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
         """The async twin of :meth:`embed`."""
+
+
+def embed_texts(embedder: Embedder, texts: Sequence[str]) -> Vectors:
+    """``embedder.embed(texts)``; in layer code that an async method runs (memstrata._bridge),
+    ``embedder.aembed(texts)`` awaited by that method, so an embedding service's round trip
+    never blocks the event loop."""
+    if bridged():
+        return await_(embedder.aembed(texts))
+    return embedder.embed(texts)
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:

@@ -36,6 +36,12 @@ reads its ``init`` starts with (:class:`~memstrata.stores.GetMany`,
 (one round trip on PostgreSQL) and calls ``init(ctx, opened={read: answer})`` with that
 layer's. A layer looks its read up there when it makes it, so an answer is only used for the
 very read it answers (the mind's, for one, depends on what the layer held when it asked).
+
+The async forms (``await run.aprepare(...)``) run a layer's methods on the event loop; a call
+to the store that has to wait suspends them while other tasks run, other runs of the same layer
+included. State a layer guards with a lock across a store call takes a
+:class:`memstrata.TaskLock`, which tells those tasks apart (a ``threading`` lock would let the
+second in, or block the loop).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from memstrata._threads import in_thread
+from memstrata._bridge import run_sync
 from memstrata.exceptions import (
     InvalidInputError,
     LimitExceededError,
@@ -281,7 +287,8 @@ class MemoryStack:
         resource_id: str | None = None,
         agent: str | None = None,
     ) -> Run:
-        """The same run for ``async with``: opening and closing happen off the event loop."""
+        """The same run, for ``async with`` (see :meth:`Run.aprepare` for what the async
+        methods do)."""
         return self.run(thread_id=thread_id, resource_id=resource_id, agent=agent)
 
     def close(self) -> None:
@@ -300,7 +307,12 @@ class MemoryStack:
         return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        await in_thread(self.close)
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, awaiting the store's async close."""
+        if self._owns_store:
+            await self.store.aclose()
 
 
 class Run:
@@ -401,11 +413,19 @@ class Run:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close(exc)
 
+    async def aopen(self) -> Run:
+        """:meth:`open` for a coroutine (done by ``async with``)."""
+        return await run_sync(self.open)
+
+    async def aclose(self, error: BaseException | None = None) -> None:
+        """:meth:`close` for a coroutine."""
+        await run_sync(self.close, error)
+
     async def __aenter__(self) -> Run:
-        return await in_thread(self.open)
+        return await self.aopen()
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        await in_thread(self.close, exc)
+        await self.aclose(exc)
 
     def _require_open(self) -> None:
         if not self._opened:
@@ -552,16 +572,32 @@ class Run:
                 diagnostics.append(text)
         return diagnostics
 
-    async def acall_tool(self, name: str, arguments: Any = None) -> dict[str, Any]:
-        return await in_thread(self.call_tool, name, arguments)
-
-    async def aobserve(self, message: Message) -> list[str]:
-        return await in_thread(self.observe, message)
+    # Async forms. Each runs its sync form on the event loop's thread (memstrata._bridge):
+    # work that takes microseconds (an in-memory store, an SQLite statement that need not
+    # wait, the Rust kernels) runs inline, with no thread hop, and only a wait (a PostgreSQL
+    # round trip, an HTTP embedder, a locked SQLite file) is awaited, through the store's or
+    # the embedder's async method, so other tasks run meanwhile. Same results, same stored
+    # state as the sync forms.
 
     async def aprepare(
         self, messages: Sequence[Message], *, call_id: str | None = None
     ) -> list[Message]:
-        return await in_thread(self.prepare, messages, call_id=call_id)
+        """:meth:`prepare` for a coroutine."""
+        return await run_sync(self.prepare, messages, call_id=call_id)
+
+    async def aprepare_anthropic(
+        self, messages: Sequence[Message], *, system: str = "", call_id: str | None = None
+    ) -> tuple[str, list[Message]]:
+        """:meth:`prepare_anthropic` for a coroutine."""
+        return await run_sync(self.prepare_anthropic, messages, system=system, call_id=call_id)
+
+    async def acall_tool(self, name: str, arguments: Any = None) -> dict[str, Any]:
+        """:meth:`call_tool` for a coroutine."""
+        return await run_sync(self.call_tool, name, arguments)
+
+    async def aobserve(self, message: Message) -> list[str]:
+        """:meth:`observe` for a coroutine."""
+        return await run_sync(self.observe, message)
 
     # Composition -----------------------------------------------------------------------------
 
@@ -593,3 +629,28 @@ class Run:
             raise InvalidInputError(
                 f"no layer named {name!r}; layers: {', '.join(self._handles) or 'none'}"
             ) from None
+
+    def alayer(self, name: str) -> AsyncHandle:
+        """A layer's handle for a coroutine: each of its methods is awaited, run as the async
+        forms of the run's methods are (``await run.alayer("working-memory").update(...)``);
+        its other attributes read as they are."""
+        return AsyncHandle(self.layer(name))
+
+
+class AsyncHandle:
+    """A layer handle whose methods are coroutines (see :meth:`Run.alayer`)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.handle, name)
+        if not callable(attribute):
+            return attribute
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await run_sync(attribute, *args, **kwargs)
+
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = attribute.__doc__
+        return call

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -57,6 +56,7 @@ from typing import Any, Literal
 
 import orjson
 
+from memstrata._bridge import TaskLock
 from memstrata._core import strip_unsafe_keys
 from memstrata.exceptions import (
     InvalidInputError,
@@ -256,7 +256,9 @@ class SharedMemory:
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
         self._store = store
         self._namespace = tuple(namespace)
-        self._lock = threading.RLock()
+        # Held across store calls, which in an async run suspend the task holding it: a lock
+        # that tells tasks on one event loop apart, as a threading.RLock does not.
+        self._lock = TaskLock()
         # Kept in (createdAt, sequence, key) order: iteration order is listing order.
         self._entries: dict[str, _Record] = {}
         self._mark: ChangeMark | None = None  # how far into the store's history we have read

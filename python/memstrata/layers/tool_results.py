@@ -61,6 +61,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from memstrata._bridge import run_sync
 from memstrata._core import prune_sliding_window
 from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.messages import (
@@ -310,6 +311,21 @@ class ToolResults:
             return text
         self.store(call_id, text)
         return self._notice(call_id, text, tokens)
+
+    async def aoffload(self, call_id: str, content: Any) -> str:
+        """:meth:`offload` for a coroutine: inline on the event loop, awaiting the store only
+        when it has to wait (see ``Run.aprepare``)."""
+        return await run_sync(self.offload, call_id, content)
+
+    async def aoffload_messages(self, messages: Sequence[Message]) -> list[Message]:
+        """:meth:`offload_messages` for a coroutine, as :meth:`aoffload`."""
+        return await run_sync(self.offload_messages, messages)
+
+    async def aread_tool_result(
+        self, call_id: str, offset: int = 0, max_tokens: int = DEFAULT_PAGE_TOKENS
+    ) -> dict[str, Any]:
+        """:meth:`read_tool_result` for a coroutine, as :meth:`aoffload`."""
+        return await run_sync(self.read_tool_result, call_id, offset, max_tokens)
 
     def _notice(self, call_id: str, text: str, tokens: int) -> str:
         notice = TOOL_RESULT_OFFLOADED.format(call_id=call_id, chars=len(text), tokens=tokens)

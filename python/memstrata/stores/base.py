@@ -33,19 +33,21 @@ Semantics every backend guarantees:
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
-from memstrata._threads import in_thread
+from memstrata._bridge import await_, bridged, in_thread, pinned
 from memstrata.exceptions import InvalidInputError
 
 Namespace = tuple[str, ...]
 JSONValue = Any
 Updater = Callable[[JSONValue], JSONValue]
 _StoreT = TypeVar("_StoreT", bound="Store")
+_T = TypeVar("_T")
 
 # Labels are joined with the unit separator into one indexable text column, so it (and NUL,
 # which some drivers truncate at) cannot appear inside a label.
@@ -554,41 +556,87 @@ class Store(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # Async twins. Embedded backends do blocking work in a worker thread so an event loop is
-    # never stalled; a networked backend overrides these with native async I/O.
+    # Async twins --------------------------------------------------------------------------
+    #
+    # Every I/O method ``m`` has an async twin ``am``. By default a twin runs ``m`` in a worker
+    # thread, or directly for a store whose methods never wait (``waits = False``: the
+    # in-memory store); SQLiteStore runs it inline unless the file is locked, and
+    # PostgresStore has native async twins. Layer code run by an async method of the stack
+    # (``await run.aprepare(...)``, see memstrata._bridge) calls the sync ``m``: the store then
+    # serves it through ``am``, awaited by that coroutine, so a wait never blocks its loop.
+
+    # False for a store whose methods are pure computation: their twins call them directly,
+    # and layer code calls them as they are, even on an event loop.
+    waits: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Makes each sync I/O method ``cls`` defines serve a call from bridged layer code
+        (see memstrata._bridge) with :meth:`_serve_bridged`."""
+        super().__init_subclass__(**kwargs)
+        for name in IO_METHODS:
+            method = cls.__dict__.get(name)
+            if method is not None and not hasattr(method, "__wrapped__"):
+                setattr(cls, name, _through_async_twin(name, method))
+
+    def _serve_bridged(
+        self, name: str, method: Callable[..., _T], args: tuple[Any, ...], kwargs: Any
+    ) -> _T:
+        """How a sync I/O method serves bridged layer code: directly when the store never
+        waits (its callbacks pinned: they run under its lock), else through its async twin,
+        awaited by the coroutine that runs the code."""
+        if not self.waits:
+            with pinned():
+                return method(*args, **kwargs)
+        twin: Callable[..., Awaitable[_T]] = getattr(self, "a" + name)
+        return await_(twin(*args, **kwargs))
+
+    async def _call(self, method: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """How the default twins run a sync method: directly when the store never waits,
+        else in a worker thread."""
+        if not self.waits:
+            return method(*args, **kwargs)
+        return await in_thread(method, *args, **kwargs)
 
     async def aget(self, namespace: Namespace, key: str) -> Item | None:
-        return await in_thread(self.get, namespace, key)
+        return await self._call(self.get, namespace, key)
 
     async def aput(
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
-        return await in_thread(self.put, namespace, key, value, ttl=ttl)
+        return await self._call(self.put, namespace, key, value, ttl=ttl)
 
     async def adelete(self, namespace: Namespace, key: str) -> bool:
-        return await in_thread(self.delete, namespace, key)
+        return await self._call(self.delete, namespace, key)
 
     async def alist(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:
-        return await in_thread(self.list, namespace_prefix, limit=limit, offset=offset)
+        return await self._call(self.list, namespace_prefix, limit=limit, offset=offset)
 
     async def aupdate(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
-        return await in_thread(self.update, namespace, key, fn, ttl=ttl)
+        return await self._call(self.update, namespace, key, fn, ttl=ttl)
 
     async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
-        return await in_thread(self.changes, namespace, since)
+        return await self._call(self.changes, namespace, since)
+
+    async def achanges_each(
+        self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]
+    ) -> Changes:
+        changes = await self.achanges(namespace, since)
+        for item in changes.items:
+            each(item)
+        return Changes(changes.mark, [], changes.removed, changes.complete)
 
     async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
-        return await in_thread(self.get_many, namespace, keys)
+        return await self._call(self.get_many, namespace, keys)
 
     async def aread_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
-        return await in_thread(self.read_many, reads)
+        return await self._call(self.read_many, reads)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
-        return await in_thread(self.stamp, namespace, key)
+        return await self._call(self.stamp, namespace, key)
 
     async def aput_if_version(
         self,
@@ -601,7 +649,7 @@ class Store(ABC):
         validated: bool = False,
         encoded: bytes | None = None,
     ) -> Item | None:
-        return await in_thread(
+        return await self._call(
             self.put_if_version,
             namespace,
             key,
@@ -619,15 +667,15 @@ class Store(ABC):
         *,
         validated: bool = False,
     ) -> builtins.list[Item] | None:
-        return await in_thread(self.put_many_if_versions, namespace, writes, validated=validated)
+        return await self._call(self.put_many_if_versions, namespace, writes, validated=validated)
 
     async def aupdate_many(
         self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
     ) -> builtins.list[Item]:
-        return await in_thread(self.update_many, namespace, updates, ttl=ttl)
+        return await self._call(self.update_many, namespace, updates, ttl=ttl)
 
     async def achange_mark(self, namespace: Namespace) -> ChangeMark:
-        return await in_thread(self.change_mark, namespace)
+        return await self._call(self.change_mark, namespace)
 
     async def aupdate_many_since(
         self,
@@ -637,10 +685,42 @@ class Store(ABC):
         *,
         ttl: float | None = None,
     ) -> builtins.list[Item]:
-        return await in_thread(self.update_many_since, namespace, since, plan, ttl=ttl)
+        return await self._call(self.update_many_since, namespace, since, plan, ttl=ttl)
 
     async def apurge_expired(self) -> int:
-        return await in_thread(self.purge_expired)
+        return await self._call(self.purge_expired)
 
     async def aclose(self) -> None:
-        await in_thread(self.close)
+        await self._call(self.close)
+
+
+# The methods that do I/O; each has an async twin named with an ``a`` in front.
+IO_METHODS = (
+    "get",
+    "get_many",
+    "read_many",
+    "stamp",
+    "put",
+    "delete",
+    "list",
+    "changes",
+    "changes_each",
+    "update",
+    "put_if_version",
+    "put_many_if_versions",
+    "update_many",
+    "change_mark",
+    "update_many_since",
+    "purge_expired",
+    "close",
+)
+
+
+def _through_async_twin(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def serve(self: Store, /, *args: Any, **kwargs: Any) -> Any:
+        if bridged():
+            return self._serve_bridged(name, method.__get__(self), args, kwargs)
+        return method(self, *args, **kwargs)
+
+    return serve

@@ -55,7 +55,13 @@ class _Row:
 
 
 class InMemoryStore(Store):
-    """A thread-safe in-process store; nothing survives the process."""
+    """A thread-safe in-process store; nothing survives the process.
+
+    Its methods only compute (the lock is held for microseconds), so the async twins call
+    them directly, on the event loop, with no thread hop.
+    """
+
+    waits = False
 
     def __init__(self) -> None:
         self._rows: dict[tuple[Namespace, str], _Row] = {}  # in write order

@@ -32,12 +32,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
+from memstrata._bridge import await_, in_thread, pinned
 from memstrata.exceptions import StoreVersionError
 from memstrata.stores import codec
 from memstrata.stores.base import (
     ChangeMark,
     Changes,
+    ChangesSince,
     ConditionalWrite,
     Item,
     JSONValue,
@@ -64,6 +67,8 @@ SCHEMA_VERSION = 3
 # The migration that rebuilds the items table: a file upgraded through it is compacted after.
 _REBUILDS_ITEMS = 3
 _BACKEND = "sqlite"
+_T = TypeVar("_T")
+_SQLITE_BUSY = 5  # the primary result code; sqlite3 names it from Python 3.11
 logger = logging.getLogger(__name__)
 
 _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
@@ -252,7 +257,8 @@ class SQLiteStore(Store):
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
         self._lock = threading.RLock()
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        self._busy_timeout = f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"
+        self._conn.execute(self._busy_timeout)
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
         self._migrate()
@@ -668,3 +674,76 @@ class SQLiteStore(Store):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    # Async twins: a statement that need not wait runs inline, on the event loop; one that would
+    # wait for another connection's lock, and reads of a whole namespace, run in a worker
+    # thread, so a locked file never blocks the loop.
+
+    def _inline(
+        self, method: Callable[..., _T], args: tuple[Any, ...], kwargs: Any
+    ) -> tuple[bool, _T | None]:
+        """``(True, method(...))`` run with the busy timeout at 0, so that it fails at once
+        rather than wait, if the connection is free; ``(False, None)`` if the connection is in
+        use or the database locked (SQLITE_BUSY). A method that failed so wrote nothing:
+        SQLite takes its write lock at the first writing statement, and each method is one
+        transaction."""
+        if not self._lock.acquire(blocking=False):
+            return False, None
+        try:
+            self._conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                with pinned():  # a callback (an update's fn) may not let another task in
+                    return True, method(*args, **kwargs)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                return False, None
+            finally:
+                self._conn.execute(self._busy_timeout)
+        finally:
+            self._lock.release()
+
+    async def _call(self, method: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Inline if it need not wait, else in a worker thread, waiting as the sync method
+        does."""
+        if not _slow(method.__name__, args, kwargs):
+            done, result = self._inline(method, args, kwargs)
+            if done:
+                return result  # type: ignore[return-value]
+        return await in_thread(method, *args, **kwargs)
+
+    def _serve_bridged(
+        self, name: str, method: Callable[..., _T], args: tuple[Any, ...], kwargs: Any
+    ) -> _T:
+        # Inline here, in the layer code, with no switch to its coroutine unless it must wait.
+        if not _slow(name, args, kwargs):
+            done, result = self._inline(method, args, kwargs)
+            if done:
+                return result  # type: ignore[return-value]
+        return await_(in_thread(method, *args, **kwargs))
+
+    async def achanges_each(
+        self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]
+    ) -> Changes:
+        return await self._call(self.changes_each, namespace, since, each)
+
+
+def _slow(name: str, args: tuple[Any, ...], kwargs: Any) -> bool:
+    """Whether the async path runs this call in a worker thread even when it need not wait:
+    it may take milliseconds (reading a whole namespace, purging), or it closes."""
+    if name in ("purge_expired", "close"):
+        return True
+    if name in ("changes", "changes_each"):
+        return (args[1] if len(args) > 1 else kwargs.get("since")) is None
+    if name == "read_many":
+        reads = args[0] if args else kwargs.get("reads", ())
+        return any(isinstance(read, ChangesSince) and read.since is None for read in reads)
+    return False
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY (any of its extended codes): another connection holds the lock."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return bool(code & 0xFF == _SQLITE_BUSY)
+    return "database is locked" in str(exc)

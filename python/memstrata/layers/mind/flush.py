@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memstrata._core import VectorSet
+from memstrata.embedders import embed_texts
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind.conflicts import facts_disagree
 from memstrata.layers.mind.entries import (
@@ -187,7 +188,7 @@ def _duplicates_committed_since_load(
     if missing:
         # Written by a run with another embedder: embedded here, under the flush lock.
         texts = [candidates[i].content for i in missing]
-        fresh = np.asarray(layer.embedder.embed(texts), dtype=np.float32)
+        fresh = np.asarray(embed_texts(layer.embedder, texts), dtype=np.float32)
         for i, vector in zip(missing, fresh):
             vectors[i] = vector
     index = VectorSet(dim)

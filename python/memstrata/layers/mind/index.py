@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from memstrata.embedders import embed_texts
 from memstrata.exceptions import ToolError
 from memstrata.layers.mind.entries import MindBelief, MindReflection, encode_vector
 from memstrata.layers.mind.records import entry_key, stored_payload
@@ -35,7 +36,7 @@ MAX_EMBEDDING_NORM2 = 1e30
 
 def embed_one(embedder: Embedder, text: str) -> npt.NDArray[np.float32]:
     """``text``'s vector; refuses (as a tool error) a text the embedder cannot place."""
-    vector: npt.NDArray[np.float32] = np.asarray(embedder.embed([text]), dtype=np.float32)[0]
+    vector: npt.NDArray[np.float32] = np.asarray(embed_texts(embedder, [text]), dtype=np.float32)[0]
     # One dot product (in float64, which cannot overflow here) says it all: zero for a
     # zero vector, inf or NaN for a non-finite one, and past MAX_EMBEDDING_NORM2 for one
     # whose float32 norm would overflow in the index. np.any and np.isfinite took two
@@ -196,7 +197,7 @@ def _reembed(
     for start in range(0, total, REEMBED_BATCH):
         batch = ids[start : start + REEMBED_BATCH]
         matrix = np.asarray(
-            layer.embedder.embed([entries[i].content for i in batch]), dtype=np.float32
+            embed_texts(layer.embedder, [entries[i].content for i in batch]), dtype=np.float32
         )
         for i, vector in zip(batch, matrix):
             if np.any(vector) and np.isfinite(vector).all():

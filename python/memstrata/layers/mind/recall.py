@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import numpy.typing as npt
 
+from memstrata.embedders import embed_texts
 from memstrata.exceptions import ToolError
 from memstrata.layers.mind.checks import check_tags
 from memstrata.layers.mind.entries import (
@@ -150,7 +151,7 @@ def _goal_units(handle: AgentMindHandle, goals: list[MindGoal]) -> list[npt.NDAr
     if missing:
         if len(kept) + len(missing) > GOAL_VECTORS_KEPT:
             kept.clear()
-        matrix = np.asarray(layer.embedder.embed(missing), dtype=np.float64)
+        matrix = np.asarray(embed_texts(layer.embedder, missing), dtype=np.float64)
         for text, row in zip(missing, matrix):
             norm = float(np.linalg.norm(row))
             kept[(model, text)] = row / norm if norm and math.isfinite(norm) else row * 0

@@ -1,0 +1,235 @@
+"""How the async methods run memstrata's sync code on the event loop, without a thread hop.
+
+Layers are written once, as sync code that calls the store. An async method (``await
+run.aprepare(...)``) runs that code on the event loop's thread, in a greenlet. When the code
+reaches I/O that has to wait (a PostgreSQL round trip, an HTTP embedder, a locked SQLite file),
+the greenlet is suspended and the coroutine that started it awaits the store's async method
+instead, so the loop serves other tasks meanwhile; the answer is handed back to the sync code,
+which goes on where it stopped. Work that takes microseconds (an in-memory store, an SQLite
+statement that need not wait, the Rust kernels) runs inline: no thread, no loop iteration.
+
+* :func:`run_sync` is the coroutine that runs sync code this way;
+* :func:`bridged` tells sync code it runs under :func:`run_sync`, and :func:`await_` awaits an
+  awaitable from there; :func:`pinned` marks code that must not suspend;
+* :class:`TaskLock` is a lock for state that such code and threads share.
+
+``asyncio`` and ``greenlet`` are imported when an async method is first awaited, not with
+memstrata (asyncio brings ``ssl`` along: tens of milliseconds that a sync caller never needs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Set by the first run_sync: until then nothing runs bridged, and greenlet is not imported.
+_getcurrent: Callable[[], Any] | None = None
+_worker_class: type[Any] | None = None
+# Idle workers, per thread (a greenlet runs on the thread that made it). A worker is reused:
+# a new greenlet's first deep call stack costs ~10 us to allocate, every time.
+_idle = threading.local()
+_IDLE_KEPT = 64
+_AWAIT, _RETURNED, _RAISED = range(3)
+
+
+def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
+    global _getcurrent, _worker_class
+    if _worker_class is None:
+        import greenlet
+
+        class Worker(greenlet.greenlet):  # type: ignore[misc]
+            """A greenlet running sync code for a coroutine (see run_sync), job after job."""
+
+            pins = 0  # pinned() blocks it is in
+
+        _getcurrent, _worker_class = greenlet.getcurrent, Worker
+    assert _getcurrent is not None
+    return _getcurrent, _worker_class
+
+
+def _work(job: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]) -> None:
+    """A worker's life: run a job, hand its outcome to the coroutine that gave it, wait for
+    the next. Dropping an idle worker ends it (GreenletExit at its switch)."""
+    import greenlet
+
+    while True:
+        fn, args, kwargs = job
+        try:
+            outcome = (_RETURNED, fn(*args, **kwargs))
+        except greenlet.GreenletExit:
+            raise
+        except BaseException as exc:
+            outcome = (_RAISED, exc)
+        del fn, args, kwargs
+        job = greenlet.getcurrent().parent.switch(outcome)
+
+
+async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Runs blocking work on a worker thread (a locked SQLite file, a store without native
+    async methods)."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _to_its_end(awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, awaited to its end even when the caller is cancelled meanwhile
+    (the cancellation is raised once it is done): a store call cut off in the middle of a
+    PostgreSQL transaction would leave its connection holding the transaction's locks, as a
+    sync call cannot be cut off either. Only a cancellation of the store call itself (the loop
+    shutting down) ends it early."""
+    import asyncio
+
+    task = asyncio.ensure_future(awaitable)
+    cancelled: BaseException | None = None
+    while not task.done():
+        try:
+            await asyncio.wait((task,))  # unlike a plain await, a cancellation here stays here
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return task.result()
+
+
+async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` run on this thread; each awaitable it passes to :func:`await_` is
+    awaited here, with ``fn`` suspended until the answer comes back.
+
+    ``fn`` sees the caller's context variables. A cancellation (or any exception) of an await
+    is raised inside ``fn`` at its :func:`await_`, so its ``finally`` blocks and rollbacks run;
+    a cancellation waits for the awaitable in flight to finish first.
+    """
+    getcurrent, worker_class = _greenlets()
+    idle: list[Any] = _idle.__dict__.setdefault("workers", [])
+    worker = idle.pop() if idle else worker_class(_work)
+    worker.parent = getcurrent()
+    worker.gr_context = contextvars.copy_context()
+    kind, value = worker.switch((fn, args, kwargs))
+    try:
+        while kind == _AWAIT:
+            try:
+                answer = await _to_its_end(value)
+            except BaseException as exc:
+                kind, value = worker.throw(exc)
+            else:
+                kind, value = worker.switch(answer)
+    finally:
+        if kind != _AWAIT and len(idle) < _IDLE_KEPT:
+            worker.gr_context = None
+            idle.append(worker)
+    if kind == _RAISED:
+        raise value
+    result: T = value
+    return result
+
+
+def bridged() -> bool:
+    """Whether the calling sync code runs under :func:`run_sync`, outside :func:`pinned`
+    blocks (so it may :func:`await_`)."""
+    getcurrent = _getcurrent
+    if getcurrent is None:
+        return False
+    current = getcurrent()
+    return type(current) is _worker_class and not current.pins
+
+
+@contextlib.contextmanager
+def pinned() -> Iterator[None]:
+    """A block of sync code that must not suspend: :func:`bridged` is False in it, so what it
+    calls waits in place. A store runs a caller's callback (an update's ``fn``) in one while
+    it holds its lock and transaction: another task let in there would write into them."""
+    current: Any = _getcurrent() if _getcurrent is not None else None
+    if type(current) is not _worker_class:
+        yield
+        return
+    current.pins += 1
+    try:
+        yield
+    finally:
+        current.pins -= 1
+
+
+def await_(awaitable: Awaitable[T]) -> T:
+    """The result of ``awaitable``, awaited by the coroutine running this sync code; only
+    under :func:`run_sync` (see :func:`bridged`)."""
+    if not bridged():
+        raise RuntimeError("await_ is for sync code run by run_sync")
+    assert _getcurrent is not None
+    result: T = _getcurrent().parent.switch((_AWAIT, awaitable))
+    return result
+
+
+def _holder() -> object:
+    current = _getcurrent() if _getcurrent is not None else None
+    return current if type(current) is _worker_class else threading.get_ident()
+
+
+def _wake(future: Any) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class TaskLock:
+    """A re-entrant lock whose holder is a thread or, under :func:`run_sync`, the greenlet
+    running the code: two coroutines' sync code on one loop's thread exclude each other as two
+    threads do (a ``threading.RLock`` lets the second in: same thread). Waiting for it under
+    :func:`run_sync` suspends the code instead of blocking the loop.
+
+    For state held across a store call, which may suspend the code holding the lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: object = None
+        self._depth = 0
+        # (loop, future) of suspended waiters, woken when the lock is released; the guard
+        # orders adding one against a release on another thread.
+        self._waiters: list[tuple[Any, Any]] = []
+        self._guard = threading.Lock()
+
+    def __enter__(self) -> TaskLock:
+        me = _holder()
+        if self._depth and self._holder == me:
+            self._depth += 1
+            return self
+        if bridged():
+            while not self._lock.acquire(blocking=False):
+                await_(self._released())
+        else:
+            self._lock.acquire()
+        self._holder, self._depth = me, 1
+        return self
+
+    async def _released(self) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        waiter = (loop, loop.create_future())
+        with self._guard:
+            self._waiters.append(waiter)  # before the check: a release from now on wakes it
+            held = self._lock.locked()
+        try:
+            if held:
+                await waiter[1]
+        finally:
+            with self._guard:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth:
+            return
+        self._holder = None
+        self._lock.release()
+        with self._guard:
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_wake, future)
