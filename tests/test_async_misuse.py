@@ -4,6 +4,8 @@ code called on the event loop while an async call is suspended holding a lock.""
 from __future__ import annotations
 
 import asyncio
+import pathlib
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memstrata import TaskLock
+from memstrata import AgentMind, Budget, MemoryStack, SQLiteStore, TaskLock
 from memstrata._bridge import await_, run_sync
 from memstrata.embedders import embed_texts
 
@@ -111,3 +113,66 @@ def test_sync_code_on_the_loop_refuses_a_lock_a_suspended_task_holds() -> None:
     assert not thread.is_alive(), "the event loop's thread is blocked for ever"
     assert len(outcome) == 2 and outcome[1] == "after"
     assert "suspended" in outcome[0] and "async" in outcome[0], outcome
+
+
+class ClosingLog:
+    """A user's layer that writes one record to the store when a run closes."""
+
+    name, slot, budget = "closing-log", 50, Budget(10, 20)
+
+    def init(self, ctx: Any) -> Any:
+        return ctx
+
+    def recall(self, handle: Any, budget: Any) -> list[Any]:
+        return []
+
+    def observe(self, handle: Any, message: Any) -> None:
+        pass
+
+    def tools(self, handle: Any) -> list[Any]:
+        return []
+
+    def on_spawn(self, handle: Any, child: Any) -> None:
+        return None
+
+    def close(self, handle: Any, error: BaseException | None) -> None:
+        handle.store.put(("closing-log",), "last", {"closed": True})
+
+
+def test_a_cancelled_close_still_closes_every_layer(tmp_path: pathlib.Path) -> None:
+    """A cancellation that reaches ``async with stack.arun(...)``'s exit while a layer's close
+    waits for the store is raised once every layer had its close: the agent mind's goal set
+    in the run is flushed, not dropped."""
+    store = SQLiteStore(tmp_path / "s.db")
+    stack = MemoryStack([AgentMind(), ClosingLog()], store=store)
+
+    async def main() -> None:
+        other: sqlite3.Connection | None = None
+
+        async def turn() -> None:
+            nonlocal other
+            async with stack.arun(agent="a") as run:
+                result = await run.acall_tool("mind_set_goal", {"description": "ship it"})
+                assert result.get("status") == "ok", result
+                # Another process holds the file as the run closes: the log's put waits.
+                other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+                other.execute("BEGIN IMMEDIATE")
+
+        task = asyncio.create_task(turn())
+        while other is None:
+            assert not task.done(), task
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        other.execute("COMMIT")
+        other.close()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert store.get(("closing-log",), "last") is not None
+    with stack.run(agent="a") as run:
+        header = "\n".join(str(m["content"]) for m in run.prepare([]))
+    assert "ship it" in header
+    store.close()
