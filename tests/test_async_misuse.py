@@ -1,21 +1,25 @@
 """The async path used carelessly: timeouts around waits that are not store calls, and sync
-code called on the event loop while an async call is suspended holding a lock."""
+code called on the event loop while an async call is suspended holding a lock, a cancelled close,
+event loops in several threads sharing a store."""
 
 from __future__ import annotations
 
 import asyncio
 import pathlib
 import sqlite3
+import sys
 import threading
 import time
 from typing import Any
 
 import numpy as np
 import pytest
+from store_checks import empty_postgres_tables
 
 from memstrata import AgentMind, Budget, MemoryStack, SQLiteStore, TaskLock
 from memstrata._bridge import await_, run_sync
 from memstrata.embedders import embed_texts
+from memstrata.stores import PostgresStore
 
 
 class SlowEmbedder:
@@ -176,3 +180,36 @@ def test_a_cancelled_close_still_closes_every_layer(tmp_path: pathlib.Path) -> N
         header = "\n".join(str(m["content"]) for m in run.prepare([]))
     assert "ship it" in header
     store.close()
+
+
+def test_event_loops_in_several_threads_share_a_postgres_store(postgres_url: str) -> None:
+    """Each thread's loop gets its own connections; loops starting at once in several threads
+    (one having ended before them) must not trip over each other's bookkeeping."""
+    store = PostgresStore(postgres_url)
+    empty_postgres_tables(postgres_url)
+    store.put(("loops",), "k", {"v": 1})
+    errors: list[str] = []
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches as often as they can come
+    try:
+        for _ in range(100):
+            asyncio.run(store.aget(("loops",), "k"))  # leaves an ended loop behind
+            start = threading.Barrier(6)
+
+            def read(start: threading.Barrier = start) -> None:
+                start.wait()
+                try:
+                    item = asyncio.run(store.aget(("loops",), "k"))
+                    assert item is not None and item.value == {"v": 1}
+                except BaseException as exc:
+                    errors.append(repr(exc))
+
+            threads = [threading.Thread(target=read) for _ in range(6)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+    finally:
+        sys.setswitchinterval(switching)
+        store.close()
+    assert errors == []
