@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from store_checks import empty_postgres_tables
 
-from memstrata import AgentMind, Budget, MemoryStack, SQLiteStore, TaskLock
+from memstrata import AgentMind, Budget, MemoryStack, SharedMemory, SQLiteStore, TaskLock
 from memstrata._bridge import await_, run_sync
 from memstrata.embedders import embed_texts
 from memstrata.stores import PostgresStore
@@ -213,3 +213,41 @@ def test_event_loops_in_several_threads_share_a_postgres_store(postgres_url: str
         sys.setswitchinterval(switching)
         store.close()
     assert errors == []
+
+
+def test_a_sync_tool_call_in_a_coroutine_fails_clearly_on_a_held_shared_memory(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``run.call_tool`` (sync) called in a coroutine while another task's ``acall_tool`` waits
+    for PostgreSQL holding the shared memory's lock: the sync call would block the loop
+    waiting for a task that the loop never resumes. It fails, logged with the reason, and the
+    suspended write completes."""
+    store = PostgresStore(postgres_url)
+    empty_postgres_tables(postgres_url)
+    memory = SharedMemory(store=store, namespace=("shared-memory", "misuse"))
+    stack = MemoryStack([memory], store=store)
+    outcome: list[Any] = []
+
+    async def main() -> None:
+        async def write_async() -> None:
+            async with stack.arun(thread_id="a", resource_id="u", agent="a") as run:
+                outcome.append(await run.acall_tool("memory_write", {"key": "a", "value": 1}))
+
+        task = asyncio.create_task(write_async())
+        while not memory._lock._lock.locked():
+            assert not task.done(), task
+            await asyncio.sleep(0)
+        with stack.run(thread_id="b", resource_id="u", agent="a") as run:
+            outcome.append(run.call_tool("memory_write", {"key": "b", "value": 2}))
+        await task
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the event loop's thread is blocked for ever"
+    refused, written = outcome
+    assert refused["ok"] is False and refused["error"]["code"] == "internal_error", refused
+    assert "suspended on this thread's event loop" in caplog.text
+    assert written["ok"] is True, written
+    assert [item.key for item in store.list(("shared-memory", "misuse"))] == ["shared:a"]
+    store.close()
