@@ -34,7 +34,9 @@ _worker_class: type[Any] | None = None
 # a new greenlet's first deep call stack costs ~10 us to allocate, every time.
 _idle = threading.local()
 _IDLE_KEPT = 64
-_AWAIT, _RETURNED, _RAISED = range(3)
+# What a worker hands its coroutine: an awaitable to await (to its end, for a store call), or
+# the job's outcome.
+_AWAIT, _FINISH, _RETURNED, _RAISED = range(4)
 
 
 def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
@@ -103,7 +105,8 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
     ``fn`` sees the caller's context variables. A cancellation (or any exception) of an await
     is raised inside ``fn`` at its :func:`await_`, so its ``finally`` blocks and rollbacks run;
-    a cancellation waits for the awaitable in flight to finish first.
+    a cancellation waits for a store call in flight (``await_(..., finish=True)``) to finish
+    first, and cuts off any other wait (an embedder's request, a lock) at once.
     """
     getcurrent, worker_class = _greenlets()
     idle: list[Any] = _idle.__dict__.setdefault("workers", [])
@@ -112,15 +115,15 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     worker.gr_context = contextvars.copy_context()
     kind, value = worker.switch((fn, args, kwargs))
     try:
-        while kind == _AWAIT:
+        while kind <= _FINISH:
             try:
-                answer = await _to_its_end(value)
+                answer = await (_to_its_end(value) if kind == _FINISH else value)
             except BaseException as exc:
                 kind, value = worker.throw(exc)
             else:
                 kind, value = worker.switch(answer)
     finally:
-        if kind != _AWAIT and len(idle) < _IDLE_KEPT:
+        if kind > _FINISH and len(idle) < _IDLE_KEPT:
             worker.gr_context = None
             idle.append(worker)
     if kind == _RAISED:
@@ -155,19 +158,30 @@ def pinned() -> Iterator[None]:
         current.pins -= 1
 
 
-def await_(awaitable: Awaitable[T]) -> T:
+def await_(awaitable: Awaitable[T], *, finish: bool = False) -> T:
     """The result of ``awaitable``, awaited by the coroutine running this sync code; only
-    under :func:`run_sync` (see :func:`bridged`)."""
+    under :func:`run_sync` (see :func:`bridged`). With ``finish``, a cancellation meanwhile
+    is raised only once ``awaitable`` is done (a store call: see :func:`_to_its_end`);
+    without, at once, so that a timeout fires on time."""
     if not bridged():
         raise RuntimeError("await_ is for sync code run by run_sync")
     assert _getcurrent is not None
-    result: T = _getcurrent().parent.switch((_AWAIT, awaitable))
+    result: T = _getcurrent().parent.switch((_FINISH if finish else _AWAIT, awaitable))
     return result
 
 
 def _holder() -> object:
     current = _getcurrent() if _getcurrent is not None else None
     return current if type(current) is _worker_class else threading.get_ident()
+
+
+def _suspended_here(holder: tuple[object, int] | None) -> bool:
+    """Whether ``holder`` (a TaskLock's: who, on which thread) is code that run_sync suspended
+    on this thread: code here that blocks waiting for it never lets it resume."""
+    if holder is None:
+        return False
+    who, thread = holder
+    return type(who) is _worker_class and thread == threading.get_ident() and who is not _holder()
 
 
 def _wake(future: Any) -> None:
@@ -187,6 +201,9 @@ class TaskLock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holder: object = None
+        # (holder, its thread), set in one assignment: read without the lock by a would-be
+        # waiter (see _suspended_here).
+        self._held_by: tuple[object, int] | None = None
         self._depth = 0
         # (loop, future) of suspended waiters, woken when the lock is released; the guard
         # orders adding one against a release on another thread.
@@ -201,9 +218,17 @@ class TaskLock:
         if bridged():
             while not self._lock.acquire(blocking=False):
                 await_(self._released())
-        else:
+        elif not self._lock.acquire(blocking=False):
+            if _suspended_here(self._held_by):
+                raise RuntimeError(
+                    "this lock is held by an async call suspended on this thread's event loop; "
+                    "sync code run directly on the loop (a sync method called from a coroutine) "
+                    "would wait for it for ever: await the async form (e.g. run.acall_tool) "
+                    "instead, or call the sync one from a worker thread"
+                )
             self._lock.acquire()
         self._holder, self._depth = me, 1
+        self._held_by = (me, threading.get_ident())
         return self
 
     async def _released(self) -> None:
@@ -226,7 +251,7 @@ class TaskLock:
         self._depth -= 1
         if self._depth:
             return
-        self._holder = None
+        self._holder = self._held_by = None
         self._lock.release()
         with self._guard:
             waiters, self._waiters = self._waiters, []

@@ -391,11 +391,14 @@ class Run:
 
     def close(self, error: BaseException | None = None) -> None:
         """Closes every opened layer, last slot first; idempotent. Re-raises a layer's failure
-        only after all layers had their chance to flush."""
+        only after all layers had their chance to flush. So is an interruption (a cancelled
+        ``aclose``, KeyboardInterrupt) that reaches one layer's close: the layers after it
+        still flush, and it is raised at the end whatever the run's error."""
         if self._closed:
             return
         self._closed = True
         failures: list[BaseException] = []
+        interrupted: BaseException | None = None
         for layer in reversed(self.stack.layers):
             if layer.name not in self._handles:
                 continue
@@ -404,6 +407,10 @@ class Run:
             except Exception as exc:
                 logger.exception("layer %r failed to close", layer.name)
                 failures.append(exc)
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
         if failures and error is None:
             raise failures[0]
 

@@ -588,7 +588,7 @@ class Store(ABC):
             with pinned():
                 return method(*args, **kwargs)
         twin: Callable[..., Awaitable[_T]] = getattr(self, "a" + name)
-        return await_(twin(*args, **kwargs))
+        return await_(twin(*args, **kwargs), finish=True)
 
     async def _call(self, method: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """How the default twins run a sync method: directly when the store never waits,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -117,23 +118,31 @@ class ConnectionsByLoop:
         self.url = url
         self.max_size = max_size
         self._by_loop: dict[asyncio.AbstractEventLoop, LoopConnections] = {}
+        # Loops in several threads may share a store: each changes the table under this.
+        self._guard = threading.Lock()
 
     def current(self) -> LoopConnections:
         """The running loop's connections (call from inside a coroutine)."""
         loop = asyncio.get_running_loop()
         connections = self._by_loop.get(loop)
-        if connections is None:
-            for old in [old for old in self._by_loop if old.is_closed()]:
-                self._by_loop.pop(old).close_now()
-            connections = self._by_loop[loop] = LoopConnections(self.url, self.max_size)
+        if connections is not None:
+            return connections
+        with self._guard:
+            ended = [old for old in self._by_loop if old.is_closed()]
+            gone = [self._by_loop.pop(old) for old in ended]
+            connections = self._by_loop.setdefault(loop, LoopConnections(self.url, self.max_size))
+        for old_connections in gone:
+            old_connections.close_now()
         return connections
 
     async def close_current(self) -> None:
-        connections = self._by_loop.pop(asyncio.get_running_loop(), None)
+        with self._guard:
+            connections = self._by_loop.pop(asyncio.get_running_loop(), None)
         if connections is not None:
             await connections.close()
 
     def close_all_now(self) -> None:
-        for connections in self._by_loop.values():
+        with self._guard:
+            every, self._by_loop = list(self._by_loop.values()), {}
+        for connections in every:
             connections.close_now()
-        self._by_loop.clear()

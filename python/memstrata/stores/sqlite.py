@@ -720,7 +720,7 @@ class SQLiteStore(Store):
             done, result = self._inline(method, args, kwargs)
             if done:
                 return result  # type: ignore[return-value]
-        return await_(in_thread(method, *args, **kwargs))
+        return await_(in_thread(method, *args, **kwargs), finish=True)
 
     async def achanges_each(
         self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]

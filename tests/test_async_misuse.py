@@ -1,0 +1,253 @@
+"""The async path used carelessly: timeouts around waits that are not store calls, and sync
+code called on the event loop while an async call is suspended holding a lock, a cancelled close,
+event loops in several threads sharing a store."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import sqlite3
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from store_checks import empty_postgres_tables
+
+from memstrata import AgentMind, Budget, MemoryStack, SharedMemory, SQLiteStore, TaskLock
+from memstrata._bridge import await_, run_sync
+from memstrata.embedders import embed_texts
+from memstrata.stores import PostgresStore
+
+
+class SlowEmbedder:
+    """An embedding service that takes seconds to answer."""
+
+    model = "slow"
+    dim = 4
+
+    def embed(self, texts: Any) -> Any:
+        return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    async def aembed(self, texts: Any) -> Any:
+        await asyncio.sleep(2)
+        return self.embed(texts)
+
+
+def test_a_timeout_cuts_off_a_slow_embedder() -> None:
+    """Only a store call is awaited to its end once cancelled (a transaction in flight); an
+    embedder's request is not, so a timeout around an async call fires on time."""
+    cleaned: list[str] = []
+
+    def layer_code() -> Any:
+        try:
+            return embed_texts(SlowEmbedder(), ["a text"])
+        finally:
+            cleaned.append("finally ran")
+
+    async def main() -> float:
+        start = time.perf_counter()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(run_sync(layer_code), timeout=0.05)
+        return time.perf_counter() - start
+
+    assert asyncio.run(main()) < 1.0
+    assert cleaned == ["finally ran"]
+
+
+def test_a_timeout_cuts_off_a_wait_for_a_task_lock() -> None:
+    """A task waiting for a TaskLock that another task holds for long can be cancelled: the
+    wait is not a store call that must be finished."""
+    lock = TaskLock()
+    entered: list[str] = []
+
+    def holds() -> None:
+        with lock:
+            await_(asyncio.sleep(1.5))
+
+    def waits() -> None:
+        with lock:
+            entered.append("waiter")
+
+    async def main() -> float:
+        holder = asyncio.create_task(run_sync(holds))
+        await asyncio.sleep(0.02)
+        start = time.perf_counter()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(run_sync(waits), timeout=0.05)
+        took = time.perf_counter() - start
+        await holder
+        return took
+
+    assert asyncio.run(main()) < 1.0
+    assert entered == []
+    # The lock is free again, for a thread as for a task.
+    with lock:
+        pass
+
+
+def test_sync_code_on_the_loop_refuses_a_lock_a_suspended_task_holds() -> None:
+    """Sync code run directly on the event loop's thread (a sync method called from a
+    coroutine) while an async call is suspended holding the same TaskLock would block the loop
+    for ever, the holder never resuming: it gets a clear error instead."""
+    lock = TaskLock()
+    outcome: list[Any] = []
+
+    def holds() -> None:
+        with lock:
+            await_(asyncio.sleep(0.1))
+
+    async def main() -> None:
+        holder = asyncio.create_task(run_sync(holds))
+        await asyncio.sleep(0.02)
+        try:
+            with lock:  # a sync call from a coroutine, as `run.call_tool(...)` would be
+                outcome.append("entered")
+        except RuntimeError as exc:
+            outcome.append(str(exc))
+        await holder
+        with lock:  # once the holder is done, sync code on the loop gets the lock
+            outcome.append("after")
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "the event loop's thread is blocked for ever"
+    assert len(outcome) == 2 and outcome[1] == "after"
+    assert "suspended" in outcome[0] and "async" in outcome[0], outcome
+
+
+class ClosingLog:
+    """A user's layer that writes one record to the store when a run closes."""
+
+    name, slot, budget = "closing-log", 50, Budget(10, 20)
+
+    def init(self, ctx: Any) -> Any:
+        return ctx
+
+    def recall(self, handle: Any, budget: Any) -> list[Any]:
+        return []
+
+    def observe(self, handle: Any, message: Any) -> None:
+        pass
+
+    def tools(self, handle: Any) -> list[Any]:
+        return []
+
+    def on_spawn(self, handle: Any, child: Any) -> None:
+        return None
+
+    def close(self, handle: Any, error: BaseException | None) -> None:
+        handle.store.put(("closing-log",), "last", {"closed": True})
+
+
+def test_a_cancelled_close_still_closes_every_layer(tmp_path: pathlib.Path) -> None:
+    """A cancellation that reaches ``async with stack.arun(...)``'s exit while a layer's close
+    waits for the store is raised once every layer had its close: the agent mind's goal set
+    in the run is flushed, not dropped."""
+    store = SQLiteStore(tmp_path / "s.db")
+    stack = MemoryStack([AgentMind(), ClosingLog()], store=store)
+
+    async def main() -> None:
+        other: sqlite3.Connection | None = None
+
+        async def turn() -> None:
+            nonlocal other
+            async with stack.arun(agent="a") as run:
+                result = await run.acall_tool("mind_set_goal", {"description": "ship it"})
+                assert result.get("status") == "ok", result
+                # Another process holds the file as the run closes: the log's put waits.
+                other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+                other.execute("BEGIN IMMEDIATE")
+
+        task = asyncio.create_task(turn())
+        while other is None:
+            assert not task.done(), task
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        other.execute("COMMIT")
+        other.close()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert store.get(("closing-log",), "last") is not None
+    with stack.run(agent="a") as run:
+        header = "\n".join(str(m["content"]) for m in run.prepare([]))
+    assert "ship it" in header
+    store.close()
+
+
+def test_event_loops_in_several_threads_share_a_postgres_store(postgres_url: str) -> None:
+    """Each thread's loop gets its own connections; loops starting at once in several threads
+    (one having ended before them) must not trip over each other's bookkeeping."""
+    store = PostgresStore(postgres_url)
+    empty_postgres_tables(postgres_url)
+    store.put(("loops",), "k", {"v": 1})
+    errors: list[str] = []
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches as often as they can come
+    try:
+        for _ in range(100):
+            asyncio.run(store.aget(("loops",), "k"))  # leaves an ended loop behind
+            start = threading.Barrier(6)
+
+            def read(start: threading.Barrier = start) -> None:
+                start.wait()
+                try:
+                    item = asyncio.run(store.aget(("loops",), "k"))
+                    assert item is not None and item.value == {"v": 1}
+                except BaseException as exc:
+                    errors.append(repr(exc))
+
+            threads = [threading.Thread(target=read) for _ in range(6)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+    finally:
+        sys.setswitchinterval(switching)
+        store.close()
+    assert errors == []
+
+
+def test_a_sync_tool_call_in_a_coroutine_fails_clearly_on_a_held_shared_memory(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``run.call_tool`` (sync) called in a coroutine while another task's ``acall_tool`` waits
+    for PostgreSQL holding the shared memory's lock: the sync call would block the loop
+    waiting for a task that the loop never resumes. It fails, logged with the reason, and the
+    suspended write completes."""
+    store = PostgresStore(postgres_url)
+    empty_postgres_tables(postgres_url)
+    memory = SharedMemory(store=store, namespace=("shared-memory", "misuse"))
+    stack = MemoryStack([memory], store=store)
+    outcome: list[Any] = []
+
+    async def main() -> None:
+        async def write_async() -> None:
+            async with stack.arun(thread_id="a", resource_id="u", agent="a") as run:
+                outcome.append(await run.acall_tool("memory_write", {"key": "a", "value": 1}))
+
+        task = asyncio.create_task(write_async())
+        while not memory._lock._lock.locked():
+            assert not task.done(), task
+            await asyncio.sleep(0)
+        with stack.run(thread_id="b", resource_id="u", agent="a") as run:
+            outcome.append(run.call_tool("memory_write", {"key": "b", "value": 2}))
+        await task
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the event loop's thread is blocked for ever"
+    refused, written = outcome
+    assert refused["ok"] is False and refused["error"]["code"] == "internal_error", refused
+    assert "suspended on this thread's event loop" in caplog.text
+    assert written["ok"] is True, written
+    assert [item.key for item in store.list(("shared-memory", "misuse"))] == ["shared:a"]
+    store.close()
