@@ -69,21 +69,24 @@ believed = handle.believe("the staging cluster deploy is slow after the upgrade"
 t4 = time.perf_counter()
 rss = peak_rss()
 words = ["billing", "cache", "login", "queue", "search", "token", "vendor", "window"]
-later = []
-for i in range(40):
-    query = f"{words[i % 8]} {words[(3 * i + 1) % 8]} error note {i}"
-    s = time.perf_counter()
-    handle.recall(query, limit=5)
-    later.append(time.perf_counter() - s)
+
+
+def recall_times(queries):
+    times = []
+    for query in queries:
+        s = time.perf_counter()
+        handle.recall(query, limit=5)
+        times.append(time.perf_counter() - s)
+    return times
+
+
+later = recall_times(f"{words[i % 8]} {words[(3 * i + 1) % 8]} error note {i}" for i in range(40))
 # The recall index is built in the background while the first recalls scan exactly: time
 # recalls again once it is in.
 assert handle._ranker(("belief", "reflection"), False).wait(120)
-built = []
-for i in range(40):
-    query = f"{words[(5 * i + 2) % 8]} {words[i % 8]} warning note {i}"
-    s = time.perf_counter()
-    handle.recall(query, limit=5)
-    built.append(time.perf_counter() - s)
+built = recall_times(
+    f"{words[(5 * i + 2) % 8]} {words[i % 8]} warning note {i}" for i in range(40)
+)
 print(json.dumps({
     "import": imported - t0, "open": t2 - t1, "first_recall": t3 - t2,
     "first_believe": t4 - t3, "rss": rss, "hits": len(first), "action": believed["action"],
