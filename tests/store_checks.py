@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from memstrata.stores import Item, Namespace, SQLiteStore, Store
+from memstrata.stores import Item, Namespace, PostgresStore, SQLiteStore, Store
 from memstrata.stores.base import ChangeMark
 
 
@@ -69,3 +69,27 @@ class ThreadNotingSQLiteStore(SQLiteStore):
     def update_many(self, *args: Any, **kwargs: Any) -> Any:
         self._noted()
         return super().update_many(*args, **kwargs)
+
+
+class HeldRecord:
+    """Another server in the middle of updating a record: its ``update`` holds the record's
+    lock, inside its transaction, until :meth:`release`."""
+
+    def __init__(self, url: str, namespace: Namespace, key: str) -> None:
+        self.store = PostgresStore(url)
+        self.store.put(namespace, key, {"by": "first"})
+        self._locked, self._released = threading.Event(), threading.Event()
+
+        def hold(_value: Any) -> Any:
+            self._locked.set()
+            self._released.wait(30)
+            return {"by": "holder"}
+
+        self._thread = threading.Thread(target=self.store.update, args=(namespace, key, hold))
+        self._thread.start()
+        assert self._locked.wait(10)
+
+    def release(self) -> None:
+        self._released.set()
+        self._thread.join(10)
+        self.store.close()

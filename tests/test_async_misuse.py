@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
-from store_checks import empty_postgres_tables
+from store_checks import HeldRecord, empty_postgres_tables
 
 from memstrata import AgentMind, Budget, MemoryStack, SharedMemory, SQLiteStore, TaskLock
 from memstrata._bridge import await_, run_sync
@@ -381,5 +382,41 @@ def test_shared_memory_left_locked_by_a_closed_loop_is_usable_from_the_next(
     with stack.run(thread_id="t", resource_id="u", agent="a") as run:
         listed = run.call_tool("memory_list", {})
     assert "shared:b" in [entry["key"] for entry in listed["entries"]], listed
+    del abandoned
+    store.close()
+
+
+def test_a_postgres_update_abandoned_in_a_closed_loop_leaves_no_record_locked(
+    postgres_url: str,
+) -> None:
+    """An update suspended waiting for a record's lock when its loop is closed: once the lock
+    is free its transaction takes it and would hold it for as long as the connection stays
+    open, stopping every writer of the record. The next loop's first call closes that
+    connection, so the server rolls the transaction back, and writers go on."""
+    store = PostgresStore(postgres_url)
+    empty_postgres_tables(postgres_url)
+    namespace = ("closed-loop",)
+    held = HeldRecord(postgres_url, namespace, "k")
+
+    def waiting_for_a_lock() -> bool:
+        with psycopg.connect(postgres_url) as conn:
+            (waiting,) = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        return bool(waiting)
+
+    abandoned = abandon_in_a_closed_loop(
+        lambda: store.aupdate(namespace, "k", lambda _v: {"by": "abandoned"}), waiting_for_a_lock
+    )
+    held.release()
+
+    async def next_loop() -> Any:
+        return await asyncio.wait_for(
+            store.aupdate(namespace, "k", lambda _v: {"by": "next loop"}), timeout=5
+        )
+
+    item = asyncio.run(next_loop())
+    assert (item.value, item.version) == ({"by": "next loop"}, 3)  # the abandoned one wrote nothing
+    other = PostgresStore(postgres_url, lock_timeout=5)  # another server writes on too
+    assert other.update(namespace, "k", lambda _v: {"by": "other"}).version == 4
+    other.close()
     del abandoned
     store.close()

@@ -10,7 +10,6 @@ import asyncio
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from pg_round_trips import RoundTripCounter
-from store_checks import changed_keys, drop_postgres_tables
+from store_checks import HeldRecord, changed_keys, drop_postgres_tables
 
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
@@ -604,33 +603,9 @@ def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
     store.close()
 
 
-class HeldRecord:
-    """Another server in the middle of updating a record: its ``update`` holds the record's
-    lock, inside its transaction, until :meth:`release`."""
-
-    def __init__(self, url: str, key: str) -> None:
-        self.store = PostgresStore(url)
-        self.store.put(NS, key, {"by": "first"})
-        self._locked, self._released = threading.Event(), threading.Event()
-
-        def hold(_value: Any) -> Any:
-            self._locked.set()
-            self._released.wait(30)
-            return {"by": "holder"}
-
-        self._thread = threading.Thread(target=self.store.update, args=(NS, key, hold))
-        self._thread.start()
-        assert self._locked.wait(10)
-
-    def release(self) -> None:
-        self._released.set()
-        self._thread.join(10)
-        self.store.close()
-
-
 def test_a_lock_wait_past_lock_timeout_fails_clearly_and_writes_nothing(url: str) -> None:
     store = PostgresStore(url, lock_timeout=0.2)
-    held = HeldRecord(url, "k")
+    held = HeldRecord(url, NS, "k")
     try:
         start = time.perf_counter()
         with pytest.raises(LockTimeoutError, match=r"lock_timeout of 0\.2 s") as raised:
@@ -672,7 +647,7 @@ def test_a_cancelled_async_call_waits_for_a_held_lock_no_longer_than_lock_timeou
     """A cancellation waits for the store call in flight to end (a transaction is never cut
     off halfway); with lock_timeout, a call waiting for another connection's lock ends by then."""
     store = PostgresStore(url, lock_timeout=0.3)
-    held = HeldRecord(url, "k")
+    held = HeldRecord(url, NS, "k")
 
     def layer_code() -> Any:
         return store.update(NS, "k", lambda _v: {"by": "cancelled"})
