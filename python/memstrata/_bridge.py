@@ -222,9 +222,9 @@ class TaskLock:
     (a hand-managed loop closed with tasks pending) can never leave the lock: the next caller,
     from any loop or thread, takes it over, with a warning, as if it had been released. The
     abandoned code's work stops where it was suspended: a store call it was waiting for is in
-    the store whole or not at all, as for a cancellation. Code that
-    would wait, on the same thread, for a holder suspended in another loop that is not running
-    raises ``RuntimeError`` instead: that loop cannot run again until the waiter is done.
+    the store whole or not at all, as for a cancellation. Code that would wait, on the same
+    thread, for a holder suspended in another loop that is not running raises ``RuntimeError``
+    instead: that loop cannot run again until the waiter is done.
     """
 
     def __init__(self) -> None:
