@@ -100,6 +100,8 @@ async def _to_its_end(awaitable: Awaitable[T]) -> T:
         except asyncio.CancelledError as exc:
             cancelled = exc
     if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # seen: the caller gets the cancellation, not the call's outcome
         raise cancelled
     return task.result()
 
