@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
 
-from memstrata.stores import Item, Namespace, Store
+from memstrata.stores import Item, Namespace, PostgresStore, SQLiteStore, Store
 from memstrata.stores.base import ChangeMark
 
 
@@ -36,3 +37,59 @@ def empty_postgres_tables(url: str) -> None:
     """Deletes every row a PostgresStore wrote, tombstones too, keeping the schema."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {POSTGRES_DATA_TABLES}")
+
+
+class ThreadNotingSQLiteStore(SQLiteStore):
+    """An SQLite store that notes the thread each read and write of a record runs on: the
+    event loop's own thread when the async path makes no thread hop."""
+
+    def __init__(self, path: Any) -> None:
+        super().__init__(path)
+        self.threads: set[int] = set()
+
+    def _noted(self) -> None:
+        self.threads.add(threading.get_ident())
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self._noted()
+        return super().get(*args, **kwargs)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        self._noted()
+        return super().put(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        self._noted()
+        return super().delete(*args, **kwargs)
+
+    def update(self, *args: Any, **kwargs: Any) -> Any:
+        self._noted()
+        return super().update(*args, **kwargs)
+
+    def update_many(self, *args: Any, **kwargs: Any) -> Any:
+        self._noted()
+        return super().update_many(*args, **kwargs)
+
+
+class HeldRecord:
+    """Another server in the middle of updating a record: its ``update`` holds the record's
+    lock, inside its transaction, until :meth:`release`."""
+
+    def __init__(self, url: str, namespace: Namespace, key: str) -> None:
+        self.store = PostgresStore(url)
+        self.store.put(namespace, key, {"by": "first"})
+        self._locked, self._released = threading.Event(), threading.Event()
+
+        def hold(_value: Any) -> Any:
+            self._locked.set()
+            self._released.wait(30)
+            return {"by": "holder"}
+
+        self._thread = threading.Thread(target=self.store.update, args=(namespace, key, hold))
+        self._thread.start()
+        assert self._locked.wait(10)
+
+    def release(self) -> None:
+        self._released.set()
+        self._thread.join(10)
+        self.store.close()

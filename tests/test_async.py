@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from loop_timing import loop_lag
 from store_checks import empty_postgres_tables
 
 from memstrata import (
@@ -227,17 +228,6 @@ def lock_file(path: pathlib.Path) -> sqlite3.Connection:
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     return other
-
-
-async def loop_lag(seconds: float, interval: float = 0.005) -> float:
-    """The longest the event loop kept a ticking task waiting past its tick, over ``seconds``."""
-    worst = 0.0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        start = time.perf_counter()
-        await asyncio.sleep(interval)
-        worst = max(worst, time.perf_counter() - start - interval)
-    return worst
 
 
 def test_a_locked_sqlite_file_does_not_block_the_event_loop(tmp_path: pathlib.Path) -> None:

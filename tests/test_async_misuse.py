@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
-from store_checks import empty_postgres_tables
+from store_checks import HeldRecord, empty_postgres_tables
 
 from memstrata import AgentMind, Budget, MemoryStack, SharedMemory, SQLiteStore, TaskLock
 from memstrata._bridge import await_, run_sync
@@ -250,4 +251,172 @@ def test_a_sync_tool_call_in_a_coroutine_fails_clearly_on_a_held_shared_memory(
     assert "suspended on this thread's event loop" in caplog.text
     assert written["ok"] is True, written
     assert [item.key for item in store.list(("shared-memory", "misuse"))] == ["shared:a"]
+    store.close()
+
+
+def abandon_in_a_closed_loop(start: Any, until: Any) -> Any:
+    """Runs ``start()`` (a coroutine) as a task of a hand-managed event loop until ``until()``
+    holds, then closes the loop with the task still suspended, as code that closes its loop
+    without cancelling its tasks does. Returns the task (kept, so it is not collected)."""
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> Any:
+        task = asyncio.ensure_future(start())
+        deadline = time.perf_counter() + 10
+        while not until():
+            assert not task.done() and time.perf_counter() < deadline, task
+            await asyncio.sleep(0.005)
+        return task
+
+    task = loop.run_until_complete(begin())
+    loop.close()
+    return task
+
+
+def test_a_task_lock_left_by_a_closed_loop_is_taken_over(caplog: pytest.LogCaptureFixture) -> None:
+    """The holder is suspended in a task of a loop closed under it: nothing resumes it. The
+    next user, on a new loop or on a thread, takes the lock over instead of waiting for ever,
+    and the lock excludes as before afterwards."""
+    lock = TaskLock()
+
+    def holds() -> None:
+        with lock:
+            await_(asyncio.sleep(3600))
+
+    abandoned = abandon_in_a_closed_loop(lambda: run_sync(holds), lock._lock.locked)
+    entered: list[str] = []
+
+    def uses(who: str) -> None:
+        with lock:
+            entered.append(who)
+
+    async def on_a_new_loop() -> None:
+        await asyncio.wait_for(run_sync(uses, "new loop"), timeout=5)
+
+    asyncio.run(on_a_new_loop())
+    assert "taken over" in caplog.text
+    thread = threading.Thread(target=uses, args=("thread",))
+    thread.start()
+    thread.join(5)
+    assert entered == ["new loop", "thread"]
+    assert not lock._lock.locked()
+
+    # A second abandoned holder, met by a thread first this time.
+    again = abandon_in_a_closed_loop(lambda: run_sync(holds), lock._lock.locked)
+    thread = threading.Thread(target=uses, args=("thread, first",))
+    thread.start()
+    thread.join(5)
+    assert entered[-1] == "thread, first" and not lock._lock.locked()
+    del abandoned, again  # collecting them must not release the lock a new holder has
+    with lock:
+        import gc
+
+        gc.collect()
+        assert lock._lock.locked()
+    assert not lock._lock.locked()
+
+
+def test_a_task_lock_held_in_a_stopped_loop_on_this_thread_fails_clearly() -> None:
+    """The holder's loop is stopped, not closed, on this very thread: it could run again, but
+    not while another loop on the thread waits for it. The waiter fails, naming both ways out."""
+    lock = TaskLock()
+
+    def holds() -> None:
+        with lock:
+            await_(asyncio.sleep(3600))
+
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> Any:
+        task = asyncio.ensure_future(run_sync(holds))
+        while not lock._lock.locked():
+            await asyncio.sleep(0.005)
+        return task
+
+    task = loop.run_until_complete(begin())
+
+    def uses() -> None:
+        with lock:
+            pass
+
+    async def elsewhere() -> None:
+        await asyncio.wait_for(run_sync(uses), timeout=5)
+
+    with pytest.raises(RuntimeError, match="another event loop on this thread, which is not"):
+        asyncio.run(elsewhere())
+    task.cancel()  # the loop is still usable: its task ends and leaves the lock
+    with pytest.raises(asyncio.CancelledError):
+        loop.run_until_complete(task)
+    loop.close()
+    assert not lock._lock.locked()
+
+
+def test_shared_memory_left_locked_by_a_closed_loop_is_usable_from_the_next(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A write suspended (the SQLite file locked by another process) when its hand-managed loop
+    is closed holds the shared memory's lock; the next loop's write goes through."""
+    store = SQLiteStore(tmp_path / "s.db")
+    memory = SharedMemory(store=store, namespace=("shared-memory", "closed-loop"))
+    stack = MemoryStack([memory], store=store)
+    with stack.run(thread_id="t", resource_id="u", agent="a") as run:
+        assert run.call_tool("memory_write", {"key": "first", "value": 0})["ok"] is True
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+
+    async def write_a() -> None:
+        async with stack.arun(thread_id="t", resource_id="u", agent="a") as run:
+            await run.acall_tool("memory_write", {"key": "a", "value": 1})
+
+    abandoned = abandon_in_a_closed_loop(write_a, memory._lock._lock.locked)
+    other.execute("COMMIT")
+    other.close()
+
+    async def write_b() -> Any:
+        async with stack.arun(thread_id="t", resource_id="u", agent="a") as run:
+            return await asyncio.wait_for(
+                run.acall_tool("memory_write", {"key": "b", "value": 2}), timeout=5
+            )
+
+    assert asyncio.run(write_b())["ok"] is True
+    with stack.run(thread_id="t", resource_id="u", agent="a") as run:
+        listed = run.call_tool("memory_list", {})
+    assert "shared:b" in [entry["key"] for entry in listed["entries"]], listed
+    del abandoned
+    store.close()
+
+
+def test_a_postgres_update_abandoned_in_a_closed_loop_leaves_no_record_locked(
+    postgres_url: str,
+) -> None:
+    """An update suspended waiting for a record's lock when its loop is closed: once the lock
+    is free its transaction takes it and would hold it for as long as the connection stays
+    open, stopping every writer of the record. The next loop's first call closes that
+    connection, so the server rolls the transaction back, and writers go on."""
+    store = PostgresStore(postgres_url)
+    empty_postgres_tables(postgres_url)
+    namespace = ("closed-loop",)
+    held = HeldRecord(postgres_url, namespace, "k")
+
+    def waiting_for_a_lock() -> bool:
+        with psycopg.connect(postgres_url) as conn:
+            (waiting,) = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        return bool(waiting)
+
+    abandoned = abandon_in_a_closed_loop(
+        lambda: store.aupdate(namespace, "k", lambda _v: {"by": "abandoned"}), waiting_for_a_lock
+    )
+    held.release()
+
+    async def next_loop() -> Any:
+        return await asyncio.wait_for(
+            store.aupdate(namespace, "k", lambda _v: {"by": "next loop"}), timeout=5
+        )
+
+    item = asyncio.run(next_loop())
+    assert (item.value, item.version) == ({"by": "next loop"}, 3)  # the abandoned one wrote nothing
+    other = PostgresStore(postgres_url, lock_timeout=5)  # another server writes on too
+    assert other.update(namespace, "k", lambda _v: {"by": "other"}).version == 4
+    other.close()
+    del abandoned
     store.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -30,6 +31,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 from langgraph.store.memory import InMemoryStore as LangGraphInMemoryStore
+from store_checks import ThreadNotingSQLiteStore
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory, hash_embed
 from memstrata.integrations.langgraph import (
@@ -301,6 +303,56 @@ def test_abatch_and_async_methods(store: BaseStore) -> None:
         assert await store.aget(("as",), "k") is None
 
     asyncio.run(scenario())
+
+
+def test_abatch_runs_on_the_loop_and_answers_as_batch(tmp_path: pathlib.Path) -> None:
+    """abatch makes no thread hop for a store call that need not wait: every record read or
+    written runs on the event loop's thread; its answers and records are batch's."""
+    ops: list[Any] = [
+        PutOp(("docs",), "a", {"text": "red apples"}),
+        PutOp(("docs",), "b", {"text": "blue sky"}),
+        GetOp(("docs",), "a"),
+        SearchOp(("docs",), query="apples", limit=2),
+        ListNamespacesOp(),
+        PutOp(("docs",), "b", None),
+        GetOp(("docs",), "b"),
+        PutOp(("docs", "x"), "c", {"text": "green pears"}, ttl=5),
+    ]
+
+    def index() -> dict[str, Any]:
+        return {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
+
+    plain = MemstrataStore(SQLiteStore(tmp_path / "sync.db"), index=index())
+    noted_store = ThreadNotingSQLiteStore(tmp_path / "async.db")
+    noted = MemstrataStore(noted_store, index=index())
+    plain.batch([PutOp(("docs",), "z", {"text": "before"})])  # a namespace's first read
+    noted.batch([PutOp(("docs",), "z", {"text": "before"})])  # goes to a thread on SQLite
+    noted_store.threads.clear()
+
+    async def main() -> tuple[int, list[Any]]:
+        return threading.get_ident(), await noted.abatch(ops)
+
+    loop_thread, answers = asyncio.run(main())
+    assert noted_store.threads == {loop_thread}
+
+    def shown(result: Any) -> Any:
+        """An answer without its timestamps (the two stores wrote at different times)."""
+        if isinstance(result, list):
+            return [shown(r) for r in result]
+        if hasattr(result, "key"):
+            return (result.namespace, result.key, result.value, getattr(result, "score", None))
+        return result
+
+    assert shown(answers) == shown(plain.batch(ops))
+    assert shown(answers)[3][0][:3] == (("docs",), "a", {"text": "red apples"})
+
+    def records(store: Any) -> list[tuple[Any, ...]]:
+        found = store.list((), limit=100)
+        return sorted((i.namespace, i.key, i.value, i.version) for i in found if i.key != "z")
+
+    assert records(noted_store) == records(plain.store)
+    noted_store.close()
+    plain.store.close()
 
 
 def test_async_embedding_function(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> None:

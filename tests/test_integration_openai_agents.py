@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
+from store_checks import ThreadNotingSQLiteStore
 
 from memstrata import (
     Budget,
@@ -351,6 +353,61 @@ async def test_session_protocol(tmp_path: Path) -> None:
     await other.add_items([{"role": "user", "content": "elsewhere"}])
     assert await session.get_items() == []
     memory.stack.store.close()
+
+
+def session_items() -> list[dict[str, Any]]:
+    big = "\n".join(f"row {i}: " + "log output " * 20 for i in range(400))
+    return [
+        {"role": "user", "content": "Show me the logs."},
+        {"type": "function_call", "call_id": "c1", "name": "logs", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": big},
+        {"role": "user", "content": "Thanks."},
+        {"role": "user", "content": "One more."},
+    ]
+
+
+def session_on(store: SQLiteStore) -> MemstrataSession:
+    stack = MemoryStack([WorkingMemory(schema=PROFILE), ToolResults()], store=store)
+    return AgentsMemory(stack, thread_id="t1", resource_id="user-42").session()
+
+
+def test_the_session_runs_on_the_loop_and_matches_its_sync_forms(tmp_path: Path) -> None:
+    """The session's methods make no thread hop for a store call that need not wait: every
+    record read or written runs on the event loop's thread; the history and the records are
+    those the sync forms leave."""
+    items = session_items()
+    noted = ThreadNotingSQLiteStore(tmp_path / "async.db")
+    session = session_on(noted)
+
+    async def main() -> tuple[int, Any, list[Any], list[Any]]:
+        await session.add_items(items[:2])
+        await session.add_items(items[2:])
+        popped = await session.pop_item()
+        history = await session.get_items()
+        await session.add_items([{"role": "user", "content": "after"}])
+        return threading.get_ident(), popped, history, await session.get_items(limit=2)
+
+    loop_thread, popped, history, latest = asyncio.run(main())
+    assert noted.threads == {loop_thread}
+
+    plain = SQLiteStore(str(tmp_path / "sync.db"))
+    sync = session_on(plain)
+    sync._append(items[:2])
+    sync._append(items[2:])
+    assert popped == sync._pop() == items[-1]
+    with sync.memory.stack.run(thread_id="t1", resource_id="user-42") as run:
+        assert history == sync._for_model(run, [item for _, item in sync._stored()])
+    sync._append([{"role": "user", "content": "after"}])
+    assert latest == [item for _, item in sync._stored()][-2:]
+    assert items[2]["output"] not in [i.get("output") for i in history]  # offloaded for the model
+
+    def records(store: SQLiteStore) -> list[tuple[Any, ...]]:
+        found = store.changes(("openai-agents-session", "t1")).items
+        return [(i.key, i.value, i.version) for i in found]
+
+    assert records(noted) == records(plain)
+    noted.close()
+    plain.close()
 
 
 @synchronously

@@ -7,6 +7,7 @@ The conformance suite (``test_stores.py``) covers the behaviour it shares with e
 from __future__ import annotations
 
 import asyncio
+import gc
 import statistics
 import subprocess
 import sys
@@ -17,9 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 from pg_round_trips import RoundTripCounter
-from store_checks import changed_keys, drop_postgres_tables
+from store_checks import HeldRecord, changed_keys, drop_postgres_tables
 
-from memstrata.exceptions import InvalidInputError, StoreVersionError
+from memstrata._bridge import run_sync
+from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
 from memstrata.stores import PostgresStore, open_store, pg_sql
 from memstrata.stores import postgres as pg
 from memstrata.stores.base import (
@@ -360,7 +362,7 @@ def test_async_twins_bound_their_connections_per_loop(url: str) -> None:
 
     async def scenario() -> None:
         async def one(j: int) -> None:
-            async with (await store._apool()).connection() as conn:
+            async with store._aconnection() as conn:
                 seen.add(id(conn))
                 await conn.execute("SELECT pg_sleep(0.01)")
 
@@ -599,4 +601,72 @@ def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
         store.read_many([GetMany(NS, ("a",)), ChangesSince(NS, ChangeMark("postgres", NS, "x"))])
     with pytest.raises(InvalidInputError, match="GetMany or ChangesSince"):
         store.read_many([("get", NS, "a")])  # type: ignore[list-item]
+    store.close()
+
+
+def test_a_lock_wait_past_lock_timeout_fails_clearly_and_writes_nothing(url: str) -> None:
+    store = PostgresStore(url, lock_timeout=0.2)
+    held = HeldRecord(url, NS, "k")
+    try:
+        start = time.perf_counter()
+        with pytest.raises(LockTimeoutError, match=r"lock_timeout of 0\.2 s") as raised:
+            store.update(NS, "k", lambda _v: {"by": "timed out"})
+        took = time.perf_counter() - start
+        assert raised.value.timeout == 0.2 and isinstance(raised.value, TimeoutError)
+        with pytest.raises(LockTimeoutError):
+            store.update_many(NS, {"k": lambda _v: {"by": "timed out"}, "other": lambda _v: 1})
+    finally:
+        held.release()
+    assert 0.15 < took < 3.0
+    got = store.get(NS, "k")
+    assert got is not None and (got.value, got.version) == ({"by": "holder"}, 2)
+    assert store.get(NS, "other") is None  # the batch's other write was rolled back with it
+    assert store.update(NS, "k", lambda _v: {"by": "after"}).version == 3  # a free lock is taken
+    store.close()
+
+
+def test_lock_timeout_keeps_the_urls_own_options(url: str) -> None:
+    with_options = url + ("&" if "?" in url else "?") + "options=-c%20application_name%3Dmine"
+    store = PostgresStore(with_options, lock_timeout=1.5)
+    with store._connection() as conn:
+        settings = conn.execute(
+            "SELECT current_setting('lock_timeout'), current_setting('application_name')"
+        ).fetchone()
+    assert settings == ("1500ms", "mine")
+    store.close()
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), "2", True])
+def test_a_bad_lock_timeout_is_refused(url: str, seconds: Any) -> None:
+    with pytest.raises(InvalidInputError, match="lock_timeout must be a positive number"):
+        PostgresStore(url, lock_timeout=seconds)
+
+
+def test_a_cancelled_async_call_waits_for_a_held_lock_no_longer_than_lock_timeout(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancellation waits for the store call in flight to end (a transaction is never cut
+    off halfway); with lock_timeout, a call waiting for another connection's lock ends by then.
+    The caller gets the cancellation; the store call's own error is not logged as lost."""
+    store = PostgresStore(url, lock_timeout=0.3)
+    held = HeldRecord(url, NS, "k")
+
+    def layer_code() -> Any:
+        return store.update(NS, "k", lambda _v: {"by": "cancelled"})
+
+    async def main() -> float:
+        start = time.perf_counter()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(run_sync(layer_code), timeout=0.05)
+        return time.perf_counter() - start
+
+    try:
+        took = asyncio.run(main())
+    finally:
+        held.release()
+    assert 0.25 < took < 3.0  # the lock is held for 30 s unless released
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+    got = store.get(NS, "k")
+    assert got is not None and got.value == {"by": "holder"}
     store.close()

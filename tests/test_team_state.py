@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import multiprocessing
 import os
 import re
+import sys
+import threading
 from pathlib import Path
 
 import pytest
+from loop_timing import loop_lag
 
 from memstrata import MemoryStack, count_tokens, estimate_tokens
 from memstrata.exceptions import InvalidInputError
@@ -345,3 +349,47 @@ def test_an_entry_with_many_flags_keeps_the_first_and_counts_the_rest(tmp_path: 
     assert re.search(r"- DIVERGENCE: \d+ more in audit\.jsonl$", md.rstrip())
     (line,) = (tmp_path / "audit.jsonl").read_text().splitlines()
     assert json.loads(line)["divergences"][1:] == flags
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="another open file holds flock's lock")
+def test_an_async_record_waiting_for_the_file_lock_does_not_block_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the state directory's lock: a record awaited through the stack
+    waits for it without blocking the event loop, and one cancelled meanwhile leaves no lock."""
+    import fcntl
+
+    team = TeamState(state_dir=tmp_path)
+    team.record("first", shipped="a.py")
+    stack = MemoryStack([team], store=InMemoryStore())
+    other = os.open(tmp_path / "current_state.lock", os.O_RDWR)  # another process's open file
+    fcntl.flock(other, fcntl.LOCK_EX)
+    # Should the loop block after all, the lock still goes in a second and the test ends.
+    fallback = threading.Timer(1.0, fcntl.flock, (other, fcntl.LOCK_UN))
+    fallback.start()
+
+    async def main() -> object:
+        async with stack.arun(thread_id="t") as run:
+            handle = run.alayer("team-state")
+            cancelled = asyncio.create_task(handle.record("cancelled", shipped="x.py"))
+            record = asyncio.create_task(handle.record("second", shipped="b.py"))
+            lag = await loop_lag(0.4)  # the lock is held all along
+            assert lag < 0.1, f"the loop was blocked for {lag:.3f} s"
+            assert not record.done() and not cancelled.done()
+            cancelled.cancel()
+            fcntl.flock(other, fcntl.LOCK_UN)
+            entry = await asyncio.wait_for(record, timeout=5)
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+        return entry
+
+    try:
+        entry = asyncio.run(main())
+    finally:
+        fallback.cancel()
+        fallback.join()
+        os.close(other)
+    assert [e.objective for e in team.entries()] == ["first", "second"]
+    assert entry == team.entries()[-1]
+    team.record("third")  # nothing was left locked
+    assert [e.objective for e in team.entries()][-1] == "third"

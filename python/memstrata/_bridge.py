@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ T = TypeVar("T")
 # Set by the first run_sync: until then nothing runs bridged, and greenlet is not imported.
 _getcurrent: Callable[[], Any] | None = None
 _worker_class: type[Any] | None = None
+_running_loop: Callable[[], Any] | None = None
 # Idle workers, per thread (a greenlet runs on the thread that made it). A worker is reused:
 # a new greenlet's first deep call stack costs ~10 us to allocate, every time.
 _idle = threading.local()
@@ -40,8 +42,10 @@ _AWAIT, _FINISH, _RETURNED, _RAISED = range(4)
 
 
 def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
-    global _getcurrent, _worker_class
+    global _getcurrent, _worker_class, _running_loop
     if _worker_class is None:
+        import asyncio
+
         import greenlet
 
         class Worker(greenlet.greenlet):  # type: ignore[misc]
@@ -50,6 +54,7 @@ def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
             pins = 0  # pinned() blocks it is in
 
         _getcurrent, _worker_class = greenlet.getcurrent, Worker
+        _running_loop = asyncio.get_running_loop
     assert _getcurrent is not None
     return _getcurrent, _worker_class
 
@@ -95,6 +100,8 @@ async def _to_its_end(awaitable: Awaitable[T]) -> T:
         except asyncio.CancelledError as exc:
             cancelled = exc
     if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # seen: the caller gets the cancellation, not the call's outcome
         raise cancelled
     return task.result()
 
@@ -175,18 +182,34 @@ def _holder() -> object:
     return current if type(current) is _worker_class else threading.get_ident()
 
 
-def _suspended_here(holder: tuple[object, int] | None) -> bool:
-    """Whether ``holder`` (a TaskLock's: who, on which thread) is code that run_sync suspended
-    on this thread: code here that blocks waiting for it never lets it resume."""
-    if holder is None:
+# (holder, its thread, the event loop that runs it: None for a thread), as a TaskLock keeps it.
+_Held = tuple[object, int, Any]
+
+
+def _suspended_here(held: _Held | None) -> bool:
+    """Whether ``held`` (a TaskLock's holder) is code that run_sync suspended on this thread:
+    code here that blocks waiting for it never lets it resume."""
+    if held is None:
         return False
-    who, thread = holder
+    who, thread, _loop = held
     return type(who) is _worker_class and thread == threading.get_ident() and who is not _holder()
+
+
+def _abandoned(held: _Held | None) -> bool:
+    """Whether ``held`` is code suspended in a task of an event loop that has closed: nothing
+    resumes it, so it never leaves the lock."""
+    return held is not None and held[2] is not None and held[2].is_closed()
 
 
 def _wake(future: Any) -> None:
     if not future.done():
         future.set_result(None)
+
+
+# How often a waiter looks again whether the holder's event loop has closed meanwhile.
+_RECHECK = 0.25
+
+logger = logging.getLogger("memstrata.bridge")
 
 
 class TaskLock:
@@ -196,17 +219,25 @@ class TaskLock:
     :func:`run_sync` suspends the code instead of blocking the loop.
 
     For state held across a store call, which may suspend the code holding the lock.
+
+    A holder suspended in a task of an event loop that is then closed without the task ending
+    (a hand-managed loop closed with tasks pending) can never leave the lock: the next caller,
+    from any loop or thread, takes it over, with a warning, as if it had been released. The
+    abandoned code's work stops where it was suspended: a store call it was waiting for is in
+    the store whole or not at all, as for a cancellation. Code that would wait, on the same
+    thread, for a holder suspended in another loop that is not running raises ``RuntimeError``
+    instead: that loop cannot run again until the waiter is done.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holder: object = None
-        # (holder, its thread), set in one assignment: read without the lock by a would-be
-        # waiter (see _suspended_here).
-        self._held_by: tuple[object, int] | None = None
+        # Set in one assignment: read without the lock by a would-be waiter (see
+        # _suspended_here, _abandoned).
+        self._held_by: _Held | None = None
         self._depth = 0
         # (loop, future) of suspended waiters, woken when the lock is released; the guard
-        # orders adding one against a release on another thread.
+        # orders adding one against a release on another thread, and a take-over against both.
         self._waiters: list[tuple[Any, Any]] = []
         self._guard = threading.Lock()
 
@@ -216,20 +247,52 @@ class TaskLock:
             self._depth += 1
             return self
         if bridged():
+            assert _running_loop is not None
+            loop = _running_loop()
             while not self._lock.acquire(blocking=False):
+                if self._took_over(me, loop):
+                    return self
+                held = self._held_by
+                if _suspended_here(held) and held is not None and not held[2].is_running():
+                    raise RuntimeError(
+                        "this lock is held by a task suspended in another event loop on this "
+                        "thread, which is not running: it cannot resume before this call ends. "
+                        "Run that loop until the task is done, or close it (a lock its closed "
+                        "loop's task held is taken over)"
+                    )
                 await_(self._released())
-        elif not self._lock.acquire(blocking=False):
-            if _suspended_here(self._held_by):
-                raise RuntimeError(
-                    "this lock is held by an async call suspended on this thread's event loop; "
-                    "sync code run directly on the loop (a sync method called from a coroutine) "
-                    "would wait for it for ever: await the async form (e.g. run.acall_tool) "
-                    "instead, or call the sync one from a worker thread"
-                )
-            self._lock.acquire()
+        else:
+            loop = None
+            if not self._lock.acquire(blocking=False):
+                if self._took_over(me, loop):
+                    return self
+                if _suspended_here(self._held_by):
+                    raise RuntimeError(
+                        "this lock is held by an async call suspended on this thread's event "
+                        "loop; sync code run directly on the loop (a sync method called from a "
+                        "coroutine) would wait for it for ever: await the async form (e.g. "
+                        "run.acall_tool) instead, or call the sync one from a worker thread"
+                    )
+                while not self._lock.acquire(timeout=_RECHECK):
+                    if self._took_over(me, loop):
+                        return self
         self._holder, self._depth = me, 1
-        self._held_by = (me, threading.get_ident())
+        self._held_by = (me, threading.get_ident(), loop)
         return self
+
+    def _took_over(self, me: object, loop: Any) -> bool:
+        """Takes the lock from a holder whose event loop closed (see the class docstring)."""
+        with self._guard:
+            held = self._held_by
+            if not _abandoned(held):
+                return False
+            self._holder, self._depth = me, 1
+            self._held_by = (me, threading.get_ident(), loop)
+        logger.warning(
+            "a lock held by a task of an event loop that was closed while the task was "
+            "suspended was taken over; that task's remaining work never runs"
+        )
+        return True
 
     async def _released(self) -> None:
         import asyncio
@@ -241,19 +304,22 @@ class TaskLock:
             held = self._lock.locked()
         try:
             if held:
-                await waiter[1]
+                # Not for ever: the holder's loop may close meanwhile (see _abandoned).
+                await asyncio.wait((waiter[1],), timeout=_RECHECK)
         finally:
             with self._guard:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
     def __exit__(self, *exc: object) -> None:
-        self._depth -= 1
-        if self._depth:
-            return
-        self._holder = self._held_by = None
-        self._lock.release()
         with self._guard:
+            if self._holder != _holder():
+                return  # taken over: this holder's loop closed while it held the lock
+            self._depth -= 1
+            if self._depth:
+                return
+            self._holder = self._held_by = None
+            self._lock.release()
             waiters, self._waiters = self._waiters, []
         for loop, future in waiters:
             if not loop.is_closed():

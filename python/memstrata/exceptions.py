@@ -20,6 +20,8 @@ keeps working::
     ├── ReadOnlyError                         a write to a read-only layer
     ├── StorageRaceError                      other writers kept changing a record past every
     │                                         retry (a working memory's state and journal)
+    ├── LockTimeoutError (TimeoutError)       a store call gave up waiting for a lock another
+    │                                         connection held (PostgreSQL's lock_timeout)
     ├── RecoverableContextError               a prompt that cannot fit the model's window even
     │                                         after pruning; carries the checkpoint's path
     └── ToolError                             a model's tool call that cannot be carried out;
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidJSONError",
     "InvalidOptionError",
     "LimitExceededError",
+    "LockTimeoutError",
     "MemstrataError",
     "NestingTooDeepError",
     "NonFiniteNumberError",
@@ -201,6 +204,21 @@ class LimitExceededError(InvalidInputError):
 class StorageRaceError(MemstrataError):
     """Other writers kept changing a record a read or a write depends on past every retry: a
     working memory's state and journal, written by many processes at once."""
+
+
+class LockTimeoutError(MemstrataError, TimeoutError):
+    """A store call waited longer than its store's lock timeout for a lock another connection
+    held (another server updating the same record, a table locked by an administrator). The
+    call's transaction was rolled back: nothing it would have written is in the store.
+
+    Attributes:
+        timeout: The timeout in seconds, or None when the server's own ``lock_timeout``
+            setting applied.
+    """
+
+    def __init__(self, message: str, *, timeout: float | None = None) -> None:
+        super().__init__(message)
+        self.timeout = timeout
 
 
 class StoreVersionError(MemstrataError, RuntimeError):

@@ -27,6 +27,8 @@ and history live in the store; vectors are scored by the Rust ``VectorSet``):
 * Search reads an in-process copy of the namespaces under the prefix, brought up to date by
   the store's change tracking before every search, so writes from other processes are seen.
   Namespaces written without the adapter are found once, when the adapter first reads.
+* ``abatch`` runs the ops on the event loop, as the stack's async forms do: no thread hop for a
+  store call that need not wait, and a PostgreSQL store answers through its async connections.
 * TTLs are in minutes (LangGraph's unit) and become the store's TTL in seconds. Refreshing a
   TTL on read rewrites the item with the same value (the store has no way to move an expiry
   alone), so its ``updated_at`` moves too; a refresh that races with another write gives way.
@@ -37,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
+from memstrata._bridge import TaskLock, run_sync
 from memstrata._core import VectorSet
 from memstrata.embedders import Embedder, HashingEmbedder
 from memstrata.stack import Run
@@ -301,7 +303,9 @@ class MemstrataStore(BaseStore):
                 (p, p if p == "$" else tokenize_path(p))
                 for p in (self.index_config.get("fields") or ["$"])
             ]
-        self._lock = threading.RLock()
+        # Held across store calls, which under abatch may suspend the ops while other tasks on
+        # the loop's thread run: a TaskLock tells those tasks apart, as it does threads.
+        self._lock = TaskLock()
         self._spaces: dict[tuple[str, ...], _Space] = {}
         self._known: set[tuple[str, ...]] = set()
         self._registry_mark: store_base.ChangeMark | None = None
@@ -327,14 +331,14 @@ class MemstrataStore(BaseStore):
             put_vectors = await self._embed.adocuments([t for t, _ in texts])
             found = await asyncio.gather(*(self._embed.aquery(q) for q in queries))
             query_vectors = dict(zip(queries, found))
-        return await asyncio.to_thread(self._execute, ops, texts, put_vectors, query_vectors)
+        return await run_sync(self._execute, ops, texts, put_vectors, query_vectors)
 
     def sweep_ttl(self) -> int:
         """Deletes expired items (and their vectors); returns how many rows went."""
         return self.store.purge_expired()
 
     async def asweep_ttl(self) -> int:
-        return await asyncio.to_thread(self.sweep_ttl)
+        return await run_sync(self.sweep_ttl)
 
     def close(self) -> None:
         """Closes the memstrata store if the adapter opened it from a URL."""

@@ -47,7 +47,6 @@ Decisions where the SDK leaves a choice:
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import itertools
@@ -66,6 +65,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         'pip install "memstrata[openai-agents]"'
     ) from exc
 
+from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError
 from memstrata.stack import MemoryStack, Message, ResultKeeper, Run
 
@@ -204,6 +204,10 @@ class MemstrataSession:
 
     Items are stored one record each under ``("openai-agents-session", session_id)``, in the
     order they were added; a new store object on the same database reads the same history.
+
+    Its methods run on the event loop, as the stack's async forms do (see
+    :meth:`~memstrata.stack.Run.aprepare`): no thread hop for a store call that need not wait,
+    and a PostgreSQL store answers through its async connections.
     """
 
     session_settings: Any = None
@@ -218,24 +222,24 @@ class MemstrataSession:
         """The history (the latest ``limit`` items), as the model should see it: large tool
         outputs offloaded and, near the window, old ones pruned to placeholders, every one
         readable again with ``read_tool_result``."""
-        items = await asyncio.to_thread(self._stored)
+        items = await run_sync(self._stored)
         if limit is not None:
             items = items[-limit:] if limit > 0 else []
         if not items:
             return []
         async with self.memory._using_run() as run:
-            return await asyncio.to_thread(self._for_model, run, [item for _, item in items])
+            return await run_sync(self._for_model, run, [item for _, item in items])
 
     async def add_items(self, items: list[Any]) -> None:
         values = [_plain(item) for item in items]
         if values:
-            await asyncio.to_thread(self._append, values)
+            await run_sync(self._append, values)
 
     async def pop_item(self) -> Any | None:
-        return await asyncio.to_thread(self._pop)
+        return await run_sync(self._pop)
 
     async def clear_session(self) -> None:
-        await asyncio.to_thread(self._clear)
+        await run_sync(self._clear)
 
     # Storage ----------------------------------------------------------------------------------
 

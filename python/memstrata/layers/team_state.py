@@ -34,7 +34,9 @@ Decisions where Modulatio is silent:
   ``budget.max``), counted with the run's token counter: the oldest entries go first, then the
   newest is cut; a budget too small for even that injects nothing.
 * Writers in several processes (or threads) take an OS lock on ``<state_dir>/current_state.lock``
-  around the read-modify-write, so no entry is lost to a concurrent ``record``.
+  around the read-modify-write, so no entry is lost to a concurrent ``record``. An async call
+  (``await run.alayer("team-state").record(...)``) waits for it without blocking the event
+  loop: it asks again after a growing pause (at most 50 ms) while other tasks run.
 * A state directory that cannot be used (a file in its place, not writable, not creatable, a
   path with NUL) switches the layer off, as Modulatio says: one warning naming the path and the
   reason, then nothing is read, written or injected (``record`` returns the entry unsaved;
@@ -57,7 +59,6 @@ import logging
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -66,6 +67,7 @@ from typing import Any, Literal
 
 import orjson
 
+from memstrata._bridge import TaskLock, await_, bridged
 from memstrata.exceptions import InvalidInputError
 from memstrata.prompts import TEAM_STATE_HEADER, one_line
 from memstrata.safe_files import (
@@ -208,8 +210,9 @@ class TeamState:
         self._json_path = os.fspath(self.state_dir / STATE_JSON)
         self._off: str | None = None
         # flock excludes other open files, not other threads sharing one: threads of this
-        # process queue here first.
-        self._thread_lock = threading.Lock()
+        # process queue here first, and so do tasks whose awaited call waits for the file's
+        # lock (see _lock_fd), each suspended while it waits.
+        self._thread_lock = TaskLock()
 
     @property
     def md_path(self) -> Path:
@@ -472,6 +475,17 @@ class TeamState:
 
 
 def _lock_fd(fd: int) -> None:
+    """Waits for the lock on ``fd``. Under an async call (see memstrata._bridge) the wait
+    suspends the call, asking again after a growing pause, so the event loop serves other
+    tasks meanwhile; a cancellation ends the wait at once, holding nothing."""
+    if bridged():
+        import asyncio
+
+        pause = 0.001
+        while not _try_lock_fd(fd):
+            await_(asyncio.sleep(pause))
+            pause = min(pause * 2, 0.05)
+        return
     if sys.platform == "win32":
         # Byte 0 of the file; LK_LOCK gives up after ~10 s of retries, so keep asking.
         os.lseek(fd, 0, os.SEEK_SET)
@@ -483,6 +497,22 @@ def _lock_fd(fd: int) -> None:
                 continue
     else:
         fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _try_lock_fd(fd: int) -> bool:
+    """Takes the lock on ``fd`` if no other open file holds it; False if one does."""
+    if sys.platform == "win32":
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _unlock_fd(fd: int) -> None:

@@ -40,6 +40,9 @@ class LoopConnections:
         self._idle_status = TransactionStatus.IDLE
         self._open_status = TransactionStatus.INTRANS
         self._idle: list[Any] = []
+        # Handed out and not yet released: a task of a loop closed while it was suspended in a
+        # call never releases its connection (see close_abandoned).
+        self._in_use: set[Any] = set()
         self._open = 0
         self._changed = asyncio.Condition()
 
@@ -58,17 +61,22 @@ class LoopConnections:
             while not self._idle and self._open >= self.max_size:
                 await self._changed.wait()
             if self._idle:
-                return self._idle.pop()
+                conn = self._idle.pop()
+                self._in_use.add(conn)
+                return conn
             self._open += 1
         try:
-            return await self._connect(self.url, autocommit=True)
+            conn = await self._connect(self.url, autocommit=True)
         except BaseException:
             async with self._changed:
                 self._open -= 1
                 self._changed.notify()
             raise
+        self._in_use.add(conn)
+        return conn
 
     async def _release(self, conn: Any, ok: bool) -> None:
+        self._in_use.discard(conn)
         keep = False
         with contextlib.suppress(Exception):
             if not conn.closed:
@@ -105,13 +113,27 @@ class LoopConnections:
             with contextlib.suppress(Exception):
                 conn.pgconn.finish()
 
+    def close_abandoned(self) -> None:
+        """Closes every connection of a loop that has closed, those still in use too: a task
+        suspended in a call when its loop closed never ends its transaction, whose locks
+        (a record's, for an update) would stop every other writer of those records for as
+        long as the connection stayed open. Closing it makes the server roll it back."""
+        self.close_now()
+        in_use, self._in_use = self._in_use, set()
+        self._open -= len(in_use)
+        for conn in in_use:
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+
 
 class ConnectionsByLoop:
     """One :class:`LoopConnections` per running event loop.
 
     The connections of a loop that has closed are closed when the next loop first asks for its
     own, or at :meth:`close_all_now`: a loop has no close hook to do it sooner, and a weak
-    reference would not do (each entry's condition variable refers to its loop).
+    reference would not do (each entry's condition variable refers to its loop). Those a
+    closed loop's task still had in use are closed too (see
+    :meth:`LoopConnections.close_abandoned`).
     """
 
     def __init__(self, url: str, max_size: int) -> None:
@@ -132,7 +154,7 @@ class ConnectionsByLoop:
             gone = [self._by_loop.pop(old) for old in ended]
             connections = self._by_loop.setdefault(loop, LoopConnections(self.url, self.max_size))
         for old_connections in gone:
-            old_connections.close_now()
+            old_connections.close_abandoned()
         return connections
 
     async def close_current(self) -> None:
@@ -143,6 +165,9 @@ class ConnectionsByLoop:
 
     def close_all_now(self) -> None:
         with self._guard:
-            every, self._by_loop = list(self._by_loop.values()), {}
-        for connections in every:
-            connections.close_now()
+            every, self._by_loop = list(self._by_loop.items()), {}
+        for loop, connections in every:
+            if loop.is_closed():
+                connections.close_abandoned()
+            else:
+                connections.close_now()

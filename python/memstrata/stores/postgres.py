@@ -54,11 +54,13 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
 from __future__ import annotations
 
 import builtins
+import contextlib
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
-from memstrata.exceptions import InvalidInputError, StoreVersionError
+from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
 from memstrata.stores import codec
 from memstrata.stores.base import (
     Answer,
@@ -87,7 +89,7 @@ from memstrata.stores.base import (
     validate_version,
     validate_writes,
 )
-from memstrata.stores.pg_connections import ConnectionsByLoop, LoopConnections
+from memstrata.stores.pg_connections import ConnectionsByLoop
 from memstrata.stores.pg_sql import (
     _CHANGES,
     _DELETE,
@@ -131,6 +133,33 @@ def _require_psycopg() -> Any:
             "PostgresStore needs psycopg 3 and psycopg_pool: pip install 'memstrata[postgres]'"
         ) from None
     return psycopg_pool
+
+
+def _checked_lock_timeout(seconds: Any) -> float | None:
+    if seconds is None:
+        return None
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise InvalidInputError(
+            f"lock_timeout must be a positive number of seconds or None, got {seconds!r}"
+        )
+    return float(seconds)
+
+
+def _with_lock_timeout(url: str, seconds: float | None) -> str:
+    """``url`` with ``lock_timeout`` set for every session (``-c`` in libpq's ``options``,
+    after any the URL has), so no statement costs a round trip to set it."""
+    if seconds is None:
+        return url
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    milliseconds = max(1, math.ceil(seconds * 1000))
+    options = conninfo_to_dict(url).get("options") or ""
+    return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
 
 
 def _item(row: tuple[Any, ...]) -> Item:
@@ -179,16 +208,34 @@ class PostgresStore(Store):
         min_size: Connections the pool keeps open.
         max_size: Most connections the pool opens (per process; the async twins open up to as
             many per event loop).
+        lock_timeout: Seconds a statement may wait for a lock another connection holds (a
+            record another server is updating, a table an administrator locked) before the
+            call fails with :class:`~memstrata.exceptions.LockTimeoutError`, its transaction
+            rolled back. None waits as the server's ``lock_timeout`` setting says (by default,
+            as long as the lock is held). It also bounds how long a cancelled async call waits
+            for its store call to finish.
+
+    Raises:
+        InvalidInputError: ``lock_timeout`` is not a positive number of seconds.
     """
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        lock_timeout: float | None = None,
+    ) -> None:
         pool_module = _require_psycopg()
         self.url = url
+        self.lock_timeout = _checked_lock_timeout(lock_timeout)
+        conninfo = _with_lock_timeout(url, self.lock_timeout)
         self._max_size = max_size
         # Autocommit: a read or a one-statement write is one round trip, with no BEGIN/COMMIT
         # around it; the methods that need a transaction open one explicitly.
         self._pool = pool_module.ConnectionPool(
-            url,
+            conninfo,
             min_size=min_size,
             max_size=max_size,
             open=True,
@@ -196,15 +243,46 @@ class PostgresStore(Store):
             kwargs={"autocommit": True},
         )
         # The async twins' connections: per event loop, no background tasks (see pg_connections).
-        self._async = ConnectionsByLoop(url, max_size)
+        self._async = ConnectionsByLoop(conninfo, max_size)
         try:
             self._migrate()
         except BaseException:
             self._pool.close()  # the caller never gets a store to close
             raise
 
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection; a lock wait past the lock timeout raises LockTimeoutError."""
+        with self._lock_timeout_named(), self._pool.connection() as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _aconnection(self) -> AsyncIterator[Any]:
+        """The running loop's connection (see pg_connections), as :meth:`_connection`."""
+        with self._lock_timeout_named():
+            async with self._async.current().connection() as conn:
+                yield conn
+
+    @contextlib.contextmanager
+    def _lock_timeout_named(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.errors.LockNotAvailable as exc:
+            setting = (
+                f"its lock_timeout of {self.lock_timeout:g} s"
+                if self.lock_timeout is not None
+                else "the server's lock_timeout setting"
+            )
+            raise LockTimeoutError(
+                f"PostgresStore gave up waiting for a lock another connection holds, after "
+                f"{setting}; the call was rolled back and wrote nothing ({exc})",
+                timeout=self.lock_timeout,
+            ) from exc
+
     def _migrate(self) -> None:
-        with self._pool.connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS memstrata_schema (version INTEGER NOT NULL)")
             current = conn.execute("SELECT max(version) FROM memstrata_schema").fetchone()[0] or 0
@@ -295,19 +373,19 @@ class PostgresStore(Store):
 
     def get(self, namespace: Namespace, key: str) -> Item | None:
         params = self._params(namespace, key)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(_GET, params).fetchone()
         return None if row is None else _item(row)
 
     def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
         params = self._many_params(namespace, keys)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(_GET_MANY, params).fetchall()
         return self._found(params["keys"], rows)
 
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(_STAMP, params).fetchone()
         return None if row is None else (row[0], row[1])
 
@@ -315,13 +393,13 @@ class PostgresStore(Store):
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
         params = self._write_params(namespace, key, value, ttl)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(_UPSERT, params).fetchone()
         return self._written(namespace, key, value, row)
 
     def delete(self, namespace: Namespace, key: str) -> bool:
         params = self._params(namespace, key)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(_DELETE, params).fetchone()
         return bool(row and row[0])
 
@@ -329,7 +407,7 @@ class PostgresStore(Store):
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:
         params = self._list_params(namespace_prefix, limit, offset)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(_LIST, params).fetchall()
         return [_item(row) for row in rows]
 
@@ -338,7 +416,7 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             return self._update_many(conn, namespace, {key: fn}, {key: params}, ttl)[0]
 
     def put_if_version(
@@ -356,7 +434,7 @@ class PostgresStore(Store):
             namespace, key, value, ttl, validated=validated, encoded=encoded
         )
         sql = self._put_if_version_sql(params, validate_version(expected_version))
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             written = conn.execute(sql, params).fetchone()
         return None if written is None else self._written(namespace, key, value, written)
 
@@ -396,7 +474,7 @@ class PostgresStore(Store):
         # Two round trips: the locks and every write; then COMMIT, or ROLLBACK if a write
         # found another version.
         try:
-            with self._pool.connection() as conn, _transaction(conn) as pipeline:
+            with self._connection() as conn, _transaction(conn) as pipeline:
                 for params in _in_lock_order(all_params):
                     conn.execute(_LOCK_KEY, params)
                 cursors = [conn.execute(sql, params) for sql, params in statements]
@@ -428,7 +506,7 @@ class PostgresStore(Store):
         ttl = validate_ttl(ttl)
         if not all_params:
             return []
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             return self._update_many(conn, namespace, updates, all_params, ttl)
 
     def _update_many(
@@ -482,13 +560,13 @@ class PostgresStore(Store):
 
     def change_mark(self, namespace: Namespace) -> ChangeMark:
         namespace = validate_namespace(namespace)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             (snapshot,) = conn.execute(_MARK).fetchone()
         return ChangeMark(_BACKEND, namespace, snapshot)
 
     def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(_EVERYTHING if since is None else _SINCE, params).fetchall()
             return self._changes_answer(conn, tuple(namespace), since, params, rows)
 
@@ -514,7 +592,7 @@ class PostgresStore(Store):
         plans = [self._read_plan(read) for read in validate_reads(reads)]
         if not plans:
             return []
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             # Every statement is sent, then one Sync as the pipeline ends, which brings every
             # answer back: one round trip (a fetch inside the block would cost a second).
             with conn.pipeline():
@@ -549,7 +627,7 @@ class PostgresStore(Store):
         ttl = validate_ttl(ttl)
         # Three round trips: the namespace's lock and the changes; the keys' locks and their
         # values; the writes and COMMIT (two when the plan writes nothing).
-        with self._pool.connection() as conn, _transaction(conn) as pipeline:
+        with self._connection() as conn, _transaction(conn) as pipeline:
             # The lock first, in its own statement: under READ COMMITTED the next statement's
             # snapshot then includes whatever the previous holder committed (and its clock, as
             # it starts, the time once the lock is held).
@@ -566,7 +644,7 @@ class PostgresStore(Store):
         return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
 
     def purge_expired(self) -> int:
-        with self._pool.connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             (purged,) = conn.execute(_PURGE, {"now": None}).fetchone()
             conn.execute(_PRUNE, {"now": None, "retention": self.tombstone_retention})
         return int(purged)
@@ -577,24 +655,21 @@ class PostgresStore(Store):
 
     # Async: psycopg's async connections, no threads ----------------------------------------
 
-    async def _apool(self) -> LoopConnections:
-        return self._async.current()
-
     async def aget(self, namespace: Namespace, key: str) -> Item | None:
         params = self._params(namespace, key)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             row = await (await conn.execute(_GET, params)).fetchone()
         return None if row is None else _item(row)
 
     async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
         params = self._many_params(namespace, keys)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             rows = await (await conn.execute(_GET_MANY, params)).fetchall()
         return self._found(params["keys"], rows)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             row = await (await conn.execute(_STAMP, params)).fetchone()
         return None if row is None else (row[0], row[1])
 
@@ -602,13 +677,13 @@ class PostgresStore(Store):
         self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
     ) -> Item:
         params = self._write_params(namespace, key, value, ttl)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             row = await (await conn.execute(_UPSERT, params)).fetchone()
         return self._written(namespace, key, value, row)
 
     async def adelete(self, namespace: Namespace, key: str) -> bool:
         params = self._params(namespace, key)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             row = await (await conn.execute(_DELETE, params)).fetchone()
         return bool(row and row[0])
 
@@ -616,7 +691,7 @@ class PostgresStore(Store):
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:
         params = self._list_params(namespace_prefix, limit, offset)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             rows = await (await conn.execute(_LIST, params)).fetchall()
         return [_item(row) for row in rows]
 
@@ -625,7 +700,7 @@ class PostgresStore(Store):
     ) -> Item:
         params = self._params(namespace, key)
         ttl = validate_ttl(ttl)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             return (await self._aupdate_many(conn, namespace, {key: fn}, {key: params}, ttl))[0]
 
     async def aupdate_many(
@@ -635,7 +710,7 @@ class PostgresStore(Store):
         ttl = validate_ttl(ttl)
         if not all_params:
             return []
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
 
     async def _aupdate_many(
@@ -659,13 +734,13 @@ class PostgresStore(Store):
 
     async def achange_mark(self, namespace: Namespace) -> ChangeMark:
         namespace = validate_namespace(namespace)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             (snapshot,) = await (await conn.execute(_MARK)).fetchone()
         return ChangeMark(_BACKEND, namespace, snapshot)
 
     async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             sql = _EVERYTHING if since is None else _SINCE
             rows = await (await conn.execute(sql, params)).fetchall()
             return await self._achanges_answer(conn, tuple(namespace), since, params, rows)
@@ -689,7 +764,7 @@ class PostgresStore(Store):
         plans = [self._read_plan(read) for read in validate_reads(reads)]
         if not plans:
             return []
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             async with conn.pipeline():
                 cursors = [await conn.execute(sql, params) for _, sql, params in plans]
             answers: builtins.list[Answer] = []
@@ -727,7 +802,7 @@ class PostgresStore(Store):
     ) -> builtins.list[Item]:
         params = self._since_params(namespace, since)
         ttl = validate_ttl(ttl)
-        async with (await self._apool()).connection() as conn, _atransaction(conn) as pipeline:
+        async with self._aconnection() as conn, _atransaction(conn) as pipeline:
             await conn.execute(_LOCK_NAMESPACE, params)
             changed = await conn.execute(_CHANGES, params)
             await pipeline.sync()
@@ -760,7 +835,7 @@ class PostgresStore(Store):
             namespace, key, value, ttl, validated=validated, encoded=encoded
         )
         sql = self._put_if_version_sql(params, validate_version(expected_version))
-        async with (await self._apool()).connection() as conn:
+        async with self._aconnection() as conn:
             written = await (await conn.execute(sql, params)).fetchone()
         return None if written is None else self._written(namespace, key, value, written)
 
@@ -775,7 +850,7 @@ class PostgresStore(Store):
         statements = self._conditional_writes(writes, all_params)
         try:
             async with (
-                (await self._apool()).connection() as conn,
+                self._aconnection() as conn,
                 _atransaction(conn) as pipeline,
             ):
                 for params in _in_lock_order(all_params):
@@ -793,7 +868,7 @@ class PostgresStore(Store):
         ]
 
     async def apurge_expired(self) -> int:
-        async with (await self._apool()).connection() as conn, conn.transaction():
+        async with self._aconnection() as conn, conn.transaction():
             (purged,) = await (await conn.execute(_PURGE, {"now": None})).fetchone()
             await conn.execute(_PRUNE, {"now": None, "retention": self.tombstone_retention})
         return int(purged)
