@@ -8,7 +8,8 @@ from typing import Any
 import psycopg
 
 from memstrata.stores import Item, Namespace, PostgresStore, SQLiteStore, Store
-from memstrata.stores.base import ChangeMark
+from memstrata.stores import sqlite as sqlite_store
+from memstrata.stores.base import IO_METHODS, ChangeMark
 
 
 def changed_keys(store: Store, namespace: Namespace, since: ChangeMark) -> list[str]:
@@ -39,36 +40,35 @@ def empty_postgres_tables(url: str) -> None:
         conn.execute(f"TRUNCATE {POSTGRES_DATA_TABLES}")
 
 
-class ThreadNotingSQLiteStore(SQLiteStore):
-    """An SQLite store that notes the thread each read and write of a record runs on: the
-    event loop's own thread when the async path makes no thread hop."""
+def _noting(name: str) -> Any:
+    def noted(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if not sqlite_store._slow(name, args, kwargs):
+            self.threads.add(threading.get_ident())
+        return getattr(super(ThreadNotingSQLiteStore, self), name)(*args, **kwargs)
 
-    def __init__(self, path: Any) -> None:
-        super().__init__(path)
-        self.threads: set[int] = set()
+    noted.__name__ = name
+    return noted
 
-    def _noted(self) -> None:
-        self.threads.add(threading.get_ident())
 
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        self._noted()
-        return super().get(*args, **kwargs)
+def _init(self: Any, path: Any) -> None:
+    SQLiteStore.__init__(self, path)
+    self.threads = set()
 
-    def put(self, *args: Any, **kwargs: Any) -> Any:
-        self._noted()
-        return super().put(*args, **kwargs)
 
-    def delete(self, *args: Any, **kwargs: Any) -> Any:
-        self._noted()
-        return super().delete(*args, **kwargs)
-
-    def update(self, *args: Any, **kwargs: Any) -> Any:
-        self._noted()
-        return super().update(*args, **kwargs)
-
-    def update_many(self, *args: Any, **kwargs: Any) -> Any:
-        self._noted()
-        return super().update_many(*args, **kwargs)
+# An SQLite store that notes the thread each of its I/O calls runs on, but those the async path
+# sends to a worker thread by design (a whole namespace read, a purge, close): the event loop's
+# own thread when the async path makes no thread hop for a call that need not wait. Made with
+# type() so that the store's subclass hook wraps the noting methods themselves, as it wraps a
+# store's own: a call the async path sends to a worker thread is noted on that thread.
+ThreadNotingSQLiteStore: Any = type(
+    "ThreadNotingSQLiteStore",
+    (SQLiteStore,),
+    {
+        "__init__": _init,
+        "__doc__": "An SQLite store noting the thread each quick I/O call runs on (``threads``).",
+        **{name: _noting(name) for name in IO_METHODS if name != "close"},
+    },
+)
 
 
 class HeldRecord:

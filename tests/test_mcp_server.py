@@ -119,3 +119,65 @@ def test_an_unknown_resource_is_an_mcp_error(tmp_path: pathlib.Path) -> None:
 
     message = session_run(tmp_path / "mcp.db", steps)
     assert "unknown resource" in message and "memstrata://layer/working-memory" in message
+
+
+def test_tool_calls_run_on_the_event_loop_and_answer_as_the_sync_calls(
+    tmp_path: pathlib.Path,
+) -> None:
+    """An in-process server (``build_server``) makes no thread hop for a store call that need
+    not wait: after a first call has read the namespaces whole (on SQLite that read goes to a
+    worker thread), every record read or written runs on the event loop's thread, and the
+    answers and stored state are those of the same calls made directly."""
+    import asyncio
+    import threading
+
+    from mcp import Client
+    from store_checks import ThreadNotingSQLiteStore
+
+    from memstrata import MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
+    from memstrata.mcp_server import build_server
+
+    calls = [
+        ("working-memory_update", {"content": "goal: ship v2"}),
+        ("memory_write", {"key": "plan", "value": "migrate, then test"}),
+        ("working-memory_update", {"content": "status: testing", "mode": "append"}),
+        ("memory_read", {"keys": ["shared:plan"]}),
+    ]
+
+    def stack_on(store: SQLiteStore) -> MemoryStack:
+        memory = SharedMemory(store=store, namespace=("workflow", "w1"))
+        return MemoryStack([WorkingMemory(), memory], store=store)
+
+    noted = ThreadNotingSQLiteStore(tmp_path / "mcp.db")
+    stack = stack_on(noted)
+    server = build_server(lambda: stack.run(thread_id="t1", agent="tester"))
+
+    async def main() -> tuple[int, list[Any]]:
+        answers = []
+        async with Client(server) as client:
+            first, *rest = calls
+            answers.append((await client.call_tool(*first)).structured_content)
+            noted.threads.clear()
+            for name, arguments in rest:
+                answers.append((await client.call_tool(name, arguments)).structured_content)
+        return threading.get_ident(), answers
+
+    loop_thread, answers = asyncio.run(main())
+    assert noted.threads == {loop_thread}
+
+    plain = SQLiteStore(tmp_path / "sync.db")
+    expected, plain_stack = [], stack_on(plain)
+    for name, arguments in calls:
+        with plain_stack.run(thread_id="t1", agent="tester") as run:
+            expected.append(run.call_tool(name, arguments))
+
+    def timeless(answer: Any) -> Any:
+        if isinstance(answer, dict):
+            return {k: timeless(v) for k, v in answer.items() if k != "createdAt"}
+        return answer
+
+    assert [timeless(a) for a in answers] == [timeless(a) for a in expected]
+    assert [a["ok"] for a in answers[:3]] == [True, True, True], answers
+    assert answers[3]["entries"]["shared:plan"]["value"] == "migrate, then test"
+    noted.close()
+    plain.close()

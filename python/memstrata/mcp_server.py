@@ -6,20 +6,26 @@ own run: MCP has no notion of an agent turn, so a call's writes are committed (a
 drafts flushed) when it returns, and the next call sees them. Each layer's prompt block (the
 working memory, a mind header, the shared-memory section) is a resource,
 ``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what is
-committed; an unknown resource is an MCP error. Needs the ``mcp`` extra
-(``pip install 'memstrata[mcp]'``).
+committed; an unknown resource is an MCP error. Under asyncio (what ``memstrata mcp`` runs
+on) the calls run on the event loop, as the stack's async forms do: no thread hop for a store
+call that need not wait; under another anyio backend they run in a worker thread. Needs the
+``mcp`` extra (``pip install 'memstrata[mcp]'``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError
 from memstrata.stack import MemoryStack, Run
 
 RESOURCE_PREFIX = "memstrata://layer/"
+
+T = TypeVar("T")
 
 
 def build_server(open_run: Callable[[], Run]) -> Any:
@@ -33,6 +39,13 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         raise InvalidInputError(
             "the MCP server needs the mcp package: pip install 'memstrata[mcp]'"
         ) from None
+
+    async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend (trio)
+            return await anyio.to_thread.run_sync(fn, *args)
+        return await run_sync(fn, *args)
 
     def specs() -> list[dict[str, Any]]:
         with open_run() as run:
@@ -51,7 +64,7 @@ def build_server(open_run: Callable[[], Run]) -> Any:
             return out
 
     async def on_list_tools(_ctx: Any, _params: Any) -> Any:
-        found = await anyio.to_thread.run_sync(specs)
+        found = await off_loop(specs)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -64,7 +77,7 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         )
 
     async def on_call_tool(_ctx: Any, params: Any) -> Any:
-        result = await anyio.to_thread.run_sync(call, params.name, params.arguments)
+        result = await off_loop(call, params.name, params.arguments)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
             structured_content=result,
@@ -72,7 +85,7 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         )
 
     async def on_list_resources(_ctx: Any, _params: Any) -> Any:
-        names = list(await anyio.to_thread.run_sync(blocks))
+        names = list(await off_loop(blocks))
         return types.ListResourcesResult(
             resources=[
                 types.Resource(
@@ -87,7 +100,7 @@ def build_server(open_run: Callable[[], Run]) -> Any:
 
     async def on_read_resource(_ctx: Any, params: Any) -> Any:
         uri = str(params.uri)
-        found = await anyio.to_thread.run_sync(blocks)
+        found = await off_loop(blocks)
         name = uri.removeprefix(RESOURCE_PREFIX)
         if not uri.startswith(RESOURCE_PREFIX) or name not in found:
             known = ", ".join(f"{RESOURCE_PREFIX}{n}" for n in sorted(found))
