@@ -301,12 +301,26 @@ def changes(
     offload pass never reads below an assistant message's top level): such a message is
     compared by its top level only.
     """
+    return _changes(previous, messages, shallow, None)
+
+
+def _changes(
+    previous: Snapshot,
+    messages: list[Message],
+    shallow: Callable[[Message], bool] | None,
+    equal: range | None,
+) -> tuple[Snapshot, list[int]]:
+    """:func:`changes`; ``equal``: positions whose shallow copy is known to equal the message
+    (:func:`realigned` compared them), so only the others are compared again."""
     n = len(messages)
     tops = previous.tops
     m = min(n, len(tops))
     # The previous copy on the left: its values are exact str or None, whose == compares text.
-    if tops == (messages if n == m else messages[:m]):
-        changed: list[int] = []  # the common case, in one call
+    if equal is not None:
+        rest = [*range(min(equal.start, m)), *range(equal.stop, m)]
+        changed: list[int] = [p for p in rest if tops[p] != messages[p]]
+    elif tops == (messages if n == m else messages[:m]):
+        changed = []  # the common case, in one call
     else:
         same = map(operator.eq, tops, messages)
         changed = list(compress(range(m), map(operator.not_, same)))
@@ -362,11 +376,30 @@ def realigned(previous: Snapshot, messages: list[Message]) -> tuple[Snapshot, li
     its positions came from in ``previous`` (-1: nowhere); ``(previous, None)`` when the lists
     line up as they are. Only a guess at which old message sits where: :func:`changes` then
     compares every position by content, so a wrong guess costs time, never a wrong answer."""
+    aligned, origin, _ = _realigned(previous, messages)
+    return aligned, origin
+
+
+def compare(
+    previous: Snapshot, messages: list[Message], *, shallow: Callable[[Message], bool] | None = None
+) -> tuple[Snapshot, list[int], list[int] | None]:
+    """:func:`realigned`, then :func:`changes` of ``messages`` against what it laid out:
+    ``(snapshot, changed, origin)``. The same answers as the two calls, but the positions
+    whose shallow copy the realignment already found equal are not compared again."""
+    aligned, origin, equal = _realigned(previous, messages)
+    snapshot, changed = _changes(aligned, messages, shallow, equal)
+    return snapshot, changed, origin
+
+
+def _realigned(
+    previous: Snapshot, messages: list[Message]
+) -> tuple[Snapshot, list[int] | None, range | None]:
+    """:func:`realigned`, and the positions it found equal to their old message (a run)."""
     tops = previous.tops
     last = len(tops) - 1
     n = len(messages)
     if last < 0 or not n or (last < n and tops[last] == messages[last]):
-        return previous, None
+        return previous, None, None
     anchor = tops[last]
     # Where the previous list's last message is now, the nearest first: the window's slide.
     found = None
@@ -378,22 +411,44 @@ def realigned(previous: Snapshot, messages: list[Message]) -> tuple[Snapshot, li
         if found is not None:
             break
     if found is None:
-        return previous, None
+        return previous, None, None
     offset = last - found  # old position = new position + offset, past the slide point
-    # Each position compared with its old message both slid and in place, in C.
     lo, hi = max(0, -offset), min(n, last + 1 - offset)
-    slid = [False] * n
-    slid[lo:hi] = map(operator.eq, tops[lo + offset : hi + offset], messages[lo:hi])
-    m = min(n, last + 1)
-    stayed = [*map(operator.eq, tops[:m], messages[:m]), *repeat(False, n - m)]
-    origin = [
-        p + offset if moved else (p if kept else -1)
-        for p, moved, kept in zip(range(n), slid, stayed)
-    ]
-    texts = dict(zip(previous.deep, previous.texts))
-    deep = [p for p, q in enumerate(origin) if q in texts]
-    aligned = [tops[q] if q >= 0 else _NEVER_EQUAL for q in origin]
-    return Snapshot(aligned, deep, [texts[origin[p]] for p in deep]), origin
+    # The positions up to the anchor that hold their old message slid (the conversation) are
+    # one run, found in C: the whole range in one comparison when nothing else changed, else
+    # each position compared slid and the run's start read off the end. Only the positions
+    # around the run (blocks injected before it, new messages after it, a message edited
+    # inside it) are looked at one by one, both slid and in place.
+    slid: list[bool] = []
+    if tops[lo + offset : hi + offset] == messages[lo:hi]:
+        start = lo
+    else:
+        slid = list(map(operator.eq, tops[lo + offset : hi + offset], messages[lo:hi]))
+        slid.reverse()
+        start = hi - slid.index(False)  # the anchor itself is equal: the run is not empty
+        slid.reverse()
+
+    def origin_of(p: int) -> int:
+        if lo <= p < start and slid[p - lo]:
+            return p + offset
+        return p if p <= last and tops[p] == messages[p] else -1
+
+    before = [origin_of(p) for p in range(start)]
+    after = [origin_of(p) for p in range(hi, n)]
+    old_deep, old_texts = previous.deep, previous.texts
+    texts = dict(zip(old_deep, old_texts)) if before or after else {}
+    first, end = bisect_left(old_deep, start + offset), bisect_left(old_deep, hi + offset)
+    deep = [p for p, q in enumerate(before) if q in texts]
+    deep += map((-offset).__add__, old_deep[first:end])
+    deep += [p for p, q in enumerate(after, hi) if q in texts]
+    deep_texts = [texts[q] for q in before if q in texts]
+    deep_texts += old_texts[first:end]
+    deep_texts += [texts[q] for q in after if q in texts]
+    origin = [*before, *range(start + offset, hi + offset), *after]
+    aligned = [tops[q] if q >= 0 else _NEVER_EQUAL for q in before]
+    aligned += tops[start + offset : hi + offset]
+    aligned += [tops[q] if q >= 0 else _NEVER_EQUAL for q in after]
+    return Snapshot(aligned, deep, deep_texts), origin, range(start, hi)
 
 
 def _is_deep(top: Message, shallow: Callable[[Message], bool] | None) -> bool:

@@ -73,10 +73,9 @@ from memstrata.messages import (
     EMPTY_SNAPSHOT,
     MAX_SLIDE,
     Snapshot,
-    changes,
+    compare,
     countable,
     is_message,
-    realigned,
     tool_results,
     with_tool_results,
 )
@@ -356,10 +355,9 @@ class ContextGate:
             previous = next((k for k in kept if _probe(k[0], messages)), None)
         old, old_counts = previous if previous is not None else (EMPTY_SNAPSHOT, [])
         # A window that slid (the conversation trimmed at its start) keeps its counts too.
-        old, origin = realigned(old, messages)
+        snapshot, changed, origin = compare(old, messages)
         if origin is not None:
             old_counts = [old_counts[q] if q >= 0 else 0 for q in origin]
-        snapshot, changed = changes(old, messages)
         if previous is not None and not changed:
             counts = old_counts if len(old_counts) == n else old_counts[:n]
         else:
