@@ -191,11 +191,36 @@ def _reference_realigned(previous: Any, messages: list[Any]) -> tuple[list[Any],
     return [tops[q] if q >= 0 else None for q in origin], origin
 
 
+def _reference_changes(
+    previous: Any, messages: list[Any], shallow: Any
+) -> tuple[list[Any], list[int], list[bytes]]:
+    """What changes answers, position by position: the shallow copies, the positions whose
+    content differs from the snapshot's (top level, or JSON text for a deep one), and the deep
+    positions with their JSON text."""
+    import orjson
+
+    tops, deep = previous.tops, dict(zip(previous.deep, previous.texts))
+    changed = [
+        p
+        for p, message in enumerate(messages)
+        if p >= len(tops) or tops[p] != message or (p in deep and deep[p] != orjson.dumps(message))
+    ]
+    flat = (str, type(None))
+    now = [
+        p
+        for p, m in enumerate(messages)
+        if not all(isinstance(v, flat) for v in m.values()) and (shallow is None or not shallow(m))
+    ]
+    return [dict(m) for m in messages], changed, [orjson.dumps(messages[p]) for p in now]
+
+
 def test_realignment_and_comparison_match_a_position_by_position_reference() -> None:
     """Random windows that slid, with blocks injected before them, messages added after them
     and messages edited inside them (at the top level and deep): realigned lays out what the
     reference does, and compare answers what realigned then changes answer."""
     import random
+
+    import orjson
 
     from memstrata.messages import EMPTY_SNAPSHOT, changes, compare, realigned
 
@@ -215,8 +240,11 @@ def test_realignment_and_comparison_match_a_position_by_position_reference() -> 
             if after:
                 k = rng.randrange(len(after))
                 after[k] = rng.choice([rng.choice(pool), {**after[k], "content": [k]}])
+        edited = rng.random() < 0.3 and [m for m in after if m.get("tool_calls")]
         shallow = rng.choice([None, lambda top: top.get("role") == "assistant"])
         snapshot, _ = changes(EMPTY_SNAPSHOT, before, shallow=shallow)
+        if edited:  # a message the snapshot holds, edited in place below its top level
+            edited[0]["tool_calls"][0]["arguments"] = "edited"
         aligned, origin = realigned(snapshot, after)
         if origin is not None:
             slid += 1
@@ -226,8 +254,10 @@ def test_realignment_and_comparison_match_a_position_by_position_reference() -> 
             texts = dict(zip(snapshot.deep, snapshot.texts))
             assert aligned.deep == [p for p, q in enumerate(origin) if q in texts]
             assert aligned.texts == [texts[origin[p]] for p in aligned.deep]
-        assert compare(snapshot, after, shallow=shallow) == (
-            *changes(aligned, after, shallow=shallow),
-            origin,
-        )
+        new, changed, _ = compare(snapshot, after, shallow=shallow)
+        assert (new, changed) == changes(aligned, after, shallow=shallow)
+        assert (new.tops, changed, new.texts) == _reference_changes(aligned, after, shallow)
+        assert [new.texts[i] for i in range(len(new.deep))] == [
+            orjson.dumps(after[p]) for p in new.deep
+        ]
     assert slid > 1000  # most cases slid: the realignment itself was checked

@@ -328,10 +328,13 @@ def _changes(
     deep = previous.deep[:k]
     now: list[bytes | None] = []
     if deep:
-        before = previous.texts
+        before = previous.texts[:k]
         try:
-            now = list(map(orjson.dumps, map(messages.__getitem__, deep)))
-            moved = list(compress(deep, map(operator.ne, now, before)))
+            if _same_texts(before, [messages[i] for i in deep]):
+                now, moved = before, []
+            else:
+                now = list(map(orjson.dumps, map(messages.__getitem__, deep)))
+                moved = list(compress(deep, map(operator.ne, now, before)))
         except (TypeError, orjson.JSONEncodeError):
             now = [_json_or_none(messages[i]) for i in deep]
             moved = [i for i, a, b in zip(deep, now, before) if a is None or a != b]
@@ -341,27 +344,28 @@ def _changes(
         return previous, changed
     new_tops = tops[:m]
     new_tops += map(dict, messages[m:])
-    if changed:
-        by_position = dict(zip(deep, now))
-        for i in changed:
-            new_tops[i] = dict(messages[i])
-            by_position.pop(i, None)
-            if _is_deep(new_tops[i], shallow):
-                by_position[i] = _json_or_none(messages[i])
-    else:
-        by_position = {}
+    order, texts = list(deep), list(now)
+    # A changed position takes its place in (or leaves) the deep ones: few move each call.
+    for i in changed:
+        new_tops[i] = dict(messages[i])
+        j = bisect_left(order, i)
+        held = j < len(order) and order[j] == i
+        if _is_deep(new_tops[i], shallow):
+            text = _json_or_none(messages[i])
+            if held:
+                texts[j] = text
+            else:
+                order.insert(j, i)
+                texts.insert(j, text)
+        elif held:
+            del order[j], texts[j]
     # Which new messages hold more than text or None, in C; the predicate only for those.
     flat = map(_FLAT.issuperset, map(map, repeat(type), map(dict.values, new_tops[m:])))
     added = list(compress(range(m, n), map(operator.not_, flat)))
     if shallow is not None:
         added = [i for i in added if not shallow(new_tops[i])]
-    if changed:
-        by_position.update(zip(added, map(_json_or_none, map(messages.__getitem__, added))))
-        order = sorted(by_position)
-        texts = [by_position[i] for i in order]
-    else:
-        order = [*deep, *added]
-        texts = [*now, *map(_json_or_none, map(messages.__getitem__, added))]
+    order += added
+    texts += map(_json_or_none, map(messages.__getitem__, added))
     return Snapshot(new_tops, order, texts), [*changed, *range(m, n)]
 
 
@@ -454,6 +458,15 @@ def _realigned(
 def _is_deep(top: Message, shallow: Callable[[Message], bool] | None) -> bool:
     """Whether the shallow copy ``top`` misses part of its message's content."""
     return not _FLAT.issuperset(map(type, top.values())) and (shallow is None or not shallow(top))
+
+
+def _same_texts(texts: list[bytes | None], messages: list[Message]) -> bool:
+    """Whether every message's JSON text is the text at its place in ``texts``, told by one
+    encoding of the whole list: JSON values delimit themselves, so the list's text is the texts
+    joined exactly when each text is."""
+    if None in texts:
+        return False
+    return orjson.dumps(messages) == b"[" + b",".join(texts) + b"]"  # type: ignore[arg-type]
 
 
 def _json_or_none(message: Message) -> bytes | None:
