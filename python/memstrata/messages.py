@@ -295,7 +295,9 @@ def changes(
     all text or None is compared with ``==`` against a shallow copy taken when it was seen (a
     list or dict edited in place cannot hide there, since such a message holds none); any
     other by its JSON text, which an edit in place at any depth changes. Both comparisons run
-    in C over the whole list, so an unchanged prefix costs well under a microsecond a message.
+    in C over the whole list, so an unchanged prefix costs well under a microsecond a message;
+    the JSON texts are compared through one encoding of all those messages, and one at a time
+    only when that differs.
 
     ``shallow(copy)`` may declare a message's nested values irrelevant to the caller (the
     offload pass never reads below an assistant message's top level): such a message is

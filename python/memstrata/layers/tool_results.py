@@ -358,7 +358,7 @@ class ToolResults:
             snapshot, changed, origin = compare(previous, given, shallow=_holds_no_result)
         except (TypeError, ValueError):  # an item that is not a dict: the plain pass skips it
             return self._offload_all(given)
-        if origin is not None:  # a window that slid keeps its notices
+        if origin is not None and notices:  # a window that slid keeps its notices
             notices = {p: notices[q] for p, q in enumerate(origin) if q in notices}
         n = len(given)
         if any(p >= n for p in notices):  # a shorter list: its positions past the end are gone
