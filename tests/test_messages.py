@@ -164,3 +164,100 @@ def test_lists_that_line_up_are_left_as_they_are() -> None:
     snapshot, _ = changes(EMPTY_SNAPSHOT, first)
     assert realigned(snapshot, [*first, {"role": "user", "content": "new"}]) == (snapshot, None)
     assert realigned(snapshot, [{"role": "user", "content": "other"}]) == (snapshot, None)
+
+
+def _reference_realigned(previous: Any, messages: list[Any]) -> tuple[list[Any], list[int]]:
+    """What realigned lays out, position by position: each position's old message, slid
+    first, else in place, else none (None here); the slide is found as realigned finds it."""
+    from memstrata.messages import MAX_SLIDE
+
+    tops, n = previous.tops, len(messages)
+    last = len(tops) - 1
+    found = next(
+        j
+        for d in range(1, MAX_SLIDE + 1)
+        for j in (last - d, last + d)
+        if 0 <= j < n and messages[j] == tops[last]
+    )
+    offset = last - found
+    origin = []
+    for p in range(n):
+        if 0 <= p + offset <= last and p < found + 1 and tops[p + offset] == messages[p]:
+            origin.append(p + offset)
+        elif p <= last and tops[p] == messages[p]:
+            origin.append(p)
+        else:
+            origin.append(-1)
+    return [tops[q] if q >= 0 else None for q in origin], origin
+
+
+def _reference_changes(
+    previous: Any, messages: list[Any], shallow: Any
+) -> tuple[list[Any], list[int], list[bytes]]:
+    """What changes answers, position by position: the shallow copies, the positions whose
+    content differs from the snapshot's (top level, or JSON text for a deep one), and the deep
+    positions with their JSON text."""
+    import orjson
+
+    tops, deep = previous.tops, dict(zip(previous.deep, previous.texts))
+    changed = [
+        p
+        for p, message in enumerate(messages)
+        if p >= len(tops) or tops[p] != message or (p in deep and deep[p] != orjson.dumps(message))
+    ]
+    flat = (str, type(None))
+    now = [
+        p
+        for p, m in enumerate(messages)
+        if not all(isinstance(v, flat) for v in m.values()) and (shallow is None or not shallow(m))
+    ]
+    return [dict(m) for m in messages], changed, [orjson.dumps(messages[p]) for p in now]
+
+
+def test_realignment_and_comparison_match_a_position_by_position_reference() -> None:
+    """Random windows that slid, with blocks injected before them, messages added after them
+    and messages edited inside them (at the top level and deep): realigned lays out what the
+    reference does, and compare answers what realigned then changes answer."""
+    import random
+
+    import orjson
+
+    from memstrata.messages import EMPTY_SNAPSHOT, changes, compare, realigned
+
+    rng = random.Random(26)
+    pool: list[dict[str, Any]] = [{"role": "user", "content": f"m{i}"} for i in range(12)]
+    pool += [{"role": "assistant", "tool_calls": [{"id": str(i)}]} for i in range(6)]
+
+    def some(k: int) -> list[dict[str, Any]]:
+        return [dict(rng.choice(pool)) for _ in range(k)]
+
+    slid = 0
+    for _ in range(3000):
+        before = some(rng.randint(1, 40))
+        after = before[rng.randint(0, min(len(before), 8)) :]
+        after = [*some(rng.randint(0, 4)), *after, *some(rng.randint(0, 4))]
+        for _edit in range(rng.randint(0, 2)):
+            if after:
+                k = rng.randrange(len(after))
+                after[k] = rng.choice([rng.choice(pool), {**after[k], "content": [k]}])
+        edited = rng.random() < 0.3 and [m for m in after if m.get("tool_calls")]
+        shallow = rng.choice([None, lambda top: top.get("role") == "assistant"])
+        snapshot, _ = changes(EMPTY_SNAPSHOT, before, shallow=shallow)
+        if edited:  # a message the snapshot holds, edited in place below its top level
+            edited[0]["tool_calls"][0]["arguments"] = "edited"
+        aligned, origin = realigned(snapshot, after)
+        if origin is not None:
+            slid += 1
+            tops, expected = _reference_realigned(snapshot, after)
+            assert origin == expected
+            assert [t if q >= 0 else None for t, q in zip(aligned.tops, origin)] == tops
+            texts = dict(zip(snapshot.deep, snapshot.texts))
+            assert aligned.deep == [p for p, q in enumerate(origin) if q in texts]
+            assert aligned.texts == [texts[origin[p]] for p in aligned.deep]
+        new, changed, _ = compare(snapshot, after, shallow=shallow)
+        assert (new, changed) == changes(aligned, after, shallow=shallow)
+        assert (new.tops, changed, new.texts) == _reference_changes(aligned, after, shallow)
+        assert [new.texts[i] for i in range(len(new.deep))] == [
+            orjson.dumps(after[p]) for p in new.deep
+        ]
+    assert slid > 1000  # most cases slid: the realignment itself was checked

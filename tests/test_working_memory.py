@@ -85,6 +85,28 @@ def test_update_tool_deep_merges_and_persists(store: SQLiteStore) -> None:
         assert run.layer("working-memory").snapshot["goals"] == ["b"]
 
 
+def test_apply_writes_what_update_writes_and_returns_no_state(store: SQLiteStore) -> None:
+    """The tools write through ``apply``: the same merge, checks and stored state as
+    ``update``, refusals included; only the copy of the new state is not made."""
+    stack = stack_with(store, schema=PROFILE_SCHEMA)
+    with stack.run(thread_id="a") as first, stack.run(thread_id="b") as second:
+        by_update, by_apply = first.layer("working-memory"), second.layer("working-memory")
+        for patch in ({"profile": {"name": "Ann"}}, {"goals": ["ship"], "age": 3}):
+            returned = by_update.update(patch)
+            assert by_apply.apply(patch) is None
+            assert by_apply.snapshot == by_update.snapshot == returned
+            assert by_apply.version == by_update.version
+        with pytest.raises(SchemaViolationError):
+            by_apply.apply({"age": -1})
+        with pytest.raises(InvalidInputError, match="mode"):
+            by_apply.apply({"age": 1}, "merge")  # type: ignore[arg-type]
+        assert by_apply.snapshot == by_update.snapshot
+    assert read_state(store, ("working-memory", "thread", "b")) == (
+        {"profile": {"name": "Ann"}, "goals": ["ship"], "age": 3},
+        2,
+    )
+
+
 def test_concurrent_runs_merge_into_each_others_writes(store: SQLiteStore) -> None:
     stack = stack_with(store, schema={"type": "object"})
     with stack.run(thread_id="t") as first, stack.run(thread_id="t") as second:

@@ -3,9 +3,11 @@
 Usage: python tools/profile_turn.py OUT.md [--turns N] [--label TEXT]
 
 Builds the scenario, warms up, runs N turns under cProfile and writes a markdown report: the
-median turn time under the profiler and outside it, then the top entries by own time and by
-cumulative time, with paths shortened to the package. Wall-clock
-numbers on a shared machine are approximate, the ranking of the entries is what matters.
+median turn time under the profiler and outside it, the median CPU time of each step of a turn
+outside the profiler (the thread's CPU time: another job on the machine slows it less than the
+clock), then the top entries by own time and by cumulative time, with paths shortened to the
+package. Wall-clock numbers on a shared machine are approximate, the ranking of the entries is
+what matters.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "benches")]
 
-from turn_scenario import Scenario  # noqa: E402
+from turn_scenario import AGENT, THREAD, USER, Scenario, model_response  # noqa: E402
 
 TOP = 15
 
@@ -50,6 +52,31 @@ def table(stats: pstats.Stats, key: str, turns: int) -> str:
     return "\n".join(rows)
 
 
+STEPS = ("open", "prepare", "working-memory update", "mind_recall", "memory_write", "observe")
+
+
+def step_times(scenario: Scenario, turns: int) -> dict[str, float]:
+    """The median CPU seconds of each step of ``turns`` turns (``Scenario.turn``, timed
+    between its calls; the close is left out)."""
+    times: dict[str, list[float]] = {step: [] for step in STEPS}
+    clock = time.thread_time
+    for _ in range(turns):
+        i, calls = scenario.next_turn()
+        marks = [clock()]
+        with scenario.stack.run(thread_id=THREAD, resource_id=USER, agent=AGENT) as run:
+            marks.append(clock())
+            run.prepare(scenario.messages)
+            marks.append(clock())
+            for name, arguments in calls:
+                run.call_tool(name, arguments)
+                marks.append(clock())
+            run.observe(model_response(i, calls))
+            marks.append(clock())
+        for step, start, end in zip(STEPS, marks, marks[1:]):
+            times[step].append(end - start)
+    return {step: statistics.median(spent) for step, spent in times.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=pathlib.Path)
@@ -64,6 +91,7 @@ def main() -> int:
         start = time.perf_counter()
         scenario.turn()
         plain.append(time.perf_counter() - start)
+    steps = step_times(scenario, args.turns)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(args.turns):
@@ -80,6 +108,12 @@ def main() -> int:
         "",
         f"- median turn without the profiler: {statistics.median(plain) * 1e3:.3f} ms",
         f"- profiled time per turn: {total * 1e3 / args.turns:.3f} ms",
+        "",
+        "## CPU time of each step (median, without the profiler)",
+        "",
+        "| step | ms |",
+        "|---|---|",
+        *(f"| {step} | {seconds * 1e3:.3f} |" for step, seconds in steps.items()),
         "",
         "## Top entries by own time",
         "",

@@ -295,18 +295,34 @@ def changes(
     all text or None is compared with ``==`` against a shallow copy taken when it was seen (a
     list or dict edited in place cannot hide there, since such a message holds none); any
     other by its JSON text, which an edit in place at any depth changes. Both comparisons run
-    in C over the whole list, so an unchanged prefix costs well under a microsecond a message.
+    in C over the whole list, so an unchanged prefix costs well under a microsecond a message;
+    the JSON texts are compared through one encoding of all those messages, and one at a time
+    only when that differs.
 
     ``shallow(copy)`` may declare a message's nested values irrelevant to the caller (the
     offload pass never reads below an assistant message's top level): such a message is
     compared by its top level only.
     """
+    return _changes(previous, messages, shallow, None)
+
+
+def _changes(
+    previous: Snapshot,
+    messages: list[Message],
+    shallow: Callable[[Message], bool] | None,
+    equal: range | None,
+) -> tuple[Snapshot, list[int]]:
+    """:func:`changes`; ``equal``: positions whose shallow copy is known to equal the message
+    (:func:`realigned` compared them), so only the others are compared again."""
     n = len(messages)
     tops = previous.tops
     m = min(n, len(tops))
     # The previous copy on the left: its values are exact str or None, whose == compares text.
-    if tops == (messages if n == m else messages[:m]):
-        changed: list[int] = []  # the common case, in one call
+    if equal is not None:
+        rest = [*range(min(equal.start, m)), *range(equal.stop, m)]
+        changed: list[int] = [p for p in rest if tops[p] != messages[p]]
+    elif tops == (messages if n == m else messages[:m]):
+        changed = []  # the common case, in one call
     else:
         same = map(operator.eq, tops, messages)
         changed = list(compress(range(m), map(operator.not_, same)))
@@ -314,10 +330,13 @@ def changes(
     deep = previous.deep[:k]
     now: list[bytes | None] = []
     if deep:
-        before = previous.texts
+        before = previous.texts[:k]
         try:
-            now = list(map(orjson.dumps, map(messages.__getitem__, deep)))
-            moved = list(compress(deep, map(operator.ne, now, before)))
+            if _same_texts(before, [messages[i] for i in deep]):
+                now, moved = before, []
+            else:
+                now = list(map(orjson.dumps, map(messages.__getitem__, deep)))
+                moved = list(compress(deep, map(operator.ne, now, before)))
         except (TypeError, orjson.JSONEncodeError):
             now = [_json_or_none(messages[i]) for i in deep]
             moved = [i for i, a, b in zip(deep, now, before) if a is None or a != b]
@@ -327,27 +346,28 @@ def changes(
         return previous, changed
     new_tops = tops[:m]
     new_tops += map(dict, messages[m:])
-    if changed:
-        by_position = dict(zip(deep, now))
-        for i in changed:
-            new_tops[i] = dict(messages[i])
-            by_position.pop(i, None)
-            if _is_deep(new_tops[i], shallow):
-                by_position[i] = _json_or_none(messages[i])
-    else:
-        by_position = {}
+    order, texts = list(deep), list(now)
+    # A changed position takes its place in (or leaves) the deep ones: few move each call.
+    for i in changed:
+        new_tops[i] = dict(messages[i])
+        j = bisect_left(order, i)
+        held = j < len(order) and order[j] == i
+        if _is_deep(new_tops[i], shallow):
+            text = _json_or_none(messages[i])
+            if held:
+                texts[j] = text
+            else:
+                order.insert(j, i)
+                texts.insert(j, text)
+        elif held:
+            del order[j], texts[j]
     # Which new messages hold more than text or None, in C; the predicate only for those.
     flat = map(_FLAT.issuperset, map(map, repeat(type), map(dict.values, new_tops[m:])))
     added = list(compress(range(m, n), map(operator.not_, flat)))
     if shallow is not None:
         added = [i for i in added if not shallow(new_tops[i])]
-    if changed:
-        by_position.update(zip(added, map(_json_or_none, map(messages.__getitem__, added))))
-        order = sorted(by_position)
-        texts = [by_position[i] for i in order]
-    else:
-        order = [*deep, *added]
-        texts = [*now, *map(_json_or_none, map(messages.__getitem__, added))]
+    order += added
+    texts += map(_json_or_none, map(messages.__getitem__, added))
     return Snapshot(new_tops, order, texts), [*changed, *range(m, n)]
 
 
@@ -362,11 +382,30 @@ def realigned(previous: Snapshot, messages: list[Message]) -> tuple[Snapshot, li
     its positions came from in ``previous`` (-1: nowhere); ``(previous, None)`` when the lists
     line up as they are. Only a guess at which old message sits where: :func:`changes` then
     compares every position by content, so a wrong guess costs time, never a wrong answer."""
+    aligned, origin, _ = _realigned(previous, messages)
+    return aligned, origin
+
+
+def compare(
+    previous: Snapshot, messages: list[Message], *, shallow: Callable[[Message], bool] | None = None
+) -> tuple[Snapshot, list[int], list[int] | None]:
+    """:func:`realigned`, then :func:`changes` of ``messages`` against what it laid out:
+    ``(snapshot, changed, origin)``. The same answers as the two calls, but the positions
+    whose shallow copy the realignment already found equal are not compared again."""
+    aligned, origin, equal = _realigned(previous, messages)
+    snapshot, changed = _changes(aligned, messages, shallow, equal)
+    return snapshot, changed, origin
+
+
+def _realigned(
+    previous: Snapshot, messages: list[Message]
+) -> tuple[Snapshot, list[int] | None, range | None]:
+    """:func:`realigned`, and the positions it found equal to their old message (a run)."""
     tops = previous.tops
     last = len(tops) - 1
     n = len(messages)
     if last < 0 or not n or (last < n and tops[last] == messages[last]):
-        return previous, None
+        return previous, None, None
     anchor = tops[last]
     # Where the previous list's last message is now, the nearest first: the window's slide.
     found = None
@@ -378,27 +417,58 @@ def realigned(previous: Snapshot, messages: list[Message]) -> tuple[Snapshot, li
         if found is not None:
             break
     if found is None:
-        return previous, None
+        return previous, None, None
     offset = last - found  # old position = new position + offset, past the slide point
-    # Each position compared with its old message both slid and in place, in C.
     lo, hi = max(0, -offset), min(n, last + 1 - offset)
-    slid = [False] * n
-    slid[lo:hi] = map(operator.eq, tops[lo + offset : hi + offset], messages[lo:hi])
-    m = min(n, last + 1)
-    stayed = [*map(operator.eq, tops[:m], messages[:m]), *repeat(False, n - m)]
-    origin = [
-        p + offset if moved else (p if kept else -1)
-        for p, moved, kept in zip(range(n), slid, stayed)
-    ]
-    texts = dict(zip(previous.deep, previous.texts))
-    deep = [p for p, q in enumerate(origin) if q in texts]
-    aligned = [tops[q] if q >= 0 else _NEVER_EQUAL for q in origin]
-    return Snapshot(aligned, deep, [texts[origin[p]] for p in deep]), origin
+    # The positions up to the anchor that hold their old message slid (the conversation) are
+    # one run, found in C: the whole range in one comparison when nothing else changed, else
+    # each position compared slid and the run's start read off the end. Only the positions
+    # around the run (blocks injected before it, new messages after it, a message edited
+    # inside it) are looked at one by one, both slid and in place.
+    slid: list[bool] = []
+    if tops[lo + offset : hi + offset] == messages[lo:hi]:
+        start = lo
+    else:
+        slid = list(map(operator.eq, tops[lo + offset : hi + offset], messages[lo:hi]))
+        slid.reverse()
+        start = hi - slid.index(False)  # the anchor itself is equal: the run is not empty
+        slid.reverse()
+
+    def origin_of(p: int) -> int:
+        if lo <= p < start and slid[p - lo]:
+            return p + offset
+        return p if p <= last and tops[p] == messages[p] else -1
+
+    before = [origin_of(p) for p in range(start)]
+    after = [origin_of(p) for p in range(hi, n)]
+    old_deep, old_texts = previous.deep, previous.texts
+    texts = dict(zip(old_deep, old_texts)) if before or after else {}
+    first, end = bisect_left(old_deep, start + offset), bisect_left(old_deep, hi + offset)
+    deep = [p for p, q in enumerate(before) if q in texts]
+    deep += map((-offset).__add__, old_deep[first:end])
+    deep += [p for p, q in enumerate(after, hi) if q in texts]
+    deep_texts = [texts[q] for q in before if q in texts]
+    deep_texts += old_texts[first:end]
+    deep_texts += [texts[q] for q in after if q in texts]
+    origin = [*before, *range(start + offset, hi + offset), *after]
+    aligned = [tops[q] if q >= 0 else _NEVER_EQUAL for q in before]
+    aligned += tops[start + offset : hi + offset]
+    aligned += [tops[q] if q >= 0 else _NEVER_EQUAL for q in after]
+    return Snapshot(aligned, deep, deep_texts), origin, range(start, hi)
 
 
 def _is_deep(top: Message, shallow: Callable[[Message], bool] | None) -> bool:
     """Whether the shallow copy ``top`` misses part of its message's content."""
     return not _FLAT.issuperset(map(type, top.values())) and (shallow is None or not shallow(top))
+
+
+def _same_texts(texts: list[bytes | None], messages: list[Message]) -> bool:
+    """Whether every message's JSON text is the text at its place in ``texts``, told by one
+    encoding of the whole list: JSON values delimit themselves, so the list's text is the texts
+    joined exactly when each text is."""
+    if None in texts:
+        return False
+    return orjson.dumps(messages) == b"[" + b",".join(texts) + b"]"  # type: ignore[arg-type]
 
 
 def _json_or_none(message: Message) -> bytes | None:

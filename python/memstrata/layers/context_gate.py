@@ -35,7 +35,7 @@ Decisions where Modulatio is silent:
 * Per-message token counts are cached by content, never by object identity. The gate keeps a
   snapshot of the last four lists it checked (a shallow copy of each message whose values are
   all text or None, the JSON text of any other) with their counts: a position whose content is
-  unchanged keeps its count, compared in C (:func:`memstrata.messages.changes`). Any other
+  unchanged keeps its count, compared in C (:func:`memstrata.messages.compare`). Any other
   message is looked up by its items when every value is a text, number, bool or None, else by
   its JSON text. A message or content list edited in place is counted again. The keys'
   characters are bounded (8 Mi), so a new large block every turn cannot pile up. A message
@@ -73,10 +73,9 @@ from memstrata.messages import (
     EMPTY_SNAPSHOT,
     MAX_SLIDE,
     Snapshot,
-    changes,
+    compare,
     countable,
     is_message,
-    realigned,
     tool_results,
     with_tool_results,
 )
@@ -343,10 +342,11 @@ class ContextGate:
         """The unpadded total and each message's own tokens.
 
         The gate keeps a snapshot of the last few lists it checked, with their counts: the
-        positions whose content is what it was (:func:`memstrata.messages.changes`, a
-        comparison by content run in C) keep their counts, and only the others are counted,
-        through the content-keyed cache (:meth:`_keyed_counts`). A list or dict edited in
-        place between two calls is counted again.
+        positions whose content is what it was (:func:`memstrata.messages.compare`, a
+        comparison by content run in C, which also finds a window that slid) keep their
+        counts, and only the others are counted, through the content-keyed cache
+        (:meth:`_keyed_counts`). A list or dict edited in place between two calls is counted
+        again.
         """
         if not messages or not self.cache:
             return self._keyed_counts(messages)
@@ -356,10 +356,9 @@ class ContextGate:
             previous = next((k for k in kept if _probe(k[0], messages)), None)
         old, old_counts = previous if previous is not None else (EMPTY_SNAPSHOT, [])
         # A window that slid (the conversation trimmed at its start) keeps its counts too.
-        old, origin = realigned(old, messages)
+        snapshot, changed, origin = compare(old, messages)
         if origin is not None:
             old_counts = [old_counts[q] if q >= 0 else 0 for q in origin]
-        snapshot, changed = changes(old, messages)
         if previous is not None and not changed:
             counts = old_counts if len(old_counts) == n else old_counts[:n]
         else:
@@ -553,12 +552,12 @@ def _content_key(index: int, message: Message) -> Any:
 def _probe(snapshot: Snapshot, messages: list[Message]) -> bool:
     """Whether ``messages`` looks like the list ``snapshot`` was taken of (its first message
     and its last one in common are equal): picks which kept list to compare against. A wrong
-    pick costs time, never a wrong count (:func:`changes` compares every position)."""
+    pick costs time, never a wrong count (:func:`compare` compares every position)."""
     tops = snapshot.tops
     last = min(len(tops), len(messages)) - 1
     if last < 0 or tops[0] != messages[0]:
         return False
-    # The same list, or the same conversation with its window slid (see realigned).
+    # The same list, or the same conversation with its window slid (see compare).
     return tops[last] == messages[last] or tops[-1] in messages[-MAX_SLIDE - 1 :]
 
 

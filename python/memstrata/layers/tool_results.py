@@ -69,8 +69,7 @@ from memstrata.messages import (
     Snapshot,
     ToolResult,
     call_names,
-    changes,
-    realigned,
+    compare,
     tool_results,
     with_tool_results,
 )
@@ -355,13 +354,12 @@ class ToolResults:
             previous, notices = kept[0], kept[1]
         else:
             previous, notices = EMPTY_SNAPSHOT, {}
-        previous, origin = realigned(previous, given)  # a window that slid keeps its notices
-        if origin is not None:
-            notices = {p: notices[q] for p, q in enumerate(origin) if q in notices}
         try:
-            snapshot, changed = changes(previous, given, shallow=_holds_no_result)
+            snapshot, changed, origin = compare(previous, given, shallow=_holds_no_result)
         except (TypeError, ValueError):  # an item that is not a dict: the plain pass skips it
             return self._offload_all(given)
+        if origin is not None and notices:  # a window that slid keeps its notices
+            notices = {p: notices[q] for p, q in enumerate(origin) if q in notices}
         n = len(given)
         if any(p >= n for p in notices):  # a shorter list: its positions past the end are gone
             notices = {p: b for p, b in notices.items() if p < n}

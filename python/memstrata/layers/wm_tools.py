@@ -76,10 +76,10 @@ def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
     def tool(name: str, description: str, parameters: Any, write: Any, **kw: Any) -> Tool:
         return Tool(names.get(name, name), description, parameters, _for_model(handle, write), **kw)
 
-    def update(args: dict[str, Any]) -> Any:
+    def update(args: dict[str, Any]) -> None:
         if layer.structured and layer.tool_flavor == "noetic":
-            return handle.update(args)
-        return handle.update(args["content"], args.get("mode", "append"))
+            return handle.apply(args)
+        return handle.apply(args["content"], args.get("mode", "append"))
 
     def get() -> dict[str, Any]:
         return {"content": handle.snapshot, "format": layer.format}
@@ -92,8 +92,8 @@ def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
         ]
     elif layer.structured:
 
-        def replace(args: dict[str, Any]) -> Any:
-            return handle.update(args, "replace")
+        def replace(args: dict[str, Any]) -> None:
+            return handle.apply(args, "replace")
 
         # A patch is partial; it is checked after merging, against the full schema.
         full = json_schema_of(layer.schema)

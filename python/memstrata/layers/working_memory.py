@@ -420,11 +420,16 @@ class WorkingMemoryHandle:
             LimitExceededError: The state would exceed ``max_state_bytes`` (nothing written).
             InvalidInputError: The patch has the wrong shape for this state, or bad data.
         """
+        self.apply(patch, mode)
+        return self.snapshot
+
+    def apply(self, patch: Any, mode: Mode = "append") -> None:
+        """:meth:`update` without the copy of the new state it returns: a tool call answers
+        with the version only, so the copy would be thrown away. Raises as :meth:`update`."""
         if mode not in ("append", "replace"):
             raise InvalidInputError(f"mode must be 'append' or 'replace', got {mode!r}")
         patch = self._coerce(patch)
         self._write(lambda state: self._combine(state, patch, mode))
-        return self.snapshot
 
     def clear(self) -> None:
         """Empties the state (a template does not come back; the model cleared it on purpose)."""
@@ -442,9 +447,9 @@ class WorkingMemoryHandle:
             other[key] -= 1
             return self._version
         if self.layer.structured:
-            self.update(arguments)
+            self.apply(arguments)
         else:
-            self.update(arguments.get("content"), arguments.get("mode", "append"))
+            self.apply(arguments.get("content"), arguments.get("mode", "append"))
         self._legacy[source][key] += 1
         return self._version
 
