@@ -36,13 +36,16 @@ BLOCKS = [0x80, 0x100, 0x370, 0x400, 0x530, 0x590, 0x600, 0x700, 0x900, 0x980, 0
           0xA000, 0xAC00, 0xE000, 0xFB00, 0xFE00, 0xFF00, 0x10000, 0x1D400, 0x1F300, 0x1F600,
           0x1F900, 0x20000, 0x30000, 0xE0000]  # fmt: skip
 
-# Kinds of segment the estimator bounds (within a factor of 2 of the exact count, alone or
-# mixed with any other), and kinds it does not: words the vocabularies do not hold, made of
-# letters that look like a language's (pronounceable nonsense, random letters of one script
-# as words, one unknown word repeated). Their features are those of ordinary words.
+# Kinds of segment whose features set them apart from ordinary text, and words the
+# vocabularies do not hold, made of letters that look like a language's (pronounceable
+# nonsense, random letters of one script as words, one unknown word repeated): their features
+# are those of ordinary words, only the vocabulary tells them apart. The estimator bounds
+# both, alone or mixed with any other (ALL_KINDS). The regression cases of tests/test_tokens.py
+# name the kinds they were drawn from.
 KINDS = ["ws", "wsmix", "char", "word", "b64", "b64lines", "hex", "digits", "emoji", "script",
          "anycp", "longword", "caps", "rwords", "punct", "control", "prose", "code"]  # fmt: skip
-UNBOUNDED_KINDS = ["pronounceable", "script_words", "unknown_word"]
+WORD_KINDS = ["pronounceable", "script_words", "unknown_word"]
+ALL_KINDS = KINDS + WORD_KINDS
 
 
 def _char(rng: random.Random, lo: int, hi: int) -> str:
@@ -121,7 +124,7 @@ def segment(rng: random.Random, kind: str) -> str:
     raise ValueError(f"unknown segment kind {kind!r}")
 
 
-def text(rng: random.Random, kinds: list[str] = KINDS) -> str:
+def text(rng: random.Random, kinds: list[str] = ALL_KINDS) -> str:
     """One to six segments of ``kinds``, concatenated or interleaved in slices of 1 to 100
     characters."""
     parts = [segment(rng, rng.choice(kinds)) for _ in range(rng.randint(1, 6))]

@@ -270,13 +270,64 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
     )
 
 
+# One word in this many is looked up, and unknown words are a sign the model cannot bound a
+# chunk once they would take more than this share of its value (``WORD_SAMPLE`` and
+# ``UNKNOWN_SHARE`` in rust/src/tokens/words.rs).
+WORD_SAMPLE = 4
+UNKNOWN_SHARE = 0.5
+
+
+@functools.cache
+def vocabulary(encoding: str) -> frozenset[bytes]:
+    """The bytes of every token of ``encoding``."""
+    return frozenset(tiktoken_encoding(encoding).token_byte_values())
+
+
+def _is_word_char(c: str) -> bool:
+    o = ord(c)
+    return _is_letter(c) or 0x80 <= o < 0x800 or 0x3040 <= o <= 0x30FF
+
+
+def sampled_unknown_words(chunk: str, encoding: str) -> int:
+    """What the sampled words of ``chunk`` the vocabulary does not hold take at least, in half
+    tokens (4 for each, or its Latin letters with diacritics if more): words (runs of ASCII
+    letters, 2-byte characters and kana) after a space, a tab, a line break or the chunk's
+    start and before an ASCII character, with the space or tab they follow; every
+    ``WORD_SAMPLE``-th of them, from the first (``sampled_unknown_words`` in
+    rust/src/tokens/words.rs)."""
+    vocab = vocabulary(encoding)
+    n = len(chunk)
+    unknown = words = 0
+    i = 0
+    while i < n:
+        if not _is_word_char(chunk[i]) or (i and _is_word_char(chunk[i - 1])):
+            i += 1
+            continue
+        j = i + 1
+        while j < n and _is_word_char(chunk[j]):
+            j += 1
+        before = chunk[i - 1] if i else "\n"
+        if j < n and ord(chunk[j]) < 0x80 and before in " \t\n\r":
+            if words % WORD_SAMPLE == 0:
+                key = (before if before in " \t" else "") + chunk[i:j]
+                if key.encode() not in vocab:
+                    unknown += max(4, sum(0xC0 <= ord(c) <= 0x24F for c in key))
+            words += 1
+        i = j
+    return unknown
+
+
 def model_value(text: str, encoding: str, coefficients: list[float]) -> tuple[float, bool]:
-    """The linear model's value on ``text`` and whether the kernel distrusts it."""
+    """The linear model's value on ``text`` and whether the kernel distrusts it: the features
+    say so, or too many of the sampled words are not in the vocabulary."""
     f = features(text, encoding)
     value = 0.0
     for x, c in zip(f, coefficients):  # in order, as the kernel adds them
         value += x * c
-    return value, unreliable(f, value, len(text))
+    distrusted = unreliable(f, value, len(text)) or (
+        WORD_SAMPLE * sampled_unknown_words(text, encoding) / 2 > UNKNOWN_SHARE * max(value, 1.0)
+    )
+    return value, distrusted
 
 
 def coefficients(encoding: str) -> list[float]:

@@ -4,9 +4,11 @@ Usage (from the repository root, with the dev virtualenv and the extension insta
 
     .venv/bin/python tools/explore_tokens.py --seeds 200 --texts 100  # fresh random seeds
     .venv/bin/python tools/explore_tokens.py --first-seed 7 --seeds 1  # replay one seed
-    .venv/bin/python tools/explore_tokens.py --unbounded  # the kinds the estimator cannot bound
+    .venv/bin/python tools/explore_tokens.py --kinds words  # words no vocabulary holds, alone
 
-Each seed draws ``--texts`` texts from ``tests/adversarial_text.py`` and compares
+Each seed draws ``--texts`` texts from ``tests/adversarial_text.py`` (``--kinds all``: every
+kind of segment; ``features``: the kinds the features tell apart, which the regression cases of
+tests/test_tokens.py were drawn from; ``words``: words the vocabularies do not hold) and compares
 ``estimate_tokens`` with the exact count in both encodings. Every failure is printed with its
 seed and index (``text`` number ``index`` drawn from ``random.Random(seed)``), so it can be
 replayed and kept as a regression case.
@@ -27,6 +29,7 @@ import adversarial_text as adv
 from memstrata.tokens import count_tokens, estimate_tokens
 
 ENCODINGS = ("o200k_base", "cl100k_base")
+KINDS = {"all": adv.ALL_KINDS, "features": adv.KINDS, "words": adv.WORD_KINDS}
 
 
 def main() -> None:
@@ -34,12 +37,12 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=None, help="default: random")
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--texts", type=int, default=100, help="texts per seed")
-    parser.add_argument("--unbounded", action="store_true", help="draw the unbounded kinds too")
+    parser.add_argument("--kinds", choices=sorted(KINDS), default="all")
     args = parser.parse_args()
     first = args.first_seed
     if first is None:
         first = random.SystemRandom().getrandbits(40)
-    kinds = adv.KINDS + adv.UNBOUNDED_KINDS if args.unbounded else adv.KINDS
+    kinds = KINDS[args.kinds]
     start = time.perf_counter()
     searched = failures = 0
     for seed in range(first, first + args.seeds):

@@ -143,7 +143,7 @@ proptest! {
 
 /// One segment of a kind the estimator must bound: runs of whitespace or of one character,
 /// base64, hex, digits, emoji and symbols, code points of any script, long words, random
-/// letters, punctuation, control characters, prose.
+/// letters, punctuation, control characters, prose, words no vocabulary holds.
 fn segment() -> impl Strategy<Value = String> {
     let run = |unit: &'static [&'static str]| {
         (prop::sample::select(unit.to_vec()), 1usize..3000).prop_map(|(u, n)| u.repeat(n))
@@ -171,6 +171,20 @@ fn segment() -> impl Strategy<Value = String> {
         "[!-/:-@\\[-`{-~]{1,1000}",
         "[\u{0}-\u{1f}\u{7f}a ]{1,1000}",
         "((the|agent|memory|of|a|context|window|is|budget|tokens\\.) ){1,400}",
+        // Words the vocabularies do not hold, spelt like a language's: pronounceable nonsense,
+        // random letters of one script grouped as words, one unknown word repeated, kana.
+        "(([bcdfghjklmnprstvwz][aeiou]){1,4} ){1,600}",
+        "([\u{430}-\u{44f}]{1,9}[ \n]){1,600}",
+        "([\u{3b1}-\u{3c9}]{1,9}[ \n]){1,600}",
+        "([\u{5d0}-\u{5ea}]{1,9}[ \n]){1,600}",
+        "([\u{e0}-\u{ff}]{1,9}[ \n.]){1,600}",
+        "[\u{3041}-\u{30ff}]{1,2000}",
+        (
+            "[a-z]{2,7}",
+            prop::sample::select(vec![" ", "\n", ""]),
+            1usize..3000
+        )
+            .prop_map(|(w, s, n)| format!("{w}{s}").repeat(n)),
     ]
 }
 

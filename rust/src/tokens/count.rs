@@ -61,6 +61,13 @@ fn counter(encoding: Encoding) -> &'static Counter {
     }
 }
 
+/// Whether `bytes` are one token of `encoding`'s vocabulary. A piece of text that is not
+/// takes at least two.
+pub fn is_token(bytes: &[u8], encoding: Encoding) -> bool {
+    let c = counter(encoding);
+    bytes.len() <= c.longest && c.single.contains(bytes)
+}
+
 /// From this many bytes a text is counted in chunks on rayon's threads: below it, waking a
 /// second thread costs more than it saves (one core counts ~20 MB/s).
 const PARALLEL_MIN_BYTES: usize = 1 << 17;

@@ -7,9 +7,10 @@ use super::coefficients::{
 };
 use super::count::count_tokens;
 use super::features::{
-    extract_any, extract_units, Features, SingleTokenTables, Unit, PARALLEL_MIN_UNITS,
+    extract_any, extract_units_recording, Features, SingleTokenTables, Unit, PARALLEL_MIN_UNITS,
 };
 use super::models::Encoding;
+use super::words::{too_many_unknown_words, UNKNOWN_SHARE, WORD_SAMPLE};
 use std::sync::OnceLock;
 
 static O200K_CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
@@ -74,13 +75,17 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     let (coefficients, tables) = model(encoding);
     let chunk = |&(start, end, chars): &(usize, usize, usize)| -> f64 {
         let units = &units[start..end];
-        let f = extract_units(units, &tables);
+        let mut masks = Vec::with_capacity(units.len() / 64 + 1);
+        let f = extract_units_recording(units, &tables, Some(&mut masks));
         let value: f64 = f
             .iter()
             .zip(coefficients.iter())
             .map(|(&x, &c)| x as f64 * c)
             .sum();
-        if model_is_unreliable(&f, value, chars) {
+        if model_is_unreliable(&f, value, chars)
+            || (may_hold_unknown_words(&f, value)
+                && too_many_unknown_words(units, &masks, value, encoding))
+        {
             exact(units, encoding) as f64
         } else {
             value
@@ -103,6 +108,23 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     let total: f64 = values.iter().sum();
     // `as` saturates: a negative or NaN sum becomes 0 before the max.
     (total.round() as usize).max(1)
+}
+
+/// Whether a chunk with features `f` and model value `value` has enough words for
+/// [`too_many_unknown_words`] to be true. Every word it looks at follows a space, a tab, a
+/// line break or the chunk's start, so it starts a letter segment, a run of 2-byte characters
+/// or a run of ideographs and kana (and holds kana); when even all of them sampled and unknown
+/// could not pass its threshold, the lookups are skipped (most CJK text, digits, punctuation).
+fn may_hold_unknown_words(f: &Features, value: f64) -> bool {
+    use super::features::slots::*;
+    let words = f[SEG_LEN_1..=SEG_LEN_12P].iter().sum::<u64>()
+        + f[OTHER_2BYTE_RUNS]
+        + f[KANA].min(f[HAN_KANA_RUNS]);
+    // At most ceil(words / WORD_SAMPLE) are sampled, each taking 4 half tokens or its letters
+    // with diacritics (2-byte characters), which is at most both.
+    let sampled = words.div_ceil(WORD_SAMPLE as u64);
+    let half_tokens = 4 * sampled + f[OTHER_2BYTE];
+    (WORD_SAMPLE as u64 * half_tokens) as f64 / 2.0 > UNKNOWN_SHARE * value.max(1.0)
 }
 
 /// `(start, end, code points)` of the chunks of `units`: [`CHUNK_CHARS`] code points each,

@@ -797,39 +797,95 @@ pub fn extract(text: &str, tables: &SingleTokenTables) -> Features {
 /// run features from shifts and population counts of those masks, carrying the last bit of
 /// each mask into the next block; only runs of non-ASCII characters are walked one by one.
 pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+    extract_units_recording(units, tables, None)
+}
+
+/// What [`crate::tokens::words`] reads of a block of 64 units, recorded by the pass that
+/// computes it anyway: ASCII letters, spaces, tabs and line breaks, non-ASCII units.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WordMasks {
+    pub letters: u64,
+    pub separators: u64,
+    pub non_ascii: u64,
+}
+
+impl WordMasks {
+    #[inline(always)]
+    fn of(m: &Masks) -> Self {
+        Self {
+            letters: (m.lower | m.upper) & m.valid,
+            separators: (m.space | m.newline) & m.valid,
+            non_ascii: m.non_ascii & m.valid,
+        }
+    }
+}
+
+/// The [`WordMasks`] of every block of `units`, without the features.
+pub fn word_masks<U: Unit>(units: &[U]) -> Vec<WordMasks> {
+    units
+        .chunks(64)
+        .map(|block| match block.try_into() {
+            Ok(block) => WordMasks::of(&U::masks(block)),
+            Err(_) => WordMasks::of(&scalar_masks(block)),
+        })
+        .collect()
+}
+
+/// [`extract_units`], appending each block's [`WordMasks`] to `record` when given.
+pub fn extract_units_recording<U: Unit>(
+    units: &[U],
+    tables: &SingleTokenTables,
+    record: Option<&mut Vec<WordMasks>>,
+) -> Features {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("popcnt")
         && std::arch::is_x86_feature_detected!("bmi1")
         && std::arch::is_x86_feature_detected!("lzcnt")
     {
         // SAFETY: the CPU has the features the function is compiled for (checked above).
-        return unsafe { extract_units_bmi(units, tables) };
+        return unsafe { extract_units_bmi(units, tables, record) };
     }
-    extract_blocks(units, tables)
+    extract_blocks(units, tables, record)
 }
 
 /// [`extract_blocks`] compiled with the bit-counting instructions it leans on (a population
 /// count is one instruction instead of a dozen): every x86_64 CPU since about 2013.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt,bmi1,lzcnt")]
-fn extract_units_bmi<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
-    extract_blocks(units, tables)
+fn extract_units_bmi<U: Unit>(
+    units: &[U],
+    tables: &SingleTokenTables,
+    record: Option<&mut Vec<WordMasks>>,
+) -> Features {
+    extract_blocks(units, tables, record)
 }
 
 #[inline(always)]
-fn extract_blocks<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Features {
+fn extract_blocks<U: Unit>(
+    units: &[U],
+    tables: &SingleTokenTables,
+    mut record: Option<&mut Vec<WordMasks>>,
+) -> Features {
     let mut f: Features = [0; FEATURE_COUNT];
     let mut pass = Pass::default();
     let mut blocks = units.chunks_exact(64);
     let mut base = 0;
     for block in &mut blocks {
         let block: &[U; 64] = block.try_into().unwrap_or_else(|_| unreachable!());
-        pass.block(U::masks(block), units, base, tables);
+        let m = U::masks(block);
+        if let Some(record) = record.as_deref_mut() {
+            record.push(WordMasks::of(&m));
+        }
+        pass.block(m, units, base, tables);
         base += 64;
     }
     let rest = blocks.remainder();
     if !rest.is_empty() {
-        pass.block(scalar_masks(rest), units, base, tables);
+        let m = scalar_masks(rest);
+        if let Some(record) = record {
+            record.push(WordMasks::of(&m));
+        }
+        pass.block(m, units, base, tables);
     }
     pass.finish(&mut f);
     f

@@ -7,6 +7,7 @@
 //!   the binary and deserialised lazily, once per encoding, on first use.
 //! * [`messages`]: OpenAI's chat counting convention on top of either counter.
 //! * [`models`]: which encoding a model name uses.
+//! * [`words`]: whether a chunk's words are in the vocabulary, for the estimate's guard.
 
 pub mod coefficients;
 pub mod count;
@@ -14,6 +15,7 @@ pub mod estimate;
 pub mod features;
 pub mod messages;
 pub mod models;
+pub mod words;
 
 pub use count::{count_tokens, fits_within};
 pub use estimate::estimate_tokens;

@@ -1,0 +1,478 @@
+//! Words the vocabulary does not hold: the one sign of text the features cannot see.
+//!
+//! Pronounceable nonsense (`"bocusi da fedepo"`), random letters of one script grouped as
+//! words, one unknown word repeated (`"cduag cduag"`): their features are those of ordinary
+//! words, which the model prices at a token or so each, but a word the vocabulary does not
+//! hold takes at least two tokens, and often four or more. Only the vocabulary can tell them
+//! apart, so a sample of a chunk's words is looked up in it.
+
+use std::sync::LazyLock;
+
+use super::features::{word_masks, Unit, WordMasks};
+use super::models::Encoding;
+
+/// One word in this many is looked up: the share of unknown words is what matters, which a
+/// sample tells, and looking up every fourth word already makes the estimate of English prose
+/// about twice as slow (a third slower on the benchmark's mixed text).
+pub const WORD_SAMPLE: usize = 4;
+
+/// Unknown words are a sign the model cannot bound a chunk once they would take more than this
+/// share of its estimate: each at least 2 tokens, or half a token per Latin letter with a
+/// diacritic (U+00C0..=U+024F) if more, every sampled one standing for [`WORD_SAMPLE`]. An
+/// ordinary word holds one or two such letters; a word spelt from random ones takes about a
+/// token for each. Ordinary prose, code and CJK text rarely have that many unknown words: most
+/// of their words are one token each.
+pub const UNKNOWN_SHARE: f64 = 0.5;
+
+/// Letters of the words looked up: ASCII letters, 2-byte UTF-8 characters (Latin with
+/// diacritics, Greek, Cyrillic, Armenian, Hebrew, Arabic, Syriac...) and kana.
+#[inline]
+fn is_word_char(c: u32) -> bool {
+    (c | 0x20).wrapping_sub(u32::from(b'a')) < 26
+        || c.wrapping_sub(0x80) < 0x780
+        || c.wrapping_sub(0x3040) < 0xC0
+}
+
+/// Room for the longest word token (33 bytes in o200k, 36 in cl100k) and then some.
+const KEY_BYTES: usize = 64;
+
+/// The vocabulary's tokens that look like words (a word's characters, after a space or a tab
+/// or not), as a set of 32-bit fingerprints: the only tokens a word can be, in one array small
+/// enough to stay in a core's cache (1 MB for o200k's 146,209 such tokens), which a lookup
+/// reads once. The tokenizer's own set takes three reads, each likely a cache miss.
+struct WordTokens {
+    /// Open addressing, linear probing, indexed by a hash's low bits, holding its high 32
+    /// bits; 0 is an empty slot (no fingerprint is 0).
+    slots: Vec<u32>,
+    longest: usize,
+}
+
+impl WordTokens {
+    fn new(tokenizer: &bpe_openai::Tokenizer) -> Self {
+        let bpe = &tokenizer.bpe;
+        let words: Vec<&[u8]> = (0..bpe.num_tokens() as u32)
+            .map(|id| bpe.token_bytes(id))
+            .filter(|bytes| looks_like_a_word(bytes))
+            .collect();
+        let mut slots = vec![0u32; (words.len() * 3 / 2).next_power_of_two().max(2)];
+        let mask = slots.len() - 1;
+        for bytes in &words {
+            let (mut i, print) = slot(hash(bytes), mask);
+            while slots[i] != 0 && slots[i] != print {
+                i = (i + 1) & mask;
+            }
+            slots[i] = print;
+        }
+        let longest = words.iter().map(|w| w.len()).max().unwrap_or(0);
+        // A key is written while it is at most this long, plus one character.
+        assert!(longest + 3 < KEY_BYTES, "a word token of {longest} bytes");
+        Self { slots, longest }
+    }
+
+    /// Whether the word `units[start..=end]`, with the space or tab before it, is one of the
+    /// tokens. Its UTF-8 bytes are written into a buffer one by one (a copy call per
+    /// character costs more than the lookup); one longer than every token is not one.
+    #[inline]
+    fn holds<U: Unit>(&self, units: &[U], start: usize, end: usize) -> bool {
+        let mut key = [0u8; KEY_BYTES];
+        let mut k = 0;
+        if start > 0 && matches!(units[start - 1].value(), 0x20 | 0x09) {
+            key[0] = units[start - 1].value() as u8;
+            k = 1;
+        }
+        for unit in &units[start..=end] {
+            if k > self.longest {
+                return false;
+            }
+            let v = unit.value();
+            if size_of::<U>() == 1 || v < 0x80 {
+                key[k] = v as u8;
+                k += 1;
+            } else if v < 0x800 {
+                key[k] = 0xC0 | (v >> 6) as u8;
+                key[k + 1] = 0x80 | (v & 0x3F) as u8;
+                k += 2;
+            } else {
+                key[k] = 0xE0 | (v >> 12) as u8;
+                key[k + 1] = 0x80 | (v >> 6 & 0x3F) as u8;
+                key[k + 2] = 0x80 | (v & 0x3F) as u8;
+                k += 3;
+            }
+        }
+        self.contains(&key[..k])
+    }
+
+    /// Whether `bytes` are one of the tokens. A word that is not is taken for one when its
+    /// fingerprint equals one met on the way, a chance of about one in a billion.
+    #[inline]
+    fn contains(&self, bytes: &[u8]) -> bool {
+        if bytes.len() > self.longest {
+            return false;
+        }
+        let mask = self.slots.len() - 1;
+        let (mut i, print) = slot(hash(bytes), mask);
+        loop {
+            match self.slots[i] {
+                0 => return false,
+                found if found == print => return true,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+}
+
+/// The slot a hash starts probing at and the fingerprint stored for it.
+#[inline]
+fn slot(h: u64, mask: usize) -> (usize, u32) {
+    (h as usize & mask, ((h >> 32) as u32).max(1))
+}
+
+/// Whether a token's bytes are one of the keys [`sampled_unknown_words`] looks up.
+fn looks_like_a_word(bytes: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
+    let letters = text.strip_prefix([' ', '\t']).unwrap_or(text);
+    !letters.is_empty() && letters.chars().all(|c| is_word_char(u32::from(c)))
+}
+
+/// FxHash over 8 bytes at a time, finished by murmur3's mixer, so that both the low bits (the
+/// slot) and the high bits (the fingerprint) depend on every byte.
+#[inline]
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        h = (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        // Byte by byte: a copy into a buffer read back as a word stalls on the store.
+        let word = rest
+            .iter()
+            .rev()
+            .fold(0u64, |word, &byte| word << 8 | u64::from(byte));
+        h = (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
+}
+
+// Built lazily, once per encoding, from the tokenizers the exact counter loads.
+static O200K_WORDS: LazyLock<WordTokens> =
+    LazyLock::new(|| WordTokens::new(bpe_openai::o200k_base()));
+static CL100K_WORDS: LazyLock<WordTokens> =
+    LazyLock::new(|| WordTokens::new(bpe_openai::cl100k_base()));
+
+fn word_tokens(encoding: Encoding) -> &'static WordTokens {
+    match encoding {
+        Encoding::O200kBase => &O200K_WORDS,
+        Encoding::Cl100kBase => &CL100K_WORDS,
+    }
+}
+
+/// Marks the non-ASCII word characters of the 64-unit block at `start`, whose non-ASCII
+/// units are `non_ascii`, in `word` (one bit per unit; a UTF-8 character's bits may run into
+/// the next block). Branch-free per unit where many are non-ASCII: their classes change every
+/// few units, which a branch per unit mispredicts.
+#[inline]
+fn mark_non_ascii_words<U: Unit>(units: &[U], start: usize, non_ascii: u64, word: &mut [u64]) {
+    let end = (start + 64).min(units.len());
+    let b = start / 64;
+    if size_of::<U>() != 1 {
+        let hit = |v: u32| v.wrapping_sub(0x80) < 0x780 || v.wrapping_sub(0x3040) < 0xC0;
+        if non_ascii.count_ones() <= 8 {
+            // A few accented letters or symbols among ASCII text: only they are read.
+            let mut rest = non_ascii;
+            while rest != 0 {
+                let k = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                word[b] |= u64::from(hit(units[start + k].value())) << k;
+            }
+        } else {
+            let mut mask = 0u64;
+            for (k, unit) in units[start..end].iter().enumerate() {
+                mask |= u64::from(hit(unit.value())) << k;
+            }
+            word[b] |= mask;
+        }
+        return;
+    }
+    // UTF-8: a 2-byte character starts with 0xC2..=0xDF; kana, U+3040..=U+30FF, are
+    // E3 81 80..E3 83 BF.
+    let (mut two, mut kana) = (0u64, 0u64);
+    for k in 0..end - start {
+        let v = units[start + k].value();
+        let next = units.get(start + k + 1).map_or(0, |u| u.value());
+        let next2 = units.get(start + k + 2).map_or(0, |u| u.value());
+        two |= u64::from(v.wrapping_sub(0xC2) < 0x1E) << k;
+        let is_kana =
+            v == 0xE3 && ((next == 0x81 && next2 >= 0x80) || next == 0x82 || next == 0x83);
+        kana |= u64::from(is_kana) << k;
+    }
+    word[b] |= two | two << 1 | kana | kana << 1 | kana << 2;
+    word[b + 1] |= two >> 63 | kana >> 62 | kana >> 63;
+}
+
+/// What the sampled words of `units` (one chunk) that `encoding`'s vocabulary does not hold
+/// take at least, in half tokens: 4 for each, or its letters with diacritics if more (see
+/// [`UNKNOWN_SHARE`]).
+///
+/// A word is a maximal run of word characters after a space, a tab, a line break or the
+/// chunk's start, and before an ASCII character; with the space or tab it follows, it is a
+/// piece of the pre-tokeniser (or several, which take at least two tokens too), so a word that
+/// is not a token takes at least two. Words glued to punctuation, digits or other characters
+/// are skipped: the piece they belong to is harder to tell. Every [`WORD_SAMPLE`]-th word is
+/// looked up, counting from the chunk's first.
+pub fn sampled_unknown_words<U: Unit>(units: &[U], encoding: Encoding) -> usize {
+    sampled_unknown_words_in(units, &word_masks(units), encoding)
+}
+
+/// [`sampled_unknown_words`] given the [`WordMasks`] of `units`' blocks (which the feature
+/// pass records): a scan that branches on every character costs as much as the whole pass.
+pub fn sampled_unknown_words_in<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    encoding: Encoding,
+) -> usize {
+    let n = units.len();
+    let blocks = masks.len();
+    if n == 0 {
+        return 0;
+    }
+    let mut word = Vec::with_capacity(blocks + 1);
+    word.extend(masks.iter().map(|m| m.letters));
+    word.push(0);
+    for (b, m) in masks.iter().enumerate() {
+        if m.non_ascii != 0 {
+            mark_non_ascii_words(units, 64 * b, m.non_ascii, &mut word);
+        }
+    }
+    // Run by run with bit operations rather than unit by unit: a branch per word costs about
+    // as much as the whole feature pass. A word is a run of `word` bits; its start must follow
+    // a separator (the chunk's start counts as a line break), the unit after its end must be
+    // ASCII. Runs with a bad start are cleared by adding their start bit, which carries
+    // through the run (and out of the block, into the run's next part).
+    let word_tokens = word_tokens(encoding);
+    let (mut unknown, mut words) = (0, 0usize);
+    let (mut word_before, mut separator_before, mut carry) = (0, 1, false);
+    for b in 0..blocks {
+        let (w, m) = (word[b], masks[b]);
+        let starts = w & !((w << 1) | word_before);
+        let bad_starts = starts & !((m.separators << 1) | separator_before);
+        let (sum, c1) = w.overflowing_add(bad_starts);
+        let (sum, c2) = sum.overflowing_add(u64::from(carry));
+        carry = c1 || c2;
+        let kept = w & sum;
+        let next_word = word[b + 1] & 1;
+        let next_non_ascii = masks.get(b + 1).map_or(0, |m| m.non_ascii & 1);
+        let ends = kept & !((w >> 1) | (next_word << 63));
+        // The unit after the end exists and is ASCII.
+        let followed = match n - 64 * b {
+            left if left > 64 => u64::MAX,
+            left => (1u64 << (left - 1)) - 1,
+        };
+        let mut valid = ends & !((m.non_ascii >> 1) | (next_non_ascii << 63)) & followed;
+        (word_before, separator_before) = (w >> 63, m.separators >> 63);
+        // The valid words of this block are numbers `words..words + count`; every
+        // WORD_SAMPLE-th one from the chunk's first is looked up.
+        let count = valid.count_ones() as usize;
+        let (mut cleared, mut next) = (0, (WORD_SAMPLE - words % WORD_SAMPLE) % WORD_SAMPLE);
+        words += count;
+        while next < count {
+            for _ in cleared..next {
+                valid &= valid - 1;
+            }
+            cleared = next;
+            next += WORD_SAMPLE;
+            let end = 64 * b + valid.trailing_zeros() as usize;
+            let start = run_start(&word, end);
+            if !word_tokens.holds(units, start, end) {
+                unknown += accented_letters(&units[start..=end]).max(4);
+            }
+        }
+    }
+    unknown
+}
+
+/// How many of the characters of `units` are Latin letters with diacritics, U+00C0..=U+024F.
+fn accented_letters<U: Unit>(units: &[U]) -> usize {
+    let (mut count, mut i) = (0, 0);
+    while i < units.len() {
+        let (c, len) = match units[i].value() {
+            v if v < 0x80 => (v, 1),
+            _ => U::decode(units, i),
+        };
+        count += usize::from((0xC0..=0x24F).contains(&c));
+        i += len;
+    }
+    count
+}
+
+/// The first unit of the run of `word` bits that ends at unit `end`.
+#[inline]
+fn run_start(word: &[u64], end: usize) -> usize {
+    let mut b = end / 64;
+    // The units below `end` in its block that are not word characters.
+    let mut gaps = !word[b] & (u64::MAX >> (63 - end % 64));
+    loop {
+        if gaps != 0 {
+            return 64 * b + 64 - gaps.leading_zeros() as usize;
+        }
+        if b == 0 {
+            return 0;
+        }
+        b -= 1;
+        gaps = !word[b];
+    }
+}
+
+/// Whether the sampled unknown words of a chunk (`units`, its blocks' `masks`) with model
+/// value `value` are too many for the model to bound it (then it is counted exactly).
+pub fn too_many_unknown_words<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    value: f64,
+    encoding: Encoding,
+) -> bool {
+    let half_tokens = sampled_unknown_words_in(units, masks, encoding);
+    (WORD_SAMPLE * half_tokens) as f64 / 2.0 > UNKNOWN_SHARE * value.max(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::count::is_token;
+
+    #[test]
+    fn known_words_are_tokens_and_nonsense_is_not() {
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            // Four words: the first is looked up.
+            assert_eq!(sampled_unknown_words(b"the cat sat down.", e), 0);
+            assert_eq!(sampled_unknown_words(b"cduag cat sat down.", e), 4);
+            // After a space, the space is part of the word's piece.
+            assert_eq!(sampled_unknown_words(b" cduag cat sat down.", e), 4);
+            // Half a token per letter with a diacritic, once there are more than 4.
+            let word = "\nçñóüìãôø cat sat down.";
+            assert_eq!(sampled_unknown_words(word.as_bytes(), e), 8);
+            let word = "\nξξξξξξξξξ cat sat down.";
+            assert_eq!(sampled_unknown_words(word.as_bytes(), e), 4);
+            // Glued to punctuation or digits, or at the chunk's end: not looked up.
+            assert_eq!(sampled_unknown_words(b"(cduag) 1cduag cduag", e), 0);
+            // Every fourth word is looked up.
+            let text = "the cat sat cduag ".repeat(8);
+            assert_eq!(sampled_unknown_words(text.as_bytes(), e), 0);
+            let text = "cduag cat sat down ".repeat(8);
+            assert_eq!(sampled_unknown_words(text.as_bytes(), e), 32);
+        }
+    }
+
+    /// The words [`sampled_unknown_words`] looks up, found one character at a time.
+    fn sampled_words(text: &str) -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        let is_word = |c: char| is_word_char(u32::from(c));
+        let mut out = Vec::new();
+        let mut words = 0;
+        let mut i = 0;
+        while i < chars.len() {
+            if !is_word(chars[i]) || (i > 0 && is_word(chars[i - 1])) {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < chars.len() && is_word(chars[j]) {
+                j += 1;
+            }
+            let before = if i > 0 { chars[i - 1] } else { '\n' };
+            if j < chars.len() && chars[j].is_ascii() && " \t\n\r".contains(before) {
+                if words % WORD_SAMPLE == 0 {
+                    let prefix = if " \t".contains(before) {
+                        &chars[i - 1..i]
+                    } else {
+                        &chars[i..i]
+                    };
+                    out.push(prefix.iter().chain(&chars[i..j]).collect());
+                }
+                words += 1;
+            }
+            i = j;
+        }
+        out
+    }
+
+    #[test]
+    fn the_masks_find_the_words_a_character_walk_finds() {
+        // Words across the 64-unit blocks, 2-byte and 3-byte characters across them in UTF-8.
+        let pieces = [
+            "cduag ", "the\t", "ξο\n", "カナ.", "naïve ", "(x) ", "1ab ", "\r\nç", "東京 ",
+        ];
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for offset in 0..70 {
+                let mut text = "-".repeat(offset);
+                for i in 0..200 {
+                    text.push_str(pieces[(i * 7 + offset) % pieces.len()]);
+                }
+                let expected: usize = sampled_words(&text)
+                    .iter()
+                    .filter(|w| !is_token(w.as_bytes(), e))
+                    .map(|w| {
+                        w.chars()
+                            .filter(|c| ('\u{c0}'..='\u{24f}').contains(c))
+                            .count()
+                    })
+                    .map(|accented| accented.max(4))
+                    .sum();
+                assert_eq!(sampled_unknown_words(text.as_bytes(), e), expected);
+                let units: Vec<u32> = text.chars().map(u32::from).collect();
+                assert_eq!(sampled_unknown_words(&units, e), expected);
+            }
+        }
+    }
+
+    #[test]
+    fn the_word_table_holds_the_word_tokens_and_nothing_else() {
+        for (e, tokenizer) in [
+            (Encoding::O200kBase, bpe_openai::o200k_base()),
+            (Encoding::Cl100kBase, bpe_openai::cl100k_base()),
+        ] {
+            let table = word_tokens(e);
+            let bpe = &tokenizer.bpe;
+            let mut words = 0;
+            for id in 0..bpe.num_tokens() as u32 {
+                let bytes = bpe.token_bytes(id);
+                if looks_like_a_word(bytes) {
+                    words += 1;
+                    assert!(table.contains(bytes), "{bytes:?}");
+                }
+            }
+            assert!(words > 50_000, "{words}");
+            for word in [
+                "cduag",
+                " cduag",
+                "\tyexk",
+                "ςφαηιχυ",
+                " ßßßß",
+                "ノノノノノ",
+            ] {
+                assert!(!is_token(word.as_bytes(), e));
+                assert!(!table.contains(word.as_bytes()), "{word}");
+            }
+        }
+    }
+
+    #[test]
+    fn utf8_and_ucs4_sample_the_same_words() {
+        let text = "ςφαηιχυ\nχωυε ξο ψαγν. カタカナ ひらがな naïve café cduag\r\nçççç.ç ";
+        let units: Vec<u32> = text.chars().map(u32::from).collect();
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let n = sampled_unknown_words(text.as_bytes(), e);
+            assert!(n > 0);
+            assert_eq!(sampled_unknown_words(&units, e), n);
+        }
+    }
+}
