@@ -441,6 +441,21 @@ def test_the_seven_tools_are_offered_with_the_seed_parameters(store: Store) -> N
     assert specs["mind_recall"]["inputSchema"]["required"] == []
 
 
+def test_the_tool_schemas_every_run_shares_cannot_be_changed_through_a_spec(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        spec = next(s for s in run.tool_specs("mcp") if s["name"] == "mind_recall")
+        spec["inputSchema"]["properties"]["limit"]["maximum"] = 10_000
+        spec["inputSchema"]["properties"]["type"]["enum"].append("anything")
+    with stack.run(agent=AGENT) as run:
+        spec = next(s for s in run.tool_specs("mcp") if s["name"] == "mind_recall")
+        assert spec["inputSchema"]["properties"]["limit"]["maximum"] == 50
+        assert "anything" not in spec["inputSchema"]["properties"]["type"]["enum"]
+        refused = run.call_tool("mind_recall", {"query": "x", "limit": 51})
+        assert refused["error"]["code"] == "invalid_arguments"
+        assert "above the maximum 50" in refused["error"]["message"]
+
+
 def test_no_mind_layer_means_no_mind_tools_and_nothing_stored(store: Store) -> None:
     stack = MemoryStack([], store=store)
     with stack.run(agent=AGENT) as run:

@@ -76,7 +76,7 @@ from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import ChangeMark
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count
-from memstrata.tools import Tool
+from memstrata.tools import Tool, frozen
 
 logger = logging.getLogger("memstrata.shared_memory")
 
@@ -94,6 +94,46 @@ DEFAULT_MAX_ENTRIES = 100_000
 MAX_CREATED_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 MAX_TEXT_CHARS = {"source": 256, "title": 256, "description": 4_000}
 HINT_TITLE_CHARS = 120
+
+_KIND_FILTER = {
+    "anyOf": [
+        {"type": "string", "enum": list(KINDS)},
+        {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
+    ]
+}
+# The tools' schemas, built once and read-only: every run shares them.
+_LIST_SCHEMA = frozen(
+    {
+        "type": "object",
+        "properties": {
+            "kind": {**_KIND_FILTER, "type": ["string", "array"]},
+            "key_prefix": {"type": "string"},
+            "sources": {"type": "array", "items": {"type": "string"}},
+        },
+        "additionalProperties": False,
+    }
+)
+_READ_SCHEMA = frozen(
+    {
+        "type": "object",
+        "properties": {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 200}},
+        "required": ["keys"],
+        "additionalProperties": False,
+    }
+)
+_WRITE_SCHEMA = frozen(
+    {
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "description": "Suffix; stored as shared:<key>."},
+            "value": {},
+            "title": {"type": "string", "maxLength": MAX_TEXT_CHARS["title"]},
+            "description": {"type": "string", "maxLength": MAX_TEXT_CHARS["description"]},
+        },
+        "required": ["key", "value"],
+        "additionalProperties": False,
+    }
+)
 
 
 class _Keys:
@@ -632,60 +672,11 @@ class SharedMemory:
         }
 
     def tools_for_model(self) -> builtins.list[Tool]:
-        """The three tools, with their argument schemas."""
-        kind_filter = {
-            "anyOf": [
-                {"type": "string", "enum": list(KINDS)},
-                {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
-            ]
-        }
+        """The three tools, with their argument schemas (read-only: built once, shared)."""
         return [
-            Tool(
-                "memory_list",
-                MEMORY_LIST_DESCRIPTION,
-                {
-                    "type": "object",
-                    "properties": {
-                        "kind": {**kind_filter, "type": ["string", "array"]},
-                        "key_prefix": {"type": "string"},
-                        "sources": {"type": "array", "items": {"type": "string"}},
-                    },
-                    "additionalProperties": False,
-                },
-                self.tool_list,
-            ),
-            Tool(
-                "memory_read",
-                MEMORY_READ_DESCRIPTION,
-                {
-                    "type": "object",
-                    "properties": {
-                        "keys": {"type": "array", "items": {"type": "string"}, "maxItems": 200}
-                    },
-                    "required": ["keys"],
-                    "additionalProperties": False,
-                },
-                self.tool_read,
-            ),
-            Tool(
-                "memory_write",
-                MEMORY_WRITE_DESCRIPTION,
-                {
-                    "type": "object",
-                    "properties": {
-                        "key": {"type": "string", "description": "Suffix; stored as shared:<key>."},
-                        "value": {},
-                        "title": {"type": "string", "maxLength": MAX_TEXT_CHARS["title"]},
-                        "description": {
-                            "type": "string",
-                            "maxLength": MAX_TEXT_CHARS["description"],
-                        },
-                    },
-                    "required": ["key", "value"],
-                    "additionalProperties": False,
-                },
-                self.tool_write,
-            ),
+            Tool("memory_list", MEMORY_LIST_DESCRIPTION, _LIST_SCHEMA, self.tool_list),
+            Tool("memory_read", MEMORY_READ_DESCRIPTION, _READ_SCHEMA, self.tool_read),
+            Tool("memory_write", MEMORY_WRITE_DESCRIPTION, _WRITE_SCHEMA, self.tool_write),
         ]
 
     # Layer protocol -------------------------------------------------------------------------
