@@ -198,6 +198,9 @@ def test_tools_with_equal_schemas_share_one_compiled_check() -> None:
     assert problems == []
     first.check({"n": 7}, "$", problems)
     assert problems == ["$.n: 7 is above the maximum 5"]
+    frozen_first = Tool("t", "d", frozen(first.parameters), handler)
+    assert frozen_first.check is first.check  # the same content, frozen or not
+    assert Tool("t", "d", frozen(other.parameters), handler).check is other.check
     odd = Tool("t", "d", {"type": "object", "properties": {"n": {"enum": [{1, 2}]}}}, handler)
     odd.check({"n": 3}, "$", problems)  # not JSON: compiled on its own, still checks
     assert problems[-1].startswith("$.n: 3 is not one of")
@@ -401,3 +404,11 @@ def test_a_frozen_schema_refuses_every_change_and_still_checks_and_renders() -> 
     assert spec["properties"]["a"] == {"type": ["string", "null"], "enum": ["x", "z", None]}
     spec["properties"]["a"]["enum"].append("w")  # the caller's own, plain copy
     assert tool_spec(tool, "openai")["function"]["parameters"] == plain
+
+
+def test_a_frozen_schema_that_is_not_json_still_checks() -> None:
+    schema = frozen({"type": "object", "properties": {"n": {"enum": [2**70]}}})
+    tool = Tool("t", "d", schema, lambda a: a)
+    raise_problems(tool.check, {"n": 2**70})
+    with pytest.raises(ToolError, match="is not one of"):
+        raise_problems(tool.check, {"n": 3})

@@ -19,7 +19,6 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -71,10 +70,10 @@ class Tool:
     def wire_name(self) -> str:
         return wire_name(self.name)
 
-    @cached_property
+    @property
     def check(self) -> Check:
-        """The parameter schema compiled once (see :func:`compile_schema`); layers make their
-        tools afresh for every run, so equal schemas share one compiled check."""
+        """The parameter schema compiled (see :func:`compile_schema`), once per schema content:
+        layers make their tools afresh for every run, so equal schemas share one check."""
         return compiled(self.parameters)
 
 
@@ -98,6 +97,17 @@ class ReadOnlyDict(dict[str, Any]):
     Layers build their tools' schemas once and share them between runs, so nothing handed out
     may change them; :func:`tool_spec` gives each caller a plain, deep copy to change.
     """
+
+    __slots__ = ("_key",)
+
+    def content_key(self) -> bytes:
+        """The schema's JSON text, keys sorted: what :func:`compiled` looks it up by. Made once,
+        as nothing can change it."""
+        try:
+            return self._key
+        except AttributeError:
+            self._key: bytes = orjson.dumps(self, option=orjson.OPT_SORT_KEYS)
+            return self._key
 
     def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
         raise TypeError("a tool's schema is read-only; tool_spec() gives a copy to change")
@@ -478,7 +488,10 @@ _COMPILED_KEPT = 1024
 def compiled(schema: Mapping[str, Any]) -> Check:
     """:func:`compile_schema`, remembered by the schema's content."""
     try:
-        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        if isinstance(schema, ReadOnlyDict):
+            key = schema.content_key()
+        else:
+            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         return compile_schema(schema)  # not JSON: compiled every time, never shared
     check = _COMPILED.get(key)
