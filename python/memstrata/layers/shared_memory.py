@@ -673,11 +673,7 @@ class SharedMemory:
 
     def tools_for_model(self) -> builtins.list[Tool]:
         """The three tools, with their argument schemas (read-only: built once, shared)."""
-        return [
-            Tool("memory_list", MEMORY_LIST_DESCRIPTION, _LIST_SCHEMA, self.tool_list),
-            Tool("memory_read", MEMORY_READ_DESCRIPTION, _READ_SCHEMA, self.tool_read),
-            Tool("memory_write", MEMORY_WRITE_DESCRIPTION, _WRITE_SCHEMA, self.tool_write),
-        ]
+        return _tools(self, self.tool_write)
 
     # Layer protocol -------------------------------------------------------------------------
 
@@ -698,12 +694,9 @@ class SharedMemory:
         """Nothing to do: the model writes through ``memory_write``."""
 
     def tools(self, handle: SharedMemoryHandle) -> builtins.list[Tool]:
-        return [
-            replace(tool, handler=handle.metered(tool.handler))
-            if tool.name == "memory_write"
-            else tool
-            for tool in handle.memory.tools_for_model()
-        ]
+        """:meth:`SharedMemory.tools_for_model`, ``memory_write`` within the run's quotas."""
+        memory = handle.memory
+        return _tools(memory, handle.metered(memory.tool_write))
 
     def on_spawn(self, handle: SharedMemoryHandle, child: RunContext) -> SharedMemoryHandle:
         """A spawned sub-run shares the workflow's memory (it is a step of the same workflow);
@@ -789,6 +782,15 @@ class SharedMemoryHandle:
                 return hint
             shown -= 1
         return ""
+
+
+def _tools(memory: SharedMemory, write: Callable[[dict[str, Any]], Any]) -> builtins.list[Tool]:
+    """``memory_list``, ``memory_read`` and ``memory_write`` (answered by ``write``)."""
+    return [
+        Tool("memory_list", MEMORY_LIST_DESCRIPTION, _LIST_SCHEMA, memory.tool_list),
+        Tool("memory_read", MEMORY_READ_DESCRIPTION, _READ_SCHEMA, memory.tool_read),
+        Tool("memory_write", MEMORY_WRITE_DESCRIPTION, _WRITE_SCHEMA, write),
+    ]
 
 
 def _kinds(kind: str | Sequence[str] | None) -> set[str] | None:
