@@ -325,6 +325,19 @@ class SharedMemory:
             LimitExceededError: The value is over ``max_value_bytes``, or the key is new and
                 the memory already holds ``max_entries`` entries.
         """
+        return self._put(key, kind, value, source, title, description).entry()
+
+    def _put(
+        self,
+        key: str,
+        kind: Kind,
+        value: Any,
+        source: str | None,
+        title: str | None,
+        description: str | None,
+    ) -> _Record:
+        """:meth:`set`, returning the record held (``memory_write`` answers from it without
+        decoding the value again)."""
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
         if kind not in KINDS:
@@ -393,7 +406,7 @@ class SharedMemory:
             except Exception:
                 # A UI panel or mirror failing must never break the write that fed it.
                 logger.exception("shared-memory listener failed on %s", key)
-        return record.entry()
+        return record
 
     def _write_through(
         self, meta: MemoryEntry, encoded: bytes, sequence: int, old: _Record | None
@@ -656,19 +669,19 @@ class SharedMemory:
             )
         if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in suffix):
             raise ToolError("key contains control characters", code="invalid_arguments")
-        entry = self.set(
-            key=memory_keys.shared(suffix),
-            kind="shared",
-            value=args["value"],
-            source=MEMORY_WRITE_SOURCE,
-            title=args.get("title"),
-            description=args.get("description"),
+        record = self._put(
+            memory_keys.shared(suffix),
+            "shared",
+            args["value"],
+            MEMORY_WRITE_SOURCE,
+            args.get("title"),
+            args.get("description"),
         )
         return {
             "ok": True,
-            "key": entry.key,
+            "key": record.meta.key,
             "kind": "shared",
-            "createdAt": iso_ms(entry.created_at),
+            "createdAt": record.listed["createdAt"],  # iso_ms(created_at), made with the record
         }
 
     def tools_for_model(self) -> builtins.list[Tool]:
