@@ -18,7 +18,7 @@ from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, coun
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind import MindTtlDefaults, ScoreWeights
 from memstrata.layers.mind.committed import refresh
-from memstrata.layers.mind.entries import parse_due_by, parse_duration
+from memstrata.layers.mind.entries import MindRecallResult, parse_due_by, parse_duration
 from memstrata.stores import ChangesSince, InMemoryStore, PostgresStore, Store
 from memstrata.stores.base import ChangeMark, Changes
 
@@ -439,6 +439,65 @@ def test_the_seven_tools_are_offered_with_the_seed_parameters(store: Store) -> N
     assert props["mind_complete_goal"] == {"id", "outcome"}
     # The query is optional: pinned=true without one lists the standing rules.
     assert specs["mind_recall"]["inputSchema"]["required"] == []
+
+
+def test_the_tool_schemas_every_run_shares_cannot_be_changed_through_a_spec(store: Store) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        spec = next(s for s in run.tool_specs("mcp") if s["name"] == "mind_recall")
+        spec["inputSchema"]["properties"]["limit"]["maximum"] = 10_000
+        spec["inputSchema"]["properties"]["type"]["enum"].append("anything")
+    with stack.run(agent=AGENT) as run:
+        spec = next(s for s in run.tool_specs("mcp") if s["name"] == "mind_recall")
+        assert spec["inputSchema"]["properties"]["limit"]["maximum"] == 50
+        assert "anything" not in spec["inputSchema"]["properties"]["type"]["enum"]
+        refused = run.call_tool("mind_recall", {"query": "x", "limit": 51})
+        assert refused["error"]["code"] == "invalid_arguments"
+        assert "above the maximum 50" in refused["error"]["message"]
+
+
+def test_a_recall_hit_as_json_has_every_set_field_in_order_and_is_the_callers_own() -> None:
+    previous = [{"content": "older", "confidence": "low"}]
+    tags = ["a"]
+    full = MindRecallResult(
+        "b1", "belief", "text", tags, 1, 2, score=0.123456, priority="high", status="active",
+        progress=["p"], outcome="o", due_by="2026-06-01", confidence="high", expires_at=3,
+        pinned=True, related_to="r", error=False, previous=previous,
+    )  # fmt: skip
+    payload = full.to_payload()
+    assert list(payload.items()) == [
+        ("id", "b1"),
+        ("type", "belief"),
+        ("content", "text"),
+        ("tags", ["a"]),
+        ("createdAt", 1),
+        ("updatedAt", 2),
+        ("score", 0.1235),
+        ("priority", "high"),
+        ("status", "active"),
+        ("progress", ["p"]),
+        ("outcome", "o"),
+        ("dueBy", "2026-06-01"),
+        ("confidence", "high"),
+        ("expiresAt", 3),
+        ("pinned", True),
+        ("relatedTo", "r"),
+        ("error", False),
+        ("previous", previous),
+    ]
+    payload["tags"].append("b")
+    payload["previous"][0]["content"] = "changed"
+    assert tags == ["a"] and previous[0]["content"] == "older"
+    bare = MindRecallResult("r1", "reflection", "text", [], 1, 2).to_payload()
+    assert bare == {
+        "id": "r1",
+        "type": "reflection",
+        "content": "text",
+        "tags": [],
+        "createdAt": 1,
+        "updatedAt": 2,
+    }
+    assert MindRecallResult("r1", "reflection", "t", [], 1, 2, score=0.0).to_payload()["score"] == 0
 
 
 def test_no_mind_layer_means_no_mind_tools_and_nothing_stored(store: Store) -> None:

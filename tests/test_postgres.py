@@ -615,6 +615,10 @@ def test_a_lock_wait_past_lock_timeout_fails_clearly_and_writes_nothing(url: str
         assert raised.value.timeout == 0.2 and isinstance(raised.value, TimeoutError)
         with pytest.raises(LockTimeoutError):
             store.update_many(NS, {"k": lambda _v: {"by": "timed out"}, "other": lambda _v: 1})
+        with pytest.raises(LockTimeoutError, match=r"lock_timeout of 0\.2 s"):
+            store.put_if_version(NS, "k", {"by": "timed out"}, expected_version=1)
+        with pytest.raises(LockTimeoutError, match=r"lock_timeout of 0\.2 s"):
+            asyncio.run(store.aupdate(NS, "k", lambda _v: {"by": "timed out"}))
     finally:
         held.release()
     assert 0.15 < took < 3.0

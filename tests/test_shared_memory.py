@@ -22,6 +22,7 @@ from memstrata.exceptions import (
     UnsupportedTypeError,
 )
 from memstrata.layers import SharedMemory, memory_keys
+from memstrata.layers.shared_memory import MemoryEntry, iso_ms
 from memstrata.stores import InMemoryStore, Store
 from memstrata.tokens import exact_count
 
@@ -189,6 +190,34 @@ def test_memory_write_publishes_only_under_shared() -> None:
         assert run.call_tool("memory_write", {"value": 1})["error"]["code"] == "invalid_arguments"
     assert memory.get_value("shared:top_source") == {"url": "x"}
     assert not memory.has("task:research")
+
+
+def test_memory_write_answers_with_the_entrys_first_write_time_and_feeds_listeners() -> None:
+    memory = SharedMemory(store=InMemoryStore(), namespace=("s",))
+    heard: list[MemoryEntry] = []
+    memory.subscribe(heard.append)
+    with run_for(memory) as run:
+        first = run.call_tool("memory_write", {"key": "k", "value": {"n": 1}})
+        time.sleep(0.002)
+        again = run.call_tool("memory_write", {"key": "k", "value": {"n": 2}, "title": "T"})
+    entry = memory.get("shared:k")
+    assert entry is not None and entry.value == {"n": 2} and entry.title == "T"
+    assert (
+        first
+        == again
+        == {
+            "ok": True,
+            "key": "shared:k",
+            "kind": "shared",
+            "createdAt": iso_ms(entry.created_at),
+        }
+    )
+    assert [(e.key, e.value, e.source) for e in heard] == [
+        ("shared:k", {"n": 1}, "memory_write"),
+        ("shared:k", {"n": 2}, "memory_write"),
+    ]
+    heard[0].value["n"] = 99  # a listener's entry is its own copy
+    assert memory.get_value("shared:k") == {"n": 2}
 
 
 def test_prompt_section_and_upstream_hint_never_include_values(populated: SharedMemory) -> None:

@@ -111,6 +111,28 @@ def test_tools_are_routed_by_seed_or_wire_name() -> None:
         assert [s["name"] for s in run.tool_specs("anthropic")] == ["wm_echo"]
 
 
+@pytest.mark.parametrize("other_name", ["wm/echo", "wm_echo"])  # the same name or wire name
+def test_two_layers_offering_one_tool_name_are_refused_at_open_naming_both(
+    other_name: str,
+) -> None:
+    first, other = RecordingLayer("wm", 1), RecordingLayer("other", 2)
+    other.tools = lambda handle: [Tool(other_name, "Echo.", {"type": "object"}, dict)]  # type: ignore[method-assign]
+    with pytest.raises(InvalidInputError) as info:
+        make_stack(first, other).run(thread_id="t").open()
+    assert f"tool name {other_name!r} is offered by both layer 'wm' and layer 'other'" in str(
+        info.value
+    )
+    assert [e[0] for e in first.events] == ["init", "close"]  # what opened is closed again
+
+
+def test_a_tool_whose_name_is_its_wire_name_is_indexed_once() -> None:
+    layer = RecordingLayer("wm", 1)
+    layer.tools = lambda handle: [Tool("wm_echo", "Echo.", {"type": "object"}, dict)]  # type: ignore[method-assign]
+    with make_stack(layer).run(thread_id="t") as run:
+        assert [s["function"]["name"] for s in run.tool_specs("openai")] == ["wm_echo"]
+        assert run.call_tool("wm_echo", {"n": 1}) == {"n": 1}
+
+
 @pytest.mark.parametrize(
     ("name", "arguments", "code", "fragment"),
     [

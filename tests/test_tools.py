@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import pickle
 import re
 from typing import Any
 
+import orjson
 import pytest
 
 from memstrata.exceptions import ToolError
@@ -14,7 +17,9 @@ from memstrata.tools import (
     MAX_ARGUMENT_BYTES,
     Tool,
     error_payload,
+    frozen,
     parse_arguments,
+    raise_problems,
     strip_null_padding,
     tool_spec,
     validate_arguments,
@@ -193,6 +198,9 @@ def test_tools_with_equal_schemas_share_one_compiled_check() -> None:
     assert problems == []
     first.check({"n": 7}, "$", problems)
     assert problems == ["$.n: 7 is above the maximum 5"]
+    frozen_first = Tool("t", "d", frozen(first.parameters), handler)
+    assert frozen_first.check is first.check  # the same content, frozen or not
+    assert Tool("t", "d", frozen(other.parameters), handler).check is other.check
     odd = Tool("t", "d", {"type": "object", "properties": {"n": {"enum": [{1, 2}]}}}, handler)
     odd.check({"n": 3}, "$", problems)  # not JSON: compiled on its own, still checks
     assert problems[-1].startswith("$.n: 3 is not one of")
@@ -342,3 +350,65 @@ def test_responses_format_through_a_run() -> None:
     for spec in specs:
         assert set(spec) == {"type", "name", "description", "parameters", "strict"}
         assert spec["type"] == "function" and WIRE.match(spec["name"])
+
+
+def test_a_spec_is_the_callers_own_copy_at_every_depth() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string", "enum": ["x"]}}}
+    tool = Tool("t", "T.", schema, lambda a: a)
+    tool_spec(tool, "openai")["function"]["parameters"]["properties"]["a"]["enum"].append("y")
+    tool_spec(tool, "anthropic")["input_schema"]["properties"]["a"]["type"] = "integer"
+    tool_spec(tool, "mcp")["inputSchema"]["properties"].clear()
+    assert schema == {"type": "object", "properties": {"a": {"type": "string", "enum": ["x"]}}}
+    assert tool_spec(tool, "openai")["function"]["parameters"] == schema
+
+
+def test_a_spec_of_a_schema_that_is_not_json_text_is_still_a_deep_copy() -> None:
+    schema = {"type": "object", "properties": {"a": {"enum": [2**70]}}, "x-extra": {1: ["v"]}}
+    spec = tool_spec(Tool("t", "T.", schema, lambda a: a), "mcp")["inputSchema"]
+    assert spec == schema
+    spec["properties"]["a"]["enum"].append(3)
+    spec["x-extra"][1].append("w")
+    assert schema["properties"]["a"]["enum"] == [2**70]
+    assert schema["x-extra"] == {1: ["v"]}
+
+
+def test_a_frozen_schema_refuses_every_change_and_still_checks_and_renders() -> None:
+    plain = {"type": "object", "properties": {"a": {"type": "string", "enum": ["x", "z"]}}}
+    schema = frozen(plain)
+    inner = schema["properties"]["a"]
+    changes = [
+        lambda: inner.__setitem__("type", "integer"),
+        lambda: inner.__delitem__("type"),
+        lambda: inner.update(type="integer"),
+        lambda: inner.pop("type"),
+        lambda: inner.popitem(),
+        lambda: inner.setdefault("minLength", 1),
+        lambda: inner.clear(),
+        lambda: inner.__ior__({"type": "integer"}),
+    ]
+    for change in changes:
+        with pytest.raises(TypeError, match="read-only"):
+            change()
+    assert inner["enum"] == ("x", "z")  # an array is a tuple: no append
+    assert orjson.loads(orjson.dumps(schema)) == plain
+    assert copy.deepcopy(schema) is schema and copy.copy(schema) is schema
+    unpickled = pickle.loads(pickle.dumps(schema))
+    assert unpickled == schema
+    with pytest.raises(TypeError, match="read-only"):
+        unpickled["properties"]["a"]["type"] = "integer"
+    tool = Tool("t", "T.", schema, lambda a: a)
+    raise_problems(tool.check, {"a": "x"})
+    with pytest.raises(ToolError, match=r"\$\.a: 'y' is not one of 'x', 'z'"):
+        raise_problems(tool.check, {"a": "y"})
+    spec = tool_spec(tool, "openai", strict=True)["function"]["parameters"]
+    assert spec["properties"]["a"] == {"type": ["string", "null"], "enum": ["x", "z", None]}
+    spec["properties"]["a"]["enum"].append("w")  # the caller's own, plain copy
+    assert tool_spec(tool, "openai")["function"]["parameters"] == plain
+
+
+def test_a_frozen_schema_that_is_not_json_still_checks() -> None:
+    schema = frozen({"type": "object", "properties": {"n": {"enum": [2**70]}}})
+    tool = Tool("t", "d", schema, lambda a: a)
+    raise_problems(tool.check, {"n": 2**70})
+    with pytest.raises(ToolError, match="is not one of"):
+        raise_problems(tool.check, {"n": 3})

@@ -206,6 +206,38 @@ def test_pydantic_schema(store: SQLiteStore) -> None:
         assert "required" not in spec["parameters"]
 
 
+def test_changing_a_tool_spec_changes_neither_the_users_schema_nor_the_next_run(
+    store: SQLiteStore,
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"owner": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        "required": ["owner"],
+    }
+    original = json.loads(json.dumps(schema))
+    stack = stack_with(store, schema=schema)
+    with stack.run(thread_id="t") as run:
+        first = run.tool_specs("openai")
+        for spec in first:
+            owner = spec["function"]["parameters"]["properties"]["owner"]
+            owner["properties"]["name"]["type"] = "integer"
+            owner["properties"]["age"] = {"type": "integer"}
+        assert schema == original
+        for tool in stack.layers[0].tools(run.layer("working-memory")):
+            if tool.listed:
+                with pytest.raises(TypeError, match="read-only"):
+                    tool.parameters["properties"]["owner"]["type"] = "string"
+    with stack.run(thread_id="t") as run:
+        again = run.tool_specs("openai")
+        assert [s["function"]["parameters"]["properties"] for s in again] == [
+            original["properties"],
+            original["properties"],
+        ]
+        assert call(run, "working-memory/update", {"owner": {"name": "Ada"}})["ok"]
+        refused = call(run, "working-memory/update", {"owner": {"name": 7}})
+        assert refused["error"]["code"] == "schema_violation"
+
+
 def test_budget_overflow_is_refused_with_size_and_limit(store: SQLiteStore) -> None:
     with stack_with(store, schema={"type": "object"}, budget=(10, 60)).run(thread_id="t") as run:
         call(run, "working-memory/update", {"note": "short"})

@@ -379,15 +379,18 @@ class Run:
         return {name: {read: next(answers) for read in reads} for name, reads in wanted.items()}
 
     def _index_tools(self) -> None:
+        index = self._tools
         for layer in self.stack.layers:
             for tool in layer.tools(self._handles[layer.name]):
-                for key in {tool.name, tool.wire_name}:
-                    if key in self._tools:
+                entry = (layer.name, tool)
+                name, wire = tool.name, tool.wire_name
+                for key in (name,) if wire == name else (name, wire):
+                    if key in index:
                         raise InvalidInputError(
                             f"tool name {key!r} is offered by both layer"
-                            f" {self._tools[key][0]!r} and layer {layer.name!r}"
+                            f" {index[key][0]!r} and layer {layer.name!r}"
                         )
-                    self._tools[key] = (layer.name, tool)
+                    index[key] = entry
 
     def close(self, error: BaseException | None = None) -> None:
         """Closes every opened layer, last slot first; idempotent. Re-raises a layer's failure

@@ -19,7 +19,6 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -71,10 +70,10 @@ class Tool:
     def wire_name(self) -> str:
         return wire_name(self.name)
 
-    @cached_property
+    @property
     def check(self) -> Check:
-        """The parameter schema compiled once (see :func:`compile_schema`); layers make their
-        tools afresh for every run, so equal schemas share one compiled check."""
+        """The parameter schema compiled (see :func:`compile_schema`), once per schema content:
+        layers make their tools afresh for every run, so equal schemas share one check."""
         return compiled(self.parameters)
 
 
@@ -92,6 +91,69 @@ def wire_name(name: str) -> str:
     return f"{safe[: MAX_WIRE_NAME - 9]}_{digest}"
 
 
+class ReadOnlyDict(dict[str, Any]):
+    """A dict no one can change: what :func:`frozen` makes of a schema's objects.
+
+    Layers build their tools' schemas once and share them between runs, so nothing handed out
+    may change them; :func:`tool_spec` gives each caller a plain, deep copy to change.
+    """
+
+    __slots__ = ("_key",)
+
+    def content_key(self) -> bytes:
+        """The schema's JSON text, keys sorted: what :func:`compiled` looks it up by. Made once,
+        as nothing can change it."""
+        try:
+            return self._key
+        except AttributeError:
+            self._key: bytes = orjson.dumps(self, option=orjson.OPT_SORT_KEYS)
+            return self._key
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise TypeError("a tool's schema is read-only; tool_spec() gives a copy to change")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> ReadOnlyDict:
+        return self
+
+    def __deepcopy__(self, _memo: Any) -> ReadOnlyDict:
+        return self  # immutable all the way down
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return ReadOnlyDict, (dict(self),)
+
+
+def frozen(value: Any) -> Any:
+    """A JSON value that cannot be changed: objects become :class:`ReadOnlyDict`, arrays
+    tuples, at every depth (orjson writes both as JSON)."""
+    if isinstance(value, Mapping):
+        return ReadOnlyDict({key: frozen(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen(item) for item in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """A deep, plain copy of a JSON-like value: mappings become dicts, arrays lists."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thawed(item) for item in value]
+    return value
+
+
+def _own_copy(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's own copy of a schema, however deep: a layer may share its tools' schemas
+    between runs (see :func:`frozen`), or hold its user's own schema objects."""
+    try:
+        copied = orjson.loads(orjson.dumps(schema))
+    except (TypeError, orjson.JSONEncodeError):  # not JSON text (an int key, a huge int)
+        copied = _thawed(schema)
+    return copied if isinstance(copied, dict) else dict(schema)
+
+
 def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -> dict[str, Any]:
     """Renders one tool for an SDK.
 
@@ -103,8 +165,10 @@ def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -
     every optional field with null, which :func:`strip_null_padding` removes again. A tool whose
     schema has open-ended parts (a free-form value, an object with arbitrary keys) cannot be
     expressed strictly and is rendered in the normal form, with ``strict`` false.
+
+    The spec is the caller's own: changing it, at any depth, changes no tool.
     """
-    parameters = dict(tool.parameters)
+    parameters = _own_copy(tool.parameters)
     if fmt in ("openai", "responses"):
         function: dict[str, Any] = {
             "name": tool.wire_name,
@@ -424,7 +488,10 @@ _COMPILED_KEPT = 1024
 def compiled(schema: Mapping[str, Any]) -> Check:
     """:func:`compile_schema`, remembered by the schema's content."""
     try:
-        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        if isinstance(schema, ReadOnlyDict):
+            key = schema.content_key()
+        else:
+            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         return compile_schema(schema)  # not JSON: compiled every time, never shared
     check = _COMPILED.get(key)

@@ -76,7 +76,7 @@ from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import ChangeMark
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count
-from memstrata.tools import Tool
+from memstrata.tools import Tool, frozen
 
 logger = logging.getLogger("memstrata.shared_memory")
 
@@ -94,6 +94,46 @@ DEFAULT_MAX_ENTRIES = 100_000
 MAX_CREATED_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 MAX_TEXT_CHARS = {"source": 256, "title": 256, "description": 4_000}
 HINT_TITLE_CHARS = 120
+
+_KIND_FILTER = {
+    "anyOf": [
+        {"type": "string", "enum": list(KINDS)},
+        {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
+    ]
+}
+# The tools' schemas, built once and read-only: every run shares them.
+_LIST_SCHEMA = frozen(
+    {
+        "type": "object",
+        "properties": {
+            "kind": {**_KIND_FILTER, "type": ["string", "array"]},
+            "key_prefix": {"type": "string"},
+            "sources": {"type": "array", "items": {"type": "string"}},
+        },
+        "additionalProperties": False,
+    }
+)
+_READ_SCHEMA = frozen(
+    {
+        "type": "object",
+        "properties": {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 200}},
+        "required": ["keys"],
+        "additionalProperties": False,
+    }
+)
+_WRITE_SCHEMA = frozen(
+    {
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "description": "Suffix; stored as shared:<key>."},
+            "value": {},
+            "title": {"type": "string", "maxLength": MAX_TEXT_CHARS["title"]},
+            "description": {"type": "string", "maxLength": MAX_TEXT_CHARS["description"]},
+        },
+        "required": ["key", "value"],
+        "additionalProperties": False,
+    }
+)
 
 
 class _Keys:
@@ -285,6 +325,19 @@ class SharedMemory:
             LimitExceededError: The value is over ``max_value_bytes``, or the key is new and
                 the memory already holds ``max_entries`` entries.
         """
+        return self._put(key, kind, value, source, title, description).entry()
+
+    def _put(
+        self,
+        key: str,
+        kind: Kind,
+        value: Any,
+        source: str | None,
+        title: str | None,
+        description: str | None,
+    ) -> _Record:
+        """:meth:`set`, returning the record held (``memory_write`` answers from it without
+        decoding the value again)."""
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
         if kind not in KINDS:
@@ -353,7 +406,7 @@ class SharedMemory:
             except Exception:
                 # A UI panel or mirror failing must never break the write that fed it.
                 logger.exception("shared-memory listener failed on %s", key)
-        return record.entry()
+        return record
 
     def _write_through(
         self, meta: MemoryEntry, encoded: bytes, sequence: int, old: _Record | None
@@ -616,77 +669,24 @@ class SharedMemory:
             )
         if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in suffix):
             raise ToolError("key contains control characters", code="invalid_arguments")
-        entry = self.set(
-            key=memory_keys.shared(suffix),
-            kind="shared",
-            value=args["value"],
-            source=MEMORY_WRITE_SOURCE,
-            title=args.get("title"),
-            description=args.get("description"),
+        record = self._put(
+            memory_keys.shared(suffix),
+            "shared",
+            args["value"],
+            MEMORY_WRITE_SOURCE,
+            args.get("title"),
+            args.get("description"),
         )
         return {
             "ok": True,
-            "key": entry.key,
+            "key": record.meta.key,
             "kind": "shared",
-            "createdAt": iso_ms(entry.created_at),
+            "createdAt": record.listed["createdAt"],  # iso_ms(created_at), made with the record
         }
 
     def tools_for_model(self) -> builtins.list[Tool]:
-        """The three tools, with their argument schemas."""
-        kind_filter = {
-            "anyOf": [
-                {"type": "string", "enum": list(KINDS)},
-                {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
-            ]
-        }
-        return [
-            Tool(
-                "memory_list",
-                MEMORY_LIST_DESCRIPTION,
-                {
-                    "type": "object",
-                    "properties": {
-                        "kind": {**kind_filter, "type": ["string", "array"]},
-                        "key_prefix": {"type": "string"},
-                        "sources": {"type": "array", "items": {"type": "string"}},
-                    },
-                    "additionalProperties": False,
-                },
-                self.tool_list,
-            ),
-            Tool(
-                "memory_read",
-                MEMORY_READ_DESCRIPTION,
-                {
-                    "type": "object",
-                    "properties": {
-                        "keys": {"type": "array", "items": {"type": "string"}, "maxItems": 200}
-                    },
-                    "required": ["keys"],
-                    "additionalProperties": False,
-                },
-                self.tool_read,
-            ),
-            Tool(
-                "memory_write",
-                MEMORY_WRITE_DESCRIPTION,
-                {
-                    "type": "object",
-                    "properties": {
-                        "key": {"type": "string", "description": "Suffix; stored as shared:<key>."},
-                        "value": {},
-                        "title": {"type": "string", "maxLength": MAX_TEXT_CHARS["title"]},
-                        "description": {
-                            "type": "string",
-                            "maxLength": MAX_TEXT_CHARS["description"],
-                        },
-                    },
-                    "required": ["key", "value"],
-                    "additionalProperties": False,
-                },
-                self.tool_write,
-            ),
-        ]
+        """The three tools, with their argument schemas (read-only: built once, shared)."""
+        return _tools(self, self.tool_write)
 
     # Layer protocol -------------------------------------------------------------------------
 
@@ -707,12 +707,9 @@ class SharedMemory:
         """Nothing to do: the model writes through ``memory_write``."""
 
     def tools(self, handle: SharedMemoryHandle) -> builtins.list[Tool]:
-        return [
-            replace(tool, handler=handle.metered(tool.handler))
-            if tool.name == "memory_write"
-            else tool
-            for tool in handle.memory.tools_for_model()
-        ]
+        """:meth:`SharedMemory.tools_for_model`, ``memory_write`` within the run's quotas."""
+        memory = handle.memory
+        return _tools(memory, handle.metered(memory.tool_write))
 
     def on_spawn(self, handle: SharedMemoryHandle, child: RunContext) -> SharedMemoryHandle:
         """A spawned sub-run shares the workflow's memory (it is a step of the same workflow);
@@ -798,6 +795,15 @@ class SharedMemoryHandle:
                 return hint
             shown -= 1
         return ""
+
+
+def _tools(memory: SharedMemory, write: Callable[[dict[str, Any]], Any]) -> builtins.list[Tool]:
+    """``memory_list``, ``memory_read`` and ``memory_write`` (answered by ``write``)."""
+    return [
+        Tool("memory_list", MEMORY_LIST_DESCRIPTION, _LIST_SCHEMA, memory.tool_list),
+        Tool("memory_read", MEMORY_READ_DESCRIPTION, _READ_SCHEMA, memory.tool_read),
+        Tool("memory_write", MEMORY_WRITE_DESCRIPTION, _WRITE_SCHEMA, write),
+    ]
 
 
 def _kinds(kind: str | Sequence[str] | None) -> set[str] | None:

@@ -48,6 +48,7 @@ Decisions where Modulatio is silent:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -624,6 +625,7 @@ def derived_id(call_id: str, digest_hex: str) -> str:
     return f"{call_id[: MAX_FILE_ID - 13]}:{digest_hex[:12]}"
 
 
+@functools.lru_cache(maxsize=4096)  # by the id's text: every run of a thread labels it again
 def _label(scope_id: str | None) -> str:
     if scope_id is None:
         return _NONE

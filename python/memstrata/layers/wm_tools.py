@@ -10,7 +10,7 @@ no spec lists.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from memstrata.exceptions import BudgetExceededError, SchemaViolationError, ToolError
@@ -29,7 +29,7 @@ from memstrata.prompts import WORKING_MEMORY_UPDATE_REQUIRED as WHAT_REQUIRED
 from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_STRUCTURED as WHAT_STRUCTURED
 from memstrata.prompts import WORKING_MEMORY_UPDATE_WHAT_TEXT as WHAT_TEXT
 from memstrata.schemas import json_schema_of
-from memstrata.tools import Tool, wire_name
+from memstrata.tools import Tool, frozen, wire_name
 
 if TYPE_CHECKING:
     from memstrata.layers.working_memory import WorkingMemory, WorkingMemoryHandle
@@ -68,12 +68,37 @@ def tool_names(layer: WorkingMemory) -> dict[str, str]:
     return {**names, "guidelines": guidelines, "rewrite_wire": rewrite, "compact": compact}
 
 
+def tool_schemas(layer: WorkingMemory) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Each tool's description and parameter schema, by the tool's short name (``update``,
+    ``replace``, ``get``, ``clear``, the legacy tool). Built once per layer, read-only (see
+    :func:`~memstrata.tools.frozen`): every run shares them."""
+    if layer.tool_flavor == "voltagent":
+        schemas = {
+            "get": (GET_DESCRIPTION, _NO_ARGUMENTS),
+            "update": (SET_DESCRIPTION, _content_schema(layer)),
+            "clear": (CLEAR_DESCRIPTION, _NO_ARGUMENTS),
+        }
+    elif layer.structured:
+        # A patch is partial; it is checked after merging, against the full schema.
+        full = json_schema_of(layer.schema)
+        partial = {k: v for k, v in full.items() if k != "required"}
+        what = UPDATE_DESCRIPTION.format(what=WHAT_STRUCTURED)
+        if layer.required:
+            what += " " + WHAT_REQUIRED.format(fields=", ".join(layer.required))
+        schemas = {"update": (what, partial), "replace": (REPLACE_DESCRIPTION, full)}
+    else:
+        schemas = {"update": (UPDATE_DESCRIPTION.format(what=WHAT_TEXT), _content_schema(layer))}
+    schemas[LEGACY_TOOL] = ("", {"type": "object"})
+    return {name: (text, frozen(schema)) for name, (text, schema) in schemas.items()}
+
+
 def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
     if layer.read_only:
         return []
-    names = layer.tool_names
+    names, schemas = layer.tool_names, layer.tool_schemas
 
-    def tool(name: str, description: str, parameters: Any, write: Any, **kw: Any) -> Tool:
+    def tool(name: str, write: Any, **kw: Any) -> Tool:
+        description, parameters = schemas[name]
         return Tool(names.get(name, name), description, parameters, _for_model(handle, write), **kw)
 
     def update(args: dict[str, Any]) -> None:
@@ -85,43 +110,26 @@ def tools_for(layer: WorkingMemory, handle: WorkingMemoryHandle) -> list[Tool]:
         return {"content": handle.snapshot, "format": layer.format}
 
     if layer.tool_flavor == "voltagent":
+        description, parameters = schemas["get"]
         tools = [
-            Tool(names["get"], GET_DESCRIPTION, _NO_ARGUMENTS, lambda _: get()),
-            tool("update", SET_DESCRIPTION, _content_schema(layer), update),
-            tool("clear", CLEAR_DESCRIPTION, _NO_ARGUMENTS, lambda _: handle.clear()),
+            Tool(names["get"], description, parameters, lambda _: get()),
+            tool("update", update),
+            tool("clear", lambda _: handle.clear()),
         ]
     elif layer.structured:
 
         def replace(args: dict[str, Any]) -> None:
             return handle.apply(args, "replace")
 
-        # A patch is partial; it is checked after merging, against the full schema.
-        full = json_schema_of(layer.schema)
-        partial = {k: v for k, v in full.items() if k != "required"}
-        what = UPDATE_DESCRIPTION.format(what=WHAT_STRUCTURED)
-        if layer.required:
-            what += " " + WHAT_REQUIRED.format(fields=", ".join(layer.required))
-        tools = [
-            tool("update", what, partial, update, validate=False),
-            tool(
-                "replace",
-                REPLACE_DESCRIPTION,
-                json_schema_of(layer.schema),
-                replace,
-                validate=False,
-            ),
-        ]
+        tools = [tool("update", update, validate=False), tool("replace", replace, validate=False)]
     else:
-        what = UPDATE_DESCRIPTION.format(what=WHAT_TEXT)
-        tools = [tool("update", what, _content_schema(layer), update)]
+        tools = [tool("update", update)]
     if layer.name == DEFAULT_NAME:
 
         def legacy(args: dict[str, Any]) -> Any:
             return handle.apply_legacy(args, source="call_tool")
 
-        tools.append(
-            tool(LEGACY_TOOL, "", {"type": "object"}, legacy, validate=False, listed=False)
-        )
+        tools.append(tool(LEGACY_TOOL, legacy, validate=False, listed=False))
     return tools
 
 

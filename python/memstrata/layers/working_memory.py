@@ -50,6 +50,7 @@ from memstrata.layers.wm_tools import (
     DEFAULT_NAME,
     LEGACY_TOOL,
     tool_names,
+    tool_schemas,
     tools_for,
 )
 from memstrata.messages import tool_calls
@@ -147,6 +148,7 @@ class WorkingMemory:
         self._violations = state_checker(schema)
         # Fields every state holds: the update tool takes a partial patch, so it names them.
         self.required = required_fields(schema) if schema is not None else []
+        self.tool_schemas = tool_schemas(self)
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:

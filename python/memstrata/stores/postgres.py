@@ -228,6 +228,9 @@ class PostgresStore(Store):
         lock_timeout: float | None = None,
     ) -> None:
         pool_module = _require_psycopg()
+        import psycopg
+
+        self._lock_not_available: type[BaseException] = psycopg.errors.LockNotAvailable
         self.url = url
         self.lock_timeout = _checked_lock_timeout(lock_timeout)
         conninfo = _with_lock_timeout(url, self.lock_timeout)
@@ -252,9 +255,14 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
-        """A pooled connection; a lock wait past the lock timeout raises LockTimeoutError."""
-        with self._lock_timeout_named(), self._pool.connection() as conn:
-            yield conn
+        """A pooled connection; a lock wait past the lock timeout raises LockTimeoutError.
+
+        One context manager around the pool's, not two: every store call opens one."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except self._lock_not_available as exc:
+            raise self._lock_timeout_error(exc) from exc
 
     @contextlib.asynccontextmanager
     async def _aconnection(self) -> AsyncIterator[Any]:
@@ -265,21 +273,22 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def _lock_timeout_named(self) -> Iterator[None]:
-        import psycopg
-
         try:
             yield
-        except psycopg.errors.LockNotAvailable as exc:
-            setting = (
-                f"its lock_timeout of {self.lock_timeout:g} s"
-                if self.lock_timeout is not None
-                else "the server's lock_timeout setting"
-            )
-            raise LockTimeoutError(
-                f"PostgresStore gave up waiting for a lock another connection holds, after "
-                f"{setting}; the call was rolled back and wrote nothing ({exc})",
-                timeout=self.lock_timeout,
-            ) from exc
+        except self._lock_not_available as exc:
+            raise self._lock_timeout_error(exc) from exc
+
+    def _lock_timeout_error(self, exc: BaseException) -> LockTimeoutError:
+        setting = (
+            f"its lock_timeout of {self.lock_timeout:g} s"
+            if self.lock_timeout is not None
+            else "the server's lock_timeout setting"
+        )
+        return LockTimeoutError(
+            f"PostgresStore gave up waiting for a lock another connection holds, after "
+            f"{setting}; the call was rolled back and wrote nothing ({exc})",
+            timeout=self.lock_timeout,
+        )
 
     def _migrate(self) -> None:
         with self._connection() as conn, conn.transaction():

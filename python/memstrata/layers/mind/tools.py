@@ -19,7 +19,7 @@ from memstrata.prompts import (
     MIND_UNPIN_DESCRIPTION,
     MIND_UPDATE_GOAL_DESCRIPTION,
 )
-from memstrata.tools import Tool
+from memstrata.tools import Tool, frozen
 
 if TYPE_CHECKING:
     from memstrata.layers.mind.handle import AgentMindHandle
@@ -44,6 +44,78 @@ def _schema(required: list[str], **properties: Any) -> dict[str, Any]:
         "required": required,
         "additionalProperties": False,
     }
+
+
+# The tools' schemas, built once and read-only: every run shares them and binds only the
+# handlers to its handle.
+_NULLABLE = {"type": ["string", "null"], "maxLength": MAX_CONTENT_CHARS}
+
+_RECALL_SCHEMA = frozen(
+    _schema(
+        [],
+        query={**_TEXT, "description": "Free-text query (needed unless pinned=true)."},
+        type={"type": "string", "enum": ["belief", "reflection", "goal", "all"]},
+        status={"type": "string", "enum": list(GOAL_STATUSES)},
+        tags=_TAGS_SCHEMA,
+        pinned={"type": ["boolean", "null"]},
+        includeExpired={"type": ["boolean", "null"]},
+        threshold={"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        limit={"type": ["integer", "null"], "minimum": 1, "maximum": MAX_RECALL_LIMIT},
+    )
+)
+
+_BELIEVE_SCHEMA = frozen(
+    _schema(
+        ["content"],
+        content={**_TEXT, "description": "The belief statement."},
+        confidence={"type": "string", "enum": list(CONFIDENCE_LEVELS)},
+        tags=_TAGS_SCHEMA,
+        expiresIn={**_NULLABLE, "description": "TTL such as '7d' or '90d'."},
+        allowDowngrade={"type": ["boolean", "null"]},
+    )
+)
+
+_REFLECT_SCHEMA = frozen(
+    _schema(
+        ["content"],
+        content={**_TEXT, "description": "The observation."},
+        pin={"type": ["boolean", "null"]},
+        tags=_TAGS_SCHEMA,
+        relatedTo={**_NULLABLE, "description": "Context, e.g. a PR or task id."},
+    )
+)
+
+_UNPIN_REFLECTION_SCHEMA = frozen(
+    _schema(["id"], id={"type": "string", "minLength": 1, "maxLength": 64})
+)
+
+_SET_GOAL_SCHEMA = frozen(
+    _schema(
+        ["description"],
+        description={**_TEXT, "description": "The goal statement."},
+        priority={"type": "string", "enum": list(GOAL_PRIORITIES)},
+        tags=_TAGS_SCHEMA,
+        dueBy={**_NULLABLE, "description": "ISO date ('2026-06-01') or duration ('30d')."},
+    )
+)
+
+_UPDATE_GOAL_SCHEMA = frozen(
+    _schema(
+        ["id"],
+        id={"type": "string", "minLength": 1, "maxLength": 64},
+        description=_NULLABLE,
+        priority={"type": ["string", "null"], "enum": [*GOAL_PRIORITIES, None]},
+        progress=_NULLABLE,
+    )
+)
+
+_COMPLETE_GOAL_SCHEMA = frozen(
+    _schema(
+        ["id"],
+        id={"type": "string", "minLength": 1, "maxLength": 64},
+        outcome=_NULLABLE,
+    )
+)
 
 
 def _args(args: dict[str, Any]) -> dict[str, Any]:
@@ -109,87 +181,17 @@ def mind_tools(handle: AgentMindHandle) -> list[Tool]:
         a = _args(args)
         return handle.complete_goal(a["id"], outcome=a.get("outcome"))
 
-    nullable = {"type": ["string", "null"], "maxLength": MAX_CONTENT_CHARS}
     return [
-        Tool(
-            "mind_recall",
-            MIND_RECALL_DESCRIPTION,
-            _schema(
-                [],
-                query={**_TEXT, "description": "Free-text query (needed unless pinned=true)."},
-                type={"type": "string", "enum": ["belief", "reflection", "goal", "all"]},
-                status={"type": "string", "enum": list(GOAL_STATUSES)},
-                tags=_TAGS_SCHEMA,
-                pinned={"type": ["boolean", "null"]},
-                includeExpired={"type": ["boolean", "null"]},
-                threshold={"type": ["number", "null"], "minimum": 0, "maximum": 1},
-                limit={"type": ["integer", "null"], "minimum": 1, "maximum": MAX_RECALL_LIMIT},
-            ),
-            recall,
-        ),
-        Tool(
-            "mind_believe",
-            MIND_BELIEVE_DESCRIPTION,
-            _schema(
-                ["content"],
-                content={**_TEXT, "description": "The belief statement."},
-                confidence={"type": "string", "enum": list(CONFIDENCE_LEVELS)},
-                tags=_TAGS_SCHEMA,
-                expiresIn={**nullable, "description": "TTL such as '7d' or '90d'."},
-                allowDowngrade={"type": ["boolean", "null"]},
-            ),
-            believe,
-        ),
-        Tool(
-            "mind_reflect",
-            MIND_REFLECT_DESCRIPTION,
-            _schema(
-                ["content"],
-                content={**_TEXT, "description": "The observation."},
-                pin={"type": ["boolean", "null"]},
-                tags=_TAGS_SCHEMA,
-                relatedTo={**nullable, "description": "Context, e.g. a PR or task id."},
-            ),
-            reflect,
-        ),
-        Tool(
-            "mind_unpin_reflection",
-            MIND_UNPIN_DESCRIPTION,
-            _schema(["id"], id={"type": "string", "minLength": 1, "maxLength": 64}),
-            unpin,
-        ),
-        Tool(
-            "mind_set_goal",
-            MIND_SET_GOAL_DESCRIPTION,
-            _schema(
-                ["description"],
-                description={**_TEXT, "description": "The goal statement."},
-                priority={"type": "string", "enum": list(GOAL_PRIORITIES)},
-                tags=_TAGS_SCHEMA,
-                dueBy={**nullable, "description": "ISO date ('2026-06-01') or duration ('30d')."},
-            ),
-            set_goal,
-        ),
-        Tool(
-            "mind_update_goal",
-            MIND_UPDATE_GOAL_DESCRIPTION,
-            _schema(
-                ["id"],
-                id={"type": "string", "minLength": 1, "maxLength": 64},
-                description=nullable,
-                priority={"type": ["string", "null"], "enum": [*GOAL_PRIORITIES, None]},
-                progress=nullable,
-            ),
-            update_goal,
-        ),
+        Tool("mind_recall", MIND_RECALL_DESCRIPTION, _RECALL_SCHEMA, recall),
+        Tool("mind_believe", MIND_BELIEVE_DESCRIPTION, _BELIEVE_SCHEMA, believe),
+        Tool("mind_reflect", MIND_REFLECT_DESCRIPTION, _REFLECT_SCHEMA, reflect),
+        Tool("mind_unpin_reflection", MIND_UNPIN_DESCRIPTION, _UNPIN_REFLECTION_SCHEMA, unpin),
+        Tool("mind_set_goal", MIND_SET_GOAL_DESCRIPTION, _SET_GOAL_SCHEMA, set_goal),
+        Tool("mind_update_goal", MIND_UPDATE_GOAL_DESCRIPTION, _UPDATE_GOAL_SCHEMA, update_goal),
         Tool(
             "mind_complete_goal",
             MIND_COMPLETE_GOAL_DESCRIPTION,
-            _schema(
-                ["id"],
-                id={"type": "string", "minLength": 1, "maxLength": 64},
-                outcome=nullable,
-            ),
+            _COMPLETE_GOAL_SCHEMA,
             complete_goal,
         ),
     ]
