@@ -642,6 +642,24 @@ def test_a_bad_lock_timeout_is_refused(url: str, seconds: Any) -> None:
         PostgresStore(url, lock_timeout=seconds)
 
 
+@pytest.mark.parametrize("seconds", [2147483.648, 3e6, 1e300])
+def test_a_lock_timeout_past_postgresqls_range_is_refused_at_once(url: str, seconds: Any) -> None:
+    """The server takes at most 2147483647 ms: a longer timeout would make every connection
+    fail, and the store's constructor wait for the pool's 30 s before a PoolTimeout."""
+    start = time.perf_counter()
+    with pytest.raises(InvalidInputError, match=r"lock_timeout must be .* up to 2147483\.647"):
+        PostgresStore(url, lock_timeout=seconds)
+    assert time.perf_counter() - start < 5
+
+
+def test_the_longest_lock_timeout_postgresql_takes_is_accepted(url: str) -> None:
+    store = PostgresStore(url, lock_timeout=2147483.647)
+    with store._connection() as conn:
+        (setting,) = conn.execute("SELECT current_setting('lock_timeout')").fetchone()
+    assert setting == "2147483647ms"
+    store.close()
+
+
 def test_a_cancelled_async_call_waits_for_a_held_lock_no_longer_than_lock_timeout(
     url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
