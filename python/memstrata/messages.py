@@ -378,8 +378,6 @@ MAX_SLIDE = 64
 class _NeverEqual(dict):  # type: ignore[type-arg]
     """Stands at a position with no origin: unequal to every message, ``{}`` included."""
 
-    __hash__ = None  # type: ignore[assignment]
-
     def __eq__(self, other: object) -> bool:
         return False
 
