@@ -420,3 +420,50 @@ def test_a_postgres_update_abandoned_in_a_closed_loop_leaves_no_record_locked(
     other.close()
     del abandoned
     store.close()
+
+
+def test_the_first_async_calls_of_a_process_made_from_several_threads_at_once() -> None:
+    """The first ``run_sync`` sets the bridge up (greenlet imported, its worker type made): in
+    a fresh process, event loops started in several threads at the same moment each run their
+    sync code bridged, every call, the first ones too."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import asyncio, threading
+        from memstrata._bridge import await_, bridged, run_sync
+
+        start = threading.Barrier(8)
+        answers = []
+
+        def sync_code():
+            await_(asyncio.sleep(0))  # fails unless the code runs bridged
+            return bridged()
+
+        async def first_call():
+            start.wait()  # every thread's loop is running: they meet the setup at once
+            return await run_sync(sync_code)
+
+        def thread():
+            try:
+                answers.append(asyncio.run(first_call()))
+                for _ in range(2):
+                    answers.append(asyncio.run(run_sync(sync_code)))
+            except BaseException as exc:
+                answers.append(repr(exc))
+
+        threads = [threading.Thread(target=thread) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(answers)
+        """
+    )
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == repr([True] * 24), done.stdout

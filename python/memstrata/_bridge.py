@@ -41,7 +41,20 @@ _IDLE_KEPT = 64
 _AWAIT, _FINISH, _RETURNED, _RAISED = range(4)
 
 
+# Orders the first run_syncs of threads whose loops start together: each would otherwise make
+# its own Worker class, and bridged() (a check of the type) would fail the other threads' code.
+_setup = threading.Lock()
+
+
 def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
+    if _worker_class is None:
+        with _setup:
+            _set_up()
+    assert _getcurrent is not None and _worker_class is not None
+    return _getcurrent, _worker_class
+
+
+def _set_up() -> None:
     global _getcurrent, _worker_class, _running_loop
     if _worker_class is None:
         import asyncio
@@ -53,10 +66,9 @@ def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
 
             pins = 0  # pinned() blocks it is in
 
-        _getcurrent, _worker_class = greenlet.getcurrent, Worker
-        _running_loop = asyncio.get_running_loop
-    assert _getcurrent is not None
-    return _getcurrent, _worker_class
+        # The class last: _greenlets() takes a class set to mean all three are.
+        _getcurrent, _running_loop = greenlet.getcurrent, asyncio.get_running_loop
+        _worker_class = Worker
 
 
 def _work(job: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]) -> None:
