@@ -265,6 +265,7 @@ class PostgresStore(Store):
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
         """A pooled connection; a lock wait past the lock timeout raises LockTimeoutError."""
+        self._async.close_ended()
         with self._lock_timeout_named(), self._pool.connection() as conn:
             yield conn
 
