@@ -636,6 +636,22 @@ def test_lock_timeout_keeps_the_urls_own_options(url: str) -> None:
     store.close()
 
 
+def test_lock_timeout_keeps_the_options_of_the_environment(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq reads PGOPTIONS only when the connection string names no options: the lock
+    timeout's own must not silently drop the deployment's."""
+    monkeypatch.setenv("PGOPTIONS", "-c application_name=from-env")
+    found = []
+    for store in (PostgresStore(url, lock_timeout=1.5), PostgresStore(url)):
+        with store._connection() as conn:
+            found += conn.execute(
+                "SELECT current_setting('lock_timeout'), current_setting('application_name')"
+            ).fetchall()
+        store.close()
+    assert found == [("1500ms", "from-env"), ("0", "from-env")]
+
+
 @pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), "2", True])
 def test_a_bad_lock_timeout_is_refused(url: str, seconds: Any) -> None:
     with pytest.raises(InvalidInputError, match="lock_timeout must be a positive number"):

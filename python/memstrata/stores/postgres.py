@@ -56,6 +56,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
+import os
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -163,13 +164,16 @@ def _milliseconds(seconds: float) -> int:
 
 def _with_lock_timeout(url: str, seconds: float | None) -> str:
     """``url`` with ``lock_timeout`` set for every session (``-c`` in libpq's ``options``,
-    after any the URL has), so no statement costs a round trip to set it."""
+    after any the URL has, else PGOPTIONS), so no statement costs a round trip to set it."""
     if seconds is None:
         return url
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     milliseconds = _milliseconds(seconds)
-    options = conninfo_to_dict(url).get("options") or ""
+    # libpq reads PGOPTIONS only for a connection string without options: kept here.
+    options = conninfo_to_dict(url).get("options")
+    if options is None:
+        options = os.environ.get("PGOPTIONS", "")
     return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
 
 
