@@ -420,3 +420,98 @@ def test_a_postgres_update_abandoned_in_a_closed_loop_leaves_no_record_locked(
     other.close()
     del abandoned
     store.close()
+
+
+def test_the_first_async_calls_of_a_process_made_from_several_threads_at_once() -> None:
+    """The first ``run_sync`` sets the bridge up (greenlet imported, its worker type made): in
+    a fresh process, event loops started in several threads at the same moment each run their
+    sync code bridged, every call, the first ones too."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import asyncio, threading
+        from memstrata._bridge import await_, bridged, run_sync
+
+        start = threading.Barrier(8)
+        answers = []
+
+        def sync_code():
+            await_(asyncio.sleep(0))  # fails unless the code runs bridged
+            return bridged()
+
+        async def first_call():
+            start.wait()  # every thread's loop is running: they meet the setup at once
+            return await run_sync(sync_code)
+
+        def thread():
+            try:
+                answers.append(asyncio.run(first_call()))
+                for _ in range(2):
+                    answers.append(asyncio.run(run_sync(sync_code)))
+            except BaseException as exc:
+                answers.append(repr(exc))
+
+        threads = [threading.Thread(target=thread) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(answers)
+        """
+    )
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == repr([True] * 24), done.stdout
+
+
+def test_a_postgres_record_an_abandoned_update_locked_is_freed_for_the_calls_that_follow(
+    postgres_url: str,
+) -> None:
+    """An update suspended waiting for a record's lock when its loop is closed takes the lock
+    once it is free and holds it while its connection stays open. The calls that follow on the
+    same store free it, whatever they run on: the sync methods, or a loop that was already
+    running before the other one closed (not only a loop's first call)."""
+    store = PostgresStore(postgres_url, lock_timeout=3)
+    empty_postgres_tables(postgres_url)
+    namespace = ("closed-loop-then",)
+
+    def waiting_for_a_lock() -> bool:
+        with psycopg.connect(postgres_url) as conn:
+            (waiting,) = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        return bool(waiting)
+
+    def abandon_an_update(key: str) -> Any:
+        held = HeldRecord(postgres_url, namespace, key)
+        abandoned = abandon_in_a_closed_loop(
+            lambda: store.aupdate(namespace, key, lambda _v: {"by": "abandoned"}),
+            waiting_for_a_lock,
+        )
+        held.release()
+        return abandoned
+
+    # A loop that runs all along, in its own thread, and has used the store before.
+    running = asyncio.new_event_loop()
+    thread = threading.Thread(target=running.run_forever)
+    thread.start()
+    try:
+
+        def on_the_running_loop(coro: Any) -> Any:
+            return asyncio.run_coroutine_threadsafe(coro, running).result(30)
+
+        assert on_the_running_loop(store.aget(namespace, "none")) is None
+        first = abandon_an_update("sync")
+        assert store.update(namespace, "sync", lambda _v: {"by": "sync"}).value == {"by": "sync"}
+        second = abandon_an_update("async")
+        item = on_the_running_loop(store.aupdate(namespace, "async", lambda _v: {"by": "loop"}))
+        assert item.value == {"by": "loop"}
+    finally:
+        running.call_soon_threadsafe(running.stop)
+        thread.join(10)
+        running.close()
+    del first, second
+    store.close()

@@ -570,3 +570,38 @@ def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:
 
     assert main("Who am I?", model=Recording(responses=[AIMessage("Priya")]), path=path) == "Priya"
     assert "Priya" in seen[0]  # the second run's prompt holds what the first one wrote
+
+
+def test_a_cancelled_abatch_finishes_its_ops_before_it_raises(tmp_path: pathlib.Path) -> None:
+    """A put is several store writes (the item, its vectors, its namespace's registry entry):
+    an abatch cancelled while a write waits (the SQLite file locked by another process) still
+    makes them all, then raises the cancellation, as batch run in a thread did; the item is
+    found by a search from a fresh adapter."""
+    import sqlite3
+
+    def index() -> dict[str, Any]:
+        return {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
+
+    adapter = MemstrataStore(SQLiteStore(tmp_path / "s.db"), index=index())
+    adapter.batch([PutOp(("docs",), "z", {"text": "before"})])
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+
+    async def main() -> None:
+        other.execute("BEGIN IMMEDIATE")
+        put = asyncio.ensure_future(
+            adapter.abatch([PutOp(("notes",), "a", {"text": "red apples"})])
+        )
+        await asyncio.sleep(0.2)  # the item's write waits for the file in a worker thread
+        put.cancel()
+        await asyncio.sleep(0.05)
+        other.execute("COMMIT")
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(put, timeout=10)
+
+    asyncio.run(main())
+    other.close()
+    fresh = MemstrataStore(SQLiteStore(tmp_path / "s.db"), index=index())
+    assert ("notes",) in fresh.list_namespaces()
+    found = fresh.search(("notes",), query="red apples", limit=1)
+    assert [(r.key, r.value) for r in found] == [("a", {"text": "red apples"})]
+    assert found[0].score is not None

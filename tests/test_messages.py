@@ -261,3 +261,19 @@ def test_realignment_and_comparison_match_a_position_by_position_reference() -> 
             orjson.dumps(after[p]) for p in new.deep
         ]
     assert slid > 1000  # most cases slid: the realignment itself was checked
+
+
+def test_an_empty_dict_where_a_slid_window_has_no_old_message_counts_as_changed() -> None:
+    """A position the realignment finds no old message for compares unequal to every message,
+    an empty dict too: otherwise ``{}`` injected before a slid window passes for unchanged."""
+    from memstrata.messages import EMPTY_SNAPSHOT, changes, compare, realigned
+
+    before = [{"role": "user", "content": f"m{i}"} for i in range(6)]
+    snapshot, _ = changes(EMPTY_SNAPSHOT, before)
+    after = [{}, *before[2:]]
+    new, changed, origin = compare(snapshot, after)
+    assert origin == [-1, 2, 3, 4, 5]
+    assert changed == [0]
+    assert new.tops[0] == {} and type(new.tops[0]) is dict
+    aligned, _ = realigned(snapshot, after)
+    assert changes(aligned, after)[1] == [0]

@@ -640,10 +640,44 @@ def test_lock_timeout_keeps_the_urls_own_options(url: str) -> None:
     store.close()
 
 
+def test_lock_timeout_keeps_the_options_of_the_environment(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq reads PGOPTIONS only when the connection string names no options: the lock
+    timeout's own must not silently drop the deployment's."""
+    monkeypatch.setenv("PGOPTIONS", "-c application_name=from-env")
+    found = []
+    for store in (PostgresStore(url, lock_timeout=1.5), PostgresStore(url)):
+        with store._connection() as conn:
+            found += conn.execute(
+                "SELECT current_setting('lock_timeout'), current_setting('application_name')"
+            ).fetchall()
+        store.close()
+    assert found == [("1500ms", "from-env"), ("0", "from-env")]
+
+
 @pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), "2", True])
 def test_a_bad_lock_timeout_is_refused(url: str, seconds: Any) -> None:
     with pytest.raises(InvalidInputError, match="lock_timeout must be a positive number"):
         PostgresStore(url, lock_timeout=seconds)
+
+
+@pytest.mark.parametrize("seconds", [2147483.648, 3e6, 1e300])
+def test_a_lock_timeout_past_postgresqls_range_is_refused_at_once(url: str, seconds: Any) -> None:
+    """The server takes at most 2147483647 ms: a longer timeout would make every connection
+    fail, and the store's constructor wait for the pool's 30 s before a PoolTimeout."""
+    start = time.perf_counter()
+    with pytest.raises(InvalidInputError, match=r"lock_timeout must be .* up to 2147483\.647"):
+        PostgresStore(url, lock_timeout=seconds)
+    assert time.perf_counter() - start < 5
+
+
+def test_the_longest_lock_timeout_postgresql_takes_is_accepted(url: str) -> None:
+    store = PostgresStore(url, lock_timeout=2147483.647)
+    with store._connection() as conn:
+        (setting,) = conn.execute("SELECT current_setting('lock_timeout')").fetchone()
+    assert setting == "2147483647ms"
+    store.close()
 
 
 def test_a_cancelled_async_call_waits_for_a_held_lock_no_longer_than_lock_timeout(

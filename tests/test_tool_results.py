@@ -320,6 +320,30 @@ def test_a_reused_call_id_inside_one_conversation_points_each_message_right() ->
         assert sorted(totals) == sorted([len(old), len(new)])
 
 
+def test_a_reused_call_id_points_each_message_right_in_the_pass_that_stores_it() -> None:
+    """The pass that stores a reused call_id's new text moves the older text to a derived id:
+    a message holding the older result, whether decided earlier in the same pass or kept from
+    the last prepare, is pointed at the derived id in that very pass, not the next one."""
+    old, new = big_log(), big_log(2500)
+    older = {"role": "tool", "tool_call_id": "call_0", "content": old}
+    newer = {"role": "tool", "tool_call_id": "call_0", "content": new}
+    user = {"role": "user", "content": "go on"}
+
+    def read_back(run: Any, out: list[Any]) -> list[int]:
+        ids = [m["content"].split("call_id=")[1].split(",")[0] for m in out if m is not user]
+        layer = run.layer("tool-results")
+        return [layer.read_tool_result(i, max_tokens=32_000)["total_chars"] for i in ids]
+
+    for earlier in ([], [user, older]):  # first seen together; the older one kept from before
+        stack = MemoryStack([ToolResults()], store=InMemoryStore())
+        with stack.run(thread_id="t") as run:
+            if earlier:
+                assert read_back(run, run.prepare(earlier)) == [len(old)]
+            out = run.prepare([user, older, newer])
+            assert read_back(run, out) == [len(old), len(new)], earlier
+            assert run.prepare([user, older, newer]) == out
+
+
 def test_results_are_kept_per_resource_and_per_thread() -> None:
     store = InMemoryStore()
     stack = MemoryStack([ToolResults()], store=store)

@@ -8,7 +8,8 @@ instead, so the loop serves other tasks meanwhile; the answer is handed back to 
 which goes on where it stopped. Work that takes microseconds (an in-memory store, an SQLite
 statement that need not wait, the Rust kernels) runs inline: no thread, no loop iteration.
 
-* :func:`run_sync` is the coroutine that runs sync code this way;
+* :func:`run_sync` is the coroutine that runs sync code this way (:func:`run_whole`, to its
+  end even when cancelled);
 * :func:`bridged` tells sync code it runs under :func:`run_sync`, and :func:`await_` awaits an
   awaitable from there; :func:`pinned` marks code that must not suspend;
 * :class:`TaskLock` is a lock for state that such code and threads share.
@@ -41,7 +42,20 @@ _IDLE_KEPT = 64
 _AWAIT, _FINISH, _RETURNED, _RAISED = range(4)
 
 
+# Orders the first run_syncs of threads whose loops start together: each would otherwise make
+# its own Worker class, and bridged() (a check of the type) would fail the other threads' code.
+_setup = threading.Lock()
+
+
 def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
+    if _worker_class is None:
+        with _setup:
+            _set_up()
+    assert _getcurrent is not None and _worker_class is not None
+    return _getcurrent, _worker_class
+
+
+def _set_up() -> None:
     global _getcurrent, _worker_class, _running_loop
     if _worker_class is None:
         import asyncio
@@ -53,10 +67,9 @@ def _greenlets() -> tuple[Callable[[], Any], type[Any]]:
 
             pins = 0  # pinned() blocks it is in
 
-        _getcurrent, _worker_class = greenlet.getcurrent, Worker
-        _running_loop = asyncio.get_running_loop
-    assert _getcurrent is not None
-    return _getcurrent, _worker_class
+        # The class last: _greenlets() takes a class set to mean all three are.
+        _getcurrent, _running_loop = greenlet.getcurrent, asyncio.get_running_loop
+        _worker_class = Worker
 
 
 def _work(job: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]) -> None:
@@ -137,6 +150,14 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         raise value
     result: T = value
     return result
+
+
+async def run_whole(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """:func:`run_sync`, finished even when the caller is cancelled meanwhile (the
+    cancellation is raised once it is done), as a call run in a thread would be: for sync code
+    whose store writes belong together (a batch's put writes an item, its vectors and its
+    namespace's entry), which a cancellation between two of them would leave half-written."""
+    return await _to_its_end(run_sync(fn, *args, **kwargs))
 
 
 def bridged() -> bool:

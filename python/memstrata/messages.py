@@ -373,7 +373,19 @@ def _changes(
 
 # How far a window may have slid between two calls for realigned() to find it.
 MAX_SLIDE = 64
-_NEVER_EQUAL: Message = {}  # stands at a position with no origin: no message equals it
+
+
+class _NeverEqual(dict):  # type: ignore[type-arg]
+    """Stands at a position with no origin: unequal to every message, ``{}`` included."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+
+_NEVER_EQUAL: Message = _NeverEqual()
 
 
 def realigned(previous: Snapshot, messages: list[Message]) -> tuple[Snapshot, list[int] | None]:

@@ -29,6 +29,7 @@ and history live in the store; vectors are scored by the Rust ``VectorSet``):
   Namespaces written without the adapter are found once, when the adapter first reads.
 * ``abatch`` runs the ops on the event loop, as the stack's async forms do: no thread hop for a
   store call that need not wait, and a PostgreSQL store answers through its async connections.
+  A cancelled ``abatch`` finishes its ops first, then raises the cancellation.
 * TTLs are in minutes (LangGraph's unit) and become the store's TTL in seconds. Refreshing a
   TTL on read rewrites the item with the same value (the store has no way to move an expiry
   alone), so its ``updated_at`` moves too; a refresh that races with another write gives way.
@@ -70,7 +71,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from memstrata._bridge import TaskLock, run_sync
+from memstrata._bridge import TaskLock, run_sync, run_whole
 from memstrata._core import VectorSet
 from memstrata.embedders import Embedder, HashingEmbedder
 from memstrata.stack import Run
@@ -331,7 +332,9 @@ class MemstrataStore(BaseStore):
             put_vectors = await self._embed.adocuments([t for t, _ in texts])
             found = await asyncio.gather(*(self._embed.aquery(q) for q in queries))
             query_vectors = dict(zip(queries, found))
-        return await run_sync(self._execute, ops, texts, put_vectors, query_vectors)
+        # A cancellation waits for the ops: a put cut off between its writes would leave an
+        # item without its vectors or its namespace's registry entry.
+        return await run_whole(self._execute, ops, texts, put_vectors, query_vectors)
 
     def sweep_ttl(self) -> int:
         """Deletes expired items (and their vectors); returns how many rows went."""

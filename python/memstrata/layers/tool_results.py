@@ -372,6 +372,12 @@ class ToolResults:
             decided = self._decisions(given, found, positions=changed)
             for (p, block), notice in decided.items():
                 notices.setdefault(p, {})[block] = notice
+            with self._seen_lock:
+                rewritten = self._version[0] != version
+            if rewritten:
+                # The notices kept for unchanged positions may name an id whose text this pass
+                # moved (see _repoint); the next pass starts afresh (the version changed).
+                return self._offload_all(given)
         with self._seen_lock:
             self._lists[scope] = (snapshot, notices, version)
             self._lists.move_to_end(scope)
@@ -393,11 +399,15 @@ class ToolResults:
         block); ``positions`` maps the results' positions to ``given``'s."""
         bodies: dict[tuple[int, int | None], str] = {}
         names: dict[str, str] | None = None
+        with self._seen_lock:
+            version = self._version[0]
+        keys: list[tuple[tuple[int, int | None], tuple[Any, ...]]] = []
         for result in found:
             position = positions[result.position] if positions is not None else result.position
             key = _seen_key(self._scope, result.call_id, result.body)
             if key is None:
                 continue
+            keys.append(((position, result.block), key))
             with self._seen_lock:
                 decided = self._seen.get(key, _UNSEEN)
             if decided is _UNSEEN:
@@ -412,6 +422,14 @@ class ToolResults:
                 self._remember(key, decided)
             if decided is not None:
                 bodies[(position, result.block)] = decided
+        with self._seen_lock:
+            if self._version[0] != version:
+                # A result stored in this pass moved the older text of its call_id under a new
+                # id (see _repoint): a notice decided before it in the pass named the old one.
+                for place, key in keys:
+                    repointed = self._seen.get(key, _UNSEEN)
+                    if place in bodies and isinstance(repointed, str):
+                        bodies[place] = repointed
         return bodies
 
     def _decide(self, index: int, call_id: str, body: Any) -> str | None:

@@ -129,8 +129,8 @@ class LoopConnections:
 class ConnectionsByLoop:
     """One :class:`LoopConnections` per running event loop.
 
-    The connections of a loop that has closed are closed when the next loop first asks for its
-    own, or at :meth:`close_all_now`: a loop has no close hook to do it sooner, and a weak
+    The connections of a loop that has closed are closed at the store's next call, sync or on
+    any loop, or at :meth:`close_all_now`: a loop has no close hook to do it sooner, and a weak
     reference would not do (each entry's condition variable refers to its loop). Those a
     closed loop's task still had in use are closed too (see
     :meth:`LoopConnections.close_abandoned`).
@@ -148,14 +148,25 @@ class ConnectionsByLoop:
         loop = asyncio.get_running_loop()
         connections = self._by_loop.get(loop)
         if connections is not None:
+            if len(self._by_loop) > 1:  # another loop may have closed since this one began
+                self.close_ended()
             return connections
+        with self._guard:
+            connections = self._by_loop.setdefault(loop, LoopConnections(self.url, self.max_size))
+        self.close_ended()
+        return connections
+
+    def close_ended(self) -> None:
+        """Closes the connections of every loop that has closed (see the class docstring);
+        the sync methods call it too, since a closed loop's task may hold a record's lock
+        that they wait for."""
+        if not self._by_loop or not any(loop.is_closed() for loop in list(self._by_loop)):
+            return
         with self._guard:
             ended = [old for old in self._by_loop if old.is_closed()]
             gone = [self._by_loop.pop(old) for old in ended]
-            connections = self._by_loop.setdefault(loop, LoopConnections(self.url, self.max_size))
         for old_connections in gone:
             old_connections.close_abandoned()
-        return connections
 
     async def close_current(self) -> None:
         with self._guard:

@@ -56,6 +56,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
+import os
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -135,6 +136,10 @@ def _require_psycopg() -> Any:
     return psycopg_pool
 
 
+# PostgreSQL's lock_timeout is an int of milliseconds: a session asking for more fails to start.
+_MAX_LOCK_TIMEOUT_MS = 2**31 - 1
+
+
 def _checked_lock_timeout(seconds: Any) -> float | None:
     if seconds is None:
         return None
@@ -143,22 +148,32 @@ def _checked_lock_timeout(seconds: Any) -> float | None:
         or not isinstance(seconds, (int, float))
         or not math.isfinite(seconds)
         or seconds <= 0
+        or _milliseconds(seconds) > _MAX_LOCK_TIMEOUT_MS
     ):
         raise InvalidInputError(
-            f"lock_timeout must be a positive number of seconds or None, got {seconds!r}"
+            "lock_timeout must be a positive number of seconds up to "
+            f"{_MAX_LOCK_TIMEOUT_MS / 1000:.3f} (PostgreSQL's limit, about 24.8 days) or None, "
+            f"got {seconds!r}"
         )
     return float(seconds)
 
 
+def _milliseconds(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
 def _with_lock_timeout(url: str, seconds: float | None) -> str:
     """``url`` with ``lock_timeout`` set for every session (``-c`` in libpq's ``options``,
-    after any the URL has), so no statement costs a round trip to set it."""
+    after any the URL has, else PGOPTIONS), so no statement costs a round trip to set it."""
     if seconds is None:
         return url
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    milliseconds = max(1, math.ceil(seconds * 1000))
-    options = conninfo_to_dict(url).get("options") or ""
+    milliseconds = _milliseconds(seconds)
+    # libpq reads PGOPTIONS only for a connection string without options: kept here.
+    options = conninfo_to_dict(url).get("options")
+    if options is None:
+        options = os.environ.get("PGOPTIONS", "")
     return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
 
 
@@ -216,7 +231,8 @@ class PostgresStore(Store):
             for its store call to finish.
 
     Raises:
-        InvalidInputError: ``lock_timeout`` is not a positive number of seconds.
+        InvalidInputError: ``lock_timeout`` is not a positive number of seconds up to
+            2147483.647 (PostgreSQL takes at most 2**31 - 1 ms).
     """
 
     def __init__(
@@ -258,6 +274,7 @@ class PostgresStore(Store):
         """A pooled connection; a lock wait past the lock timeout raises LockTimeoutError.
 
         One context manager around the pool's, not two: every store call opens one."""
+        self._async.close_ended()
         try:
             with self._pool.connection() as conn:
                 yield conn
