@@ -351,6 +351,21 @@ def test_words_the_vocabularies_do_not_hold_stay_within_a_factor_of_two(encoding
     assert not misjudged, misjudged
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Random letters with diacritics glued by punctuation: words not looked up.
+        "àààà÷à.à÷÷ààà.ààà÷à " * 20,
+        "à à\nà\nàààà\nà àà÷à\nàààà÷à.à÷÷ààà.ààà÷à ",
+    ],
+)
+def test_the_documented_limit_is_real(text: str) -> None:
+    """The kind docs/tokens.md names as its known limit is still estimated under half its
+    exact count in o200k (a fix would flip this test, and the docs with it). Budgets hold on it
+    all the same: they count exactly near their limits (test_budgets.py)."""
+    assert 2 * estimate_tokens(text, model="o200k_base") < count_tokens(text, encoding="o200k_base")
+
+
 def test_model_table() -> None:
     assert encoding_for(None) == "o200k_base"
     assert encoding_for("gpt-4o-mini-2024-07-18") == "o200k_base"
