@@ -10,6 +10,7 @@ use memstrata::tokens::{
     Encoding, Message, ToolCall,
 };
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
 
 fn encoding() -> impl Strategy<Value = Encoding> {
     prop_oneof![Just(Encoding::O200kBase), Just(Encoding::Cl100kBase)]
@@ -212,17 +213,15 @@ fn mixture() -> impl Strategy<Value = String> {
         })
 }
 
-/// The mixtures' seed: fixed, so that every run checks the same 128 mixtures;
-/// `PROPTEST_RNG_SEED=<n>` draws others (a search for new failures, not a check).
+/// The mixtures' seed: fixed, so that every run checks the same 128 mixtures, unless
+/// `PROPTEST_RNG_SEED=<n>` (which proptest's default configuration reads) draws others: a
+/// search for new failures, not a check.
 fn mixture_config() -> ProptestConfig {
-    let seed = std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok());
-    ProptestConfig {
-        cases: 128,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(seed.unwrap_or(23)),
-        ..ProptestConfig::default()
+    let mut config = ProptestConfig::with_cases(128);
+    if matches!(config.rng_seed, RngSeed::Random) {
+        config.rng_seed = RngSeed::Fixed(23);
     }
+    config
 }
 
 proptest! {
