@@ -8,12 +8,13 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from memstrata._core import decode_vectors_b64
+from memstrata._core import decode_vectors_b64, split_vector_members
 from memstrata.exceptions import InvalidInputError, UnsupportedTypeError
 from memstrata.layers.mind.entries import (
     MindBelief,
@@ -360,3 +361,179 @@ def test_entries_have_slots_and_stay_dataclasses() -> None:
         and MindBelief("b", "c").tags is not MindBelief("b", "c").tags
     )
     assert repr(MindReflection("r", "c")).startswith("MindReflection(id='r'")
+
+
+# --- a full read from the stored JSON text ------------------------------------------------------
+
+
+def _vector(dim: int, seed: int) -> Any:
+    return np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+
+
+def _raw_texts() -> dict[str, bytes]:
+    """Stored texts around the vector member, as memstrata writes them and as a hand-edited
+    or foreign writer might: each must load as a whole-value parse loads it."""
+
+    def bare(payload: Any) -> dict[str, Any]:
+        return {k: v for k, v in payload.items() if k not in ("embedding", "embeddingModel")}
+
+    belief, reflection, goal = bare(WRITTEN[0]), bare(WRITTEN[2]), bare(WRITTEN[3])
+    v16, other16, v8 = (encode_vector(_vector(d, s)) for d, s in ((16, 1), (16, 2), (8, 3)))
+
+    def text(payload: dict[str, Any], **extra: Any) -> bytes:
+        return orjson.dumps({**payload, **extra})
+
+    def belief_as(id_: str) -> dict[str, Any]:
+        return {**belief, "id": id_}
+
+    m = '"embeddingModel":"m"'
+    return {
+        "belief/plain": text(belief_as("plain"), embedding=v16, embeddingModel="m"),
+        "belief/first": (
+            f'{{"embedding":"{v16}",{m},' + text(belief_as("first")).decode()[1:]
+        ).encode(),
+        "belief/spaced": (
+            text(belief_as("spaced")).decode()[:-1] + f' ,\n "embedding" :\t"{v16}" , {m} }}\n'
+        ).encode(),
+        "belief/escapedkey": (
+            text(belief_as("escapedkey")).decode()[:-1] + f',"embe\\u0064ding":"{v16}",{m}}}'
+        ).encode(),
+        "belief/twice": (
+            text(belief_as("twice")).decode()[:-1]
+            + f',"embedding":"{other16}",{m},"embedding":"{v16}"}}'
+        ).encode(),
+        "belief/escapedvalue": (
+            text(belief_as("escapedvalue")).decode()[:-1]
+            + ',"embedding":"'
+            + v16.replace("/", "\\/").replace("A", "\\u0041")
+            + f'",{m}}}'
+        ).encode(),
+        "belief/otherdim": text(belief_as("otherdim"), embedding=v8, embeddingModel="m"),
+        "belief/number": text(belief_as("number"), embedding=5, embeddingModel="m"),
+        "belief/nested": text(belief_as("nested"), meta={"embedding": v16}, embeddingModel="m"),
+        "belief/none": text(belief_as("none")),
+        "belief/notjson": b'{"id":"notjson","embedding":"' + v16.encode() + b'",',
+        "belief/foreign": text(belief_as("elsewhere"), embedding=v16, embeddingModel="m"),
+        f"reflection/{reflection['id']}": text(reflection, embedding=v16, embeddingModel="m"),
+        f"goal/{goal['id']}": text(goal),
+    }
+
+
+def _loaded_as_whole_values(texts: dict[str, bytes]) -> Any:
+    """What loading gives when each value is parsed whole (the path the cut must agree with)."""
+    from memstrata.layers.mind.committed import _Committed
+    from memstrata.stores.base import item_of
+
+    oracle = _Committed(None, None)
+    items = []
+    for key in sorted(texts):
+        try:
+            value = orjson.loads(texts[key])
+        except orjson.JSONDecodeError:
+            continue
+        items.append(item_of(("m",), key, value, 1, 0.0, 0.0, None))
+    oracle.add_many(items)
+    oracle.seal()
+    return oracle
+
+
+def _same_load(fast: Any, slow: Any) -> None:
+    assert fast.beliefs == slow.beliefs and fast.reflections == slow.reflections
+    assert fast.goals == slow.goals
+    assert fast.vectors.keys() == slow.vectors.keys()
+    for id_, (model, dim, row) in slow.vectors.items():
+        got_model, got_dim, got_row = fast.vectors[id_]
+        assert (got_model, got_dim, got_row >= 0) == (model, dim, row >= 0), id_
+        if row >= 0:
+            want = slow.rows[dim].gather([row])
+            assert (bits(fast.rows[dim].gather([got_row])) == bits(want)).all(), id_
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_full_read_loads_as_whole_values_do(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest, caplog: Any
+) -> None:
+    """The full read cuts each vector out of the stored text and parses the rest; whatever
+    the text (the member first or last, spaced, escaped, twice, of another dimension, not a
+    string, nested, missing, not JSON at all), the entries and vectors are those a parse of the
+    whole value gives, and a text that is not JSON is skipped with a warning."""
+    import sqlite3
+
+    from memstrata.layers.mind.committed import refresh
+    from memstrata.stores import PostgresStore, SQLiteStore
+    from memstrata.stores.base import encode_namespace
+
+    ns = ("mind", "raw")
+    texts = _raw_texts()
+    store: Any
+    if backend == "sqlite":
+        path = tmp_path / "raw.db"
+        store = SQLiteStore(str(path))
+        for key in texts:
+            store.put(ns, key, 0)
+        with sqlite3.connect(path) as conn:
+            for key, text in texts.items():
+                conn.execute(
+                    "UPDATE items SET value = ? WHERE namespace = ? AND key = ?",
+                    (text, encode_namespace(ns), key),
+                )
+    else:
+        # jsonb keeps one of a key written twice and rewrites escapes: PostgreSQL sees only
+        # the JSON values, stored from the texts as parsed.
+        store = PostgresStore(request.getfixturevalue("postgres_url"))
+        for key in store.changes(ns).items:
+            store.delete(ns, key.key)
+        texts = {k: t for k, t in texts.items() if k != "belief/notjson"}
+        for key, text in texts.items():
+            store.put(ns, key, orjson.loads(text))
+    try:
+        with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+            committed, _ = refresh(None, store, ns)
+        _same_load(committed, _loaded_as_whole_values(texts))
+        assert {"plain", "first", "spaced", "escapedkey", "twice", "escapedvalue"} <= set(
+            committed.beliefs
+        )
+        assert committed.vectors["twice"][1] == 16 and committed.vectors["otherdim"][1] == 8
+        assert "notjson" not in committed.beliefs and "elsewhere" not in committed.beliefs
+        if backend == "sqlite":
+            assert any("'belief/notjson'" in r.getMessage() for r in caplog.records)
+    finally:
+        store.close()
+
+
+@given(st.lists(damaged(), max_size=6), st.lists(st.sampled_from([8, 16]), max_size=6))
+def test_any_stored_text_loads_as_whole_values_do(values: list[Any], dims: list[int]) -> None:
+    """Damaged payloads with vectors of mixed dimensions, through the cut and through a whole
+    parse, on a store that hands the texts over as written."""
+    from memstrata.layers.mind.committed import _Committed
+
+    texts: dict[str, bytes] = {}
+    for n, value in enumerate(values):
+        if isinstance(value, dict) and n < len(dims):
+            value = {
+                **value,
+                "embedding": encode_vector(_vector(dims[n], n)),
+                "embeddingModel": "m",
+            }
+        key = f"{value.get('type')}/{value.get('id')}" if isinstance(value, dict) else f"x/{n}"
+        texts[key] = orjson.dumps(value)
+    fast = _Committed(None, None)
+    fast.add_encoded([(key, texts[key], None) for key in sorted(texts)])
+    fast.seal()
+    _same_load(fast, _loaded_as_whole_values(texts))
+
+
+def test_split_vector_members_arguments() -> None:
+    vector = encode_vector(_vector(4, 0))
+    text = f'{{"a":1,"embedding":"{vector}"}}'
+    rests, matrix = split_vector_members([text, text.encode(), b"{}"], "embedding")
+    assert rests == [b'{"a":1}', b'{"a":1}', None] and matrix.shape == (3, 4)
+    assert (bits(matrix[0]) == bits(decode_vector(vector))).all() and not matrix[2].any()
+    assert split_vector_members([b"{}"], "embedding")[1].shape == (1, 0)
+    assert split_vector_members([text], "embedding", 5)[0] == [None]
+    with pytest.raises(InvalidInputError, match="dim must be between 1 and 65536, got 0"):
+        split_vector_members([text], "embedding", 0)
+    with pytest.raises(UnsupportedTypeError, match="not a single bytes"):
+        split_vector_members(b"{}", "embedding")
+    with pytest.raises(UnsupportedTypeError, match="each text must be bytes or str, got int"):
+        split_vector_members([b"{}", 3], "embedding")

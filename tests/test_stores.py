@@ -868,6 +868,48 @@ def test_item_of_builds_the_item_the_constructor_builds() -> None:
         fast.key = "other"  # type: ignore[misc]
 
 
+def test_encoded_each_hands_over_the_values_as_json_text(store: Store) -> None:
+    """A bulk read of the values as stored text: every live item, in key order, in batches
+    the reader keeps, parsing to the values ``changes`` gives; its mark misses no later write."""
+    values = {
+        f"k{n:04d}": {"n": n, "text": 'é\u2028"', "nested": [1, {"a": None}]} for n in range(600)
+    }
+    for key, value in reversed(values.items()):
+        store.put(NS, key, value, ttl=60 if key == "k0007" else None)
+    store.put(NS, "gone", 1, ttl=0.001)
+    store.put((*NS, "sub"), "x", 1)
+    time.sleep(0.01)
+    batches: list[list[Any]] = []
+    whole = store.encoded_each(NS, batches.append)
+    assert (whole.items, whole.removed, whole.complete) == ([], [], True)
+    assert len(batches) > 1 and len({id(b) for b in batches}) == len(batches)
+    seen = [item for batch in batches for item in batch]
+    assert [key for key, _, _ in seen] == list(values)
+    assert {key: orjson.loads(text) for key, text, _ in seen} == values
+    expiring = {key: at for key, _, at in seen if at is not None}
+    assert list(expiring) == ["k0007"] and expiring["k0007"] > time.time() + 50
+    store.put(NS, "k0001", {"n": "again"})
+    assert [i.key for i in store.changes(NS, whole.mark).items] == ["k0001"]
+
+
+def test_encoded_each_async_twin_agrees(store: Store) -> None:
+    for key in ("b", "a", "c"):
+        store.put(NS, key, {"key": key})
+    sync: list[Any] = []
+    store.encoded_each(NS, sync.extend)
+
+    async def read() -> list[Any]:
+        seen: list[Any] = []
+        await store.aencoded_each(NS, seen.extend)
+        return seen
+
+    seen = asyncio.run(read())
+    assert [(k, orjson.loads(t), e) for k, t, e in seen] == [
+        (k, orjson.loads(t), e) for k, t, e in sync
+    ]
+    assert [k for k, _, _ in seen] == ["a", "b", "c"]
+
+
 def test_changes_each_streams_items_equal_to_changes(store: Store) -> None:
     for key in ("b", "a"):
         store.put(NS, key, {"key": key}, ttl=60 if key == "a" else None)

@@ -374,6 +374,30 @@ def decode_vectors_b64(
         UnsupportedTypeError: ``texts`` is a str or bytes, or not iterable.
     """
 
+def split_vector_members(
+    texts: Sequence[bytes | str], key: str, dim: int | None = None
+) -> tuple[list[bytes | None], npt.NDArray[np.float32]]:
+    """Cuts the stored vector member ``key`` out of JSON object texts, decoding it natively.
+
+    For each text: when its top-level member ``key`` is a string holding a stored vector of
+    dimension ``dim`` (as :func:`decode_vectors_b64` reads one), the text without that member
+    (UTF-8 bytes; parsing it gives the parsed text without ``key``) and the vector in the row of
+    the same number of the ``(len(texts), dim)`` matrix; else ``None`` and a zero row. The cut
+    is declined (``None``) wherever it could differ from a parser's view: the key written
+    twice or with an escape, an escaped value, brackets that do not pair, trailing text. Runs
+    without the GIL. Without ``dim``, the first member of a vector's length sets it (the
+    matrix has no columns when none has).
+
+    Args:
+        texts: JSON texts, as bytes or str (a lone bytes or str is refused).
+        key: The top-level member to cut out.
+        dim: The vectors' dimension, between 1 and 65536, or None.
+
+    Raises:
+        InvalidInputError: ``dim`` is out of range.
+        UnsupportedTypeError: ``texts`` is not a sequence of bytes and str.
+    """
+
 # --- embed (hash_embed) ---
 
 def hash_embed(texts: Iterable[str], dim: int = 384) -> npt.NDArray[np.float32]:

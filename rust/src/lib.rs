@@ -5,6 +5,7 @@
 
 pub mod embed;
 pub mod error;
+pub mod json_member;
 pub mod json_path;
 pub mod merge;
 pub mod patterns;

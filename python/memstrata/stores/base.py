@@ -40,6 +40,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, Union
 
+import orjson
+
 from memstrata._bridge import await_, bridged, in_thread, pinned
 from memstrata.exceptions import InvalidInputError
 
@@ -159,6 +161,26 @@ class ChangesSince:
     def __post_init__(self) -> None:
         if isinstance(self.namespace, builtins.list):
             object.__setattr__(self, "namespace", tuple(self.namespace))
+
+
+# ``(key, value as UTF-8 JSON text, expires_at)``: an item as :meth:`Store.encoded_each` hands
+# it over (a store may give the text as ``str``).
+EncodedItem = tuple[str, Union[bytes, str], Union[float, None]]
+# Items per batch when a store hands encoded items over.
+ENCODED_BATCH = 256
+
+
+def _hand_encoded(
+    items: Sequence[Item], each: Callable[[builtins.list[EncodedItem]], None]
+) -> None:
+    """``items`` encoded and handed to ``each`` in batches of ``ENCODED_BATCH``."""
+    for start in range(0, len(items), ENCODED_BATCH):
+        each(
+            [
+                (item.key, orjson.dumps(item.value), item.expires_at)
+                for item in items[start : start + ENCODED_BATCH]
+            ]
+        )
 
 
 Read = Union[GetMany, ChangesSince]
@@ -438,6 +460,21 @@ class Store(ABC):
             each(item)
         return Changes(changes.mark, [], changes.removed, changes.complete)
 
+    def encoded_each(
+        self, namespace: Namespace, each: Callable[[builtins.list[EncodedItem]], None]
+    ) -> Changes:
+        """Every live item of ``namespace`` as an :data:`EncodedItem` (its value as JSON text,
+        undecoded), handed to ``each`` a batch at a time in key order, and the mark of that
+        read: ``changes(namespace)`` for a bulk reader that parses or digests the values
+        itself (each batch is a new list, the reader's to keep).
+
+        ``each`` may run while the store holds its lock and a read transaction: it must not
+        call the store. An exception from it ends the read and propagates.
+        """
+        changes = self.changes(namespace)
+        _hand_encoded(changes.items, each)
+        return Changes(changes.mark, [], [], True)
+
     @abstractmethod
     def update(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
@@ -629,6 +666,13 @@ class Store(ABC):
             each(item)
         return Changes(changes.mark, [], changes.removed, changes.complete)
 
+    async def aencoded_each(
+        self, namespace: Namespace, each: Callable[[builtins.list[EncodedItem]], None]
+    ) -> Changes:
+        changes = await self.achanges(namespace)
+        _hand_encoded(changes.items, each)
+        return Changes(changes.mark, [], [], True)
+
     async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
         return await self._call(self.get_many, namespace, keys)
 
@@ -705,6 +749,7 @@ IO_METHODS = (
     "list",
     "changes",
     "changes_each",
+    "encoded_each",
     "update",
     "put_if_version",
     "put_many_if_versions",

@@ -58,16 +58,18 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
 from memstrata.stores import codec
 from memstrata.stores.base import (
+    ENCODED_BATCH,
     Answer,
     ChangeMark,
     Changes,
     ConditionalWrite,
+    EncodedItem,
     GetMany,
     Item,
     JSONValue,
@@ -213,6 +215,26 @@ def _changes(
     items.sort(key=lambda item: item.key)
     removed.sort()
     return Changes(ChangeMark(_BACKEND, namespace, mark), items, removed, complete)
+
+
+def _hand_rows(
+    namespace: Namespace,
+    rows: list[tuple[Any, ...]],
+    each: Callable[[list[EncodedItem]], None],
+) -> Changes:
+    """``encoded_each``'s answer from the rows of ``_EVERYTHING``: the items' text handed to
+    ``each`` in key order, a batch at a time."""
+    mark = ""
+    found: list[EncodedItem] = []
+    for kind, key, text, _version, _created_at, _updated_at, expires_at in rows:
+        if kind == "item":
+            found.append((key, text, expires_at))
+        elif kind == "mark":
+            mark = key
+    found.sort(key=lambda item: item[0])
+    for start in range(0, len(found), ENCODED_BATCH):
+        each(found[start : start + ENCODED_BATCH])
+    return Changes(ChangeMark(_BACKEND, namespace, mark), [], [], True)
 
 
 class PostgresStore(Store):
@@ -596,6 +618,14 @@ class PostgresStore(Store):
             rows = conn.execute(_EVERYTHING if since is None else _SINCE, params).fetchall()
             return self._changes_answer(conn, tuple(namespace), since, params, rows)
 
+    def encoded_each(
+        self, namespace: Namespace, each: Callable[[builtins.list[EncodedItem]], None]
+    ) -> Changes:
+        params = self._changes_params(namespace, None)
+        with self._connection() as conn:
+            rows = conn.execute(_EVERYTHING, params).fetchall()
+        return _hand_rows(tuple(namespace), rows, each)
+
     @staticmethod
     def _changes_answer(
         conn: Any,
@@ -770,6 +800,14 @@ class PostgresStore(Store):
             sql = _EVERYTHING if since is None else _SINCE
             rows = await (await conn.execute(sql, params)).fetchall()
             return await self._achanges_answer(conn, tuple(namespace), since, params, rows)
+
+    async def aencoded_each(
+        self, namespace: Namespace, each: Callable[[builtins.list[EncodedItem]], None]
+    ) -> Changes:
+        params = self._changes_params(namespace, None)
+        async with self._aconnection() as conn:
+            rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
+        return _hand_rows(tuple(namespace), rows, each)
 
     @staticmethod
     async def _achanges_answer(

@@ -1,4 +1,4 @@
-//! Bindings of `cosine_top_k`, `VectorSet` and `decode_vectors_b64`: numpy arrays in and out,
+//! Bindings of `cosine_top_k`, `VectorSet`, `decode_vectors_b64` and `split_vector_members`: numpy arrays in and out,
 //! the GIL released during scans and decoding.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -436,6 +436,9 @@ impl PyVectorSet {
     }
 }
 
+/// Texts with their vector member cut out (`None` where not) and the vectors.
+type Split<'py> = (Vec<Option<Bound<'py, PyBytes>>>, Bound<'py, PyArray2<f32>>);
+
 /// A decoded matrix and, per row, whether its text was a vector.
 type Decoded<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray1<bool>>);
 
@@ -499,9 +502,80 @@ fn decode_vectors_b64<'py>(
     ))
 }
 
+/// Stored JSON objects with their vector member cut out: for each text (bytes or str), the
+/// text without its top-level string member `key` when that member is a stored vector of
+/// dimension `dim` (decoded into the row of the same number), else `None` (a zero row).
+/// Without `dim`, the first vector found sets it (no columns when there is none).
+#[pyfunction]
+#[pyo3(signature = (texts, key, dim=None))]
+fn split_vector_members<'py>(
+    py: Python<'py>,
+    texts: &Bound<'py, PyAny>,
+    key: &str,
+    dim: Option<i64>,
+) -> PyResult<Split<'py>> {
+    if let Some(dim) = dim {
+        if !(1..=crate::embed::MAX_DIM as i64).contains(&dim) {
+            return Err(invalid(
+                py,
+                format!(
+                    "dim must be between 1 and {}, got {dim}",
+                    crate::embed::MAX_DIM
+                ),
+            ));
+        }
+    }
+    let dim = dim.map(|d| d as usize);
+    let unsupported = |message: String| errors::new_error(py, "UnsupportedTypeError", message, &[]);
+    if texts.is_instance_of::<PyString>() || texts.is_instance_of::<PyBytes>() {
+        return Err(unsupported(format!(
+            "texts must be a sequence of JSON texts, not a single {}",
+            texts.get_type().name()?
+        )));
+    }
+    // Bytes are read in place; a str is copied out as UTF-8 (the limited API of Python 3.9
+    // cannot lend a str's buffer).
+    let held: Vec<Bound<'py, PyBytes>> = texts
+        .try_iter()?
+        .map(|item| {
+            let item = item?;
+            if let Ok(b) = item.cast::<PyBytes>() {
+                return Ok(b.clone());
+            }
+            match item.cast::<PyString>() {
+                Ok(s) => s.encode_utf8(),
+                Err(_) => Err(unsupported(format!(
+                    "each text must be bytes or str, got {}",
+                    item.get_type().name()?
+                ))),
+            }
+        })
+        .collect::<PyResult<_>>()?;
+    let views: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
+    let (matrix, cuts, dim) = py.detach(|| vectors::split_f32_members(&views, key.as_bytes(), dim));
+    let rests = views
+        .iter()
+        .zip(cuts)
+        .map(|(text, cut)| {
+            cut.map(|cut| {
+                let (head, tail) = (&text[..cut.start], &text[cut.end..]);
+                PyBytes::new_with(py, head.len() + tail.len(), |out| {
+                    out[..head.len()].copy_from_slice(head);
+                    out[head.len()..].copy_from_slice(tail);
+                    Ok(())
+                })
+            })
+            .transpose()
+        })
+        .collect::<PyResult<_>>()?;
+    let rows = views.len();
+    Ok((rests, PyArray1::from_vec(py, matrix).reshape([rows, dim])?))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cosine_top_k, m)?)?;
     m.add_function(wrap_pyfunction!(decode_vectors_b64, m)?)?;
+    m.add_function(wrap_pyfunction!(split_vector_members, m)?)?;
     m.add_class::<PyVectorSet>()?;
     Ok(())
 }

@@ -5,7 +5,11 @@
 //! of four characters, no whitespace or line breaks, and exactly `4 * dim` bytes. Anything else
 //! is not a stored vector, and its row is left zero for the caller to treat as missing.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
+
+use crate::json_member::string_member;
 
 use super::PARALLEL_MIN_ELEMENTS;
 
@@ -141,6 +145,60 @@ pub fn decode_f32_rows(texts: &[Option<&[u8]>], dim: usize) -> (Vec<f32>, Vec<bo
     (matrix, ok)
 }
 
+/// One row of [`split_f32_members`]: its matrix row, its text and where its cut goes.
+type SplitRow<'m, 't> = (&'m mut [f32], (&'t &'t [u8], &'m mut Option<Range<usize>>));
+
+/// The dimension of the float32 vector whose padded base64 is `chars` long, if any.
+pub fn dim_of_encoded(chars: usize) -> Option<usize> {
+    let dim = 3 * chars / 16;
+    (dim > 0 && encoded_len(4 * dim) == chars).then_some(dim)
+}
+
+/// For each JSON object text, the span of its top-level string member `key` when that member
+/// is a stored vector of dimension `dim` (see [`crate::json_member::string_member`]), decoded
+/// into its row of one row-major `(texts.len(), dim)` matrix; `None`, with a zero row, for a
+/// text whose member cannot be cut out exactly or is not such a vector. Without a `dim`, the
+/// first member that has a vector's length sets it (0 when none has, or when that length is
+/// past [`crate::embed::MAX_DIM`]). Returns the dimension
+/// too.
+pub fn split_f32_members(
+    texts: &[&[u8]],
+    key: &[u8],
+    dim: Option<usize>,
+) -> (Vec<f32>, Vec<Option<Range<usize>>>, usize) {
+    let dim = dim.unwrap_or_else(|| {
+        texts
+            .iter()
+            .find_map(|text| dim_of_encoded(string_member(text, key)?.value.len()))
+            .filter(|&dim| dim <= crate::embed::MAX_DIM)
+            .unwrap_or(0)
+    });
+    let mut matrix = vec![0.0_f32; texts.len() * dim];
+    let mut cuts = vec![None; texts.len()];
+    if dim == 0 {
+        return (matrix, cuts, 0);
+    }
+    let split = |(row, (text, cut)): SplitRow<'_, '_>, scratch: &mut Vec<u8>| {
+        if let Some(member) = string_member(text, key) {
+            if decode_f32_row(&text[member.value], row, scratch) {
+                *cut = Some(member.cut);
+            }
+        }
+    };
+    let rows = matrix
+        .chunks_exact_mut(dim)
+        .zip(texts.iter().zip(cuts.iter_mut()));
+    if texts.len() * dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1 {
+        rows.collect::<Vec<_>>()
+            .into_par_iter()
+            .for_each_init(Vec::new, |scratch, item| split(item, scratch));
+    } else {
+        let mut scratch = Vec::new();
+        rows.for_each(|item| split(item, &mut scratch));
+    }
+    (matrix, cuts, dim)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +322,33 @@ mod tests {
             matrix[(n - 1) * dim + dim - 1],
             (n * dim - 1) as f32 * 0.5 - 7.0
         );
+    }
+
+    #[test]
+    fn splits_members_that_are_vectors_and_declines_the_rest() {
+        let vector = String::from_utf8(encode_row(&[1.5, -2.0])).unwrap();
+        let texts = [
+            format!(r#"{{"id":"a","embedding":"{vector}","n":1}}"#),
+            format!(r#"{{"embedding":"{vector}"}}"#),
+            r#"{"embedding":"AAAA"}"#.to_string(), // another dimension
+            format!(r#"{{"embedding":"{vector}","embedding":"{vector}"}}"#),
+            "not json".to_string(),
+        ];
+        let views: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
+        let (matrix, cuts, dim) = split_f32_members(&views, b"embedding", None);
+        assert_eq!(dim, 2);
+        let rest = |i: usize| {
+            let cut = cuts[i].clone().unwrap();
+            [&texts[i][..cut.start], &texts[i][cut.end..]].concat()
+        };
+        assert_eq!(rest(0), r#"{"id":"a","n":1}"#);
+        assert_eq!(rest(1), "{}");
+        assert_eq!(&matrix[..4], &[1.5, -2.0, 1.5, -2.0]);
+        assert_eq!(cuts[2..], [None, None, None]);
+        assert!(matrix[4..].iter().all(|&x| x == 0.0));
+        let (_, cuts, dim) = split_f32_members(&views[2..], b"embedding", Some(2));
+        assert_eq!((cuts, dim), (vec![None, None, None], 2));
+        let (matrix, _, dim) = split_f32_members(&[b"{}".as_slice()], b"embedding", None);
+        assert_eq!((matrix.len(), dim), (0, 0));
     }
 }

@@ -14,7 +14,7 @@ mod topk;
 use rayon::prelude::*;
 
 use crate::{CoreError, CoreResult};
-pub use base64::{decode_f32_rows, encoded_len};
+pub use base64::{decode_f32_rows, encoded_len, split_f32_members};
 pub use set::{SharedRows, VectorSet};
 pub use topk::Scored;
 

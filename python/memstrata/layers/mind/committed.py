@@ -17,6 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from memstrata._core import split_vector_members
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind.entries import (
     MindBelief,
@@ -25,10 +30,10 @@ from memstrata.layers.mind.entries import (
     entries_from_payloads,
 )
 from memstrata.layers.mind.ranking import CompositeRanker
-from memstrata.layers.mind.records import entry_key
+from memstrata.layers.mind.records import VECTOR_FIELD, entry_key
 from memstrata.layers.mind.vectors import BLOCK_ROWS, VectorRows, append_encoded
 from memstrata.stores import Item, Namespace, Store
-from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, Read
+from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, EncodedItem, Read
 
 logger = logging.getLogger("memstrata.agent_mind")
 
@@ -101,21 +106,62 @@ class _Committed:
     def add_many(self, items: list[Item]) -> None:
         """Takes in items not held yet: the entries built together, their vectors decoded into
         ``rows`` a dimension at a time (call :meth:`seal` once the items are in)."""
+        self._add(
+            [item.key for item in items],
+            [item.value for item in items],
+            [item.expires_at for item in items],
+        )
+
+    def add_encoded(self, batch: list[EncodedItem]) -> None:
+        """:meth:`add_many` for items as a full read hands them over, values undecoded: a
+        value's stored vector is cut out of its JSON text and decoded natively (no Python
+        object for its base64), the rest parsed; any other value (a goal, a vector of another
+        dimension than the batch's first, a text the cut declines) is parsed whole. A text
+        that is not JSON is skipped and logged, as a malformed entry is."""
+        keys: list[str] = []
+        values: list[Any] = []
+        expiries: list[float | None] = []
+        decoded: list[int] = []  # per kept value, its row in ``matrix``, or -1
+        rests, matrix = split_vector_members([text for _, text, _ in batch], VECTOR_FIELD)
+        loads = orjson.loads
+        for n, ((key, text, expires_at), rest) in enumerate(zip(batch, rests)):
+            try:
+                value = loads(text if rest is None else rest)
+            except orjson.JSONDecodeError as exc:
+                logger.warning("skipping mind entry %r stored as malformed JSON: %s", key, exc)
+                continue
+            keys.append(key)
+            values.append(value)
+            expiries.append(expires_at)
+            decoded.append(-1 if rest is None else n)
+        self._add(keys, values, expiries, (matrix, decoded))
+
+    def _add(
+        self,
+        keys: list[str],
+        values: list[Any],
+        expiries: list[float | None],
+        decoded: tuple[npt.NDArray[np.float32], list[int]] | None = None,
+    ) -> None:
+        """Builds the entries of ``values`` stored under ``keys``; their vectors come from
+        ``decoded`` (a matrix and, per value, its row in it or -1) or the values' own
+        ``embedding`` text."""
         ids: list[str] = []
         models: list[Any] = []
         texts: list[Any] = []
+        ready: list[tuple[str, Any, int]] = []  # (id, model, row in the decoded matrix)
+        rows_of = decoded[1] if decoded is not None else None
         # Bound once: the loop runs once per entry, 100,000 times for a full mind.
         add_id, add_model, add_text = ids.append, models.append, texts.append
-        beliefs, reflections = self.beliefs, self.reflections
-        values = [item.value for item in items]
-        for item, value, entry in zip(items, values, entries_from_payloads(values)):
-            if item.expires_at is not None:
-                self.expiring[item.key] = item.expires_at
+        beliefs, reflections, expiring = self.beliefs, self.reflections, self.expiring
+        for n, (key, value, entry) in enumerate(zip(keys, values, entries_from_payloads(values))):
+            if expiries[n] is not None:
+                expiring[key] = expiries[n]  # type: ignore[assignment]
             if isinstance(entry, InvalidInputError):
-                logger.warning("skipping malformed mind entry %r: %s", item.key, entry)
+                logger.warning("skipping malformed mind entry %r: %s", key, entry)
                 continue
-            if item.key != entry_key(entry):
-                logger.warning("skipping mind entry %r stored under a foreign key", item.key)
+            if key != entry_key(entry):
+                logger.warning("skipping mind entry %r stored under a foreign key", key)
                 continue
             if isinstance(entry, MindBelief):
                 beliefs[entry.id] = entry
@@ -124,9 +170,26 @@ class _Committed:
             else:
                 self.goals[entry.id] = entry
                 continue
+            if rows_of is not None and rows_of[n] >= 0:
+                ready.append((entry.id, value.get("embeddingModel"), rows_of[n]))
+                continue
             add_id(entry.id)
             add_model(value.get("embeddingModel"))
-            add_text(value.get("embedding"))
+            add_text(value.get(VECTOR_FIELD))
+        if ready:
+            assert decoded is not None
+            matrix = decoded[0]
+            dim = matrix.shape[1]
+            target = self.rows.get(dim)
+            if target is None:
+                target = self.rows[dim] = VectorRows(dim)
+            taken = [row for _, _, row in ready]
+            # Usually every value of the batch: its rows are then the matrix as it is.
+            whole = taken[-1] == len(taken) - 1 and len(taken) == len(matrix)
+            placed = target.append(matrix if whole else matrix[taken])
+            self.vectors.update(
+                (id_, (model, dim, row)) for (id_, model, _), row in zip(ready, placed)
+            )
         dims, rows = append_encoded(self.rows, texts)
         self.vectors.update(zip(ids, zip(models, dims, rows)))
 
@@ -171,18 +234,18 @@ def refresh(
     if held is not None and held.store is not store:
         held = None  # a mark only means something to the store that made it
     if held is None:
-        # Streamed: each entry's vector is decoded into the rows as the store reads it.
+        # Streamed: each batch's vectors are decoded into the rows as the store reads it.
         committed = _Committed(store, None)
-        batch: list[Item] = []
+        batch: list[EncodedItem] = []
 
-        def take(item: Item) -> None:
-            batch.append(item)
+        def take(items: list[EncodedItem]) -> None:
+            batch.extend(items)
             if len(batch) >= LOAD_BATCH:
-                committed.add_many(batch)
+                committed.add_encoded(batch)
                 batch.clear()
 
-        changes = store.changes_each(namespace, None, take)
-        committed.add_many(batch)
+        changes = store.encoded_each(namespace, take)
+        committed.add_encoded(batch)
         committed.mark = changes.mark
         committed.seal()
     else:

@@ -24,6 +24,8 @@ from memstrata.layers.mind.entries import (
 logger = logging.getLogger("memstrata.agent_mind")
 
 DAY_MS = 86_400_000
+# The member of a stored belief or reflection that holds its vector.
+VECTOR_FIELD = "embedding"
 _CONFIDENCE_RANK = {"low": 0, "medium": 1, "high": 2}
 
 
@@ -32,7 +34,7 @@ def stored_payload(
 ) -> dict[str, Any]:
     """What the store holds for a belief or reflection: its payload, its vector and the model
     that made the vector."""
-    return {**entry.to_payload(), "embedding": encode_vector(vector), "embeddingModel": model}
+    return {**entry.to_payload(), VECTOR_FIELD: encode_vector(vector), "embeddingModel": model}
 
 
 def entry_key(entry: MindEntry) -> str:
