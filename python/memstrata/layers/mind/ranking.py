@@ -92,7 +92,7 @@ class CompositeRanker:
         self,
         ids: Sequence[str],
         vectors: VectorRows,
-        rows: Sequence[int],
+        rows: Sequence[int] | npt.NDArray[np.int64],
         biases: npt.NDArray[np.float64],
         weight: float,
         *,

@@ -10,7 +10,7 @@ serves the runs after it over the same committed version for ``RANKING_REUSE_MS`
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -184,46 +184,52 @@ def _build_ranker(
     """A ranker over the live (or the archived) entries of the given kinds, at the run's
     start time, and when the first of those entries expires after it (inf: never).
 
-    One pass over the entries gathers the columns the ranker needs: at 100,000 entries each
-    pass is felt by the first recall."""
-    cache = handle.index()
-    rows_of = cache.rows
+    The columns the ranker needs are gathered a column at a time and filtered with numpy: at
+    100,000 entries the first recall feels every step taken per entry."""
+    index = handle.index()
+    rows_of = index.rows.get
     now = handle.started_at
-    next_expiry = math.inf
     ids: list[str] = []
-    rows: list[int] = []
-    updated: list[int] = []
-    levels: list[float] = []
-    low, medium = CONFIDENCE_SCORES["low"], CONFIDENCE_SCORES["medium"]
-    # Bound once: this loop runs once per entry.
-    add_id, add_row, add_updated, add_level = ids.append, rows.append, updated.append, levels.append
-    row_of = rows_of.get
+    rows: list[npt.NDArray[np.int64]] = []
+    updated: list[npt.NDArray[np.float64]] = []
+    levels: list[npt.NDArray[np.float64]] = []
+    next_expiry = math.inf
+    low = CONFIDENCE_SCORES["low"]
     for kind in kinds:
         entries = handle.beliefs if kind == "belief" else handle.reflections
-        for e in entries.values():
-            at = e.expires_at
-            if at is not None and now < at < next_expiry:
-                next_expiry = at
-            row = row_of(e.id)
-            if row is None or (at is not None and at <= now) != expired:
-                continue
-            add_id(e.id)
-            add_row(row)
-            add_updated(e.updated_at)
-            if e.error:
-                add_level(low)
-            elif isinstance(e, MindBelief):
-                add_level(CONFIDENCE_SCORES[e.confidence])
-            else:
-                add_level(medium)
+        if not entries:
+            continue
+        values: list[MindBelief | MindReflection] = list(entries.values())
+        # None (no expiry) becomes NaN, which compares false either way.
+        expires = np.array([e.expires_at for e in values], dtype=np.float64)
+        later = expires[expires > now]
+        if len(later):
+            next_expiry = min(next_expiry, float(later.min()))
+        row = np.array([rows_of(e.id, -1) for e in values], dtype=np.int64)
+        keep = (row >= 0) & ((expires <= now) == expired)
+        where = np.flatnonzero(keep).tolist()
+        ids += [values[n].id for n in where]
+        rows.append(row[keep])
+        updated.append(np.array([values[n].updated_at for n in where], dtype=np.float64))
+        level = [CONFIDENCE_SCORES[getattr(values[n], "confidence", "medium")] for n in where]
+        errors = np.array([values[n].error for n in where], dtype=np.bool_)
+        levels.append(np.where(errors, low, np.array(level, dtype=np.float64)))
     w = handle.layer.score_weights
-    ages = (now - np.array(updated, dtype=np.float64)) / DAY_MS
+    ages = (now - _joined(updated)) / DAY_MS
     recency = np.exp(-np.maximum(0.0, ages) / RECENCY_DECAY_DAYS)
-    confidence = np.array(levels, dtype=np.float64)
+    confidence = _joined(levels)
     ranker = CompositeRanker(
-        ids, cache.vectors, rows, w.recency * recency + w.confidence * confidence, w.similarity
+        ids,
+        index.vectors,
+        _joined(rows),
+        w.recency * recency + w.confidence * confidence,
+        w.similarity,
     )
     return ranker, next_expiry
+
+
+def _joined(parts: list[Any]) -> Any:
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _bias(handle: AgentMindHandle, entry: MindBelief | MindReflection) -> float:
