@@ -537,3 +537,41 @@ def test_split_vector_members_arguments() -> None:
         split_vector_members(b"{}", "embedding")
     with pytest.raises(UnsupportedTypeError, match="each text must be bytes or str, got int"):
         split_vector_members([b"{}", 3], "embedding")
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_a_full_read_pauses_the_cycle_collector_and_restores_it(
+    enabled_before: bool, tmp_path: Any
+) -> None:
+    """The collections a full read's allocations set off find nothing to free (every entry is
+    kept) but walk all of them again and again: the collector is off while it reads, and left
+    as it was found afterwards, also when the read fails."""
+    import gc
+
+    from memstrata.layers.mind.committed import refresh
+    from memstrata.stores import SQLiteStore
+
+    class Noting(SQLiteStore):
+        fail = False
+
+        def encoded_each(self, namespace: Any, each: Any) -> Any:
+            seen.append(gc.isenabled())
+            if self.fail:
+                raise OSError("disk gone")
+            return super().encoded_each(namespace, each)
+
+    seen: list[bool] = []
+    store = Noting(str(tmp_path / "m.db"))
+    store.put(("m",), "belief/b1", dict(WRITTEN[0], id="b1"))
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled_before else gc.disable)()
+        committed, _ = refresh(None, store, ("m",))
+        assert list(committed.beliefs) == ["b1"] and gc.isenabled() == enabled_before
+        store.fail = True
+        with pytest.raises(OSError, match="disk gone"):
+            refresh(None, store, ("m",))
+        assert gc.isenabled() == enabled_before and seen == [False, False]
+    finally:
+        (gc.enable if was else gc.disable)()
+        store.close()

@@ -10,10 +10,12 @@ A change makes a new :class:`_Committed` (a new ``version``); what runs built fr
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +213,24 @@ class _Committed:
                 self.vectors[i] = (model, dim, row)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pauses Python's cyclic garbage collector while a full read builds its entries.
+
+    Every object such a read makes is kept, so the collections its allocations set off find
+    nothing to free, yet they walk the ever larger set of entries again and again: a third of
+    the time of loading 100,000 entries. Collection resumes at the end (unless it was off
+    before); cycles made meanwhile by other threads are collected then.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def opening_read(held: _Committed | None, store: Store, namespace: Namespace) -> Read | None:
     """The read :func:`refresh` will make of ``store`` over ``held``, if it can be asked with
     other reads (not the first load: it streams every entry)."""
@@ -244,8 +264,9 @@ def refresh(
                 committed.add_encoded(batch)
                 batch.clear()
 
-        changes = store.encoded_each(namespace, take)
-        committed.add_encoded(batch)
+        with _collector_paused():
+            changes = store.encoded_each(namespace, take)
+            committed.add_encoded(batch)
         committed.mark = changes.mark
         committed.seal()
     else:
