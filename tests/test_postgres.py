@@ -504,6 +504,47 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
     assert asyncio.run(async_trips()) == {"aread_many": 1, "aupdate": 2, "aupdate_many_since": 3}
 
 
+def _plans(conn_rows: list[tuple[Any, ...]]) -> dict[str, tuple[int, int]]:
+    """(generic plans, custom plans) of the prepared statements that read items, by kind."""
+    plans = {}
+    for statement, generic, custom in conn_rows:
+        kind = "read_many" if "UNION ALL" in statement and "ANY(" in statement else "get_many"
+        if "key = ANY(" in statement:
+            plans[kind] = (generic, custom)
+    return plans
+
+
+_PREPARED = "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+
+
+def test_prepared_statements_are_planned_once(url: str) -> None:
+    """psycopg prepares a statement the store sends often; the server then plans it once (a
+    generic plan), where its default would plan statements such as get_many's again at every
+    execution, which takes longer than running them. Sync and async connections alike."""
+    store = PostgresStore(url, max_size=1)
+    store.put(NS, "a", 1)
+    reads = [GetMany(NS, ("a", "b")), ChangesSince(NS, store.change_mark(NS))]
+    for _ in range(20):
+        assert list(store.get_many(NS, ["a", "b"])) == ["a"]
+        assert list(store.read_many(reads)[0]) == ["a"]  # type: ignore[arg-type]
+    with store._connection() as conn:
+        plans = _plans(conn.execute(_PREPARED).fetchall())
+    assert set(plans) == {"get_many", "read_many"}
+    assert all(generic >= 10 and custom == 0 for generic, custom in plans.values()), plans
+
+    async def async_plans() -> dict[str, tuple[int, int]]:
+        for _ in range(20):
+            await store.aget_many(NS, ["a", "b"])
+            await store.aread_many(reads)
+        async with store._aconnection() as conn:
+            return _plans(await (await conn.execute(_PREPARED)).fetchall())
+
+    plans = asyncio.run(async_plans())
+    assert set(plans) == {"get_many", "read_many"}
+    assert all(generic >= 10 and custom == 0 for generic, custom in plans.values()), plans
+    store.close()
+
+
 def test_put_many_if_versions_checks_versions_in_its_writes(url: str) -> None:
     """A plain put that lands while put_many_if_versions waits for its locks wins: the batch
     then finds another version and writes nothing."""

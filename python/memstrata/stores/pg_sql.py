@@ -49,6 +49,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
+# Run once on each connection the store opens. psycopg prepares a statement sent more than a few
+# times, and under the server's default plan_cache_mode a prepared statement whose generic plan
+# looks costlier than its custom ones (a ``key = ANY(keys)``, read_many's UNION ALL) is planned
+# again at every execution, which takes longer than running it. Every statement here is an
+# index lookup whose generic plan is the one a custom plan would pick.
+SESSION_SETUP = "SET plan_cache_mode = force_generic_plan"
+
 # The time of a transaction (read with its locks) or, when %(now)s is NULL, of the statement.
 _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)"
 _CLOCK = "extract(epoch FROM clock_timestamp())::float8"
@@ -198,3 +205,26 @@ _SINCE = f"""{_MARK_ROW}
         FROM memstrata_tombstones
         WHERE namespace = %(ns)s AND {_not_seen_by_mark("deleted_by")}"""
 _STAMP = f"SELECT version, created_at {_THIS_LIVE_ROW}"
+# get_many()'s rows in the shape of changes()' (kind, key, value, version, created_at,
+# updated_at, expires_at), so that read_many can send it in one statement with them.
+_GET_MANY_ROWS = f"""SELECT 'item', key, value::text, version, created_at, updated_at, expires_at
+    FROM memstrata_items WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_LIVE}"""
+_READ_KINDS = {"get": _GET_MANY_ROWS, "since": _SINCE, "everything": _EVERYTHING}
+# The parameters a read's statement names; read n of a read_many names them with suffix n.
+_READ_PARAMS = ("ns", "keys", "mark")
+
+
+def read_many_sql(kinds: tuple[str, ...]) -> str:
+    """One statement answering every read of a ``read_many`` (each ``kinds`` entry: "get",
+    "since" or "everything"): its rows are the reads' rows, each led by its read's number.
+
+    One statement is one parse, bind and execute on the server, one answer for psycopg to
+    take in, and one snapshot for every read. The text depends only on the kinds, so a stack
+    whose runs open with the same reads sends the same statement every time, prepared once."""
+    parts = []
+    for n, kind in enumerate(kinds):
+        sql = _READ_KINDS[kind]
+        for name in _READ_PARAMS:
+            sql = sql.replace(f"%({name})s", f"%({name}{n})s")
+        parts.append(f"SELECT {n}, * FROM ({sql}) AS read{n}")
+    return "\nUNION ALL\n".join(parts)

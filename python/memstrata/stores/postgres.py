@@ -111,6 +111,8 @@ from memstrata.stores.pg_sql import (
     _STAMP,
     _UPSERT,
     SCHEMA_VERSION,
+    SESSION_SETUP,
+    read_many_sql,
 )
 from memstrata.stores.pg_transactions import (
     _aqueue_locked_read,
@@ -175,6 +177,11 @@ def _with_lock_timeout(url: str, seconds: float | None) -> str:
     if options is None:
         options = os.environ.get("PGOPTIONS", "")
     return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
+
+
+def _set_up(conn: Any) -> None:
+    """Sets up a connection the pool opened (``SESSION_SETUP``)."""
+    conn.execute(SESSION_SETUP)
 
 
 def _item(row: tuple[Any, ...]) -> Item:
@@ -260,9 +267,10 @@ class PostgresStore(Store):
             open=True,
             name="memstrata",
             kwargs={"autocommit": True},
+            configure=_set_up,
         )
         # The async twins' connections: per event loop, no background tasks (see pg_connections).
-        self._async = ConnectionsByLoop(conninfo, max_size)
+        self._async = ConnectionsByLoop(conninfo, max_size, SESSION_SETUP)
         try:
             self._migrate()
         except BaseException:
@@ -615,31 +623,65 @@ class PostgresStore(Store):
         return answer
 
     def read_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
-        plans = [self._read_plan(read) for read in validate_reads(reads)]
-        if not plans:
+        reads = validate_reads(reads)
+        if not reads:
             return []
+        # One statement, one round trip; one more for each mark the rows say is stale.
         with self._connection() as conn:
-            # Every statement is sent, then one Sync as the pipeline ends, which brings every
-            # answer back: one round trip (a fetch inside the block would cost a second).
-            with conn.pipeline():
-                cursors = [conn.execute(sql, params) for _, sql, params in plans]
-            answers: builtins.list[Answer] = []
-            for (read, _, params), cursor in zip(plans, cursors):
-                rows = cursor.fetchall()
-                if isinstance(read, GetMany):
-                    answers.append(self._found(params["keys"], rows))
-                else:
-                    namespace = tuple(read.namespace)
-                    answers.append(self._changes_answer(conn, namespace, read.since, params, rows))
-        return answers
+            rows = conn.execute(*self._read_many_statement(reads)).fetchall()
+            return [
+                self._everything(conn, read) if answer is None else answer
+                for read, answer in zip(reads, self._read_answers(reads, rows))
+            ]
+
+    def _everything(self, conn: Any, read: Read) -> Changes:
+        """A stale mark's answer: the whole namespace (``changes(namespace)``)."""
+        params = self._changes_params(read.namespace, None)
+        rows = conn.execute(_EVERYTHING, params).fetchall()
+        return self._complete(read.namespace, rows)
 
     @staticmethod
-    def _read_plan(read: Read) -> tuple[Read, str, dict[str, Any]]:
-        """The statement that answers one read of ``read_many``, and its parameters."""
-        if isinstance(read, GetMany):
-            return read, _GET_MANY, PostgresStore._many_params(read.namespace, read.keys)
-        params = PostgresStore._changes_params(read.namespace, read.since)
-        return read, _EVERYTHING if read.since is None else _SINCE, params
+    def _complete(namespace: Namespace, rows: builtins.list[tuple[Any, ...]]) -> Changes:
+        answer = _changes(tuple(namespace), rows, complete=True)
+        assert answer is not None  # _EVERYTHING has no 'stale' row
+        return answer
+
+    @staticmethod
+    def _read_many_statement(reads: builtins.list[Read]) -> tuple[str, dict[str, Any]]:
+        """``read_many``'s one statement (see ``read_many_sql``) and its parameters."""
+        kinds: builtins.list[str] = []
+        params: dict[str, Any] = {"now": None}
+        for n, read in enumerate(reads):
+            if isinstance(read, GetMany):
+                kinds.append("get")
+                one = PostgresStore._many_params(read.namespace, read.keys)
+            else:
+                kinds.append("everything" if read.since is None else "since")
+                one = PostgresStore._changes_params(read.namespace, read.since)
+            params.update({f"{name}{n}": value for name, value in one.items() if name != "now"})
+        return read_many_sql(tuple(kinds)), params
+
+    @staticmethod
+    def _read_answers(
+        reads: builtins.list[Read], rows: builtins.list[tuple[Any, ...]]
+    ) -> builtins.list[Answer | None]:
+        """Each read's answer from the rows of ``read_many``'s statement; None for a mark the
+        rows say is stale."""
+        by_read: builtins.list[builtins.list[tuple[Any, ...]]] = [[] for _ in reads]
+        for row in rows:
+            by_read[row[0]].append(row[1:])
+        answers: builtins.list[Answer | None] = []
+        for read, read_rows in zip(reads, by_read):
+            namespace = tuple(read.namespace)
+            if isinstance(read, GetMany):
+                found = {
+                    key: Item(namespace, key, codec.loads(text), *stamps)
+                    for _, key, text, *stamps in read_rows
+                }
+                answers.append({key: found[key] for key in read.keys if key in found})
+            else:
+                answers.append(_changes(namespace, read_rows, complete=read.since is None))
+        return answers
 
     def update_many_since(
         self,
@@ -787,22 +829,18 @@ class PostgresStore(Store):
         return answer
 
     async def aread_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
-        plans = [self._read_plan(read) for read in validate_reads(reads)]
-        if not plans:
+        reads = validate_reads(reads)
+        if not reads:
             return []
         async with self._aconnection() as conn:
-            async with conn.pipeline():
-                cursors = [await conn.execute(sql, params) for _, sql, params in plans]
+            rows = await (await conn.execute(*self._read_many_statement(reads))).fetchall()
             answers: builtins.list[Answer] = []
-            for (read, _, params), cursor in zip(plans, cursors):
-                rows = await cursor.fetchall()
-                if isinstance(read, GetMany):
-                    answers.append(self._found(params["keys"], rows))
-                else:
-                    namespace = tuple(read.namespace)
-                    answers.append(
-                        await self._achanges_answer(conn, namespace, read.since, params, rows)
-                    )
+            for read, answer in zip(reads, self._read_answers(reads, rows)):
+                if answer is None:
+                    params = self._changes_params(read.namespace, None)
+                    rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
+                    answer = self._complete(read.namespace, rows)
+                answers.append(answer)
         return answers
 
     async def _aqueue_writes(
