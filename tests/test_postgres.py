@@ -545,6 +545,32 @@ def test_prepared_statements_are_planned_once(url: str) -> None:
     store.close()
 
 
+def test_large_values_are_written_with_lz4_where_the_server_has_it(url: str) -> None:
+    """A value past the server's compression threshold (a working memory's few KB) is
+    compressed with lz4, cheaper to write than the default pglz, and reads back unchanged."""
+    store = PostgresStore(url)
+    value = {"notes": [f"note {i}: the deploy of service {i % 7} went fine" for i in range(200)]}
+    store.put(NS, "big", value)
+
+    async def awrite() -> None:
+        await store.aput(NS, "abig", value)
+
+    asyncio.run(awrite())
+    with psycopg.connect(url) as conn:
+        has_lz4 = conn.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone()
+        methods = conn.execute(
+            "SELECT key, pg_column_compression(value) FROM memstrata_items ORDER BY key"
+        ).fetchall()
+    if not (has_lz4 and has_lz4[0]):
+        pytest.skip("this PostgreSQL has no lz4")
+    assert methods == [("abig", "lz4"), ("big", "lz4")]
+    assert store.get(NS, "big").value == value  # type: ignore[union-attr]
+    assert asyncio.run(store.aget(NS, "abig")).value == value  # type: ignore[union-attr]
+    store.close()
+
+
 def test_put_many_if_versions_checks_versions_in_its_writes(url: str) -> None:
     """A plain put that lands while put_many_if_versions waits for its locks wins: the batch
     then finds another version and writes nothing."""
