@@ -12,11 +12,16 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
 * Namespaces use the "C" collation, so prefix listing is a range scan on the primary key, as on
   SQLite; a partial index on ``expires_at`` keeps TTL filtering and purging cheap.
 * Connections are in autocommit mode: a read, a ``put`` or a ``put_if_version`` is one
-  statement and one round trip, and ``read_many`` pipelines several reads into one. A
+  statement and one round trip, and ``read_many`` sends its reads as one statement (their
+  queries joined by UNION ALL, each row tagged with its read: one parse, one execution, one
+  snapshot for them all). A
   transaction is pipelined too (``pg_transactions``), BEGIN going out with the first statements
   and COMMIT with the last: ``update``, ``update_many`` and ``put_many_if_versions`` are two
   round trips however many keys (BEGIN, the locks and one read or the conditional writes; the
   writes and COMMIT, or COMMIT alone), ``update_many_since`` three. The SQL is in ``pg_sql``.
+* Each connection, as it opens, runs ``SESSION_SETUP``: statements psycopg has prepared are
+  planned once (``plan_cache_mode``), not again at every execution, and large values are
+  compressed with lz4 where the server has it.
 * ``update`` and ``put_if_version`` serialise on a transaction-scoped advisory lock per
   (namespace, key), which also covers the case row-level locks cannot: two writers racing to
   create the same absent record. ``put_if_version`` takes it inside its one statement, whose
