@@ -671,6 +671,31 @@ def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
     store.close()
 
 
+def test_keys_that_array_syntax_gives_meaning_to_are_read_and_updated_as_themselves(
+    url: str,
+) -> None:
+    """Several keys go to PostgreSQL as the text of one array: quotes, backslashes, commas,
+    braces, spaces and the word NULL stay the keys they are."""
+    keys = ['a"b', "c\\d", "{e,f}", " g ", "NULL", 'h\\"i', "ü,", "}"]
+    store = PostgresStore(url)
+    for n, key in enumerate(keys):
+        store.put(NS, key, n)
+    expected = {key: n for n, key in enumerate(keys)}
+    assert {k: i.value for k, i in store.get_many(NS, [*keys, "absent"]).items()} == expected
+    (answer,) = store.read_many([GetMany(NS, tuple(keys))])
+    assert isinstance(answer, dict)
+    assert {k: i.value for k, i in answer.items()} == expected
+    written = store.update_many(NS, {key: lambda v: v + 100 for key in keys})
+    assert {i.key: i.value for i in written} == {key: n + 100 for n, key in enumerate(keys)}
+
+    async def aread() -> dict[str, Any]:
+        found = await store.aget_many(NS, keys)
+        return {k: i.value for k, i in found.items()}
+
+    assert asyncio.run(aread()) == {key: n + 100 for n, key in enumerate(keys)}
+    store.close()
+
+
 def test_a_lock_wait_past_lock_timeout_fails_clearly_and_writes_nothing(url: str) -> None:
     store = PostgresStore(url, lock_timeout=0.2)
     held = HeldRecord(url, NS, "k")

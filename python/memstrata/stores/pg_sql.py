@@ -1,10 +1,13 @@
 """The SQL of :class:`~memstrata.stores.postgres.PostgresStore`: its schema migrations and
 every statement it sends, as module-level constants (the design behind them is in that module's
 docstring). Statements take named parameters; ``%(now)s`` is a transaction's time, or NULL for
-the statement's own.
+the statement's own; ``%(keys)s``, a list of keys, is sent as the text of an array
+(``text_array``).
 """
 
 from __future__ import annotations
+
+import functools
 
 SCHEMA_VERSION = 2
 _MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
@@ -71,7 +74,7 @@ _SELECT = (
     " FROM memstrata_items"
 )
 _GET = f"{_SELECT} WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
-_GET_MANY = f"{_SELECT} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_LIVE}"
+_GET_MANY = f"{_SELECT} WHERE namespace = %(ns)s AND key = ANY(%(keys)s::text[]) AND {_LIVE}"
 _LIST = (
     f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
@@ -107,7 +110,7 @@ _THIS_LIVE_ROW = f"FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key
 _READ_LOCKED = f"""SELECT clock.now, items.key, items.value::text
     FROM (SELECT {_CLOCK} AS now OFFSET 0) AS clock
     LEFT JOIN memstrata_items AS items
-        ON items.namespace = %(ns)s AND items.key = ANY(%(keys)s)
+        ON items.namespace = %(ns)s AND items.key = ANY(%(keys)s::text[])
         AND (items.expires_at IS NULL OR items.expires_at > clock.now)"""
 # A tombstone for every row the CTE ``gone`` deleted, in the deleting statement.
 _BURY = f"""buried AS (
@@ -214,12 +217,13 @@ _STAMP = f"SELECT version, created_at {_THIS_LIVE_ROW}"
 # get_many()'s rows in the shape of changes()' (kind, key, value, version, created_at,
 # updated_at, expires_at), so that read_many can send it in one statement with them.
 _GET_MANY_ROWS = f"""SELECT 'item', key, value::text, version, created_at, updated_at, expires_at
-    FROM memstrata_items WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_LIVE}"""
+    FROM memstrata_items WHERE namespace = %(ns)s AND key = ANY(%(keys)s::text[]) AND {_LIVE}"""
 _READ_KINDS = {"get": _GET_MANY_ROWS, "since": _SINCE, "everything": _EVERYTHING}
 # The parameters a read's statement names; read n of a read_many names them with suffix n.
 _READ_PARAMS = ("ns", "keys", "mark")
 
 
+@functools.lru_cache(maxsize=64)
 def read_many_sql(kinds: tuple[str, ...]) -> str:
     """One statement answering every read of a ``read_many`` (each ``kinds`` entry: "get",
     "since" or "everything"): its rows are the reads' rows, each led by its read's number.
@@ -234,3 +238,11 @@ def read_many_sql(kinds: tuple[str, ...]) -> str:
             sql = sql.replace(f"%({name})s", f"%({name}{n})s")
         parts.append(f"SELECT {n}, * FROM ({sql}) AS read{n}")
     return "\nUNION ALL\n".join(parts)
+
+
+def text_array(values: list[str]) -> str:
+    """``values`` as the text of a PostgreSQL array (each element quoted, backslash and double
+    quote escaped), for a ``%(keys)s::text[]`` parameter: one string is much less work for
+    psycopg to send than a list, which it adapts element by element."""
+    quoted = (value.replace("\\", "\\\\").replace('"', '\\"') for value in values)
+    return "{" + ",".join(f'"{value}"' for value in quoted) + "}"

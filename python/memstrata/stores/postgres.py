@@ -118,6 +118,7 @@ from memstrata.stores.pg_sql import (
     SCHEMA_VERSION,
     SESSION_SETUP,
     read_many_sql,
+    text_array,
 )
 from memstrata.stores.pg_transactions import (
     _aqueue_locked_read,
@@ -343,9 +344,10 @@ class PostgresStore(Store):
         return {"ns": ns, "key": validate_key(key), "now": None}
 
     @staticmethod
-    def _many_params(namespace: Namespace, keys: Sequence[str]) -> dict[str, Any]:
+    def _many_params(namespace: Namespace, keys: builtins.list[str]) -> dict[str, Any]:
+        """The parameters of ``_GET_MANY`` for ``keys``, already checked."""
         ns = encode_namespace(validate_namespace(namespace))
-        return {"ns": ns, "keys": validate_keys(keys), "now": None}
+        return {"ns": ns, "keys": text_array(keys), "now": None}
 
     @staticmethod
     def _found(keys: builtins.list[str], rows: builtins.list[tuple[Any, ...]]) -> dict[str, Item]:
@@ -417,10 +419,11 @@ class PostgresStore(Store):
         return None if row is None else _item(row)
 
     def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        keys = validate_keys(keys)
         params = self._many_params(namespace, keys)
         with self._connection() as conn:
             rows = conn.execute(_GET_MANY, params).fetchall()
-        return self._found(params["keys"], rows)
+        return self._found(keys, rows)
 
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
@@ -659,7 +662,7 @@ class PostgresStore(Store):
         for n, read in enumerate(reads):
             if isinstance(read, GetMany):
                 kinds.append("get")
-                one = PostgresStore._many_params(read.namespace, read.keys)
+                one = PostgresStore._many_params(read.namespace, validate_keys(read.keys))
             else:
                 kinds.append("everything" if read.since is None else "since")
                 one = PostgresStore._changes_params(read.namespace, read.since)
@@ -735,10 +738,11 @@ class PostgresStore(Store):
         return None if row is None else _item(row)
 
     async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        keys = validate_keys(keys)
         params = self._many_params(namespace, keys)
         async with self._aconnection() as conn:
             rows = await (await conn.execute(_GET_MANY, params)).fetchall()
-        return self._found(params["keys"], rows)
+        return self._found(keys, rows)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
