@@ -504,6 +504,73 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
     assert asyncio.run(async_trips()) == {"aread_many": 1, "aupdate": 2, "aupdate_many_since": 3}
 
 
+def _plans(conn_rows: list[tuple[Any, ...]]) -> dict[str, tuple[int, int]]:
+    """(generic plans, custom plans) of the prepared statements that read items, by kind."""
+    plans = {}
+    for statement, generic, custom in conn_rows:
+        kind = "read_many" if "UNION ALL" in statement and "ANY(" in statement else "get_many"
+        if "key = ANY(" in statement:
+            plans[kind] = (generic, custom)
+    return plans
+
+
+_PREPARED = "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+
+
+def test_prepared_statements_are_planned_once(url: str) -> None:
+    """psycopg prepares a statement the store sends often; the server then plans it once (a
+    generic plan), where its default would plan statements such as get_many's again at every
+    execution, which takes longer than running them. Sync and async connections alike."""
+    store = PostgresStore(url, max_size=1)
+    store.put(NS, "a", 1)
+    reads = [GetMany(NS, ("a", "b")), ChangesSince(NS, store.change_mark(NS))]
+    for _ in range(20):
+        assert list(store.get_many(NS, ["a", "b"])) == ["a"]
+        assert list(store.read_many(reads)[0]) == ["a"]  # type: ignore[arg-type]
+    with store._connection() as conn:
+        plans = _plans(conn.execute(_PREPARED).fetchall())
+    assert set(plans) == {"get_many", "read_many"}
+    assert all(generic >= 10 and custom == 0 for generic, custom in plans.values()), plans
+
+    async def async_plans() -> dict[str, tuple[int, int]]:
+        for _ in range(20):
+            await store.aget_many(NS, ["a", "b"])
+            await store.aread_many(reads)
+        async with store._aconnection() as conn:
+            return _plans(await (await conn.execute(_PREPARED)).fetchall())
+
+    plans = asyncio.run(async_plans())
+    assert set(plans) == {"get_many", "read_many"}
+    assert all(generic >= 10 and custom == 0 for generic, custom in plans.values()), plans
+    store.close()
+
+
+def test_large_values_are_written_with_lz4_where_the_server_has_it(url: str) -> None:
+    """A value past the server's compression threshold (a working memory's few KB) is
+    compressed with lz4, cheaper to write than the default pglz, and reads back unchanged."""
+    store = PostgresStore(url)
+    value = {"notes": [f"note {i}: the deploy of service {i % 7} went fine" for i in range(200)]}
+    store.put(NS, "big", value)
+
+    async def awrite() -> None:
+        await store.aput(NS, "abig", value)
+
+    asyncio.run(awrite())
+    with psycopg.connect(url) as conn:
+        has_lz4 = conn.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone()
+        methods = conn.execute(
+            "SELECT key, pg_column_compression(value) FROM memstrata_items ORDER BY key"
+        ).fetchall()
+    if not (has_lz4 and has_lz4[0]):
+        pytest.skip("this PostgreSQL has no lz4")
+    assert methods == [("abig", "lz4"), ("big", "lz4")]
+    assert store.get(NS, "big").value == value  # type: ignore[union-attr]
+    assert asyncio.run(store.aget(NS, "abig")).value == value  # type: ignore[union-attr]
+    store.close()
+
+
 def test_put_many_if_versions_checks_versions_in_its_writes(url: str) -> None:
     """A plain put that lands while put_many_if_versions waits for its locks wins: the batch
     then finds another version and writes nothing."""
@@ -601,6 +668,31 @@ def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
         store.read_many([GetMany(NS, ("a",)), ChangesSince(NS, ChangeMark("postgres", NS, "x"))])
     with pytest.raises(InvalidInputError, match="GetMany or ChangesSince"):
         store.read_many([("get", NS, "a")])  # type: ignore[list-item]
+    store.close()
+
+
+def test_keys_that_array_syntax_gives_meaning_to_are_read_and_updated_as_themselves(
+    url: str,
+) -> None:
+    """Several keys go to PostgreSQL as the text of one array: quotes, backslashes, commas,
+    braces, spaces and the word NULL stay the keys they are."""
+    keys = ['a"b', "c\\d", "{e,f}", " g ", "NULL", 'h\\"i', "ü,", "}"]
+    store = PostgresStore(url)
+    for n, key in enumerate(keys):
+        store.put(NS, key, n)
+    expected = {key: n for n, key in enumerate(keys)}
+    assert {k: i.value for k, i in store.get_many(NS, [*keys, "absent"]).items()} == expected
+    (answer,) = store.read_many([GetMany(NS, tuple(keys))])
+    assert isinstance(answer, dict)
+    assert {k: i.value for k, i in answer.items()} == expected
+    written = store.update_many(NS, {key: lambda v: v + 100 for key in keys})
+    assert {i.key: i.value for i in written} == {key: n + 100 for n, key in enumerate(keys)}
+
+    async def aread() -> dict[str, Any]:
+        found = await store.aget_many(NS, keys)
+        return {k: i.value for k, i in found.items()}
+
+    assert asyncio.run(aread()) == {key: n + 100 for n, key in enumerate(keys)}
     store.close()
 
 

@@ -1,13 +1,14 @@
 """Profiles the whole-turn benchmark (benches/turn_scenario.py) and writes its top entries.
 
-Usage: python tools/profile_turn.py OUT.md [--turns N] [--label TEXT]
+Usage: python tools/profile_turn.py OUT.md [--turns N] [--label TEXT] [--store URL]
 
 Builds the scenario, warms up, runs N turns under cProfile and writes a markdown report: the
 median turn time under the profiler and outside it, the median CPU time of each step of a turn
 outside the profiler (the thread's CPU time: another job on the machine slows it less than the
 clock), then the top entries by own time and by cumulative time, with paths shortened to the
 package. Wall-clock numbers on a shared machine are approximate, the ranking of the entries is
-what matters.
+what matters. ``--store`` runs the turn on another store (e.g. ``postgresql://...``, an empty
+database: the scenario fills it) instead of a fresh SQLite file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "benches")]
 
 from turn_scenario import AGENT, THREAD, USER, Scenario, model_response  # noqa: E402
+
+from memstrata import open_store  # noqa: E402
 
 TOP = 15
 
@@ -82,8 +85,11 @@ def main() -> int:
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--label", default="")
+    parser.add_argument("--store", default=None, help="a store URL (default: a SQLite file)")
     args = parser.parse_args()
-    scenario = Scenario(pathlib.Path(tempfile.mkdtemp(prefix="memstrata-profile-")))
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="memstrata-profile-"))
+    store = open_store(args.store) if args.store else None
+    scenario = Scenario(workdir, store=store)
     for _ in range(10):
         scenario.turn()
     plain = []

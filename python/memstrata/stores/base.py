@@ -384,9 +384,9 @@ class Store(ABC):
         return {key: item for key, item in found.items() if item is not None}
 
     def read_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
-        """The answers to several reads, in their order: one round trip on PostgreSQL (each
-        read is still its own statement, as if made alone, one after the other). A run opens
-        with the reads its layers ask for this way (see ``Layer.opening_reads``).
+        """The answers to several reads, in their order, each as if made alone: one round
+        trip on PostgreSQL, where the reads are one statement. A run opens with the reads its
+        layers ask for this way (see ``Layer.opening_reads``).
 
         Raises:
             InvalidInputError: A read is not a GetMany or ChangesSince, or is malformed; nothing

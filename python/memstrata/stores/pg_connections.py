@@ -19,7 +19,8 @@ from typing import Any
 
 
 class LoopConnections:
-    """Connections of one event loop: at most ``max_size`` open, idle ones reused.
+    """Connections of one event loop: at most ``max_size`` open, idle ones reused, each new
+    one set up by the statement ``setup`` before its first use.
 
     Connections are in autocommit mode, as the sync pool's: a single statement needs no
     BEGIN/COMMIT round trips, and a method that needs a transaction opens one explicitly.
@@ -29,13 +30,14 @@ class LoopConnections:
     to idle is closed instead of kept.
     """
 
-    def __init__(self, url: str, max_size: int) -> None:
+    def __init__(self, url: str, max_size: int, setup: str) -> None:
         # psycopg is an optional dependency: imported by whoever builds a PostgresStore.
         import psycopg
         from psycopg.pq import TransactionStatus
 
         self.url = url
         self.max_size = max_size
+        self.setup = setup
         self._connect = psycopg.AsyncConnection.connect
         self._idle_status = TransactionStatus.IDLE
         self._open_status = TransactionStatus.INTRANS
@@ -65,9 +67,14 @@ class LoopConnections:
                 self._in_use.add(conn)
                 return conn
             self._open += 1
+        conn = None
         try:
             conn = await self._connect(self.url, autocommit=True)
+            await conn.execute(self.setup)
         except BaseException:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
             async with self._changed:
                 self._open -= 1
                 self._changed.notify()
@@ -136,9 +143,10 @@ class ConnectionsByLoop:
     :meth:`LoopConnections.close_abandoned`).
     """
 
-    def __init__(self, url: str, max_size: int) -> None:
+    def __init__(self, url: str, max_size: int, setup: str) -> None:
         self.url = url
         self.max_size = max_size
+        self.setup = setup
         self._by_loop: dict[asyncio.AbstractEventLoop, LoopConnections] = {}
         # Loops in several threads may share a store: each changes the table under this.
         self._guard = threading.Lock()
@@ -152,7 +160,9 @@ class ConnectionsByLoop:
                 self.close_ended()
             return connections
         with self._guard:
-            connections = self._by_loop.setdefault(loop, LoopConnections(self.url, self.max_size))
+            connections = self._by_loop.setdefault(
+                loop, LoopConnections(self.url, self.max_size, self.setup)
+            )
         self.close_ended()
         return connections
 

@@ -1,10 +1,13 @@
 """The SQL of :class:`~memstrata.stores.postgres.PostgresStore`: its schema migrations and
 every statement it sends, as module-level constants (the design behind them is in that module's
 docstring). Statements take named parameters; ``%(now)s`` is a transaction's time, or NULL for
-the statement's own.
+the statement's own; ``%(keys)s``, a list of keys, is sent as the text of an array
+(``text_array``).
 """
 
 from __future__ import annotations
+
+import functools
 
 SCHEMA_VERSION = 2
 _MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
@@ -49,6 +52,19 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
+# Run once on each connection the store opens, in one statement:
+# * psycopg prepares a statement sent more than a few times, and under the server's default
+#   plan_cache_mode a prepared statement whose generic plan looks costlier than its custom ones
+#   (a ``key = ANY(keys)``, read_many's UNION ALL) is planned again at every execution, which
+#   takes longer than running it. Every statement here is an index lookup whose generic plan is
+#   the one a custom plan would pick.
+# * Values over about 2 KB (a working memory) are compressed as they are written: lz4, where
+#   the server has it (PostgreSQL 14 or newer built with it), costs less time than the default
+#   pglz in each such write. Values written with either are read back alike.
+SESSION_SETUP = """SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+    (SELECT set_config('default_toast_compression', 'lz4', false) FROM pg_settings
+        WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals))"""
+
 # The time of a transaction (read with its locks) or, when %(now)s is NULL, of the statement.
 _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)"
 _CLOCK = "extract(epoch FROM clock_timestamp())::float8"
@@ -58,7 +74,7 @@ _SELECT = (
     " FROM memstrata_items"
 )
 _GET = f"{_SELECT} WHERE namespace = %(ns)s AND key = %(key)s AND {_LIVE}"
-_GET_MANY = f"{_SELECT} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_LIVE}"
+_GET_MANY = f"{_SELECT} WHERE namespace = %(ns)s AND key = ANY(%(keys)s::text[]) AND {_LIVE}"
 _LIST = (
     f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
@@ -94,7 +110,7 @@ _THIS_LIVE_ROW = f"FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key
 _READ_LOCKED = f"""SELECT clock.now, items.key, items.value::text
     FROM (SELECT {_CLOCK} AS now OFFSET 0) AS clock
     LEFT JOIN memstrata_items AS items
-        ON items.namespace = %(ns)s AND items.key = ANY(%(keys)s)
+        ON items.namespace = %(ns)s AND items.key = ANY(%(keys)s::text[])
         AND (items.expires_at IS NULL OR items.expires_at > clock.now)"""
 # A tombstone for every row the CTE ``gone`` deleted, in the deleting statement.
 _BURY = f"""buried AS (
@@ -198,3 +214,35 @@ _SINCE = f"""{_MARK_ROW}
         FROM memstrata_tombstones
         WHERE namespace = %(ns)s AND {_not_seen_by_mark("deleted_by")}"""
 _STAMP = f"SELECT version, created_at {_THIS_LIVE_ROW}"
+# get_many()'s rows in the shape of changes()' (kind, key, value, version, created_at,
+# updated_at, expires_at), so that read_many can send it in one statement with them.
+_GET_MANY_ROWS = f"""SELECT 'item', key, value::text, version, created_at, updated_at, expires_at
+    FROM memstrata_items WHERE namespace = %(ns)s AND key = ANY(%(keys)s::text[]) AND {_LIVE}"""
+_READ_KINDS = {"get": _GET_MANY_ROWS, "since": _SINCE, "everything": _EVERYTHING}
+# The parameters a read's statement names; read n of a read_many names them with suffix n.
+_READ_PARAMS = ("ns", "keys", "mark")
+
+
+@functools.lru_cache(maxsize=64)
+def read_many_sql(kinds: tuple[str, ...]) -> str:
+    """One statement answering every read of a ``read_many`` (each ``kinds`` entry: "get",
+    "since" or "everything"): its rows are the reads' rows, each led by its read's number.
+
+    One statement is one parse, bind and execute on the server, one answer for psycopg to
+    take in, and one snapshot for every read. The text depends only on the kinds, so a stack
+    whose runs open with the same reads sends the same statement every time, prepared once."""
+    parts = []
+    for n, kind in enumerate(kinds):
+        sql = _READ_KINDS[kind]
+        for name in _READ_PARAMS:
+            sql = sql.replace(f"%({name})s", f"%({name}{n})s")
+        parts.append(f"SELECT {n}, * FROM ({sql}) AS read{n}")
+    return "\nUNION ALL\n".join(parts)
+
+
+def text_array(values: list[str]) -> str:
+    """``values`` as the text of a PostgreSQL array (each element quoted, backslash and double
+    quote escaped), for a ``%(keys)s::text[]`` parameter: one string is much less work for
+    psycopg to send than a list, which it adapts element by element."""
+    quoted = (value.replace("\\", "\\\\").replace('"', '\\"') for value in values)
+    return "{" + ",".join(f'"{value}"' for value in quoted) + "}"

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from memstrata.stores.pg_sql import _LOCK_KEY, _READ_LOCKED
+from memstrata.stores.pg_sql import _LOCK_KEY, _READ_LOCKED, text_array
 
 
 class _Rollback(Exception):
@@ -27,7 +27,7 @@ def _in_lock_order(all_params: dict[str, dict[str, Any]]) -> builtins.list[dict[
 def _locked_read(all_params: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """``_READ_LOCKED`` over the keys (after their ``_LOCK_KEY`` statements, in lock order)."""
     keys = sorted(all_params)
-    return _READ_LOCKED, {"ns": all_params[keys[0]]["ns"], "keys": keys}
+    return _READ_LOCKED, {"ns": all_params[keys[0]]["ns"], "keys": text_array(keys)}
 
 
 def _queue_locked_read(conn: Any, all_params: dict[str, dict[str, Any]]) -> Any:

@@ -12,11 +12,16 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
 * Namespaces use the "C" collation, so prefix listing is a range scan on the primary key, as on
   SQLite; a partial index on ``expires_at`` keeps TTL filtering and purging cheap.
 * Connections are in autocommit mode: a read, a ``put`` or a ``put_if_version`` is one
-  statement and one round trip, and ``read_many`` pipelines several reads into one. A
+  statement and one round trip, and ``read_many`` sends its reads as one statement (their
+  queries joined by UNION ALL, each row tagged with its read: one parse, one execution, one
+  snapshot for them all). A
   transaction is pipelined too (``pg_transactions``), BEGIN going out with the first statements
   and COMMIT with the last: ``update``, ``update_many`` and ``put_many_if_versions`` are two
   round trips however many keys (BEGIN, the locks and one read or the conditional writes; the
   writes and COMMIT, or COMMIT alone), ``update_many_since`` three. The SQL is in ``pg_sql``.
+* Each connection, as it opens, runs ``SESSION_SETUP``: statements psycopg has prepared are
+  planned once (``plan_cache_mode``), not again at every execution, and large values are
+  compressed with lz4 where the server has it.
 * ``update`` and ``put_if_version`` serialise on a transaction-scoped advisory lock per
   (namespace, key), which also covers the case row-level locks cannot: two writers racing to
   create the same absent record. ``put_if_version`` takes it inside its one statement, whose
@@ -113,6 +118,9 @@ from memstrata.stores.pg_sql import (
     _STAMP,
     _UPSERT,
     SCHEMA_VERSION,
+    SESSION_SETUP,
+    read_many_sql,
+    text_array,
 )
 from memstrata.stores.pg_transactions import (
     _aqueue_locked_read,
@@ -177,6 +185,11 @@ def _with_lock_timeout(url: str, seconds: float | None) -> str:
     if options is None:
         options = os.environ.get("PGOPTIONS", "")
     return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
+
+
+def _set_up(conn: Any) -> None:
+    """Sets up a connection the pool opened (``SESSION_SETUP``)."""
+    conn.execute(SESSION_SETUP)
 
 
 def _item(row: tuple[Any, ...]) -> Item:
@@ -282,9 +295,10 @@ class PostgresStore(Store):
             open=True,
             name="memstrata",
             kwargs={"autocommit": True},
+            configure=_set_up,
         )
         # The async twins' connections: per event loop, no background tasks (see pg_connections).
-        self._async = ConnectionsByLoop(conninfo, max_size)
+        self._async = ConnectionsByLoop(conninfo, max_size, SESSION_SETUP)
         try:
             self._migrate()
         except BaseException:
@@ -352,9 +366,10 @@ class PostgresStore(Store):
         return {"ns": ns, "key": validate_key(key), "now": None}
 
     @staticmethod
-    def _many_params(namespace: Namespace, keys: Sequence[str]) -> dict[str, Any]:
+    def _many_params(namespace: Namespace, keys: builtins.list[str]) -> dict[str, Any]:
+        """The parameters of ``_GET_MANY`` for ``keys``, already checked."""
         ns = encode_namespace(validate_namespace(namespace))
-        return {"ns": ns, "keys": validate_keys(keys), "now": None}
+        return {"ns": ns, "keys": text_array(keys), "now": None}
 
     @staticmethod
     def _found(keys: builtins.list[str], rows: builtins.list[tuple[Any, ...]]) -> dict[str, Item]:
@@ -426,10 +441,11 @@ class PostgresStore(Store):
         return None if row is None else _item(row)
 
     def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        keys = validate_keys(keys)
         params = self._many_params(namespace, keys)
         with self._connection() as conn:
             rows = conn.execute(_GET_MANY, params).fetchall()
-        return self._found(params["keys"], rows)
+        return self._found(keys, rows)
 
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
@@ -645,31 +661,65 @@ class PostgresStore(Store):
         return answer
 
     def read_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
-        plans = [self._read_plan(read) for read in validate_reads(reads)]
-        if not plans:
+        reads = validate_reads(reads)
+        if not reads:
             return []
+        # One statement, one round trip; one more for each mark the rows say is stale.
         with self._connection() as conn:
-            # Every statement is sent, then one Sync as the pipeline ends, which brings every
-            # answer back: one round trip (a fetch inside the block would cost a second).
-            with conn.pipeline():
-                cursors = [conn.execute(sql, params) for _, sql, params in plans]
-            answers: builtins.list[Answer] = []
-            for (read, _, params), cursor in zip(plans, cursors):
-                rows = cursor.fetchall()
-                if isinstance(read, GetMany):
-                    answers.append(self._found(params["keys"], rows))
-                else:
-                    namespace = tuple(read.namespace)
-                    answers.append(self._changes_answer(conn, namespace, read.since, params, rows))
-        return answers
+            rows = conn.execute(*self._read_many_statement(reads)).fetchall()
+            return [
+                self._everything(conn, read) if answer is None else answer
+                for read, answer in zip(reads, self._read_answers(reads, rows))
+            ]
+
+    def _everything(self, conn: Any, read: Read) -> Changes:
+        """A stale mark's answer: the whole namespace (``changes(namespace)``)."""
+        params = self._changes_params(read.namespace, None)
+        rows = conn.execute(_EVERYTHING, params).fetchall()
+        return self._complete(read.namespace, rows)
 
     @staticmethod
-    def _read_plan(read: Read) -> tuple[Read, str, dict[str, Any]]:
-        """The statement that answers one read of ``read_many``, and its parameters."""
-        if isinstance(read, GetMany):
-            return read, _GET_MANY, PostgresStore._many_params(read.namespace, read.keys)
-        params = PostgresStore._changes_params(read.namespace, read.since)
-        return read, _EVERYTHING if read.since is None else _SINCE, params
+    def _complete(namespace: Namespace, rows: builtins.list[tuple[Any, ...]]) -> Changes:
+        answer = _changes(tuple(namespace), rows, complete=True)
+        assert answer is not None  # _EVERYTHING has no 'stale' row
+        return answer
+
+    @staticmethod
+    def _read_many_statement(reads: builtins.list[Read]) -> tuple[str, dict[str, Any]]:
+        """``read_many``'s one statement (see ``read_many_sql``) and its parameters."""
+        kinds: builtins.list[str] = []
+        params: dict[str, Any] = {"now": None}
+        for n, read in enumerate(reads):
+            if isinstance(read, GetMany):
+                kinds.append("get")
+                one = PostgresStore._many_params(read.namespace, validate_keys(read.keys))
+            else:
+                kinds.append("everything" if read.since is None else "since")
+                one = PostgresStore._changes_params(read.namespace, read.since)
+            params.update({f"{name}{n}": value for name, value in one.items() if name != "now"})
+        return read_many_sql(tuple(kinds)), params
+
+    @staticmethod
+    def _read_answers(
+        reads: builtins.list[Read], rows: builtins.list[tuple[Any, ...]]
+    ) -> builtins.list[Answer | None]:
+        """Each read's answer from the rows of ``read_many``'s statement; None for a mark the
+        rows say is stale."""
+        by_read: builtins.list[builtins.list[tuple[Any, ...]]] = [[] for _ in reads]
+        for row in rows:
+            by_read[row[0]].append(row[1:])
+        answers: builtins.list[Answer | None] = []
+        for read, read_rows in zip(reads, by_read):
+            namespace = tuple(read.namespace)
+            if isinstance(read, GetMany):
+                found = {
+                    key: Item(namespace, key, codec.loads(text), *stamps)
+                    for _, key, text, *stamps in read_rows
+                }
+                answers.append({key: found[key] for key in read.keys if key in found})
+            else:
+                answers.append(_changes(namespace, read_rows, complete=read.since is None))
+        return answers
 
     def update_many_since(
         self,
@@ -718,10 +768,11 @@ class PostgresStore(Store):
         return None if row is None else _item(row)
 
     async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
+        keys = validate_keys(keys)
         params = self._many_params(namespace, keys)
         async with self._aconnection() as conn:
             rows = await (await conn.execute(_GET_MANY, params)).fetchall()
-        return self._found(params["keys"], rows)
+        return self._found(keys, rows)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
@@ -825,22 +876,18 @@ class PostgresStore(Store):
         return answer
 
     async def aread_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
-        plans = [self._read_plan(read) for read in validate_reads(reads)]
-        if not plans:
+        reads = validate_reads(reads)
+        if not reads:
             return []
         async with self._aconnection() as conn:
-            async with conn.pipeline():
-                cursors = [await conn.execute(sql, params) for _, sql, params in plans]
+            rows = await (await conn.execute(*self._read_many_statement(reads))).fetchall()
             answers: builtins.list[Answer] = []
-            for (read, _, params), cursor in zip(plans, cursors):
-                rows = await cursor.fetchall()
-                if isinstance(read, GetMany):
-                    answers.append(self._found(params["keys"], rows))
-                else:
-                    namespace = tuple(read.namespace)
-                    answers.append(
-                        await self._achanges_answer(conn, namespace, read.since, params, rows)
-                    )
+            for read, answer in zip(reads, self._read_answers(reads, rows)):
+                if answer is None:
+                    params = self._changes_params(read.namespace, None)
+                    rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
+                    answer = self._complete(read.namespace, rows)
+                answers.append(answer)
         return answers
 
     async def _aqueue_writes(
