@@ -95,7 +95,7 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
                     glued_words(&f, value),
                 ))
             || (f[KANA] as f64 > KANA_CUT_SHARE * value.max(1.0)
-                && kana_look_random(units, chars, f[KANA], value, encoding))
+                && kana_look_random(units, &masks, chars, f[KANA], value, encoding))
         {
             exact(units, encoding) as f64
         } else {
@@ -138,21 +138,26 @@ fn may_hold_unknown_words(f: &Features, value: f64, chars: usize) -> bool {
     (WORD_SAMPLE as u64 * half_tokens) as f64 / 2.0 > unknown_share(chars) * value.max(1.0)
 }
 
-/// Where single punctuation glued to an ASCII letter, or 2-byte characters, are more than this
-/// share of a chunk's value, words glued to punctuation are looked up too (see
-/// [`glued_words`]).
-pub const GLUED_SHARE: f64 = 0.25;
+/// Words glued to punctuation are looked up too where single punctuation glued to an ASCII
+/// letter is more than this share of a chunk's value: letters glued by punctuation are at
+/// 0.45 or more of it, the test corpus's code and JSON at most 0.37 (see [`glued_words`]).
+pub const GLUED_PUNCT_SHARE: f64 = 0.4;
+
+/// ... or where 2-byte characters (Latin with diacritics, Greek, Cyrillic...) are more than
+/// this share of it.
+pub const GLUED_TWO_BYTE_SHARE: f64 = 0.25;
 
 /// Whether the word lookups of a chunk with features `f` and model value `value` take words
 /// glued to ASCII punctuation too: random letters glued by punctuation have the features of
 /// words and punctuation, but where they carry a share of the value, so do single punctuation
-/// marks before a letter (ASCII letters) or 2-byte characters (Latin with diacritics, Greek,
-/// Cyrillic...). Elsewhere (most code, JSON and English prose) the lookups are skipped: code
-/// glues many known words to punctuation, and each lookup costs time.
+/// marks before an ASCII letter, or 2-byte characters. Elsewhere (most code, JSON and English
+/// prose) the lookups are skipped: code glues many known words to punctuation, and each
+/// lookup costs time.
 fn glued_words(f: &Features, value: f64) -> bool {
     use super::features::slots::*;
     let e = value.max(1.0);
-    f[PUNCT_GLUED] as f64 > GLUED_SHARE * e || f[OTHER_2BYTE] as f64 > GLUED_SHARE * e
+    f[PUNCT_GLUED] as f64 > GLUED_PUNCT_SHARE * e
+        || f[OTHER_2BYTE] as f64 > GLUED_TWO_BYTE_SHARE * e
 }
 
 /// `(start, end, code points)` of the chunks of `units`: [`CHUNK_CHARS`] code points each,

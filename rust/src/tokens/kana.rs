@@ -9,13 +9,13 @@
 
 use std::sync::LazyLock;
 
-use super::features::Unit;
+use super::features::{word_masks, Unit, WordMasks};
 use super::models::Encoding;
 
 /// Code points of a chunk sampled, evenly spaced: a kana pair is read at each that starts
 /// one. A sample tells the share of pairs no token holds; reading every kana of a Japanese
 /// chunk would cost as much as the feature pass.
-pub const KANA_SAMPLES: usize = 64;
+pub const KANA_SAMPLES: usize = 32;
 
 /// Pairs the sample must find before the share is judged.
 pub const KANA_MIN_PAIRS: usize = 8;
@@ -97,64 +97,58 @@ fn code_point<U: Unit>(units: &[U], i: usize) -> (u32, usize) {
 /// and how many of them no token of `encoding` holds. The positions are code points, so UTF-8
 /// and UCS-4 sample the same pairs.
 pub fn sampled_kana_cuts<U: Unit>(units: &[U], chars: usize, encoding: Encoding) -> (usize, usize) {
+    sampled_kana_cuts_in(units, &word_masks(units), chars, encoding)
+}
+
+/// [`sampled_kana_cuts`] given the [`WordMasks`] of `units`' blocks, whose `starts` find the
+/// code points without reading the units between them.
+pub fn sampled_kana_cuts_in<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    chars: usize,
+    encoding: Encoding,
+) -> (usize, usize) {
     let table = kana_pairs(encoding);
     let (mut pairs, mut cuts) = (0, 0);
-    let mut sample = |i: usize| {
-        let (first, next) = code_point(units, i);
-        if next >= units.len() {
-            return;
-        }
-        let (second, _) = code_point(units, next);
-        if let (Some(a), Some(b)) = (kana_index(first), kana_index(second)) {
-            pairs += 1;
-            cuts += usize::from(!table.holds(a, b));
-        }
-    };
     let target = |k: usize| k * chars / KANA_SAMPLES;
-    if size_of::<U>() != 1 {
-        for k in 0..KANA_SAMPLES {
-            if target(k) < units.len() {
-                sample(target(k));
+    let (mut k, mut before) = (0, 0);
+    for (b, m) in masks.iter().enumerate() {
+        let count = m.starts.count_ones() as usize;
+        while k < KANA_SAMPLES && target(k) < before + count {
+            // The (target - before)-th code point start of the block.
+            let mut starts = m.starts;
+            for _ in 0..target(k) - before {
+                starts &= starts - 1;
             }
-        }
-        return (pairs, cuts);
-    }
-    // UTF-8: whole blocks of 64 bytes are skipped by counting the bytes that start a code
-    // point; only a block holding the next target is walked byte by byte.
-    let is_lead = |u: &U| u.value() & 0xC0 != 0x80;
-    let (mut k, mut before, mut i) = (0, 0, 0);
-    while i < units.len() && k < KANA_SAMPLES {
-        let end = (i + 64).min(units.len());
-        let leads = units[i..end].iter().filter(|u| is_lead(u)).count();
-        if before + leads <= target(k) {
-            before += leads;
-        } else {
-            for j in i..end {
-                if is_lead(&units[j]) {
-                    while k < KANA_SAMPLES && target(k) == before {
-                        sample(j);
-                        k += 1;
-                    }
-                    before += 1;
+            let i = 64 * b + starts.trailing_zeros() as usize;
+            let (first, next) = code_point(units, i);
+            if next < units.len() {
+                let (second, _) = code_point(units, next);
+                if let (Some(a), Some(b)) = (kana_index(first), kana_index(second)) {
+                    pairs += 1;
+                    cuts += usize::from(!table.holds(a, b));
                 }
             }
+            k += 1;
         }
-        i = end;
+        before += count;
     }
     (pairs, cuts)
 }
 
-/// Whether the `kana` (the chunk's count) of a chunk of `chars` code points with model value
-/// `value` look random: the sampled pairs no token holds, as a share of the pairs found,
-/// times `kana`, are more than [`KANA_CUT_SHARE`] of the value (then it is counted exactly).
+/// Whether the `kana` (the chunk's count) of a chunk of `chars` code points (`units`, its
+/// blocks' `masks`) with model value `value` look random: the sampled pairs no token holds, as
+/// a share of the pairs found, times `kana`, are more than [`KANA_CUT_SHARE`] of the value
+/// (then it is counted exactly).
 pub fn kana_look_random<U: Unit>(
     units: &[U],
+    masks: &[WordMasks],
     chars: usize,
     kana: u64,
     value: f64,
     encoding: Encoding,
 ) -> bool {
-    let (pairs, cuts) = sampled_kana_cuts(units, chars, encoding);
+    let (pairs, cuts) = sampled_kana_cuts_in(units, masks, chars, encoding);
     pairs >= KANA_MIN_PAIRS
         && cuts as f64 * kana as f64 > KANA_CUT_SHARE * value.max(1.0) * pairs as f64
 }

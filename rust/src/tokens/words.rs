@@ -84,18 +84,23 @@ impl WordTokens {
     }
 
     /// Whether the word `units[start..=end]`, with the space or tab before it, is one of the
-    /// tokens. Its UTF-8 bytes are written into a buffer one by one (a copy call per
-    /// character costs more than the lookup); one longer than every token is not one.
+    /// tokens. A word glued to ASCII punctuation is also taken for one when it is a token after
+    /// a space: a word of the language the vocabulary spells in two tokens without its space
+    /// ("cryptography" after a slash) is not random letters. Its UTF-8 bytes are written into
+    /// a buffer one by one (a copy call per character costs more than the lookup); one longer
+    /// than every token is not one.
     #[inline]
     fn holds<U: Unit>(&self, units: &[U], start: usize, end: usize) -> bool {
         let mut key = [0u8; KEY_BYTES];
-        let mut k = 0;
-        if start > 0 && matches!(units[start - 1].value(), 0x20 | 0x09) {
-            key[0] = units[start - 1].value() as u8;
-            k = 1;
-        }
+        // The word is written from key[1]; key[0] holds the space or tab before it, if any.
+        let before = if start > 0 {
+            units[start - 1].value()
+        } else {
+            0x0A
+        };
+        let mut k = 1;
         for unit in &units[start..=end] {
-            if k > self.longest {
+            if k > self.longest + 1 {
                 return false;
             }
             let v = unit.value();
@@ -113,7 +118,17 @@ impl WordTokens {
                 k += 3;
             }
         }
-        self.contains(&key[..k])
+        match before {
+            0x20 | 0x09 => {
+                key[0] = before as u8;
+                self.contains(&key[..k])
+            }
+            0x21..=0x7E if !(before as u8).is_ascii_alphanumeric() => {
+                key[0] = b' ';
+                self.contains(&key[1..k]) || self.contains(&key[..k])
+            }
+            _ => self.contains(&key[1..k]),
+        }
     }
 
     /// Whether `bytes` are one of the tokens. A word that is not is taken for one when its
@@ -256,7 +271,8 @@ fn mark_non_ascii_words<U: Unit>(
 
 /// What the sampled words of `units` (one chunk) that `encoding`'s vocabulary does not hold
 /// take at least, in half tokens: 4 for each, or its letters with diacritics if more (see
-/// [`UNKNOWN_SHARE`]).
+/// [`UNKNOWN_SHARE`]): of the words after whitespace, and (with `glued`, else 0) of the words
+/// after punctuation, each sampled on its own.
 ///
 /// A word is a maximal run of word characters after a space, a tab, a line break or the
 /// chunk's start, and before an ASCII character or a symbol that ends a word (see
@@ -268,7 +284,11 @@ fn mark_non_ascii_words<U: Unit>(
 /// value (see `glued_words` in the estimate): code and markup glue many known words to
 /// punctuation, and each lookup costs time. Words glued to digits or other characters are
 /// skipped. Every [`WORD_SAMPLE`]-th word is looked up, counting from the chunk's first.
-pub fn sampled_unknown_words<U: Unit>(units: &[U], encoding: Encoding, glued: bool) -> usize {
+pub fn sampled_unknown_words<U: Unit>(
+    units: &[U],
+    encoding: Encoding,
+    glued: bool,
+) -> (usize, usize) {
     sampled_unknown_words_in(units, &word_masks(units), encoding, glued)
 }
 
@@ -279,12 +299,11 @@ pub fn sampled_unknown_words_in<U: Unit>(
     masks: &[WordMasks],
     encoding: Encoding,
     glued: bool,
-) -> usize {
-    let n = units.len();
-    let blocks = masks.len();
-    if n == 0 {
-        return 0;
+) -> (usize, usize) {
+    if units.is_empty() {
+        return (0, 0);
     }
+    let blocks = masks.len();
     let mut word = Vec::with_capacity(blocks + 1);
     word.extend(masks.iter().map(|m| m.letters));
     word.push(0);
@@ -296,18 +315,45 @@ pub fn sampled_unknown_words_in<U: Unit>(
             mark_non_ascii_words(units, 64 * b, m.non_ascii, &mut word, &mut blocking);
         }
     }
+    let word_tokens = word_tokens(encoding);
+    let spaced = sample_words(units, masks, &word, &blocking, word_tokens, false);
+    let glued = if glued {
+        sample_words(units, masks, &word, &blocking, word_tokens, true)
+    } else {
+        0
+    };
+    (spaced, glued)
+}
+
+/// What the sampled words of `units` that `word_tokens` does not hold take, in half tokens:
+/// the words after a space, a tab, a line break or the chunk's start, or (`after_punctuation`)
+/// the words after printable ASCII punctuation, each kind sampled on its own (so that looking
+/// up glued words leaves the sample of the others as it was). `word` marks the word
+/// characters, `blocking` the non-ASCII units a word may not end before.
+fn sample_words<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    word: &[u64],
+    blocking: &[u64],
+    word_tokens: &WordTokens,
+    after_punctuation: bool,
+) -> usize {
+    let n = units.len();
     // Run by run with bit operations rather than unit by unit: a branch per word costs about
     // as much as the whole feature pass. A word is a run of `word` bits; its start must follow
     // a separator (the chunk's start counts as a line break), the unit after its end must be
-    // ASCII or end a word. Runs with a bad start are cleared by adding their start bit, which carries
-    // through the run (and out of the block, into the run's next part).
-    let word_tokens = word_tokens(encoding);
+    // ASCII or end a word. Runs with a bad start are cleared by adding their start bit, which
+    // carries through the run (and out of the block, into the run's next part).
     let (mut unknown, mut words) = (0, 0usize);
-    let (mut word_before, mut separator_before, mut carry) = (0, 1, false);
-    let glue = if glued { u64::MAX } else { 0 };
-    for b in 0..blocks {
-        let (w, m) = (word[b], masks[b]);
-        let separators = m.separators | (m.punctuation & glue);
+    let (mut word_before, mut carry) = (0, false);
+    let mut separator_before = u64::from(!after_punctuation);
+    for (b, m) in masks.iter().enumerate() {
+        let w = word[b];
+        let separators = if after_punctuation {
+            m.punctuation
+        } else {
+            m.separators
+        };
         let starts = w & !((w << 1) | word_before);
         let bad_starts = starts & !((separators << 1) | separator_before);
         let (sum, c1) = w.overflowing_add(bad_starts);
@@ -336,7 +382,7 @@ pub fn sampled_unknown_words_in<U: Unit>(
             cleared = next;
             next += WORD_SAMPLE;
             let end = 64 * b + valid.trailing_zeros() as usize;
-            let start = run_start(&word, end);
+            let start = run_start(word, end);
             if !word_tokens.holds(units, start, end) {
                 unknown += accented_letters(&units[start..=end]).max(4);
             }
@@ -388,8 +434,18 @@ pub fn too_many_unknown_words<U: Unit>(
     encoding: Encoding,
     glued: bool,
 ) -> bool {
-    let half_tokens = sampled_unknown_words_in(units, masks, encoding, glued);
-    (WORD_SAMPLE * half_tokens) as f64 / 2.0 > unknown_share(chars) * value.max(1.0)
+    let (spaced, glued) = sampled_unknown_words_in(units, masks, encoding, glued);
+    let share = unknown_share(chars) * value.max(1.0);
+    let tokens = |half_tokens: usize| (WORD_SAMPLE * half_tokens) as f64 / 2.0;
+    // Words glued to punctuation count once they take half the share on their own: a few
+    // unknown ones (options and placeholders in a message catalogue, "--ciphers=СТРОКА") do
+    // not tip a chunk of ordinary words.
+    let glued = if tokens(glued) > share / 2.0 {
+        glued
+    } else {
+        0
+    };
+    tokens(spaced + glued) > share
 }
 
 #[cfg(test)]
@@ -401,34 +457,51 @@ mod tests {
     fn known_words_are_tokens_and_nonsense_is_not() {
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
             // Four words: the first is looked up.
-            assert_eq!(sampled_unknown_words(b"the cat sat down.", e, false), 0);
-            assert_eq!(sampled_unknown_words(b"cduag cat sat down.", e, false), 4);
+            assert_eq!(
+                sampled_unknown_words(b"the cat sat down.", e, false),
+                (0, 0)
+            );
+            assert_eq!(
+                sampled_unknown_words(b"cduag cat sat down.", e, false),
+                (4, 0)
+            );
             // After a space, the space is part of the word's piece.
-            assert_eq!(sampled_unknown_words(b" cduag cat sat down.", e, false), 4);
+            assert_eq!(
+                sampled_unknown_words(b" cduag cat sat down.", e, false),
+                (4, 0)
+            );
             // Half a token per letter with a diacritic, once there are more than 4.
             let word = "\nçñóüìãôø cat sat down.";
-            assert_eq!(sampled_unknown_words(word.as_bytes(), e, false), 8);
+            assert_eq!(sampled_unknown_words(word.as_bytes(), e, false), (8, 0));
             let word = "\nξξξξξξξξξ cat sat down.";
-            assert_eq!(sampled_unknown_words(word.as_bytes(), e, false), 4);
+            assert_eq!(sampled_unknown_words(word.as_bytes(), e, false), (4, 0));
             // Glued to punctuation or digits, or at the chunk's end: not looked up.
-            assert_eq!(sampled_unknown_words(b"(cduag) 1cduag cduag", e, false), 0);
+            assert_eq!(
+                sampled_unknown_words(b"(cduag) 1cduag cduag", e, false),
+                (0, 0)
+            );
             // Unless glued words are asked for: then the one after the parenthesis counts.
-            assert_eq!(sampled_unknown_words(b"(cduag) 1cduag cduag", e, true), 4);
-            assert_eq!(sampled_unknown_words(b"x.the cat sat", e, true), 0);
+            assert_eq!(
+                sampled_unknown_words(b"(cduag) 1cduag cduag", e, true),
+                (0, 4)
+            );
+            assert_eq!(sampled_unknown_words(b"x.the cat sat", e, true), (0, 0));
             // Every fourth word is looked up.
             let text = "the cat sat cduag ".repeat(8);
-            assert_eq!(sampled_unknown_words(text.as_bytes(), e, false), 0);
+            assert_eq!(sampled_unknown_words(text.as_bytes(), e, false), (0, 0));
             let text = "cduag cat sat down ".repeat(8);
-            assert_eq!(sampled_unknown_words(text.as_bytes(), e, false), 32);
+            assert_eq!(sampled_unknown_words(text.as_bytes(), e, false), (32, 0));
         }
     }
 
-    /// The words [`sampled_unknown_words`] looks up, found one character at a time.
-    fn sampled_words(text: &str, glued: bool) -> Vec<String> {
+    /// The words [`sampled_unknown_words`] looks up, found one character at a time, and
+    /// whether each follows punctuation.
+    fn sampled_words(text: &str, glued: bool) -> Vec<(String, bool)> {
         let chars: Vec<char> = text.chars().collect();
         let is_word = |c: char| is_word_char(u32::from(c));
         let mut out = Vec::new();
-        let mut words = 0;
+        // Words after whitespace (or the start) and after punctuation, counted apart.
+        let mut words = [0, 0];
         let mut i = 0;
         while i < chars.len() {
             if !is_word(chars[i]) || (i > 0 && is_word(chars[i - 1])) {
@@ -440,19 +513,23 @@ mod tests {
                 j += 1;
             }
             let before = if i > 0 { chars[i - 1] } else { '\n' };
-            let separated = " \t\n\r".contains(before)
-                || (glued && before.is_ascii_graphic() && !before.is_ascii_alphanumeric());
+            let after_punctuation = before.is_ascii_graphic() && !before.is_ascii_alphanumeric();
+            let separated = " \t\n\r".contains(before) || (glued && after_punctuation);
             let ended = j < chars.len() && (chars[j].is_ascii() || ends_a_word(chars[j].into()));
             if ended && separated {
-                if words % WORD_SAMPLE == 0 {
+                let kind = usize::from(after_punctuation);
+                if words[kind] % WORD_SAMPLE == 0 {
                     let prefix = if " \t".contains(before) {
                         &chars[i - 1..i]
                     } else {
                         &chars[i..i]
                     };
-                    out.push(prefix.iter().chain(&chars[i..j]).collect());
+                    out.push((
+                        prefix.iter().chain(&chars[i..j]).collect(),
+                        after_punctuation,
+                    ));
                 }
-                words += 1;
+                words[kind] += 1;
             }
             i = j;
         }
@@ -486,16 +563,22 @@ mod tests {
                 for i in 0..200 {
                     text.push_str(pieces[(i * 7 + offset) % pieces.len()]);
                 }
-                let expected: usize = sampled_words(&text, glued)
-                    .iter()
-                    .filter(|w| !is_token(w.as_bytes(), e))
-                    .map(|w| {
-                        w.chars()
-                            .filter(|c| ('\u{c0}'..='\u{24f}').contains(c))
-                            .count()
-                    })
-                    .map(|accented| accented.max(4))
-                    .sum();
+                // Half tokens of the unknown words after whitespace and after punctuation.
+                let mut unknown = [0, 0];
+                for (w, after_punctuation) in sampled_words(&text, glued) {
+                    let spaced = format!(" {w}");
+                    if is_token(w.as_bytes(), e)
+                        || (after_punctuation && is_token(spaced.as_bytes(), e))
+                    {
+                        continue;
+                    }
+                    let accented = w
+                        .chars()
+                        .filter(|c| ('\u{c0}'..='\u{24f}').contains(c))
+                        .count();
+                    unknown[usize::from(after_punctuation)] += accented.max(4);
+                }
+                let expected = (unknown[0], unknown[1]);
                 assert_eq!(sampled_unknown_words(text.as_bytes(), e, glued), expected);
                 let units: Vec<u32> = text.chars().map(u32::from).collect();
                 assert_eq!(sampled_unknown_words(&units, e, glued), expected);
@@ -536,12 +619,12 @@ mod tests {
 
     #[test]
     fn utf8_and_ucs4_sample_the_same_words() {
-        let text = "ςφαηιχυ\nχωυε ξο ψαγν. カタカナ ひらがな naïve café cduag\r\nçççç.ç ";
+        let text = "ςφαηιχυ\nχωυε ξο ψαγν. カタカナ ひらがな naïve café cduag\r\nçççç.ç (ψαγν) ";
         let units: Vec<u32> = text.chars().map(u32::from).collect();
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
-            let n = sampled_unknown_words(text.as_bytes(), e, false);
-            assert!(n > 0);
-            assert_eq!(sampled_unknown_words(&units, e, false), n);
+            let n = sampled_unknown_words(text.as_bytes(), e, true);
+            assert!(n.0 > 0);
+            assert_eq!(sampled_unknown_words(&units, e, true), n);
         }
     }
 }
