@@ -304,21 +304,23 @@ pub fn sampled_unknown_words_in<U: Unit>(
         return (0, 0);
     }
     let blocks = masks.len();
-    let mut word = Vec::with_capacity(blocks + 1);
-    word.extend(masks.iter().map(|m| m.letters));
-    word.push(0);
-    // The non-ASCII units a word may not end before.
-    let mut blocking: Vec<u64> = masks.iter().map(|m| m.non_ascii).collect();
-    blocking.push(0);
+    // The word characters, then the non-ASCII units a word may not end before: one
+    // allocation per chunk rather than two.
+    let mut masks_of_words = vec![0u64; 2 * (blocks + 1)];
+    let (word, blocking) = masks_of_words.split_at_mut(blocks + 1);
+    for (b, m) in masks.iter().enumerate() {
+        (word[b], blocking[b]) = (m.letters, m.non_ascii);
+    }
     for (b, m) in masks.iter().enumerate() {
         if m.non_ascii != 0 {
-            mark_non_ascii_words(units, 64 * b, m.non_ascii, &mut word, &mut blocking);
+            mark_non_ascii_words(units, 64 * b, m.non_ascii, word, blocking);
         }
     }
+    let (word, blocking) = (&*word, &*blocking);
     let word_tokens = word_tokens(encoding);
-    let spaced = sample_words(units, masks, &word, &blocking, word_tokens, false);
+    let spaced = sample_words(units, masks, word, blocking, word_tokens, false);
     let glued = if glued {
-        sample_words(units, masks, &word, &blocking, word_tokens, true)
+        sample_words(units, masks, word, blocking, word_tokens, true)
     } else {
         0
     };
