@@ -38,13 +38,14 @@ BLOCKS = [0x80, 0x100, 0x370, 0x400, 0x530, 0x590, 0x600, 0x700, 0x900, 0x980, 0
 
 # Kinds of segment whose features set them apart from ordinary text, and words the
 # vocabularies do not hold, made of letters that look like a language's (pronounceable
-# nonsense, random letters of one script as words, one unknown word repeated): their features
-# are those of ordinary words, only the vocabulary tells them apart. The estimator bounds
+# nonsense, random letters of one script as words, one unknown word repeated, random letters
+# glued by punctuation, random kana): their features are those of ordinary words or Japanese,
+# only the vocabulary tells them apart. The estimator bounds
 # both, alone or mixed with any other (ALL_KINDS). The regression cases of tests/test_tokens.py
 # name the kinds they were drawn from.
 KINDS = ["ws", "wsmix", "char", "word", "b64", "b64lines", "hex", "digits", "emoji", "script",
          "anycp", "longword", "caps", "rwords", "punct", "control", "prose", "code"]  # fmt: skip
-WORD_KINDS = ["pronounceable", "script_words", "unknown_word"]
+WORD_KINDS = ["pronounceable", "script_words", "unknown_word", "glued", "kana"]
 ALL_KINDS = KINDS + WORD_KINDS
 
 
@@ -119,6 +120,21 @@ def segment(rng: random.Random, kind: str) -> str:
             "".join(_char(rng, lo, hi) for _ in range(rng.randint(1, 9)))
             for _ in range(max(1, n // 5))
         )
+    if kind == "glued":
+        # Words glued by ASCII punctuation rather than set apart by spaces: no space before
+        # them to find them by.
+        alphabet = rng.choice([LOWER, "".join(map(chr, range(0xE0, 0x100))),
+                               "".join(map(chr, range(0x3B1, 0x3CA))),
+                               "".join(map(chr, range(0x430, 0x450)))])  # fmt: skip
+        glue = rng.choice([PUNCT, ".", ",-", "'"])
+        return "".join(
+            _word(rng, alphabet, 1, 9) + rng.choice(glue + " " * rng.randint(0, 1))
+            for _ in range(max(1, n // 5))
+        )
+    if kind == "kana":
+        # Random hiragana, katakana or both, with none of the kanji and particles of Japanese.
+        lo, hi = rng.choice([(0x3041, 0x30FF), (0x3041, 0x3096), (0x30A1, 0x30FA)])
+        return "".join(_char(rng, lo, hi) for _ in range(n))
     if kind == "unknown_word":
         return (_word(rng, LOWER, 2, 7) + rng.choice([" ", "\n", ""])) * n
     raise ValueError(f"unknown segment kind {kind!r}")

@@ -275,6 +275,8 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
 # ``UNKNOWN_SHARE`` in rust/src/tokens/words.rs).
 WORD_SAMPLE = 4
 UNKNOWN_SHARE = 0.5
+# Chunks shorter than this judge their unknown words by half the share (``SHORT_CHARS``).
+SHORT_CHARS = 128
 
 
 @functools.cache
@@ -288,16 +290,30 @@ def _is_word_char(c: str) -> bool:
     return _is_letter(c) or 0x80 <= o < 0x800 or 0x3040 <= o <= 0x30FF
 
 
-def sampled_unknown_words(chunk: str, encoding: str) -> int:
+def _is_ascii_symbol(c: str) -> bool:
+    return "!" <= c <= "~" and not c.isalnum()
+
+
+def _ends_a_word(c: str) -> bool:
+    """ASCII, U+2000..U+2FFF (punctuation, symbols) and U+1F000..U+1FFFF (emoji) end a word's
+    piece (``ends_a_word`` in rust/src/tokens/words.rs)."""
+    o = ord(c)
+    return o < 0x80 or 0x2000 <= o < 0x3000 or 0x1F000 <= o < 0x20000
+
+
+def sampled_unknown_words(chunk: str, encoding: str, glued: bool = False) -> tuple[int, int]:
     """What the sampled words of ``chunk`` the vocabulary does not hold take at least, in half
     tokens (4 for each, or its Latin letters with diacritics if more): words (runs of ASCII
     letters, 2-byte characters and kana) after a space, a tab, a line break or the chunk's
-    start and before an ASCII character, with the space or tab they follow; every
-    ``WORD_SAMPLE``-th of them, from the first (``sampled_unknown_words`` in
-    rust/src/tokens/words.rs)."""
+    start (or, when ``glued``, ASCII punctuation, and then unknown only if not a token after a
+    space either) and before a character that ends a word (ASCII, symbols and punctuation,
+    emoji), with the space or tab they follow; every ``WORD_SAMPLE``-th of them, from the
+    first; of the words after whitespace, and of the words after punctuation, sampled apart
+    (``sampled_unknown_words`` in rust/src/tokens/words.rs)."""
     vocab = vocabulary(encoding)
     n = len(chunk)
-    unknown = words = 0
+    unknown = [0, 0]
+    words = [0, 0]  # after whitespace or the start, after punctuation: sampled apart
     i = 0
     while i < n:
         if not _is_word_char(chunk[i]) or (i and _is_word_char(chunk[i - 1])):
@@ -307,25 +323,105 @@ def sampled_unknown_words(chunk: str, encoding: str) -> int:
         while j < n and _is_word_char(chunk[j]):
             j += 1
         before = chunk[i - 1] if i else "\n"
-        if j < n and ord(chunk[j]) < 0x80 and before in " \t\n\r":
-            if words % WORD_SAMPLE == 0:
+        glued_word = _is_ascii_symbol(before)
+        separated = before in " \t\n\r" or (glued and glued_word)
+        if j < n and _ends_a_word(chunk[j]) and separated:
+            if words[glued_word] % WORD_SAMPLE == 0:
                 key = (before if before in " \t" else "") + chunk[i:j]
-                if key.encode() not in vocab:
-                    unknown += max(4, sum(0xC0 <= ord(c) <= 0x24F for c in key))
-            words += 1
+                # A word glued to punctuation that is a token after a space is a word.
+                spaced = glued_word and (" " + key).encode() in vocab
+                if key.encode() not in vocab and not spaced:
+                    unknown[glued_word] += max(4, sum(0xC0 <= ord(c) <= 0x24F for c in key))
+            words[glued_word] += 1
         i = j
-    return unknown
+    return unknown[0], unknown[1]
+
+
+def glued_words(f: list[float], value: float) -> bool:
+    """Whether words glued to ASCII punctuation are looked up too: where single punctuation
+    glued to a letter or 2-byte characters carry a share of the value (``glued_words`` in
+    rust/src/tokens/estimate.rs)."""
+    e = max(value, 1.0)
+    return f[15] > GLUED_PUNCT_SHARE * e or f[27] > GLUED_TWO_BYTE_SHARE * e
+
+
+# Where glued words are looked up (``GLUED_PUNCT_SHARE``, ``GLUED_TWO_BYTE_SHARE`` in
+# rust/src/tokens/estimate.rs).
+GLUED_PUNCT_SHARE = 0.4
+GLUED_TWO_BYTE_SHARE = 0.25
+
+# Code points of a chunk sampled for kana pairs, how many pairs must be found to judge, and
+# the share of the value past which the kana are judged random (rust/src/tokens/kana.rs).
+KANA_SAMPLES = 32
+KANA_MIN_PAIRS = 8
+KANA_CUT_SHARE = 0.85
+
+
+def _kana_index(c: str) -> int | None:
+    i = ord(c) - 0x3040
+    return i if 0 <= i < 0xC0 else None
+
+
+@functools.cache
+def kana_pairs(encoding: str) -> frozenset[str]:
+    """Every pair of kana (U+3040..U+30FF) that follow one another inside a token."""
+    pairs = set()
+    for token in vocabulary(encoding):
+        try:
+            text = token.decode()
+        except UnicodeDecodeError:
+            continue
+        for a, b in zip(text, text[1:]):
+            if _kana_index(a) is not None and _kana_index(b) is not None:
+                pairs.add(a + b)
+    return frozenset(pairs)
+
+
+def sampled_kana_cuts(chunk: str, encoding: str) -> tuple[int, int]:
+    """(pairs, cuts): at code points ``k * len(chunk) // KANA_SAMPLES``, the kana pairs found
+    and how many of them no token holds (``sampled_kana_cuts`` in rust/src/tokens/kana.rs)."""
+    held = kana_pairs(encoding)
+    n = len(chunk)
+    pairs = cuts = 0
+    for k in range(KANA_SAMPLES):
+        p = k * n // KANA_SAMPLES
+        pair = chunk[p : p + 2]
+        if len(pair) == 2 and all(_kana_index(c) is not None for c in pair):
+            pairs += 1
+            cuts += pair not in held
+    return pairs, cuts
+
+
+def kana_look_random(chunk: str, kana: float, value: float, encoding: str) -> bool:
+    """Whether the kana of ``chunk`` look random rather than Japanese (``kana_look_random``
+    in rust/src/tokens/kana.rs)."""
+    pairs, cuts = sampled_kana_cuts(chunk, encoding)
+    return pairs >= KANA_MIN_PAIRS and cuts * kana > KANA_CUT_SHARE * max(value, 1.0) * pairs
+
+
+def too_many_unknown_words(text: str, encoding: str, f: list[float], value: float) -> bool:
+    """Whether the sampled unknown words of ``text`` (features ``f``, model value ``value``)
+    would take more than their share of the value (``too_many_unknown_words`` in
+    rust/src/tokens/words.rs)."""
+    share = (UNKNOWN_SHARE / 2 if len(text) < SHORT_CHARS else UNKNOWN_SHARE) * max(value, 1.0)
+    spaced, glued = sampled_unknown_words(text, encoding, glued_words(f, value))
+    if WORD_SAMPLE * glued / 2 <= share / 2:
+        glued = 0
+    return WORD_SAMPLE * (spaced + glued) / 2 > share
 
 
 def model_value(text: str, encoding: str, coefficients: list[float]) -> tuple[float, bool]:
     """The linear model's value on ``text`` and whether the kernel distrusts it: the features
-    say so, or too many of the sampled words are not in the vocabulary."""
+    say so, too many of the sampled words are not in the vocabulary, or the kana look random."""
     f = features(text, encoding)
     value = 0.0
     for x, c in zip(f, coefficients):  # in order, as the kernel adds them
         value += x * c
-    distrusted = unreliable(f, value, len(text)) or (
-        WORD_SAMPLE * sampled_unknown_words(text, encoding) / 2 > UNKNOWN_SHARE * max(value, 1.0)
+    e = max(value, 1.0)
+    distrusted = (
+        unreliable(f, value, len(text))
+        or too_many_unknown_words(text, encoding, f, value)
+        or (f[23] > KANA_CUT_SHARE * e and kana_look_random(text, f[23], value, encoding))
     )
     return value, distrusted
 

@@ -178,10 +178,14 @@ fn segment() -> impl Strategy<Value = String> {
         "([\u{430}-\u{44f}]{1,9}[ \n]){1,600}",
         "([\u{3b1}-\u{3c9}]{1,9}[ \n]){1,600}",
         "([\u{5d0}-\u{5ea}]{1,9}[ \n]){1,600}",
-        // Words a space or a line break sets apart: random letters glued by punctuation
-        // ("\u{e0}\u{e0}.\u{e0}") are not looked up, the limit docs/tokens.md documents.
         "([\u{e0}-\u{ff}]{1,9}[ \n]){1,600}",
+        // Random letters glued by punctuation rather than set apart by spaces.
+        "([\u{e0}-\u{ff}]{1,9}[!-/:-@ ]){1,600}",
+        "([\u{3b1}-\u{3c9}\u{430}-\u{44f}]{1,9}[.,'-]){1,600}",
+        "(([bcdfghjklmnprstvwz][aeiou]){1,4}[.,:/_-]){1,600}",
+        // Random kana: none of the kanji and particles of Japanese.
         "[\u{3041}-\u{30ff}]{1,2000}",
+        "[\u{3041}-\u{3096}]{1,2000}",
         (
             "[a-z]{2,7}",
             prop::sample::select(vec![" ", "\n", ""]),

@@ -9,8 +9,9 @@ use super::count::count_tokens;
 use super::features::{
     extract_any, extract_units_recording, Features, SingleTokenTables, Unit, PARALLEL_MIN_UNITS,
 };
+use super::kana::{kana_look_random, KANA_CUT_SHARE};
 use super::models::Encoding;
-use super::words::{too_many_unknown_words, UNKNOWN_SHARE, WORD_SAMPLE};
+use super::words::{too_many_unknown_words, unknown_share, WORD_SAMPLE};
 use std::sync::OnceLock;
 
 static O200K_CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
@@ -74,6 +75,7 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     }
     let (coefficients, tables) = model(encoding);
     let chunk = |&(start, end, chars): &(usize, usize, usize)| -> f64 {
+        use super::features::slots::KANA;
         let units = &units[start..end];
         let mut masks = Vec::with_capacity(units.len() / 64 + 1);
         let f = extract_units_recording(units, &tables, Some(&mut masks));
@@ -83,8 +85,17 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
             .map(|(&x, &c)| x as f64 * c)
             .sum();
         if model_is_unreliable(&f, value, chars)
-            || (may_hold_unknown_words(&f, value)
-                && too_many_unknown_words(units, &masks, value, encoding))
+            || (may_hold_unknown_words(&f, value, chars)
+                && too_many_unknown_words(
+                    units,
+                    &masks,
+                    chars,
+                    value,
+                    encoding,
+                    glued_words(&f, value),
+                ))
+            || (f[KANA] as f64 > KANA_CUT_SHARE * value.max(1.0)
+                && kana_look_random(units, &masks, chars, f[KANA], value, encoding))
         {
             exact(units, encoding) as f64
         } else {
@@ -110,12 +121,12 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     (total.round() as usize).max(1)
 }
 
-/// Whether a chunk with features `f` and model value `value` has enough words for
-/// [`too_many_unknown_words`] to be true. Every word it looks at follows a space, a tab, a
-/// line break or the chunk's start, so it starts a letter segment, a run of 2-byte characters
-/// or a run of ideographs and kana (and holds kana); when even all of them sampled and unknown
-/// could not pass its threshold, the lookups are skipped (most CJK text, digits, punctuation).
-fn may_hold_unknown_words(f: &Features, value: f64) -> bool {
+/// Whether a chunk of `chars` code points with features `f` and model value `value` has
+/// enough words for [`too_many_unknown_words`] to be true. Every word it looks at follows a
+/// space, a tab, a line break, punctuation or the chunk's start, so it starts a letter
+/// segment, a run of 2-byte characters or a run of ideographs and kana (and holds kana); when
+/// even all of them sampled and unknown could not pass its threshold, the lookups are skipped (most CJK text, digits, punctuation).
+fn may_hold_unknown_words(f: &Features, value: f64, chars: usize) -> bool {
     use super::features::slots::*;
     let words = f[SEG_LEN_1..=SEG_LEN_12P].iter().sum::<u64>()
         + f[OTHER_2BYTE_RUNS]
@@ -124,7 +135,29 @@ fn may_hold_unknown_words(f: &Features, value: f64) -> bool {
     // with diacritics (2-byte characters), which is at most both.
     let sampled = words.div_ceil(WORD_SAMPLE as u64);
     let half_tokens = 4 * sampled + f[OTHER_2BYTE];
-    (WORD_SAMPLE as u64 * half_tokens) as f64 / 2.0 > UNKNOWN_SHARE * value.max(1.0)
+    (WORD_SAMPLE as u64 * half_tokens) as f64 / 2.0 > unknown_share(chars) * value.max(1.0)
+}
+
+/// Words glued to punctuation are looked up too where single punctuation glued to an ASCII
+/// letter is more than this share of a chunk's value: letters glued by punctuation are at
+/// 0.45 or more of it, the test corpus's code and JSON at most 0.37 (see [`glued_words`]).
+pub const GLUED_PUNCT_SHARE: f64 = 0.4;
+
+/// ... or where 2-byte characters (Latin with diacritics, Greek, Cyrillic...) are more than
+/// this share of it.
+pub const GLUED_TWO_BYTE_SHARE: f64 = 0.25;
+
+/// Whether the word lookups of a chunk with features `f` and model value `value` take words
+/// glued to ASCII punctuation too: random letters glued by punctuation have the features of
+/// words and punctuation, but where they carry a share of the value, so do single punctuation
+/// marks before an ASCII letter, or 2-byte characters. Elsewhere (most code, JSON and English
+/// prose) the lookups are skipped: code glues many known words to punctuation, and each
+/// lookup costs time.
+fn glued_words(f: &Features, value: f64) -> bool {
+    use super::features::slots::*;
+    let e = value.max(1.0);
+    f[PUNCT_GLUED] as f64 > GLUED_PUNCT_SHARE * e
+        || f[OTHER_2BYTE] as f64 > GLUED_TWO_BYTE_SHARE * e
 }
 
 /// `(start, end, code points)` of the chunks of `units`: [`CHUNK_CHARS`] code points each,

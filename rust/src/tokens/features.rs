@@ -801,12 +801,15 @@ pub fn extract_units<U: Unit>(units: &[U], tables: &SingleTokenTables) -> Featur
 }
 
 /// What [`crate::tokens::words`] reads of a block of 64 units, recorded by the pass that
-/// computes it anyway: ASCII letters, spaces, tabs and line breaks, non-ASCII units.
+/// computes it anyway: ASCII letters, spaces, tabs and line breaks, printable ASCII
+/// punctuation and symbols, non-ASCII units, the units a code point starts at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WordMasks {
     pub letters: u64,
     pub separators: u64,
+    pub punctuation: u64,
     pub non_ascii: u64,
+    pub starts: u64,
 }
 
 impl WordMasks {
@@ -815,7 +818,9 @@ impl WordMasks {
         Self {
             letters: (m.lower | m.upper) & m.valid,
             separators: (m.space | m.newline) & m.valid,
+            punctuation: m.valid & !(m.lower | m.upper | m.digit | m.space | m.newline | m.low),
             non_ascii: m.non_ascii & m.valid,
+            starts: (!m.non_ascii | m.lead) & m.valid,
         }
     }
 }

@@ -8,11 +8,13 @@
 //! * [`messages`]: OpenAI's chat counting convention on top of either counter.
 //! * [`models`]: which encoding a model name uses.
 //! * [`words`]: whether a chunk's words are in the vocabulary, for the estimate's guard.
+//! * [`kana`]: whether a chunk's kana follow one another as in Japanese, for the same guard.
 
 pub mod coefficients;
 pub mod count;
 pub mod estimate;
 pub mod features;
+pub mod kana;
 pub mod messages;
 pub mod models;
 pub mod words;

@@ -24,6 +24,20 @@ pub const WORD_SAMPLE: usize = 4;
 /// of their words are one token each.
 pub const UNKNOWN_SHARE: f64 = 0.5;
 
+/// A chunk of fewer code points than this is counted exactly once its unknown words would
+/// take half of [`UNKNOWN_SHARE`]: a few words are too few to judge by a share, and such a
+/// chunk costs little to count.
+pub const SHORT_CHARS: usize = 128;
+
+/// The share of a chunk of `chars` code points' value its unknown words may take.
+pub fn unknown_share(chars: usize) -> f64 {
+    if chars < SHORT_CHARS {
+        UNKNOWN_SHARE / 2.0
+    } else {
+        UNKNOWN_SHARE
+    }
+}
+
 /// Letters of the words looked up: ASCII letters, 2-byte UTF-8 characters (Latin with
 /// diacritics, Greek, Cyrillic, Armenian, Hebrew, Arabic, Syriac...) and kana.
 #[inline]
@@ -70,18 +84,23 @@ impl WordTokens {
     }
 
     /// Whether the word `units[start..=end]`, with the space or tab before it, is one of the
-    /// tokens. Its UTF-8 bytes are written into a buffer one by one (a copy call per
-    /// character costs more than the lookup); one longer than every token is not one.
+    /// tokens. A word glued to ASCII punctuation is also taken for one when it is a token after
+    /// a space: a word of the language the vocabulary spells in two tokens without its space
+    /// ("cryptography" after a slash) is not random letters. Its UTF-8 bytes are written into
+    /// a buffer one by one (a copy call per character costs more than the lookup); one longer
+    /// than every token is not one.
     #[inline]
     fn holds<U: Unit>(&self, units: &[U], start: usize, end: usize) -> bool {
         let mut key = [0u8; KEY_BYTES];
-        let mut k = 0;
-        if start > 0 && matches!(units[start - 1].value(), 0x20 | 0x09) {
-            key[0] = units[start - 1].value() as u8;
-            k = 1;
-        }
+        // The word is written from key[1]; key[0] holds the space or tab before it, if any.
+        let before = if start > 0 {
+            units[start - 1].value()
+        } else {
+            0x0A
+        };
+        let mut k = 1;
         for unit in &units[start..=end] {
-            if k > self.longest {
+            if k > self.longest + 1 {
                 return false;
             }
             let v = unit.value();
@@ -99,7 +118,17 @@ impl WordTokens {
                 k += 3;
             }
         }
-        self.contains(&key[..k])
+        match before {
+            0x20 | 0x09 => {
+                key[0] = before as u8;
+                self.contains(&key[..k])
+            }
+            0x21..=0x7E if !(before as u8).is_ascii_alphanumeric() => {
+                key[0] = b' ';
+                self.contains(&key[1..k]) || self.contains(&key[..k])
+            }
+            _ => self.contains(&key[1..k]),
+        }
     }
 
     /// Whether `bytes` are one of the tokens. A word that is not is taken for one when its
@@ -176,36 +205,55 @@ fn word_tokens(encoding: Encoding) -> &'static WordTokens {
     }
 }
 
+/// Symbols and punctuation past the ASCII range that end a word's piece as an ASCII
+/// character does: U+2000..=U+2FFF (general punctuation, arrows, box drawing, dingbats) and
+/// U+1F000..=U+1FFFF (emoji). Other characters may be letters that continue the piece.
+#[inline]
+fn ends_a_word(c: u32) -> bool {
+    c.wrapping_sub(0x2000) < 0x1000 || c.wrapping_sub(0x1F000) < 0x1000
+}
+
 /// Marks the non-ASCII word characters of the 64-unit block at `start`, whose non-ASCII
 /// units are `non_ascii`, in `word` (one bit per unit; a UTF-8 character's bits may run into
-/// the next block). Branch-free per unit where many are non-ASCII: their classes change every
-/// few units, which a branch per unit mispredicts.
+/// the next block), and clears in `blocking` the first unit of the characters that end a word
+/// (see [`ends_a_word`]). Branch-free per unit where many are non-ASCII: their classes change
+/// every few units, which a branch per unit mispredicts.
 #[inline]
-fn mark_non_ascii_words<U: Unit>(units: &[U], start: usize, non_ascii: u64, word: &mut [u64]) {
+fn mark_non_ascii_words<U: Unit>(
+    units: &[U],
+    start: usize,
+    non_ascii: u64,
+    word: &mut [u64],
+    blocking: &mut [u64],
+) {
     let end = (start + 64).min(units.len());
     let b = start / 64;
     if size_of::<U>() != 1 {
         let hit = |v: u32| v.wrapping_sub(0x80) < 0x780 || v.wrapping_sub(0x3040) < 0xC0;
+        let (mut mask, mut enders) = (0u64, 0u64);
         if non_ascii.count_ones() <= 8 {
             // A few accented letters or symbols among ASCII text: only they are read.
             let mut rest = non_ascii;
             while rest != 0 {
                 let k = rest.trailing_zeros() as usize;
                 rest &= rest - 1;
-                word[b] |= u64::from(hit(units[start + k].value())) << k;
+                let v = units[start + k].value();
+                mask |= u64::from(hit(v)) << k;
+                enders |= u64::from(ends_a_word(v)) << k;
             }
         } else {
-            let mut mask = 0u64;
             for (k, unit) in units[start..end].iter().enumerate() {
                 mask |= u64::from(hit(unit.value())) << k;
+                enders |= u64::from(ends_a_word(unit.value())) << k;
             }
-            word[b] |= mask;
         }
+        word[b] |= mask;
+        blocking[b] &= !enders;
         return;
     }
     // UTF-8: a 2-byte character starts with 0xC2..=0xDF; kana, U+3040..=U+30FF, are
-    // E3 81 80..E3 83 BF.
-    let (mut two, mut kana) = (0u64, 0u64);
+    // E3 81 80..E3 83 BF; U+2000..=U+2FFF start with 0xE2, U+1F000..=U+1FFFF with F0 9F.
+    let (mut two, mut kana, mut enders) = (0u64, 0u64, 0u64);
     for k in 0..end - start {
         let v = units[start + k].value();
         let next = units.get(start + k + 1).map_or(0, |u| u.value());
@@ -214,23 +262,34 @@ fn mark_non_ascii_words<U: Unit>(units: &[U], start: usize, non_ascii: u64, word
         let is_kana =
             v == 0xE3 && ((next == 0x81 && next2 >= 0x80) || next == 0x82 || next == 0x83);
         kana |= u64::from(is_kana) << k;
+        enders |= u64::from(v == 0xE2 || (v == 0xF0 && next == 0x9F)) << k;
     }
     word[b] |= two | two << 1 | kana | kana << 1 | kana << 2;
     word[b + 1] |= two >> 63 | kana >> 62 | kana >> 63;
+    blocking[b] &= !enders;
 }
 
 /// What the sampled words of `units` (one chunk) that `encoding`'s vocabulary does not hold
 /// take at least, in half tokens: 4 for each, or its letters with diacritics if more (see
-/// [`UNKNOWN_SHARE`]).
+/// [`UNKNOWN_SHARE`]): of the words after whitespace, and (with `glued`, else 0) of the words
+/// after punctuation, each sampled on its own.
 ///
 /// A word is a maximal run of word characters after a space, a tab, a line break or the
-/// chunk's start, and before an ASCII character; with the space or tab it follows, it is a
+/// chunk's start, and before an ASCII character or a symbol that ends a word (see
+/// [`ends_a_word`]); with the space or tab it follows, it is a
 /// piece of the pre-tokeniser (or several, which take at least two tokens too), so a word that
-/// is not a token takes at least two. Words glued to punctuation, digits or other characters
-/// are skipped: the piece they belong to is harder to tell. Every [`WORD_SAMPLE`]-th word is
-/// looked up, counting from the chunk's first.
-pub fn sampled_unknown_words<U: Unit>(units: &[U], encoding: Encoding) -> usize {
-    sampled_unknown_words_in(units, &word_masks(units), encoding)
+/// is not a token takes at least two. When `glued`, words after printable ASCII punctuation
+/// count too, looked up without it: random letters glued by punctuation (`"àà÷.à÷ààà.à"`) are
+/// words no space sets apart. That is only asked for where such words carry a share of the
+/// value (see `glued_words` in the estimate): code and markup glue many known words to
+/// punctuation, and each lookup costs time. Words glued to digits or other characters are
+/// skipped. Every [`WORD_SAMPLE`]-th word is looked up, counting from the chunk's first.
+pub fn sampled_unknown_words<U: Unit>(
+    units: &[U],
+    encoding: Encoding,
+    glued: bool,
+) -> (usize, usize) {
+    sampled_unknown_words_in(units, &word_masks(units), encoding, glued)
 }
 
 /// [`sampled_unknown_words`] given the [`WordMasks`] of `units`' blocks (which the feature
@@ -239,46 +298,80 @@ pub fn sampled_unknown_words_in<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
     encoding: Encoding,
-) -> usize {
-    let n = units.len();
-    let blocks = masks.len();
-    if n == 0 {
-        return 0;
+    glued: bool,
+) -> (usize, usize) {
+    if units.is_empty() {
+        return (0, 0);
     }
-    let mut word = Vec::with_capacity(blocks + 1);
-    word.extend(masks.iter().map(|m| m.letters));
-    word.push(0);
+    let blocks = masks.len();
+    // The word characters, then the non-ASCII units a word may not end before: one
+    // allocation per chunk rather than two.
+    let mut masks_of_words = vec![0u64; 2 * (blocks + 1)];
+    let (word, blocking) = masks_of_words.split_at_mut(blocks + 1);
+    for (b, m) in masks.iter().enumerate() {
+        (word[b], blocking[b]) = (m.letters, m.non_ascii);
+    }
     for (b, m) in masks.iter().enumerate() {
         if m.non_ascii != 0 {
-            mark_non_ascii_words(units, 64 * b, m.non_ascii, &mut word);
+            mark_non_ascii_words(units, 64 * b, m.non_ascii, word, blocking);
         }
     }
+    let (word, blocking) = (&*word, &*blocking);
+    let word_tokens = word_tokens(encoding);
+    let spaced = sample_words(units, masks, word, blocking, word_tokens, false);
+    let glued = if glued {
+        sample_words(units, masks, word, blocking, word_tokens, true)
+    } else {
+        0
+    };
+    (spaced, glued)
+}
+
+/// What the sampled words of `units` that `word_tokens` does not hold take, in half tokens:
+/// the words after a space, a tab, a line break or the chunk's start, or (`after_punctuation`)
+/// the words after printable ASCII punctuation, each kind sampled on its own (so that looking
+/// up glued words leaves the sample of the others as it was). `word` marks the word
+/// characters, `blocking` the non-ASCII units a word may not end before.
+fn sample_words<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    word: &[u64],
+    blocking: &[u64],
+    word_tokens: &WordTokens,
+    after_punctuation: bool,
+) -> usize {
+    let n = units.len();
     // Run by run with bit operations rather than unit by unit: a branch per word costs about
     // as much as the whole feature pass. A word is a run of `word` bits; its start must follow
     // a separator (the chunk's start counts as a line break), the unit after its end must be
-    // ASCII. Runs with a bad start are cleared by adding their start bit, which carries
-    // through the run (and out of the block, into the run's next part).
-    let word_tokens = word_tokens(encoding);
+    // ASCII or end a word. Runs with a bad start are cleared by adding their start bit, which
+    // carries through the run (and out of the block, into the run's next part).
     let (mut unknown, mut words) = (0, 0usize);
-    let (mut word_before, mut separator_before, mut carry) = (0, 1, false);
-    for b in 0..blocks {
-        let (w, m) = (word[b], masks[b]);
+    let (mut word_before, mut carry) = (0, false);
+    let mut separator_before = u64::from(!after_punctuation);
+    for (b, m) in masks.iter().enumerate() {
+        let w = word[b];
+        let separators = if after_punctuation {
+            m.punctuation
+        } else {
+            m.separators
+        };
         let starts = w & !((w << 1) | word_before);
-        let bad_starts = starts & !((m.separators << 1) | separator_before);
+        let bad_starts = starts & !((separators << 1) | separator_before);
         let (sum, c1) = w.overflowing_add(bad_starts);
         let (sum, c2) = sum.overflowing_add(u64::from(carry));
         carry = c1 || c2;
         let kept = w & sum;
         let next_word = word[b + 1] & 1;
-        let next_non_ascii = masks.get(b + 1).map_or(0, |m| m.non_ascii & 1);
+        let next_blocking = blocking[b + 1] & 1;
         let ends = kept & !((w >> 1) | (next_word << 63));
-        // The unit after the end exists and is ASCII.
+        // The unit after the end exists and is ASCII or ends a word.
         let followed = match n - 64 * b {
             left if left > 64 => u64::MAX,
             left => (1u64 << (left - 1)) - 1,
         };
-        let mut valid = ends & !((m.non_ascii >> 1) | (next_non_ascii << 63)) & followed;
-        (word_before, separator_before) = (w >> 63, m.separators >> 63);
+        let mut valid = ends & !((blocking[b] >> 1) | (next_blocking << 63)) & followed;
+        (word_before, separator_before) = (w >> 63, separators >> 63);
         // The valid words of this block are numbers `words..words + count`; every
         // WORD_SAMPLE-th one from the chunk's first is looked up.
         let count = valid.count_ones() as usize;
@@ -291,7 +384,7 @@ pub fn sampled_unknown_words_in<U: Unit>(
             cleared = next;
             next += WORD_SAMPLE;
             let end = 64 * b + valid.trailing_zeros() as usize;
-            let start = run_start(&word, end);
+            let start = run_start(word, end);
             if !word_tokens.holds(units, start, end) {
                 unknown += accented_letters(&units[start..=end]).max(4);
             }
@@ -332,16 +425,29 @@ fn run_start(word: &[u64], end: usize) -> usize {
     }
 }
 
-/// Whether the sampled unknown words of a chunk (`units`, its blocks' `masks`) with model
-/// value `value` are too many for the model to bound it (then it is counted exactly).
+/// Whether the sampled unknown words of a chunk (`units`, its blocks' `masks`, `chars` code
+/// points) with model value `value` are too many for the model to bound it (then it is
+/// counted exactly); words glued to punctuation count when `glued`.
 pub fn too_many_unknown_words<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
+    chars: usize,
     value: f64,
     encoding: Encoding,
+    glued: bool,
 ) -> bool {
-    let half_tokens = sampled_unknown_words_in(units, masks, encoding);
-    (WORD_SAMPLE * half_tokens) as f64 / 2.0 > UNKNOWN_SHARE * value.max(1.0)
+    let (spaced, glued) = sampled_unknown_words_in(units, masks, encoding, glued);
+    let share = unknown_share(chars) * value.max(1.0);
+    let tokens = |half_tokens: usize| (WORD_SAMPLE * half_tokens) as f64 / 2.0;
+    // Words glued to punctuation count once they take half the share on their own: a few
+    // unknown ones (options and placeholders in a message catalogue, "--ciphers=СТРОКА") do
+    // not tip a chunk of ordinary words.
+    let glued = if tokens(glued) > share / 2.0 {
+        glued
+    } else {
+        0
+    };
+    tokens(spaced + glued) > share
 }
 
 #[cfg(test)]
@@ -353,31 +459,51 @@ mod tests {
     fn known_words_are_tokens_and_nonsense_is_not() {
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
             // Four words: the first is looked up.
-            assert_eq!(sampled_unknown_words(b"the cat sat down.", e), 0);
-            assert_eq!(sampled_unknown_words(b"cduag cat sat down.", e), 4);
+            assert_eq!(
+                sampled_unknown_words(b"the cat sat down.", e, false),
+                (0, 0)
+            );
+            assert_eq!(
+                sampled_unknown_words(b"cduag cat sat down.", e, false),
+                (4, 0)
+            );
             // After a space, the space is part of the word's piece.
-            assert_eq!(sampled_unknown_words(b" cduag cat sat down.", e), 4);
+            assert_eq!(
+                sampled_unknown_words(b" cduag cat sat down.", e, false),
+                (4, 0)
+            );
             // Half a token per letter with a diacritic, once there are more than 4.
             let word = "\nçñóüìãôø cat sat down.";
-            assert_eq!(sampled_unknown_words(word.as_bytes(), e), 8);
+            assert_eq!(sampled_unknown_words(word.as_bytes(), e, false), (8, 0));
             let word = "\nξξξξξξξξξ cat sat down.";
-            assert_eq!(sampled_unknown_words(word.as_bytes(), e), 4);
+            assert_eq!(sampled_unknown_words(word.as_bytes(), e, false), (4, 0));
             // Glued to punctuation or digits, or at the chunk's end: not looked up.
-            assert_eq!(sampled_unknown_words(b"(cduag) 1cduag cduag", e), 0);
+            assert_eq!(
+                sampled_unknown_words(b"(cduag) 1cduag cduag", e, false),
+                (0, 0)
+            );
+            // Unless glued words are asked for: then the one after the parenthesis counts.
+            assert_eq!(
+                sampled_unknown_words(b"(cduag) 1cduag cduag", e, true),
+                (0, 4)
+            );
+            assert_eq!(sampled_unknown_words(b"x.the cat sat", e, true), (0, 0));
             // Every fourth word is looked up.
             let text = "the cat sat cduag ".repeat(8);
-            assert_eq!(sampled_unknown_words(text.as_bytes(), e), 0);
+            assert_eq!(sampled_unknown_words(text.as_bytes(), e, false), (0, 0));
             let text = "cduag cat sat down ".repeat(8);
-            assert_eq!(sampled_unknown_words(text.as_bytes(), e), 32);
+            assert_eq!(sampled_unknown_words(text.as_bytes(), e, false), (32, 0));
         }
     }
 
-    /// The words [`sampled_unknown_words`] looks up, found one character at a time.
-    fn sampled_words(text: &str) -> Vec<String> {
+    /// The words [`sampled_unknown_words`] looks up, found one character at a time, and
+    /// whether each follows punctuation.
+    fn sampled_words(text: &str, glued: bool) -> Vec<(String, bool)> {
         let chars: Vec<char> = text.chars().collect();
         let is_word = |c: char| is_word_char(u32::from(c));
         let mut out = Vec::new();
-        let mut words = 0;
+        // Words after whitespace (or the start) and after punctuation, counted apart.
+        let mut words = [0, 0];
         let mut i = 0;
         while i < chars.len() {
             if !is_word(chars[i]) || (i > 0 && is_word(chars[i - 1])) {
@@ -389,16 +515,23 @@ mod tests {
                 j += 1;
             }
             let before = if i > 0 { chars[i - 1] } else { '\n' };
-            if j < chars.len() && chars[j].is_ascii() && " \t\n\r".contains(before) {
-                if words % WORD_SAMPLE == 0 {
+            let after_punctuation = before.is_ascii_graphic() && !before.is_ascii_alphanumeric();
+            let separated = " \t\n\r".contains(before) || (glued && after_punctuation);
+            let ended = j < chars.len() && (chars[j].is_ascii() || ends_a_word(chars[j].into()));
+            if ended && separated {
+                let kind = usize::from(after_punctuation);
+                if words[kind] % WORD_SAMPLE == 0 {
                     let prefix = if " \t".contains(before) {
                         &chars[i - 1..i]
                     } else {
                         &chars[i..i]
                     };
-                    out.push(prefix.iter().chain(&chars[i..j]).collect());
+                    out.push((
+                        prefix.iter().chain(&chars[i..j]).collect(),
+                        after_punctuation,
+                    ));
                 }
-                words += 1;
+                words[kind] += 1;
             }
             i = j;
         }
@@ -409,27 +542,48 @@ mod tests {
     fn the_masks_find_the_words_a_character_walk_finds() {
         // Words across the 64-unit blocks, 2-byte and 3-byte characters across them in UTF-8.
         let pieces = [
-            "cduag ", "the\t", "ξο\n", "カナ.", "naïve ", "(x) ", "1ab ", "\r\nç", "東京 ",
+            "cduag ",
+            "the\t",
+            "ξο\n",
+            "カナ.",
+            "naïve ",
+            "(x) ",
+            "1ab ",
+            "\r\nç",
+            "東京 ",
+            "àà÷.à÷ààà.",
+            "{qz}",
         ];
-        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+        for (e, glued) in [
+            (Encoding::O200kBase, false),
+            (Encoding::Cl100kBase, false),
+            (Encoding::O200kBase, true),
+            (Encoding::Cl100kBase, true),
+        ] {
             for offset in 0..70 {
                 let mut text = "-".repeat(offset);
                 for i in 0..200 {
                     text.push_str(pieces[(i * 7 + offset) % pieces.len()]);
                 }
-                let expected: usize = sampled_words(&text)
-                    .iter()
-                    .filter(|w| !is_token(w.as_bytes(), e))
-                    .map(|w| {
-                        w.chars()
-                            .filter(|c| ('\u{c0}'..='\u{24f}').contains(c))
-                            .count()
-                    })
-                    .map(|accented| accented.max(4))
-                    .sum();
-                assert_eq!(sampled_unknown_words(text.as_bytes(), e), expected);
+                // Half tokens of the unknown words after whitespace and after punctuation.
+                let mut unknown = [0, 0];
+                for (w, after_punctuation) in sampled_words(&text, glued) {
+                    let spaced = format!(" {w}");
+                    if is_token(w.as_bytes(), e)
+                        || (after_punctuation && is_token(spaced.as_bytes(), e))
+                    {
+                        continue;
+                    }
+                    let accented = w
+                        .chars()
+                        .filter(|c| ('\u{c0}'..='\u{24f}').contains(c))
+                        .count();
+                    unknown[usize::from(after_punctuation)] += accented.max(4);
+                }
+                let expected = (unknown[0], unknown[1]);
+                assert_eq!(sampled_unknown_words(text.as_bytes(), e, glued), expected);
                 let units: Vec<u32> = text.chars().map(u32::from).collect();
-                assert_eq!(sampled_unknown_words(&units, e), expected);
+                assert_eq!(sampled_unknown_words(&units, e, glued), expected);
             }
         }
     }
@@ -467,12 +621,12 @@ mod tests {
 
     #[test]
     fn utf8_and_ucs4_sample_the_same_words() {
-        let text = "ςφαηιχυ\nχωυε ξο ψαγν. カタカナ ひらがな naïve café cduag\r\nçççç.ç ";
+        let text = "ςφαηιχυ\nχωυε ξο ψαγν. カタカナ ひらがな naïve café cduag\r\nçççç.ç (ψαγν) ";
         let units: Vec<u32> = text.chars().map(u32::from).collect();
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
-            let n = sampled_unknown_words(text.as_bytes(), e);
-            assert!(n > 0);
-            assert_eq!(sampled_unknown_words(&units, e), n);
+            let n = sampled_unknown_words(text.as_bytes(), e, true);
+            assert!(n.0 > 0);
+            assert_eq!(sampled_unknown_words(&units, e, true), n);
         }
     }
 }

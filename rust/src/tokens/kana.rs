@@ -1,0 +1,195 @@
+//! Runs of random kana: text the features read as Japanese, which it is not.
+//!
+//! Japanese has no spaces, so the word lookups of [`super::words`] never see its kana. The
+//! model prices a kana at about half a token, which Japanese text bears out (its kana merge
+//! into tokens of two or more), but random kana take a token or more each. What sets them
+//! apart is which kana follow one another: a pair of kana that no token of the vocabulary
+//! holds is a token boundary (or one inside one of the two), and random kana meet such a pair
+//! at almost every step, Japanese text at under half of them in o200k.
+
+use std::sync::LazyLock;
+
+use super::features::{word_masks, Unit, WordMasks};
+use super::models::Encoding;
+
+/// Code points of a chunk sampled, evenly spaced: a kana pair is read at each that starts
+/// one. A sample tells the share of pairs no token holds; reading every kana of a Japanese
+/// chunk would cost as much as the feature pass.
+pub const KANA_SAMPLES: usize = 32;
+
+/// Pairs the sample must find before the share is judged.
+pub const KANA_MIN_PAIRS: usize = 8;
+
+/// The kana are judged random once the pairs no token holds, as a share of the sampled pairs
+/// and times the chunk's kana, are more than this share of the model's value: random kana,
+/// whose every pair is a token boundary, are at about 1.5 (o200k) or 1.1 (cl100k) times it,
+/// Japanese message catalogues at most 0.75.
+pub const KANA_CUT_SHARE: f64 = 0.85;
+
+/// The kana of the table, U+3040..=U+30FF (hiragana and katakana).
+const FIRST: u32 = 0x3040;
+const KANA: usize = 0xC0;
+
+#[inline]
+fn kana_index(c: u32) -> Option<usize> {
+    let i = c.wrapping_sub(FIRST) as usize;
+    (i < KANA).then_some(i)
+}
+
+/// Every pair of kana that follow one another inside some token of the vocabulary, one bit
+/// per pair (4.5 KB).
+struct KanaPairs {
+    bits: Vec<u64>,
+}
+
+impl KanaPairs {
+    fn new(tokenizer: &bpe_openai::Tokenizer) -> Self {
+        let bpe = &tokenizer.bpe;
+        let mut bits = vec![0u64; (KANA * KANA).div_ceil(64)];
+        for id in 0..bpe.num_tokens() as u32 {
+            let Ok(text) = std::str::from_utf8(bpe.token_bytes(id)) else {
+                continue;
+            };
+            let kana: Vec<Option<usize>> = text.chars().map(|c| kana_index(c.into())).collect();
+            for pair in kana.windows(2) {
+                if let [Some(a), Some(b)] = *pair {
+                    let bit = a * KANA + b;
+                    bits[bit / 64] |= 1 << (bit % 64);
+                }
+            }
+        }
+        Self { bits }
+    }
+
+    #[inline]
+    fn holds(&self, a: usize, b: usize) -> bool {
+        let bit = a * KANA + b;
+        self.bits[bit / 64] >> (bit % 64) & 1 == 1
+    }
+}
+
+static O200K_PAIRS: LazyLock<KanaPairs> =
+    LazyLock::new(|| KanaPairs::new(bpe_openai::o200k_base()));
+static CL100K_PAIRS: LazyLock<KanaPairs> =
+    LazyLock::new(|| KanaPairs::new(bpe_openai::cl100k_base()));
+
+fn kana_pairs(encoding: Encoding) -> &'static KanaPairs {
+    match encoding {
+        Encoding::O200kBase => &O200K_PAIRS,
+        Encoding::Cl100kBase => &CL100K_PAIRS,
+    }
+}
+
+/// The code point at unit `i` and the unit after it.
+#[inline]
+fn code_point<U: Unit>(units: &[U], i: usize) -> (u32, usize) {
+    match units[i].value() {
+        v if v < 0x80 => (v, i + 1),
+        _ => {
+            let (c, len) = U::decode(units, i);
+            (c, i + len)
+        }
+    }
+}
+
+/// `(pairs, cuts)` of a chunk of `chars` code points: at code points `k * chars /`
+/// [`KANA_SAMPLES`] for every `k` below it, the kana pairs found (a kana and a kana after it)
+/// and how many of them no token of `encoding` holds. The positions are code points, so UTF-8
+/// and UCS-4 sample the same pairs.
+pub fn sampled_kana_cuts<U: Unit>(units: &[U], chars: usize, encoding: Encoding) -> (usize, usize) {
+    sampled_kana_cuts_in(units, &word_masks(units), chars, encoding)
+}
+
+/// [`sampled_kana_cuts`] given the [`WordMasks`] of `units`' blocks, whose `starts` find the
+/// code points without reading the units between them.
+pub fn sampled_kana_cuts_in<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    chars: usize,
+    encoding: Encoding,
+) -> (usize, usize) {
+    let table = kana_pairs(encoding);
+    let (mut pairs, mut cuts) = (0, 0);
+    let target = |k: usize| k * chars / KANA_SAMPLES;
+    let (mut k, mut before) = (0, 0);
+    for (b, m) in masks.iter().enumerate() {
+        let count = m.starts.count_ones() as usize;
+        while k < KANA_SAMPLES && target(k) < before + count {
+            // The (target - before)-th code point start of the block.
+            let mut starts = m.starts;
+            for _ in 0..target(k) - before {
+                starts &= starts - 1;
+            }
+            let i = 64 * b + starts.trailing_zeros() as usize;
+            let (first, next) = code_point(units, i);
+            if next < units.len() {
+                let (second, _) = code_point(units, next);
+                if let (Some(a), Some(b)) = (kana_index(first), kana_index(second)) {
+                    pairs += 1;
+                    cuts += usize::from(!table.holds(a, b));
+                }
+            }
+            k += 1;
+        }
+        before += count;
+    }
+    (pairs, cuts)
+}
+
+/// Whether the `kana` (the chunk's count) of a chunk of `chars` code points (`units`, its
+/// blocks' `masks`) with model value `value` look random: the sampled pairs no token holds, as
+/// a share of the pairs found, times `kana`, are more than [`KANA_CUT_SHARE`] of the value
+/// (then it is counted exactly).
+pub fn kana_look_random<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    chars: usize,
+    kana: u64,
+    value: f64,
+    encoding: Encoding,
+) -> bool {
+    let (pairs, cuts) = sampled_kana_cuts_in(units, masks, chars, encoding);
+    pairs >= KANA_MIN_PAIRS
+        && cuts as f64 * kana as f64 > KANA_CUT_SHARE * value.max(1.0) * pairs as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_kana_are_cut_at_every_step_and_japanese_is_not() {
+        let random = "ゐヸぽゖヾゑぬヂゎヵぺヹ".repeat(20);
+        let japanese = "ファイルをダウンロードしています。しばらくお待ちください。".repeat(8);
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let chars = random.chars().count();
+            let (pairs, cuts) = sampled_kana_cuts(random.as_bytes(), chars, e);
+            assert_eq!(pairs, KANA_SAMPLES);
+            assert!(cuts > pairs * 3 / 4, "{e:?} {cuts}");
+            let chars = japanese.chars().count();
+            let (pairs, cuts) = sampled_kana_cuts(japanese.as_bytes(), chars, e);
+            assert!(
+                pairs >= KANA_MIN_PAIRS && cuts < pairs,
+                "{e:?} {pairs} {cuts}"
+            );
+        }
+    }
+
+    #[test]
+    fn utf8_and_ucs4_sample_the_same_pairs() {
+        let text = "aé東ひらがなカタカナ😀 \nゐヸぽゖヾ".repeat(30);
+        let units: Vec<u32> = text.chars().map(u32::from).collect();
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for chars in [units.len(), units.len() / 3] {
+                let cut = text
+                    .char_indices()
+                    .nth(chars)
+                    .map_or(text.len(), |(i, _)| i);
+                assert_eq!(
+                    sampled_kana_cuts(&text.as_bytes()[..cut], chars, e),
+                    sampled_kana_cuts(&units[..chars], chars, e)
+                );
+            }
+        }
+    }
+}
