@@ -501,6 +501,42 @@ def test_a_full_read_loads_as_whole_values_do(
         store.close()
 
 
+def test_a_stored_value_that_is_not_text_is_skipped_and_the_rest_loads(
+    tmp_path: Any, caplog: Any
+) -> None:
+    """SQLite keeps whatever a foreign writer puts in a row (a number, a real): such a value is
+    not JSON text and is skipped with a warning, as a malformed text is; the mind still opens
+    with every other entry and its vector."""
+    import sqlite3
+
+    from memstrata.layers.mind.committed import refresh
+    from memstrata.stores import SQLiteStore
+    from memstrata.stores.base import encode_namespace
+
+    ns = ("mind", "raw")
+    texts = _raw_texts()
+    path = tmp_path / "raw.db"
+    store = SQLiteStore(str(path))
+    for key in [*texts, "belief/integer", "belief/real"]:
+        store.put(ns, key, 0)
+    with sqlite3.connect(path) as conn:
+        for key, text in texts.items():
+            conn.execute(
+                "UPDATE items SET value = ? WHERE namespace = ? AND key = ?",
+                (text, encode_namespace(ns), key),
+            )
+        conn.execute("UPDATE items SET value = 5 WHERE key = 'belief/integer'")
+        conn.execute("UPDATE items SET value = 0.5 WHERE key = 'belief/real'")
+    try:
+        with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+            committed, _ = refresh(None, store, ns)
+        _same_load(committed, _loaded_as_whole_values(texts))
+        warned = " ".join(r.getMessage() for r in caplog.records)
+        assert "'belief/integer'" in warned and "'belief/real'" in warned
+    finally:
+        store.close()
+
+
 @given(st.lists(damaged(), max_size=6), st.lists(st.sampled_from([8, 16]), max_size=6))
 def test_any_stored_text_loads_as_whole_values_do(values: list[Any], dims: list[int]) -> None:
     """Damaged payloads with vectors of mixed dimensions, through the cut and through a whole

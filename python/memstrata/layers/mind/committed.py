@@ -124,7 +124,11 @@ class _Committed:
         values: list[Any] = []
         expiries: list[float | None] = []
         decoded: list[int] = []  # per kept value, its row in ``matrix``, or -1
-        rests, matrix = split_vector_members([text for _, text, _ in batch], VECTOR_FIELD)
+        # A row a foreign writer filled with a number holds no text to cut: an empty one is
+        # declined, and the parse of the value itself then skips it as not JSON.
+        rests, matrix = split_vector_members(
+            [text if type(text) in (bytes, str) else b"" for _, text, _ in batch], VECTOR_FIELD
+        )
         loads = orjson.loads
         for n, ((key, text, expires_at), rest) in enumerate(zip(batch, rests)):
             try:
