@@ -461,6 +461,7 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
         "get": (lambda: store.get(NS, "k"), 1),
         "get_many": (lambda: store.get_many(NS, ["k", "j"]), 1),
         "read_many of 3 reads": (lambda: store.read_many(reads), 1),
+        "read_many of 102 reads": (lambda: store.read_many(reads * 34), 1),
         "put_if_version": (put_if_version, 1),
         # BEGIN, the locks and the writes; then COMMIT (ROLLBACK when a version was wrong).
         "put_many_if_versions": (put_many_if_versions, 2 + 1),
@@ -484,6 +485,7 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
     async def async_trips() -> dict[str, float]:
         calls = {
             "aread_many": (lambda: store.aread_many(reads)),
+            "aread_many of 102 reads": (lambda: store.aread_many(reads * 34)),
             "aupdate": (lambda: store.aupdate(NS, "k", lambda v: v)),
             "aupdate_many_since": (
                 lambda: store.aupdate_many_since(
@@ -501,7 +503,12 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
             trips[name] = (counter.round_trips - start) / 10
         return trips
 
-    assert asyncio.run(async_trips()) == {"aread_many": 1, "aupdate": 2, "aupdate_many_since": 3}
+    assert asyncio.run(async_trips()) == {
+        "aread_many": 1,
+        "aread_many of 102 reads": 1,
+        "aupdate": 2,
+        "aupdate_many_since": 3,
+    }
 
 
 def _plans(conn_rows: list[tuple[Any, ...]]) -> dict[str, tuple[int, int]]:
@@ -668,6 +675,38 @@ def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
         store.read_many([GetMany(NS, ("a",)), ChangesSince(NS, ChangeMark("postgres", NS, "x"))])
     with pytest.raises(InvalidInputError, match="GetMany or ChangesSince"):
         store.read_many([("get", NS, "a")])  # type: ignore[list-item]
+    store.close()
+
+
+def test_read_many_of_ten_thousand_reads_answers_each_as_if_made_alone(url: str) -> None:
+    """Thousands of reads (of two namespaces, repeated, changes since a mark and everything)
+    are answered, each as the read made alone, synchronously and asynchronously: PostgreSQL
+    refuses one UNION ALL of that many branches (stack depth) and plans a long one in time
+    growing with the square of its length."""
+    store = PostgresStore(url)
+    other = ("agents", "bob")
+    store.put(NS, "a", 1)
+    mark = store.change_mark(NS)
+    store.put(NS, "b", 2)
+    store.put(other, "c", 3)
+    kinds = [
+        GetMany(NS, ("b", "x")),
+        ChangesSince(NS, mark),
+        GetMany(other, ("c", "a")),
+        ChangesSince(other),
+    ]
+    reads = [kinds[n % 4] for n in range(10_000)]
+
+    def seen(answer: Any) -> Any:
+        if isinstance(answer, Changes):
+            return ([(i.key, i.value) for i in answer.items], answer.removed, answer.complete)
+        return {key: item.value for key, item in answer.items()}
+
+    alone = [seen(store.read_many([read])[0]) for read in kinds]
+    assert alone[0] == {"b": 2} and alone[1] == ([("b", 2)], [], False)
+    assert [seen(answer) for answer in store.read_many(reads)] == alone * 2_500
+    twin = asyncio.run(store.aread_many(reads))
+    assert [seen(answer) for answer in twin] == alone * 2_500
     store.close()
 
 
