@@ -575,6 +575,25 @@ def test_split_vector_members_arguments() -> None:
         split_vector_members([b"{}", 3], "embedding")
 
 
+def test_the_dimension_the_texts_share_most_is_split_whatever_comes_first() -> None:
+    """Without a dim, the vectors most texts hold set it: one stored vector of another
+    dimension, however large, neither sends every other text to a whole parse nor sizes the
+    matrix (a 65,536-wide row for each of the batch's texts would be 256 MB)."""
+    common = [encode_vector(_vector(16, n)) for n in range(1023)]
+    texts = [
+        f'{{"id":"odd","embedding":"{encode_vector(_vector(65_536, 0))}"}}'.encode(),
+        *(f'{{"id":"{n}","embedding":"{v}"}}'.encode() for n, v in enumerate(common)),
+    ]
+    rests, matrix = split_vector_members(texts, "embedding")
+    assert matrix.shape == (1024, 16)
+    assert rests[0] is None and rests[1:] == [f'{{"id":"{n}"}}'.encode() for n in range(1023)]
+    assert (bits(matrix[1:]) == bits(np.stack([decode_vector(v) for v in common]))).all()
+    # A tie goes to the dimension seen first.
+    tie = [texts[0], texts[1], f'{{"embedding":"{encode_vector(_vector(8, 0))}"}}'.encode()]
+    assert split_vector_members(tie[1:], "embedding")[1].shape == (2, 16)
+    assert split_vector_members(tie[::-1], "embedding")[1].shape == (3, 8)
+
+
 @pytest.mark.parametrize("enabled_before", [True, False])
 def test_a_full_read_pauses_the_cycle_collector_and_restores_it(
     enabled_before: bool, tmp_path: Any

@@ -505,7 +505,7 @@ fn decode_vectors_b64<'py>(
 /// Stored JSON objects with their vector member cut out: for each text (bytes or str), the
 /// text without its top-level string member `key` when that member is a stored vector of
 /// dimension `dim` (decoded into the row of the same number), else `None` (a zero row).
-/// Without `dim`, the first vector found sets it (no columns when there is none).
+/// Without `dim`, the length most members share sets it (no columns when none is a vector).
 #[pyfunction]
 #[pyo3(signature = (texts, key, dim=None))]
 fn split_vector_members<'py>(

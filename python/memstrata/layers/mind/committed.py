@@ -118,7 +118,7 @@ class _Committed:
         """:meth:`add_many` for items as a full read hands them over, values undecoded: a
         value's stored vector is cut out of its JSON text and decoded natively (no Python
         object for its base64), the rest parsed; any other value (a goal, a vector of another
-        dimension than the batch's first, a text the cut declines) is parsed whole. A text
+        dimension than most of the batch's, a text the cut declines) is parsed whole. A text
         that is not JSON is skipped and logged, as a malformed entry is."""
         keys: list[str] = []
         values: list[Any] = []
