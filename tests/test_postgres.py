@@ -497,10 +497,15 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
         for name, call in calls.items():
             for _ in range(20):
                 await call()
-            start = counter.round_trips
-            for _ in range(10):
+            # The median, as round_trips() takes: besides the pool's traffic, a pipeline's
+            # later statements can go out after the server has answered its first ones (the
+            # client never waits for them), which the proxy counts as another trip.
+            counts = []
+            for _ in range(11):
+                start = counter.round_trips
                 await call()
-            trips[name] = (counter.round_trips - start) / 10
+                counts.append(counter.round_trips - start)
+            trips[name] = float(statistics.median(counts))
         return trips
 
     assert asyncio.run(async_trips()) == {

@@ -679,14 +679,15 @@ class PostgresStore(Store):
             return []
         # One round trip; one more for each mark the rows say is stale.
         parts = _in_parts(reads)
+        statements = [self._read_many_statement(part) for part in parts]
         with self._connection() as conn:
             if len(parts) == 1:
-                cursors = [conn.execute(*self._read_many_statement(reads))]
+                cursors = [conn.execute(*statements[0])]
             else:
                 # Every statement is sent, then one Sync as the pipeline ends, which brings
                 # every answer back (a fetch inside the block would cost a round trip).
                 with conn.pipeline():
-                    cursors = [conn.execute(*self._read_many_statement(p)) for p in parts]
+                    cursors = [conn.execute(*statement) for statement in statements]
             answers = [
                 answer
                 for part, cursor in zip(parts, cursors)
@@ -905,12 +906,13 @@ class PostgresStore(Store):
         if not reads:
             return []
         parts = _in_parts(reads)
+        statements = [self._read_many_statement(part) for part in parts]
         async with self._aconnection() as conn:
             if len(parts) == 1:
-                cursors = [await conn.execute(*self._read_many_statement(reads))]
+                cursors = [await conn.execute(*statements[0])]
             else:
                 async with conn.pipeline():
-                    cursors = [await conn.execute(*self._read_many_statement(p)) for p in parts]
+                    cursors = [await conn.execute(*statement) for statement in statements]
             found: builtins.list[Answer | None] = []
             for part, cursor in zip(parts, cursors):
                 found += self._read_answers(part, await cursor.fetchall())
