@@ -537,6 +537,22 @@ def test_a_stored_value_that_is_not_text_is_skipped_and_the_rest_loads(
         store.close()
 
 
+def test_a_text_handed_over_as_a_str_with_a_lone_surrogate_is_skipped(caplog: Any) -> None:
+    """A store may hand its texts over as str: one holding a lone surrogate has no UTF-8 form
+    and is not JSON text; it is skipped with a warning and the batch loads without it."""
+    from memstrata.layers.mind.committed import _Committed
+
+    texts = _raw_texts()
+    batch = [(key, texts[key].decode(), None) for key in sorted(texts)]
+    batch.insert(1, ("belief/surrogate", '{"id":"surrogate","content":"\ud800"}', None))
+    loaded = _Committed(None, None)
+    with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+        loaded.add_encoded(batch)
+    loaded.seal()
+    _same_load(loaded, _loaded_as_whole_values(texts))
+    assert any("'belief/surrogate'" in r.getMessage() for r in caplog.records)
+
+
 @given(st.lists(damaged(), max_size=6), st.lists(st.sampled_from([8, 16]), max_size=6))
 def test_any_stored_text_loads_as_whole_values_do(values: list[Any], dims: list[int]) -> None:
     """Damaged payloads with vectors of mixed dimensions, through the cut and through a whole

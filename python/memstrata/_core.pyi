@@ -389,7 +389,8 @@ def split_vector_members(
     seen among equals; the matrix has no columns when none has a vector's length).
 
     Args:
-        texts: JSON texts, as bytes or str (a lone bytes or str is refused).
+        texts: JSON texts, as bytes or str (a lone bytes or str is refused; a str with no
+            UTF-8 form, such as one holding a lone surrogate, is declined).
         key: The top-level member to cut out.
         dim: The vectors' dimension, between 1 and 65536, or None.
 
