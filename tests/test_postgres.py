@@ -461,7 +461,6 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
         "get": (lambda: store.get(NS, "k"), 1),
         "get_many": (lambda: store.get_many(NS, ["k", "j"]), 1),
         "read_many of 3 reads": (lambda: store.read_many(reads), 1),
-        "read_many of 102 reads": (lambda: store.read_many(reads * 34), 1),
         "put_if_version": (put_if_version, 1),
         # BEGIN, the locks and the writes; then COMMIT (ROLLBACK when a version was wrong).
         "put_many_if_versions": (put_many_if_versions, 2 + 1),
@@ -476,6 +475,9 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
     }
     counted_trips = {name: round_trips(counter, call) for name, (call, _) in expected.items()}
     assert counted_trips == {name: float(trips) for name, (_, trips) in expected.items()}
+    # 102 reads are 4 statements, pipelined: the client never waits between them, but a
+    # statement sent after the server answered an earlier one counts as a trip here.
+    assert round_trips(counter, lambda: store.read_many(reads * 34)) < 4
     version_before = store.get(NS, "k").version  # type: ignore[union-attr]
     stale = {"k": ConditionalWrite(9, version_before - 1), "new": ConditionalWrite(9, 0)}
     assert round_trips(counter, lambda: store.put_many_if_versions(NS, stale)) == 2
@@ -497,9 +499,7 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
         for name, call in calls.items():
             for _ in range(20):
                 await call()
-            # The median, as round_trips() takes: besides the pool's traffic, a pipeline's
-            # later statements can go out after the server has answered its first ones (the
-            # client never waits for them), which the proxy counts as another trip.
+            # The median, as round_trips() takes (the proxy also sees the pool's traffic).
             counts = []
             for _ in range(11):
                 start = counter.round_trips
@@ -508,12 +508,9 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
             trips[name] = float(statistics.median(counts))
         return trips
 
-    assert asyncio.run(async_trips()) == {
-        "aread_many": 1,
-        "aread_many of 102 reads": 1,
-        "aupdate": 2,
-        "aupdate_many_since": 3,
-    }
+    trips = asyncio.run(async_trips())
+    assert trips.pop("aread_many of 102 reads") < 4  # pipelined, as read_many's
+    assert trips == {"aread_many": 1, "aupdate": 2, "aupdate_many_since": 3}
 
 
 def _plans(conn_rows: list[tuple[Any, ...]]) -> dict[str, tuple[int, int]]:
