@@ -501,6 +501,58 @@ def test_a_full_read_loads_as_whole_values_do(
         store.close()
 
 
+def test_a_stored_value_that_is_not_text_is_skipped_and_the_rest_loads(
+    tmp_path: Any, caplog: Any
+) -> None:
+    """SQLite keeps whatever a foreign writer puts in a row (a number, a real): such a value is
+    not JSON text and is skipped with a warning, as a malformed text is; the mind still opens
+    with every other entry and its vector."""
+    import sqlite3
+
+    from memstrata.layers.mind.committed import refresh
+    from memstrata.stores import SQLiteStore
+    from memstrata.stores.base import encode_namespace
+
+    ns = ("mind", "raw")
+    texts = _raw_texts()
+    path = tmp_path / "raw.db"
+    store = SQLiteStore(str(path))
+    for key in [*texts, "belief/integer", "belief/real"]:
+        store.put(ns, key, 0)
+    with sqlite3.connect(path) as conn:
+        for key, text in texts.items():
+            conn.execute(
+                "UPDATE items SET value = ? WHERE namespace = ? AND key = ?",
+                (text, encode_namespace(ns), key),
+            )
+        conn.execute("UPDATE items SET value = 5 WHERE key = 'belief/integer'")
+        conn.execute("UPDATE items SET value = 0.5 WHERE key = 'belief/real'")
+    try:
+        with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+            committed, _ = refresh(None, store, ns)
+        _same_load(committed, _loaded_as_whole_values(texts))
+        warned = " ".join(r.getMessage() for r in caplog.records)
+        assert "'belief/integer'" in warned and "'belief/real'" in warned
+    finally:
+        store.close()
+
+
+def test_a_text_handed_over_as_a_str_with_a_lone_surrogate_is_skipped(caplog: Any) -> None:
+    """A store may hand its texts over as str: one holding a lone surrogate has no UTF-8 form
+    and is not JSON text; it is skipped with a warning and the batch loads without it."""
+    from memstrata.layers.mind.committed import _Committed
+
+    texts = _raw_texts()
+    batch = [(key, texts[key].decode(), None) for key in sorted(texts)]
+    batch.insert(1, ("belief/surrogate", '{"id":"surrogate","content":"\ud800"}', None))
+    loaded = _Committed(None, None)
+    with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+        loaded.add_encoded(batch)
+    loaded.seal()
+    _same_load(loaded, _loaded_as_whole_values(texts))
+    assert any("'belief/surrogate'" in r.getMessage() for r in caplog.records)
+
+
 @given(st.lists(damaged(), max_size=6), st.lists(st.sampled_from([8, 16]), max_size=6))
 def test_any_stored_text_loads_as_whole_values_do(values: list[Any], dims: list[int]) -> None:
     """Damaged payloads with vectors of mixed dimensions, through the cut and through a whole
@@ -537,6 +589,25 @@ def test_split_vector_members_arguments() -> None:
         split_vector_members(b"{}", "embedding")
     with pytest.raises(UnsupportedTypeError, match="each text must be bytes or str, got int"):
         split_vector_members([b"{}", 3], "embedding")
+
+
+def test_the_dimension_the_texts_share_most_is_split_whatever_comes_first() -> None:
+    """Without a dim, the vectors most texts hold set it: one stored vector of another
+    dimension, however large, neither sends every other text to a whole parse nor sizes the
+    matrix (a 65,536-wide row for each of the batch's texts would be 256 MB)."""
+    common = [encode_vector(_vector(16, n)) for n in range(1023)]
+    texts = [
+        f'{{"id":"odd","embedding":"{encode_vector(_vector(65_536, 0))}"}}'.encode(),
+        *(f'{{"id":"{n}","embedding":"{v}"}}'.encode() for n, v in enumerate(common)),
+    ]
+    rests, matrix = split_vector_members(texts, "embedding")
+    assert matrix.shape == (1024, 16)
+    assert rests[0] is None and rests[1:] == [f'{{"id":"{n}"}}'.encode() for n in range(1023)]
+    assert (bits(matrix[1:]) == bits(np.stack([decode_vector(v) for v in common]))).all()
+    # A tie goes to the dimension seen first.
+    tie = [texts[0], texts[1], f'{{"embedding":"{encode_vector(_vector(8, 0))}"}}'.encode()]
+    assert split_vector_members(tie[1:], "embedding")[1].shape == (2, 16)
+    assert split_vector_members(tie[::-1], "embedding")[1].shape == (3, 8)
 
 
 @pytest.mark.parametrize("enabled_before", [True, False])

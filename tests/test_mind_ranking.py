@@ -4,6 +4,7 @@ gives the set's answer, and the ranker moves to the set once it is built."""
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -195,3 +196,61 @@ def test_recall_keeps_looking_past_high_scoring_hits_under_the_similarity_floor(
         found = run.search(query, limit=limit)
         assert [r.id for r in found] == ["b_wanted"]
         assert found[0].score == pytest.approx(0.36, abs=1e-3)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rankers_columns_are_those_gathered_entry_by_entry(seed: int) -> None:
+    """The columns recall's ranker is built from (ids, rows, biases, the next expiry) on a
+    random mind, against a plain walk of the entries: expiries absent, past, in the future and
+    equal to the run's time (expired), errors, every confidence, reflections."""
+    from memstrata.layers.mind.entries import MindReflection
+    from memstrata.layers.mind.recall import CONFIDENCE_SCORES, _build_ranker, _recency
+
+    rng = np.random.default_rng(seed)
+    store = InMemoryStore()
+    mind = AgentMind(namespace=("t", "columns"))
+    model, dim = mind.embedder.model, mind.embedder.dim
+    now = int(time.time() * 1000)
+    ns = mind.namespace_for(None)
+    for i in range(300):
+        expires = [None, now, now - 5, now + int(rng.integers(1, 10**8)), now + 1][i % 5]
+        updated = now - int(rng.integers(0, 90 * 86_400_000))
+        error = bool(rng.random() < 0.2)
+        vector = rng.standard_normal(dim).astype(np.float32)
+        entry: MindBelief | MindReflection
+        if rng.random() < 0.6:
+            level: Any = ["low", "medium", "high"][int(rng.integers(0, 3))]
+            entry = MindBelief(f"b{i}", f"fact {i}", level, [], expires, updated, updated, error)
+            key = f"belief/{entry.id}"
+        else:
+            entry = MindReflection(
+                f"r{i}", f"note {i}", False, [], None, updated, updated, error, expires
+            )
+            key = f"reflection/{entry.id}"
+        store.put(ns, key, stored_payload(entry, vector, model))
+    run = mind.open(store)
+    run.started_at = now  # the entries expiring at ``now`` have just expired
+    rows_of = run.index().rows
+    weights = run.layer.score_weights
+    for kinds in (("belief",), ("reflection",), ("belief", "reflection")):
+        for expired in (False, True):
+            ids, rows, biases, next_expiry = [], [], [], math.inf
+            for kind in kinds:
+                for e in (run.beliefs if kind == "belief" else run.reflections).values():
+                    at = e.expires_at
+                    if at is not None and now < at < next_expiry:
+                        next_expiry = at
+                    if e.id not in rows_of or (at is not None and at <= now) != expired:
+                        continue
+                    level = "low" if e.error else getattr(e, "confidence", "medium")
+                    ids.append(e.id)
+                    rows.append(rows_of[e.id])
+                    biases.append(
+                        weights.recency * _recency(e.updated_at, now)
+                        + weights.confidence * CONFIDENCE_SCORES[level]
+                    )
+            ranker, got_expiry = _build_ranker(run, kinds, expired)
+            assert ids and ranker._ids == ids, (kinds, expired)
+            assert ranker._rows.tolist() == rows
+            assert np.allclose(ranker._bias, biases, rtol=1e-6, atol=0)
+            assert got_expiry == next_expiry

@@ -385,11 +385,12 @@ def split_vector_members(
     the same number of the ``(len(texts), dim)`` matrix; else ``None`` and a zero row. The cut
     is declined (``None``) wherever it could differ from a parser's view: the key written
     twice or with an escape, an escaped value, brackets that do not pair, trailing text. Runs
-    without the GIL. Without ``dim``, the first member of a vector's length sets it (the
-    matrix has no columns when none has).
+    without the GIL. Without ``dim``, the vector length most members share sets it (the first
+    seen among equals; the matrix has no columns when none has a vector's length).
 
     Args:
-        texts: JSON texts, as bytes or str (a lone bytes or str is refused).
+        texts: JSON texts, as bytes or str (a lone bytes or str is refused; a str with no
+            UTF-8 form, such as one holding a lone surrogate, is declined).
         key: The top-level member to cut out.
         dim: The vectors' dimension, between 1 and 65536, or None.
 

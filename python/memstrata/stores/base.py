@@ -385,8 +385,8 @@ class Store(ABC):
 
     def read_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
         """The answers to several reads, in their order, each as if made alone: one round
-        trip on PostgreSQL, where the reads are one statement. A run opens with the reads its
-        layers ask for this way (see ``Layer.opening_reads``).
+        trip on PostgreSQL, where up to 32 reads are one statement. A run opens with the reads
+        its layers ask for this way (see ``Layer.opening_reads``).
 
         Raises:
             InvalidInputError: A read is not a GetMany or ChangesSince, or is malformed; nothing

@@ -505,7 +505,7 @@ fn decode_vectors_b64<'py>(
 /// Stored JSON objects with their vector member cut out: for each text (bytes or str), the
 /// text without its top-level string member `key` when that member is a stored vector of
 /// dimension `dim` (decoded into the row of the same number), else `None` (a zero row).
-/// Without `dim`, the first vector found sets it (no columns when there is none).
+/// Without `dim`, the length most members share sets it (no columns when none is a vector).
 #[pyfunction]
 #[pyo3(signature = (texts, key, dim=None))]
 fn split_vector_members<'py>(
@@ -534,7 +534,8 @@ fn split_vector_members<'py>(
         )));
     }
     // Bytes are read in place; a str is copied out as UTF-8 (the limited API of Python 3.9
-    // cannot lend a str's buffer).
+    // cannot lend a str's buffer). A str with no UTF-8 form (a lone surrogate) is no JSON
+    // text: it stands as an empty text, declined, for the caller's parser to refuse.
     let held: Vec<Bound<'py, PyBytes>> = texts
         .try_iter()?
         .map(|item| {
@@ -543,7 +544,7 @@ fn split_vector_members<'py>(
                 return Ok(b.clone());
             }
             match item.cast::<PyString>() {
-                Ok(s) => s.encode_utf8(),
+                Ok(s) => Ok(s.encode_utf8().unwrap_or_else(|_| PyBytes::new(py, b""))),
                 Err(_) => Err(unsupported(format!(
                     "each text must be bytes or str, got {}",
                     item.get_type().name()?

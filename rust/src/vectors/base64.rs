@@ -5,11 +5,13 @@
 //! of four characters, no whitespace or line breaks, and exactly `4 * dim` bytes. Anything else
 //! is not a stored vector, and its row is left zero for the caller to treat as missing.
 
+use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::json_member::string_member;
+use crate::json_member::{string_member, Member};
 
 use super::PARALLEL_MIN_ELEMENTS;
 
@@ -145,8 +147,9 @@ pub fn decode_f32_rows(texts: &[Option<&[u8]>], dim: usize) -> (Vec<f32>, Vec<bo
     (matrix, ok)
 }
 
-/// One row of [`split_f32_members`]: its matrix row, its text and where its cut goes.
-type SplitRow<'m, 't> = (&'m mut [f32], (&'t &'t [u8], &'m mut Option<Range<usize>>));
+/// One row of [`split_f32_members`]: its matrix row, its text and the text's member, dropped
+/// unless it decodes.
+type SplitRow<'m, 't> = (&'m mut [f32], (&'t &'t [u8], &'m mut Option<Member>));
 
 /// The dimension of the float32 vector whose padded base64 is `chars` long, if any.
 pub fn dim_of_encoded(chars: usize) -> Option<usize> {
@@ -154,40 +157,51 @@ pub fn dim_of_encoded(chars: usize) -> Option<usize> {
     (dim > 0 && encoded_len(4 * dim) == chars).then_some(dim)
 }
 
+/// The dimension of the vectors most `members` have the length of (the first seen among
+/// equals), up to [`crate::embed::MAX_DIM`]; 0 when none has.
+fn most_common_dim(members: &[Option<Member>]) -> usize {
+    // dimension -> (texts of its length, where it was first seen)
+    let mut seen: HashMap<usize, (usize, usize)> = HashMap::new();
+    for (n, member) in members.iter().enumerate() {
+        let dim = member.as_ref().and_then(|m| dim_of_encoded(m.value.len()));
+        if let Some(dim) = dim.filter(|&dim| dim <= crate::embed::MAX_DIM) {
+            seen.entry(dim).or_insert((0, n)).0 += 1;
+        }
+    }
+    seen.into_iter()
+        .max_by_key(|&(_, (count, first))| (count, Reverse(first)))
+        .map_or(0, |(dim, _)| dim)
+}
+
 /// For each JSON object text, the span of its top-level string member `key` when that member
 /// is a stored vector of dimension `dim` (see [`crate::json_member::string_member`]), decoded
 /// into its row of one row-major `(texts.len(), dim)` matrix; `None`, with a zero row, for a
 /// text whose member cannot be cut out exactly or is not such a vector. Without a `dim`, the
-/// first member that has a vector's length sets it (0 when none has, or when that length is
-/// past [`crate::embed::MAX_DIM`]). Returns the dimension
-/// too.
+/// length most members share sets it (the first seen among equals; 0 when none has a vector's
+/// length up to [`crate::embed::MAX_DIM`]): a stray vector of another dimension, however
+/// large, neither sizes the matrix nor turns the other texts away. Returns the dimension too.
 pub fn split_f32_members(
     texts: &[&[u8]],
     key: &[u8],
     dim: Option<usize>,
 ) -> (Vec<f32>, Vec<Option<Range<usize>>>, usize) {
-    let dim = dim.unwrap_or_else(|| {
-        texts
-            .iter()
-            .find_map(|text| dim_of_encoded(string_member(text, key)?.value.len()))
-            .filter(|&dim| dim <= crate::embed::MAX_DIM)
-            .unwrap_or(0)
-    });
+    let mut members: Vec<Option<Member>> =
+        texts.iter().map(|text| string_member(text, key)).collect();
+    let dim = dim.unwrap_or_else(|| most_common_dim(&members));
     let mut matrix = vec![0.0_f32; texts.len() * dim];
-    let mut cuts = vec![None; texts.len()];
     if dim == 0 {
-        return (matrix, cuts, 0);
+        return (matrix, vec![None; texts.len()], 0);
     }
-    let split = |(row, (text, cut)): SplitRow<'_, '_>, scratch: &mut Vec<u8>| {
-        if let Some(member) = string_member(text, key) {
-            if decode_f32_row(&text[member.value], row, scratch) {
-                *cut = Some(member.cut);
+    let split = |(row, (text, member)): SplitRow<'_, '_>, scratch: &mut Vec<u8>| {
+        if let Some(found) = member {
+            if !decode_f32_row(&text[found.value.clone()], row, scratch) {
+                *member = None;
             }
         }
     };
     let rows = matrix
         .chunks_exact_mut(dim)
-        .zip(texts.iter().zip(cuts.iter_mut()));
+        .zip(texts.iter().zip(members.iter_mut()));
     if texts.len() * dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1 {
         rows.collect::<Vec<_>>()
             .into_par_iter()
@@ -196,6 +210,7 @@ pub fn split_f32_members(
         let mut scratch = Vec::new();
         rows.for_each(|item| split(item, &mut scratch));
     }
+    let cuts = members.into_iter().map(|m| m.map(|m| m.cut)).collect();
     (matrix, cuts, dim)
 }
 
@@ -322,6 +337,21 @@ mod tests {
             matrix[(n - 1) * dim + dim - 1],
             (n * dim - 1) as f32 * 0.5 - 7.0
         );
+    }
+
+    #[test]
+    fn the_dimension_most_members_share_is_split_a_tie_going_to_the_first() {
+        let small = String::from_utf8(encode_row(&[1.0, 2.0])).unwrap();
+        let large = String::from_utf8(encode_row(&[0.5; 4096])).unwrap();
+        let text = |v: &str| format!(r#"{{"e":"{v}","a":1}}"#);
+        let texts = [text(&large), text(&small), text(&small)];
+        let views: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
+        let (matrix, cuts, dim) = split_f32_members(&views, b"e", None);
+        assert_eq!((dim, matrix), (2, vec![0.0, 0.0, 1.0, 2.0, 1.0, 2.0]));
+        assert_eq!(cuts[0], None);
+        assert!(cuts[1..].iter().all(Option::is_some));
+        assert_eq!(split_f32_members(&views[..2], b"e", None).2, 4096);
+        assert_eq!(split_f32_members(&views[1..2], b"e", Some(4096)).1, [None]);
     }
 
     #[test]

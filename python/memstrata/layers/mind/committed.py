@@ -118,13 +118,17 @@ class _Committed:
         """:meth:`add_many` for items as a full read hands them over, values undecoded: a
         value's stored vector is cut out of its JSON text and decoded natively (no Python
         object for its base64), the rest parsed; any other value (a goal, a vector of another
-        dimension than the batch's first, a text the cut declines) is parsed whole. A text
+        dimension than most of the batch's, a text the cut declines) is parsed whole. A text
         that is not JSON is skipped and logged, as a malformed entry is."""
         keys: list[str] = []
         values: list[Any] = []
         expiries: list[float | None] = []
         decoded: list[int] = []  # per kept value, its row in ``matrix``, or -1
-        rests, matrix = split_vector_members([text for _, text, _ in batch], VECTOR_FIELD)
+        # A row a foreign writer filled with a number holds no text to cut: an empty one is
+        # declined, and the parse of the value itself then skips it as not JSON.
+        rests, matrix = split_vector_members(
+            [text if type(text) in (bytes, str) else b"" for _, text, _ in batch], VECTOR_FIELD
+        )
         loads = orjson.loads
         for n, ((key, text, expires_at), rest) in enumerate(zip(batch, rests)):
             try:
