@@ -673,8 +673,25 @@ def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
     twin = asyncio.run(store.aread_many(reads))
     assert twin[0] == got[0] and isinstance(twin[1], Changes) and isinstance(twin[2], Changes)
     assert [i.key for i in twin[1].items] == ["b"] and twin[2].complete
-    with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
-        store.read_many([GetMany(NS, ("a",)), ChangesSince(NS, ChangeMark("postgres", NS, "x"))])
+    # Marks of the right shape that PostgreSQL still refuses: named, not a database error.
+    for text in (
+        "x",
+        "5:3:",
+        "0:0:",
+        "3:5:9",
+        "3:9:7,5",
+        "3:5:",
+        "3:5:4,",
+        "1:99999999999999999999:",
+    ):
+        bad = ChangeMark("postgres", NS, text)
+        if text == "3:5:":
+            assert store.changes(NS, bad).mark.position  # a valid (old) mark is answered
+            continue
+        with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
+            store.read_many([GetMany(NS, ("a",)), ChangesSince(NS, bad)])
+        with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
+            store.changes(NS, bad)
     with pytest.raises(InvalidInputError, match="GetMany or ChangesSince"):
         store.read_many([("get", NS, "a")])  # type: ignore[list-item]
     store.close()

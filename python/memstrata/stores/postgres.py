@@ -192,6 +192,20 @@ def _with_lock_timeout(url: str, seconds: float | None) -> str:
     return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
 
 
+def _is_snapshot(text: str) -> bool:
+    """Whether PostgreSQL reads ``text`` as a ``pg_snapshot``: ``xmin:xmax:xip,...`` with
+    ``0 < xmin <= xmax`` and every in-progress id in ``[xmin, xmax)``, in ascending order (a
+    mark it would refuse is refused here, by name, rather than as a database error)."""
+    if not _SNAPSHOT.fullmatch(text):
+        return False
+    head, _, listed = text.rpartition(":")
+    xmin, xmax = (int(part) for part in head.split(":"))
+    in_progress = [int(part) for part in listed.split(",")] if listed else []
+    if not 0 < xmin <= xmax or max([xmax, *in_progress]) >= 2**64:
+        return False
+    return all(xmin <= x < xmax for x in in_progress) and in_progress == sorted(in_progress)
+
+
 def _set_up(conn: Any) -> None:
     """Sets up a connection the pool opened (``SESSION_SETUP``)."""
     conn.execute(SESSION_SETUP)
@@ -428,7 +442,7 @@ class PostgresStore(Store):
         namespace = validate_namespace(namespace)
         ns = encode_namespace(namespace)
         mark = mark_position(since, _BACKEND, namespace)
-        if not _SNAPSHOT.fullmatch(mark):
+        if not _is_snapshot(mark):
             raise InvalidInputError(f"since holds {mark!r}, not a PostgreSQL snapshot")
         return {"ns": ns, "mark": mark, "now": None}
 
