@@ -32,7 +32,7 @@ from memstrata.layers.mind.entries import (
     entries_from_payloads,
 )
 from memstrata.layers.mind.ranking import CompositeRanker
-from memstrata.layers.mind.records import VECTOR_FIELD, entry_key
+from memstrata.layers.mind.records import VECTOR_FIELD
 from memstrata.layers.mind.vectors import BLOCK_ROWS, VectorRows, append_encoded
 from memstrata.stores import Item, Namespace, Store
 from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, EncodedItem, Read
@@ -120,27 +120,29 @@ class _Committed:
         object for its base64), the rest parsed; any other value (a goal, a vector of another
         dimension than most of the batch's, a text the cut declines) is parsed whole. A text
         that is not JSON is skipped and logged, as a malformed entry is."""
-        keys: list[str] = []
-        values: list[Any] = []
-        expiries: list[float | None] = []
-        decoded: list[int] = []  # per kept value, its row in ``matrix``, or -1
         # A row a foreign writer filled with a number holds no text to cut: an empty one is
         # declined, and the parse of the value itself then skips it as not JSON.
         rests, matrix = split_vector_members(
             [text if type(text) in (bytes, str) else b"" for _, text, _ in batch], VECTOR_FIELD
         )
         loads = orjson.loads
-        for n, ((key, text, expires_at), rest) in enumerate(zip(batch, rests)):
-            try:
-                value = loads(text if rest is None else rest)
-            except orjson.JSONDecodeError as exc:
-                logger.warning("skipping mind entry %r stored as malformed JSON: %s", key, exc)
-                continue
-            keys.append(key)
-            values.append(value)
-            expiries.append(expires_at)
-            decoded.append(-1 if rest is None else n)
-        self._add(keys, values, expiries, (matrix, decoded))
+        kept: list[EncodedItem] = batch
+        try:  # the usual batch: every text parses
+            values = [loads(t if r is None else r) for (_, t, _), r in zip(batch, rests)]
+            rows = [-1 if rest is None else n for n, rest in enumerate(rests)]
+        except orjson.JSONDecodeError:
+            values, kept, rows = [], [], []
+            for n, (item, rest) in enumerate(zip(batch, rests)):
+                try:
+                    values.append(loads(item[1] if rest is None else rest))
+                except orjson.JSONDecodeError as exc:
+                    logger.warning(
+                        "skipping mind entry %r stored as malformed JSON: %s", item[0], exc
+                    )
+                    continue
+                kept.append(item)
+                rows.append(-1 if rest is None else n)
+        self._add([key for key, _, _ in kept], values, [at for _, _, at in kept], (matrix, rows))
 
     def _add(
         self,
@@ -155,18 +157,30 @@ class _Committed:
         ids: list[str] = []
         models: list[Any] = []
         texts: list[Any] = []
-        ready: list[tuple[str, Any, int]] = []  # (id, model, row in the decoded matrix)
-        rows_of = decoded[1] if decoded is not None else None
+        # The decoded rows taken, appended together after the loop: the n-th lands at row
+        # ``first + n`` of ``target``.
+        taken: list[int] = []
+        rows_of: list[int] = decoded[1] if decoded is not None else [-1] * len(values)
+        dim = decoded[0].shape[1] if decoded is not None else 0
+        target = self.rows.get(dim) if dim else None
+        if dim and target is None:
+            target = self.rows[dim] = VectorRows(dim)
+        first = target.size if target is not None else 0
         # Bound once: the loop runs once per entry, 100,000 times for a full mind.
-        add_id, add_model, add_text = ids.append, models.append, texts.append
-        beliefs, reflections, expiring = self.beliefs, self.reflections, self.expiring
+        add_id, add_model, add_text, take = ids.append, models.append, texts.append, taken.append
+        beliefs, reflections, expiring, vectors = (
+            self.beliefs,
+            self.reflections,
+            self.expiring,
+            self.vectors,
+        )
         for n, (key, value, entry) in enumerate(zip(keys, values, entries_from_payloads(values))):
             if expiries[n] is not None:
                 expiring[key] = expiries[n]  # type: ignore[assignment]
             if isinstance(entry, InvalidInputError):
                 logger.warning("skipping malformed mind entry %r: %s", key, entry)
                 continue
-            if key != entry_key(entry):
+            if key != f"{entry.type}/{entry.id}":  # records.entry_key, inlined: once per entry
                 logger.warning("skipping mind entry %r stored under a foreign key", key)
                 continue
             if isinstance(entry, MindBelief):
@@ -176,28 +190,21 @@ class _Committed:
             else:
                 self.goals[entry.id] = entry
                 continue
-            if rows_of is not None and rows_of[n] >= 0:
-                ready.append((entry.id, value.get("embeddingModel"), rows_of[n]))
+            if rows_of[n] >= 0:
+                vectors[entry.id] = (value.get("embeddingModel"), dim, first + len(taken))
+                take(rows_of[n])
                 continue
             add_id(entry.id)
             add_model(value.get("embeddingModel"))
             add_text(value.get(VECTOR_FIELD))
-        if ready:
-            assert decoded is not None
+        if taken:
+            assert decoded is not None and target is not None
             matrix = decoded[0]
-            dim = matrix.shape[1]
-            target = self.rows.get(dim)
-            if target is None:
-                target = self.rows[dim] = VectorRows(dim)
-            taken = [row for _, _, row in ready]
             # Usually every value of the batch: its rows are then the matrix as it is.
-            whole = taken[-1] == len(taken) - 1 and len(taken) == len(matrix)
-            placed = target.append(matrix if whole else matrix[taken])
-            self.vectors.update(
-                (id_, (model, dim, row)) for (id_, model, _), row in zip(ready, placed)
-            )
+            whole = len(taken) == len(matrix) and taken[-1] == len(taken) - 1
+            target.append(matrix if whole else matrix[taken])
         dims, rows = append_encoded(self.rows, texts)
-        self.vectors.update(zip(ids, zip(models, dims, rows)))
+        vectors.update(zip(ids, zip(models, dims, rows)))
 
     def seal(self) -> None:
         for rows in self.rows.values():
