@@ -449,6 +449,26 @@ def _same_load(fast: Any, slow: Any) -> None:
             assert (bits(fast.rows[dim].gather([got_row])) == bits(want)).all(), id_
 
 
+def _sqlite_with_raw_values(path: Any, ns: tuple[str, ...], raw: dict[str, Any]) -> Any:
+    """A SQLite store whose rows of ``ns`` hold ``raw`` as written, bypassing the encoder (as a
+    foreign writer or a hand edit would)."""
+    import sqlite3
+
+    from memstrata.stores import SQLiteStore
+    from memstrata.stores.base import encode_namespace
+
+    store = SQLiteStore(str(path))
+    for key in raw:
+        store.put(ns, key, 0)
+    with sqlite3.connect(path) as conn:
+        for key, value in raw.items():
+            conn.execute(
+                "UPDATE items SET value = ? WHERE namespace = ? AND key = ?",
+                (value, encode_namespace(ns), key),
+            )
+    return store
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_full_read_loads_as_whole_values_do(
     backend: str, tmp_path: Any, request: pytest.FixtureRequest, caplog: Any
@@ -457,26 +477,15 @@ def test_a_full_read_loads_as_whole_values_do(
     the text (the member first or last, spaced, escaped, twice, of another dimension, not a
     string, nested, missing, not JSON at all), the entries and vectors are those a parse of the
     whole value gives, and a text that is not JSON is skipped with a warning."""
-    import sqlite3
 
     from memstrata.layers.mind.committed import refresh
-    from memstrata.stores import PostgresStore, SQLiteStore
-    from memstrata.stores.base import encode_namespace
+    from memstrata.stores import PostgresStore
 
     ns = ("mind", "raw")
     texts = _raw_texts()
     store: Any
     if backend == "sqlite":
-        path = tmp_path / "raw.db"
-        store = SQLiteStore(str(path))
-        for key in texts:
-            store.put(ns, key, 0)
-        with sqlite3.connect(path) as conn:
-            for key, text in texts.items():
-                conn.execute(
-                    "UPDATE items SET value = ? WHERE namespace = ? AND key = ?",
-                    (text, encode_namespace(ns), key),
-                )
+        store = _sqlite_with_raw_values(tmp_path / "raw.db", ns, texts)
     else:
         # jsonb keeps one of a key written twice and rewrites escapes: PostgreSQL sees only
         # the JSON values, stored from the texts as parsed.
@@ -507,26 +516,14 @@ def test_a_stored_value_that_is_not_text_is_skipped_and_the_rest_loads(
     """SQLite keeps whatever a foreign writer puts in a row (a number, a real): such a value is
     not JSON text and is skipped with a warning, as a malformed text is; the mind still opens
     with every other entry and its vector."""
-    import sqlite3
 
     from memstrata.layers.mind.committed import refresh
-    from memstrata.stores import SQLiteStore
-    from memstrata.stores.base import encode_namespace
 
     ns = ("mind", "raw")
     texts = _raw_texts()
-    path = tmp_path / "raw.db"
-    store = SQLiteStore(str(path))
-    for key in [*texts, "belief/integer", "belief/real"]:
-        store.put(ns, key, 0)
-    with sqlite3.connect(path) as conn:
-        for key, text in texts.items():
-            conn.execute(
-                "UPDATE items SET value = ? WHERE namespace = ? AND key = ?",
-                (text, encode_namespace(ns), key),
-            )
-        conn.execute("UPDATE items SET value = 5 WHERE key = 'belief/integer'")
-        conn.execute("UPDATE items SET value = 0.5 WHERE key = 'belief/real'")
+    store = _sqlite_with_raw_values(
+        tmp_path / "raw.db", ns, {**texts, "belief/integer": 5, "belief/real": 0.5}
+    )
     try:
         with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
             committed, _ = refresh(None, store, ns)

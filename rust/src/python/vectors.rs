@@ -439,6 +439,20 @@ impl PyVectorSet {
 /// Texts with their vector member cut out (`None` where not) and the vectors.
 type Split<'py> = (Vec<Option<Bound<'py, PyBytes>>>, Bound<'py, PyArray2<f32>>);
 
+/// `dim` as a vector dimension, between 1 and `MAX_DIM`.
+fn checked_dim(py: Python<'_>, dim: i64) -> PyResult<usize> {
+    if !(1..=crate::embed::MAX_DIM as i64).contains(&dim) {
+        return Err(invalid(
+            py,
+            format!(
+                "dim must be between 1 and {}, got {dim}",
+                crate::embed::MAX_DIM
+            ),
+        ));
+    }
+    Ok(dim as usize)
+}
+
 /// A decoded matrix and, per row, whether its text was a vector.
 type Decoded<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray1<bool>>);
 
@@ -451,16 +465,7 @@ fn decode_vectors_b64<'py>(
     texts: &Bound<'py, PyAny>,
     dim: i64,
 ) -> PyResult<Decoded<'py>> {
-    if !(1..=crate::embed::MAX_DIM as i64).contains(&dim) {
-        return Err(invalid(
-            py,
-            format!(
-                "dim must be between 1 and {}, got {dim}",
-                crate::embed::MAX_DIM
-            ),
-        ));
-    }
-    let dim = dim as usize;
+    let dim = checked_dim(py, dim)?;
     let unsupported = |message: String| errors::new_error(py, "UnsupportedTypeError", message, &[]);
     if texts.is_instance_of::<PyString>() || texts.is_instance_of::<PyBytes>() {
         return Err(unsupported(format!(
@@ -514,18 +519,7 @@ fn split_vector_members<'py>(
     key: &str,
     dim: Option<i64>,
 ) -> PyResult<Split<'py>> {
-    if let Some(dim) = dim {
-        if !(1..=crate::embed::MAX_DIM as i64).contains(&dim) {
-            return Err(invalid(
-                py,
-                format!(
-                    "dim must be between 1 and {}, got {dim}",
-                    crate::embed::MAX_DIM
-                ),
-            ));
-        }
-    }
-    let dim = dim.map(|d| d as usize);
+    let dim = dim.map(|d| checked_dim(py, d)).transpose()?;
     let unsupported = |message: String| errors::new_error(py, "UnsupportedTypeError", message, &[]);
     if texts.is_instance_of::<PyString>() || texts.is_instance_of::<PyBytes>() {
         return Err(unsupported(format!(
