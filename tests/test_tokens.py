@@ -355,13 +355,18 @@ _PIECES = st.one_of(
     st.sampled_from(["the", "cat", "cryptography", "naïve", "café", "ファイル", "です"]),
     st.sampled_from(_PUNCTUATION + _AROUND),
 )
-GLUED_AND_KANA_TEXTS = st.tuples(
-    st.lists(_PIECES, min_size=1, max_size=400), st.sampled_from(["", " ", "."])
-).map(lambda drawn: drawn[1].join(drawn[0]))
+# Pieces joined, then repeated up to a drawn length (cut anywhere, inside a joined sequence
+# too), so that the chunks' edges of 1,024 code points fall among them.
+GLUED_AND_KANA_TEXTS = st.builds(
+    lambda pieces, separator, length: (separator.join(pieces) * length)[:length],
+    st.lists(_PIECES, min_size=1, max_size=60),
+    st.sampled_from(["", " ", "."]),
+    st.integers(1, 3_500),
+)
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(text=GLUED_AND_KANA_TEXTS)
 @example(text="à." * 1_500)  # one glued word across the chunks
 @example(text="ｦﾂﾗｱﾎｬﾝ" * 300)  # kana pairs across the chunks' edges
