@@ -358,13 +358,17 @@ KANA_CUT_SHARE = 0.85
 
 
 def _kana_index(c: str) -> int | None:
-    i = ord(c) - 0x3040
-    return i if 0 <= i < 0xC0 else None
+    """The kana of the pair table: U+3040..U+30FF, U+31F0..U+31FF, U+FF66..U+FF9F."""
+    o = ord(c)
+    if 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF or 0xFF66 <= o <= 0xFF9F:
+        return o
+    return None
 
 
 @functools.cache
 def kana_pairs(encoding: str) -> frozenset[str]:
-    """Every pair of kana (U+3040..U+30FF) that follow one another inside a token."""
+    """Every pair of kana (hiragana, katakana, their phonetic extensions and halfwidth
+    katakana) that follow one another inside a token."""
     pairs = set()
     for token in vocabulary(encoding):
         try:

@@ -1,5 +1,6 @@
 """Budgets that hold: text chosen to fool a token estimate (runs of newlines, spaces, one
-repeated character, emoji, CJK, base64) never takes a block past its budget, counted exactly."""
+repeated character, emoji, CJK, base64, letters glued by punctuation, random kana) never takes
+a block past its budget, counted exactly."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ ADVERSARIAL = {
     "cjk": "".join(chr(_RNG.randint(0x4E00, 0x9FFF)) for _ in range(1_200)),
     "base64": base64.b64encode(_RNG.randbytes(2_400)).decode(),
     "tabs_and_words": "\t" * 400 + "hello\n" * 300,
+    # Words the vocabularies do not hold, glued by punctuation rather than spaced.
+    "glued_letters": "".join(
+        "".join(_RNG.choices("àáâãäåæçèéêëìíîïðñòóôõöøùúûüýþÿ", k=4)) + _RNG.choice(".,-/:")
+        for _ in range(700)
+    ),
+    # Random kana of every range the estimator counts as kana: a token or more each.
+    "random_kana": "".join(chr(_RNG.randint(0x3041, 0x30FA)) for _ in range(1_200)),
+    "halfwidth_kana": "".join(chr(_RNG.randint(0xFF66, 0xFF9D)) for _ in range(1_200)),
+    "kana_extensions": "".join(chr(_RNG.randint(0x31F0, 0x31FF)) for _ in range(1_200)),
 }
 
 
@@ -69,3 +79,31 @@ def test_shared_memory_and_team_state_stay_within_their_budgets(name: str, tmp_p
     (state,) = [i["content"] for i in items if "Team State" in i["content"]]
     assert count_tokens(shared) <= 250
     assert count_tokens(state) <= 120
+
+
+def _block_tokens(name: str, chars: int) -> int:
+    return count_tokens(f"<working_memory>\n{ADVERSARIAL[name][:chars]}\n</working_memory>")
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n in ADVERSARIAL if _block_tokens(n, len(ADVERSARIAL[n])) > 300)
+)
+def test_the_working_memory_refuses_a_write_just_over_its_budget(name: str) -> None:
+    """The longest prefix of the text whose block fits is stored; one character more, whose
+    block is over the budget counted exactly, is refused and leaves the stored one as it was."""
+
+    def block_tokens(chars: int) -> int:
+        return _block_tokens(name, chars)
+
+    low, high = 1, len(ADVERSARIAL[name])  # the longest prefix within 300 tokens
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if block_tokens(middle) <= 300 else (low, middle - 1)
+    assert block_tokens(low) <= 300 < block_tokens(low + 1)
+    stack = MemoryStack([WorkingMemory(budget=(0, 300))], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        handle = run.layer("working-memory")
+        handle.update(ADVERSARIAL[name][:low], mode="replace")
+        with pytest.raises(BudgetExceededError):
+            handle.update(ADVERSARIAL[name][: low + 1], mode="replace")
+        assert handle.render() == f"<working_memory>\n{ADVERSARIAL[name][:low]}\n</working_memory>"

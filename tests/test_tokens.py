@@ -337,6 +337,47 @@ def test_estimate_matches_the_reference_guard(encoding: str, text: str) -> None:
     assert estimate_tokens(text, model=encoding) == expected
 
 
+# Pieces of the texts the word and kana lookups read: kana of every range the features count,
+# with the marks that follow kana; letters with diacritics, Greek and Cyrillic; known words and
+# nonsense; ASCII punctuation that glues them; and characters next to which a slice at the wrong
+# byte would break (combining marks, joiners, variation selectors, fullwidth forms, emoji,
+# supplementary planes, C1 controls).
+_KANA = [chr(c) for c in [*range(0x3040, 0x3100), *range(0x31F0, 0x3200), *range(0xFF66, 0xFFA0)]]
+_LETTERS = [chr(c) for c in [*range(0xC0, 0x250), *range(0x391, 0x3CA), *range(0x410, 0x450)]]
+_PUNCTUATION = list(".,;:-/()[]{}!?\"'#$%&*+<=>@\\^_`|~")
+_AROUND = ["\u0301", "\u3099", "\u200d", "\ufe0f", "\ufe0e", "\uff01", "\uff21", "\u3000",
+           "ー", "ゝ", "ヾ", "々", "😀", "👨\u200d👩\u200d👧", "\u2014", "\U00020000",
+           "\U0010fffd", "\ue000", "\x85", " ", "\n", "\t", "1"]  # fmt: skip
+_PIECES = st.one_of(
+    st.text(st.sampled_from(_KANA), min_size=1, max_size=40),
+    st.text(st.sampled_from(_LETTERS), min_size=1, max_size=8),
+    st.text(st.sampled_from("bcdfghjklmnpqrstvwxzaeiou"), min_size=1, max_size=10),
+    st.sampled_from(["the", "cat", "cryptography", "naïve", "café", "ファイル", "です"]),
+    st.sampled_from(_PUNCTUATION + _AROUND),
+)
+# Pieces joined, then repeated up to a drawn length (cut anywhere, inside a joined sequence
+# too), so that the chunks' edges of 1,024 code points fall among them.
+GLUED_AND_KANA_TEXTS = st.builds(
+    lambda pieces, separator, length: (separator.join(pieces) * length)[:length],
+    st.lists(_PIECES, min_size=1, max_size=60),
+    st.sampled_from(["", " ", "."]),
+    st.integers(1, 3_500),
+)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=GLUED_AND_KANA_TEXTS)
+@example(text="à." * 1_500)  # one glued word across the chunks
+@example(text="ｦﾂﾗｱﾎｬﾝ" * 300)  # kana pairs across the chunks' edges
+@example(text="あ")
+def test_estimate_matches_the_reference_on_glued_words_and_kana(encoding: str, text: str) -> None:
+    """Words glued to punctuation and kana next to every kind of character, across the
+    chunks' edges: the kernel's lookups read the same words and pairs as the reference's."""
+    expected = ref.estimate(text, encoding, ref.coefficients(encoding))
+    assert estimate_tokens(text, model=encoding) == expected
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_words_the_vocabularies_do_not_hold_stay_within_a_factor_of_two(encoding: str) -> None:
     """Pronounceable nonsense, random letters of one script as words, one unknown word
@@ -369,7 +410,15 @@ GLUED_AND_KANA = [2355, 2358, 2360, 2368, 2372, 2377, 2379, 2384, 2385, 2395]
         # Pronounceable nonsense glued by punctuation.
         "".join(f"{w}{p}" for w, p in zip(["boca", "fedi", "mupo", "zatu", "vi"] * 60, ".,-:;/")),
     ]
-    + [_drawn(seed, 0, ["kana", "glued"]) for seed in GLUED_AND_KANA],
+    + [_drawn(seed, 0, ["kana", "glued"]) for seed in GLUED_AND_KANA]
+    # Random halfwidth katakana and katakana phonetic extensions, and Japanese in halfwidth
+    # katakana (each a token or more, 0.41 of its count in o200k): kana to the features, which
+    # the pair table once left out.
+    + ["ﾌｧｲﾙｦﾀﾞｳﾝﾛｰﾄﾞｼﾃｲﾏｽ｡ｼﾊﾞﾗｸｵﾏﾁｸﾀﾞｻｲ｡ｺﾝﾋﾟｭｰﾀｰﾉｾｯﾃｲｦｶｸﾆﾝｼﾃｸﾀﾞｻｲ｡" * 20]
+    + [
+        "".join(random.Random(seed).choices([chr(c) for c in range(first, last)], k=600))
+        for seed, (first, last) in enumerate([(0xFF66, 0xFF9E), (0x31F0, 0x3200)])
+    ],
 )
 def test_words_glued_by_punctuation_and_random_kana_stay_within_a_factor_of_two(
     encoding: str, text: str

@@ -26,18 +26,24 @@ pub const KANA_MIN_PAIRS: usize = 8;
 /// Japanese message catalogues at most 0.75.
 pub const KANA_CUT_SHARE: f64 = 0.85;
 
-/// The kana of the table, U+3040..=U+30FF (hiragana and katakana).
-const FIRST: u32 = 0x3040;
-const KANA: usize = 0xC0;
+/// The kana of the table: the features' kana, hiragana and katakana (U+3040..=U+30FF), the
+/// katakana phonetic extensions (U+31F0..=U+31FF) and halfwidth katakana (U+FF66..=U+FF9F),
+/// one after another. Random kana of the last two take a token or more each as well, and a
+/// table of the first alone finds no pairs in them.
+const KANA: usize = 0xC0 + 0x10 + 0x3A;
 
 #[inline]
 fn kana_index(c: u32) -> Option<usize> {
-    let i = c.wrapping_sub(FIRST) as usize;
-    (i < KANA).then_some(i)
+    match c {
+        0x3040..=0x30FF => Some((c - 0x3040) as usize),
+        0x31F0..=0x31FF => Some((c - 0x31F0) as usize + 0xC0),
+        0xFF66..=0xFF9F => Some((c - 0xFF66) as usize + 0xD0),
+        _ => None,
+    }
 }
 
 /// Every pair of kana that follow one another inside some token of the vocabulary, one bit
-/// per pair (4.5 KB).
+/// per pair (8.6 KB).
 struct KanaPairs {
     bits: Vec<u64>,
 }
@@ -172,6 +178,21 @@ mod tests {
                 pairs >= KANA_MIN_PAIRS && cuts < pairs,
                 "{e:?} {pairs} {cuts}"
             );
+        }
+    }
+
+    #[test]
+    fn random_halfwidth_katakana_and_phonetic_extensions_are_cut_too() {
+        // The features count both as kana; random ones take a token or more each.
+        let halfwidth = "ｦﾂﾗｱﾎｬﾝｹﾐｮﾈｽｩﾘﾕﾁ".repeat(20);
+        let extensions = "ㇰㇽㇹㇱㇳㇿㇴㇷㇺㇵㇲㇻㇾㇼㇶㇸ".repeat(20);
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for text in [&halfwidth, &extensions] {
+                let chars = text.chars().count();
+                let (pairs, cuts) = sampled_kana_cuts(text.as_bytes(), chars, e);
+                assert_eq!(pairs, KANA_SAMPLES, "{e:?} {text}");
+                assert!(cuts > pairs * 3 / 4, "{e:?} {cuts} {text}");
+            }
         }
     }
 
