@@ -880,9 +880,16 @@ def test_encoded_each_hands_over_the_values_as_json_text(store: Store) -> None:
     store.put((*NS, "sub"), "x", 1)
     time.sleep(0.01)
     batches: list[list[Any]] = []
-    whole = store.encoded_each(NS, batches.append)
+    as_handed: list[list[Any]] = []
+
+    def take(batch: list[Any]) -> None:
+        batches.append(batch)
+        as_handed.append(list(batch))
+
+    whole = store.encoded_each(NS, take)
     assert (whole.items, whole.removed, whole.complete) == ([], [], True)
-    assert len(batches) > 1 and len({id(b) for b in batches}) == len(batches)
+    # Each batch is the reader's to keep: none is reused or emptied by a later one.
+    assert len(batches) > 1 and batches == as_handed
     seen = [item for batch in batches for item in batch]
     assert [key for key, _, _ in seen] == list(values)
     assert {key: orjson.loads(text) for key, text, _ in seen} == values

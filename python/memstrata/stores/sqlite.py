@@ -623,45 +623,43 @@ class SQLiteStore(Store):
             # Catching up reads what changed since the mark: few rows, collected as usual.
             return super().changes_each(namespace, since, each)
         ns = encode_namespace(namespace)
-        # A full read streams the rows through ``each``, a batch at a time, in one read
-        # transaction: the mark and the rows come from one snapshot, and no more than a batch
-        # of encoded values is held at once.
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
-                cursor = self._conn.execute(_NAMESPACE, (ns, time.time()))
-                # Every row is of ``namespace``: one tuple for all, no decoding per row.
-                loads = codec.loads
-                while rows := cursor.fetchmany(_STREAM_BATCH):
-                    for _ns, key, data, version, created_at, updated_at, expires_at in rows:
-                        value = loads(data)
-                        each(
-                            item_of(
-                                namespace, key, value, version, created_at, updated_at, expires_at
-                            )
-                        )
-            finally:
-                self._conn.execute("COMMIT")
-        return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], True)
+        # A full read streams the rows through ``each``, a batch at a time: no more than a
+        # batch of encoded values is held at once.
+        with self._full_read(ns) as last:
+            cursor = self._conn.execute(_NAMESPACE, (ns, time.time()))
+            # Every row is of ``namespace``: one tuple for all, no decoding per row.
+            loads = codec.loads
+            while rows := cursor.fetchmany(_STREAM_BATCH):
+                for _ns, key, data, version, created_at, updated_at, expires_at in rows:
+                    value = loads(data)
+                    each(
+                        item_of(namespace, key, value, version, created_at, updated_at, expires_at)
+                    )
+        return Changes(ChangeMark(_BACKEND, namespace, last), [], [], True)
 
     def encoded_each(
         self, namespace: Namespace, each: Callable[[builtins.list[EncodedItem]], None]
     ) -> Changes:
         namespace = validate_namespace(namespace)
         ns = encode_namespace(namespace)
-        # As changes_each: one read transaction for the mark and the rows, a batch held at a
-        # time; the rows go out as SQLite returns them, with no work per row.
+        # A batch held at a time; the rows go out as SQLite returns them, no work per row.
+        with self._full_read(ns) as last:
+            cursor = self._conn.execute(_NAMESPACE_ENCODED, (ns, time.time()))
+            while rows := cursor.fetchmany(ENCODED_BATCH):
+                each(rows)
+        return Changes(ChangeMark(_BACKEND, namespace, last), [], [], True)
+
+    @contextmanager
+    def _full_read(self, ns: str) -> Iterator[str]:
+        """The namespace's mark, with the store's lock and a read transaction held until the
+        block ends: rows read inside come from the snapshot the mark stands at."""
         with self._lock:
             self._conn.execute("BEGIN")
             try:
                 last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
-                cursor = self._conn.execute(_NAMESPACE_ENCODED, (ns, time.time()))
-                while rows := cursor.fetchmany(ENCODED_BATCH):
-                    each(rows)
+                yield str(last)
             finally:
                 self._conn.execute("COMMIT")
-        return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], True)
 
     def update_many_since(
         self,

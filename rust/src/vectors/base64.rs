@@ -119,6 +119,23 @@ pub fn decode_f32_row(text: &[u8], row: &mut [f32], scratch: &mut Vec<u8>) -> bo
     true
 }
 
+/// Runs `work` on each row with a scratch buffer: on every core when the rows hold `elements`
+/// floats, enough to be worth waking the pool's threads, else on this one.
+fn each_with_scratch<T: Send>(
+    rows: impl Iterator<Item = T>,
+    elements: usize,
+    work: impl Fn(T, &mut Vec<u8>) + Sync + Send,
+) {
+    if elements >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1 {
+        rows.collect::<Vec<_>>()
+            .into_par_iter()
+            .for_each_init(Vec::new, |scratch, row| work(row, scratch));
+    } else {
+        let mut scratch = Vec::new();
+        rows.for_each(|row| work(row, &mut scratch));
+    }
+}
+
 /// Decodes stored vectors of dimension `dim` into one row-major `(texts.len(), dim)` matrix.
 ///
 /// `None` stands for a value that is not text. Returns the matrix and, per text, whether it
@@ -136,14 +153,7 @@ pub fn decode_f32_rows(texts: &[Option<&[u8]>], dim: usize) -> (Vec<f32>, Vec<bo
     let rows = matrix
         .chunks_exact_mut(dim)
         .zip(texts.iter().zip(ok.iter_mut()));
-    if texts.len() * dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1 {
-        rows.collect::<Vec<_>>()
-            .into_par_iter()
-            .for_each_init(Vec::new, |scratch, item| decode(item, scratch));
-    } else {
-        let mut scratch = Vec::new();
-        rows.for_each(|item| decode(item, &mut scratch));
-    }
+    each_with_scratch(rows, texts.len() * dim, decode);
     (matrix, ok)
 }
 
@@ -202,14 +212,7 @@ pub fn split_f32_members(
     let rows = matrix
         .chunks_exact_mut(dim)
         .zip(texts.iter().zip(members.iter_mut()));
-    if texts.len() * dim >= PARALLEL_MIN_ELEMENTS && rayon::current_num_threads() > 1 {
-        rows.collect::<Vec<_>>()
-            .into_par_iter()
-            .for_each_init(Vec::new, |scratch, item| split(item, scratch));
-    } else {
-        let mut scratch = Vec::new();
-        rows.for_each(|item| split(item, &mut scratch));
-    }
+    each_with_scratch(rows, texts.len() * dim, split);
     let cuts = members.into_iter().map(|m| m.map(|m| m.cut)).collect();
     (matrix, cuts, dim)
 }
