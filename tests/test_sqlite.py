@@ -107,8 +107,8 @@ def test_rewriting_a_growing_journal_logs_two_pages_a_time(tmp_path: pathlib.Pat
     # Why migration 3 made items a rowid table: a working memory's journal (up to ~3.5 KB),
     # rewritten a patch longer each time, logs its leaf and one changes-index page to the WAL;
     # in a WITHOUT ROWID table, past ~1 KB it spilled into an overflow page and logged 5.
-    page = 4096 + 24  # a WAL frame: header and page
     with SQLiteStore(tmp_path / "wal.db") as store:
+        page = store._conn.execute("PRAGMA page_size").fetchone()[0] + 24  # a WAL frame
         for i in range(50):
             store.put(NS, f"other-{i}", {"n": i})
         patches = [f"patch {i:02d} " + "x" * 90 for i in range(12)]
@@ -123,6 +123,23 @@ def test_rewriting_a_growing_journal_logs_two_pages_a_time(tmp_path: pathlib.Pat
             assert item is not None
             frames.append((wal.stat().st_size - before) // page)
     assert max(frames) <= 2, frames
+
+
+def test_a_new_database_takes_8_kib_pages_and_an_existing_one_keeps_its_own(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Three mind entries (~2.3 KB each) to a page, where a 4 KiB page holds one.
+    with SQLiteStore(tmp_path / "new.db") as store:
+        assert store._conn.execute("PRAGMA page_size").fetchone() == (8192,)
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("CREATE TABLE unrelated (x)")
+    conn.close()
+    with SQLiteStore(old) as store:
+        assert store._conn.execute("PRAGMA page_size").fetchone() == (4096,)
+        store.put(NS, "k", {"v": 1})
+        assert store.get(NS, "k").value == {"v": 1}  # type: ignore[union-attr]
 
 
 def test_a_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
