@@ -187,10 +187,20 @@ def test_recall_keeps_looking_past_high_scoring_hits_under_the_similarity_floor(
 
     # cosine 0.5: score 0.6 * 0.5 + 0.06 = 0.36, over the 0.35 threshold and the 0.25 floor
     wanted = 0.5 * basis[0] + np.sqrt(0.75, dtype=np.float32) * basis[1]
-    put(MindBelief("b_wanted", "the wanted one", "low", [], None, old, old), wanted)
+    wanted_belief = MindBelief(
+        id="b_wanted", content="the wanted one", confidence="low", created_at=old, updated_at=old
+    )
+    put(wanted_belief, wanted)
     for i in range(40):  # cosine 0.2, under the floor: score 0.12 + 0.4 = 0.52
         vector = 0.2 * basis[0] + np.sqrt(0.96, dtype=np.float32) * basis[2 + i]
-        put(MindBelief(f"b_{i:02d}", f"unrelated {i}", "high", [], None, now, now), vector)
+        belief = MindBelief(
+            id=f"b_{i:02d}",
+            content=f"unrelated {i}",
+            confidence="high",
+            created_at=now,
+            updated_at=now,
+        )
+        put(belief, vector)
     run = mind.open(store)
     for limit in (1, 3):
         found = run.search(query, limit=limit)
@@ -220,11 +230,24 @@ def test_rankers_columns_are_those_gathered_entry_by_entry(seed: int) -> None:
         entry: MindBelief | MindReflection
         if rng.random() < 0.6:
             level: Any = ["low", "medium", "high"][int(rng.integers(0, 3))]
-            entry = MindBelief(f"b{i}", f"fact {i}", level, [], expires, updated, updated, error)
+            entry = MindBelief(
+                id=f"b{i}",
+                content=f"fact {i}",
+                confidence=level,
+                expires_at=expires,
+                created_at=updated,
+                updated_at=updated,
+                error=error,
+            )
             key = f"belief/{entry.id}"
         else:
             entry = MindReflection(
-                f"r{i}", f"note {i}", False, [], None, updated, updated, error, expires
+                id=f"r{i}",
+                content=f"note {i}",
+                created_at=updated,
+                updated_at=updated,
+                error=error,
+                expires_at=expires,
             )
             key = f"reflection/{entry.id}"
         store.put(ns, key, stored_payload(entry, vector, model))

@@ -17,8 +17,10 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import orjson
@@ -27,9 +29,11 @@ from memstrata._core import split_vector_members
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind.entries import (
     MindBelief,
+    MindEntry,
     MindGoal,
     MindReflection,
     entries_from_payloads,
+    entries_from_texts,
 )
 from memstrata.layers.mind.ranking import CompositeRanker
 from memstrata.layers.mind.records import VECTOR_FIELD
@@ -41,7 +45,7 @@ logger = logging.getLogger("memstrata.agent_mind")
 
 _versions = itertools.count(1)
 # Entries are built, and their vectors decoded, this many at a time as a full read streams in.
-LOAD_BATCH = 1024
+LOAD_BATCH = 8192
 
 
 @dataclass(eq=False)
@@ -108,73 +112,92 @@ class _Committed:
     def add_many(self, items: list[Item]) -> None:
         """Takes in items not held yet: the entries built together, their vectors decoded into
         ``rows`` a dimension at a time (call :meth:`seal` once the items are in)."""
+        values = [item.value for item in items]
         self._add(
             [item.key for item in items],
-            [item.value for item in items],
+            entries_from_payloads(values),
+            [_member(value, "embeddingModel") for value in values],
+            [_member(value, VECTOR_FIELD) for value in values],
             [item.expires_at for item in items],
         )
 
     def add_encoded(self, batch: list[EncodedItem]) -> None:
         """:meth:`add_many` for items as a full read hands them over, values undecoded: a
         value's stored vector is cut out of its JSON text and decoded natively (no Python
-        object for its base64), the rest parsed; any other value (a goal, a vector of another
-        dimension than most of the batch's, a text the cut declines) is parsed whole. A text
-        that is not JSON is skipped and logged, as a malformed entry is."""
+        object for its base64), and the rest read straight into its entry when it is in the
+        shape memstrata writes; any other value (a vector of another dimension than most of
+        the batch's, a text the cut declines, a float time) is parsed whole. A text that is
+        not JSON is skipped and logged, as a malformed entry is."""
         # A row a foreign writer filled with a number holds no text to cut: an empty one is
         # declined, and the parse of the value itself then skips it as not JSON.
-        rests, matrix = split_vector_members(
-            [text if type(text) in (bytes, str) else b"" for _, text, _ in batch], VECTOR_FIELD
-        )
-        loads = orjson.loads
-        kept: list[EncodedItem] = batch
-        try:  # the usual batch: every text parses
-            values = [loads(t if r is None else r) for (_, t, _), r in zip(batch, rests)]
-            rows = [-1 if rest is None else n for n, rest in enumerate(rests)]
-        except orjson.JSONDecodeError:
-            values, kept, rows = [], [], []
-            for n, (item, rest) in enumerate(zip(batch, rests)):
+        texts = [text if type(text) in (bytes, str) else b"" for _, text, _ in batch]
+        rests, matrix = split_vector_members(texts, VECTOR_FIELD)
+        cut = [text if rest is None else rest for text, rest in zip(texts, rests)]
+        entries: list[MindEntry | InvalidInputError | None] = list(entries_from_texts(cut))
+        models: list[Any] = [None] * len(batch)
+        vector_texts: list[Any] = [None] * len(batch)
+        kept = list(range(len(batch)))
+        decode_model = _model_decoder.decode
+        for n, (entry, rest) in enumerate(zip(entries, rests)):
+            if entry is not None and rest is not None:
+                models[n] = decode_model(rest).embedding_model
+            elif entry is None or type(entry) is not MindGoal:  # parsed whole
                 try:
-                    values.append(loads(item[1] if rest is None else rest))
+                    value = orjson.loads(cut[n])
                 except orjson.JSONDecodeError as exc:
                     logger.warning(
-                        "skipping mind entry %r stored as malformed JSON: %s", item[0], exc
+                        "skipping mind entry %r stored as malformed JSON: %s", batch[n][0], exc
                     )
+                    kept.remove(n)
                     continue
-                kept.append(item)
-                rows.append(-1 if rest is None else n)
-        self._add([key for key, _, _ in kept], values, [at for _, _, at in kept], (matrix, rows))
+                entries[n] = entries_from_payloads([value])[0]
+                models[n] = _member(value, "embeddingModel")
+                vector_texts[n] = _member(value, VECTOR_FIELD)
+        self._add(
+            [batch[n][0] for n in kept],
+            [entries[n] for n in kept],  # type: ignore[misc]
+            [models[n] for n in kept],
+            [vector_texts[n] for n in kept],
+            [batch[n][2] for n in kept],
+            (matrix, [-1 if rests[n] is None else n for n in kept]),
+        )
 
     def _add(
         self,
         keys: list[str],
-        values: list[Any],
+        entries: list[MindEntry | InvalidInputError],
+        models: list[Any],
+        vector_texts: list[Any],
         expiries: list[float | None],
         decoded: tuple[npt.NDArray[np.float32], list[int]] | None = None,
     ) -> None:
-        """Builds the entries of ``values`` stored under ``keys``; their vectors come from
-        ``decoded`` (a matrix and, per value, its row in it or -1) or the values' own
-        ``embedding`` text."""
+        """Takes in the ``entries`` stored under ``keys`` (an error in place of a malformed
+        one, skipped and logged), with the model that made each one's vector; their vectors
+        come from ``decoded`` (a matrix and, per entry, its row in it or -1) or from
+        ``vector_texts`` (each one's stored ``embedding`` text)."""
+        if decoded is not None and self._add_plain(keys, entries, models, expiries, decoded):
+            return
         ids: list[str] = []
-        models: list[Any] = []
+        id_models: list[Any] = []
         texts: list[Any] = []
         # The decoded rows taken, appended together after the loop: the n-th lands at row
         # ``first + n`` of ``target``.
         taken: list[int] = []
-        rows_of: list[int] = decoded[1] if decoded is not None else [-1] * len(values)
+        rows_of: list[int] = decoded[1] if decoded is not None else [-1] * len(entries)
         dim = decoded[0].shape[1] if decoded is not None else 0
         target = self.rows.get(dim) if dim else None
         if dim and target is None:
             target = self.rows[dim] = VectorRows(dim)
         first = target.size if target is not None else 0
         # Bound once: the loop runs once per entry, 100,000 times for a full mind.
-        add_id, add_model, add_text, take = ids.append, models.append, texts.append, taken.append
+        add_id, add_model, add_text, take = ids.append, id_models.append, texts.append, taken.append
         beliefs, reflections, expiring, vectors = (
             self.beliefs,
             self.reflections,
             self.expiring,
             self.vectors,
         )
-        for n, (key, value, entry) in enumerate(zip(keys, values, entries_from_payloads(values))):
+        for n, (key, entry) in enumerate(zip(keys, entries)):
             if expiries[n] is not None:
                 expiring[key] = expiries[n]  # type: ignore[assignment]
             if isinstance(entry, InvalidInputError):
@@ -183,20 +206,20 @@ class _Committed:
             if key != f"{entry.type}/{entry.id}":  # records.entry_key, inlined: once per entry
                 logger.warning("skipping mind entry %r stored under a foreign key", key)
                 continue
-            if isinstance(entry, MindBelief):
+            if type(entry) is MindBelief:
                 beliefs[entry.id] = entry
-            elif isinstance(entry, MindReflection):
+            elif type(entry) is MindReflection:
                 reflections[entry.id] = entry
             else:
-                self.goals[entry.id] = entry
+                self.goals[entry.id] = entry  # type: ignore[assignment]
                 continue
             if rows_of[n] >= 0:
-                vectors[entry.id] = (value.get("embeddingModel"), dim, first + len(taken))
+                vectors[entry.id] = (models[n], dim, first + len(taken))
                 take(rows_of[n])
                 continue
             add_id(entry.id)
-            add_model(value.get("embeddingModel"))
-            add_text(value.get(VECTOR_FIELD))
+            add_model(models[n])
+            add_text(vector_texts[n])
         if taken:
             assert decoded is not None and target is not None
             matrix = decoded[0]
@@ -204,7 +227,48 @@ class _Committed:
             whole = len(taken) == len(matrix) and taken[-1] == len(taken) - 1
             target.append(matrix if whole else matrix[taken])
         dims, rows = append_encoded(self.rows, texts)
-        vectors.update(zip(ids, zip(models, dims, rows)))
+        vectors.update(zip(ids, zip(id_models, dims, rows)))
+
+    def _add_plain(
+        self,
+        keys: list[str],
+        entries: list[MindEntry | InvalidInputError],
+        models: list[Any],
+        expiries: list[float | None],
+        decoded: tuple[npt.NDArray[np.float32], list[int]],
+    ) -> bool:
+        """:meth:`_add` for the usual batch of a full read, a column at a time: every entry a
+        belief or reflection under its own key, with its vector in ``decoded`` row for row and
+        no store TTL. False, having taken nothing, for any other batch."""
+        matrix, rows_of = decoded
+        count = len(entries)
+        if not count or len(matrix) != count or rows_of[-1] != count - 1 or -1 in rows_of:
+            return False
+        if any(at is not None for at in expiries):
+            return False
+        prefixes = [_KEY_PREFIX.get(type(entry)) for entry in entries]
+        if None in prefixes:
+            return False
+        ids = [entry.id for entry in entries]  # type: ignore[union-attr]
+        if [p + i for p, i in zip(prefixes, ids)] != keys:  # type: ignore[operator]
+            return False
+        held: dict[str | None, dict[str, Any]] = {
+            "belief/": self.beliefs,
+            "reflection/": self.reflections,
+        }
+        if prefixes.count(prefixes[0]) == count:  # usually: keys come sorted
+            held[prefixes[0]].update(zip(ids, entries))
+        else:
+            for prefix, id_, entry in zip(prefixes, ids, entries):
+                held[prefix][id_] = entry
+        dim = matrix.shape[1]
+        target = self.rows.get(dim)
+        if target is None:
+            target = self.rows[dim] = VectorRows(dim)
+        first = target.size
+        target.append(matrix)
+        self.vectors.update(zip(ids, zip(models, repeat(dim), range(first, first + count))))
+        return True
 
     def seal(self) -> None:
         for rows in self.rows.values():
@@ -222,6 +286,21 @@ class _Committed:
             for i, row in moved.items():
                 model = self.vectors[i][0]
                 self.vectors[i] = (model, dim, row)
+
+
+class _VectorModel(msgspec.Struct, rename="camel"):
+    """The member of a stored belief or reflection naming the model of its vector."""
+
+    embedding_model: Any = None
+
+
+_model_decoder = msgspec.json.Decoder(_VectorModel)
+# What a belief's or reflection's key starts with (see ``records.entry_key``).
+_KEY_PREFIX: dict[type, str] = {MindBelief: "belief/", MindReflection: "reflection/"}
+
+
+def _member(value: Any, name: str) -> Any:
+    return value.get(name) if type(value) is dict else None
 
 
 @contextmanager

@@ -12,10 +12,11 @@ import itertools
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Union
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -104,24 +105,6 @@ def decode_vector(text: Any) -> npt.NDArray[np.float32] | None:
     return np.frombuffer(raw, dtype="<f4").astype(np.float32)
 
 
-_Class = TypeVar("_Class", bound=type)
-
-
-def _slotted(cls: _Class) -> _Class:
-    """The dataclass ``cls`` rebuilt with ``__slots__`` for its fields, as
-    ``dataclass(slots=True)`` does from Python 3.10 (the package supports 3.9).
-
-    A mind holds up to 100,000 entries: without an instance ``__dict__`` each is about half
-    the size, and quicker to build.
-    """
-    names = tuple(f.name for f in fields(cls))
-    skip = {*names, "__dict__", "__weakref__"}
-    body = {k: v for k, v in cls.__dict__.items() if k not in skip}
-    body["__slots__"] = names
-    slotted: _Class = type(cls)(cls.__name__, cls.__bases__, body)
-    return slotted
-
-
 def _opt(out: dict[str, Any], key: str, value: Any) -> None:
     if value is not None:
         out[key] = value
@@ -151,23 +134,34 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-@_slotted
-@dataclass
-class MindGoal:
+class _Entry(msgspec.Struct, tag_field="type", rename="camel", gc=False):
+    """What the entry types share: each is a ``msgspec.Struct``, so that a stored entry in the
+    shape memstrata writes (camelCase members, exact types, ``type`` naming the kind) is read
+    from its JSON text straight into its object, checked in C (see :func:`entries_from_texts`).
+
+    Entries never refer to one another or to themselves, so the cycle collector need not track
+    them (``gc=False``): a mind holds up to 100,000 of them.
+    """
+
+
+class MindGoal(_Entry, kw_only=True, tag="goal"):
     """A goal tracked across runs (``type: 'goal'``)."""
 
     id: str
     description: str
-    priority: GoalPriority = "normal"
-    status: GoalStatus = "active"
-    tags: list[str] = field(default_factory=list)
+    priority: GoalPriority
+    status: GoalStatus
+    tags: list[str] = []
     due_by: str | None = None
-    progress: list[str] = field(default_factory=list)
+    progress: list[str] = []
     outcome: str | None = None
-    created_at: int = 0
-    updated_at: int = 0
+    created_at: int
+    updated_at: int
     sequence: int = 0  # memstrata's: orders goals created in one millisecond
-    type: Literal["goal"] = "goal"
+
+    @property
+    def type(self) -> Literal["goal"]:
+        return "goal"
 
     def to_payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -208,9 +202,7 @@ class MindGoal:
 MAX_PREVIOUS = 16
 
 
-@_slotted
-@dataclass
-class MindBelief:
+class MindBelief(_Entry, kw_only=True, tag="belief"):
     """A fact the agent holds, with a confidence and usually an expiry (``type: 'belief'``).
 
     ``previous`` is memstrata's addition to toolpack Agent Mind's shape: the contents a restatement
@@ -220,14 +212,17 @@ class MindBelief:
 
     id: str
     content: str
-    confidence: ConfidenceLevel = "medium"
-    tags: list[str] = field(default_factory=list)
+    confidence: ConfidenceLevel
+    tags: list[str] = []
     expires_at: int | None = None
-    created_at: int = 0
-    updated_at: int = 0
+    created_at: int
+    updated_at: int
     error: bool = False
-    previous: list[dict[str, Any]] = field(default_factory=list)
-    type: Literal["belief"] = "belief"
+    previous: list[dict[str, Any]] = []
+
+    @property
+    def type(self) -> Literal["belief"]:
+        return "belief"
 
     def expired(self, now: int) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -282,9 +277,7 @@ def _fail(message: str) -> bool:
     raise InvalidInputError(message)
 
 
-@_slotted
-@dataclass
-class MindReflection:
+class MindReflection(_Entry, kw_only=True, tag="reflection"):
     """An observation about the agent's own work; pinned ones are standing rules.
 
     ``expires_at`` is memstrata's addition to toolpack Agent Mind's shape: set when a reflection
@@ -294,13 +287,16 @@ class MindReflection:
     id: str
     content: str
     pinned: bool = False
-    tags: list[str] = field(default_factory=list)
+    tags: list[str] = []
     related_to: str | None = None
-    created_at: int = 0
-    updated_at: int = 0
+    created_at: int
+    updated_at: int
     error: bool = False
     expires_at: int | None = None
-    type: Literal["reflection"] = "reflection"
+
+    @property
+    def type(self) -> Literal["reflection"]:
+        return "reflection"
 
     def expired(self, now: int) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -340,7 +336,8 @@ class MindReflection:
         )
 
 
-MindEntry = MindGoal | MindBelief | MindReflection
+# A Union rather than ``|``: evaluated when the module loads (and by msgspec), on Python 3.9 too.
+MindEntry = Union[MindGoal, MindBelief, MindReflection]
 
 
 @dataclass
@@ -459,26 +456,28 @@ def entry_from_payload(value: Any) -> MindEntry:
     raise InvalidInputError(f"unknown mind entry type {kind!r}")
 
 
+# Any entry, told apart by its ``type`` member.
+_entry_decoder = msgspec.json.Decoder(MindEntry)
+
+
 def entries_from_payloads(values: Iterable[Any]) -> list[MindEntry | InvalidInputError]:
     """The entries the stored ``values`` hold, in order; a malformed value gives, in its place,
     the :class:`InvalidInputError` :func:`entry_from_payload` raises for it.
 
     The same result as :func:`entry_from_payload` on each value, built faster for loading a
-    whole namespace: a belief or reflection in exactly the shape memstrata writes (exact
-    types, integer times, no stray values) is taken by one pass of checks; anything else,
-    goals included, goes through :func:`entry_from_payload`, which accepts what it accepts
-    (a float time, say) and names what is wrong with the rest.
+    whole namespace: a value in exactly the shape memstrata writes (exact types, integer times)
+    is converted in C; anything else goes through :func:`entry_from_payload`, which accepts
+    what it accepts (a float time, say) and names what is wrong with the rest.
     """
     out: list[MindEntry | InvalidInputError] = []
     append = out.append
+    convert, invalid = msgspec.convert, msgspec.ValidationError
     for value in values:
-        entry: MindEntry | None = None
-        if type(value) is dict:
-            kind = value.get("type")
-            if kind == "belief":
-                entry = _belief_as_written(value)
-            elif kind == "reflection":
-                entry = _reflection_as_written(value)
+        entry: MindEntry | None
+        try:
+            entry = _as_written(convert(value, MindEntry))
+        except invalid:
+            entry = None
         if entry is None:
             try:
                 entry = entry_from_payload(value)
@@ -489,85 +488,41 @@ def entries_from_payloads(values: Iterable[Any]) -> list[MindEntry | InvalidInpu
     return out
 
 
-# The levels as the constants above: a loaded entry refers to these rather than holding its
-# own copy of the text.
-_CONFIDENCE: dict[str, ConfidenceLevel] = {level: level for level in CONFIDENCE_LEVELS}
+def entries_from_texts(texts: list[Any]) -> list[MindEntry | None]:
+    """The entries stored as the JSON ``texts`` (bytes or str), in order: each text in exactly
+    the shape memstrata writes is read straight into its entry; None in place of any other
+    (malformed JSON, a float time, a value that is no entry), for the caller to parse whole and
+    give to :func:`entries_from_payloads`, which reads what it can and names what is wrong."""
+    # (ValidationError is a DecodeError; a str with a lone surrogate has no UTF-8 to read.)
+    decode, failed = _entry_decoder.decode, (msgspec.DecodeError, UnicodeError)
+    try:  # the usual batch: every text in the written shape
+        entries: list[MindEntry | None] = [decode(text) for text in texts]
+    except failed:
+        entries = []
+        for text in texts:
+            try:
+                entries.append(decode(text))
+            except failed:
+                entries.append(None)
+    for n, entry in enumerate(entries):
+        if type(entry) is MindBelief and entry.previous:
+            entries[n] = _as_written(entry)
+    return entries
 
 
-def _tags_as_written(tags: Any) -> list[str] | None:
-    if type(tags) is not list:
-        return None
-    for tag in tags:
-        if type(tag) is not str:
-            return None
-    return list(tags)
-
-
-def _previous_as_written(value: Any) -> list[dict[str, Any]] | None:
-    if type(value) is not list:
-        return None
-    out = []
-    for item in value:
+def _as_written(entry: MindEntry) -> MindEntry | None:
+    """``entry``, read from a stored value, if the value was in the written shape: a belief's
+    ``previous`` items each exactly a content and an integer time (any other member dropped, as
+    :meth:`MindBelief.from_payload` does); None for the slower, lenient reading."""
+    if type(entry) is not MindBelief or not entry.previous:
+        return entry
+    previous = []
+    for item in entry.previous:
         if type(item) is not dict:
             return None
         content, updated = item.get("content"), item.get("updatedAt")
         if type(content) is not str or type(updated) is not int:
             return None
-        out.append({"content": content, "updatedAt": updated})
-    return out
-
-
-def _belief_as_written(p: dict[str, Any]) -> MindBelief | None:
-    """``MindBelief.from_payload(p)`` for a payload in the written shape, else None."""
-    id_, content = p.get("id"), p.get("content")
-    created, updated = p.get("createdAt"), p.get("updatedAt")
-    if type(id_) is not str or type(content) is not str:
-        return None
-    if type(created) is not int or type(updated) is not int:
-        return None
-    level, expires = p.get("confidence"), p.get("expiresAt")
-    confidence = _CONFIDENCE.get(level) if type(level) is str else None
-    tags = _tags_as_written(p.get("tags", ()))
-    if confidence is None or tags is None or not (expires is None or type(expires) is int):
-        return None
-    previous = p.get("previous")
-    if previous is None:
-        if "previous" in p:
-            return None
-        previous = []
-    else:
-        previous = _previous_as_written(previous)
-        if previous is None:
-            return None
-    return MindBelief(
-        id_,
-        content,
-        confidence,
-        tags,
-        expires,
-        created,
-        updated,
-        p.get("error") is True,
-        previous,
-    )
-
-
-def _reflection_as_written(p: dict[str, Any]) -> MindReflection | None:
-    """``MindReflection.from_payload(p)`` for a payload in the written shape, else None."""
-    id_, content = p.get("id"), p.get("content")
-    created, updated = p.get("createdAt"), p.get("updatedAt")
-    if type(id_) is not str or type(content) is not str:
-        return None
-    if type(created) is not int or type(updated) is not int:
-        return None
-    pinned, related, expires = p.get("pinned", False), p.get("relatedTo"), p.get("expiresAt")
-    tags = _tags_as_written(p.get("tags", ()))
-    if tags is None or type(pinned) is not bool:
-        return None
-    if not (related is None or type(related) is str):
-        return None
-    if not (expires is None or type(expires) is int):
-        return None
-    return MindReflection(
-        id_, content, pinned, tags, related, created, updated, p.get("error") is True, expires
-    )
+        previous.append({"content": content, "updatedAt": updated})
+    entry.previous = previous
+    return entry

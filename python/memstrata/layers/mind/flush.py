@@ -9,12 +9,12 @@ with what the store holds now.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -149,7 +149,7 @@ def _hold_caps(
     room = layer.max_pinned_reflections - len(pinned - set(draft.reflections))
     pins = [(r, v) for r, v in draft.reflections.values() if r.pinned]
     for reflection, vector in pins[max(0, room) :]:
-        unpinned = dataclasses.replace(reflection, pinned=False)
+        unpinned = msgspec.structs.replace(reflection, pinned=False)
         planned[entry_key(reflection)] = _constant(stored_payload(unpinned, vector, model))
         logger.warning(
             "reflection %s written unpinned at flush: the %d standing rules are taken",
@@ -266,16 +266,16 @@ def _fold_writer(
             with suppress(InvalidInputError):  # unreadable now: merge into what the plan saw
                 base = MindBelief.from_payload(value)
         merged = MindBelief(
-            target.id,
-            belief.content,
-            merge_confidence(base.confidence, belief.confidence, allow_downgrade),
-            union(base.tags, belief.tags),
-            belief.expires_at,
-            base.created_at,
+            id=target.id,
+            content=belief.content,
+            confidence=merge_confidence(base.confidence, belief.confidence, allow_downgrade),
+            tags=union(base.tags, belief.tags),
+            expires_at=belief.expires_at,
+            created_at=base.created_at,
             # Later than what it replaces, so whoever compares versions sees a new one.
-            max(belief.updated_at, base.updated_at + 1),
-            belief.error,
-            previous_after(base, belief.content, belief.previous),
+            updated_at=max(belief.updated_at, base.updated_at + 1),
+            error=belief.error,
+            previous=previous_after(base, belief.content, belief.previous),
         )
         return stored_payload(merged, vector, model)
 

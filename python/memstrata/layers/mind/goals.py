@@ -57,17 +57,15 @@ def set_goal(
             code="cap_reached",
         )
     goal = MindGoal(
-        new_id("g"),
-        description,
-        priority,
-        "active",
-        tag_list,
-        due,
-        [],
-        None,
-        now,
-        now,
-        next_sequence(),
+        id=new_id("g"),
+        description=description,
+        priority=priority,
+        status="active",
+        tags=tag_list,
+        due_by=due,
+        created_at=now,
+        updated_at=now,
+        sequence=next_sequence(),
     )
     handle.draft.goals[goal.id] = goal
     return {"status": "ok", "id": goal.id}

@@ -153,27 +153,22 @@ def _sync_index(handle: AgentMindHandle) -> _IndexCache:
     if vectors is None:
         vectors = committed.rows[dim] = VectorRows(dim)
     cache = _IndexCache(model, dim, vectors)
-    stored = handle._stored_vectors
-    stale: list[str] = []
-    ids: list[str] = []
-    rows: list[int] = []
-    missing = (None, 0, -1)
-    for entries in (handle.beliefs, handle.reflections):
-        for i in entries:
-            stored_model, stored_dim, row = stored.get(i, missing)
-            if stored_model == model and stored_dim == dim:
-                ids.append(i)
-                rows.append(row)
-            else:
-                stale.append(i)
-    # One vectorised check of the rows rather than a method call per entry.
-    usable = vectors.usable_rows(np.asarray(rows, dtype=np.int64))
-    if usable.all():  # the usual case: built in C, without a test per entry
-        cache.rows = dict(zip(ids, rows))
+    # Read from the stored vectors a comprehension at a time: at 100,000 entries a look-up and
+    # a branch per entry was most of the first recall.
+    matching = {
+        i: row
+        for i, (stored_model, stored_dim, row) in handle._stored_vectors.items()
+        if stored_dim == dim and stored_model == model
+    }
+    usable = vectors.usable_rows(
+        np.fromiter(matching.values(), dtype=np.int64, count=len(matching))
+    )
+    if usable.all():  # the usual case
+        cache.rows = matching
     else:
-        flags = usable.tolist()
-        cache.rows = {i: row for i, row, ok in zip(ids, rows, flags) if ok}
-        stale += [i for i, ok in zip(ids, flags) if not ok]
+        cache.rows = {i: row for (i, row), ok in zip(matching.items(), usable.tolist()) if ok}
+    rows = cache.rows
+    stale = [i for held in (handle.beliefs, handle.reflections) for i in held if i not in rows]
     if stale:
         cache.rows.update(_reembed(handle, stale, {**handle.beliefs, **handle.reflections}))
     cache.version = committed.version

@@ -47,31 +47,31 @@ def new_id(prefix: str) -> str:
 
 def copy_belief(b: MindBelief) -> MindBelief:
     return MindBelief(
-        b.id,
-        b.content,
-        b.confidence,
-        list(b.tags),
-        b.expires_at,
-        b.created_at,
-        b.updated_at,
-        b.error,
-        [dict(p) for p in b.previous],
+        id=b.id,
+        content=b.content,
+        confidence=b.confidence,
+        tags=list(b.tags),
+        expires_at=b.expires_at,
+        created_at=b.created_at,
+        updated_at=b.updated_at,
+        error=b.error,
+        previous=[dict(p) for p in b.previous],
     )
 
 
 def copy_goal(g: MindGoal) -> MindGoal:
     return MindGoal(
-        g.id,
-        g.description,
-        g.priority,
-        g.status,
-        list(g.tags),
-        g.due_by,
-        list(g.progress),
-        g.outcome,
-        g.created_at,
-        g.updated_at,
-        g.sequence,
+        id=g.id,
+        description=g.description,
+        priority=g.priority,
+        status=g.status,
+        tags=list(g.tags),
+        due_by=g.due_by,
+        progress=list(g.progress),
+        outcome=g.outcome,
+        created_at=g.created_at,
+        updated_at=g.updated_at,
+        sequence=g.sequence,
     )
 
 

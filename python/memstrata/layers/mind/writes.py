@@ -174,7 +174,15 @@ def believe_vector(
     expires_at = now + ttl_ms if ttl_ms is not None else None
     if match is None:
         require_room(handle, "belief")
-        belief = MindBelief(new_id("b"), content, confidence, list(tags), expires_at, now, now)
+        belief = MindBelief(
+            id=new_id("b"),
+            content=content,
+            confidence=confidence,
+            tags=list(tags),
+            expires_at=expires_at,
+            created_at=now,
+            updated_at=now,
+        )
         # allowDowngrade is kept for a new belief too: the flush may fold it into another.
         _draft_belief(handle, belief, vector, stored_before=False, allow_downgrade=allow_downgrade)
         return {"status": "ok", "action": "created", "id": belief.id}
@@ -243,13 +251,13 @@ def reflect(
     now = now_ms()
     ttl = layer.reflection_ttl_ms
     reflection = MindReflection(
-        new_id("r"),
-        content,
-        pin,
-        tag_list,
-        related_to,
-        now,
-        now,
+        id=new_id("r"),
+        content=content,
+        pinned=pin,
+        tags=tag_list,
+        related_to=related_to,
+        created_at=now,
+        updated_at=now,
         expires_at=now + ttl if ttl is not None else None,
     )
     handle.draft.reflections[reflection.id] = (reflection, vector)
