@@ -147,6 +147,24 @@ def test_append_crosses_blocks_in_order() -> None:
     assert all(rows.usable(r) for r in range(rows.size))
 
 
+def test_a_block_sized_matrix_at_a_block_start_becomes_the_block() -> None:
+    rows = VectorRows(4)
+    block = np.arange(4 * BLOCK_ROWS, dtype=np.float32).reshape(-1, 4) + 1
+    expected = block.copy()
+    assert rows.append(block) == list(range(BLOCK_ROWS))
+    assert rows.blocks()[0] is block  # taken as it is, not copied
+    off = VectorRows(4)
+    off.append(np.ones((1, 4), dtype=np.float32))
+    copied = expected.copy()
+    off.append(copied)  # lands mid-block: copied across two blocks
+    assert all(b is not copied for b in off.blocks()) and off.size == BLOCK_ROWS + 1
+    for store, first in ((rows, 0), (off, 1)):
+        store.seal()
+        got = store.gather(range(first, first + BLOCK_ROWS))
+        unit = expected / np.linalg.norm(expected, axis=1, keepdims=True)
+        assert np.allclose(got, unit) and store.usable(first + BLOCK_ROWS - 1)
+
+
 def test_append_encoded_groups_by_dimension_and_skips_non_vectors() -> None:
     rng = np.random.default_rng(1)
     wide = rng.standard_normal((BLOCK_ROWS + 3, 4)).astype(np.float32)
@@ -509,6 +527,49 @@ def test_a_full_read_loads_as_whole_values_do(
         assert "notjson" not in committed.beliefs and "elsewhere" not in committed.beliefs
         if backend == "sqlite":
             assert any("'belief/notjson'" in r.getMessage() for r in caplog.records)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_full_read_of_several_blocks_loads_as_whole_values_do(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """Past a block of entries the full read takes its batches a block at a time; goals,
+    malformed texts, float times and vectors of another dimension, in the middle of batches,
+    leave the rows of every other entry where a whole-value parse puts them."""
+    from memstrata.layers.mind.committed import LOAD_BATCH, refresh
+    from memstrata.stores import PostgresStore
+
+    ns = ("mind", "blocks")
+    belief, reflection = dict(WRITTEN[0]), dict(WRITTEN[2])
+    texts: dict[str, bytes] = {}
+    count = 2 * LOAD_BATCH + 300
+    for n in range(count):
+        kind, base = ("belief", belief) if n < count * 2 // 3 else ("reflection", reflection)
+        id_ = f"{n:06d}"
+        payload = {**base, "id": id_, "embedding": encode_vector(_vector(16, n))}
+        if n % 2999 == 5:
+            payload["createdAt"] = 1.5  # read by the lenient path
+        if n % 4001 == 7:
+            payload["embedding"] = encode_vector(_vector(8, n))
+        texts[f"{kind}/{id_}"] = orjson.dumps(payload)
+    for n in range(12):  # sorted between the beliefs and the reflections
+        texts[f"goal/g{n}"] = orjson.dumps({**WRITTEN[3], "id": f"g{n}"})
+    if backend == "sqlite":
+        texts["belief/004500x"] = b'{"id":"004500x","type":"belief",'  # not JSON
+        store: Any = _sqlite_with_raw_values(tmp_path / "blocks.db", ns, texts)
+    else:
+        store = PostgresStore(request.getfixturevalue("postgres_url"))
+        for key in store.changes(ns).items:
+            store.delete(ns, key.key)
+        values = {key: orjson.loads(text) for key, text in texts.items()}
+        store.update_many(ns, {key: (lambda _, v=v: v) for key, v in values.items()})
+    try:
+        committed, _ = refresh(None, store, ns)
+        _same_load(committed, _loaded_as_whole_values(texts))
+        assert len(committed.beliefs) + len(committed.reflections) == count
+        assert len(committed.goals) == 12 and committed.vectors["004008"][1] == 8
     finally:
         store.close()
 

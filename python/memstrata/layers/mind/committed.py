@@ -44,8 +44,9 @@ from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, Enc
 logger = logging.getLogger("memstrata.agent_mind")
 
 _versions = itertools.count(1)
-# Entries are built, and their vectors decoded, this many at a time as a full read streams in.
-LOAD_BATCH = 8192
+# Entries are built, and their vectors decoded, this many at a time as a full read streams in:
+# a block of the vector rows, so that each batch's matrix becomes a block as it is.
+LOAD_BATCH = BLOCK_ROWS
 
 
 @dataclass(eq=False)
@@ -180,9 +181,7 @@ class _Committed:
         ids: list[str] = []
         id_models: list[Any] = []
         texts: list[Any] = []
-        # The decoded rows taken, appended together after the loop: the n-th lands at row
-        # ``first + n`` of ``target``.
-        taken: list[int] = []
+        taken = False  # any decoded row: the matrix is appended after the loop
         rows_of: list[int] = decoded[1] if decoded is not None else [-1] * len(entries)
         dim = decoded[0].shape[1] if decoded is not None else 0
         target = self.rows.get(dim) if dim else None
@@ -190,7 +189,7 @@ class _Committed:
             target = self.rows[dim] = VectorRows(dim)
         first = target.size if target is not None else 0
         # Bound once: the loop runs once per entry, 100,000 times for a full mind.
-        add_id, add_model, add_text, take = ids.append, id_models.append, texts.append, taken.append
+        add_id, add_model, add_text = ids.append, id_models.append, texts.append
         beliefs, reflections, expiring, vectors = (
             self.beliefs,
             self.reflections,
@@ -214,18 +213,17 @@ class _Committed:
                 self.goals[entry.id] = entry  # type: ignore[assignment]
                 continue
             if rows_of[n] >= 0:
-                vectors[entry.id] = (models[n], dim, first + len(taken))
-                take(rows_of[n])
+                vectors[entry.id] = (models[n], dim, first + rows_of[n])
+                taken = True
                 continue
             add_id(entry.id)
             add_model(models[n])
             add_text(vector_texts[n])
         if taken:
             assert decoded is not None and target is not None
-            matrix = decoded[0]
-            # Usually every value of the batch: its rows are then the matrix as it is.
-            whole = len(taken) == len(matrix) and taken[-1] == len(taken) - 1
-            target.append(matrix if whole else matrix[taken])
+            # Every row, those no entry took too (never referred to, as a replaced entry's
+            # row is not): a full read's batches then land a block each, not copied again.
+            target.append(decoded[0])
         dims, rows = append_encoded(self.rows, texts)
         vectors.update(zip(ids, zip(id_models, dims, rows)))
 
@@ -350,9 +348,9 @@ def refresh(
 
         def take(items: list[EncodedItem]) -> None:
             batch.extend(items)
-            if len(batch) >= LOAD_BATCH:
-                committed.add_encoded(batch)
-                batch.clear()
+            while len(batch) >= LOAD_BATCH:
+                committed.add_encoded(batch[:LOAD_BATCH])
+                del batch[:LOAD_BATCH]
 
         with _collector_paused():
             changes = store.encoded_each(namespace, take)

@@ -50,7 +50,25 @@ class VectorRows:
         return row
 
     def append(self, vectors: npt.NDArray[np.float32]) -> list[int]:
-        """Appends the rows of ``vectors`` (shape ``(n, dim)``); normalised by :meth:`seal`."""
+        """Appends the rows of ``vectors`` (shape ``(n, dim)``); normalised by :meth:`seal`.
+
+        The caller gives ``vectors`` up: a matrix of exactly a block's rows landing at the
+        start of a block becomes that block, as it is (a full read decodes its entries a block
+        at a time, and copying 150 MB of vectors again cost a tenth of the load).
+        """
+        if (
+            len(vectors) == BLOCK_ROWS
+            and not self.size & (BLOCK_ROWS - 1)
+            and vectors.dtype == np.float32
+            and vectors.shape[1:] == (self.dim,)
+            and vectors.flags.c_contiguous
+            and vectors.flags.writeable
+        ):
+            first = self.size
+            self._blocks.append(vectors)
+            self._usable.append(np.zeros(BLOCK_ROWS, dtype=np.bool_))
+            self.size += BLOCK_ROWS
+            return list(range(first, self.size))
         first, done = self.size, 0
         while done < len(vectors):
             row = self._next_row()  # opens the block the next rows go to
