@@ -574,6 +574,57 @@ def test_a_full_read_of_several_blocks_loads_as_whole_values_do(
         store.close()
 
 
+@pytest.mark.parametrize("as_str", [False, True])
+def test_each_entry_keeps_the_model_its_own_text_names(as_str: bool) -> None:
+    """The model of a batch's vectors is read once and then recognised by how each text ends;
+    texts in a row that end alike but name another model, or none, or name it twice, nested,
+    escaped, spaced or inside a string, each keep the model a whole-value parse gives."""
+    from memstrata.layers.mind.committed import _Committed
+
+    v16 = encode_vector(_vector(16, 1))
+    base = {k: v for k, v in WRITTEN[0].items() if k not in ("embedding", "embeddingModel")}
+
+    def text(id_: str, ending: str) -> bytes:
+        body = orjson.dumps({**base, "id": id_, "embedding": v16}).decode()[:-1]
+        return (body + ending).encode()
+
+    endings = {
+        "plain": ',"embeddingModel":"m"}',
+        "again": ',"embeddingModel":"m"}',
+        "other": ',"embeddingModel":"m2"}',
+        "back": ',"embeddingModel":"m"}',
+        "twice": ',"embeddingModel":"z","embeddingModel":"m"}',
+        "twicelast": ',"embeddingModel":"m","embeddingModel":"z"}',
+        "escaped": ',"embeddingModel":"\\u006d"}',
+        "spaced": ',"embeddingModel" : "m" }',
+        "nested": ',"meta":{"x":1,"embeddingModel":"m"}}',
+        "instring": ',"note":"\\",\\"embeddingModel\\":\\"m\\"}"}',
+        "number": ',"embeddingModel":5}',
+        "none": "}",
+        "null": ',"embeddingModel":null}',
+        "last": ',"embeddingModel":"m"}',
+    }
+    texts = {
+        f"belief/{n:02d}{id_}": text(f"{n:02d}{id_}", e)
+        for n, (id_, e) in enumerate(endings.items())
+    }
+    loaded = _Committed(None, None)
+    loaded.add_encoded([(key, t.decode() if as_str else t, None) for key, t in texts.items()])
+    loaded.seal()
+    oracle = _loaded_as_whole_values(texts)
+    _same_load(loaded, oracle)
+    models = {id_: m for id_, (m, _d, _r) in loaded.vectors.items()}
+    assert models == {id_: m for id_, (m, _d, _r) in oracle.vectors.items()}
+    assert [models[f"{n:02d}{id_}"] for n, id_ in enumerate(endings)][:6] == [
+        "m",
+        "m",
+        "m2",
+        "m",
+        "m",
+        "z",
+    ]
+
+
 def test_a_stored_value_that_is_not_text_is_skipped_and_the_rest_loads(
     tmp_path: Any, caplog: Any
 ) -> None:

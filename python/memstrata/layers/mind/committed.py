@@ -139,9 +139,16 @@ class _Committed:
         vector_texts: list[Any] = [None] * len(batch)
         kept = list(range(len(batch)))
         decode_model = _model_decoder.decode
+        model: Any = None
+        tail: bytes | str | None = None
         for n, (entry, rest) in enumerate(zip(entries, rests)):
             if entry is not None and rest is not None:
-                models[n] = decode_model(rest).embedding_model
+                # Usually every text of the batch ends with the same model: read once, then
+                # recognised by its ending (and held once, not once per entry).
+                if tail is None or not rest.endswith(tail):  # type: ignore[arg-type]
+                    model = decode_model(rest).embedding_model
+                    tail = _model_ending(model, rest)
+                models[n] = model
             elif entry is None or type(entry) is not MindGoal:  # parsed whole
                 try:
                     value = orjson.loads(cut[n])
@@ -295,6 +302,19 @@ class _VectorModel(msgspec.Struct, rename="camel"):
 _model_decoder = msgspec.json.Decoder(_VectorModel)
 # What a belief's or reflection's key starts with (see ``records.entry_key``).
 _KEY_PREFIX: dict[type, str] = {MindBelief: "belief/", MindReflection: "reflection/"}
+
+
+def _model_ending(model: Any, text: bytes | str) -> bytes | str | None:
+    """How a stored text whose last member is ``"embeddingModel": model`` ends as memstrata
+    writes it (None when ``model`` is no string). In a valid JSON object text the ending is
+    that member and nothing else: the final brace closes the object itself (a nested one
+    would be followed by the outer's), and the quote after the comma cannot be inside a string
+    (a string's own quotes are escaped). The last of a key written twice is the one a parser
+    keeps too."""
+    if type(model) is not str:
+        return None
+    ending = b',"embeddingModel":' + orjson.dumps(model) + b"}"
+    return ending if type(text) is bytes else ending.decode()
 
 
 def _member(value: Any, name: str) -> Any:
