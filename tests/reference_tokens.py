@@ -402,9 +402,7 @@ def sampled_kana_cuts(chunk: str, encoding: str) -> tuple[int, int, int]:
     return pairs, cuts, repeats
 
 
-def kana_sample(
-    chunk: str, kana: float, value: float, encoding: str
-) -> tuple[float, bool, bool]:
+def kana_sample(chunk: str, kana: float, value: float, encoding: str) -> tuple[float, bool, bool]:
     """The share of the value the kana cut by the sampled pairs stand for, whether most pairs
     repeat one kana, and whether enough pairs were found (``kana_sample`` in
     rust/src/tokens/kana.rs)."""
@@ -431,7 +429,7 @@ PROBE_WINDOWS = 4
 PROBE_CHARS = 32
 PROBE_MIN_CHARS = PROBE_WINDOWS * PROBE_CHARS
 PROBE_RATIO = 1.5
-PROBE_WORDS_SHARE = 0.4
+PROBE_WORDS_SHARE = 0.35
 PROBE_WORDS_SHARE_TWO_BYTE = 0.1
 PROBE_KANA_SHARE = 0.5
 PROBE_HARD_SHARE = 0.2
@@ -474,15 +472,16 @@ def script(c: str) -> int:
 
 def sampled_script_changes(chunk: str) -> int:
     """Of the pairs of characters at code points ``k * len(chunk) // SCRIPT_SAMPLES``, how many
-    are letters of two scripts, Latin next to digits aside (``sampled_script_changes`` in
-    probe.rs)."""
+    are letters of two scripts or a digit and a letter, an ASCII letter next to a digit aside
+    (``sampled_script_changes`` in probe.rs)."""
     n = len(chunk)
     changes = 0
     for k in range(SCRIPT_SAMPLES):
         p = k * n // SCRIPT_SAMPLES
         if p + 1 < n:
             a, b = script(chunk[p]), script(chunk[p + 1])
-            changes += a != 0 and b != 0 and a != b and a + b != 3
+            ascii_word = a + b == 3 and chunk[p : p + 2].isascii()
+            changes += a != 0 and b != 0 and a != b and not ascii_word
     return changes
 
 

@@ -33,7 +33,7 @@ pub const PROBE_RATIO: f64 = 1.5;
 /// Where the model is in doubt: unknown words near their threshold, with random letters (third
 /// in a row of consonants or of vowels) more than this share of the value, where unknown
 /// words past half of it count the chunk exactly ...
-pub const PROBE_WORDS_SHARE: f64 = 0.4;
+pub const PROBE_WORDS_SHARE: f64 = 0.35;
 
 /// ... or, next to 2-byte characters that carry more than the whole value, more than this
 /// share (2-byte letters of random words take a token or more each) ...
@@ -135,8 +135,8 @@ fn code_point<U: Unit>(units: &[U], i: usize) -> (u32, usize) {
 }
 
 /// Of the pairs of characters at code points `k * chars /` [`SCRIPT_SAMPLES`] of a chunk
-/// (`units`, its blocks' `masks`), how many are two letters of different scripts (a Latin
-/// letter next to a digit aside: `utf8`, `x86`).
+/// (`units`, its blocks' `masks`), how many are two letters of different scripts or a digit
+/// and a letter (an ASCII letter next to a digit aside: `utf8`, `x86`).
 pub fn sampled_script_changes<U: Unit>(units: &[U], masks: &[WordMasks], chars: usize) -> usize {
     let targets: Vec<usize> = (0..SCRIPT_SAMPLES)
         .map(|k| k * chars / SCRIPT_SAMPLES)
@@ -150,8 +150,10 @@ pub fn sampled_script_changes<U: Unit>(units: &[U], masks: &[WordMasks], chars: 
         if next >= units.len() {
             continue;
         }
-        let (a, b) = (script(first), script(code_point(units, next).0));
-        changes += usize::from(a != 0 && b != 0 && a != b && a + b != 3);
+        let second = code_point(units, next).0;
+        let (a, b) = (script(first), script(second));
+        let ascii_word = a + b == 3 && (first | second) < 0x80;
+        changes += usize::from(a != 0 && b != 0 && a != b && !ascii_word);
     }
     changes
 }
