@@ -46,7 +46,11 @@ BLOCKS = [0x80, 0x100, 0x370, 0x400, 0x530, 0x590, 0x600, 0x700, 0x900, 0x980, 0
 KINDS = ["ws", "wsmix", "char", "word", "b64", "b64lines", "hex", "digits", "emoji", "script",
          "anycp", "longword", "caps", "rwords", "punct", "control", "prose", "code"]  # fmt: skip
 WORD_KINDS = ["pronounceable", "script_words", "unknown_word", "glued", "kana"]
-ALL_KINDS = KINDS + WORD_KINDS
+# Dense mixtures of scripts (short words whose letters change script every few characters,
+# letters with diacritics or Cyrillic between digits) and runs of the katakana prolonged sound
+# mark and middle dot, which o200k spells up to four a token.
+MIX_KINDS = ["mixed_scripts", "digit_letters", "kana_marks"]
+ALL_KINDS = KINDS + WORD_KINDS + MIX_KINDS
 
 
 def _char(rng: random.Random, lo: int, hi: int) -> str:
@@ -135,6 +139,27 @@ def segment(rng: random.Random, kind: str) -> str:
         # Random hiragana, katakana or both, with none of the kanji and particles of Japanese.
         lo, hi = rng.choice([(0x3041, 0x30FF), (0x3041, 0x3096), (0x30A1, 0x30FA)])
         return "".join(_char(rng, lo, hi) for _ in range(n))
+    if kind == "mixed_scripts":
+        scripts = rng.sample([LOWER, *(
+            "".join(map(chr, range(lo, hi + 1)))
+            for lo, hi in [(0xE0, 0xFF), (0x3B1, 0x3C9), (0x430, 0x44F), (0x5D0, 0x5EA),
+                           (0x627, 0x64A), (0x3041, 0x30FF)]
+        )], rng.randint(2, 4))  # fmt: skip
+        separator = rng.choice([" ", "", "\n", "'", "."])
+        return separator.join(
+            "".join(_word(rng, rng.choice(scripts), 1, 3) for _ in range(rng.randint(1, 3)))
+            for _ in range(max(1, n // 5))
+        )
+    if kind == "digit_letters":
+        letters = rng.choice(["".join(map(chr, range(0xE0, 0x100))),
+                              "".join(map(chr, range(0x430, 0x450)))])  # fmt: skip
+        return "".join(
+            _word(rng, "0123456789", 1, 2) + _word(rng, letters, 1, 2) + _word(rng, PUNCT, 0, 2)
+            for _ in range(max(1, n // 4))
+        )
+    if kind == "kana_marks":
+        marks = rng.choice(["\u30fc", "\u30fb", "\u30fc\u30fb"])
+        return "".join(rng.choice(marks) for _ in range(n))
     if kind == "unknown_word":
         return (_word(rng, LOWER, 2, 7) + rng.choice([" ", "\n", ""])) * n
     raise ValueError(f"unknown segment kind {kind!r}")

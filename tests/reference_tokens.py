@@ -235,6 +235,10 @@ def _is_ascii_punct(c: str) -> bool:
     return not (_is_letter(c) or "0" <= c <= "9" or c in " \t\r\n")
 
 
+# Texts shorter than this are counted exactly (``SHORT_EXACT_CHARS`` in estimate.rs).
+SHORT_EXACT_CHARS = 64
+
+
 def unreliable(f: list[float], value: float, chars: int) -> bool:
     """Whether the linear model cannot bound a text (the kernel counts it exactly): the
     conditions of ``model_is_unreliable`` in ``rust/src/tokens/estimate.rs``."""
@@ -247,7 +251,7 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
     hangul = f[24] + f[25] + f[34]
     unusual = 0.5 * f[22] + f[25] + f[29] + f[30]
     return (
-        n < 32
+        n < SHORT_EXACT_CHARS
         or n > 8.0 * e
         or n < 0.6 * e
         or f[18] + f[20] > 0.6 * n
@@ -381,52 +385,180 @@ def kana_pairs(encoding: str) -> frozenset[str]:
     return frozenset(pairs)
 
 
-def sampled_kana_cuts(chunk: str, encoding: str) -> tuple[int, int]:
-    """(pairs, cuts): at code points ``k * len(chunk) // KANA_SAMPLES``, the kana pairs found
-    and how many of them no token holds (``sampled_kana_cuts`` in rust/src/tokens/kana.rs)."""
+def sampled_kana_cuts(chunk: str, encoding: str) -> tuple[int, int, int]:
+    """(pairs, cuts, repeats): at code points ``k * len(chunk) // KANA_SAMPLES``, the kana pairs
+    found, how many of them no token holds and how many are one kana twice
+    (``sampled_kana_cuts`` in rust/src/tokens/kana.rs)."""
     held = kana_pairs(encoding)
     n = len(chunk)
-    pairs = cuts = 0
+    pairs = cuts = repeats = 0
     for k in range(KANA_SAMPLES):
         p = k * n // KANA_SAMPLES
         pair = chunk[p : p + 2]
         if len(pair) == 2 and all(_kana_index(c) is not None for c in pair):
             pairs += 1
             cuts += pair not in held
-    return pairs, cuts
+            repeats += pair[0] == pair[1]
+    return pairs, cuts, repeats
 
 
-def kana_look_random(chunk: str, kana: float, value: float, encoding: str) -> bool:
-    """Whether the kana of ``chunk`` look random rather than Japanese (``kana_look_random``
-    in rust/src/tokens/kana.rs)."""
-    pairs, cuts = sampled_kana_cuts(chunk, encoding)
-    return pairs >= KANA_MIN_PAIRS and cuts * kana > KANA_CUT_SHARE * max(value, 1.0) * pairs
+def kana_sample(chunk: str, kana: float, value: float, encoding: str) -> tuple[float, bool, bool]:
+    """The share of the value the kana cut by the sampled pairs stand for, whether most pairs
+    repeat one kana, and whether enough pairs were found (``kana_sample`` in
+    rust/src/tokens/kana.rs)."""
+    pairs, cuts, repeats = sampled_kana_cuts(chunk, encoding)
+    if pairs < KANA_MIN_PAIRS:
+        return 0.0, False, False
+    return (cuts * kana) / (max(value, 1.0) * pairs), 2 * repeats > pairs, True
 
 
-def too_many_unknown_words(text: str, encoding: str, f: list[float], value: float) -> bool:
-    """Whether the sampled unknown words of ``text`` (features ``f``, model value ``value``)
-    would take more than their share of the value (``too_many_unknown_words`` in
-    rust/src/tokens/words.rs)."""
+def unknown_word_tokens(
+    text: str, encoding: str, f: list[float], value: float
+) -> tuple[float, float]:
+    """The tokens the sampled unknown words of ``text`` (features ``f``, model value ``value``)
+    stand for: judged against the threshold (glued words only once they are many) and all of
+    them (``unknown_word_tokens`` in rust/src/tokens/words.rs)."""
     share = (UNKNOWN_SHARE / 2 if len(text) < SHORT_CHARS else UNKNOWN_SHARE) * max(value, 1.0)
     spaced, glued = sampled_unknown_words(text, encoding, glued_words(f, value))
-    if WORD_SAMPLE * glued / 2 <= share / 2:
-        glued = 0
-    return WORD_SAMPLE * (spaced + glued) / 2 > share
+    judged = 0 if WORD_SAMPLE * glued / 2 <= share / 2 else glued
+    return WORD_SAMPLE * (spaced + judged) / 2, WORD_SAMPLE * (spaced + glued) / 2
+
+
+# The sample counted exactly where the guard is in doubt (rust/src/tokens/probe.rs).
+PROBE_WINDOWS = 4
+PROBE_CHARS = 32
+PROBE_MIN_CHARS = PROBE_WINDOWS * PROBE_CHARS
+PROBE_RATIO = 1.5
+PROBE_WORDS_SHARE = 0.35
+PROBE_WORDS_SHARE_TWO_BYTE = 0.1
+PROBE_KANA_SHARE = 0.5
+PROBE_HARD_SHARE = 0.2
+PROBE_FEW_PAIRS_CHARS = 512
+PROBE_SHORT_TWO_BYTE_SHARE = 0.5
+SCRIPT_CHANGES_MIN = 2
+SCRIPT_SAMPLES = 32
+PROBE_SCRIPT_SHARE = 0.1
+
+
+def script(c: str) -> int:
+    """The script of a letter or digit, 0 for other characters (``script`` in probe.rs)."""
+    o = ord(c)
+    if 0x30 <= o <= 0x39:
+        return 2
+    if _is_letter(c):
+        return 1
+    if o <= 0xBF or o in (0xD7, 0xF7) or 0x2B0 <= o <= 0x36F:
+        return 0
+    if o <= 0x2AF:
+        return 1
+    for lo, hi, value in ((0x370, 0x3FF, 3), (0x400, 0x52F, 4), (0x530, 0x58F, 5),
+                          (0x590, 0x5FF, 6), (0x600, 0x6FF, 7), (0x750, 0x77F, 7)):  # fmt: skip
+        if lo <= o <= hi:
+            return value
+    if o <= 0x7FF:
+        return 8 + ((o - 0x700) >> 6)
+    cjk = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0xFF66, 0xFF9F), (0x3400, 0x4DBF),
+           (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FFFF))  # fmt: skip
+    if any(lo <= o <= hi for lo, hi in cjk):
+        return 20
+    if 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:
+        return 21
+    symbols = ((0x2000, 0x2BFF), (0x3000, 0x303F), (0xFE00, 0xFE0F), (0xFF00, 0xFF65),
+               (0x1F000, 0x1FFFF), (0xE0000, 0x10FFFF))  # fmt: skip
+    if any(lo <= o <= hi for lo, hi in symbols):
+        return 0
+    return 0x100 + (o >> 8)
+
+
+def sampled_script_changes(chunk: str) -> int:
+    """Of the pairs of characters at code points ``k * len(chunk) // SCRIPT_SAMPLES``, how many
+    are letters of two scripts or a digit and a letter, an ASCII letter next to a digit aside
+    (``sampled_script_changes`` in probe.rs)."""
+    n = len(chunk)
+    changes = 0
+    for k in range(SCRIPT_SAMPLES):
+        p = k * n // SCRIPT_SAMPLES
+        if p + 1 < n:
+            a, b = script(chunk[p]), script(chunk[p + 1])
+            ascii_word = a + b == 3 and chunk[p : p + 2].isascii()
+            changes += a != 0 and b != 0 and a != b and not ascii_word
+    return changes
+
+
+def probe_tokens(chunk: str, encoding: str) -> int:
+    """The exact tokens of the windows of ``chunk`` (``probe_tokens`` in probe.rs)."""
+    enc = tiktoken_encoding(encoding)
+    n = len(chunk)
+    total = 0
+    for k in range(PROBE_WINDOWS):
+        start = (2 * k + 1) * n // (2 * PROBE_WINDOWS) - PROBE_CHARS // 2
+        total += len(enc.encode_ordinary(chunk[start : start + PROBE_CHARS]))
+    return total
+
+
+def may_hold_unknown_words(f: list[float], value: float, chars: int) -> bool:
+    """Whether a chunk's words are looked up: where all of them sampled and unknown could take
+    more than their share of the value (``may_hold_unknown_words`` in estimate.rs)."""
+    e = max(value, 1.0)
+    words = sum(f[0:8]) + f[28] + min(f[23], f[31])
+    half_tokens = 4 * -(-words // WORD_SAMPLE) + f[27]
+    if f[27] > e:
+        share = PROBE_WORDS_SHARE_TWO_BYTE
+    else:
+        share = UNKNOWN_SHARE / 2 if chars < SHORT_CHARS else UNKNOWN_SHARE
+    return WORD_SAMPLE * half_tokens / 2 > share * e
+
+
+def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> bool:
+    """Whether samples of ``text`` show the model cannot bound it (``samples_distrust`` in
+    rust/src/tokens/estimate.rs)."""
+    e = max(value, 1.0)
+    words, all_words = 0.0, 0.0
+    looked_up = may_hold_unknown_words(f, value, len(text))
+    if looked_up:
+        words, all_words = unknown_word_tokens(text, encoding, f, value)
+    share = UNKNOWN_SHARE / 2 if len(text) < SHORT_CHARS else UNKNOWN_SHARE
+    if words > share * e:
+        return True
+    kana_cuts, kana_repeat, kana_paired = 0.0, False, False
+    kana_share = f[23] > PROBE_KANA_SHARE * e
+    if kana_share:
+        kana_cuts, kana_repeat, kana_paired = kana_sample(text, f[23], value, encoding)
+    if kana_cuts > KANA_CUT_SHARE or kana_repeat:
+        return True
+    two_byte = f[27]
+    in_doubt = (
+        all_words + f[36] > PROBE_WORDS_SHARE * e
+        or (two_byte > e and all_words > PROBE_WORDS_SHARE_TWO_BYTE * e)
+        or (two_byte > e and looked_up and all_words == 0.0)
+        or kana_cuts > PROBE_KANA_SHARE
+        or (kana_share and not kana_paired and len(text) < PROBE_FEW_PAIRS_CHARS)
+        or f[36] > PROBE_HARD_SHARE * e
+        or (len(text) < PROBE_MIN_CHARS and two_byte > PROBE_SHORT_TWO_BYTE_SHARE * e)
+        or (
+            sum(f[21:28]) + f[29] + f[30] + f[33] + f[34] > PROBE_SCRIPT_SHARE * e
+            and sampled_script_changes(text) >= SCRIPT_CHANGES_MIN
+        )
+    )
+    if not in_doubt:
+        return False
+    n = len(text)
+    if n < PROBE_MIN_CHARS:
+        return True
+    scaled = float(probe_tokens(text, encoding) * n)
+    bound = e * PROBE_MIN_CHARS
+    return scaled > PROBE_RATIO * bound or PROBE_RATIO * scaled < bound
 
 
 def model_value(text: str, encoding: str, coefficients: list[float]) -> tuple[float, bool]:
     """The linear model's value on ``text`` and whether the kernel distrusts it: the features
-    say so, too many of the sampled words are not in the vocabulary, or the kana look random."""
+    say so, or the vocabulary does (unknown words, random or repeated kana, a sample counted
+    exactly)."""
     f = features(text, encoding)
     value = 0.0
     for x, c in zip(f, coefficients):  # in order, as the kernel adds them
         value += x * c
-    e = max(value, 1.0)
-    distrusted = (
-        unreliable(f, value, len(text))
-        or too_many_unknown_words(text, encoding, f, value)
-        or (f[23] > KANA_CUT_SHARE * e and kana_look_random(text, f[23], value, encoding))
-    )
+    distrusted = unreliable(f, value, len(text)) or samples_distrust(text, encoding, f, value)
     return value, distrusted
 
 

@@ -29,7 +29,8 @@ import adversarial_text as adv
 from memstrata.tokens import count_tokens, estimate_tokens
 
 ENCODINGS = ("o200k_base", "cl100k_base")
-KINDS = {"all": adv.ALL_KINDS, "features": adv.KINDS, "words": adv.WORD_KINDS}
+KINDS = {"all": adv.ALL_KINDS, "features": adv.KINDS, "words": adv.WORD_KINDS,
+         "mixes": adv.MIX_KINDS}  # fmt: skip
 
 
 def main() -> None:

@@ -186,6 +186,15 @@ fn segment() -> impl Strategy<Value = String> {
         // Random kana: none of the kanji and particles of Japanese.
         "[\u{3041}-\u{30ff}]{1,2000}",
         "[\u{3041}-\u{3096}]{1,2000}",
+        // Runs of the prolonged sound mark and the middle dot, up to four a token in o200k.
+        run(&["\u{30fc}", "\u{30fb}", "\u{30fc}\u{30fb}"]),
+        "[\u{30fb}\u{30fc}]{1,2000}",
+        // Short words of letters of several scripts, glued or spaced, and letters between
+        // digits: every change of script is a cut between tokens.
+        "([a-z\u{430}-\u{44f}\u{3b1}-\u{3c9}\u{5d0}-\u{5ea}\u{627}-\u{64a}]{1,6}[ .,'\n]){1,600}",
+        "([\u{5d0}-\u{5ea}\u{627}-\u{64a}]{1,9}[ .,'\n]){1,600}",
+        "([0-9]{1,2}[\u{e0}-\u{ff}\u{430}-\u{44f}]{1,2}[!-/:-@\n]{0,3}){1,600}",
+        "([\u{3041}-\u{30ff}]{1,3}[a-z\u{3b1}-\u{3c9} ]{1,3}){1,600}",
         (
             "[a-z]{2,7}",
             prop::sample::select(vec![" ", "\n", ""]),

@@ -14,6 +14,7 @@ use bpe_openai::Tokenizer;
 use rayon::prelude::*;
 use rustc_hash::FxHashSet;
 
+use super::features::Unit;
 use super::models::Encoding;
 
 /// A tokenizer plus the set of its tokens' bytes. Most pre-tokenised pieces (a word with its
@@ -83,6 +84,20 @@ pub fn count_tokens(text: &str, encoding: Encoding) -> usize {
         }
     }
     count_in(c, text)
+}
+
+/// [`count_tokens`] of UTF-8 bytes or UCS-4 code points: lone surrogates (which only UCS-4 input can hold) are counted
+/// as U+FFFD, another 3-byte character.
+pub fn count_units<U: Unit>(units: &[U], encoding: Encoding) -> usize {
+    if size_of::<U>() == 1 {
+        let bytes: Vec<u8> = units.iter().map(|u| u.value() as u8).collect();
+        return count_tokens(&String::from_utf8_lossy(&bytes), encoding);
+    }
+    let text: String = units
+        .iter()
+        .map(|u| char::from_u32(u.value()).unwrap_or('\u{FFFD}'))
+        .collect();
+    count_tokens(&text, encoding)
 }
 
 fn count_in(c: &Counter, text: &str) -> usize {

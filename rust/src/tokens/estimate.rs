@@ -5,13 +5,19 @@ use super::coefficients::{
     CL100K_TWO_BYTE_SINGLE, FEATURE_COUNT, O200K, O200K_HANGUL_DOUBLE, O200K_HANGUL_SINGLE,
     O200K_HAN_DOUBLE, O200K_HAN_SINGLE, O200K_TWO_BYTE_SINGLE,
 };
-use super::count::count_tokens;
+use super::count::count_units;
 use super::features::{
-    extract_any, extract_units_recording, Features, SingleTokenTables, Unit, PARALLEL_MIN_UNITS,
+    extract_any, extract_units_recording, Features, SingleTokenTables, Unit, WordMasks,
+    PARALLEL_MIN_UNITS,
 };
-use super::kana::{kana_look_random, KANA_CUT_SHARE};
+use super::kana::{kana_sample, KANA_CUT_SHARE};
 use super::models::Encoding;
-use super::words::{too_many_unknown_words, unknown_share, WORD_SAMPLE};
+use super::probe::{
+    sample_disagrees, sampled_script_changes, PROBE_FEW_PAIRS_CHARS, PROBE_HARD_SHARE,
+    PROBE_KANA_SHARE, PROBE_MIN_CHARS, PROBE_SCRIPT_SHARE, PROBE_SHORT_TWO_BYTE_SHARE,
+    PROBE_WORDS_SHARE, PROBE_WORDS_SHARE_TWO_BYTE, SCRIPT_CHANGES_MIN,
+};
+use super::words::{unknown_share, unknown_word_tokens, WORD_SAMPLE};
 use std::sync::OnceLock;
 
 static O200K_CATEGORIES: OnceLock<Box<[u8; 0x10000]>> = OnceLock::new();
@@ -75,7 +81,6 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     }
     let (coefficients, tables) = model(encoding);
     let chunk = |&(start, end, chars): &(usize, usize, usize)| -> f64 {
-        use super::features::slots::KANA;
         let units = &units[start..end];
         let mut masks = Vec::with_capacity(units.len() / 64 + 1);
         let f = extract_units_recording(units, &tables, Some(&mut masks));
@@ -85,19 +90,9 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
             .map(|(&x, &c)| x as f64 * c)
             .sum();
         if model_is_unreliable(&f, value, chars)
-            || (may_hold_unknown_words(&f, value, chars)
-                && too_many_unknown_words(
-                    units,
-                    &masks,
-                    chars,
-                    value,
-                    encoding,
-                    glued_words(&f, value),
-                ))
-            || (f[KANA] as f64 > KANA_CUT_SHARE * value.max(1.0)
-                && kana_look_random(units, &masks, chars, f[KANA], value, encoding))
+            || samples_distrust(units, &masks, &f, value, chars, encoding)
         {
-            exact(units, encoding) as f64
+            count_units(units, encoding) as f64
         } else {
             value
         }
@@ -121,13 +116,81 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     (total.round() as usize).max(1)
 }
 
-/// Whether a chunk of `chars` code points with features `f` and model value `value` has
-/// enough words for [`too_many_unknown_words`] to be true. Every word it looks at follows a
-/// space, a tab, a line break, punctuation or the chunk's start, so it starts a letter
-/// segment, a run of 2-byte characters or a run of ideographs and kana (and holds kana); when
-/// even all of them sampled and unknown could not pass its threshold, the lookups are skipped (most CJK text, digits, punctuation).
+/// Whether samples of a chunk (`units`, its blocks' `masks`, `chars` code points) with
+/// features `f` and model value `value` show the model cannot bound it: too many of its
+/// sampled words are unknown, its kana look random or repeat one kana, or, where one of those
+/// signs or random letters come near their threshold or the sampled characters change script
+/// between letters, a sample of the chunk counted exactly holds many more tokens than the
+/// value (see [`super::probe`]).
+fn samples_distrust<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    f: &Features,
+    value: f64,
+    chars: usize,
+    encoding: Encoding,
+) -> bool {
+    use super::features::slots::*;
+    let e = value.max(1.0);
+    let looked_up = may_hold_unknown_words(f, value, chars);
+    let (words, all_words) = if looked_up {
+        unknown_word_tokens(units, masks, chars, value, encoding, glued_words(f, value))
+    } else {
+        (0.0, 0.0)
+    };
+    if words > unknown_share(chars) * e {
+        return true;
+    }
+    // The kana the sampled pairs cut stand for are at most all of them: under
+    // PROBE_KANA_SHARE of the value, no kana check can pass.
+    let kana_share = f[KANA] as f64 > PROBE_KANA_SHARE * e;
+    let (kana_cuts, kana_repeat, kana_paired) = if kana_share {
+        kana_sample(units, masks, chars, f[KANA], value, encoding)
+    } else {
+        (0.0, false, false)
+    };
+    if kana_cuts > KANA_CUT_SHARE || kana_repeat {
+        return true;
+    }
+    let two_byte = f[OTHER_2BYTE] as f64;
+    let hard = f[HARD_LETTERS] as f64;
+    // Unknown words and random letters (each a sign of the other's kind of text) together.
+    let in_doubt = all_words + hard > PROBE_WORDS_SHARE * e
+        || (two_byte > e && all_words > PROBE_WORDS_SHARE_TWO_BYTE * e)
+        // Every sampled word a token: words of 2-byte letters the vocabulary holds whole
+        // ("привет" repeated) are one token each, where the model prices them by their letters.
+        || (two_byte > e && looked_up && all_words == 0.0)
+        || kana_cuts > PROBE_KANA_SHARE
+        // Kana cut into pieces too short to pair, in a text too short for many samples.
+        || (kana_share && !kana_paired && chars < PROBE_FEW_PAIRS_CHARS)
+        || hard > PROBE_HARD_SHARE * e
+        || (chars < PROBE_MIN_CHARS && two_byte > PROBE_SHORT_TWO_BYTE_SHARE * e)
+        || (non_ascii_chars(f) as f64 > PROBE_SCRIPT_SHARE * e
+            && sampled_script_changes(units, masks, chars) >= SCRIPT_CHANGES_MIN);
+    in_doubt && sample_disagrees(units, masks, chars, value, encoding)
+}
+
+/// The characters past ASCII of a chunk with features `f`.
+fn non_ascii_chars(f: &Features) -> u64 {
+    use super::features::slots::*;
+    f[HAN_SINGLE..=OTHER_2BYTE].iter().sum::<u64>()
+        + f[OTHER_3BYTE]
+        + f[FOUR_BYTE]
+        + f[HAN_DOUBLE]
+        + f[HANGUL_DOUBLE]
+}
+
+/// Whether a chunk of `chars` code points with features `f` and model value `value` has its
+/// words looked up: where they could take more than [`unknown_share`] of the value, or, next
+/// to 2-byte characters that carry more than the whole value, more than
+/// [`PROBE_WORDS_SHARE_TWO_BYTE`] of it. Every word it looks at follows a space, a tab, a line
+/// break, punctuation or the chunk's start, so it starts a letter segment, a run of 2-byte
+/// characters or a run of ideographs and kana (and holds kana); where even all of them
+/// sampled and unknown could not pass that share, the lookups are skipped (most CJK text,
+/// digits, punctuation), and the words put the chunk in no doubt either.
 fn may_hold_unknown_words(f: &Features, value: f64, chars: usize) -> bool {
     use super::features::slots::*;
+    let e = value.max(1.0);
     let words = f[SEG_LEN_1..=SEG_LEN_12P].iter().sum::<u64>()
         + f[OTHER_2BYTE_RUNS]
         + f[KANA].min(f[HAN_KANA_RUNS]);
@@ -135,7 +198,12 @@ fn may_hold_unknown_words(f: &Features, value: f64, chars: usize) -> bool {
     // with diacritics (2-byte characters), which is at most both.
     let sampled = words.div_ceil(WORD_SAMPLE as u64);
     let half_tokens = 4 * sampled + f[OTHER_2BYTE];
-    (WORD_SAMPLE as u64 * half_tokens) as f64 / 2.0 > unknown_share(chars) * value.max(1.0)
+    let share = if f[OTHER_2BYTE] as f64 > e {
+        PROBE_WORDS_SHARE_TWO_BYTE
+    } else {
+        unknown_share(chars)
+    };
+    (WORD_SAMPLE as u64 * half_tokens) as f64 / 2.0 > share * e
 }
 
 /// Words glued to punctuation are looked up too where single punctuation glued to an ASCII
@@ -206,27 +274,18 @@ fn chunks<U: Unit>(units: &[U]) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-/// The exact count of `units`: lone surrogates (which only UCS-4 input can hold) are counted
-/// as U+FFFD, another 3-byte character.
-fn exact<U: Unit>(units: &[U], encoding: Encoding) -> usize {
-    if size_of::<U>() == 1 {
-        let bytes: Vec<u8> = units.iter().map(|u| u.value() as u8).collect();
-        return count_tokens(&String::from_utf8_lossy(&bytes), encoding);
-    }
-    let text: String = units
-        .iter()
-        .map(|u| char::from_u32(u.value()).unwrap_or('\u{FFFD}'))
-        .collect();
-    count_tokens(&text, encoding)
-}
+/// Texts shorter than this are counted exactly: measured through the Python API, a call of
+/// the exact counter on 64 code points of the test corpus costs about what the estimate's
+/// does (2 to 3 µs, most of it the call), on 128 about three times as much.
+pub const SHORT_EXACT_CHARS: usize = 64;
 
 /// Whether the linear model cannot be trusted on a chunk of `chars` code points with
 /// features `f` and model value `value`: the chunk is made of pieces whose token count the
 /// features do not bound (long runs of one character, whitespace, punctuation, fragments such
 /// as base64 and hex, random letters, mixed whitespace or punctuation, control characters,
 /// scripts and symbols the calibration corpus barely holds), or its density of tokens per
-/// character lies outside what any calibrated text shows, or it is shorter than 32
-/// characters. Such chunks are counted exactly; ordinary prose, code, JSON and CJK text
+/// character lies outside what any calibrated text shows, or it is shorter than
+/// [`SHORT_EXACT_CHARS`]. Such chunks are counted exactly; ordinary prose, code, JSON and CJK text
 /// almost never meet these conditions (the tests and `tools/calibrate_tokens.py evaluate`
 /// report how often they do). The signs of an unbounded part are compared with the value
 /// `e` rather than with the length: a part that makes up a small share of the tokens can only
@@ -244,8 +303,8 @@ pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
     // Characters each vocabulary spells in a varying number of tokens.
     let unusual = 0.5 * at(HAN_OTHER) + at(HANGUL_OTHER) + at(OTHER_3BYTE) + at(FOUR_BYTE);
     // A short text: the model has too little to average over (ten letters may be one word or
-    // ten tokens), and counting it costs next to nothing.
-    n < 32.0
+    // ten tokens), and counting it costs about what estimating it does.
+    n < SHORT_EXACT_CHARS as f64
         || n > 8.0 * e
         || n < 0.6 * e
         || at(SPACE_RUN_CHARS) + at(NEWLINE_CHARS) > 0.6 * n
@@ -310,6 +369,8 @@ mod tests {
             "\u{1F600}".repeat(5_000),
             "-".repeat(10_000),
             "  \n".repeat(5_000),
+            "\u{30fc}".repeat(3_000),
+            "\u{30fb}".repeat(3_000),
         ];
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
             for text in &texts {

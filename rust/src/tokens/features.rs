@@ -825,6 +825,26 @@ impl WordMasks {
     }
 }
 
+/// The index of the `n`-th (from 0) set bit of `x`, which has more than `n`: a byte at a time,
+/// then a bit at a time within the byte.
+#[inline]
+pub fn nth_set_bit(x: u64, mut n: u32) -> u32 {
+    let mut shift = 0;
+    loop {
+        let in_byte = (x >> shift & 0xFF).count_ones();
+        if n < in_byte {
+            break;
+        }
+        n -= in_byte;
+        shift += 8;
+    }
+    let mut byte = x >> shift & 0xFF;
+    for _ in 0..n {
+        byte &= byte - 1;
+    }
+    shift + byte.trailing_zeros()
+}
+
 /// The [`WordMasks`] of every block of `units`, without the features.
 pub fn word_masks<U: Unit>(units: &[U]) -> Vec<WordMasks> {
     units

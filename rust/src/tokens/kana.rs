@@ -9,7 +9,7 @@
 
 use std::sync::LazyLock;
 
-use super::features::{word_masks, Unit, WordMasks};
+use super::features::{nth_set_bit, word_masks, Unit, WordMasks};
 use super::models::Encoding;
 
 /// Code points of a chunk sampled, evenly spaced: a kana pair is read at each that starts
@@ -98,11 +98,15 @@ fn code_point<U: Unit>(units: &[U], i: usize) -> (u32, usize) {
     }
 }
 
-/// `(pairs, cuts)` of a chunk of `chars` code points: at code points `k * chars /`
-/// [`KANA_SAMPLES`] for every `k` below it, the kana pairs found (a kana and a kana after it)
-/// and how many of them no token of `encoding` holds. The positions are code points, so UTF-8
-/// and UCS-4 sample the same pairs.
-pub fn sampled_kana_cuts<U: Unit>(units: &[U], chars: usize, encoding: Encoding) -> (usize, usize) {
+/// `(pairs, cuts, repeats)` of a chunk of `chars` code points: at code points `k * chars /`
+/// [`KANA_SAMPLES`] for every `k` below it, the kana pairs found (a kana and a kana after it),
+/// how many of them no token of `encoding` holds, and how many are one kana twice. The
+/// positions are code points, so UTF-8 and UCS-4 sample the same pairs.
+pub fn sampled_kana_cuts<U: Unit>(
+    units: &[U],
+    chars: usize,
+    encoding: Encoding,
+) -> (usize, usize, usize) {
     sampled_kana_cuts_in(units, &word_masks(units), chars, encoding)
 }
 
@@ -113,50 +117,54 @@ pub fn sampled_kana_cuts_in<U: Unit>(
     masks: &[WordMasks],
     chars: usize,
     encoding: Encoding,
-) -> (usize, usize) {
+) -> (usize, usize, usize) {
     let table = kana_pairs(encoding);
-    let (mut pairs, mut cuts) = (0, 0);
+    let (mut pairs, mut cuts, mut repeats) = (0, 0, 0);
     let target = |k: usize| k * chars / KANA_SAMPLES;
     let (mut k, mut before) = (0, 0);
     for (b, m) in masks.iter().enumerate() {
         let count = m.starts.count_ones() as usize;
         while k < KANA_SAMPLES && target(k) < before + count {
             // The (target - before)-th code point start of the block.
-            let mut starts = m.starts;
-            for _ in 0..target(k) - before {
-                starts &= starts - 1;
-            }
-            let i = 64 * b + starts.trailing_zeros() as usize;
+            let i = 64 * b + nth_set_bit(m.starts, (target(k) - before) as u32) as usize;
             let (first, next) = code_point(units, i);
             if next < units.len() {
                 let (second, _) = code_point(units, next);
                 if let (Some(a), Some(b)) = (kana_index(first), kana_index(second)) {
                     pairs += 1;
                     cuts += usize::from(!table.holds(a, b));
+                    repeats += usize::from(a == b);
                 }
             }
             k += 1;
         }
         before += count;
     }
-    (pairs, cuts)
+    (pairs, cuts, repeats)
 }
 
-/// Whether the `kana` (the chunk's count) of a chunk of `chars` code points (`units`, its
-/// blocks' `masks`) with model value `value` look random: the sampled pairs no token holds, as
-/// a share of the pairs found, times `kana`, are more than [`KANA_CUT_SHARE`] of the value
-/// (then it is counted exactly).
-pub fn kana_look_random<U: Unit>(
+/// What the sampled kana pairs of a chunk (`units`, its blocks' `masks`, `chars` code
+/// points) with `kana` kana and model value `value` say, as shares of the value: the kana the
+/// pairs no token holds stand for (random kana take a token each; [`KANA_CUT_SHARE`] of the
+/// value or more counts the chunk exactly), and whether most pairs are one kana twice. Runs of
+/// one kana are not Japanese: the vocabularies spell `ー` and `・` in runs of up to four a
+/// token, where the model prices each at half a token, and other kana one or two a token.
+/// Fewer than [`KANA_MIN_PAIRS`] pairs say nothing of either: the third value says whether
+/// there were that many.
+pub fn kana_sample<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
     chars: usize,
     kana: u64,
     value: f64,
     encoding: Encoding,
-) -> bool {
-    let (pairs, cuts) = sampled_kana_cuts_in(units, masks, chars, encoding);
-    pairs >= KANA_MIN_PAIRS
-        && cuts as f64 * kana as f64 > KANA_CUT_SHARE * value.max(1.0) * pairs as f64
+) -> (f64, bool, bool) {
+    let (pairs, cuts, repeats) = sampled_kana_cuts_in(units, masks, chars, encoding);
+    if pairs < KANA_MIN_PAIRS {
+        return (0.0, false, false);
+    }
+    let cut_share = (cuts as f64 * kana as f64) / (value.max(1.0) * pairs as f64);
+    (cut_share, 2 * repeats > pairs, true)
 }
 
 #[cfg(test)]
@@ -169,15 +177,30 @@ mod tests {
         let japanese = "ファイルをダウンロードしています。しばらくお待ちください。".repeat(8);
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
             let chars = random.chars().count();
-            let (pairs, cuts) = sampled_kana_cuts(random.as_bytes(), chars, e);
+            let (pairs, cuts, _) = sampled_kana_cuts(random.as_bytes(), chars, e);
             assert_eq!(pairs, KANA_SAMPLES);
             assert!(cuts > pairs * 3 / 4, "{e:?} {cuts}");
             let chars = japanese.chars().count();
-            let (pairs, cuts) = sampled_kana_cuts(japanese.as_bytes(), chars, e);
+            let (pairs, cuts, _) = sampled_kana_cuts(japanese.as_bytes(), chars, e);
             assert!(
                 pairs >= KANA_MIN_PAIRS && cuts < pairs,
                 "{e:?} {pairs} {cuts}"
             );
+        }
+    }
+
+    #[test]
+    fn runs_of_one_kana_repeat_it_and_japanese_does_not() {
+        // o200k spells `ー` and `・` up to four a token, the model at half a token each.
+        let japanese = "ファイルをダウンロードしています。しばらくお待ちください。".repeat(8);
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for run in ["\u{30fc}".repeat(300), "\u{30fb}".repeat(300)] {
+                let (pairs, _, repeats) = sampled_kana_cuts(run.as_bytes(), 300, e);
+                assert_eq!((pairs, repeats), (KANA_SAMPLES, KANA_SAMPLES), "{e:?}");
+            }
+            let chars = japanese.chars().count();
+            let (pairs, _, repeats) = sampled_kana_cuts(japanese.as_bytes(), chars, e);
+            assert!(2 * repeats < pairs, "{e:?} {pairs} {repeats}");
         }
     }
 
@@ -189,7 +212,7 @@ mod tests {
         for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
             for text in [&halfwidth, &extensions] {
                 let chars = text.chars().count();
-                let (pairs, cuts) = sampled_kana_cuts(text.as_bytes(), chars, e);
+                let (pairs, cuts, _) = sampled_kana_cuts(text.as_bytes(), chars, e);
                 assert_eq!(pairs, KANA_SAMPLES, "{e:?} {text}");
                 assert!(cuts > pairs * 3 / 4, "{e:?} {cuts} {text}");
             }

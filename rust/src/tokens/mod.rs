@@ -9,6 +9,7 @@
 //! * [`models`]: which encoding a model name uses.
 //! * [`words`]: whether a chunk's words are in the vocabulary, for the estimate's guard.
 //! * [`kana`]: whether a chunk's kana follow one another as in Japanese, for the same guard.
+//! * [`probe`]: a sample of a chunk counted exactly, where the guard is in doubt.
 
 pub mod coefficients;
 pub mod count;
@@ -17,6 +18,7 @@ pub mod features;
 pub mod kana;
 pub mod messages;
 pub mod models;
+pub mod probe;
 pub mod words;
 
 pub use count::{count_tokens, fits_within};

@@ -425,29 +425,31 @@ fn run_start(word: &[u64], end: usize) -> usize {
     }
 }
 
-/// Whether the sampled unknown words of a chunk (`units`, its blocks' `masks`, `chars` code
-/// points) with model value `value` are too many for the model to bound it (then it is
-/// counted exactly); words glued to punctuation count when `glued`.
-pub fn too_many_unknown_words<U: Unit>(
+/// The tokens the sampled unknown words of a chunk (`units`, its blocks' `masks`, `chars`
+/// code points) with model value `value` stand for, each sampled word for [`WORD_SAMPLE`]:
+/// `(judged, all)`. Past [`unknown_share`] of the value, `judged` shows the model cannot bound
+/// the chunk (then it is counted exactly); it leaves out the words glued to punctuation while
+/// they are few. `all` counts them too. Words glued to punctuation are sampled when `glued`.
+pub fn unknown_word_tokens<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
     chars: usize,
     value: f64,
     encoding: Encoding,
     glued: bool,
-) -> bool {
+) -> (f64, f64) {
     let (spaced, glued) = sampled_unknown_words_in(units, masks, encoding, glued);
     let share = unknown_share(chars) * value.max(1.0);
     let tokens = |half_tokens: usize| (WORD_SAMPLE * half_tokens) as f64 / 2.0;
     // Words glued to punctuation count once they take half the share on their own: a few
     // unknown ones (options and placeholders in a message catalogue, "--ciphers=СТРОКА") do
     // not tip a chunk of ordinary words.
-    let glued = if tokens(glued) > share / 2.0 {
+    let judged = if tokens(glued) > share / 2.0 {
         glued
     } else {
         0
     };
-    tokens(spaced + glued) > share
+    (tokens(spaced + judged), tokens(spaced + glued))
 }
 
 #[cfg(test)]
