@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 import msgspec
 import numpy as np
@@ -31,6 +31,11 @@ GOAL_STATUSES: tuple[GoalStatus, ...] = ("active", "completed")
 GOAL_PRIORITIES: tuple[GoalPriority, ...] = ("low", "normal", "high")
 CONFIDENCE_LEVELS: tuple[ConfidenceLevel, ...] = ("low", "medium", "high")
 ENTRY_TYPES: tuple[MindEntryType, ...] = ("goal", "belief", "reflection")
+
+# The entries' optional fields, named here rather than written ``X | None``: msgspec reads the
+# fields' annotations when this module loads, and Python 3.9 has no ``|`` between types.
+_OptionalText = Optional[str]
+_OptionalMillis = Optional[int]
 
 _DURATION = re.compile(r"^\s*(\d{1,9})\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
@@ -152,9 +157,9 @@ class MindGoal(_Entry, kw_only=True, tag="goal"):
     priority: GoalPriority
     status: GoalStatus
     tags: list[str] = []
-    due_by: str | None = None
+    due_by: _OptionalText = None
     progress: list[str] = []
-    outcome: str | None = None
+    outcome: _OptionalText = None
     created_at: int
     updated_at: int
     sequence: int = 0  # memstrata's: orders goals created in one millisecond
@@ -214,7 +219,7 @@ class MindBelief(_Entry, kw_only=True, tag="belief"):
     content: str
     confidence: ConfidenceLevel
     tags: list[str] = []
-    expires_at: int | None = None
+    expires_at: _OptionalMillis = None
     created_at: int
     updated_at: int
     error: bool = False
@@ -288,11 +293,11 @@ class MindReflection(_Entry, kw_only=True, tag="reflection"):
     content: str
     pinned: bool = False
     tags: list[str] = []
-    related_to: str | None = None
+    related_to: _OptionalText = None
     created_at: int
     updated_at: int
     error: bool = False
-    expires_at: int | None = None
+    expires_at: _OptionalMillis = None
 
     @property
     def type(self) -> Literal["reflection"]:
