@@ -758,3 +758,110 @@ def test_a_full_read_pauses_the_cycle_collector_and_restores_it(
     finally:
         (gc.enable if was else gc.disable)()
         store.close()
+
+
+def _belief_text(id_: str, members: str = "", model: str = '"m"') -> bytes:
+    """A stored belief as memstrata writes it, with ``members`` added before its vector and
+    ``model`` as the value of its last member, the model's name."""
+    body = orjson.dumps({**WRITTEN[0], "id": id_, "embedding": encode_vector(_vector(16, 1))})
+    return (
+        body[: body.rindex(b',"embeddingModel"')]
+        + members.encode()
+        + b',"embeddingModel":'
+        + model.encode()
+        + b"}"
+    )
+
+
+def _loads_as_whole_values(texts: dict[str, bytes]) -> Any:
+    from memstrata.layers.mind.committed import _Committed
+
+    loaded = _Committed(None, None)
+    loaded.add_encoded([(key, texts[key], None) for key in sorted(texts)])
+    loaded.seal()
+    oracle = _loaded_as_whole_values(texts)
+    _same_load(loaded, oracle)
+
+    # The models compared with their types (2**64 == 2.0**64), a nested list by its depth
+    # (comparing lists a thousand deep would pass Python's recursion limit).
+    def model(value: Any) -> Any:
+        depth = 0
+        while type(value) is list and value:
+            value, depth = value[0], depth + 1
+        return (type(value), value, depth)
+
+    models = {id_: model(m) for id_, (m, _d, _r) in loaded.vectors.items()}
+    assert models == {id_: model(m) for id_, (m, _d, _r) in oracle.vectors.items()}
+    return loaded
+
+
+def test_texts_nested_past_the_recursion_limit_load_as_whole_values_do(caplog: Any) -> None:
+    """msgspec reads nesting only as deep as Python's recursion limit, orjson to a depth of
+    1,024: a stored text nested deeper than the one allows (in a member the entry does not
+    know, in ``previous``, or in its model) loads as a parse of the whole value does, and the
+    rest with it, never failing the whole read."""
+    from memstrata.layers.mind.committed import _Committed
+
+    def nested(depth: int) -> str:
+        return "[" * depth + "]" * depth
+
+    texts = {
+        f"belief/{id_}": _belief_text(id_, members)
+        for id_, members in (
+            ("plain", ""),
+            ("extra1000", ',"x":' + nested(1000)),
+            ("extra1023", ',"x":' + nested(1023)),
+            ("extra2000", ',"x":' + nested(2000)),
+            ("previous", ',"previous":[{"content":"y","updatedAt":1,"d":' + nested(1020) + "}]"),
+        )
+    }
+    with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+        loaded = _loads_as_whole_values(texts)
+    assert set(loaded.beliefs) == {"plain", "extra1000", "extra1023", "previous"}
+    # A model as deep: compared by its depth (Python compares such lists only so deep).
+    models = {f"belief/model{d}": _belief_text(f"model{d}", model=nested(d)) for d in (1000, 2000)}
+    deep = _Committed(None, None)
+    deep.add_encoded([(key, text, None) for key, text in models.items()])
+    model = deep.vectors["model1000"][0]
+    for _ in range(999):
+        assert type(model) is list and len(model) == 1
+        model = model[0]
+    assert model == [] and set(deep.beliefs) == {"model1000"}
+    assert {"model1000"} == {k.partition("/")[2] for k, t in models.items() if _parses(t)}
+
+
+def _parses(text: bytes) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def test_numbers_msgspec_and_orjson_read_apart_load_as_whole_values_do() -> None:
+    """orjson reads an integer past 64 bits as a float and refuses a number past a double's
+    range; msgspec keeps the integer exact and refuses such a model outright. A stored model,
+    time or ``previous`` time of that kind loads as a parse of the whole value does, and the
+    read goes on past it."""
+    big = "123456789012345678901234567890"
+    texts = {
+        f"belief/{id_}": _belief_text(id_, members, model)
+        for id_, members, model in (
+            ("plain", "", '"m"'),
+            ("modelbig", "", big),
+            ("modelnegative", "", "-" + big),
+            ("model2e64", "", "18446744073709551616"),
+            ("modelu64", "", "18446744073709551615"),
+            ("modelhuge", "", "1e400"),
+            ("modeldigits", "", "9" * 400 + ".5"),
+            ("modelinside", "", f'{{"a":{big}}}'),
+            ("createdbig", f',"createdAt":{big}', '"m"'),
+            ("created2e64", ',"createdAt":18446744073709551616', '"m"'),
+            ("previousbig", f',"previous":[{{"content":"y","updatedAt":{big}}}]', '"m"'),
+        )
+    }
+    goal = {**WRITTEN[3], "id": "gbig"}
+    texts["goal/gbig"] = orjson.dumps(goal)[:-1] + f',"sequence":{big}}}'.encode()
+    loaded = _loads_as_whole_values(texts)
+    assert {"plain", "modelbig", "modelu64", "modelinside"} <= set(loaded.beliefs)
+    assert loaded.vectors["modelu64"][0] == 2**64 - 1

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, Optional
 
 import msgspec
 import numpy as np
@@ -146,10 +146,15 @@ class _Committed:
                 # Usually every text of the batch ends with the same model: read once, then
                 # recognised by its ending (and held once, not once per entry).
                 if tail is None or not rest.endswith(tail):  # type: ignore[arg-type]
-                    model = decode_model(rest).embedding_model
-                    tail = _model_ending(model, rest)
-                models[n] = model
-            elif entry is None or type(entry) is not MindGoal:  # parsed whole
+                    try:
+                        model = decode_model(rest).embedding_model
+                        tail = _model_ending(model, rest)
+                    except _MODEL_REFUSED:  # no text or null: read as the whole parse reads it
+                        model = tail = entry = None
+                if entry is not None:
+                    models[n] = model
+                    continue
+            if entry is None or type(entry) is not MindGoal:  # parsed whole
                 try:
                     value = orjson.loads(cut[n])
                 except orjson.JSONDecodeError as exc:
@@ -294,12 +299,15 @@ class _Committed:
 
 
 class _VectorModel(msgspec.Struct, rename="camel"):
-    """The member of a stored belief or reflection naming the model of its vector."""
+    """The member of a stored belief or reflection naming the model of its vector: a model's
+    name, or none. Any other value is read by the parser of the whole text, whose reading of
+    numbers (an integer past 64 bits becomes a float) and of depth msgspec's does not share."""
 
-    embedding_model: Any = None
+    embedding_model: Optional[str] = None  # noqa: UP045 (msgspec evaluates it on Python 3.9)
 
 
 _model_decoder = msgspec.json.Decoder(_VectorModel)
+_MODEL_REFUSED = (msgspec.DecodeError, RecursionError)
 # What a belief's or reflection's key starts with (see ``records.entry_key``).
 _KEY_PREFIX: dict[type, str] = {MindBelief: "belief/", MindReflection: "reflection/"}
 
