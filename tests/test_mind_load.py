@@ -882,7 +882,9 @@ def test_numbers_msgspec_and_orjson_read_apart_load_as_whole_values_do() -> None
     reason="msgspec skips a member its entry does not know without reading its numbers; "
     "orjson refuses the whole text for a number past a double's range",
 )
-@pytest.mark.parametrize("number", ["1e400", "-1e400", "9" * 400])
+@pytest.mark.parametrize(
+    "number", ["1e400", "-1e400", "9" * 400], ids=["exponent", "negative", "digits"]
+)
 def test_a_number_past_a_double_in_an_unknown_member_loads_as_whole_values_do(
     number: str,
 ) -> None:
