@@ -154,18 +154,19 @@ class _Committed:
                 if entry is not None:
                     models[n] = model
                     continue
-            if entry is None or type(entry) is not MindGoal:  # parsed whole
-                try:
-                    value = orjson.loads(cut[n])
-                except orjson.JSONDecodeError as exc:
-                    logger.warning(
-                        "skipping mind entry %r stored as malformed JSON: %s", batch[n][0], exc
-                    )
-                    kept.remove(n)
-                    continue
-                entries[n] = entries_from_payloads([value])[0]
-                models[n] = _member(value, "embeddingModel")
-                vector_texts[n] = _member(value, VECTOR_FIELD)
+            # Parsed whole, a goal too: the cut, which declines any text holding a number
+            # msgspec and orjson may read apart, has no vector to cut from a goal's.
+            try:
+                value = orjson.loads(cut[n])
+            except orjson.JSONDecodeError as exc:
+                logger.warning(
+                    "skipping mind entry %r stored as malformed JSON: %s", batch[n][0], exc
+                )
+                kept.remove(n)
+                continue
+            entries[n] = entries_from_payloads([value])[0]
+            models[n] = _member(value, "embeddingModel")
+            vector_texts[n] = _member(value, VECTOR_FIELD)
         self._add(
             [batch[n][0] for n in kept],
             [entries[n] for n in kept],  # type: ignore[misc]
