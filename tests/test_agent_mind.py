@@ -1785,3 +1785,52 @@ def test_the_opening_read_is_used_only_for_the_mark_it_was_made_at(store: Store)
     stack = MemoryStack([mind], store=store)
     with stack.run(agent=AGENT) as run:
         assert "grass is green" in "\n".join(m["content"] for m in run.prepare([]))
+
+
+def test_an_entry_with_a_time_past_64_bits_is_skipped_and_the_run_still_flushes(
+    store: SQLiteStore, caplog: Any
+) -> None:
+    """A time no 64-bit integer holds (a foreign writer's ``1e20``) cannot be written back as
+    JSON: such an entry is skipped with a warning, as any malformed one is, and left as stored;
+    the runs around it work and flush as usual."""
+    goal = {
+        "id": "g1",
+        "type": "goal",
+        "description": "ship",
+        "priority": "high",
+        "status": "active",
+        "tags": [],
+        "progress": [],
+        "createdAt": 1e20,
+        "updatedAt": 1,
+    }
+    belief = {
+        "id": "b1",
+        "type": "belief",
+        "content": "the sky is green today",
+        "confidence": "high",
+        "tags": [],
+        "createdAt": 1,
+        "updatedAt": -1e19,
+    }
+    put_raw(store, goal)
+    put_raw(store, belief)
+    stack = make_stack(store)
+    with caplog.at_level("WARNING", logger="memstrata.agent_mind"), stack.run(agent=AGENT) as run:
+        assert (
+            run.call_tool("mind_update_goal", {"id": "g1", "progress": "half"}).get("ok") is False
+        )
+        ok(
+            run.call_tool(
+                "mind_believe", {"content": "the sky is green today", "confidence": "low"}
+            )
+        )
+        ok(run.call_tool("mind_set_goal", {"description": "another"}))
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "'goal/g1'" in warned and "createdAt 1e+20 is out of range" in warned
+    assert "'belief/b1'" in warned and "updatedAt" in warned
+    assert store.get(NS, "goal/g1").value == goal  # type: ignore[union-attr]
+    assert store.get(NS, "belief/b1").value == belief  # type: ignore[union-attr]
+    descriptions = {g["description"] for g in stored_entries(store, "goal")}
+    assert descriptions == {"ship", "another"}
+    assert len(stored_entries(store, "belief")) == 2

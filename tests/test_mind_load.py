@@ -341,6 +341,9 @@ odd_values = st.one_of(
         max_size=2,
     ),
     st.lists(st.integers(0, 1), max_size=1).map(lambda v: [{"content": "c", "updatedAt": 1.5}, *v]),
+    # Around the edges of a 64-bit time, and numbers msgspec and orjson read apart.
+    st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, -(2**63), 1e19, -1e19, 1e300, -0.0, 1e3]),
+    st.lists(st.fixed_dictionaries({"content": st.just("c"), "updatedAt": st.just(2**63)})),
 )
 
 
@@ -465,6 +468,7 @@ def _same_load(fast: Any, slow: Any) -> None:
     for id_, (model, dim, row) in slow.vectors.items():
         got_model, got_dim, got_row = fast.vectors[id_]
         assert (got_model, got_dim, got_row >= 0) == (model, dim, row >= 0), id_
+        assert type(got_model) is type(model), id_  # 2**64 == 2.0**64
         if row >= 0:
             want = slow.rows[dim].gather([row])
             assert (bits(fast.rows[dim].gather([got_row])) == bits(want)).all(), id_
@@ -665,10 +669,16 @@ def test_a_text_handed_over_as_a_str_with_a_lone_surrogate_is_skipped(caplog: An
     assert any("'belief/surrogate'" in r.getMessage() for r in caplog.records)
 
 
-@given(st.lists(damaged(), max_size=6), st.lists(st.sampled_from([8, 16]), max_size=6))
-def test_any_stored_text_loads_as_whole_values_do(values: list[Any], dims: list[int]) -> None:
-    """Damaged payloads with vectors of mixed dimensions, through the cut and through a whole
-    parse, on a store that hands the texts over as written."""
+@given(
+    st.lists(damaged(), max_size=6),
+    st.lists(st.sampled_from([8, 16]), max_size=6),
+    st.lists(st.one_of(st.just("m"), st.text(max_size=3), odd_values), max_size=6),
+)
+def test_any_stored_text_loads_as_whole_values_do(
+    values: list[Any], dims: list[int], models: list[Any]
+) -> None:
+    """Damaged payloads with vectors of mixed dimensions and models of any kind, through the
+    cut and through a whole parse, on a store that hands the texts over as written."""
     from memstrata.layers.mind.committed import _Committed
 
     texts: dict[str, bytes] = {}
@@ -677,7 +687,7 @@ def test_any_stored_text_loads_as_whole_values_do(values: list[Any], dims: list[
             value = {
                 **value,
                 "embedding": encode_vector(_vector(dims[n], n)),
-                "embeddingModel": "m",
+                "embeddingModel": models[n] if n < len(models) else "m",
             }
         key = f"{value.get('type')}/{value.get('id')}" if isinstance(value, dict) else f"x/{n}"
         texts[key] = orjson.dumps(value)
@@ -758,3 +768,126 @@ def test_a_full_read_pauses_the_cycle_collector_and_restores_it(
     finally:
         (gc.enable if was else gc.disable)()
         store.close()
+
+
+def _belief_text(id_: str, members: str = "", model: str = '"m"') -> bytes:
+    """A stored belief as memstrata writes it, with ``members`` added before its vector and
+    ``model`` as the value of its last member, the model's name."""
+    body = orjson.dumps({**WRITTEN[0], "id": id_, "embedding": encode_vector(_vector(16, 1))})
+    return (
+        body[: body.rindex(b',"embeddingModel"')]
+        + members.encode()
+        + b',"embeddingModel":'
+        + model.encode()
+        + b"}"
+    )
+
+
+def _loads_as_whole_values(texts: dict[str, bytes]) -> Any:
+    from memstrata.layers.mind.committed import _Committed
+
+    loaded = _Committed(None, None)
+    loaded.add_encoded([(key, texts[key], None) for key in sorted(texts)])
+    loaded.seal()
+    oracle = _loaded_as_whole_values(texts)
+    _same_load(loaded, oracle)
+
+    # The models compared with their types (2**64 == 2.0**64), a nested list by its depth
+    # (comparing lists a thousand deep would pass Python's recursion limit).
+    def model(value: Any) -> Any:
+        depth = 0
+        while type(value) is list and value:
+            value, depth = value[0], depth + 1
+        return (type(value), value, depth)
+
+    models = {id_: model(m) for id_, (m, _d, _r) in loaded.vectors.items()}
+    assert models == {id_: model(m) for id_, (m, _d, _r) in oracle.vectors.items()}
+    return loaded
+
+
+def test_texts_nested_past_the_recursion_limit_load_as_whole_values_do(caplog: Any) -> None:
+    """msgspec reads nesting only as deep as Python's recursion limit, orjson to a depth of
+    1,024: a stored text nested deeper than the one allows (in a member the entry does not
+    know, in ``previous``, or in its model) loads as a parse of the whole value does, and the
+    rest with it, never failing the whole read."""
+    from memstrata.layers.mind.committed import _Committed
+
+    def nested(depth: int) -> str:
+        return "[" * depth + "]" * depth
+
+    texts = {
+        f"belief/{id_}": _belief_text(id_, members)
+        for id_, members in (
+            ("plain", ""),
+            ("extra1000", ',"x":' + nested(1000)),
+            ("extra1023", ',"x":' + nested(1023)),
+            ("extra2000", ',"x":' + nested(2000)),
+            ("previous", ',"previous":[{"content":"y","updatedAt":1,"d":' + nested(1020) + "}]"),
+        )
+    }
+    with caplog.at_level("WARNING", logger="memstrata.agent_mind"):
+        loaded = _loads_as_whole_values(texts)
+    assert set(loaded.beliefs) == {"plain", "extra1000", "extra1023", "previous"}
+    # A model as deep: compared by its depth (Python compares such lists only so deep).
+    models = {f"belief/model{d}": _belief_text(f"model{d}", model=nested(d)) for d in (1000, 2000)}
+    deep = _Committed(None, None)
+    deep.add_encoded([(key, text, None) for key, text in models.items()])
+    model = deep.vectors["model1000"][0]
+    for _ in range(999):
+        assert type(model) is list and len(model) == 1
+        model = model[0]
+    assert model == [] and set(deep.beliefs) == {"model1000"}
+    assert {"model1000"} == {k.partition("/")[2] for k, t in models.items() if _parses(t)}
+
+
+def _parses(text: bytes) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def test_numbers_msgspec_and_orjson_read_apart_load_as_whole_values_do() -> None:
+    """orjson reads an integer past 64 bits as a float and refuses a number past a double's
+    range; msgspec keeps the integer exact and refuses such a model outright. A stored model,
+    time or ``previous`` time of that kind loads as a parse of the whole value does, and the
+    read goes on past it."""
+    big = "123456789012345678901234567890"
+    texts = {
+        f"belief/{id_}": _belief_text(id_, members, model)
+        for id_, members, model in (
+            ("plain", "", '"m"'),
+            ("modelbig", "", big),
+            ("modelnegative", "", "-" + big),
+            ("model2e64", "", "18446744073709551616"),
+            ("modelu64", "", "18446744073709551615"),
+            ("modelhuge", "", "1e400"),
+            ("modeldigits", "", "9" * 400 + ".5"),
+            ("modelinside", "", f'{{"a":{big}}}'),
+            ("createdbig", f',"createdAt":{big}', '"m"'),
+            ("created2e64", ',"createdAt":18446744073709551616', '"m"'),
+            ("previousbig", f',"previous":[{{"content":"y","updatedAt":{big}}}]', '"m"'),
+        )
+    }
+    goal = {**WRITTEN[3], "id": "gbig"}
+    texts["goal/gbig"] = orjson.dumps(goal)[:-1] + f',"sequence":{big}}}'.encode()
+    loaded = _loads_as_whole_values(texts)
+    assert {"plain", "modelbig", "modelu64", "modelinside"} <= set(loaded.beliefs)
+    assert loaded.vectors["modelu64"][0] == 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    "number", ["1e400", "-1e400", "9" * 400], ids=["exponent", "negative", "digits"]
+)
+def test_a_number_past_a_double_in_an_unknown_member_loads_as_whole_values_do(
+    number: str,
+) -> None:
+    """msgspec skips a member its entry does not know without reading its numbers, where
+    orjson refuses a whole text holding a number past a double's range: such a text, a goal's
+    or a belief's, is skipped as a whole-value parse skips it."""
+    texts = {"belief/b": _belief_text("b", f',"note":{number}')}
+    goal = orjson.dumps({**WRITTEN[3], "id": "g"})
+    texts["goal/g"] = goal[:-1] + f',"note":[{number}]}}'.encode()
+    loaded = _loads_as_whole_values(texts)
+    assert not loaded.beliefs and not loaded.goals

@@ -384,7 +384,9 @@ def split_vector_members(
     (UTF-8 bytes; parsing it gives the parsed text without ``key``) and the vector in the row of
     the same number of the ``(len(texts), dim)`` matrix; else ``None`` and a zero row. The cut
     is declined (``None``) wherever it could differ from a parser's view: the key written
-    twice or with an escape, an escaped value, brackets that do not pair, trailing text. Runs
+    twice or with an escape, an escaped value, brackets that do not pair, trailing text, and
+    anywhere in the text a number with an exponent or twenty digits or more (one a parser may
+    read past a double's range and refuse, where a parser of the rest may skip it). Runs
     without the GIL. Without ``dim``, the vector length most members share sets it (the first
     seen among equals; the matrix has no columns when none has a vector's length).
 

@@ -10,7 +10,10 @@
 //! - brackets that do not pair up, or anything but whitespace after the object;
 //! - a key written with an escape (`"embe\u0064ding"` is the same key to a parser);
 //! - the key present more than once (a parser keeps the last);
-//! - a value that is not a string, or a string written with an escape.
+//! - a value that is not a string, or a string written with an escape;
+//! - anywhere in the text, a number written with an exponent or with twenty digits or more:
+//!   one a parser may read past a double's range and refuse, where a parser of the rest that
+//!   skips the members it does not need would not look at it.
 //!
 //! Everything else in the text is skipped by structure, not validated: a text that is not
 //! valid JSON stays invalid once the (well-formed) member is cut out, and the parser of the
@@ -55,6 +58,18 @@ fn skip_string(text: &[u8], at: usize) -> Option<(usize, bool)> {
     }
 }
 
+/// The end of the number (or other bare token) starting at `at`, if it is none of those the
+/// module documentation declines: an exponent, or twenty digits or more.
+fn skip_plain_number(text: &[u8], at: usize) -> Option<usize> {
+    let end = text[at..]
+        .iter()
+        .position(|&c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+        .map_or(text.len(), |n| at + n);
+    let token = &text[at..end];
+    let digits = token.iter().filter(|c| c.is_ascii_digit()).count();
+    (digits < 20 && !token.iter().any(|&c| c == b'e' || c == b'E')).then_some(end)
+}
+
 /// The end of the value starting at `at` (no whitespace before it): strings, nested objects
 /// and arrays with their brackets paired, and anything else up to the next delimiter.
 fn skip_value(text: &[u8], at: usize) -> Option<usize> {
@@ -80,8 +95,12 @@ fn skip_value(text: &[u8], at: usize) -> Option<usize> {
                     .iter()
                     .position(|&c| c == b',' || c == b'}' || c == b']' || is_space(c))
                     .map_or(text.len(), |n| i + n);
+                if matches!(b, b'-' | b'0'..=b'9') {
+                    skip_plain_number(text, i)?;
+                }
                 return (end > i).then_some(end);
             }
+            b'-' | b'0'..=b'9' => i = skip_plain_number(text, i)?,
             _ => i += 1,
         }
         if open.is_empty() {
@@ -185,6 +204,11 @@ mod tests {
                 r#"{"a": "x\"}", "e": "QUJD", "b": null}"#,
                 r#"{"a": "x\"}", "b": null}"#,
             ),
+            (
+                r#"{"a":[-1.5,1234567890123456789,true,false],"e":"QUJD","t":-0}"#,
+                r#"{"a":[-1.5,1234567890123456789,true,false],"t":-0}"#,
+            ),
+            (r#"{"e":"QUJD","n":"1e400"}"#, r#"{"n":"1e400"}"#),
         ] {
             let (out, value) = rest(text, "e").unwrap();
             assert_eq!(value, "QUJD");
@@ -206,6 +230,11 @@ mod tests {
             r#"{"a":{"e":"QUJD"}}"#,      // not at the top
             r#"{"a":1}"#,                 // absent
             r#"{"e":"QUJD""#,             // cut short
+            r#"{"a":1e400,"e":"QUJD"}"#,  // a number a double may not hold
+            r#"{"e":"QUJD","a":-1E3}"#,
+            r#"{"a":[0,{"b":1e-400}],"e":"QUJD"}"#,
+            r#"{"e":"QUJD","a":{"b":[12345678901234567890]}}"#,
+            r#"{"a":-1.2345678901234567890,"e":"QUJD"}"#,
             "",
         ] {
             assert_eq!(string_member(text.as_bytes(), b"e"), None, "{text}");

@@ -31,7 +31,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import orjson
 
@@ -66,7 +66,8 @@ logger = logging.getLogger("memstrata.working_memory")
 
 Scope = Literal["thread", "resource", "conversation", "user"]
 Mode = Literal["append", "replace"]
-State = str | dict[str, Any]
+# A Union rather than ``|``: evaluated when the module loads, on Python 3.9 too.
+State = Union[str, dict[str, Any]]
 
 QUARANTINE_PREFIX = "quarantine/"
 DEFAULT_MAX_STATE_BYTES = 1 << 20

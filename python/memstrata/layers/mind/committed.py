@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, Optional
 
 import msgspec
 import numpy as np
@@ -146,21 +146,27 @@ class _Committed:
                 # Usually every text of the batch ends with the same model: read once, then
                 # recognised by its ending (and held once, not once per entry).
                 if tail is None or not rest.endswith(tail):  # type: ignore[arg-type]
-                    model = decode_model(rest).embedding_model
-                    tail = _model_ending(model, rest)
-                models[n] = model
-            elif entry is None or type(entry) is not MindGoal:  # parsed whole
-                try:
-                    value = orjson.loads(cut[n])
-                except orjson.JSONDecodeError as exc:
-                    logger.warning(
-                        "skipping mind entry %r stored as malformed JSON: %s", batch[n][0], exc
-                    )
-                    kept.remove(n)
+                    try:
+                        model = decode_model(rest).embedding_model
+                        tail = _model_ending(model, rest)
+                    except _MODEL_REFUSED:  # no text or null: read as the whole parse reads it
+                        model = tail = entry = None
+                if entry is not None:
+                    models[n] = model
                     continue
-                entries[n] = entries_from_payloads([value])[0]
-                models[n] = _member(value, "embeddingModel")
-                vector_texts[n] = _member(value, VECTOR_FIELD)
+            # Parsed whole, a goal too: the cut, which declines any text holding a number
+            # msgspec and orjson may read apart, has no vector to cut from a goal's.
+            try:
+                value = orjson.loads(cut[n])
+            except orjson.JSONDecodeError as exc:
+                logger.warning(
+                    "skipping mind entry %r stored as malformed JSON: %s", batch[n][0], exc
+                )
+                kept.remove(n)
+                continue
+            entries[n] = entries_from_payloads([value])[0]
+            models[n] = _member(value, "embeddingModel")
+            vector_texts[n] = _member(value, VECTOR_FIELD)
         self._add(
             [batch[n][0] for n in kept],
             [entries[n] for n in kept],  # type: ignore[misc]
@@ -294,12 +300,15 @@ class _Committed:
 
 
 class _VectorModel(msgspec.Struct, rename="camel"):
-    """The member of a stored belief or reflection naming the model of its vector."""
+    """The member of a stored belief or reflection naming the model of its vector: a model's
+    name, or none. Any other value is read by the parser of the whole text, whose reading of
+    numbers (an integer past 64 bits becomes a float) and of depth msgspec's does not share."""
 
-    embedding_model: Any = None
+    embedding_model: Optional[str] = None  # noqa: UP045 (msgspec evaluates it on Python 3.9)
 
 
 _model_decoder = msgspec.json.Decoder(_VectorModel)
+_MODEL_REFUSED = (msgspec.DecodeError, RecursionError)
 # What a belief's or reflection's key starts with (see ``records.entry_key``).
 _KEY_PREFIX: dict[type, str] = {MindBelief: "belief/", MindReflection: "reflection/"}
 

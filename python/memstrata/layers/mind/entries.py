@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import msgspec
 import numpy as np
@@ -31,6 +31,15 @@ GOAL_STATUSES: tuple[GoalStatus, ...] = ("active", "completed")
 GOAL_PRIORITIES: tuple[GoalPriority, ...] = ("low", "normal", "high")
 CONFIDENCE_LEVELS: tuple[ConfidenceLevel, ...] = ("low", "medium", "high")
 ENTRY_TYPES: tuple[MindEntryType, ...] = ("goal", "belief", "reflection")
+
+# Unix milliseconds as stored: a 64-bit integer, the widest the store's JSON encoder writes (an
+# entry holding a wider one would load, then fail the flush of any run that rewrites it).
+MIN_MS, MAX_MS = -(2**63), 2**63 - 1
+Millis = Annotated[int, msgspec.Meta(ge=MIN_MS, le=MAX_MS)]
+# The entries' optional fields, named here rather than written ``X | None``: msgspec reads the
+# fields' annotations when this module loads, and Python 3.9 has no ``|`` between types.
+_OptionalText = Optional[str]
+_OptionalMillis = Optional[Millis]
 
 _DURATION = re.compile(r"^\s*(\d{1,9})\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
@@ -119,6 +128,8 @@ def _str_list(value: Any, what: str) -> list[str]:
 def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(f"{what} must be a number of Unix milliseconds")
+    if not MIN_MS <= value <= MAX_MS:
+        raise InvalidInputError(f"{what} {value!r} is out of range (a 64-bit integer)")
     return int(value)
 
 
@@ -152,12 +163,12 @@ class MindGoal(_Entry, kw_only=True, tag="goal"):
     priority: GoalPriority
     status: GoalStatus
     tags: list[str] = []
-    due_by: str | None = None
+    due_by: _OptionalText = None
     progress: list[str] = []
-    outcome: str | None = None
-    created_at: int
-    updated_at: int
-    sequence: int = 0  # memstrata's: orders goals created in one millisecond
+    outcome: _OptionalText = None
+    created_at: Millis
+    updated_at: Millis
+    sequence: Millis = 0  # memstrata's: orders goals created in one millisecond
 
     @property
     def type(self) -> Literal["goal"]:
@@ -214,9 +225,9 @@ class MindBelief(_Entry, kw_only=True, tag="belief"):
     content: str
     confidence: ConfidenceLevel
     tags: list[str] = []
-    expires_at: int | None = None
-    created_at: int
-    updated_at: int
+    expires_at: _OptionalMillis = None
+    created_at: Millis
+    updated_at: Millis
     error: bool = False
     previous: list[dict[str, Any]] = []
 
@@ -288,11 +299,11 @@ class MindReflection(_Entry, kw_only=True, tag="reflection"):
     content: str
     pinned: bool = False
     tags: list[str] = []
-    related_to: str | None = None
-    created_at: int
-    updated_at: int
+    related_to: _OptionalText = None
+    created_at: Millis
+    updated_at: Millis
     error: bool = False
-    expires_at: int | None = None
+    expires_at: _OptionalMillis = None
 
     @property
     def type(self) -> Literal["reflection"]:
@@ -493,8 +504,10 @@ def entries_from_texts(texts: list[Any]) -> list[MindEntry | None]:
     the shape memstrata writes is read straight into its entry; None in place of any other
     (malformed JSON, a float time, a value that is no entry), for the caller to parse whole and
     give to :func:`entries_from_payloads`, which reads what it can and names what is wrong."""
-    # (ValidationError is a DecodeError; a str with a lone surrogate has no UTF-8 to read.)
-    decode, failed = _entry_decoder.decode, (msgspec.DecodeError, UnicodeError)
+    # (ValidationError is a DecodeError; a str with a lone surrogate has no UTF-8 to read; a
+    # value nested deeper than Python's recursion limit is left to the parser of the whole,
+    # which reads it to its own depth of 1,024.)
+    decode, failed = _entry_decoder.decode, (msgspec.DecodeError, UnicodeError, RecursionError)
     try:  # the usual batch: every text in the written shape
         entries: list[MindEntry | None] = [decode(text) for text in texts]
     except failed:
@@ -521,7 +534,7 @@ def _as_written(entry: MindEntry) -> MindEntry | None:
         if type(item) is not dict:
             return None
         content, updated = item.get("content"), item.get("updatedAt")
-        if type(content) is not str or type(updated) is not int:
+        if type(content) is not str or type(updated) is not int or not MIN_MS <= updated <= MAX_MS:
             return None
         previous.append({"content": content, "updatedAt": updated})
     entry.previous = previous
