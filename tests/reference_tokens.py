@@ -429,6 +429,9 @@ PROBE_WINDOWS = 4
 PROBE_CHARS = 32
 PROBE_MIN_CHARS = PROBE_WINDOWS * PROBE_CHARS
 PROBE_RATIO = 1.5
+FIRST_WINDOWS = (0, 2)
+LATER_WINDOWS = (1, 3)
+PROBE_AGREE = 1.2
 PROBE_WORDS_SHARE = 0.35
 PROBE_WORDS_SHARE_TWO_BYTE = 0.1
 PROBE_KANA_SHARE = 0.5
@@ -485,15 +488,35 @@ def sampled_script_changes(chunk: str) -> int:
     return changes
 
 
-def probe_tokens(chunk: str, encoding: str) -> int:
-    """The exact tokens of the windows of ``chunk`` (``probe_tokens`` in probe.rs)."""
+def window_tokens(chunk: str, encoding: str, ks: tuple[int, ...]) -> int:
+    """The exact tokens of windows ``ks`` of ``chunk`` (``window_tokens`` in probe.rs)."""
     enc = tiktoken_encoding(encoding)
     n = len(chunk)
     total = 0
-    for k in range(PROBE_WINDOWS):
+    for k in ks:
         start = (2 * k + 1) * n // (2 * PROBE_WINDOWS) - PROBE_CHARS // 2
         total += len(enc.encode_ordinary(chunk[start : start + PROBE_CHARS]))
     return total
+
+
+def probe_tokens(chunk: str, encoding: str) -> int:
+    """The exact tokens of the windows of ``chunk`` (``probe_tokens`` in probe.rs)."""
+    return window_tokens(chunk, encoding, tuple(range(PROBE_WINDOWS)))
+
+
+def sample_disagrees(chunk: str, encoding: str, value: float) -> bool:
+    """Whether the windows of ``chunk``, the first ones alone where they read about ``value``,
+    disagree with it (``sample_disagrees`` in probe.rs)."""
+    n = len(chunk)
+    if n < PROBE_MIN_CHARS:
+        return True
+    bound = max(value, 1.0) * PROBE_MIN_CHARS
+    first = window_tokens(chunk, encoding, FIRST_WINDOWS)
+    scaled_first = float(2 * first * n)
+    if scaled_first <= PROBE_AGREE * bound and PROBE_AGREE * scaled_first >= bound:
+        return False
+    scaled = float((first + window_tokens(chunk, encoding, LATER_WINDOWS)) * n)
+    return scaled > PROBE_RATIO * bound or PROBE_RATIO * scaled < bound
 
 
 def may_hold_unknown_words(f: list[float], value: float, chars: int) -> bool:
@@ -540,14 +563,7 @@ def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> 
             and sampled_script_changes(text) >= SCRIPT_CHANGES_MIN
         )
     )
-    if not in_doubt:
-        return False
-    n = len(text)
-    if n < PROBE_MIN_CHARS:
-        return True
-    scaled = float(probe_tokens(text, encoding) * n)
-    bound = e * PROBE_MIN_CHARS
-    return scaled > PROBE_RATIO * bound or PROBE_RATIO * scaled < bound
+    return in_doubt and sample_disagrees(text, encoding, value)
 
 
 def model_value(text: str, encoding: str, coefficients: list[float]) -> tuple[float, bool]:

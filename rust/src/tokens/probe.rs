@@ -161,16 +161,18 @@ pub fn sampled_script_changes<U: Unit>(units: &[U], masks: &[WordMasks], chars: 
     changes
 }
 
-/// The exact tokens of the [`PROBE_WINDOWS`] windows of a chunk of `chars` (at least
+/// The exact tokens of windows `ks` (see [`PROBE_WINDOWS`]) of a chunk of `chars` (at least
 /// [`PROBE_MIN_CHARS`]) code points, `units`, whose blocks' masks are `masks`.
-pub fn probe_tokens<U: Unit>(
+fn window_tokens<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
     chars: usize,
+    ks: &[usize],
     encoding: Encoding,
 ) -> usize {
-    let targets: Vec<usize> = (0..PROBE_WINDOWS)
-        .flat_map(|k| {
+    let targets: Vec<usize> = ks
+        .iter()
+        .flat_map(|&k| {
             let start = (2 * k + 1) * chars / (2 * PROBE_WINDOWS) - PROBE_CHARS / 2;
             [start, start + PROBE_CHARS]
         })
@@ -182,9 +184,36 @@ pub fn probe_tokens<U: Unit>(
         .sum()
 }
 
+/// The exact tokens of the [`PROBE_WINDOWS`] windows of a chunk of `chars` (at least
+/// [`PROBE_MIN_CHARS`]) code points, `units`, whose blocks' masks are `masks`.
+pub fn probe_tokens<U: Unit>(
+    units: &[U],
+    masks: &[WordMasks],
+    chars: usize,
+    encoding: Encoding,
+) -> usize {
+    let ks: Vec<usize> = (0..PROBE_WINDOWS).collect();
+    window_tokens(units, masks, chars, &ks, encoding)
+}
+
+/// The windows counted first, every other one; the rest are counted only where these read
+/// the chunk's density further than [`PROBE_AGREE`] from the model's value.
+pub const FIRST_WINDOWS: [usize; 2] = [0, 2];
+
+/// The windows counted where the first ones do not settle it.
+pub const LATER_WINDOWS: [usize; 2] = [1, 3];
+
+/// Where the first windows, scaled to the chunk's length, hold at most this many times the
+/// model's value and at least the value over it, the chunk keeps the value without the other
+/// windows: for the sample to disagree by [`PROBE_RATIO`], the windows left out would have to
+/// read 1.8 times the value or more, a chunk whose parts differ that much. Ordinary chunks
+/// mostly read within it.
+pub const PROBE_AGREE: f64 = 1.2;
+
 /// Whether the sample of a chunk of `chars` code points with model value `value` says the
 /// chunk holds more than [`PROBE_RATIO`] times the value, or less than the value over it
-/// (then it is counted exactly). Chunks shorter than [`PROBE_MIN_CHARS`] always are.
+/// (then it is counted exactly). Chunks shorter than [`PROBE_MIN_CHARS`] always are. Half the
+/// windows are counted first, and the others only where those do not read about the value.
 pub fn sample_disagrees<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
@@ -195,8 +224,15 @@ pub fn sample_disagrees<U: Unit>(
     if chars < PROBE_MIN_CHARS {
         return true;
     }
-    let scaled = (probe_tokens(units, masks, chars, encoding) * chars) as f64;
     let e = value.max(1.0) * PROBE_MIN_CHARS as f64;
+    let first = window_tokens(units, masks, chars, &FIRST_WINDOWS, encoding);
+    // The first windows are half the sample: scaled to the chunk, twice their tokens.
+    let scaled_first = (2 * first * chars) as f64;
+    if scaled_first <= PROBE_AGREE * e && PROBE_AGREE * scaled_first >= e {
+        return false;
+    }
+    let later = window_tokens(units, masks, chars, &LATER_WINDOWS, encoding);
+    let scaled = ((first + later) * chars) as f64;
     scaled > PROBE_RATIO * e || PROBE_RATIO * scaled < e
 }
 
@@ -228,6 +264,28 @@ mod tests {
                 })
                 .sum();
             assert_eq!(utf8, windows);
+        }
+    }
+
+    #[test]
+    fn first_windows_reading_the_value_settle_the_chunk() {
+        // Prose where the first and third windows fall, random Greek where the others do.
+        let prose = "Memory layers let an agent keep goals, beliefs and reflections. ".repeat(4);
+        let greek = "ψυρξθδ'ςμξαιχθζ'φπ'ιψνγζξκ'σψλκζρας ςωχςγ'δςχοτισφ πδβωπ'".repeat(4);
+        let quarter = |s: &str| s.chars().take(256).collect::<String>();
+        let text = [quarter(&prose), quarter(&greek)].concat().repeat(2);
+        let chars = text.chars().count();
+        let masks = word_masks(text.as_bytes());
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let first = window_tokens(text.as_bytes(), &masks, chars, &FIRST_WINDOWS, e);
+            let all = probe_tokens(text.as_bytes(), &masks, chars, e);
+            // A value the first windows read exactly, which all four read far above.
+            let value = (2 * first * chars) as f64 / PROBE_MIN_CHARS as f64;
+            assert!((all * chars) as f64 > PROBE_RATIO * value * PROBE_MIN_CHARS as f64);
+            assert!(!sample_disagrees(text.as_bytes(), &masks, chars, value, e));
+            // Where they read past PROBE_AGREE, all four windows decide.
+            let low = value / 1.3;
+            assert!(sample_disagrees(text.as_bytes(), &masks, chars, low, e));
         }
     }
 
