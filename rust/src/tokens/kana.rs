@@ -88,7 +88,7 @@ fn kana_pairs(encoding: Encoding) -> &'static KanaPairs {
 
 /// The code point at unit `i` and the unit after it.
 #[inline]
-fn code_point<U: Unit>(units: &[U], i: usize) -> (u32, usize) {
+pub(super) fn code_point<U: Unit>(units: &[U], i: usize) -> (u32, usize) {
     match units[i].value() {
         v if v < 0x80 => (v, i + 1),
         _ => {

@@ -12,6 +12,7 @@
 
 use super::count::count_units;
 use super::features::{nth_set_bit, Unit, WordMasks};
+use super::kana::code_point;
 use super::models::Encoding;
 
 /// Windows counted exactly, evenly spaced: window `k` is centred on code point
@@ -122,18 +123,6 @@ fn script(c: u32) -> u32 {
         | 0x1F000..=0x1FFFF
         | 0xE0000.. => 0,
         _ => 0x100 + (c >> 8),
-    }
-}
-
-/// The code point at unit `i` and the unit after it.
-#[inline]
-fn code_point<U: Unit>(units: &[U], i: usize) -> (u32, usize) {
-    match units[i].value() {
-        v if v < 0x80 => (v, i + 1),
-        _ => {
-            let (c, len) = U::decode(units, i);
-            (c, i + len)
-        }
     }
 }
 
