@@ -24,6 +24,9 @@ from typing import Any
 
 CORPUS = pathlib.Path(__file__).resolve().parent / "corpus" / "tokens"
 CATEGORIES = ("prose", "code", "json", "chinese", "japanese", "korean", "european")
+# The categories of the ``evaluate`` split: sources of kinds the estimator was never fitted on
+# (see tools/calibrate_tokens.py build-evaluation).
+EVALUATION_CATEGORIES = ("prose", "code", "json", "cjk", "markup", "other-scripts")
 
 FEATURE_NAMES = (
     "letter segments of length 1",
@@ -671,32 +674,48 @@ def tiktoken_encoding(name: str) -> Any:
 
 
 def corpus_files(split: str) -> list[tuple[str, pathlib.Path]]:
-    """(category, path) of every corpus file in ``split`` ("calibrate" or "heldout")."""
+    """(category, path) of every corpus file in ``split`` ("calibrate", "heldout" or "evaluate")."""
     out = []
-    for category in CATEGORIES:
+    for category in EVALUATION_CATEGORIES if split == "evaluate" else CATEGORIES:
         for path in sorted((CORPUS / split / category).glob("*")):
             out.append((category, path))
     return out
 
 
-def corpus_chunks(split: str) -> list[tuple[str, str]]:
-    """Message-sized (200-4000 characters) chunks of the corpus, cut at line ends when possible.
+def message_chunks(text: str, seed: str) -> list[str]:
+    """Message-sized (200-4000 characters) chunks of ``text``, cut at line ends when possible.
 
-    The cut points are drawn from a generator seeded by the file name, so every run (and the
-    Rust side, the tests and the benchmark) sees the same chunks.
+    The cut points are drawn from a generator seeded by ``seed``, so every run sees the same
+    chunks.
     """
-    chunks = []
-    for category, path in corpus_files(split):
-        text = path.read_text(encoding="utf-8")
-        rng = random.Random(f"{split}/{category}/{path.name}")
-        pos = 0
-        while pos < len(text):
-            end = min(len(text), pos + rng.randint(200, 4000))
-            newline = text.find("\n", end, end + 200)
-            if newline != -1:
-                end = newline + 1
-            chunk = text[pos:end]
-            pos = end
-            if len(chunk) >= 200:
-                chunks.append((category, chunk))
+    rng = random.Random(seed)
+    chunks, pos = [], 0
+    while pos < len(text):
+        end = min(len(text), pos + rng.randint(200, 4000))
+        newline = text.find("\n", end, end + 200)
+        if newline != -1:
+            end = newline + 1
+        chunk = text[pos:end]
+        pos = end
+        if len(chunk) >= 200:
+            chunks.append(chunk)
     return chunks
+
+
+def corpus_chunks(split: str) -> list[tuple[str, str]]:
+    """Message-sized chunks of the corpus's ``split``, seeded by each file's name, so every
+    run (and the Rust side, the tests and the benchmark) sees the same chunks."""
+    return [
+        (category, chunk)
+        for category, path in corpus_files(split)
+        for chunk in message_chunks(
+            path.read_text(encoding="utf-8"), f"{split}/{category}/{path.name}"
+        )
+    ]
+
+
+def error_quantiles(errors: list[float]) -> tuple[float, float]:
+    """The median and the 95th percentile (linear interpolation) of relative errors."""
+    import numpy as np
+
+    return float(np.median(errors)), float(np.percentile(errors, 95))

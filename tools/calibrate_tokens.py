@@ -2,26 +2,30 @@
 
 Usage (from the repository root, with the dev virtualenv)::
 
-    .venv/bin/python tools/calibrate_tokens.py build-corpus  # rewrites tests/corpus/tokens/
+    .venv/bin/python tools/calibrate_tokens.py build-corpus  # rewrites calibrate/ and heldout/
+    .venv/bin/python tools/calibrate_tokens.py build-evaluation  # rewrites evaluate/
     .venv/bin/python tools/calibrate_tokens.py fit  # rewrites rust/src/tokens/coefficients.rs
-    .venv/bin/python tools/calibrate_tokens.py evaluate  # per-category error, held-out sources
+    .venv/bin/python tools/calibrate_tokens.py evaluate  # per-category error
 
-``build-corpus`` copies text from what a Debian machine with CPython has installed (licences,
-man pages, stdlib sources, package data, gettext catalogues) and records each file's source in
-``MANIFEST.tsv``. ``fit`` counts every message-sized chunk of the *calibration* files exactly with
-tiktoken (loaded offline, see ``tests/reference_tokens.py``), extracts the features with the pure
-Python reference, and solves a least-squares problem on *relative* error in which each category
-carries the same total weight, so the small categories are not drowned by the big ones. The
-held-out files only serve to print the same error on them after the fit.
+All three directories are under ``tests/corpus/tokens/``. ``build-corpus`` copies text from what
+a Debian machine with CPython has installed (licences, man pages, stdlib sources, package data,
+gettext catalogues) and records each file's source in ``MANIFEST.tsv``. ``fit`` counts every
+message-sized chunk of the *calibration* files exactly with tiktoken (loaded offline, see
+``tests/reference_tokens.py``), extracts the features with the pure Python reference, and solves
+a least-squares problem on *relative* error in which each category carries the same total
+weight, so the small categories are not drowned by the big ones. The held-out files only serve
+to print the same error on them after the fit.
 
-``evaluate`` gathers a wider corpus at evaluation time from files on the machine (nothing of it
-is committed): code in C, C++, Go, Java, JavaScript, TypeScript, shell, SQL and Perl; Markdown,
-HTML, YAML, CSV and logs; prose; JSON; CJK, Arabic, Hebrew, Hindi, Thai, Vietnamese and
-Indonesian gettext catalogues. Every source (a project, a package, a language's catalogues of
-one set of programs) lands whole on one side of the split, so the figures it prints for the
-``evaluate`` side are for sources the model was not fitted to. It prints, per encoding and
-category, the median and p95 relative error of ``estimate_tokens`` (the kernel's, counting
-exactly where it distrusts its model) on message-sized chunks, and the share counted exactly.
+``build-evaluation`` gathers text of other kinds from files on the machine, by *source* (a
+project, a package, a language's catalogues of one set of programs): code in C, C++, Go, Java,
+JavaScript, TypeScript, shell, SQL and Perl; Markdown, HTML, YAML, CSV and logs; READMEs,
+changelogs, licences and man pages; JSON; CJK, Arabic, Hebrew, Hindi, Thai, Vietnamese and
+Indonesian gettext catalogues. Every second source of each category is copied into
+``evaluate/`` (with its own ``MANIFEST.tsv``); the others are left out, so a source lands whole
+on one side. ``fit`` never reads ``evaluate/``. ``evaluate`` prints, per encoding and category,
+the median and p95 relative error of ``estimate_tokens`` (the kernel's, counting exactly where it
+distrusts its model) on message-sized chunks of ``evaluate/`` and ``heldout/``, and the share
+counted exactly; ``tests/test_tokens.py`` checks the targets on ``evaluate/``.
 """
 
 from __future__ import annotations
@@ -328,10 +332,13 @@ def fit() -> None:
 
 
 def _read(path: pathlib.Path, limit: int = 60_000) -> str:
+    import gzip
+
     try:
-        return path.read_text(encoding="utf-8", errors="replace")[:limit]
-    except OSError:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError):
         return ""
+    return data.decode("utf-8", errors="replace")[:limit]
 
 
 def _files(pattern: str, limit: int = 6, size: int = 120_000) -> list[pathlib.Path]:
@@ -369,6 +376,9 @@ def _sources() -> dict[str, list[tuple[str, object]]]:
     def gettext(langs: list[str], domains: list[str]) -> object:
         return lambda: [(f"{lang}:{','.join(domains)}", _gettext(lang, domains)) for lang in langs]
 
+    def man_pages(pages: list[str]) -> object:
+        return lambda: [(f"man {page}", _man(page)[:60_000]) for page in pages]
+
     half = len(MO_DOMAINS) // 2
     first, second = MO_DOMAINS[:half], [*MO_DOMAINS[half:], "Linux-PAM", "PackageKit", "gtk20"]
     return {
@@ -397,6 +407,10 @@ def _sources() -> dict[str, list[tuple[str, object]]]:
             ("licences", files("/usr/share/common-licenses/[A-L]*", 6)),
             ("READMEs", files("/usr/share/doc/*/README*", 10)),
             ("changelogs", files("/root/.cargo/registry/src/*/*/CHANGELOG.md", 6)),
+            (
+                "man pages, other programs",
+                man_pages(["sed", "find", "ssh", "curl", "psql", "less"]),
+            ),
         ],
         "json": [
             (
@@ -414,6 +428,7 @@ def _sources() -> dict[str, list[tuple[str, object]]]:
                     6,
                 ),
             ),
+            ("iso-codes", files("/usr/share/iso-codes/json/*.json", 4)),
         ],
         "cjk": [
             ("zh/ja/ko, first programs", gettext(["zh_CN", "zh_TW", "ja", "ko"], first)),
@@ -434,62 +449,83 @@ def _sources() -> dict[str, list[tuple[str, object]]]:
     }
 
 
-def _chunks(text: str, seed: str) -> list[str]:
-    import random
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._" else "-" for c in text).strip("-")
 
-    rng = random.Random(seed)
-    out, pos = [], 0
-    while pos < len(text):
-        end = min(len(text), pos + rng.randint(200, 4000))
-        newline = text.find("\n", end, end + 200)
-        end = newline + 1 if newline != -1 else end
-        if end - pos >= 200:
-            out.append(text[pos:end])
-        pos = end
-    return out
+
+def build_evaluation() -> None:
+    """Writes tests/corpus/tokens/evaluate/<category>/*.txt and its MANIFEST.tsv.
+
+    Copies the evaluation side of the split by source: every second source of each category
+    (``_sources``), none of which the coefficients were fitted on.
+    """
+    import shutil
+
+    out_dir = CORPUS / "evaluate"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    rows = ["category\tfile\tsource\tfrom"]
+    for category, sources in _sources().items():
+        folder = out_dir / _slug(category)
+        for index, (name, load) in enumerate(sources):
+            if index % 2 == 0:
+                continue
+            for path, text in load():  # type: ignore[operator]
+                if not text.strip():
+                    continue
+                # Always .txt: linters and formatters must not mistake the corpus for sources.
+                # Files are named by their folder and name (many are all called package.json
+                # or README); catalogues and man pages by what precedes the ':'.
+                where = pathlib.PurePath(path)
+                label = f"{where.parent.name}-{where.name}" if path.startswith("/") else path
+                file = f"{_slug(name)}--{_slug(label.split(':')[0])}.txt"
+                if (folder / file).exists():
+                    sys.exit(f"two sources would both write {file}")
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / file).write_text(text, encoding="utf-8")
+                rows.append(f"{_slug(category)}\t{file}\t{name}\t{path}")
+    (out_dir / "MANIFEST.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    print(f"wrote {len(rows) - 1} files under {out_dir}")
 
 
 def evaluate() -> None:
-    """Prints the per-category error on the sources of both sides of the split."""
-    import numpy as np
-
+    """Prints the per-category error on the evaluation sources and the held-out files."""
     try:
         from memstrata.tokens import count_tokens, estimate_tokens
     except ImportError:
         sys.exit("evaluate needs the built memstrata package on the path")
-    sides: dict[tuple[str, str], list[str]] = {}
-    for category, sources in _sources().items():
-        for index, (name, load) in enumerate(sources):
-            side = "calibrate" if index % 2 == 0 else "evaluate"
-            texts = load()  # type: ignore[operator]
-            chunks = [c for path, text in texts for c in _chunks(text, f"{name}/{path}")]
-            print(f"{side:9} {category:13} {name:28} {len(texts):3} files {len(chunks):4} chunks")
-            sides.setdefault((side, category), []).extend(chunks)
     print(
-        f"\n{'encoding':12} {'side':9} {'category':13} {'n':>5} {'median':>7} {'p95':>7}"
+        f"{'encoding':12} {'split':9} {'category':13} {'n':>5} {'median':>7} {'p95':>7}"
         f" {'exact':>6}"
     )
     for encoding in ["o200k_base", "cl100k_base"]:
-        for (side, category), chunks in sorted(sides.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            errors, counted = [], 0
-            for chunk in chunks:
-                exact = count_tokens(chunk, encoding=encoding)
-                estimate = estimate_tokens(chunk, model=encoding)
-                errors.append(abs(estimate - exact) / exact)
-                counted += estimate == exact
-            if errors:
-                median, p95 = np.median(errors), np.percentile(errors, 95)
+        for split in ["evaluate", "heldout"]:
+            by_category: dict[str, list[str]] = {}
+            for category, chunk in ref.corpus_chunks(split):
+                by_category.setdefault(category, []).append(chunk)
+            for category, chunks in by_category.items():
+                errors, counted = [], 0
+                for chunk in chunks:
+                    exact = count_tokens(chunk, encoding=encoding)
+                    estimate = estimate_tokens(chunk, model=encoding)
+                    errors.append(abs(estimate - exact) / exact)
+                    counted += estimate == exact
+                median, p95 = ref.error_quantiles(errors)
                 print(
-                    f"{encoding:12} {side:9} {category:13} {len(errors):5d} {median:7.2%}"
+                    f"{encoding:12} {split:9} {category:13} {len(errors):5d} {median:7.2%}"
                     f" {p95:7.2%} {counted / len(errors):6.1%}"
                 )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build-corpus", "fit", "evaluate"])
-    args = parser.parse_args()
-    {"build-corpus": build_corpus, "fit": fit, "evaluate": evaluate}[args.command]()
+    commands = {
+        "build-corpus": build_corpus,
+        "build-evaluation": build_evaluation,
+        "fit": fit,
+        "evaluate": evaluate,
+    }
+    parser.add_argument("command", choices=list(commands))
+    commands[parser.parse_args().command]()
 
 
 if __name__ == "__main__":
