@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import random
 
+import adversarial_text
 import pytest
 
 from memstrata import AgentMind, MemoryStack, SharedMemory, TeamState, WorkingMemory
 from memstrata.exceptions import BudgetExceededError
+from memstrata.prompts import MIND_HEADER_BELIEFS, MIND_HEADER_REFLECTIONS, one_line
 from memstrata.stores import InMemoryStore
-from memstrata.tokens import count_tokens
+from memstrata.tokens import EstimatingCounter, count_tokens, estimate_tokens
 
 _RNG = random.Random(5)
 ADVERSARIAL = {
@@ -107,3 +109,50 @@ def test_the_working_memory_refuses_a_write_just_over_its_budget(name: str) -> N
         with pytest.raises(BudgetExceededError):
             handle.update(ADVERSARIAL[name][: low + 1], mode="replace")
         assert handle.render() == f"<working_memory>\n{ADVERSARIAL[name][:low]}\n</working_memory>"
+
+
+def _undercounted(count: int, *, chars: int, encoding: str = "o200k_base") -> list[str]:
+    """``count`` texts of at most ``chars`` characters (one line each, as the mind shows them)
+    that the estimator counts furthest under their exact count, drawn from fixed seeds: texts
+    a budget checked by the estimate alone would let through."""
+    drawn = []
+    for seed in range(600):
+        text = one_line(adversarial_text.text(random.Random(seed)))[:chars].strip()
+        if len(text) < chars // 2:
+            continue
+        ratio = count_tokens(text, encoding=encoding) / estimate_tokens(text, model=encoding)
+        drawn.append((ratio, seed, text))
+    drawn.sort(reverse=True)
+    return [text for _, _, text in drawn[:count]]
+
+
+def _section_lines(header: str, title: str) -> list[str]:
+    lines = header.split("\n")
+    if title not in lines:
+        return []
+    start = lines.index(title) + 1
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("- "))
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_the_mind_header_beliefs_and_reflections_stay_within_token_budget(encoding: str) -> None:
+    """Beliefs and recent reflections share ``token_budget``: their lines, counted exactly,
+    never pass it, however far under their count the estimator reads them."""
+    token_budget = 150
+    mind = AgentMind(budget=(0, 5_000), token_budget=token_budget)
+    store = InMemoryStore()
+    counter = EstimatingCounter("gpt-4" if encoding == "cl100k_base" else None)
+    texts = _undercounted(12, chars=160, encoding=encoding)
+    with mind.session(store, agent="a", tokens=counter) as handle:
+        for text in texts[:6]:
+            handle.believe(text, confidence="high")
+        for text in texts[6:]:
+            handle.reflect(text)
+    stack = MemoryStack([mind], store=store, tokens=counter)
+    with stack.run(agent="a") as run:
+        (item,) = run.prepare([])
+    lines = _section_lines(item["content"], MIND_HEADER_BELIEFS)
+    lines += _section_lines(item["content"], MIND_HEADER_REFLECTIONS)
+    assert lines, "the header shows some of them"
+    assert sum(count_tokens(line, encoding=encoding) for line in lines) <= token_budget
