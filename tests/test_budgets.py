@@ -5,13 +5,23 @@ a block past its budget, counted exactly."""
 from __future__ import annotations
 
 import base64
+import functools
 import random
 
 import adversarial_text
 import pytest
 
-from memstrata import AgentMind, MemoryStack, SharedMemory, TeamState, WorkingMemory
+from memstrata import (
+    AgentMind,
+    MemoryStack,
+    SharedMemory,
+    SQLiteStore,
+    TeamState,
+    ToolResults,
+    WorkingMemory,
+)
 from memstrata.exceptions import BudgetExceededError
+from memstrata.layers.tool_results import digest
 from memstrata.prompts import MIND_HEADER_BELIEFS, MIND_HEADER_REFLECTIONS, one_line
 from memstrata.stores import InMemoryStore
 from memstrata.tokens import EstimatingCounter, count_tokens, estimate_tokens
@@ -111,6 +121,7 @@ def test_the_working_memory_refuses_a_write_just_over_its_budget(name: str) -> N
         assert handle.render() == f"<working_memory>\n{ADVERSARIAL[name][:low]}\n</working_memory>"
 
 
+@functools.lru_cache
 def _undercounted(count: int, *, chars: int, encoding: str = "o200k_base") -> list[str]:
     """``count`` texts of at most ``chars`` characters (one line each, as the mind shows them)
     that the estimator counts furthest under their exact count, drawn from fixed seeds: texts
@@ -156,3 +167,63 @@ def test_the_mind_header_beliefs_and_reflections_stay_within_token_budget(encodi
     lines += _section_lines(item["content"], MIND_HEADER_REFLECTIONS)
     assert lines, "the header shows some of them"
     assert sum(count_tokens(line, encoding=encoding) for line in lines) <= token_budget
+
+
+def _counter(encoding: str) -> EstimatingCounter:
+    return EstimatingCounter("gpt-4" if encoding == "cl100k_base" else None)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_tool_results_over_the_threshold_counted_exactly_are_offloaded(encoding: str) -> None:
+    """A result stays in the conversation only when its exact count is within
+    ``threshold_tokens``: one the estimator reads as within it is still offloaded."""
+    for index, text in enumerate(_undercounted(5, chars=2_000, encoding=encoding)):
+        threshold = estimate_tokens(text, model=encoding)
+        layer = ToolResults(threshold_tokens=threshold, tokens=_counter(encoding))
+        shown = layer.offload(f"call_{index}", text)
+        if count_tokens(text, encoding=encoding) > threshold:
+            assert shown != text and shown.startswith("[tool result offloaded:")
+        else:
+            assert shown == text
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_tool_result_digests_and_summaries_stay_within_summary_tokens(
+    encoding: str, tmp_path
+) -> None:
+    """The digest (head and tail lines) and a summarizer's output, cut to ``summary_tokens``,
+    never pass it counted exactly."""
+    lines = _undercounted(40, chars=150, encoding=encoding)
+    text = "\n".join(lines)
+    counter = _counter(encoding)
+    for summary_tokens in (60, 150, 400):
+        digest_text = digest(text, max_tokens=summary_tokens, tokens=counter)
+        assert count_tokens(digest_text, encoding=encoding) <= summary_tokens
+        layer = ToolResults(
+            store=SQLiteStore(tmp_path / f"r{summary_tokens}.db"),
+            threshold_tokens=1,
+            summary_tokens=summary_tokens,
+            summarizer=lambda result: " ".join(lines),
+            tokens=counter,
+        )
+        summary = layer.summarize(text)
+        assert count_tokens(summary, encoding=encoding) <= summary_tokens
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_tool_result_pages_stay_within_max_tokens(encoding: str, tmp_path) -> None:
+    """Every page ``read_tool_result`` returns holds at most ``max_tokens`` tokens counted
+    exactly, and the pages together are the whole text."""
+    text = "".join(_undercounted(30, chars=400, encoding=encoding))
+    layer = ToolResults(
+        store=SQLiteStore(tmp_path / "results.db"), threshold_tokens=1, tokens=_counter(encoding)
+    )
+    layer.offload("call_1", text)
+    for max_tokens in (37, 200, 1_000):
+        pages, offset = [], 0
+        while offset is not None:
+            page = layer.read_tool_result("call_1", offset, max_tokens)
+            assert count_tokens(page["content"], encoding=encoding) <= max_tokens
+            pages.append(page["content"])
+            offset = page["next_offset"]
+        assert "".join(pages) == text

@@ -102,11 +102,17 @@ _exact_lock = threading.Lock()
 
 
 def exact_count(
-    counter: TokenCounter, text: str, split: Callable[[str], Sequence[str]] | None = None
+    counter: TokenCounter,
+    text: str,
+    split: Callable[[str], Sequence[str]] | None = None,
+    *,
+    keep: bool = True,
 ) -> int:
     """``text``'s tokens as a budget must count them: exactly, in the encoding of an
     :class:`EstimatingCounter`, or by any other counter itself (it is the caller's own
-    definition of a token). Counts are kept by content, for the texts last counted.
+    definition of a token). Counts are kept by content, for the texts last counted;
+    ``keep=False`` counts without keeping (texts counted once, such as the prefixes of a
+    search, would push out the ones met again).
 
     ``split`` cuts ``text`` into parts that are counted one by one and added up, each part's
     count kept, so an edit recounts only the parts it changed. The caller guarantees that no
@@ -117,6 +123,8 @@ def exact_count(
     if not isinstance(counter, EstimatingCounter):
         return counter.count(text)
     encoding = counter.encoding
+    if not keep:
+        return count_tokens(text, encoding=encoding)
     with _exact_lock:
         texts = _texts.setdefault(encoding, OrderedDict())
         known = texts.get(text)
