@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import base64
 import functools
+import math
 import random
+from typing import Any
 
 import adversarial_text
 import pytest
 
 from memstrata import (
     AgentMind,
+    ContextGate,
     MemoryStack,
+    RecoverableContextError,
     SharedMemory,
     SQLiteStore,
     TeamState,
@@ -24,7 +28,12 @@ from memstrata.exceptions import BudgetExceededError
 from memstrata.layers.tool_results import digest
 from memstrata.prompts import MIND_HEADER_BELIEFS, MIND_HEADER_REFLECTIONS, one_line
 from memstrata.stores import InMemoryStore
-from memstrata.tokens import EstimatingCounter, count_tokens, estimate_tokens
+from memstrata.tokens import (
+    EstimatingCounter,
+    count_message_tokens,
+    count_tokens,
+    estimate_tokens,
+)
 
 _RNG = random.Random(5)
 ADVERSARIAL = {
@@ -227,3 +236,34 @@ def test_tool_result_pages_stay_within_max_tokens(encoding: str, tmp_path) -> No
             pages.append(page["content"])
             offset = page["next_offset"]
         assert "".join(pages) == text
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_the_context_gate_never_passes_a_prompt_over_its_window(encoding: str, tmp_path) -> None:
+    """A prompt whose padded estimate is under the window but whose padded exact count is
+    not is refused (there is no tool result to prune); every prompt the gate lets through
+    fits the window counted exactly, pruned or not."""
+    model = "gpt-4" if encoding == "cl100k_base" else "gpt-4o"
+    texts = _undercounted(8, chars=1_500, encoding=encoding)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."}]
+    for index, text in enumerate(texts):
+        messages.append({"role": "user", "content": text})
+        call = {"id": f"call_{index}", "type": "function"}
+        call["function"] = {"name": "search", "arguments": "{}"}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{index}", "content": text})
+
+    def padded(listed: list[dict[str, Any]]) -> int:
+        return math.ceil(count_message_tokens(listed, encoding=encoding) * 1.05)
+
+    estimate = ContextGate(model=model, max_input_tokens=10**9).estimate(messages)
+    exact = padded(messages)
+    assert estimate < exact  # the prompt is one the estimate alone would let through
+    for window in (estimate + 1, (estimate + exact) // 2, exact, exact + 1):
+        for prompt in (messages, [m for m in messages if m["role"] in ("system", "user")]):
+            gate = ContextGate(model=model, max_input_tokens=window, checkpoints_dir=tmp_path)
+            try:
+                sent = gate.check_and_compress(prompt, f"w{window}")
+            except RecoverableContextError:
+                continue
+            assert padded(sent) < window
