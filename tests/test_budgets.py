@@ -26,7 +26,13 @@ from memstrata import (
 )
 from memstrata.exceptions import BudgetExceededError
 from memstrata.layers.tool_results import digest
-from memstrata.prompts import MIND_HEADER_BELIEFS, MIND_HEADER_REFLECTIONS, one_line
+from memstrata.prompts import (
+    MEMORY_TOOLS_SECTION,
+    MIND_HEADER_BELIEFS,
+    MIND_HEADER_REFLECTIONS,
+    WORKING_MEMORY_TRUNCATED,
+    one_line,
+)
 from memstrata.stores import InMemoryStore
 from memstrata.tokens import (
     EstimatingCounter,
@@ -267,3 +273,40 @@ def test_the_context_gate_never_passes_a_prompt_over_its_window(encoding: str, t
             except RecoverableContextError:
                 continue
             assert padded(sent) < window
+
+
+def test_a_working_memory_over_a_budget_too_small_for_its_notice_shows_nothing(tmp_path) -> None:
+    """A block written under a larger budget is shown cut, with a notice; when the stack's
+    share is too small for even the notice, no block is shown rather than one over it."""
+    store = SQLiteStore(tmp_path / "wm.db")
+    wide = MemoryStack([WorkingMemory(budget=(0, 1_500))], store=store)
+    with wide.run(thread_id="t") as run:
+        run.layer("working-memory").update("Customer prefers email. " * 100)
+        written = count_tokens(run.layer("working-memory").render())
+
+    def notice(total: int) -> int:
+        text = WORKING_MEMORY_TRUNCATED.format(
+            tokens=written, budget=total, rewrite="working-memory_update"
+        )
+        return count_tokens(f"<working_memory>\n{text}\n</working_memory>")
+
+    for total in (10, notice(40) - 1, notice(40), notice(40) + 20, 300):
+        narrow = MemoryStack([WorkingMemory(budget=(0, 1_500))], store=store, total_budget=total)
+        with narrow.run(thread_id="t") as run:
+            items = run.prepare([])
+        blocks = [i["content"].split("\n</working_memory>")[0] for i in items]
+        assert all(count_tokens(f"{block}\n</working_memory>") <= total for block in blocks)
+        assert bool(blocks) == (total >= notice(total)), total
+
+
+def test_the_shared_memory_section_is_not_shown_past_its_budget() -> None:
+    """The "Memory Tools" section is fixed template: a share of the stack's budget too small
+    for it injects nothing (as the team state does) rather than a section over it."""
+    section = count_tokens(MEMORY_TOOLS_SECTION)
+    for total in (section - 1, section, section + 40):
+        stack = MemoryStack([SharedMemory(budget=(0, 400))], store="memory://", total_budget=total)
+        with stack.run(thread_id="t") as run:
+            run.layer("shared-memory").require(["task:1", "task:2"])
+            items = run.prepare([])
+        assert sum(count_tokens(i["content"]) for i in items) <= total
+        assert bool(items) == (total >= section)

@@ -34,7 +34,8 @@ Decisions where NodeTool is silent or its code disagrees with its text:
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost.
 * The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
-  stays within the layer's token budget (keys past it are counted, not listed).
+  stays within the layer's token budget (keys past it are counted, not listed). The "Memory
+  Tools" section before it is fixed template: a budget too small for it shows nothing.
 * Beyond NodeTool: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
   store, and every public read first catches up with the store's change
   tracking. A new instance resumes a crashed workflow, and several instances on one store (two
@@ -75,7 +76,7 @@ from memstrata.prompts import (
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import ChangeMark
-from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count
+from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
 from memstrata.tools import Tool, frozen
 
 logger = logging.getLogger("memstrata.shared_memory")
@@ -695,13 +696,23 @@ class SharedMemory:
 
     def recall(self, handle: SharedMemoryHandle, budget: int) -> builtins.list[Message]:
         """The "Memory Tools" section, and the upstream hint within what is left of
-        ``budget`` (the section itself is fixed template, shown whole)."""
-        hint = ""
-        if handle.upstream:
-            hint = handle.upstream_hint(
-                budget - exact_count(handle.tokens, MEMORY_TOOLS_SECTION) - 2
-            )
-        return [{"content": f"{MEMORY_TOOLS_SECTION}\n\n{hint}" if hint else MEMORY_TOOLS_SECTION}]
+        ``budget``. The section is fixed template, shown whole or, in a budget too small
+        for it, not at all."""
+        section = exact_count(handle.tokens, MEMORY_TOOLS_SECTION)
+        if section > budget:
+            return []
+        room = budget - section - 2  # the blank line between them: at most 2 tokens
+        while handle.upstream and room > 0:
+            hint = handle.upstream_hint(room)
+            if not hint:
+                break
+            item = f"{MEMORY_TOOLS_SECTION}\n\n{hint}"
+            # Counted in parts; the item as a whole is counted exactly before it is shown.
+            over = exact_count_over(handle.tokens, item, budget)
+            if over is None:
+                return [{"content": item}]
+            room -= over - budget
+        return [{"content": MEMORY_TOOLS_SECTION}]
 
     def observe(self, handle: SharedMemoryHandle, message: Message) -> None:
         """Nothing to do: the model writes through ``memory_write``."""
