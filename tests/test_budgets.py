@@ -310,3 +310,20 @@ def test_the_shared_memory_section_is_not_shown_past_its_budget() -> None:
             items = run.prepare([])
         assert sum(count_tokens(i["content"]) for i in items) <= total
         assert bool(items) == (total >= section)
+
+
+def test_team_state_shared_by_stacks_of_two_encodings_fits_each_one(tmp_path) -> None:
+    """One TeamState in two stacks counting in different encodings: each run's block fits
+    its budget in its own stack's encoding, whichever run opened last."""
+    team = TeamState(state_dir=tmp_path, budget=(0, 120))
+    cjk = "".join(chr(random.Random(3).randint(0x4E00, 0x9FFF)) for _ in range(40))
+    for i in range(6):
+        team.record(f"objective {i}", claim=cjk * 3, verified="ok", verdict="pass")
+    o200k = MemoryStack([team], store=InMemoryStore(), tokens=EstimatingCounter("gpt-4o"))
+    cl100k = MemoryStack([team], store=InMemoryStore(), tokens=EstimatingCounter("gpt-4"))
+    for order in ((o200k, cl100k), (cl100k, o200k)):
+        with order[0].run(thread_id="t") as one, order[1].run(thread_id="t") as two:
+            for run in (one, two, one):
+                (item,) = run.prepare([])
+                encoding = run.stack.tokens.encoding
+                assert count_tokens(item["content"], encoding=encoding) <= 120
