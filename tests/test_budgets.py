@@ -327,3 +327,44 @@ def test_team_state_shared_by_stacks_of_two_encodings_fits_each_one(tmp_path) ->
                 (item,) = run.prepare([])
                 encoding = run.stack.tokens.encoding
                 assert count_tokens(item["content"], encoding=encoding) <= 120
+
+
+@pytest.mark.parametrize("kind", ["text", "markdown_user_scope", "structured"])
+def test_two_writers_each_within_the_budget_never_store_past_it_together(
+    two_connections: tuple[Any, Any], kind: str
+) -> None:
+    """Two runs (two connections, as two servers) load the same state; each writes what fits
+    alone, but not with the other's. The second is refused and what is stored fits, counted
+    exactly, whichever store: its merge into the first one's write is checked too."""
+    options: dict[str, Any] = {"budget": (0, 300)}
+    if kind == "markdown_user_scope":
+        options.update(template="# Notes\n", scope="user", tools="voltagent")
+    if kind == "structured":
+        options.update(schema={"type": "object"})
+    first, second = (
+        MemoryStack([WorkingMemory(**options)], store=store) for store in two_connections
+    )
+    words = ADVERSARIAL["glued_letters"]
+    patches: list[Any] = [words[:170], words[170:340]]
+    if kind == "structured":
+        patches = [{"a": words[:170]}, {"b": words[170:340]}]
+    with first.run(thread_id="t1", resource_id="u") as one:
+        # User scope: two conversations of one user; thread scope: one conversation.
+        other = "t2" if kind == "markdown_user_scope" else "t1"
+        with second.run(thread_id=other, resource_id="u") as two:
+            one.layer("working-memory").update(patches[0])
+            with pytest.raises(BudgetExceededError):
+                two.layer("working-memory").update(patches[1])
+            # The model's tool call, after the race, over the budget alone.
+            tool = (
+                "update_working_memory"
+                if kind == "markdown_user_scope"
+                else "working-memory_update"
+            )
+            arguments = {"a": words} if kind == "structured" else {"content": words}
+            refused = two.call_tool(tool, arguments)
+            assert refused["error"]["code"] == "budget_exceeded"
+    with first.run(thread_id="t1", resource_id="u") as run:
+        block = run.layer("working-memory").render()
+    assert count_tokens(block) <= 300
+    assert words[:170] in block and words[170:340] not in block
