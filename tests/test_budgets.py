@@ -23,6 +23,7 @@ from memstrata import (
     TeamState,
     ToolResults,
     WorkingMemory,
+    repo_map,
 )
 from memstrata.exceptions import BudgetExceededError
 from memstrata.layers.tool_results import digest
@@ -368,3 +369,20 @@ def test_two_writers_each_within_the_budget_never_store_past_it_together(
         block = run.layer("working-memory").render()
     assert count_tokens(block) <= 300
     assert words[:170] in block and words[170:340] not in block
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_repo_map_stays_within_max_tokens_counted_exactly(encoding: str, tmp_path) -> None:
+    """Files whose docstrings the estimator reads far under their count: the digest, cut to
+    ``max_tokens``, never passes it counted exactly."""
+    docs = [
+        doc.replace("\\", "").replace('"', "")
+        for doc in _undercounted(24, chars=150, encoding=encoding)
+    ]
+    for index, doc in enumerate(docs):
+        body = "".join(f'def f{k}(x):\n    """{doc[k:]}"""\n    return x\n\n' for k in range(3))
+        (tmp_path / f"m{index:02}.py").write_text(f'"""{doc}"""\n\n{body}', encoding="utf-8")
+    counter = _counter(encoding)
+    for max_tokens in (120, 400, 900, 2_000):
+        digest_text = repo_map(tmp_path, max_tokens=max_tokens, tokens=counter)
+        assert count_tokens(digest_text, encoding=encoding) <= max_tokens

@@ -159,14 +159,17 @@ def exact_count_over(
     text: str,
     limit: int,
     split: Callable[[str], Sequence[str]] | None = None,
+    *,
+    keep: bool = True,
 ) -> int | None:
-    """``text``'s exact tokens (see :func:`exact_count`) when they pass ``limit``; None when
-    it fits. A BPE token covers at least one byte, so with an :class:`EstimatingCounter`'s
-    encoding a text of at most ``limit`` bytes fits without being counted."""
+    """``text``'s exact tokens (see :func:`exact_count`, which ``keep`` is passed to) when they
+    pass ``limit``; None when it fits. A BPE token covers at least one byte, so with an
+    :class:`EstimatingCounter`'s encoding a text of at most ``limit`` bytes fits without
+    being counted."""
     fits_bytes = len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= limit
     if fits_bytes and isinstance(counter, EstimatingCounter):
         return None
-    tokens = exact_count(counter, text, split)
+    tokens = exact_count(counter, text, split, keep=keep)
     return tokens if tokens > limit else None
 
 

@@ -334,7 +334,7 @@ class ToolResults:
         tokens = self.tokens.count(text)
         if tokens > self.threshold_tokens:
             return tokens
-        return exact_count_over(self.tokens, text, self.threshold_tokens)
+        return exact_count_over(self.tokens, text, self.threshold_tokens, keep=False)
 
     def _notice(self, call_id: str, text: str, tokens: int) -> str:
         notice = TOOL_RESULT_OFFLOADED.format(call_id=call_id, chars=len(text), tokens=tokens)
@@ -559,12 +559,12 @@ class ToolResults:
         return digest(text, max_tokens=self.summary_tokens, tokens=self.tokens)
 
     def _trim(self, text: str) -> str:
-        if exact_count_over(self.tokens, text, self.summary_tokens) is None:
+        if exact_count_over(self.tokens, text, self.summary_tokens, keep=False) is None:
             return text
         end = _fit_prefix(text, self.summary_tokens - 2, self.tokens)
         while True:
             trimmed = text[:end].rstrip() + " …"
-            if exact_count_over(self.tokens, trimmed, self.summary_tokens) is None:
+            if exact_count_over(self.tokens, trimmed, self.summary_tokens, keep=False) is None:
                 return trimmed
             if end == 0:
                 return ""
@@ -965,7 +965,7 @@ def digest(
         if tail:
             parts.append("tail:\n" + "\n".join(reversed(tail)))
         shown_text = "\n".join(parts)
-        if exact_count_over(counter, shown_text, max_tokens) is None:
+        if exact_count_over(counter, shown_text, max_tokens, keep=False) is None:
             return shown_text
         if not (head or tail):
             return out
@@ -1024,7 +1024,7 @@ def _as_text(content: Any) -> str:
 def _fit_prefix(text: str, max_tokens: int, counter: TokenCounter) -> int:
     """The length of a prefix of ``text`` within ``max_tokens`` counted exactly: the longest
     by the counter's estimate (binary search), shortened until its exact count fits."""
-    if exact_count_over(counter, text, max_tokens) is None:
+    if exact_count_over(counter, text, max_tokens, keep=False) is None:
         return len(text)
     lo, hi = 0, min(len(text), max(max_tokens, 1) * 16)
     while lo < hi:
