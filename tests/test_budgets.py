@@ -8,9 +8,12 @@ import base64
 import functools
 import math
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import adversarial_text
+import orjson
 import pytest
 
 from memstrata import (
@@ -386,3 +389,31 @@ def test_repo_map_stays_within_max_tokens_counted_exactly(encoding: str, tmp_pat
     for max_tokens in (120, 400, 900, 2_000):
         digest_text = repo_map(tmp_path, max_tokens=max_tokens, tokens=counter)
         assert count_tokens(digest_text, encoding=encoding) <= max_tokens
+
+
+def _write_after(call: tuple[threading.Barrier, Any, int, str]) -> dict[str, Any]:
+    barrier, run, index, value = call
+    barrier.wait()
+    result: dict[str, Any] = run.call_tool("memory_write", {"key": f"k{index}", "value": value})
+    return result
+
+
+@pytest.mark.parametrize("quota", ["max_run_writes", "max_run_bytes"])
+def test_parallel_memory_writes_of_one_run_stay_within_its_quotas(quota: str, tmp_path) -> None:
+    """A model's parallel tool calls (a server running them on threads): writes each within
+    the run's quota, but not together, are refused past it."""
+    value = "v" * 100
+    size = len(orjson.dumps(value))
+    limits = {"max_run_writes": 2} if quota == "max_run_writes" else {"max_run_bytes": 2 * size}
+    for attempt in range(5):
+        store = SQLiteStore(tmp_path / f"shared{attempt}.db")
+        memory = SharedMemory(store=store, **limits)
+        stack = MemoryStack([memory], store=store)
+        with stack.run(thread_id="t") as run:
+            barrier = threading.Barrier(8)
+            with ThreadPoolExecutor(8) as pool:
+                results = list(pool.map(_write_after, [(barrier, run, i, value) for i in range(8)]))
+        stored = [r for r in results if r.get("ok")]
+        assert len(stored) == 2
+        assert all(r["error"]["code"] == "limit_exceeded" for r in results if not r.get("ok"))
+        store.close()

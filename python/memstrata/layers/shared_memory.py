@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -741,6 +742,9 @@ class SharedMemoryHandle:
         self.upstream: list[str] = []
         self.writes = 0  # memory_write calls this run's model made that stored something
         self.written_bytes = 0
+        # Parallel tool calls of one run: each reserves its share of the quotas before it
+        # writes, so calls that each fit cannot pass them together.
+        self._quota_lock = threading.Lock()
 
     def metered(self, write: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
         """``memory_write`` within the run's quotas (``max_run_writes`` calls and
@@ -753,22 +757,28 @@ class SharedMemoryHandle:
                 size = len(codec.dumps(args.get("value")))
             except (InvalidInputError, TypeError, ValueError):
                 size = 0  # the write itself names what is wrong with the value
-            for setting, used, adding, limit in (
-                ("max_run_writes", self.writes, 1, memory.max_run_writes),
-                ("max_run_bytes", self.written_bytes, size, memory.max_run_bytes),
-            ):
-                if used + adding > limit:
-                    raise LimitExceededError(
-                        f"this run already wrote {used:,} of its {limit:,} ({setting}); "
-                        "write fewer, larger entries, or finish the step",
-                        setting=setting,
-                        size=used + adding,
-                        limit=limit,
-                    )
-            result = write(args)
-            self.writes += 1
-            self.written_bytes += size
-            return result
+            with self._quota_lock:
+                for setting, used, adding, limit in (
+                    ("max_run_writes", self.writes, 1, memory.max_run_writes),
+                    ("max_run_bytes", self.written_bytes, size, memory.max_run_bytes),
+                ):
+                    if used + adding > limit:
+                        raise LimitExceededError(
+                            f"this run already wrote {used:,} of its {limit:,} ({setting}); "
+                            "write fewer, larger entries, or finish the step",
+                            setting=setting,
+                            size=used + adding,
+                            limit=limit,
+                        )
+                self.writes += 1
+                self.written_bytes += size
+            try:
+                return write(args)
+            except BaseException:
+                with self._quota_lock:  # nothing was stored: give the share back
+                    self.writes -= 1
+                    self.written_bytes -= size
+                raise
 
         return handler
 
