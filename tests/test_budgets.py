@@ -417,3 +417,38 @@ def test_parallel_memory_writes_of_one_run_stay_within_its_quotas(quota: str, tm
         assert len(stored) == 2
         assert all(r["error"]["code"] == "limit_exceeded" for r in results if not r.get("ok"))
         store.close()
+
+
+def _mind_call(call: tuple[threading.Barrier, Any, str, dict[str, Any]]) -> dict[str, Any]:
+    barrier, run, tool, arguments = call
+    barrier.wait()
+    result: dict[str, Any] = run.call_tool(tool, arguments)
+    return result
+
+
+@pytest.mark.parametrize("tool", ["mind_reflect", "mind_believe", "mind_set_goal"])
+def test_parallel_mind_writes_of_one_run_stay_within_its_caps(tool: str, tmp_path) -> None:
+    """A model's parallel tool calls (a server running them on threads): writes that each fit
+    the run's caps (``max_run_entries``, ``max_goals``) but not together are refused past
+    them, and no more than the cap is flushed."""
+    for attempt in range(6):
+        store = SQLiteStore(tmp_path / f"mind{attempt}.db")
+        mind = AgentMind(max_run_entries=3, max_goals=2)
+        stack = MemoryStack([mind], store=store)
+        barrier = threading.Barrier(8)
+        calls = []
+        for index in range(8):
+            text = f"{index} {adversarial_text.segment(random.Random(index), 'prose')[:80]}"
+            arguments = {"description": text} if tool == "mind_set_goal" else {"content": text}
+            calls.append((barrier, None, tool, arguments))
+        with stack.run(agent="a") as run:
+            calls = [(b, run, t, a) for b, _, t, a in calls]
+            with ThreadPoolExecutor(8) as pool:
+                results = list(pool.map(_mind_call, calls))
+        cap = 2 if tool == "mind_set_goal" else 3
+        assert sum(1 for r in results if "error" not in r) <= cap
+        with stack.run(agent="a") as run:
+            handle = run.layer("agent-mind")
+            stored = len(handle.goals) + len(handle.beliefs) + len(handle.reflections)
+        assert stored <= cap
+        store.close()
