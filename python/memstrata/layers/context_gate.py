@@ -225,19 +225,14 @@ class ContextGate:
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._default_run = 0
         self._priming = _priming_tokens(self.tokens)
-        # Near the window, the native estimator's prompts are counted exactly by a gate of the
-        # same options counting with an exact counter (its own per-message cache).
+        # Near the window, the native estimator's prompts are counted exactly by a gate
+        # counting with an exact counter (its own per-message cache), made when first needed:
+        # its vocabulary takes a moment to load.
         self._exact: ContextGate | None = None
         # Whether the last prompt checked was counted exactly: the next, most often the same
         # conversation grown by a message or two, then goes straight to the exact counts. It
         # decides what is counted first, never what fits.
         self._near = False
-        if type(self.tokens) is EstimatingCounter:
-            self._exact = ContextGate(
-                max_input_tokens=self.max_input_tokens,
-                tokens=ExactCounter(self.tokens.encoding),
-                cache=cache,
-            )
 
     # The gate ---------------------------------------------------------------------------------
 
@@ -284,10 +279,10 @@ class ContextGate:
         if not self.enabled:
             return GateDecision("disabled", given, 0, self.max_input_tokens)
         limit = self.max_input_tokens
-        counter = self._exact if self._exact is not None and self._near else self
+        counter = self._exact_gate() if self._near else self
         raw, counts = counter._raw_counts(given)
-        if counter is self and self._exact is not None and 2 * self._pad(raw) >= limit:
-            counter = self._exact
+        if counter is self and 2 * self._pad(raw) >= limit and self._exact_gate() is not self:
+            counter = self._exact_gate()
             raw, counts = counter._raw_counts(given)
         # Left below 40% of the window, not at half: a prompt whose estimate and exact count
         # sit on either side of half would otherwise be counted both ways at every call.
@@ -356,6 +351,19 @@ class ContextGate:
                 TOOL_RESULT_PRUNED.format(call_id=readable) if readable else TOOL_RESULT_GONE
             )
         return (with_tool_results(given, bodies) if bodies else given), len(bodies)
+
+    def _exact_gate(self) -> ContextGate:
+        """What counts a prompt near the window: the gate itself, unless it estimates."""
+        if type(self.tokens) is not EstimatingCounter:
+            return self
+        with self._lock:
+            if self._exact is None:
+                self._exact = ContextGate(
+                    max_input_tokens=self.max_input_tokens,
+                    tokens=ExactCounter(self.tokens.encoding),
+                    cache=self.cache,
+                )
+            return self._exact
 
     def estimate(self, messages: Sequence[Message]) -> int:
         """The padded token estimate of ``messages`` (per-message counts cached)."""
