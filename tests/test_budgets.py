@@ -452,3 +452,35 @@ def test_parallel_mind_writes_of_one_run_stay_within_its_caps(tool: str, tmp_pat
             stored = len(handle.goals) + len(handle.beliefs) + len(handle.reflections)
         assert stored <= cap
         store.close()
+
+
+@pytest.mark.parametrize("thread_id", [None, "t"])
+def test_tool_results_shared_by_two_stacks_count_and_store_in_each_runs_own(
+    thread_id: str | None, tmp_path
+) -> None:
+    """One ToolResults layer in two stacks (two stores, two encodings), their runs open
+    together: each run decides by its own stack's count and keeps its results in its own
+    stack's store, where its model reads them back."""
+    layer = ToolResults(threshold_tokens=300)
+    text = _undercounted(1, chars=2_000, encoding="cl100k_base")[0]
+    cl100k = count_tokens(text, encoding="cl100k_base")
+    o200k = count_tokens(text, encoding="o200k_base")
+    layer.threshold_tokens = (cl100k + o200k) // 2
+    assert o200k <= layer.threshold_tokens < cl100k  # the encodings disagree on this result
+    first, second = SQLiteStore(tmp_path / "a.db"), SQLiteStore(tmp_path / "b.db")
+    a = MemoryStack([layer], store=first, tokens=EstimatingCounter("gpt-4"))
+    b = MemoryStack([layer], store=second, tokens=EstimatingCounter("gpt-4o"))
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": text},
+    ]
+    for order in ((a, b), (b, a)):
+        with order[0].run(thread_id=thread_id) as one, order[1].run(thread_id=thread_id) as two:
+            in_a, in_b = (one, two) if order[0] is a else (two, one)
+            assert in_b.prepare(messages)[-1]["content"] == text  # within o200k's count
+            shown = in_a.prepare(messages)[-1]["content"]
+            assert shown.startswith("[tool result offloaded: call_id=c1,")
+            assert in_a.call_tool("read_tool_result", {"call_id": "c1"})["content"] == text
+            assert in_b.call_tool("read_tool_result", {"call_id": "c1"})["ok"] is False
+    assert second.list(("tool-results",), limit=10) == []

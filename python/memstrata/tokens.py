@@ -49,6 +49,7 @@ __all__ = [
     "exact_count_over",
     "fits_within",
     "json_lines",
+    "same_counts",
 ]
 
 Messages = Sequence[Mapping[str, Any]]
@@ -171,6 +172,19 @@ def exact_count_over(
         return None
     tokens = exact_count(counter, text, split, keep=keep)
     return tokens if tokens > limit else None
+
+
+def same_counts(one: TokenCounter, other: TokenCounter) -> bool:
+    """Whether a budget counts every text alike with either counter: the same object, or the
+    library's own counters of one encoding (both count budgets exactly in it)."""
+    if one is other:
+        return True
+    kinds = (EstimatingCounter, ExactCounter)
+    return (
+        type(one) in kinds
+        and type(other) in kinds
+        and getattr(one, "encoding", None) == getattr(other, "encoding", None)
+    )
 
 
 def json_lines(text: str) -> list[str]:

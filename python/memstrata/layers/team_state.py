@@ -82,10 +82,10 @@ from memstrata.safe_files import (
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.tokens import (
     EstimatingCounter,
-    ExactCounter,
     TokenCounter,
     exact_count,
     exact_count_over,
+    same_counts,
 )
 from memstrata.tools import Tool
 
@@ -447,7 +447,7 @@ class TeamState:
         one. A layer already counting for a stack of other counts (another encoding) gives
         the run a view of itself (the same files and lock) counting with the run's own: a
         block fitted in one encoding may not fit another's budget."""
-        if self._tokens_given or _same_counts(self.tokens, ctx.tokens):
+        if self._tokens_given or same_counts(self.tokens, ctx.tokens):
             return self
         if not self._tokens_taken:
             self._tokens_taken = True
@@ -489,19 +489,6 @@ class TeamState:
 
     def close(self, handle: TeamState, error: BaseException | None) -> None:
         """Nothing to flush: ``record`` writes through."""
-
-
-def _same_counts(one: TokenCounter, other: TokenCounter) -> bool:
-    """Whether two counters count every text alike: the same object, or the library's own of
-    one encoding (a budget counts exactly in it either way)."""
-    if one is other:
-        return True
-    kinds = (EstimatingCounter, ExactCounter)
-    return (
-        type(one) in kinds
-        and type(other) in kinds
-        and getattr(one, "encoding", None) == getattr(other, "encoding", None)
-    )
 
 
 def _lock_fd(fd: int) -> None:

@@ -94,7 +94,13 @@ from memstrata.safe_files import (
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import InMemoryStore, Store, open_store
 from memstrata.stores.base import validate_ttl
-from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
+from memstrata.tokens import (
+    EstimatingCounter,
+    TokenCounter,
+    exact_count,
+    exact_count_over,
+    same_counts,
+)
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.tool_results")
@@ -199,6 +205,7 @@ class ToolResults:
         self.enabled = enabled
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
         self._tokens_given = tokens is not None
+        self._bound = False  # whether a stack's run bound the layer to its counter and store
         self.name = name
         self.slot = slot
         # What offload_messages and keep decided for a (scope, call_id, body), keyed by content:
@@ -257,13 +264,24 @@ class ToolResults:
     # Layer protocol ---------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> ToolResults:
-        # The stack's token counter replaces the default one, never one the caller chose; the
-        # stack's store likewise.
-        if not self._tokens_given:
-            self.tokens = ctx.tokens
-        if not self._store_given and self._dir is None:
-            self._store = ctx.store
-        return self.for_thread(ctx.thread_id, ctx.resource_id)
+        """The layer as the run's thread sees it (:meth:`for_thread`), counting with the
+        stack's token counter and keeping results in the stack's store, unless the caller
+        chose them. The first stack to run the layer binds it to those; a run of a stack
+        that counts or stores otherwise gets a view of its own, with its own decisions, so
+        it never reuses the other stack's decisions nor writes to its store."""
+        tokens = self.tokens if self._tokens_given else ctx.tokens
+        store = self._store if self._store_given or self._dir is not None else ctx.store
+        if not self._bound:
+            self._bound = True
+            self.tokens, self._store = tokens, store
+        if same_counts(tokens, self.tokens) and store is self._store:
+            return self.for_thread(ctx.thread_id, ctx.resource_id)
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view.tokens, view._store = tokens, store
+        view._seen, view._seen_lock = OrderedDict(), threading.Lock()
+        view._lists, view._version = OrderedDict(), [0]
+        return view.for_thread(ctx.thread_id, ctx.resource_id)
 
     def recall(self, handle: ToolResults, budget: int) -> list[Message]:
         return []
