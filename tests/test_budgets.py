@@ -1,6 +1,9 @@
 """Budgets that hold: text chosen to fool a token estimate (runs of newlines, spaces, one
-repeated character, emoji, CJK, base64, letters glued by punctuation, random kana) never takes
-a block past its budget, counted exactly."""
+repeated character, emoji, CJK, base64, letters glued by punctuation, random kana, and the
+texts of tests/adversarial_text.py the estimator counts furthest under) never takes a block,
+a header section, a tool-result digest or page, a repo map or a prompt past its budget,
+counted exactly; nor do budgets too small for a layer's fixed text, stacks of two encodings
+sharing a layer, two writers racing, or a model's parallel tool calls."""
 
 from __future__ import annotations
 
