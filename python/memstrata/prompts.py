@@ -162,20 +162,46 @@ def one_line(text: str) -> str:
 def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
     """Stored text as the body of a ``<label>...</label>`` block: every opening or closing tag
     of ``label`` in it is escaped (``&lt;/label>``; in JSON text ``\\u003c/label>``, which is
-    still the same JSON), so only the block's own tags delimit it."""
-    pattern = _tag_pattern(label)
-    escape = "\\u003c" if json_text else "&lt;"
-    return pattern.sub(lambda m: escape + m.group(0)[1:], text) if "<" in text else text
+    still the same JSON), so only the block's own tags delimit it. A tag counts however a
+    reader would still see it: invisible format characters (zero-width spaces and joiners,
+    soft hyphens) anywhere in it, fullwidth or small forms of its characters. The notice a
+    cut block ends with is quoted as :func:`quote_notices` does (in JSON text its bracket is
+    written ``\\u005b``), so only the layer's own reads as one."""
+    if _WM_NOTICE in text:
+        text = text.replace(_WM_NOTICE, ("\\u005b" if json_text else "(") + _WM_NOTICE[1:])
+    wide = "\uff1c" in text or "\ufe64" in text
+    if not wide and "<" not in text:
+        return text
+
+    def escape(match: re.Match[str]) -> str:
+        tag = match.group(0)
+        opening = f"\\u{ord(tag[0]):04x}" if json_text else "&lt;"
+        return opening + tag[1:]
+
+    return _tag_pattern(label, wide).sub(escape, text)
 
 
-_TAG_PATTERNS: dict[str, re.Pattern[str]] = {}
+_TAG_PATTERNS: dict[tuple[str, bool], re.Pattern[str]] = {}
+# What a reader sees as "<" (``wide``: its fullwidth and small forms too; a pattern opening
+# with the plain character is searched several times faster), and what they do not see at
+# all between a tag's characters.
+_LESS_THAN = {False: "<", True: "[<\uff1c\ufe64]"}
+_INVISIBLE = "[\\s\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]*"
 
 
-def _tag_pattern(label: str) -> re.Pattern[str]:
-    pattern = _TAG_PATTERNS.get(label)
+def _tag_pattern(label: str, wide: bool) -> re.Pattern[str]:
+    pattern = _TAG_PATTERNS.get((label, wide))
     if pattern is None:
-        pattern = _TAG_PATTERNS[label] = re.compile(
-            r"<\s*/?\s*" + re.escape(label) + r"(?![A-Za-z0-9_-])", re.IGNORECASE
+        # Each of the label's characters in either case, or their fullwidth forms (labels
+        # are ASCII).
+        name = _INVISIBLE.join(
+            "["
+            + "".join(re.escape(f) + chr(ord(f) + 0xFEE0) for f in {c.lower(): 0, c.upper(): 0})
+            + "]"
+            for c in label
+        )
+        pattern = _TAG_PATTERNS[(label, wide)] = re.compile(
+            f"{_LESS_THAN[wide]}{_INVISIBLE}[/\uff0f]?{_INVISIBLE}{name}(?![A-Za-z0-9_-])"
         )
     return pattern
 
@@ -192,6 +218,10 @@ _NOTICE_OPENINGS = tuple(
         WORKING_MEMORY_TRUNCATED,
     )
 )
+
+
+# The opening of the notice ending a cut working-memory block (see in_tagged_block).
+_WM_NOTICE = _NOTICE_OPENINGS[-1]
 
 
 def quote_notices(text: str) -> str:

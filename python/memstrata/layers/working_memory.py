@@ -359,8 +359,9 @@ class WorkingMemoryHandle:
         return self._block(body) if body else ""
 
     def prompt_items(self, budget: int) -> list[Message]:
-        """The block and the guidelines, cut to ``budget`` tokens if the block is over it. An
-        empty memory shows its (empty) block with the guidelines, unless it is read-only."""
+        """The block and the guidelines, cut to ``budget`` tokens if the block is over it
+        (nothing, if even the notice saying so is). An empty memory shows its (empty) block
+        with the guidelines, unless it is read-only."""
         layer = self.layer
         body = self._rendered()
         if not body and layer.read_only:
@@ -370,11 +371,14 @@ class WorkingMemoryHandle:
         tokens = self._tokens_over(block, limit)
         if tokens is not None:
             block = self._cut(body, tokens, limit)
+            if not block:
+                return []
         return [{"content": f"{block}\n{layer.tool_names['guidelines']}"}]
 
     def _cut(self, body: str, tokens: int, limit: int) -> str:
         """The block with the end of its body cut so that it fits ``limit`` tokens, and a
-        notice saying so. Only a block written under a larger budget gets here."""
+        notice saying so; empty when even the notice alone does not fit. Only a block written
+        under a larger budget gets here."""
         logger.warning(
             "working memory %s is %d tokens, over its prompt budget of %d: shown cut",
             "/".join(self.namespace),
@@ -387,8 +391,10 @@ class WorkingMemoryHandle:
         keep = len(body) * limit // tokens
         while True:
             block = self._block(f"{body[:keep]}\n{notice}" if keep else notice)
-            if keep == 0 or exact_count(self.ctx.tokens, block) <= limit:
+            if exact_count(self.ctx.tokens, block) <= limit:
                 return block
+            if keep == 0:
+                return ""
             keep = keep * 9 // 10
 
     def _rendered(self) -> str:
