@@ -284,7 +284,8 @@ def test_the_context_gate_never_passes_a_prompt_over_its_window(encoding: str, t
 
 def test_a_working_memory_over_a_budget_too_small_for_its_notice_shows_nothing(tmp_path) -> None:
     """A block written under a larger budget is shown cut, with a notice; when the stack's
-    share is too small for even the notice, no block is shown rather than one over it."""
+    share is too small for even the notice and the guidelines after it, nothing is shown rather
+    than an item over it."""
     store = SQLiteStore(tmp_path / "wm.db")
     wide = MemoryStack([WorkingMemory(budget=(0, 1_500))], store=store)
     with wide.run(thread_id="t") as run:
@@ -297,13 +298,16 @@ def test_a_working_memory_over_a_budget_too_small_for_its_notice_shows_nothing(t
         )
         return count_tokens(f"<working_memory>\n{text}\n</working_memory>")
 
-    for total in (10, notice(40) - 1, notice(40), notice(40) + 20, 300):
-        narrow = MemoryStack([WorkingMemory(budget=(0, 1_500))], store=store, total_budget=total)
+    layer = WorkingMemory(budget=(0, 1_500))
+    guidelines = count_tokens(f"\n{layer.tool_names['guidelines']}")
+    smallest = notice(40) + guidelines  # the notice in a block, and the guidelines after it
+    for total in (10, smallest - 1, smallest, smallest + 20, 300):
+        narrow = MemoryStack([layer], store=store, total_budget=total)
         with narrow.run(thread_id="t") as run:
             items = run.prepare([])
-        blocks = [i["content"].split("\n</working_memory>")[0] for i in items]
-        assert all(count_tokens(f"{block}\n</working_memory>") <= total for block in blocks)
-        assert bool(blocks) == (total >= notice(total)), total
+        # The whole item (the cut block and the guidelines) stays within the layer's share.
+        assert all(count_tokens(item["content"]) <= total for item in items), total
+        assert bool(items) == (total - guidelines >= notice(total - guidelines)), total
 
 
 def test_the_shared_memory_section_is_not_shown_past_its_budget() -> None:
@@ -487,3 +491,31 @@ def test_tool_results_shared_by_two_stacks_count_and_store_in_each_runs_own(
             assert in_a.call_tool("read_tool_result", {"call_id": "c1"})["content"] == text
             assert in_b.call_tool("read_tool_result", {"call_id": "c1"})["ok"] is False
     assert second.list(("tool-results",), limit=10) == []
+
+
+@pytest.mark.parametrize("total", [300, 4_000])
+def test_the_working_memory_item_with_its_guidelines_stays_within_its_share(total: int) -> None:
+    """The guidelines shown after the block are part of the layer's prompt item: the stack
+    gives room for them beyond ``budget.max`` when its total allows, and otherwise the block's
+    limit is the share less the guidelines, for writes and the prompt alike. The longest text
+    a write accepts is shown whole, and the item never passes the share."""
+    layer = WorkingMemory(budget=(0, 300))
+    stack = MemoryStack([layer], store=InMemoryStore(), total_budget=total)
+    share = stack.budgets["working-memory"]
+    assert share == min(total, 300 + layer.prompt_overhead)
+    text = ADVERSARIAL["one_char"]
+    with stack.run(thread_id="t") as run:
+        handle = run.layer("working-memory")
+        low, high = 1, len(text)  # the longest prefix a write accepts
+        while low < high:
+            middle = (low + high + 1) // 2
+            try:
+                handle.update(text[:middle], mode="replace")
+                low = middle
+            except BudgetExceededError:
+                high = middle - 1
+        handle.update(text[:low], mode="replace")
+        (item,) = run.prepare([])
+    assert count_tokens(item["content"]) <= share
+    assert f"\n{text[:low]}\n</working_memory>\n" in item["content"]  # shown whole, not cut
+    assert "[... cut" not in item["content"]
