@@ -101,9 +101,11 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     let values: Vec<f64> = if units.len() >= PARALLEL_MIN_UNITS && rayon::current_num_threads() > 1
     {
         use rayon::prelude::*;
-        // Handed out by the hundred: a task per chunk would cost about what it computes.
+        // Handed out by the sixteen: a task per chunk would cost about what it computes, and
+        // larger groups can leave a thread idle at the end while the other finishes a group
+        // whose chunks took the exact count or its samples.
         let groups: Vec<Vec<f64>> = chunks
-            .par_chunks(128)
+            .par_chunks(16)
             .map(|group| group.iter().map(chunk).collect())
             .collect();
         groups.concat()
