@@ -53,8 +53,14 @@ pub const PROBE_KANA_SHARE: f64 = 0.5;
 pub const PROBE_FEW_PAIRS_CHARS: usize = 512;
 
 /// ... or random letters (third in a row of consonants or of vowels) for more than this share
-/// (0.4 counts the chunk exactly).
+/// (0.4 counts the chunk exactly) ...
 pub const PROBE_HARD_SHARE: f64 = 0.2;
+
+/// ... or mixed whitespace (a tab after neither a tab nor a line break, a space after a tab)
+/// for more than this share (0.25 counts the chunk exactly): whitespace mixed with control
+/// characters, beside runs of punctuation, takes up to twice the model's value with no check
+/// past its threshold.
+pub const PROBE_WHITESPACE_SHARE: f64 = 0.125;
 
 /// ... or, where characters past ASCII carry more than [`PROBE_SCRIPT_SHARE`] of the value,
 /// at least this many of the [`SCRIPT_SAMPLES`] pairs of characters sampled change script
