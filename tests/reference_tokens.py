@@ -239,7 +239,7 @@ def _is_ascii_punct(c: str) -> bool:
 
 
 # Texts shorter than this are counted exactly (``SHORT_EXACT_CHARS`` in estimate.rs).
-SHORT_EXACT_CHARS = 64
+SHORT_EXACT_CHARS = 128
 
 
 def unreliable(f: list[float], value: float, chars: int) -> bool:
