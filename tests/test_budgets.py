@@ -502,7 +502,7 @@ def test_the_working_memory_item_with_its_guidelines_stays_within_its_share(tota
     layer = WorkingMemory(budget=(0, 300))
     stack = MemoryStack([layer], store=InMemoryStore(), total_budget=total)
     share = stack.budgets["working-memory"]
-    assert share == min(total, 300 + layer.prompt_overhead)
+    assert share == min(total, 300 + layer.prompt_overhead(stack.tokens))
     text = ADVERSARIAL["one_char"]
     with stack.run(thread_id="t") as run:
         handle = run.layer("working-memory")
@@ -519,3 +519,42 @@ def test_the_working_memory_item_with_its_guidelines_stays_within_its_share(tota
     assert count_tokens(item["content"]) <= share
     assert f"\n{text[:low]}\n</working_memory>\n" in item["content"]  # shown whole, not cut
     assert "[... cut" not in item["content"]
+
+
+class _CharCounter:
+    """A caller's own definition of a token: one per character."""
+
+    encoding = "characters"
+
+    def count(self, text: str) -> int:
+        return len(text)
+
+    def count_messages(self, messages: Any) -> int:
+        return sum(len(str(m.get("content") or "")) for m in messages)
+
+
+def test_the_working_memory_gets_its_whole_budget_under_a_callers_counter() -> None:
+    """The stack gives the working memory room for its guidelines beyond ``budget.max`` in the
+    stack's own counter, not only in the encodings the library ships: with a total to spare, a
+    block of exactly ``budget.max`` tokens is accepted and shown whole, and the item stays
+    within the share."""
+    counter = _CharCounter()
+    layer = WorkingMemory(budget=(0, 300))
+    stack = MemoryStack([layer], store=InMemoryStore(), tokens=counter, total_budget=100_000)
+    share = stack.budgets["working-memory"]
+    with stack.run(thread_id="t") as run:
+        handle = run.layer("working-memory")
+        low, high = 1, 400
+        while low < high:
+            middle = (low + high + 1) // 2
+            try:
+                handle.update("a" * middle, mode="replace")
+                low = middle
+            except BudgetExceededError:
+                high = middle - 1
+        handle.update("a" * low, mode="replace")
+        block = handle.render()
+        (item,) = run.prepare([])
+    assert counter.count(block) == 300
+    assert block in item["content"]
+    assert counter.count(item["content"]) <= share

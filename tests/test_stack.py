@@ -346,3 +346,35 @@ def test_reads_are_looked_up_by_value() -> None:
     assert hash(GetMany(["a"], ["k"])) == hash(GetMany(("a",), ("k",)))  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="GetMany or ChangesSince"):
         InMemoryStore().read_many([GetMany(("a",), ("k",)), "k"])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("overhead", [-40, True, "12", 2.5, None])
+def test_a_layers_prompt_overhead_that_is_not_a_count_is_refused(overhead: Any) -> None:
+    """``prompt_overhead`` raises a layer's max: a negative one would take tokens from it, a
+    bool or float would be added as a number, and text would fail inside the split. Each is
+    refused by the stack with an error naming the layer and the value."""
+    layer = RecordingLayer("odd", 1)
+    layer.prompt_overhead = overhead  # type: ignore[attr-defined]
+    with pytest.raises(InvalidInputError, match=r"odd.*prompt_overhead.*" + repr(overhead)[:3]):
+        MemoryStack([layer], store=InMemoryStore())
+    with pytest.raises(InvalidInputError, match="prompt_overhead"):
+        allocate_budgets([layer], 1_000)
+
+
+def test_a_layers_prompt_overhead_may_be_counted_with_the_stacks_counter() -> None:
+    """A callable ``prompt_overhead`` is given the stack's token counter; what it returns is
+    checked like a plain count."""
+    seen: list[Any] = []
+
+    def overhead(tokens: Any) -> Any:
+        seen.append(tokens)
+        return 25
+
+    layer = RecordingLayer("text", 1, Budget(0, 100))
+    layer.prompt_overhead = overhead  # type: ignore[attr-defined]
+    stack = MemoryStack([layer], store=InMemoryStore(), total_budget=1_000)
+    assert stack.budgets == {"text": 125}
+    assert seen == [stack.tokens]
+    layer.prompt_overhead = lambda tokens: -1  # type: ignore[attr-defined]
+    with pytest.raises(InvalidInputError, match=r"text.*prompt_overhead.*-1"):
+        MemoryStack([layer], store=InMemoryStore())

@@ -179,17 +179,24 @@ def _parameters(fn: Any) -> Mapping[str, inspect.Parameter]:
         return {}
 
 
-def allocate_budgets(layers: Sequence[Layer], total: int) -> dict[str, int]:
+def allocate_budgets(
+    layers: Sequence[Layer], total: int, tokens: TokenCounter | None = None
+) -> dict[str, int]:
     """Splits ``total`` tokens: every layer's minimum first (in slot order while tokens last),
     then what remains in proportion to each layer's headroom (``max - min``), never past max.
 
     A layer may declare ``prompt_overhead``: tokens of fixed text it shows beside what its
-    budget holds (the working memory's guidelines); its max is raised by that much, so a share
-    that covers the whole budget covers the text too, and the layer fits both in its share."""
+    budget holds (the working memory's guidelines), or a method counting them with
+    ``tokens`` (the stack's counter; the native estimator if None). Its max is raised by that
+    much, so a share that covers the whole budget covers the text too, and the layer fits both
+    in its share.
+
+    Raises:
+        InvalidInputError: A layer's ``prompt_overhead`` is not a non-negative int.
+    """
     ordered = sorted(layers, key=lambda layer: layer.slot)
-    most = {
-        layer.name: layer.budget.max + getattr(layer, "prompt_overhead", 0) for layer in ordered
-    }
+    counter = tokens if tokens is not None else EstimatingCounter()
+    most = {layer.name: layer.budget.max + _prompt_overhead(layer, counter) for layer in ordered}
     shares: dict[str, int] = {}
     left = total
     for layer in ordered:
@@ -212,6 +219,19 @@ def allocate_budgets(layers: Sequence[Layer], total: int) -> dict[str, int]:
             shares[layer.name] += spare
             given += spare
     return shares
+
+
+def _prompt_overhead(layer: Layer, tokens: TokenCounter) -> int:
+    """The layer's ``prompt_overhead`` (0 if it has none), checked: it is added to its max."""
+    overhead = getattr(layer, "prompt_overhead", 0)
+    if callable(overhead):
+        overhead = overhead(tokens)
+    if isinstance(overhead, bool) or not isinstance(overhead, int) or overhead < 0:
+        raise InvalidInputError(
+            f"layer {layer.name!r}: prompt_overhead must be a non-negative int (or a method "
+            f"returning one), got {overhead!r}"
+        )
+    return overhead
 
 
 class MemoryStack:
@@ -260,15 +280,16 @@ class MemoryStack:
             raise InvalidInputError(
                 f"total_budget must be a non-negative int, got {total_budget!r}"
             )
+        self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
+        # Before the store is opened: a layer refused here leaves nothing open.
+        self.budgets = allocate_budgets(self.layers, total_budget, self.tokens)
         if store is None:
             store = os.environ.get("MEMSTRATA_STORE", DEFAULT_STORE_URL)
         # A store the stack opened from a URL is the stack's to close; one passed in is not.
         self._owns_store = isinstance(store, str)
         self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
         self.total_budget = total_budget
         self.prompt_role = prompt_role
-        self.budgets = allocate_budgets(self.layers, total_budget)
         if gate is not None and not isinstance(gate, Gate):
             raise InvalidInputError(f"{gate!r} has no check_and_compress method")
         self.gate = gate

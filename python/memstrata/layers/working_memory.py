@@ -60,7 +60,7 @@ from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import GetMany, Item, Namespace, Read, codec
 from memstrata.stores.base import Answer
-from memstrata.tokens import count_tokens, exact_count, exact_count_over, json_lines
+from memstrata.tokens import TokenCounter, exact_count, exact_count_over, json_lines
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -147,12 +147,6 @@ class WorkingMemory:
         # The block's tag: <working_memory> for the default name, as noetic shows it.
         self.label = "working_memory" if name == DEFAULT_NAME else name
         self.tool_names = tool_names(self)
-        # The guidelines shown after the block: the stack gives the layer room for them beyond
-        # budget.max (see allocate_budgets), counted in both encodings the library ships.
-        self.prompt_overhead = max(
-            count_tokens(f"\n{self.tool_names['guidelines']}", encoding=encoding)
-            for encoding in ("o200k_base", "cl100k_base")
-        )
         self._violations = state_checker(schema)
         # Fields every state holds: the update tool takes a partial patch, so it names them.
         self.required = required_fields(schema) if schema is not None else []
@@ -171,6 +165,12 @@ class WorkingMemory:
 
     def empty_state(self) -> State:
         return {} if self.structured else ""
+
+    def prompt_overhead(self, tokens: TokenCounter) -> int:
+        """The guidelines shown after the block, counted as ``tokens`` counts a budget: the
+        stack gives the layer room for them beyond ``budget.max`` (see
+        :func:`~memstrata.stack.allocate_budgets`)."""
+        return exact_count(tokens, f"\n{self.tool_names['guidelines']}")
 
     def initial_state(self) -> State:
         return self.template if self.template is not None else self.empty_state()
