@@ -558,3 +558,21 @@ def test_the_working_memory_gets_its_whole_budget_under_a_callers_counter() -> N
     assert counter.count(block) == 300
     assert block in item["content"]
     assert counter.count(item["content"]) <= share
+
+
+@pytest.mark.parametrize("total", [0, 10])
+def test_a_share_too_small_for_the_guidelines_says_so_rather_than_a_negative_limit(
+    total: int,
+) -> None:
+    """A total_budget whose share cannot hold the working memory's guidelines leaves the block
+    no room: the layer shows nothing, and a write is refused with an error naming the share
+    and the setting to raise, never "a limit of -31"."""
+    stack = MemoryStack([WorkingMemory(budget=(0, 300))], store=InMemoryStore(), total_budget=total)
+    with stack.run(thread_id="t") as run:
+        refused = run.call_tool("working-memory_update", {"content": "hi"})
+        assert run.prepare([]) == []
+    assert refused["error"]["code"] == "budget_exceeded"
+    message = refused["error"]["message"]
+    assert "total_budget" in message
+    assert f"share of {total}" in message
+    assert "-" not in message.split(";")[0].replace("working-memory", "")

@@ -601,6 +601,18 @@ class WorkingMemoryHandle:
         share = self.ctx.budgets.get(layer.name)
         limit = layer.budget.max if share is None else self._block_limit(share)
         tokens = self._tokens_over(self._block(body), limit)
+        if tokens is not None and share is not None:
+            empty = exact_count(self.ctx.tokens, self._block(""))
+            if limit < empty:
+                # No text fits: shortening it cannot help, only a larger share can.
+                raise BudgetExceededError(
+                    f"working memory has no room: this layer's share of {share} tokens of the "
+                    "stack's total_budget leaves the block "
+                    f"{max(limit, 0)} after the guidelines shown with it, fewer than the "
+                    f"{empty} of an empty block; raise total_budget or this layer's budget.min",
+                    tokens=tokens,
+                    limit=max(limit, 0),
+                )
         if tokens is not None:
             raise BudgetExceededError(
                 f"working memory would be {tokens} tokens, over this layer's limit of "
