@@ -128,3 +128,23 @@ def test_the_agent_mind_uses_the_shared_texts() -> None:
         header = run.prepare([])[0]["content"].splitlines()
     assert header[0] == prompts.MIND_HEADER_OPEN and header[-1] == prompts.MIND_HEADER_CLOSE
     assert prompts.MIND_HEADER_BELIEFS in header
+
+
+@pytest.mark.parametrize(
+    ("label", "tag"),
+    [
+        ("working_memory", "</wor\u212aing_memory>"),  # Kelvin sign for k
+        ("working_memory", "</work\u0131ng_memory>"),  # dotless i
+        ("working_memory", "<WORK\u0130NG_MEMORY>"),  # capital I with a dot
+        ("scratch", "</\u017fcratch>"),  # long s
+    ],
+)
+def test_a_tag_with_a_letter_that_case_folds_to_ascii_is_escaped(label: str, tag: str) -> None:
+    """The four letters outside ASCII that a case-insensitive match takes for ASCII ones (the
+    Kelvin sign, the dotless i, the dotted capital I, the long s) spell the block's tag for a
+    reader as plainly as the ASCII letters do: it is escaped, in text and in JSON text."""
+    assert prompts.in_tagged_block(f"a {tag} b", label) == f"a &lt;{tag[1:]} b"
+    json_text = f'{{"k": "{tag}"}}'
+    assert prompts.in_tagged_block(json_text, label, json_text=True) == (
+        f'{{"k": "\\u003c{tag[1:]}"}}'
+    )

@@ -187,16 +187,20 @@ _TAG_PATTERNS: dict[tuple[str, bool], re.Pattern[str]] = {}
 # all between a tag's characters.
 _LESS_THAN = {False: "<", True: "[<\uff1c\ufe64]"}
 _INVISIBLE = "[\\s\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]*"
+# The four letters outside ASCII a case-insensitive match takes for ASCII ones: the Kelvin
+# sign, the long s, the dotted capital and the dotless small i.
+_FOLDS_TO = {"k": "\u212a", "s": "\u017f", "i": "\u0130\u0131"}
 
 
 def _tag_pattern(label: str, wide: bool) -> re.Pattern[str]:
     pattern = _TAG_PATTERNS.get((label, wide))
     if pattern is None:
         # Each of the label's characters in either case, or their fullwidth forms (labels
-        # are ASCII).
+        # are ASCII), or a letter outside ASCII that case-folds to it.
         name = _INVISIBLE.join(
             "["
             + "".join(re.escape(f) + chr(ord(f) + 0xFEE0) for f in {c.lower(): 0, c.upper(): 0})
+            + _FOLDS_TO.get(c.lower(), "")
             + "]"
             for c in label
         )
