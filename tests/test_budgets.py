@@ -282,6 +282,39 @@ def test_the_context_gate_never_passes_a_prompt_over_its_window(encoding: str, t
             assert padded(sent) < window
 
 
+class _CountingEstimator(EstimatingCounter):
+    """The native estimator, counting its calls: a subclass that changes no count."""
+
+    calls = 0
+
+    def count_messages(self, messages: Any) -> int:
+        type(self).calls += 1
+        return super().count_messages(messages)
+
+
+def test_a_gate_counting_with_a_subclass_of_the_estimator_counts_exactly_near_the_window(
+    tmp_path,
+) -> None:
+    """Budgets count an EstimatingCounter's subclass exactly in its encoding, as they count the
+    estimator itself (see exact_count); the gate does too: a prompt the estimate puts under the
+    window but the exact count does not is refused, never sent."""
+    texts = _undercounted(8, chars=1_500, encoding="o200k_base")
+    messages = [{"role": "user", "content": text} for text in texts]
+    estimate = ContextGate(model="gpt-4o", max_input_tokens=10**9).estimate(messages)
+    exact = math.ceil(count_message_tokens(messages, encoding="o200k_base") * 1.05)
+    assert estimate < exact
+    window = (estimate + exact) // 2 + 1
+    gate = ContextGate(
+        model="gpt-4o",
+        max_input_tokens=window,
+        checkpoints_dir=tmp_path,
+        tokens=_CountingEstimator("gpt-4o"),
+    )
+    with pytest.raises(RecoverableContextError):
+        gate.check_and_compress(messages, "near")
+    assert _CountingEstimator.calls > 0
+
+
 def test_a_working_memory_over_a_budget_too_small_for_its_notice_shows_nothing(tmp_path) -> None:
     """A block written under a larger budget is shown cut, with a notice; when the stack's
     share is too small for even the notice and the guidelines after it, nothing is shown rather

@@ -353,8 +353,9 @@ class ContextGate:
         return (with_tool_results(given, bodies) if bodies else given), len(bodies)
 
     def _exact_gate(self) -> ContextGate:
-        """What counts a prompt near the window: the gate itself, unless it estimates."""
-        if type(self.tokens) is not EstimatingCounter:
+        """What counts a prompt near the window: the gate itself, unless it estimates (with
+        the native estimator or a subclass of it, which budgets count exactly alike)."""
+        if not isinstance(self.tokens, EstimatingCounter):
             return self
         with self._lock:
             if self._exact is None:
