@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memstrata.exceptions import InvalidInputError
+from memstrata.prompts import one_line
 from memstrata.tokens import EstimatingCounter, TokenCounter
 
 logger = logging.getLogger("memstrata.repo_map")
@@ -82,8 +83,14 @@ class FileDigest:
     symbols: list[str] = field(default_factory=list)
     note: str = ""
 
+    @property
+    def heading(self) -> str:
+        """The file's heading line: its path on one line (a file name may hold line breaks,
+        and must not add headings or symbols of its own to the map)."""
+        return f"## {one_line(self.path)}"
+
     def render(self, *, compact: bool = False) -> str:
-        head = f"## {self.path}" + (f"  ({self.note})" if self.note else "")
+        head = self.heading + (f"  ({self.note})" if self.note else "")
         lines = [head]
         if compact:
             names = [_symbol_name(s) for s in self.symbols if not s.startswith("    ")]
@@ -804,7 +811,7 @@ def _fit(digests: list[FileDigest], max_tokens: int, counter: TokenCounter) -> s
     """Every file by name first (path order, while the budget lasts), then upgraded to its
     compact entry, then to its full entry, each pass in path order while the budget allows; so
     the digest never drops a file to detail another one."""
-    levels = [(f"## {d.path}", d.render(compact=True), d.render()) for d in digests]
+    levels = [(d.heading, d.render(compact=True), d.render()) for d in digests]
     costs = [tuple(counter.count(block) + 1 for block in options) for options in levels]
     reserve = 16  # the "more files not shown" line
     budget = max_tokens - reserve
