@@ -14,6 +14,8 @@ end of this module, so that text a model stored can never pass for the block's o
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Iterator
 
 # Working memory (layers/working_memory.py) ---------------------------------------------------
 
@@ -162,10 +164,31 @@ def one_line(text: str) -> str:
 def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
     """Stored text as the body of a ``<label>...</label>`` block: every opening or closing tag
     of ``label`` in it is escaped (``&lt;/label>``; in JSON text ``\\u003c/label>``, which is
-    still the same JSON), so only the block's own tags delimit it."""
-    pattern = _tag_pattern(label)
-    escape = "\\u003c" if json_text else "&lt;"
-    return pattern.sub(lambda m: escape + m.group(0)[1:], text) if "<" in text else text
+    still the same JSON), so only the block's own tags delimit it.
+
+    A tag is found as a reader would see it: in any case, with spaces inside, and also spelt
+    with compatibility forms (the fullwidth and small forms of ``<`` and ``/``, fullwidth or
+    styled letters) or with invisible format characters (zero widths, joiners, soft hyphens,
+    the BOM) between its characters."""
+    if "<" not in text and "\ufe64" not in text and "\uff1c" not in text:
+        return text
+    if _plain(text):
+        pattern = _tag_pattern(label)
+        escape = "\\u003c" if json_text else "&lt;"
+        return pattern.sub(lambda m: escape + m.group(0)[1:], text)
+    wanted = _fold(label)
+    out, last = [], 0
+    for found in _LESS_THAN.finditer(text):
+        i = found.start()
+        if _tag_at(text, i + 1, wanted):
+            out.append(text[last:i])
+            # In JSON text the bracket's \u escape: the same string value, no bracket shown.
+            out.append(f"\\u{ord(text[i]):04x}" if json_text else "&lt;")
+            last = i + 1
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
 
 
 _TAG_PATTERNS: dict[str, re.Pattern[str]] = {}
@@ -178,6 +201,59 @@ def _tag_pattern(label: str) -> re.Pattern[str]:
             r"<\s*/?\s*" + re.escape(label) + r"(?![A-Za-z0-9_-])", re.IGNORECASE
         )
     return pattern
+
+
+# The characters that read as "<", "/" and "[" once compatibility forms are folded (NFKC).
+_LESS_THAN = re.compile("[<\ufe64\uff1c]")
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+# Invisible format characters (Unicode category Cf, as of Unicode 14).
+_FORMAT = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f]"
+)
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` reads as it is spelt (no compatibility forms, no format characters),
+    so that a case-insensitive pattern finds what a reader would; checked at C speed."""
+    return text.isascii() or (unicodedata.is_normalized("NFKC", text) and not _FORMAT.search(text))
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _folded(text: str, start: int) -> Iterator[str]:
+    """The characters of ``text`` from ``start`` as a reader compares them: compatibility
+    forms folded (NFKC), case folded, invisible format characters (category Cf) skipped."""
+    for i in range(start, len(text)):
+        c = text[i]
+        if c.isascii():
+            yield c.lower()
+        elif unicodedata.category(c) != "Cf":
+            yield from _fold(c)
+
+
+def _tag_at(text: str, start: int, label: str) -> bool:
+    """Whether ``text`` from ``start`` (just past a ``<``) reads as ``/label`` or ``label``
+    ending a tag name: ``\\s*/?\\s*label(?![a-z0-9_-])`` on the folded characters."""
+    chars = _folded(text, start)
+    c = next(chars, "")
+    while c.isspace():
+        c = next(chars, "")
+    if c == "/":
+        c = next(chars, "")
+        while c.isspace():
+            c = next(chars, "")
+    for wanted in label:
+        if c != wanted:
+            return False
+        c = next(chars, "")
+    return c not in _WORD_CHARS
 
 
 # The openings of the notices memstrata writes into a conversation: stored text quoting one is
@@ -197,10 +273,52 @@ _NOTICE_OPENINGS = tuple(
 def quote_notices(text: str) -> str:
     """Stored text with every copy of one of memstrata's notice openings (``[summarized:``,
     ``[tool result offloaded:``...) shown as ``(summarized:``...: a tool's output cannot pass
-    for a placeholder or a pointer the library wrote."""
-    if "[" not in text:
+    for a placeholder or a pointer the library wrote. An opening is found as a reader would
+    see it, as for :func:`in_tagged_block`: in any case, with any spaces, in compatibility
+    forms (a fullwidth ``[``, fullwidth letters) and with invisible format characters inside."""
+    if "[" not in text and "\ufe47" not in text and "\uff3b" not in text:
         return text
-    for opening in _NOTICE_OPENINGS:
-        if opening in text:
-            text = text.replace(opening, "(" + opening[1:])
-    return text
+    if _plain(text):
+        return _NOTICE_PATTERN.sub(lambda m: "(" + m.group(0)[1:], text)
+    out, last = [], 0
+    for found in _LEFT_BRACKET.finditer(text):
+        i = found.start()
+        if any(_words_at(text, i + 1, words) for words in _NOTICE_WORDS):
+            out.append(text[last:i])
+            out.append("(")
+            last = i + 1
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+_LEFT_BRACKET = re.compile("[\\[\ufe47\uff3b]")
+
+
+def _notice_words(opening: str) -> tuple[str, ...]:
+    """An opening past its ``[`` as words: ``("summarized", ":")``."""
+    return tuple(re.findall(r"[a-z]+|[^a-z\s]", opening[1:].casefold()))
+
+
+_NOTICE_WORDS = tuple(_notice_words(opening) for opening in _NOTICE_OPENINGS)
+# The ASCII form of the same match: spaces anywhere between the words, any case.
+_NOTICE_PATTERN = re.compile(
+    "|".join(r"\[\s*" + r"\s*".join(re.escape(word) for word in words) for words in _NOTICE_WORDS),
+    re.IGNORECASE,
+)
+
+
+def _words_at(text: str, start: int, words: tuple[str, ...]) -> bool:
+    """Whether ``text`` from ``start`` reads as ``words`` with any spaces between them (on
+    the folded characters, see :func:`_folded`)."""
+    chars = _folded(text, start)
+    c = next(chars, "")
+    for word in words:
+        while c.isspace():
+            c = next(chars, "")
+        for wanted in word:
+            if c != wanted:
+                return False
+            c = next(chars, "")
+    return True
