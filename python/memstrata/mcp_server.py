@@ -3,7 +3,10 @@
 Tools are served under their wire-safe names (``working-memory_update``): SEP-986 allows only
 ``[A-Za-z0-9._-]``, and hosts forward MCP tools to APIs that refuse ``/``. Each tool call is its
 own run: MCP has no notion of an agent turn, so a call's writes are committed (and a mind's
-drafts flushed) when it returns, and the next call sees them. Each layer's prompt block (the
+drafts flushed) when it returns, and the next call sees them; a call whose run cannot open, or
+whose writes cannot be committed when it closes, answers with an ``internal_error`` payload
+naming the failure's type (a driver's message may name hosts, users or paths), never with the
+tool's answer. Each layer's prompt block (the
 working memory, a mind header, the shared-memory section) is a resource,
 ``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what is
 committed; an unknown resource is an MCP error. Under asyncio (what ``memstrata mcp`` runs
@@ -16,12 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from memstrata._bridge import run_sync
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, MemstrataError, ToolError
 from memstrata.stack import MemoryStack, Run
+from memstrata.tools import clip_text, error_payload
+
+logger = logging.getLogger("memstrata.mcp")
 
 RESOURCE_PREFIX = "memstrata://layer/"
 
@@ -52,16 +59,31 @@ def build_server(open_run: Callable[[], Run]) -> Any:
             return run.tool_specs("mcp")
 
     def call(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
-        with open_run() as run:
-            return run.call_tool(name, arguments or {})
+        answer: dict[str, Any] | None = None
+        try:
+            with open_run() as run:
+                answer = run.call_tool(name, arguments or {})
+        except Exception as exc:
+            # The run could not open, or its writes (a mind's draft) could not be committed
+            # when it closed, after the tool answered: the model must not read that answer.
+            return _failed(name, exc, answered=answer is not None)
+        return answer
 
     def blocks() -> dict[str, str]:
-        with open_run() as run:
-            out = {}
-            for layer in run.stack.layers:
-                items = layer.recall(run.layer(layer.name), run.stack.budgets[layer.name])
-                out[layer.name] = "\n\n".join(str(i.get("content", "")) for i in items)
-            return out
+        try:
+            with open_run() as run:
+                out = {}
+                for layer in run.stack.layers:
+                    items = layer.recall(run.layer(layer.name), run.stack.budgets[layer.name])
+                    out[layer.name] = "\n\n".join(str(i.get("content", "")) for i in items)
+                return out
+        except Exception as exc:
+            # An MCP error naming what failed, never the text of an exception from a driver
+            # (hosts, users, paths).
+            logger.exception("the prompt blocks could not be read")
+            raise MCPError(
+                types.INTERNAL_ERROR, f"the memory could not be read: {_reason(exc)}"
+            ) from None
 
     async def on_list_tools(_ctx: Any, _params: Any) -> Any:
         found = await off_loop(specs)
@@ -117,6 +139,21 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         on_list_resources=on_list_resources,
         on_read_resource=on_read_resource,
     )
+
+
+def _reason(exc: Exception) -> str:
+    """What a failure says to the client: memstrata's own message, else the exception's type
+    (a driver's message may name hosts, users or paths)."""
+    return str(exc) if isinstance(exc, MemstrataError) else type(exc).__name__
+
+
+def _failed(name: str, exc: Exception, *, answered: bool) -> dict[str, Any]:
+    if answered:
+        message = f"the call's writes were not committed: {_reason(exc)}"
+    else:
+        logger.exception("a run could not open for tool %s", clip_text(name))
+        message = f"the memory could not be opened: {_reason(exc)}"
+    return error_payload(clip_text(name), ToolError(message, code="internal_error"))
 
 
 def serve(stack: MemoryStack, *, thread_id: str, resource_id: str | None, agent: str) -> None:
