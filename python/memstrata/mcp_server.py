@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from memstrata._bridge import run_sync
-from memstrata.exceptions import InvalidInputError, MemstrataError, ToolError
+from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.stack import MemoryStack, Run
-from memstrata.tools import clip_text, error_payload
+from memstrata.tools import clip_text, run_failure_payload
 
 logger = logging.getLogger("memstrata.mcp")
 
@@ -66,7 +66,9 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         except Exception as exc:
             # The run could not open, or its writes (a mind's draft) could not be committed
             # when it closed, after the tool answered: the model must not read that answer.
-            return _failed(name, exc, answered=answer is not None)
+            if answer is None:
+                logger.exception("a run could not open for tool %s", clip_text(name))
+            return run_failure_payload(name, exc, answered=answer is not None)
         return answer
 
     def blocks() -> dict[str, str]:
@@ -81,8 +83,9 @@ def build_server(open_run: Callable[[], Run]) -> Any:
             # An MCP error naming what failed, never the text of an exception from a driver
             # (hosts, users, paths).
             logger.exception("the prompt blocks could not be read")
+            reason = str(exc) if isinstance(exc, MemstrataError) else type(exc).__name__
             raise MCPError(
-                types.INTERNAL_ERROR, f"the memory could not be read: {_reason(exc)}"
+                types.INTERNAL_ERROR, f"the memory could not be read: {reason}"
             ) from None
 
     async def on_list_tools(_ctx: Any, _params: Any) -> Any:
@@ -139,21 +142,6 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         on_list_resources=on_list_resources,
         on_read_resource=on_read_resource,
     )
-
-
-def _reason(exc: Exception) -> str:
-    """What a failure says to the client: memstrata's own message, else the exception's type
-    (a driver's message may name hosts, users or paths)."""
-    return str(exc) if isinstance(exc, MemstrataError) else type(exc).__name__
-
-
-def _failed(name: str, exc: Exception, *, answered: bool) -> dict[str, Any]:
-    if answered:
-        message = f"the call's writes were not committed: {_reason(exc)}"
-    else:
-        logger.exception("a run could not open for tool %s", clip_text(name))
-        message = f"the memory could not be opened: {_reason(exc)}"
-    return error_payload(clip_text(name), ToolError(message, code="internal_error"))
 
 
 def serve(stack: MemoryStack, *, thread_id: str, resource_id: str | None, agent: str) -> None:
