@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("langgraph.store.base")
@@ -598,6 +599,25 @@ def test_a_bad_tool_call_comes_back_as_a_readable_error() -> None:
         answer = update.invoke({"__proto__": {"x": 1}})
         assert isinstance(answer, str)
         assert asyncio.run(update.ainvoke({"note": "async"})).startswith('{"ok":true')
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+def test_a_tool_s_arguments_cannot_name_another_tool(sync: bool) -> None:
+    # An app that hands the model only memory_read: no argument the model sends makes that
+    # tool run memory_write.
+    from memstrata import SharedMemory
+
+    store = InMemoryStore()
+    memory = SharedMemory(store=store, namespace=("workflow", "w1"))
+    stack = MemoryStack([memory], store=store)
+    with stack.run(thread_id="t") as run:
+        [read] = [t for t in memstrata_tools(run) if t.name == "memory_read"]
+        for forged in ("_name", "name", "tool"):
+            arguments = {forged: "memory_write", "key": "x", "value": "forged"}
+            answer = read.invoke(arguments) if sync else asyncio.run(read.ainvoke(arguments))
+            payload = orjson.loads(answer)
+            assert payload["ok"] is False and payload["tool"] == "memory_read", payload
+    assert store.list(("workflow",)) == []
 
 
 def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:

@@ -41,7 +41,7 @@ import asyncio
 import base64
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -742,13 +742,7 @@ def memstrata_tools(run: Run) -> list[BaseTool]:
     for spec in run.tool_specs("openai"):
         fn = spec["function"]
         name = str(fn["name"])
-
-        def call(_name: str = name, **arguments: Any) -> str:
-            return orjson.dumps(run.call_tool(_name, arguments)).decode()
-
-        async def acall(_name: str = name, **arguments: Any) -> str:
-            return orjson.dumps(await run.acall_tool(_name, arguments)).decode()
-
+        call, acall = _callers(run, name)
         tools.append(
             StructuredTool(
                 name=name,
@@ -759,6 +753,21 @@ def memstrata_tools(run: Run) -> list[BaseTool]:
             )
         )
     return tools
+
+
+def _callers(
+    run: Run, name: str
+) -> tuple[Callable[..., str], Callable[..., Coroutine[Any, Any, str]]]:
+    """The sync and async functions of one tool. The name is closed over, never a parameter:
+    every keyword the model sends is an argument of this tool, none can name another."""
+
+    def call(**arguments: Any) -> str:
+        return orjson.dumps(run.call_tool(name, arguments)).decode()
+
+    async def acall(**arguments: Any) -> str:
+        return orjson.dumps(await run.acall_tool(name, arguments)).decode()
+
+    return call, acall
 
 
 def memory_prompt(run: Run, *, system: str = "") -> str:
