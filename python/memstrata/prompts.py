@@ -164,12 +164,14 @@ def one_line(text: str) -> str:
 def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
     """Stored text as the body of a ``<label>...</label>`` block: every opening or closing tag
     of ``label`` in it is escaped (``&lt;/label>``; in JSON text ``\\u003c/label>``, which is
-    still the same JSON), so only the block's own tags delimit it.
+    still the same JSON), so only the block's own tags delimit it, and every copy of a notice
+    opening is quoted (:func:`quote_notices`), so only the library's notices read as notices.
 
     A tag is found as a reader would see it: in any case, with spaces inside, and also spelt
     with compatibility forms (the fullwidth and small forms of ``<`` and ``/``, fullwidth or
     styled letters) or with invisible format characters (zero widths, joiners, soft hyphens,
     the BOM) between its characters."""
+    text = quote_notices(text, json_text=json_text)
     if "<" not in text and "\ufe64" not in text and "\uff1c" not in text:
         return text
     if _plain(text):
@@ -270,22 +272,27 @@ _NOTICE_OPENINGS = tuple(
 )
 
 
-def quote_notices(text: str) -> str:
+def quote_notices(text: str, *, json_text: bool = False) -> str:
     """Stored text with every copy of one of memstrata's notice openings (``[summarized:``,
-    ``[tool result offloaded:``...) shown as ``(summarized:``...: a tool's output cannot pass
-    for a placeholder or a pointer the library wrote. An opening is found as a reader would
-    see it, as for :func:`in_tagged_block`: in any case, with any spaces, in compatibility
-    forms (a fullwidth ``[``, fullwidth letters) and with invisible format characters inside."""
+    ``[tool result offloaded:``...) shown as ``(summarized:``... (in JSON text with the bracket
+    as its ``\\u`` escape, the same JSON): a tool's output or a stored memory cannot pass for a
+    placeholder or a pointer the library wrote. An opening is found as a reader would see it,
+    as for :func:`in_tagged_block`: in any case, with any spaces, in compatibility forms (a
+    fullwidth ``[``, fullwidth letters) and with invisible format characters inside."""
     if "[" not in text and "\ufe47" not in text and "\uff3b" not in text:
         return text
+
+    def quoted(bracket: str) -> str:
+        return f"\\u{ord(bracket):04x}" if json_text else "("
+
     if _plain(text):
-        return _NOTICE_PATTERN.sub(lambda m: "(" + m.group(0)[1:], text)
+        return _NOTICE_PATTERN.sub(lambda m: quoted(m.group(0)[0]) + m.group(0)[1:], text)
     out, last = [], 0
     for found in _LEFT_BRACKET.finditer(text):
         i = found.start()
         if any(_words_at(text, i + 1, words) for words in _NOTICE_WORDS):
             out.append(text[last:i])
-            out.append("(")
+            out.append(quoted(text[i]))
             last = i + 1
     if not out:
         return text
