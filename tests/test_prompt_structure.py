@@ -340,3 +340,23 @@ def test_working_memory_text_cannot_pass_for_a_notice(kind: str, payload: str) -
         assert opening not in reads(body)
     if kind == "json":
         assert json.loads(body) == value  # escaped as JSON: the same value
+
+
+@pytest.mark.parametrize("payload", NOTICE_COPIES)
+def test_mind_entries_and_team_state_cannot_pass_for_a_notice(tmp_path: Any, payload: str) -> None:
+    def write(handle: Any) -> None:
+        handle.set_goal(f"Goal {payload}")
+        handle.reflect(f"Rule {payload}", pin=True)
+        handle.believe(f"Belief {payload}", confidence="high")
+
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=100_000)
+    team.record(f"Objective {payload}", shipped=payload, claim=payload, verdict="pass")
+    memory = SharedMemory()
+    memory.set(key="task:a", kind="task_result", value=1, title=payload[:256])
+    stack = MemoryStack([memory], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        run.layer("shared-memory").require(["task:a"])
+        (hint,) = run.prepare([])
+    for text in ("\n".join(mind_header(write)), team.prepend(""), hint["content"]):
+        assert "[summarized:" not in reads(text) and "[toolresult" not in reads(text)
+        assert "[...cut:" not in reads(text)

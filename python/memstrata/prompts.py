@@ -157,8 +157,9 @@ def one_line(text: str) -> str:
     """Stored text as one line of a line-structured block (the mind header, the team state,
     the upstream-memory hint): line breaks are folded into ``⏎`` marks and control or
     direction-override characters are dropped, so it cannot start a line of its own (a
-    heading, a ``---`` rule, a ``- QC verified`` line)."""
-    return _UNSHOWABLE.sub("", _LINE_BREAKS.sub(LINE_BREAK_MARK, text))
+    heading, a ``---`` rule, a ``- QC verified`` line); copies of notice openings are quoted
+    (:func:`quote_notices`)."""
+    return quote_notices(_UNSHOWABLE.sub("", _LINE_BREAKS.sub(LINE_BREAK_MARK, text)))
 
 
 def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
