@@ -143,6 +143,12 @@ def test_read_tool_result_handles_non_ascii_exactly(tmp_path: Path) -> None:
         ("x" * 129, "limit is 128"),
         ("call id", "characters outside"),
         ("c%2e%2e", "characters outside"),
+        # Windows opens these names (with any extension) as devices: a result written to
+        # NUL.txt would be gone, one read from CON.txt would wait on the console.
+        ("NUL", "device name"),
+        ("con.log", "device name"),
+        ("Com1", "device name"),
+        ("lpt9:0123456789ab", "device name"),
     ],
 )
 def test_call_ids_that_could_escape_are_refused(tmp_path: Path, call_id: str, reason: str) -> None:
