@@ -287,7 +287,8 @@ def quote_notices(text: str, *, json_text: bool = False) -> str:
         return f"\\u{ord(bracket):04x}" if json_text else "("
 
     if _plain(text):
-        return _NOTICE_PATTERN.sub(lambda m: quoted(m.group(0)[0]) + m.group(0)[1:], text)
+        plain = quoted("[")
+        return _NOTICE_PATTERN.sub(lambda _: plain, text)
     out, last = [], 0
     for found in _LEFT_BRACKET.finditer(text):
         i = found.start()
@@ -310,9 +311,13 @@ def _notice_words(opening: str) -> tuple[str, ...]:
 
 
 _NOTICE_WORDS = tuple(_notice_words(opening) for opening in _NOTICE_OPENINGS)
-# The ASCII form of the same match: spaces anywhere between the words, any case.
+# The same match on text that reads as it is spelt (see _plain): the bracket, when any spaces
+# and the words follow it in any case. Possessive repeats: indented JSON has a "[" and a run of
+# spaces on every other line, which plain repeats would try again for each word.
 _NOTICE_PATTERN = re.compile(
-    "|".join(r"\[\s*" + r"\s*".join(re.escape(word) for word in words) for words in _NOTICE_WORDS),
+    r"\[(?=\s*+(?:"
+    + "|".join(r"\s*+".join(re.escape(word) for word in words) for words in _NOTICE_WORDS)
+    + "))",
     re.IGNORECASE,
 )
 
