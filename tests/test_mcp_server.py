@@ -221,3 +221,49 @@ def test_a_call_whose_writes_cannot_be_committed_is_an_error_payload(
     assert payload["error"]["code"] == "internal_error"
     assert "not committed" in payload["error"]["message"]
     assert str(tmp_path) not in answer.content[0].text
+
+
+def test_a_store_that_fails_to_open_a_run_is_an_error_naming_no_internals(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The database file is overwritten under the server: each call and each resource read
+    answers with an error naming the failure's type, never the driver's text or a path."""
+    import asyncio
+    import os
+
+    from mcp import Client
+
+    from memstrata import MemoryStack, SQLiteStore, WorkingMemory
+    from memstrata.mcp_server import build_server
+
+    db = tmp_path / "broken.db"
+    first = SQLiteStore(db)
+    with MemoryStack([WorkingMemory()], store=first).run(thread_id="t1") as run:
+        run.layer("working-memory").update("hello")
+    first.close()
+    store = SQLiteStore(db)
+    stack = MemoryStack([WorkingMemory()], store=store)
+    for name in os.listdir(tmp_path):
+        with open(tmp_path / name, "r+b") as file:
+            file.write(os.urandom(8192))
+    server = build_server(lambda: stack.run(thread_id="t1"))
+
+    async def steps() -> tuple[Any, str]:
+        async with Client(server) as client:
+            answer = await client.call_tool("working-memory_update", {"content": "x"})
+            try:
+                await client.read_resource("memstrata://layer/working-memory")
+            except MCPError as exc:
+                return answer, str(exc)
+        raise AssertionError("the read did not fail")
+
+    answer, read_error = asyncio.run(steps())
+    store.close()
+    payload = json.loads(answer.content[0].text)
+    assert answer.is_error and payload["error"]["code"] == "internal_error"
+    opened = "the memory could not be opened: "
+    assert payload["error"]["message"].startswith(opened)
+    assert payload["error"]["message"].removeprefix(opened).isidentifier()  # a type's name
+    read = "the memory could not be read: "
+    assert read in read_error and read_error.split(read)[1].isidentifier()
+    assert str(tmp_path) not in answer.content[0].text + read_error
