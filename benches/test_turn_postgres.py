@@ -1,6 +1,10 @@
 """The whole turn of ``test_turn.py`` with every layer's data in PostgreSQL, on loopback.
 
-A throwaway cluster (``tests/postgres_cluster.py``) holds the turn's store. Results:
+A throwaway cluster (``tests/postgres_cluster.py``, fsync off) holds the turn's store, reached
+over TCP on 127.0.0.1 (``postgresql://user@127.0.0.1:port/db``), as a server in a container or
+on another host reaches it (docs/stores.md on the unix socket).
+``tools/pg_turn_breakdown.py`` shows where the turn's time goes, statement by statement.
+Results:
 
 * per-turn percentiles (p50/p95/p99), against the target of p95 <= 2 ms;
 * round trips per turn, counted on the wire by a loopback proxy (each time the client speaks

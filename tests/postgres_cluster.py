@@ -40,8 +40,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def throwaway_cluster() -> Iterator[str]:
-    """Yields a postgresql:// URL of a fresh cluster that is stopped and deleted afterwards."""
+def throwaway_cluster(extra_options: str = "") -> Iterator[str]:
+    """Yields a postgresql:// URL of a fresh cluster that is stopped and deleted afterwards
+    (``extra_options``: more ``-c name=value`` server settings)."""
     if os.environ.get("MEMSTRATA_TEST_POSTGRES_URL"):
         yield os.environ["MEMSTRATA_TEST_POSTGRES_URL"]
         return
@@ -62,7 +63,8 @@ def throwaway_cluster() -> Iterator[str]:
         )  # fmt: skip
         options = (
             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
+            f"{extra_options}"
         )
         subprocess.run(
             [*pg_ctl, "-o", options, "-l", log, "-w", "-t", "60", "start"],

@@ -239,7 +239,7 @@ def _is_ascii_punct(c: str) -> bool:
 
 
 # Texts shorter than this are counted exactly (``SHORT_EXACT_CHARS`` in estimate.rs).
-SHORT_EXACT_CHARS = 64
+SHORT_EXACT_CHARS = 128
 
 
 def unreliable(f: list[float], value: float, chars: int) -> bool:
@@ -439,6 +439,7 @@ PROBE_WORDS_SHARE = 0.35
 PROBE_WORDS_SHARE_TWO_BYTE = 0.1
 PROBE_KANA_SHARE = 0.5
 PROBE_HARD_SHARE = 0.2
+PROBE_WHITESPACE_SHARE = 0.125
 PROBE_FEW_PAIRS_CHARS = 512
 PROBE_SHORT_TWO_BYTE_SHARE = 0.5
 SCRIPT_CHANGES_MIN = 2
@@ -560,6 +561,7 @@ def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> 
         or kana_cuts > PROBE_KANA_SHARE
         or (kana_share and not kana_paired and len(text) < PROBE_FEW_PAIRS_CHARS)
         or f[36] > PROBE_HARD_SHARE * e
+        or f[37] > PROBE_WHITESPACE_SHARE * e
         or (len(text) < PROBE_MIN_CHARS and two_byte > PROBE_SHORT_TWO_BYTE_SHARE * e)
         or (
             sum(f[21:28]) + f[29] + f[30] + f[33] + f[34] > PROBE_SCRIPT_SHARE * e

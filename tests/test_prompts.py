@@ -61,7 +61,7 @@ def shipped_texts() -> dict[str, str]:
     return {
         name: value
         for name, value in vars(prompts).items()
-        if name.isupper() and isinstance(value, str)
+        if name.isupper() and not name.startswith("_") and isinstance(value, str)
     }
 
 

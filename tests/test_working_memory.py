@@ -678,7 +678,8 @@ def test_the_budget_error_names_a_way_to_shorten_that_works(store: SQLiteStore) 
 
 def test_the_stacks_budget_allocation_holds(store: SQLiteStore) -> None:
     """Two layers sharing a total budget smaller than their maxima: each write is held to the
-    layer's share, and a block stored under a larger budget is shown cut to the share."""
+    layer's share less its guidelines, and a block stored under a larger budget is shown cut so
+    that the item fits the share."""
     roomy = stack_with(store, schema={"type": "object"})
     with roomy.run(thread_id="t") as run:
         assert call(run, "working-memory/update", {"log": [f"entry {i}" for i in range(60)]})["ok"]
@@ -688,14 +689,16 @@ def test_the_stacks_budget_allocation_holds(store: SQLiteStore) -> None:
         total_budget=400,
     )
     assert tight.budgets == {"working-memory": 200, "persona": 200}
+    # The guidelines shown after the block take their part of the share.
+    guidelines = count_tokens(f"\n{tight.layers[0].tool_names['guidelines']}")
     with tight.run(thread_id="t") as run:
-        block = run.prepare([])[0]["content"]
-        assert "[... cut: this memory is" in block and "entry 0" in block
-        assert "entry 59" not in block
-        assert tight.tokens.count(block.split("</working_memory>")[0]) <= 200
+        item = run.prepare([])[0]["content"]
+        assert "[... cut: this memory is" in item and "entry 0" in item
+        assert "entry 59" not in item
+        assert count_tokens(item) <= 200
         refused = call(run, "working-memory_update", {"more": 1})
         assert refused["error"]["code"] == "budget_exceeded"
-        assert "limit of 200" in refused["error"]["message"]
+        assert f"limit of {200 - guidelines}" in refused["error"]["message"]
 
 
 def test_whitespace_cannot_slip_past_the_budget(store: SQLiteStore) -> None:

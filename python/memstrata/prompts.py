@@ -211,9 +211,10 @@ _LESS_THAN = re.compile("[<\ufe64\uff1c]")
 _WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
-# Invisible format characters (Unicode category Cf, as of Unicode 14).
+# Invisible characters: the format characters (Unicode category Cf, as of Unicode 14) and the
+# combining grapheme joiner, which joins nothing on its own.
 _FORMAT = re.compile(
-    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
     "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
     "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
     "\U000e0020-\U000e007f]"
@@ -232,12 +233,12 @@ def _fold(text: str) -> str:
 
 def _folded(text: str, start: int) -> Iterator[str]:
     """The characters of ``text`` from ``start`` as a reader compares them: compatibility
-    forms folded (NFKC), case folded, invisible format characters (category Cf) skipped."""
+    forms folded (NFKC), case folded, invisible characters (see ``_FORMAT``) skipped."""
     for i in range(start, len(text)):
         c = text[i]
         if c.isascii():
             yield c.lower()
-        elif unicodedata.category(c) != "Cf":
+        elif c != "\u034f" and unicodedata.category(c) != "Cf":
             yield from _fold(c)
 
 

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.prompts import one_line
-from memstrata.tokens import EstimatingCounter, TokenCounter
+from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count_over
 
 logger = logging.getLogger("memstrata.repo_map")
 
@@ -893,8 +893,9 @@ def _fit(digests: list[FileDigest], max_tokens: int, counter: TokenCounter) -> s
         return "\n".join(parts)
 
     out = assemble()
-    # Summed block counts are an estimate of the whole; step back until the whole fits.
-    while counter.count(out) > max_tokens and chosen:
+    # Summed block counts are an estimate of the whole; step back until the whole, counted
+    # exactly, fits.
+    while chosen and exact_count_over(counter, out, max_tokens, keep=False) is not None:
         upgraded = [i for i, level in enumerate(chosen) if level > 0]
         if upgraded:
             chosen[upgraded[-1]] -= 1

@@ -181,14 +181,21 @@ def _parameters(fn: Any) -> Mapping[str, inspect.Parameter]:
 
 def allocate_budgets(layers: Sequence[Layer], total: int) -> dict[str, int]:
     """Splits ``total`` tokens: every layer's minimum first (in slot order while tokens last),
-    then what remains in proportion to each layer's headroom (``max - min``), never past max."""
+    then what remains in proportion to each layer's headroom (``max - min``), never past max.
+
+    A layer may declare ``prompt_overhead``: tokens of fixed text it shows beside what its
+    budget holds (the working memory's guidelines); its max is raised by that much, so a share
+    that covers the whole budget covers the text too, and the layer fits both in its share."""
     ordered = sorted(layers, key=lambda layer: layer.slot)
+    most = {
+        layer.name: layer.budget.max + getattr(layer, "prompt_overhead", 0) for layer in ordered
+    }
     shares: dict[str, int] = {}
     left = total
     for layer in ordered:
         shares[layer.name] = min(layer.budget.min, left)
         left -= shares[layer.name]
-    headroom = {layer.name: layer.budget.max - shares[layer.name] for layer in ordered}
+    headroom = {layer.name: most[layer.name] - shares[layer.name] for layer in ordered}
     room = sum(headroom.values())
     if left > 0 and room > 0:
         extra_total = min(left, room)
@@ -201,7 +208,7 @@ def allocate_budgets(layers: Sequence[Layer], total: int) -> dict[str, int]:
         for layer in ordered:
             if given >= extra_total:
                 break
-            spare = min(layer.budget.max - shares[layer.name], extra_total - given)
+            spare = min(most[layer.name] - shares[layer.name], extra_total - given)
             shares[layer.name] += spare
             given += spare
     return shares

@@ -49,6 +49,7 @@ __all__ = [
     "exact_count_over",
     "fits_within",
     "json_lines",
+    "same_counts",
 ]
 
 Messages = Sequence[Mapping[str, Any]]
@@ -102,11 +103,17 @@ _exact_lock = threading.Lock()
 
 
 def exact_count(
-    counter: TokenCounter, text: str, split: Callable[[str], Sequence[str]] | None = None
+    counter: TokenCounter,
+    text: str,
+    split: Callable[[str], Sequence[str]] | None = None,
+    *,
+    keep: bool = True,
 ) -> int:
     """``text``'s tokens as a budget must count them: exactly, in the encoding of an
     :class:`EstimatingCounter`, or by any other counter itself (it is the caller's own
-    definition of a token). Counts are kept by content, for the texts last counted.
+    definition of a token). Counts are kept by content, for the texts last counted;
+    ``keep=False`` counts without keeping (texts counted once, such as the prefixes of a
+    search, would push out the ones met again).
 
     ``split`` cuts ``text`` into parts that are counted one by one and added up, each part's
     count kept, so an edit recounts only the parts it changed. The caller guarantees that no
@@ -117,6 +124,8 @@ def exact_count(
     if not isinstance(counter, EstimatingCounter):
         return counter.count(text)
     encoding = counter.encoding
+    if not keep:
+        return count_tokens(text, encoding=encoding)
     with _exact_lock:
         texts = _texts.setdefault(encoding, OrderedDict())
         known = texts.get(text)
@@ -151,15 +160,31 @@ def exact_count_over(
     text: str,
     limit: int,
     split: Callable[[str], Sequence[str]] | None = None,
+    *,
+    keep: bool = True,
 ) -> int | None:
-    """``text``'s exact tokens (see :func:`exact_count`) when they pass ``limit``; None when
-    it fits. A BPE token covers at least one byte, so with an :class:`EstimatingCounter`'s
-    encoding a text of at most ``limit`` bytes fits without being counted."""
+    """``text``'s exact tokens (see :func:`exact_count`, which ``keep`` is passed to) when they
+    pass ``limit``; None when it fits. A BPE token covers at least one byte, so with an
+    :class:`EstimatingCounter`'s encoding a text of at most ``limit`` bytes fits without
+    being counted."""
     fits_bytes = len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= limit
     if fits_bytes and isinstance(counter, EstimatingCounter):
         return None
-    tokens = exact_count(counter, text, split)
+    tokens = exact_count(counter, text, split, keep=keep)
     return tokens if tokens > limit else None
+
+
+def same_counts(one: TokenCounter, other: TokenCounter) -> bool:
+    """Whether a budget counts every text alike with either counter: the same object, or the
+    library's own counters of one encoding (both count budgets exactly in it)."""
+    if one is other:
+        return True
+    kinds = (EstimatingCounter, ExactCounter)
+    return (
+        type(one) in kinds
+        and type(other) in kinds
+        and getattr(one, "encoding", None) == getattr(other, "encoding", None)
+    )
 
 
 def json_lines(text: str) -> list[str]:

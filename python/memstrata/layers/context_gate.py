@@ -30,8 +30,11 @@ any other says plainly that the text is gone.
 
 Decisions where Modulatio is silent:
 
-* "Fits" means the padded estimate is strictly below ``max_input_tokens``; the refusal is "at
-  or above 100% after compression", as Modulatio says.
+* "Fits" means the padded count is strictly below ``max_input_tokens``; the refusal is "at
+  or above 100% after compression", as Modulatio says. With the native estimator, a prompt
+  estimated at half the window or more is counted exactly (per message, cached likewise), and
+  every path is decided on that count: the estimate stays within a factor of 2 of the exact
+  count, so only below half the window can its error not matter.
 * Per-message token counts are cached by content, never by object identity. The gate keeps a
   snapshot of the last four lists it checked (a shallow copy of each message whose values are
   all text or None, the JSON text of any other) with their counts: a position whose content is
@@ -83,7 +86,7 @@ from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
 from memstrata.redaction import redact_messages
 from memstrata.safe_files import file_name, open_dir, write_atomic
-from memstrata.tokens import EstimatingCounter, TokenCounter
+from memstrata.tokens import EstimatingCounter, ExactCounter, TokenCounter
 
 logger = logging.getLogger("memstrata.context_gate")
 
@@ -118,7 +121,8 @@ class GateDecision:
         state: ``pass``, ``warn``, ``pruned`` (pruned, now fits) or ``disabled``. A refusal
             raises instead of returning.
         messages: The messages to send (the input list itself unless pruned).
-        estimated_tokens: The padded estimate of ``messages``.
+        estimated_tokens: The padded count of ``messages`` (estimated, or exact near the
+            window; see the module docstring).
         max_input_tokens: The window they were checked against.
         pruned: How many tool results were replaced by placeholders.
     """
@@ -221,6 +225,14 @@ class ContextGate:
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._default_run = 0
         self._priming = _priming_tokens(self.tokens)
+        # Near the window, the native estimator's prompts are counted exactly by a gate
+        # counting with an exact counter (its own per-message cache), made when first needed:
+        # its vocabulary takes a moment to load.
+        self._exact: ContextGate | None = None
+        # Whether the last prompt checked was counted exactly: the next, most often the same
+        # conversation grown by a message or two, then goes straight to the exact counts. It
+        # decides what is counted first, never what fits.
+        self._near = False
 
     # The gate ---------------------------------------------------------------------------------
 
@@ -267,7 +279,14 @@ class ContextGate:
         if not self.enabled:
             return GateDecision("disabled", given, 0, self.max_input_tokens)
         limit = self.max_input_tokens
-        raw, counts = self._raw_counts(given)
+        counter = self._exact_gate() if self._near else self
+        raw, counts = counter._raw_counts(given)
+        if counter is self and 2 * self._pad(raw) >= limit and self._exact_gate() is not self:
+            counter = self._exact_gate()
+            raw, counts = counter._raw_counts(given)
+        # Left below 40% of the window, not at half: a prompt whose estimate and exact count
+        # sit on either side of half would otherwise be counted both ways at every call.
+        self._near = counter is not self and 5 * self._pad(raw) >= 2 * limit
         estimate = self._pad(raw)
         if estimate < self.soft_warn_at_pct * limit:
             return GateDecision("pass", given, estimate, limit)
@@ -275,7 +294,9 @@ class ContextGate:
             self._warn_once(run_id, call_id, estimate)
             return GateDecision("warn", given, estimate, limit)
         pruned, count = self.prune(given, keep=keep)
-        after = self._pad(self._raw_after_prune(given, pruned, counts, raw)) if count else estimate
+        after = estimate
+        if count:
+            after = self._pad(counter._raw_after_prune(given, pruned, counts, raw))
         if after < limit:
             if not count:
                 # At the prune line with nothing left to prune, and it fits: a warning.
@@ -330,6 +351,19 @@ class ContextGate:
                 TOOL_RESULT_PRUNED.format(call_id=readable) if readable else TOOL_RESULT_GONE
             )
         return (with_tool_results(given, bodies) if bodies else given), len(bodies)
+
+    def _exact_gate(self) -> ContextGate:
+        """What counts a prompt near the window: the gate itself, unless it estimates."""
+        if type(self.tokens) is not EstimatingCounter:
+            return self
+        with self._lock:
+            if self._exact is None:
+                self._exact = ContextGate(
+                    max_input_tokens=self.max_input_tokens,
+                    tokens=ExactCounter(self.tokens.encoding),
+                    cache=self.cache,
+                )
+            return self._exact
 
     def estimate(self, messages: Sequence[Message]) -> int:
         """The padded token estimate of ``messages`` (per-message counts cached)."""

@@ -34,7 +34,8 @@ Decisions where NodeTool is silent or its code disagrees with its text:
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost.
 * The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
-  stays within the layer's token budget (keys past it are counted, not listed).
+  stays within the layer's token budget (keys past it are counted, not listed). The "Memory
+  Tools" section before it is fixed template: a budget too small for it shows nothing.
 * Beyond NodeTool: ``SharedMemory(store=..., namespace=...)`` writes every entry through to a
   store, and every public read first catches up with the store's change
   tracking. A new instance resumes a crashed workflow, and several instances on one store (two
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -75,7 +77,7 @@ from memstrata.prompts import (
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import ChangeMark
-from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count
+from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
 from memstrata.tools import Tool, frozen
 
 logger = logging.getLogger("memstrata.shared_memory")
@@ -695,13 +697,23 @@ class SharedMemory:
 
     def recall(self, handle: SharedMemoryHandle, budget: int) -> builtins.list[Message]:
         """The "Memory Tools" section, and the upstream hint within what is left of
-        ``budget`` (the section itself is fixed template, shown whole)."""
-        hint = ""
-        if handle.upstream:
-            hint = handle.upstream_hint(
-                budget - exact_count(handle.tokens, MEMORY_TOOLS_SECTION) - 2
-            )
-        return [{"content": f"{MEMORY_TOOLS_SECTION}\n\n{hint}" if hint else MEMORY_TOOLS_SECTION}]
+        ``budget``. The section is fixed template, shown whole or, in a budget too small
+        for it, not at all."""
+        section = exact_count(handle.tokens, MEMORY_TOOLS_SECTION)
+        if section > budget:
+            return []
+        room = budget - section - 2  # the blank line between them: at most 2 tokens
+        while handle.upstream and room > 0:
+            hint = handle.upstream_hint(room)
+            if not hint:
+                break
+            item = f"{MEMORY_TOOLS_SECTION}\n\n{hint}"
+            # Counted in parts; the item as a whole is counted exactly before it is shown.
+            over = exact_count_over(handle.tokens, item, budget)
+            if over is None:
+                return [{"content": item}]
+            room -= over - budget
+        return [{"content": MEMORY_TOOLS_SECTION}]
 
     def observe(self, handle: SharedMemoryHandle, message: Message) -> None:
         """Nothing to do: the model writes through ``memory_write``."""
@@ -730,6 +742,9 @@ class SharedMemoryHandle:
         self.upstream: list[str] = []
         self.writes = 0  # memory_write calls this run's model made that stored something
         self.written_bytes = 0
+        # Parallel tool calls of one run: each reserves its share of the quotas before it
+        # writes, so calls that each fit cannot pass them together.
+        self._quota_lock = threading.Lock()
 
     def metered(self, write: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
         """``memory_write`` within the run's quotas (``max_run_writes`` calls and
@@ -742,22 +757,28 @@ class SharedMemoryHandle:
                 size = len(codec.dumps(args.get("value")))
             except (InvalidInputError, TypeError, ValueError):
                 size = 0  # the write itself names what is wrong with the value
-            for setting, used, adding, limit in (
-                ("max_run_writes", self.writes, 1, memory.max_run_writes),
-                ("max_run_bytes", self.written_bytes, size, memory.max_run_bytes),
-            ):
-                if used + adding > limit:
-                    raise LimitExceededError(
-                        f"this run already wrote {used:,} of its {limit:,} ({setting}); "
-                        "write fewer, larger entries, or finish the step",
-                        setting=setting,
-                        size=used + adding,
-                        limit=limit,
-                    )
-            result = write(args)
-            self.writes += 1
-            self.written_bytes += size
-            return result
+            with self._quota_lock:
+                for setting, used, adding, limit in (
+                    ("max_run_writes", self.writes, 1, memory.max_run_writes),
+                    ("max_run_bytes", self.written_bytes, size, memory.max_run_bytes),
+                ):
+                    if used + adding > limit:
+                        raise LimitExceededError(
+                            f"this run already wrote {used:,} of its {limit:,} ({setting}); "
+                            "write fewer, larger entries, or finish the step",
+                            setting=setting,
+                            size=used + adding,
+                            limit=limit,
+                        )
+                self.writes += 1
+                self.written_bytes += size
+            try:
+                return write(args)
+            except BaseException:
+                with self._quota_lock:  # nothing was stored: give the share back
+                    self.writes -= 1
+                    self.written_bytes -= size
+                raise
 
         return handler
 

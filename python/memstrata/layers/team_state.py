@@ -80,7 +80,13 @@ from memstrata.safe_files import (
     write_atomic,
 )
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
+from memstrata.tokens import (
+    EstimatingCounter,
+    TokenCounter,
+    exact_count,
+    exact_count_over,
+    same_counts,
+)
 from memstrata.tools import Tool
 
 if sys.platform == "win32":
@@ -202,6 +208,7 @@ class TeamState:
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
         self._tokens_given = tokens is not None
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
+        self._tokens_taken = False  # whether a stack's counter replaced the default one
         # The prompt item, by the state file it was read from, (inode, mtime, size), and the
         # token limit it was cut to: every write replaces the file (a new inode), so a prepare
         # whose file is unchanged reuses the item, the same text object, whose token count the
@@ -436,11 +443,21 @@ class TeamState:
     # Layer protocol ---------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> TeamState:
-        # The stack's token counter replaces the default one, never one the caller chose.
-        if not self._tokens_given and self.tokens is not ctx.tokens:
+        """The layer itself, counting with the stack's token counter unless the caller chose
+        one. A layer already counting for a stack of other counts (another encoding) gives
+        the run a view of itself (the same files and lock) counting with the run's own: a
+        block fitted in one encoding may not fit another's budget."""
+        if self._tokens_given or same_counts(self.tokens, ctx.tokens):
+            return self
+        if not self._tokens_taken:
+            self._tokens_taken = True
             self.tokens = ctx.tokens
             self._item = None
-        return self
+            return self
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view.tokens, view._item = ctx.tokens, None
+        return view
 
     def recall(self, handle: TeamState, budget: int) -> list[Message]:
         if not self._active():

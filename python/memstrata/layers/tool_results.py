@@ -94,7 +94,13 @@ from memstrata.safe_files import (
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import InMemoryStore, Store, open_store
 from memstrata.stores.base import validate_ttl
-from memstrata.tokens import EstimatingCounter, TokenCounter
+from memstrata.tokens import (
+    EstimatingCounter,
+    TokenCounter,
+    exact_count,
+    exact_count_over,
+    same_counts,
+)
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.tool_results")
@@ -208,6 +214,7 @@ class ToolResults:
         self.enabled = enabled
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
         self._tokens_given = tokens is not None
+        self._bound = False  # whether a stack's run bound the layer to its counter and store
         self.name = name
         self.slot = slot
         # What offload_messages and keep decided for a (scope, call_id, body), keyed by content:
@@ -266,13 +273,24 @@ class ToolResults:
     # Layer protocol ---------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> ToolResults:
-        # The stack's token counter replaces the default one, never one the caller chose; the
-        # stack's store likewise.
-        if not self._tokens_given:
-            self.tokens = ctx.tokens
-        if not self._store_given and self._dir is None:
-            self._store = ctx.store
-        return self.for_thread(ctx.thread_id, ctx.resource_id)
+        """The layer as the run's thread sees it (:meth:`for_thread`), counting with the
+        stack's token counter and keeping results in the stack's store, unless the caller
+        chose them. The first stack to run the layer binds it to those; a run of a stack
+        that counts or stores otherwise gets a view of its own, with its own decisions, so
+        it never reuses the other stack's decisions nor writes to its store."""
+        tokens = self.tokens if self._tokens_given else ctx.tokens
+        store = self._store if self._store_given or self._dir is not None else ctx.store
+        if not self._bound:
+            self._bound = True
+            self.tokens, self._store = tokens, store
+        if same_counts(tokens, self.tokens) and store is self._store:
+            return self.for_thread(ctx.thread_id, ctx.resource_id)
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view.tokens, view._store = tokens, store
+        view._seen, view._seen_lock = OrderedDict(), threading.Lock()
+        view._lists, view._version = OrderedDict(), [0]
+        return view.for_thread(ctx.thread_id, ctx.resource_id)
 
     def recall(self, handle: ToolResults, budget: int) -> list[Message]:
         return []
@@ -315,8 +333,8 @@ class ToolResults:
         if not self.enabled:
             return text
         check_file_id(call_id)
-        tokens = self.tokens.count(text)
-        if tokens <= self.threshold_tokens:
+        tokens = self._over_threshold(text)
+        if tokens is None:
             return text
         self.store(call_id, text)
         return self._notice(call_id, text, tokens)
@@ -335,6 +353,15 @@ class ToolResults:
     ) -> dict[str, Any]:
         """:meth:`read_tool_result` for a coroutine, as :meth:`aoffload`."""
         return await run_sync(self.read_tool_result, call_id, offset, max_tokens)
+
+    def _over_threshold(self, text: str) -> int | None:
+        """``text``'s tokens if it is over ``threshold_tokens`` (estimated when the estimate
+        says so: offloading a result a little under the threshold loses nothing), None if it
+        is within it, which only an exact count may say."""
+        tokens = self.tokens.count(text)
+        if tokens > self.threshold_tokens:
+            return tokens
+        return exact_count_over(self.tokens, text, self.threshold_tokens, keep=False)
 
     def _notice(self, call_id: str, text: str, tokens: int) -> str:
         notice = TOOL_RESULT_OFFLOADED.format(call_id=call_id, chars=len(text), tokens=tokens)
@@ -449,8 +476,8 @@ class ToolResults:
             text = _as_text(body)
         except InvalidInputError as exc:
             raise InvalidInputError(f"messages[{index}]: {exc}") from None
-        tokens = self.tokens.count(text)
-        if tokens <= self.threshold_tokens:
+        tokens = self._over_threshold(text)
+        if tokens is None:
             return None
         try:
             check_file_id(call_id)
@@ -572,10 +599,16 @@ class ToolResults:
         return digest(text, max_tokens=self.summary_tokens, tokens=self.tokens)
 
     def _trim(self, text: str) -> str:
-        if self.tokens.count(text) <= self.summary_tokens:
+        if exact_count_over(self.tokens, text, self.summary_tokens, keep=False) is None:
             return text
         end = _fit_prefix(text, self.summary_tokens - 2, self.tokens)
-        return text[:end].rstrip() + " …"
+        while True:
+            trimmed = text[:end].rstrip() + " …"
+            if exact_count_over(self.tokens, trimmed, self.summary_tokens, keep=False) is None:
+                return trimmed
+            if end == 0:
+                return ""
+            end = end * 9 // 10
 
     # Reading back -----------------------------------------------------------------------------
 
@@ -937,7 +970,7 @@ def digest(
     if shape:
         header.append(f"json: {shape}")
     out = "\n".join(header)
-    used = counter.count(out)
+    used = exact_count(counter, out, keep=False)
     if used >= max_tokens:
         return out[: _fit_prefix(out, max_tokens, counter)]
     head: list[str] = []
@@ -949,7 +982,7 @@ def digest(
     while lo <= hi:
         line = one_line(lines[lo] if take_head else lines[hi])
         shown = line if len(line) <= _LINE_CHARS else line[:_LINE_CHARS] + " …"
-        cost = counter.count(shown) + 1
+        cost = exact_count(counter, shown, keep=False) + 1
         if used + cost + 4 > max_tokens:
             break
         used += cost
@@ -961,14 +994,23 @@ def digest(
             hi -= 1
         turn += 1
         take_head = turn % 3 != 2
-    parts = [out]
-    if head:
-        parts.append("head:\n" + "\n".join(head))
-    if lo <= hi:
-        parts.append(f"… {hi - lo + 1:,} lines not shown …")
-    if tail:
-        parts.append("tail:\n" + "\n".join(reversed(tail)))
-    return "\n".join(parts)
+    # Lines were counted one by one; the digest as a whole is counted exactly, and loses the
+    # line taken last until it fits.
+    while True:
+        parts = [out]
+        if head:
+            parts.append("head:\n" + "\n".join(head))
+        if len(head) + len(tail) < len(lines):
+            parts.append(f"… {len(lines) - len(head) - len(tail):,} lines not shown …")
+        if tail:
+            parts.append("tail:\n" + "\n".join(reversed(tail)))
+        shown_text = "\n".join(parts)
+        if exact_count_over(counter, shown_text, max_tokens, keep=False) is None:
+            return shown_text
+        if not (head or tail):
+            return out
+        turn -= 1
+        (head if turn % 3 != 2 else tail).pop()
 
 
 def _json_shape(text: str) -> str:
@@ -1020,8 +1062,9 @@ def _as_text(content: Any) -> str:
 
 
 def _fit_prefix(text: str, max_tokens: int, counter: TokenCounter) -> int:
-    """The length of the longest prefix of ``text`` within ``max_tokens`` (binary search)."""
-    if counter.count(text) <= max_tokens:
+    """The length of a prefix of ``text`` within ``max_tokens`` counted exactly: the longest
+    by the counter's estimate (binary search), shortened until its exact count fits."""
+    if exact_count_over(counter, text, max_tokens, keep=False) is None:
         return len(text)
     lo, hi = 0, min(len(text), max(max_tokens, 1) * 16)
     while lo < hi:
@@ -1030,4 +1073,9 @@ def _fit_prefix(text: str, max_tokens: int, counter: TokenCounter) -> int:
             lo = mid
         else:
             hi = mid - 1
-    return lo
+    while lo > 0:
+        tokens = exact_count(counter, text[:lo], keep=False)
+        if tokens <= max_tokens:
+            return lo
+        lo = min(lo - 1, lo * max_tokens // tokens)
+    return 0

@@ -10,8 +10,9 @@ Decisions where the two are silent or disagree:
 * State is text (no schema), markdown (``template``) or structured (``schema``). Append is the
   default; arrays replace in noetic's flavour and are a deduplicated union in VoltAgent's.
 * A write is refused when the block would pass the layer's token budget (``budget.max``, or its
-  share of the stack's total, if smaller), counted exactly, or ``max_state_bytes``; the error
-  names the tool call that shortens the memory.
+  share of the stack's total less the guidelines shown after the block, if smaller), counted
+  exactly, or ``max_state_bytes``; the error names the tool call that shortens the memory. The
+  prompt item (block and guidelines) stays within the layer's share.
 * One record in the store (:mod:`~memstrata.layers.wm_stored`), written with ``put_if_version``;
   a writer that lost a race merges into the winner's state inside one store transaction.
 * A stored state failing the schema is moved aside under ``quarantine/<time>`` and the layer
@@ -59,7 +60,7 @@ from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import GetMany, Item, Namespace, Read, codec
 from memstrata.stores.base import Answer
-from memstrata.tokens import exact_count, exact_count_over, json_lines
+from memstrata.tokens import count_tokens, exact_count, exact_count_over, json_lines
 from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.working_memory")
@@ -146,6 +147,12 @@ class WorkingMemory:
         # The block's tag: <working_memory> for the default name, as noetic shows it.
         self.label = "working_memory" if name == DEFAULT_NAME else name
         self.tool_names = tool_names(self)
+        # The guidelines shown after the block: the stack gives the layer room for them beyond
+        # budget.max (see allocate_budgets), counted in both encodings the library ships.
+        self.prompt_overhead = max(
+            count_tokens(f"\n{self.tool_names['guidelines']}", encoding=encoding)
+            for encoding in ("o200k_base", "cl100k_base")
+        )
         self._violations = state_checker(schema)
         # Fields every state holds: the update tool takes a partial patch, so it names them.
         self.required = required_fields(schema) if schema is not None else []
@@ -359,22 +366,39 @@ class WorkingMemoryHandle:
         return self._block(body) if body else ""
 
     def prompt_items(self, budget: int) -> list[Message]:
-        """The block and the guidelines, cut to ``budget`` tokens if the block is over it. An
-        empty memory shows its (empty) block with the guidelines, unless it is read-only."""
+        """The block and the guidelines, cut to ``budget`` tokens if the block is over it
+        (nothing, if even the notice saying so is). An empty memory shows its (empty) block
+        with the guidelines, unless it is read-only."""
         layer = self.layer
         body = self._rendered()
         if not body and layer.read_only:
             return []
         block = self._block(body)
-        limit = min(budget, layer.budget.max)
+        guidelines = f"\n{layer.tool_names['guidelines']}"
+        limit = self._block_limit(budget, guidelines)
+        if limit <= 0:
+            return []
         tokens = self._tokens_over(block, limit)
         if tokens is not None:
             block = self._cut(body, tokens, limit)
-        return [{"content": f"{block}\n{layer.tool_names['guidelines']}"}]
+            if not block:
+                return []
+        return [{"content": f"{block}{guidelines}"}]
+
+    def _block_limit(self, share: int, guidelines: str | None = None) -> int:
+        """The tokens the block may take: the layer's ``budget.max``, and within the run's
+        share of the prompt what the guidelines shown after it leave. Writes and the prompt
+        use the same limit, so a state a write accepted is shown whole."""
+        if guidelines is None:
+            guidelines = f"\n{self.layer.tool_names['guidelines']}"
+        # The block ends with its closing tag, so the two texts count apart at most what they
+        # count together (a '>' may only merge with the newline that follows it).
+        return min(self.layer.budget.max, share - exact_count(self.ctx.tokens, guidelines))
 
     def _cut(self, body: str, tokens: int, limit: int) -> str:
         """The block with the end of its body cut so that it fits ``limit`` tokens, and a
-        notice saying so. Only a block written under a larger budget gets here."""
+        notice saying so; empty when even the notice alone does not fit. Only a block written
+        under a larger budget gets here."""
         logger.warning(
             "working memory %s is %d tokens, over its prompt budget of %d: shown cut",
             "/".join(self.namespace),
@@ -387,8 +411,10 @@ class WorkingMemoryHandle:
         keep = len(body) * limit // tokens
         while True:
             block = self._block(f"{body[:keep]}\n{notice}" if keep else notice)
-            if keep == 0 or exact_count(self.ctx.tokens, block) <= limit:
+            if exact_count(self.ctx.tokens, block) <= limit:
                 return block
+            if keep == 0:
+                return ""
             keep = keep * 9 // 10
 
     def _rendered(self) -> str:
@@ -572,7 +598,8 @@ class WorkingMemoryHandle:
                 size=size,
                 limit=layer.max_state_bytes,
             )
-        limit = min(layer.budget.max, self.ctx.budgets.get(layer.name, layer.budget.max))
+        share = self.ctx.budgets.get(layer.name)
+        limit = layer.budget.max if share is None else self._block_limit(share)
         tokens = self._tokens_over(self._block(body), limit)
         if tokens is not None:
             raise BudgetExceededError(

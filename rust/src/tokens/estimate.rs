@@ -15,7 +15,7 @@ use super::models::Encoding;
 use super::probe::{
     sample_disagrees, sampled_script_changes, PROBE_FEW_PAIRS_CHARS, PROBE_HARD_SHARE,
     PROBE_KANA_SHARE, PROBE_MIN_CHARS, PROBE_SCRIPT_SHARE, PROBE_SHORT_TWO_BYTE_SHARE,
-    PROBE_WORDS_SHARE, PROBE_WORDS_SHARE_TWO_BYTE, SCRIPT_CHANGES_MIN,
+    PROBE_WHITESPACE_SHARE, PROBE_WORDS_SHARE, PROBE_WORDS_SHARE_TWO_BYTE, SCRIPT_CHANGES_MIN,
 };
 use super::words::{unknown_share, unknown_word_tokens, WORD_SAMPLE};
 use std::sync::OnceLock;
@@ -101,9 +101,11 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     let values: Vec<f64> = if units.len() >= PARALLEL_MIN_UNITS && rayon::current_num_threads() > 1
     {
         use rayon::prelude::*;
-        // Handed out by the hundred: a task per chunk would cost about what it computes.
+        // Handed out by the sixteen: a task per chunk would cost about what it computes, and
+        // larger groups can leave a thread idle at the end while the other finishes a group
+        // whose chunks took the exact count or its samples.
         let groups: Vec<Vec<f64>> = chunks
-            .par_chunks(128)
+            .par_chunks(16)
             .map(|group| group.iter().map(chunk).collect())
             .collect();
         groups.concat()
@@ -119,9 +121,9 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
 /// Whether samples of a chunk (`units`, its blocks' `masks`, `chars` code points) with
 /// features `f` and model value `value` show the model cannot bound it: too many of its
 /// sampled words are unknown, its kana look random or repeat one kana, or, where one of those
-/// signs or random letters come near their threshold or the sampled characters change script
-/// between letters, a sample of the chunk counted exactly holds many more tokens than the
-/// value (see [`super::probe`]).
+/// signs, random letters or mixed whitespace come near their threshold or the sampled
+/// characters change script between letters, a sample of the chunk counted exactly holds many
+/// more tokens than the value (see [`super::probe`]).
 fn samples_distrust<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
@@ -164,6 +166,7 @@ fn samples_distrust<U: Unit>(
         // Kana cut into pieces too short to pair, in a text too short for many samples.
         || (kana_share && !kana_paired && chars < PROBE_FEW_PAIRS_CHARS)
         || hard > PROBE_HARD_SHARE * e
+        || f[MIXED_WHITESPACE] as f64 > PROBE_WHITESPACE_SHARE * e
         || (chars < PROBE_MIN_CHARS && two_byte > PROBE_SHORT_TWO_BYTE_SHARE * e)
         || (non_ascii_chars(f) as f64 > PROBE_SCRIPT_SHARE * e
             && sampled_script_changes(units, masks, chars) >= SCRIPT_CHANGES_MIN);
@@ -274,10 +277,11 @@ fn chunks<U: Unit>(units: &[U]) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-/// Texts shorter than this are counted exactly: measured through the Python API, a call of
-/// the exact counter on 64 code points of the test corpus costs about what the estimate's
-/// does (2 to 3 µs, most of it the call), on 128 about three times as much.
-pub const SHORT_EXACT_CHARS: usize = 64;
+/// Texts shorter than this are counted exactly: a few words are too few for the model to
+/// average over (a line of pronounceable nonsense words is twice the tokens of a line of
+/// English), and through the Python API a call of the exact counter on 120 code points of the
+/// test corpus costs about twice the estimate's (7.7 against 3.6 µs).
+pub const SHORT_EXACT_CHARS: usize = 128;
 
 /// Whether the linear model cannot be trusted on a chunk of `chars` code points with
 /// features `f` and model value `value`: the chunk is made of pieces whose token count the

@@ -53,8 +53,14 @@ pub const PROBE_KANA_SHARE: f64 = 0.5;
 pub const PROBE_FEW_PAIRS_CHARS: usize = 512;
 
 /// ... or random letters (third in a row of consonants or of vowels) for more than this share
-/// (0.4 counts the chunk exactly).
+/// (0.4 counts the chunk exactly) ...
 pub const PROBE_HARD_SHARE: f64 = 0.2;
+
+/// ... or mixed whitespace (a tab after neither a tab nor a line break, a space after a tab)
+/// for more than this share (0.25 counts the chunk exactly): whitespace mixed with control
+/// characters, beside runs of punctuation, takes up to twice the model's value with no check
+/// past its threshold.
+pub const PROBE_WHITESPACE_SHARE: f64 = 0.125;
 
 /// ... or, where characters past ASCII carry more than [`PROBE_SCRIPT_SHARE`] of the value,
 /// at least this many of the [`SCRIPT_SAMPLES`] pairs of characters sampled change script
@@ -74,8 +80,13 @@ pub const PROBE_SCRIPT_SHARE: f64 = 0.1;
 pub const PROBE_SHORT_TWO_BYTE_SHARE: f64 = 0.5;
 
 /// The unit indices the code points `targets` (ascending) start at, read from the blocks'
-/// [`WordMasks`] without decoding the units between them; `len` for one past the end.
-fn unit_offsets(masks: &[WordMasks], targets: &[usize], len: usize) -> Vec<usize> {
+/// [`WordMasks`] without decoding the units between them (UCS-4 units are the code points
+/// themselves); `len` for one past the end.
+fn unit_offsets<U: Unit>(masks: &[WordMasks], targets: &[usize], len: usize) -> Vec<usize> {
+    if size_of::<U>() != 1 {
+        // One unit per code point.
+        return targets.iter().map(|&t| t.min(len)).collect();
+    }
     let mut offsets = Vec::with_capacity(targets.len());
     let mut before = 0;
     for (b, m) in masks.iter().enumerate() {
@@ -95,7 +106,35 @@ fn unit_offsets(masks: &[WordMasks], targets: &[usize], len: usize) -> Vec<usize
 /// and the other 2-byte alphabets, one for ideographs and kana (Japanese mixes them), one for
 /// hangul, one per 256 code points for the other scripts; 0 for whitespace, punctuation,
 /// combining marks, symbols, emoji and other characters that are no letter of a script.
+#[inline]
 fn script(c: u32) -> u32 {
+    // The alphabets below U+0800 from a table, then the ideographs, kana and hangul syllables
+    // most other sampled characters are, before the other ranges one by one.
+    match SCRIPTS_BELOW_800.get(c as usize) {
+        Some(&s) => u32::from(s),
+        None if c.wrapping_sub(0x4E00) <= 0x9FFF - 0x4E00
+            || c.wrapping_sub(0x3040) <= 0x30FF - 0x3040 =>
+        {
+            20
+        }
+        None if c.wrapping_sub(0xAC00) <= 0xD7A3 - 0xAC00 => 21,
+        None => script_of(c),
+    }
+}
+
+/// [`script`] of the code points below U+0800 (ASCII and the 2-byte alphabets).
+static SCRIPTS_BELOW_800: [u8; 0x800] = {
+    let mut table = [0u8; 0x800];
+    let mut c = 0;
+    while c < 0x800 {
+        table[c] = script_of(c as u32) as u8;
+        c += 1;
+    }
+    table
+};
+
+/// [`script`], by ranges.
+const fn script_of(c: u32) -> u32 {
     match c {
         0x30..=0x39 => 2,
         0x41..=0x5A | 0x61..=0x7A => 1,
@@ -134,7 +173,7 @@ pub fn sampled_script_changes<U: Unit>(units: &[U], masks: &[WordMasks], chars: 
         .map(|k| k * chars / SCRIPT_SAMPLES)
         .collect();
     let mut changes = 0;
-    for i in unit_offsets(masks, &targets, units.len()) {
+    for i in unit_offsets::<U>(masks, &targets, units.len()) {
         if i >= units.len() {
             continue;
         }
@@ -166,7 +205,7 @@ fn window_tokens<U: Unit>(
             [start, start + PROBE_CHARS]
         })
         .collect();
-    let offsets = unit_offsets(masks, &targets, units.len());
+    let offsets = unit_offsets::<U>(masks, &targets, units.len());
     offsets
         .chunks(2)
         .map(|w| count_units(&units[w[0]..w[1]], encoding))
@@ -232,13 +271,30 @@ mod tests {
     use crate::tokens::features::word_masks;
 
     #[test]
+    fn the_script_shortcuts_agree_with_the_ranges() {
+        for c in 0..=0x10_FFFF {
+            assert_eq!(script(c), script_of(c), "U+{c:04X}");
+        }
+    }
+
+    #[test]
+    fn ucs4_offsets_are_the_code_points() {
+        let text = "aé東😀 \nβ".repeat(40);
+        let units: Vec<u32> = text.chars().map(u32::from).collect();
+        let targets = [0, 5, 17, units.len() - 1, units.len(), units.len() + 3];
+        let offsets = unit_offsets::<u32>(&word_masks(&units), &targets, units.len());
+        let len = units.len();
+        assert_eq!(offsets, [0, 5, 17, len - 1, len, len]);
+    }
+
+    #[test]
     fn the_windows_are_the_code_points_they_name() {
         let text = "aé東😀 \nβ".repeat(40);
         let units: Vec<u32> = text.chars().map(u32::from).collect();
         let chars = units.len();
         let masks = word_masks(text.as_bytes());
         let targets: Vec<usize> = (0..=chars).step_by(7).collect();
-        let offsets = unit_offsets(&masks, &targets, text.len());
+        let offsets = unit_offsets::<u8>(&masks, &targets, text.len());
         for (&t, &o) in targets.iter().zip(&offsets) {
             assert_eq!(text[..o].chars().count(), t);
         }

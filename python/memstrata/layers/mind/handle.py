@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from memstrata._bridge import TaskLock
 from memstrata.layers.mind import flush as _flush
 from memstrata.layers.mind import goals as _goals
 from memstrata.layers.mind import header as _header
@@ -61,6 +62,11 @@ class AgentMindHandle:
         self._committed = _Committed(None, None)
         self._mark: ChangeMark | None = None  # where the store's history stood at load
         self.draft = _Draft()
+        # The draft's writes one at a time: a model's parallel tool calls (a server running
+        # them on threads or tasks) would otherwise each pass a cap (max_run_entries, the
+        # goal and pin caps) the others' writes then take the draft past. A TaskLock: the
+        # flush holds it across store calls, which under an event loop suspend.
+        self._writing = TaskLock()
         self._header: tuple[int | None, str] | None = None  # (budget, header)
         self._index: _Index | None = None
         self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
@@ -199,14 +205,15 @@ class AgentMindHandle:
             committed meanwhile is folded into that one, and ``id`` is never stored:
             :attr:`folded` maps it to the id the belief is stored under.
         """
-        return _writes.believe(
-            self,
-            content,
-            confidence=confidence,
-            tags=tags,
-            expires_in=expires_in,
-            allow_downgrade=allow_downgrade,
-        )
+        with self._writing:
+            return _writes.believe(
+                self,
+                content,
+                confidence=confidence,
+                tags=tags,
+                expires_in=expires_in,
+                allow_downgrade=allow_downgrade,
+            )
 
     def find_duplicate_belief(
         self,
@@ -233,9 +240,10 @@ class AgentMindHandle:
         allow_downgrade: bool,
     ) -> dict[str, Any]:
         """:meth:`believe` after embedding."""
-        return _writes.believe_vector(
-            self, content, vector, confidence, tags, ttl_ms, allow_downgrade
-        )
+        with self._writing:
+            return _writes.believe_vector(
+                self, content, vector, confidence, tags, ttl_ms, allow_downgrade
+            )
 
     def reflect(
         self,
@@ -250,7 +258,8 @@ class AgentMindHandle:
         Returns:
             ``{"status": "ok", "id", "warning"?}``; the warning when pins are within 2 of the cap.
         """
-        return _writes.reflect(self, content, pin=pin, tags=tags, related_to=related_to)
+        with self._writing:
+            return _writes.reflect(self, content, pin=pin, tags=tags, related_to=related_to)
 
     def pinned_count(self) -> int:
         """Pinned reflections once this run's draft is applied: counted once per run, then
@@ -259,7 +268,8 @@ class AgentMindHandle:
 
     def unpin_reflection(self, id: str) -> dict[str, Any]:
         """Unpins a standing rule (kept as a regular reflection); dropped by an error flush."""
-        return _writes.unpin_reflection(self, id)
+        with self._writing:
+            return _writes.unpin_reflection(self, id)
 
     def entry_count(self) -> int:
         """Goals, beliefs and reflections in the namespace once this run's draft is applied."""
@@ -283,7 +293,8 @@ class AgentMindHandle:
         due_by: str | None = None,
     ) -> dict[str, Any]:
         """Creates an active goal (buffered); fails when the active goals reach the cap."""
-        return _goals.set_goal(self, description, priority=priority, tags=tags, due_by=due_by)
+        with self._writing:
+            return _goals.set_goal(self, description, priority=priority, tags=tags, due_by=due_by)
 
     def update_goal(
         self,
@@ -294,13 +305,15 @@ class AgentMindHandle:
         progress: str | None = None,
     ) -> dict[str, Any]:
         """Edits an active goal (buffered); ``progress`` appends a note."""
-        return _goals.update_goal(
-            self, id, description=description, priority=priority, progress=progress
-        )
+        with self._writing:
+            return _goals.update_goal(
+                self, id, description=description, priority=priority, progress=progress
+            )
 
     def complete_goal(self, id: str, *, outcome: str | None = None) -> dict[str, Any]:
         """Completes an active goal and commits it at once (bypassing the draft)."""
-        return _goals.complete_goal(self, id, outcome=outcome)
+        with self._writing:
+            return _goals.complete_goal(self, id, outcome=outcome)
 
     # Flush ------------------------------------------------------------------------------------
 
@@ -315,4 +328,5 @@ class AgentMindHandle:
         another run since this one loaded (see :attr:`folded`), so overlapping runs in other
         processes never store it twice.
         """
-        return _flush.flush(self, error=error)
+        with self._writing:
+            return _flush.flush(self, error=error)

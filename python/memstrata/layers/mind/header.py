@@ -146,7 +146,7 @@ def _render(handle: AgentMindHandle, selection: _Selection, budget: int | None) 
     goal_lines, rule_lines = _standing_lines(handle, selection.goals, selection.rules, limit)
     if not (goal_lines or rule_lines or selection.beliefs or selection.recent):
         return ""
-    fixed = handle.count_tokens(_frame(goal_lines, rule_lines))
+    fixed = exact_count(handle.counter(), _frame(goal_lines, rule_lines))
     allowance = max(0, min(layer.token_budget, limit - fixed))
     belief_lines, allowance = _fit(handle, selection.beliefs, _BELIEF_LINE, allowance)
     reflection_lines, _ = _fit(handle, selection.recent, _REFLECTION_LINE, allowance)
@@ -228,7 +228,8 @@ def _fit(
     allowance: int,
 ) -> tuple[list[str], int]:
     """The entries' lines that fit, in order; a line too big is skipped and smaller ones are
-    still tried. Lines and their counts are kept by the layer, by content (and counter)."""
+    still tried. Lines are counted exactly (``token_budget`` is a budget, which an estimate
+    could pass); they and their counts are kept by the layer, by content (and counter)."""
     name, made_of, render = kind
     counter = handle.counter()
     key = counter_key(counter)
@@ -244,9 +245,9 @@ def _fit(
         if hit is None or hit[0] != made_of(entry):
             line = render(entry)
             # A count by a counter of unknown make is never kept (-1): it is counted each time.
-            count = -1 if key is None else counter.count(line)
+            count = -1 if key is None else exact_count(counter, line)
             hit = cache[entry.content] = (made_of(entry), line, count)
-        tokens = hit[2] if hit[2] >= 0 else counter.count(hit[1])
+        tokens = hit[2] if hit[2] >= 0 else exact_count(counter, hit[1])
         if tokens <= allowance:
             kept.append(hit[1])
             allowance -= tokens
