@@ -8,6 +8,7 @@ extra heading, rule or structural line. Ordinary text (lists, code, CJK) must st
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -271,7 +272,7 @@ UNICODE_NOTICES = [
 def reads(text: str) -> str:
     """Text as a reader compares it: format characters dropped, compatibility forms and case
     folded, no spaces."""
-    visible = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    visible = "".join(c for c in text if unicodedata.category(c) != "Cf" and c != "\u034f")
     return "".join(unicodedata.normalize("NFKC", visible).casefold().split())
 
 
@@ -423,3 +424,28 @@ def test_working_memory_text_cannot_forge_the_cut_notice(kind: str) -> None:
     if kind == "json":
         body = block[block.index("\n") + 1 : block.rindex("\n</working_memory>")]
         assert json.loads(body) == value
+
+
+def test_random_mixes_of_look_alike_pieces_never_leave_a_tag_or_a_notice() -> None:
+    # Tags and notices assembled from look-alike pieces, next to each other and overlapping
+    # ("\uff1c\u3000\ufe64working_memory"): none may survive, and JSON text keeps its value.
+    import random
+
+    from memstrata.prompts import in_tagged_block
+
+    pieces = [
+        "<", "</", "\uff1c", "\ufe64", "\uff0f", "/", "working_memory", "WORKING_MEMORY",
+        fullwidth("work"), "\u200b", "\u200d", "\ufeff", "\u00ad", "\u034f", "[", "\uff3b",
+        "\ufe47", "summarized", " call_id=", "tool", " result", " offloaded", ":", "\u2026",
+        "...", " cut", " this memory is", "\u00e9", "\u65e5\u672c", "\n", "\r", " ", "\u3000",
+        "\\", '"', "\u00df", "\u212a",
+    ]  # fmt: skip
+    openings = ("[summarized:call_id=", "[toolresultoffloaded:call_id=", "[...cut:thismemoryis")
+    rng = random.Random(11)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 25)))
+        shown = reads(in_tagged_block(text, "working_memory"))
+        assert not re.search(r"</?working_memory(?![a-z0-9_-])", shown), text
+        assert not any(opening in shown for opening in openings), text
+        as_json = json.dumps({"k": text}, ensure_ascii=False)
+        assert json.loads(in_tagged_block(as_json, "working_memory", json_text=True)) == {"k": text}

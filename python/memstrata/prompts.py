@@ -181,7 +181,7 @@ def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
         return pattern.sub(lambda m: escape + m.group(0)[1:], text)
     wanted = _fold(label)
     out, last = [], 0
-    for found in _LESS_THAN.finditer(text):
+    for found in _tag_candidates(label).finditer(text):
         i = found.start()
         if _tag_at(text, i + 1, wanted):
             out.append(text[last:i])
@@ -206,8 +206,25 @@ def _tag_pattern(label: str) -> re.Pattern[str]:
     return pattern
 
 
+_CANDIDATES: dict[str, re.Pattern[str]] = {}
+
+
+def _tag_candidates(label: str) -> re.Pattern[str]:
+    """The places a tag of ``label`` may start, found at C speed: a "<" (or a form of it)
+    followed by spaces and invisible characters, maybe a "/", then the label's first letter or
+    any character that is not ASCII (it may fold to that letter); :func:`_tag_at` decides.
+    Only the "<" is matched, so a candidate never hides the next one."""
+    pattern = _CANDIDATES.get(label)
+    if pattern is None:
+        skip = "[\\s" + _FORMAT.pattern[1:-1] + "]*"
+        first = re.escape(label[:1].lower()) + re.escape(label[:1].upper())
+        pattern = _CANDIDATES[label] = re.compile(
+            f"[<\ufe64\uff1c](?={skip}(?:[/\uff0f]{skip})?(?:[{first}]|[^\\x00-\\x7f]))"
+        )
+    return pattern
+
+
 # The characters that read as "<", "/" and "[" once compatibility forms are folded (NFKC).
-_LESS_THAN = re.compile("[<\ufe64\uff1c]")
 _WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
