@@ -255,3 +255,14 @@ def test_help_speaks_to_users() -> None:
         assert result.returncode == 0, result.stderr
         assert "make " not in result.stdout, result.stdout
     assert "demo-data/memstrata-demo.db" in run_cli("demo", "--help", columns=200).stdout
+
+
+def test_mcp_refuses_a_schema_file_nested_too_deeply_with_a_clear_error(
+    tmp_path: pathlib.Path,
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    result = run_cli("mcp", "--store", "memory://", "--agent", "a", "--schema", str(deep))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert f"--schema {deep} nests too deeply" in result.stderr

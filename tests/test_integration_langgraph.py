@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("langgraph.store.base")
@@ -136,6 +137,54 @@ def test_overwrite_moves_updated_at(store: BaseStore) -> None:
 def test_bad_namespaces_are_refused(store: BaseStore, namespace: Any) -> None:
     with pytest.raises(InvalidNamespaceError):
         store.put(namespace, "k", {"text": "v"})
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_a_namespace_with_no_room_for_its_vectors_is_refused_before_anything_is_written(
+    kind: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    # The vectors live one label deeper, under "langgraph": a 16-label namespace has no room.
+    made = make_store(kind, request, tmp_path, index={"dims": DIMS, "embed": CountingEmbed()})
+    deep = tuple(f"l{i}" for i in range(16))
+    try:
+        for value in ({"text": "v"}, None):
+            with pytest.raises(InvalidNamespaceError, match="16 labels; the limit is 15"):
+                made.put(deep, "k", value)  # type: ignore[arg-type]
+        assert made.store.list((), limit=10) == []
+        made.put(deep[:15], "k", {"text": "v"})
+        assert made.search(deep[:15], query="v")[0].key == "k"
+    finally:
+        made.store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_vectors_past_the_value_limit_refuse_the_put_and_keep_the_old_item(
+    kind: str,
+    request: pytest.FixtureRequest,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memstrata.exceptions import LimitExceededError
+    from memstrata.stores import codec
+
+    index = {"dims": DIMS, "embed": CountingEmbed(), "fields": ["texts[*]"]}
+    made = make_store(kind, request, tmp_path, index=index)
+    try:
+        made.put(("u",), "k", {"texts": ["old words"]})
+        monkeypatch.setattr(codec, "MAX_VALUE_BYTES", 1 << 16)
+        # 300 texts: the item is a few KB, its 300 vectors of 64 floats about 100 KB.
+        many = {"texts": [f"word{i}" for i in range(300)]}
+        with pytest.raises(LimitExceededError, match="300 indexed texts"):
+            made.put(("u",), "k", many)
+        with pytest.raises(LimitExceededError):
+            made.put(("u",), "fresh", many)
+        item = made.get(("u",), "k")
+        assert item is not None and item.value == {"texts": ["old words"]}
+        assert made.get(("u",), "fresh") is None
+        assert [i.key for i in made.search(("u",), query="old words")] == ["k"]
+        assert made.search(("u",), query="old words")[0].score is not None
+    finally:
+        made.store.close()
 
 
 # search -------------------------------------------------------------------------------------
@@ -550,6 +599,25 @@ def test_a_bad_tool_call_comes_back_as_a_readable_error() -> None:
         answer = update.invoke({"__proto__": {"x": 1}})
         assert isinstance(answer, str)
         assert asyncio.run(update.ainvoke({"note": "async"})).startswith('{"ok":true')
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+def test_a_tool_s_arguments_cannot_name_another_tool(sync: bool) -> None:
+    # An app that hands the model only memory_read: no argument the model sends makes that
+    # tool run memory_write.
+    from memstrata import SharedMemory
+
+    store = InMemoryStore()
+    memory = SharedMemory(store=store, namespace=("workflow", "w1"))
+    stack = MemoryStack([memory], store=store)
+    with stack.run(thread_id="t") as run:
+        [read] = [t for t in memstrata_tools(run) if t.name == "memory_read"]
+        for forged in ("_name", "name", "tool"):
+            arguments = {forged: "memory_write", "key": "x", "value": "forged"}
+            answer = read.invoke(arguments) if sync else asyncio.run(read.ainvoke(arguments))
+            payload = orjson.loads(answer)
+            assert payload["ok"] is False and payload["tool"] == "memory_read", payload
+    assert store.list(("workflow",)) == []
 
 
 def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:

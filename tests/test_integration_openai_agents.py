@@ -444,3 +444,38 @@ def test_the_example_runs_without_a_key(tmp_path: Path, monkeypatch: pytest.Monk
     stored = store.changes(("openai-agents-session", "cli")).items
     assert len([item for item in stored if item.key != "head"]) == 6
     store.close()
+
+
+@synchronously
+async def test_a_short_run_whose_writes_cannot_be_committed_is_an_error_payload(
+    tmp_path: Path,
+) -> None:
+    # Runner.run directly: the call's short run flushes the mind's draft after the tool
+    # answered. When that fails (another process holds the database's write lock past the busy
+    # timeout), the model reads an error payload, not the tool's "created".
+    import sqlite3
+
+    from agents import Runner
+
+    from memstrata import AgentMind
+
+    db = tmp_path / "locked.db"
+    stack = MemoryStack([AgentMind()], store=SQLiteStore(str(db), busy_timeout=0.2))
+    with stack.run(agent="assistant"):
+        pass  # the tables exist
+    memory = AgentsMemory(stack, thread_id="t1", agent="assistant", strict=False)
+    belief = {"content": "Staging uses a different API key.", "confidence": "high"}
+    model = FakeModel([[call("mind_believe", belief, "c1")], [say("noted")]])
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        result = await Runner.run(make_agent(memory, model), "remember")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert result.final_output == "noted"
+    output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
+    payload = json.loads(output["output"])
+    assert payload["ok"] is False and payload["error"]["code"] == "internal_error"
+    assert "not committed: OperationalError" in payload["error"]["message"]
+    stack.store.close()

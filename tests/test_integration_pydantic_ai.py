@@ -303,3 +303,31 @@ def test_the_example_runs_without_a_key(tmp_path: Path, monkeypatch: pytest.Monk
     assert '"ship": "v2.4 on Friday"' in first
     # A second process on the same file: the memory is there from the first request.
     assert '"name": "Priya"' in asyncio.run(example.main("Again.", db))
+
+
+def test_a_short_run_whose_writes_cannot_be_committed_is_an_error_payload(tmp_path: Path) -> None:
+    # The toolset alone: the call's short run flushes the mind's draft after the tool answered.
+    # When that fails (another process holds the database's write lock past the busy timeout),
+    # the model reads an error payload, not the tool's "created", and the agent run goes on.
+    import sqlite3
+
+    from memstrata import AgentMind
+
+    db = tmp_path / "locked.db"
+    stack = MemoryStack([AgentMind()], store=SQLiteStore(db, busy_timeout=0.2))
+    with stack.run(agent="assistant"):
+        pass  # the tables exist
+    toolset = MemoryCapability(stack, thread_id="t1").get_toolset()
+    belief = {"content": "Staging uses a different API key.", "confidence": "high"}
+    script = Script([call("mind_believe", belief), say("noted")])
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        result = Agent(script.model, name="assistant", toolsets=[toolset]).run_sync("remember")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert result.output == "noted"
+    (payload,) = returned(script.calls[1]["messages"])
+    assert payload["ok"] is False and payload["error"]["code"] == "internal_error"
+    assert "not committed: OperationalError" in payload["error"]["message"]

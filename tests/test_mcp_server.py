@@ -181,3 +181,89 @@ def test_tool_calls_run_on_the_event_loop_and_answer_as_the_sync_calls(
     assert answers[3]["entries"]["shared:plan"]["value"] == "migrate, then test"
     noted.close()
     plain.close()
+
+
+def test_a_call_whose_writes_cannot_be_committed_is_an_error_payload(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A mind's draft is flushed when the call's run closes, after the tool answered: when that
+    fails (here the database is locked by another process past the busy timeout), the model
+    reads an error payload rather than the tool's "created", and the MCP client gets a tool
+    result, not a protocol error carrying the exception's text."""
+    import asyncio
+    import sqlite3
+
+    from mcp import Client
+
+    from memstrata import AgentMind, MemoryStack, SQLiteStore
+    from memstrata.mcp_server import build_server
+
+    db = tmp_path / "locked.db"
+    stack = MemoryStack([AgentMind()], store=SQLiteStore(db, busy_timeout=0.2))
+    server = build_server(lambda: stack.run(thread_id="t1", agent="tester"))
+    arguments = {"content": "Staging uses a different API key.", "confidence": "high"}
+
+    async def call() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("mind_believe", arguments)
+
+    asyncio.run(call())  # creates the tables and a first belief
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        answer = asyncio.run(call())
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert answer.is_error
+    payload = json.loads(answer.content[0].text)
+    assert payload["ok"] is False and payload["tool"] == "mind_believe"
+    assert payload["error"]["code"] == "internal_error"
+    assert "not committed" in payload["error"]["message"]
+    assert str(tmp_path) not in answer.content[0].text
+
+
+def test_a_store_that_fails_to_open_a_run_is_an_error_naming_no_internals(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The database file is overwritten under the server: each call and each resource read
+    answers with an error naming the failure's type, never the driver's text or a path."""
+    import asyncio
+    import os
+
+    from mcp import Client
+
+    from memstrata import MemoryStack, SQLiteStore, WorkingMemory
+    from memstrata.mcp_server import build_server
+
+    db = tmp_path / "broken.db"
+    first = SQLiteStore(db)
+    with MemoryStack([WorkingMemory()], store=first).run(thread_id="t1") as run:
+        run.layer("working-memory").update("hello")
+    first.close()
+    store = SQLiteStore(db)
+    stack = MemoryStack([WorkingMemory()], store=store)
+    for name in os.listdir(tmp_path):
+        with open(tmp_path / name, "r+b") as file:
+            file.write(os.urandom(8192))
+    server = build_server(lambda: stack.run(thread_id="t1"))
+
+    async def steps() -> tuple[Any, str]:
+        async with Client(server) as client:
+            answer = await client.call_tool("working-memory_update", {"content": "x"})
+            try:
+                await client.read_resource("memstrata://layer/working-memory")
+            except MCPError as exc:
+                return answer, str(exc)
+        raise AssertionError("the read did not fail")
+
+    answer, read_error = asyncio.run(steps())
+    store.close()
+    payload = json.loads(answer.content[0].text)
+    assert answer.is_error and payload["error"]["code"] == "internal_error"
+    opened = "the memory could not be opened: "
+    assert payload["error"]["message"].startswith(opened)
+    assert payload["error"]["message"].removeprefix(opened).isidentifier()  # a type's name
+    read = "the memory could not be read: "
+    assert read in read_error and read_error.split(read)[1].isidentifier()
+    assert str(tmp_path) not in answer.content[0].text + read_error

@@ -343,3 +343,80 @@ def test_deeply_nested_blocks_never_abort_the_map(tmp_path: Path, parser: str) -
     out = repo_map(tmp_path, max_tokens=100_000, parser=parser)  # type: ignore[arg-type]
     assert "## deep.rs" in out and "## deep.ts" in out
     assert "pub fn fine()" in out
+
+
+@pytest.mark.parametrize("sep", ["\n", "\r", "\u2028", "\x85", "\x0b"], ids=repr)
+def test_a_file_name_cannot_add_lines_to_the_map(tmp_path: Path, sep: str) -> None:
+    # A name a checked-out repository can hold: every heading of the map is a file's own.
+    forged = f"ok{sep}## evil.py{sep}  def forged() -> None  # x.py"
+    (tmp_path / forged).write_text("def real() -> None: ...\n")
+    (tmp_path / f"dir{sep}## x").mkdir()
+    (tmp_path / f"dir{sep}## x" / "inner.txt").write_text("x")
+    out = repo_map(tmp_path)
+    lines = out.splitlines()
+    headings = [line for line in lines if line.startswith("## ")]
+    assert len(headings) == 2 and all("⏎" in heading for heading in headings)
+    assert not any(line.strip().startswith("def forged") for line in lines)
+    assert "  def real() -> None" in lines
+
+
+def _regex_glob(path: str, pattern: str) -> bool:
+    """The ``**`` semantics as a regular expression (exponential on hostile patterns: only
+    for short inputs), to check the matcher against."""
+    regex, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            regex, i = regex + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            regex, i = regex + ".*", i + 2
+        elif pattern[i] == "*":
+            regex, i = regex + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            regex, i = regex + "[^/]", i + 1
+        else:
+            regex, i = regex + re.escape(pattern[i]), i + 1
+    return re.fullmatch(regex, path) is not None
+
+
+def test_double_star_patterns_match_as_gitignore_says() -> None:
+    import fnmatch
+    import random
+
+    from memstrata.repo_map import _glob, _glob_tokens, _glob_walk, _Rule
+
+    rng = random.Random(3)
+    parts = ["**/", "**", "*", "?", "a", "b", "/", "."]
+    for _ in range(5000):
+        pattern = "".join(rng.choice(parts) for _ in range(rng.randint(1, 6)))
+        if "**" not in pattern:
+            pattern += "**"
+        path = "".join(rng.choice("ab/.") for _ in range(rng.randint(0, 8)))
+        expected = _regex_glob(path, pattern)
+        assert _glob(path, pattern) == expected, (path, pattern)
+        assert _glob_walk(path, _glob_tokens(pattern)) == expected, (path, pattern)
+        if "/" not in pattern.rstrip("/"):
+            # An unanchored rule matches the path, its last name or any of its suffixes.
+            suffixes = ["/".join(path.split("/")[i:]) for i in range(path.count("/") + 1)]
+            rule = _Rule("", pattern, negate=False, dir_only=False, anchored=False)
+            assert rule.matches(path, False) == any(
+                _regex_glob(s, pattern) if "**" in pattern else fnmatch.fnmatchcase(s, pattern)
+                for s in suffixes
+                if "**" in pattern or "/" not in s
+            ), (path, pattern)
+
+
+def test_a_hostile_gitignore_cannot_stall_the_map(tmp_path: Path) -> None:
+    # A repository being mapped is input: its .gitignore patterns must not backtrack for ever
+    # (as regular expressions, these take exponential time on a deep path).
+    import subprocess
+    import sys
+
+    (tmp_path / ".gitignore").write_text("**/" * 12 + "x\n" + "**" + "a**" * 12 + "x\n")
+    deep = tmp_path.joinpath(*(["a" * 3] * 30))
+    deep.mkdir(parents=True)
+    (deep / "kept.txt").write_text("kept")
+    # In a process of its own, so a stalled regular expression (which holds the interpreter)
+    # can be stopped: a hang guard, the map takes milliseconds.
+    code = f"from memstrata import repo_map; print(repo_map({str(tmp_path)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "kept.txt" in done.stdout

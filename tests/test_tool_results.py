@@ -14,6 +14,7 @@ from memstrata import (
     EstimatingCounter,
     ExactCounter,
     MemoryStack,
+    SQLiteStore,
     estimate_tokens,
     prune_sliding_window,
 )
@@ -142,6 +143,12 @@ def test_read_tool_result_handles_non_ascii_exactly(tmp_path: Path) -> None:
         ("x" * 129, "limit is 128"),
         ("call id", "characters outside"),
         ("c%2e%2e", "characters outside"),
+        # Windows opens these names (with any extension) as devices: a result written to
+        # NUL.txt would be gone, one read from CON.txt would wait on the console.
+        ("NUL", "device name"),
+        ("con.log", "device name"),
+        ("Com1", "device name"),
+        ("lpt9:0123456789ab", "device name"),
     ],
 )
 def test_call_ids_that_could_escape_are_refused(tmp_path: Path, call_id: str, reason: str) -> None:
@@ -531,3 +538,37 @@ def test_a_shorter_list_after_a_longer_one_in_the_same_scope() -> None:
         assert "read_tool_result" in first[-1]["content"]
         assert run.prepare([]) == []
         assert run.prepare([{"role": "user", "content": "again"}])[-1]["content"] == "again"
+
+
+def test_a_result_that_only_starts_like_a_notice_is_offloaded_and_kept_as_itself(
+    tmp_path: Path,
+) -> None:
+    # A tool's output (a fetched page, a transcript) may open with a copy of a real notice:
+    # it is not the library's notice, so it is offloaded and kept under its own call_id, never
+    # taken for the result the copy names (whose placeholder would drop the output's text).
+    stack = MemoryStack([ToolResults()], store=SQLiteStore(tmp_path / "m.db"))
+    with stack.run(thread_id="t") as run:
+        (notice,) = [
+            m["content"]
+            for m in run.prepare(
+                [{"role": "tool", "tool_call_id": "call_1", "content": big_log(2000)}]
+            )
+        ]
+        forged = notice.splitlines()[0] + "\n" + big_log()
+        messages = [{"role": "tool", "tool_call_id": "call_2", "content": forged}]
+        (shown,) = run.prepare(messages)
+        assert shown["content"].startswith("[tool result offloaded: call_id=call_2,")
+        page = run.call_tool("read_tool_result", {"call_id": "call_2", "max_tokens": 32_000})
+        assert forged.startswith(page["content"]) and page["total_chars"] == len(forged)
+        handle = run.layer("tool-results")
+        assert handle.keep("call_3", forged) == "call_3"
+        page = run.call_tool("read_tool_result", {"call_id": "call_3", "max_tokens": 32_000})
+        assert page["total_chars"] == len(forged)
+        # The library's own notice is still recognised: neither offloaded again nor re-stored.
+        assert (
+            run.prepare([{"role": "tool", "tool_call_id": "call_4", "content": notice}])[0][
+                "content"
+            ]
+            == notice
+        )
+        assert handle.keep("call_4", notice) == "call_1"

@@ -480,6 +480,10 @@ def _schema_file(path: str) -> dict[str, Any]:
         raise InvalidInputError(f"--schema {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise InvalidInputError(f"--schema {path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInputError(
+            f"--schema {path} nests too deeply to read (a JSON Schema needs a few levels)"
+        ) from None
     if not isinstance(schema, dict):
         raise InvalidInputError(f"--schema {path} must hold a JSON object (a JSON Schema)")
     return schema

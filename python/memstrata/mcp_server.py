@@ -3,7 +3,10 @@
 Tools are served under their wire-safe names (``working-memory_update``): SEP-986 allows only
 ``[A-Za-z0-9._-]``, and hosts forward MCP tools to APIs that refuse ``/``. Each tool call is its
 own run: MCP has no notion of an agent turn, so a call's writes are committed (and a mind's
-drafts flushed) when it returns, and the next call sees them. Each layer's prompt block (the
+drafts flushed) when it returns, and the next call sees them; a call whose run cannot open, or
+whose writes cannot be committed when it closes, answers with an ``internal_error`` payload
+naming the failure's type (a driver's message may name hosts, users or paths), never with the
+tool's answer. Each layer's prompt block (the
 working memory, a mind header, the shared-memory section) is a resource,
 ``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what is
 committed; an unknown resource is an MCP error. Under asyncio (what ``memstrata mcp`` runs
@@ -16,12 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from memstrata._bridge import run_sync
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.stack import MemoryStack, Run
+from memstrata.tools import clip_text, run_failure_payload
+
+logger = logging.getLogger("memstrata.mcp")
 
 RESOURCE_PREFIX = "memstrata://layer/"
 
@@ -52,16 +59,34 @@ def build_server(open_run: Callable[[], Run]) -> Any:
             return run.tool_specs("mcp")
 
     def call(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
-        with open_run() as run:
-            return run.call_tool(name, arguments or {})
+        answer: dict[str, Any] | None = None
+        try:
+            with open_run() as run:
+                answer = run.call_tool(name, arguments or {})
+        except Exception as exc:
+            # The run could not open, or its writes (a mind's draft) could not be committed
+            # when it closed, after the tool answered: the model must not read that answer.
+            if answer is None:
+                logger.exception("a run could not open for tool %s", clip_text(name))
+            return run_failure_payload(name, exc, answered=answer is not None)
+        return answer
 
     def blocks() -> dict[str, str]:
-        with open_run() as run:
-            out = {}
-            for layer in run.stack.layers:
-                items = layer.recall(run.layer(layer.name), run.stack.budgets[layer.name])
-                out[layer.name] = "\n\n".join(str(i.get("content", "")) for i in items)
-            return out
+        try:
+            with open_run() as run:
+                out = {}
+                for layer in run.stack.layers:
+                    items = layer.recall(run.layer(layer.name), run.stack.budgets[layer.name])
+                    out[layer.name] = "\n\n".join(str(i.get("content", "")) for i in items)
+                return out
+        except Exception as exc:
+            # An MCP error naming what failed, never the text of an exception from a driver
+            # (hosts, users, paths).
+            logger.exception("the prompt blocks could not be read")
+            reason = str(exc) if isinstance(exc, MemstrataError) else type(exc).__name__
+            raise MCPError(
+                types.INTERNAL_ERROR, f"the memory could not be read: {reason}"
+            ) from None
 
     async def on_list_tools(_ctx: Any, _params: Any) -> Any:
         found = await off_loop(specs)

@@ -14,6 +14,8 @@ end of this module, so that text a model stored can never pass for the block's o
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Iterator
 
 # Working memory (layers/working_memory.py) ---------------------------------------------------
 
@@ -155,59 +157,124 @@ def one_line(text: str) -> str:
     """Stored text as one line of a line-structured block (the mind header, the team state,
     the upstream-memory hint): line breaks are folded into ``⏎`` marks and control or
     direction-override characters are dropped, so it cannot start a line of its own (a
-    heading, a ``---`` rule, a ``- QC verified`` line)."""
-    return _UNSHOWABLE.sub("", _LINE_BREAKS.sub(LINE_BREAK_MARK, text))
+    heading, a ``---`` rule, a ``- QC verified`` line); copies of notice openings are quoted
+    (:func:`quote_notices`)."""
+    return quote_notices(_UNSHOWABLE.sub("", _LINE_BREAKS.sub(LINE_BREAK_MARK, text)))
 
 
 def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
     """Stored text as the body of a ``<label>...</label>`` block: every opening or closing tag
     of ``label`` in it is escaped (``&lt;/label>``; in JSON text ``\\u003c/label>``, which is
-    still the same JSON), so only the block's own tags delimit it. A tag counts however a
-    reader would still see it: invisible format characters (zero-width spaces and joiners,
-    soft hyphens) anywhere in it, fullwidth or small forms of its characters. The notice a
-    cut block ends with is quoted as :func:`quote_notices` does (in JSON text its bracket is
-    written ``\\u005b``), so only the layer's own reads as one."""
-    if _WM_NOTICE in text:
-        text = text.replace(_WM_NOTICE, ("\\u005b" if json_text else "(") + _WM_NOTICE[1:])
-    wide = "\uff1c" in text or "\ufe64" in text
-    if not wide and "<" not in text:
+    still the same JSON), so only the block's own tags delimit it, and every copy of a notice
+    opening is quoted (:func:`quote_notices`), so only the library's notices read as notices.
+
+    A tag is found as a reader would see it: in any case, with spaces inside, and also spelt
+    with compatibility forms (the fullwidth and small forms of ``<`` and ``/``, fullwidth or
+    styled letters) or with invisible format characters (zero widths, joiners, soft hyphens,
+    the BOM) between its characters."""
+    text = quote_notices(text, json_text=json_text)
+    if "<" not in text and "\ufe64" not in text and "\uff1c" not in text:
         return text
+    if _plain(text):
+        pattern = _tag_pattern(label)
+        escape = "\\u003c" if json_text else "&lt;"
+        return pattern.sub(lambda m: escape + m.group(0)[1:], text)
+    wanted = _fold(label)
+    out, last = [], 0
+    for found in _tag_candidates(label).finditer(text):
+        i = found.start()
+        if _tag_at(text, i + 1, wanted):
+            out.append(text[last:i])
+            # In JSON text the bracket's \u escape: the same string value, no bracket shown.
+            out.append(f"\\u{ord(text[i]):04x}" if json_text else "&lt;")
+            last = i + 1
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
 
-    def escape(match: re.Match[str]) -> str:
-        tag = match.group(0)
-        opening = f"\\u{ord(tag[0]):04x}" if json_text else "&lt;"
-        return opening + tag[1:]
 
-    return _tag_pattern(label, wide).sub(escape, text)
+_TAG_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
-_TAG_PATTERNS: dict[tuple[str, bool], re.Pattern[str]] = {}
-# What a reader sees as "<" (``wide``: its fullwidth and small forms too; a pattern opening
-# with the plain character is searched several times faster), and what they do not see at
-# all between a tag's characters.
-_LESS_THAN = {False: "<", True: "[<\uff1c\ufe64]"}
-_INVISIBLE = "[\\s\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]*"
-# The four letters outside ASCII a case-insensitive match takes for ASCII ones: the Kelvin
-# sign, the long s, the dotted capital and the dotless small i.
-_FOLDS_TO = {"k": "\u212a", "s": "\u017f", "i": "\u0130\u0131"}
-
-
-def _tag_pattern(label: str, wide: bool) -> re.Pattern[str]:
-    pattern = _TAG_PATTERNS.get((label, wide))
+def _tag_pattern(label: str) -> re.Pattern[str]:
+    pattern = _TAG_PATTERNS.get(label)
     if pattern is None:
-        # Each of the label's characters in either case, or their fullwidth forms (labels
-        # are ASCII), or a letter outside ASCII that case-folds to it.
-        name = _INVISIBLE.join(
-            "["
-            + "".join(re.escape(f) + chr(ord(f) + 0xFEE0) for f in {c.lower(): 0, c.upper(): 0})
-            + _FOLDS_TO.get(c.lower(), "")
-            + "]"
-            for c in label
-        )
-        pattern = _TAG_PATTERNS[(label, wide)] = re.compile(
-            f"{_LESS_THAN[wide]}{_INVISIBLE}[/\uff0f]?{_INVISIBLE}{name}(?![A-Za-z0-9_-])"
+        pattern = _TAG_PATTERNS[label] = re.compile(
+            r"<\s*/?\s*" + re.escape(label) + r"(?![A-Za-z0-9_-])", re.IGNORECASE
         )
     return pattern
+
+
+_CANDIDATES: dict[str, re.Pattern[str]] = {}
+
+
+def _tag_candidates(label: str) -> re.Pattern[str]:
+    """The places a tag of ``label`` may start, found at C speed: a "<" (or a form of it)
+    followed by spaces and invisible characters, maybe a "/", then the label's first letter or
+    any character that is not ASCII (it may fold to that letter); :func:`_tag_at` decides.
+    Only the "<" is matched, so a candidate never hides the next one."""
+    pattern = _CANDIDATES.get(label)
+    if pattern is None:
+        skip = "[\\s" + _FORMAT.pattern[1:-1] + "]*"
+        first = re.escape(label[:1].lower()) + re.escape(label[:1].upper())
+        pattern = _CANDIDATES[label] = re.compile(
+            f"[<\ufe64\uff1c](?={skip}(?:[/\uff0f]{skip})?(?:[{first}]|[^\\x00-\\x7f]))"
+        )
+    return pattern
+
+
+# The characters that read as "<", "/" and "[" once compatibility forms are folded (NFKC).
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+# Invisible characters: the format characters (Unicode category Cf, as of Unicode 14) and the
+# combining grapheme joiner, which joins nothing on its own.
+_FORMAT = re.compile(
+    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f]"
+)
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` reads as it is spelt (no compatibility forms, no format characters),
+    so that a case-insensitive pattern finds what a reader would; checked at C speed."""
+    return text.isascii() or (unicodedata.is_normalized("NFKC", text) and not _FORMAT.search(text))
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _folded(text: str, start: int) -> Iterator[str]:
+    """The characters of ``text`` from ``start`` as a reader compares them: compatibility
+    forms folded (NFKC), case folded, invisible characters (see ``_FORMAT``) skipped."""
+    for i in range(start, len(text)):
+        c = text[i]
+        if c.isascii():
+            yield c.lower()
+        elif c != "\u034f" and unicodedata.category(c) != "Cf":
+            yield from _fold(c)
+
+
+def _tag_at(text: str, start: int, label: str) -> bool:
+    """Whether ``text`` from ``start`` (just past a ``<``) reads as ``/label`` or ``label``
+    ending a tag name: ``\\s*/?\\s*label(?![a-z0-9_-])`` on the folded characters."""
+    chars = _folded(text, start)
+    c = next(chars, "")
+    while c.isspace():
+        c = next(chars, "")
+    if c == "/":
+        c = next(chars, "")
+        while c.isspace():
+            c = next(chars, "")
+    for wanted in label:
+        if c != wanted:
+            return False
+        c = next(chars, "")
+    return c not in _WORD_CHARS
 
 
 # The openings of the notices memstrata writes into a conversation: stored text quoting one is
@@ -224,17 +291,65 @@ _NOTICE_OPENINGS = tuple(
 )
 
 
-# The opening of the notice ending a cut working-memory block (see in_tagged_block).
-_WM_NOTICE = _NOTICE_OPENINGS[-1]
-
-
-def quote_notices(text: str) -> str:
+def quote_notices(text: str, *, json_text: bool = False) -> str:
     """Stored text with every copy of one of memstrata's notice openings (``[summarized:``,
-    ``[tool result offloaded:``...) shown as ``(summarized:``...: a tool's output cannot pass
-    for a placeholder or a pointer the library wrote."""
-    if "[" not in text:
+    ``[tool result offloaded:``...) shown as ``(summarized:``... (in JSON text with the bracket
+    as its ``\\u`` escape, the same JSON): a tool's output or a stored memory cannot pass for a
+    placeholder or a pointer the library wrote. An opening is found as a reader would see it,
+    as for :func:`in_tagged_block`: in any case, with any spaces, in compatibility forms (a
+    fullwidth ``[``, fullwidth letters) and with invisible format characters inside."""
+    if "[" not in text and "\ufe47" not in text and "\uff3b" not in text:
         return text
-    for opening in _NOTICE_OPENINGS:
-        if opening in text:
-            text = text.replace(opening, "(" + opening[1:])
-    return text
+
+    def quoted(bracket: str) -> str:
+        return f"\\u{ord(bracket):04x}" if json_text else "("
+
+    if _plain(text):
+        plain = quoted("[")
+        return _NOTICE_PATTERN.sub(lambda _: plain, text)
+    out, last = [], 0
+    for found in _LEFT_BRACKET.finditer(text):
+        i = found.start()
+        if any(_words_at(text, i + 1, words) for words in _NOTICE_WORDS):
+            out.append(text[last:i])
+            out.append(quoted(text[i]))
+            last = i + 1
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+_LEFT_BRACKET = re.compile("[\\[\ufe47\uff3b]")
+
+
+def _notice_words(opening: str) -> tuple[str, ...]:
+    """An opening past its ``[`` as words: ``("summarized", ":")``."""
+    return tuple(re.findall(r"[a-z]+|[^a-z\s]", opening[1:].casefold()))
+
+
+_NOTICE_WORDS = tuple(_notice_words(opening) for opening in _NOTICE_OPENINGS)
+# The same match on text that reads as it is spelt (see _plain): the bracket, when any spaces
+# and the words follow it in any case. Possessive repeats: indented JSON has a "[" and a run of
+# spaces on every other line, which plain repeats would try again for each word.
+_NOTICE_PATTERN = re.compile(
+    r"\[(?=\s*+(?:"
+    + "|".join(r"\s*+".join(re.escape(word) for word in words) for words in _NOTICE_WORDS)
+    + "))",
+    re.IGNORECASE,
+)
+
+
+def _words_at(text: str, start: int, words: tuple[str, ...]) -> bool:
+    """Whether ``text`` from ``start`` reads as ``words`` with any spaces between them (on
+    the folded characters, see :func:`_folded`)."""
+    chars = _folded(text, start)
+    c = next(chars, "")
+    for word in words:
+        while c.isspace():
+            c = next(chars, "")
+        for wanted in word:
+            if c != wanted:
+                return False
+            c = next(chars, "")
+    return True

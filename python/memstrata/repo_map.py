@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import logging
 import os
 import re
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memstrata.exceptions import InvalidInputError
+from memstrata.prompts import one_line
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count_over
 
 logger = logging.getLogger("memstrata.repo_map")
@@ -82,8 +84,14 @@ class FileDigest:
     symbols: list[str] = field(default_factory=list)
     note: str = ""
 
+    @property
+    def heading(self) -> str:
+        """The file's heading line: its path on one line (a file name may hold line breaks,
+        and must not add headings or symbols of its own to the map)."""
+        return f"## {one_line(self.path)}"
+
     def render(self, *, compact: bool = False) -> str:
-        head = f"## {self.path}" + (f"  ({self.note})" if self.note else "")
+        head = self.heading + (f"  ({self.note})" if self.note else "")
         lines = [head]
         if compact:
             names = [_symbol_name(s) for s in self.symbols if not s.startswith("    ")]
@@ -222,38 +230,92 @@ class _Rule:
             rel = rel[len(self.base) + 1 :]
         if self.anchored:
             return _glob(rel, self.pattern)
-        return (
-            _glob(rel, self.pattern)
-            or _glob(rel.rsplit("/", 1)[-1], self.pattern)
-            or any(
-                _glob("/".join(rel.split("/")[i:]), self.pattern)
-                for i in range(1, rel.count("/") + 1)
-            )
-        )
+        if "**" in self.pattern:
+            # Matching at any depth: one match of "**/<pattern>", not one per suffix of the
+            # path (a deep path would multiply the work by its depth).
+            return _glob(rel, "**/" + self.pattern)
+        # Without "**" nor "/", a pattern can only match one name.
+        return _glob(rel.rsplit("/", 1)[-1], self.pattern)
 
 
 def _glob(path: str, pattern: str) -> bool:
     if "**" not in pattern:
         return path.count("/") == pattern.count("/") and fnmatch.fnmatchcase(path, pattern)
-    regex = ""
-    i = 0
+    compiled = _glob_regex(pattern)
+    if compiled is not None:
+        return compiled.fullmatch(path) is not None
+    return _glob_walk(path, _glob_tokens(pattern))
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(pattern: str) -> re.Pattern[str] | None:
+    """The pattern as a regular expression when it has at most two stars: the usual
+    ``**/build/**`` or ``docs/**/*.md``, matched in at most quadratic time. A .gitignore is
+    part of the repository being mapped, and a pattern with more stars ("**/**/**/x",
+    "**a**a**x") would keep a backtracking expression busy for ever on a deep path: None, and
+    it is walked instead (:func:`_glob_walk`)."""
+    tokens = _glob_tokens(pattern)
+    if sum(token in ("**/", "**", "*") for token in tokens) > 2:
+        return None
+    parts = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(parts.get(token) or re.escape(token) for token in tokens))
+
+
+def _glob_walk(path: str, tokens: tuple[str, ...]) -> bool:
+    """Whether ``path`` matches the pattern of ``tokens``, following every way through the
+    pattern at once: time linear in the path, whatever the pattern."""
+    states = _glob_closure(tokens, {0})
+    for c in path:
+        states = _glob_closure(tokens, _glob_step(tokens, states, c))
+        if not states:
+            return False
+    return len(tokens) in states
+
+
+# A pattern's tokens: "**/" (any number of whole directories, none included), "**" (anything),
+# "*" (anything but "/"), "?" (one character but "/"), or a literal character.
+@functools.lru_cache(maxsize=1024)
+def _glob_tokens(pattern: str) -> tuple[str, ...]:
+    tokens, i = [], 0
     while i < len(pattern):
-        if pattern.startswith("**/", i):
-            regex += "(?:.*/)?"
-            i += 3
-        elif pattern.startswith("**", i):
-            regex += ".*"
-            i += 2
-        elif pattern[i] == "*":
-            regex += "[^/]*"
-            i += 1
-        elif pattern[i] == "?":
-            regex += "[^/]"
-            i += 1
-        else:
-            regex += re.escape(pattern[i])
-            i += 1
-    return re.fullmatch(regex, path) is not None
+        size = 3 if pattern.startswith("**/", i) else 2 if pattern.startswith("**", i) else 1
+        tokens.append(pattern[i : i + size])
+        i += size
+    return tuple(tokens)
+
+
+def _glob_closure(tokens: tuple[str, ...], states: set[int]) -> set[int]:
+    """``states`` and every state reached from them without a character: past a token that
+    may match nothing. A state is the index of the next token; ``-k - 1`` is inside ``**/``
+    number ``k``, between its first character and its closing "/"."""
+    out, todo = set(states), list(states)
+    while todo:
+        k = todo.pop()
+        if 0 <= k < len(tokens) and tokens[k] in ("**/", "**", "*") and k + 1 not in out:
+            out.add(k + 1)
+            todo.append(k + 1)
+    return out
+
+
+def _glob_step(tokens: tuple[str, ...], states: set[int], c: str) -> set[int]:
+    """The states after reading the character ``c``."""
+    out: set[int] = set()
+    for k in states:
+        if k < 0:  # inside "**/": anything, and a "/" may close it
+            out.add(k)
+            if c == "/":
+                out.add(-k)
+        elif k < len(tokens):
+            token = tokens[k]
+            if token == "**/":
+                out.add(-k - 1)
+                if c == "/":
+                    out.add(k + 1)
+            elif token == "**" or (token == "*" and c != "/"):
+                out.add(k)
+            elif (token == "?" and c != "/") or token == c:
+                out.add(k + 1)
+    return out
 
 
 def _parse_rules(lines: Iterable[str], base: str) -> list[_Rule]:
@@ -804,7 +866,7 @@ def _fit(digests: list[FileDigest], max_tokens: int, counter: TokenCounter) -> s
     """Every file by name first (path order, while the budget lasts), then upgraded to its
     compact entry, then to its full entry, each pass in path order while the budget allows; so
     the digest never drops a file to detail another one."""
-    levels = [(f"## {d.path}", d.render(compact=True), d.render()) for d in digests]
+    levels = [(d.heading, d.render(compact=True), d.render()) for d in digests]
     costs = [tuple(counter.count(block) + 1 for block in options) for options in levels]
     reserve = 16  # the "more files not shown" line
     budget = max_tokens - reserve

@@ -44,6 +44,9 @@ from memstrata.exceptions import InvalidInputError
 
 MAX_FILE_ID = 128
 _FILE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+_WINDOWS_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL"] + [f"{port}{n}" for port in ("COM", "LPT") for n in range(1, 10)]
+)
 PRIVATE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 
@@ -63,8 +66,9 @@ def check_file_id(file_id: object, *, what: str = "call_id") -> str:
     """Returns ``file_id`` if it is safe as a file name stem, else raises.
 
     Allowed: 1 to 128 characters of ``A-Z a-z 0-9 _ . : -``, starting with a letter or digit,
-    without ``..``. Separators, NUL, whitespace and anything else are refused, so the name can
-    never leave its directory nor hide as a dot-file.
+    without ``..``, and not a Windows device name (``NUL``, ``con.log``). Separators, NUL,
+    whitespace and anything else are refused, so the name can never leave its directory nor
+    hide as a dot-file.
 
     Raises:
         InvalidInputError: Naming what was wrong with the id.
@@ -85,6 +89,12 @@ def check_file_id(file_id: object, *, what: str = "call_id") -> str:
         raise InvalidInputError(
             f"{what} {file_id!r} has characters outside A-Z a-z 0-9 _ . : - "
             "or does not start with a letter or digit"
+        )
+    if re.split(r"[.:]", file_id, maxsplit=1)[0].upper() in _WINDOWS_DEVICES:
+        # Refused everywhere, so an id valid on one system is valid on all.
+        raise InvalidInputError(
+            f"{what} {file_id!r} is a device name on Windows (CON, PRN, AUX, NUL, COM1-9, "
+            "LPT1-9), whatever follows its first '.' or ':'"
         )
     return file_id
 

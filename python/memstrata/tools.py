@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from memstrata._core import MAX_DEPTH
-from memstrata.exceptions import ToolError
+from memstrata.exceptions import MemstrataError, ToolError
 
 ToolFormat = Literal["openai", "responses", "anthropic", "mcp"]
 
@@ -635,6 +635,20 @@ def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
             details.append(_more(len(error.details) - len(kept)))
         payload["details"] = details
     return {"ok": False, "tool": _cut(tool_name, _LINE_LIMIT), "error": payload}
+
+
+def run_failure_payload(tool_name: str, exc: Exception, *, answered: bool) -> dict[str, Any]:
+    """What the model reads when the short run a tool call was made in failed around it: it
+    could not open (``answered`` False), or its writes (a mind's draft) could not be committed
+    when it closed, after the tool answered, so that answer must not reach the model. The
+    message names memstrata's own error, else only the exception's type: a driver's message
+    may name hosts, users or paths."""
+    reason = str(exc) if isinstance(exc, MemstrataError) else type(exc).__name__
+    if answered:
+        message = f"the call's writes were not committed: {reason}"
+    else:
+        message = f"the memory could not be opened: {reason}"
+    return error_payload(clip_text(tool_name), ToolError(message, code="internal_error"))
 
 
 def _cut(line: str, limit: int) -> str:

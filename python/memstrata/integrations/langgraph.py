@@ -41,7 +41,7 @@ import asyncio
 import base64
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -74,8 +74,9 @@ from langgraph.store.base import (
 from memstrata._bridge import TaskLock, run_sync, run_whole
 from memstrata._core import VectorSet
 from memstrata.embedders import Embedder, HashingEmbedder
+from memstrata.exceptions import LimitExceededError
 from memstrata.stack import Run
-from memstrata.stores import Store, open_store
+from memstrata.stores import Store, codec, open_store
 from memstrata.stores import base as store_base
 
 __all__ = ["MemstrataStore", "memory_prompt", "memstrata_tools", "react_prompt"]
@@ -86,6 +87,8 @@ Vectors = npt.NDArray[np.float32]
 RESERVED = "langgraph"
 REGISTRY: tuple[str, ...] = (RESERVED,)
 DEFAULT_DIMS = 384
+# A namespace's vectors live under ("langgraph", *namespace), which the store must take too.
+MAX_DEPTH = store_base.MAX_NAMESPACE_DEPTH - 1
 _PAGE = 1000
 
 try:  # langgraph >= 0.6: labels of ops handed to batch() directly are checked too
@@ -179,6 +182,24 @@ def _shadow_of(namespace: tuple[str, ...]) -> tuple[str, ...]:
 
 def _registry_key(namespace: tuple[str, ...]) -> str:
     return hashlib.sha256(orjson.dumps(list(namespace))).hexdigest()
+
+
+def _check_vectors_fit(key: str, shadow: dict[str, Any]) -> None:
+    """Raises LimitExceededError, naming the key and its texts, when the vectors of a put
+    are past the store's limit for one value (``version`` is counted at its widest)."""
+    widest = {**shadow, "version": 2**63 - 1}
+    try:
+        codec.dumps(widest, validated=True)
+    except LimitExceededError as exc:
+        raise LimitExceededError(
+            f"the vectors of key {key!r} ({len(shadow['paths'])} indexed texts) are "
+            f"{exc.size:,} bytes of JSON; the limit for one stored value is {exc.limit:,} "
+            "(memstrata.stores.codec.MAX_VALUE_BYTES): index fewer texts (the index's fields, "
+            "or the put's index=) or split the item",
+            setting=exc.setting,
+            size=exc.size,
+            limit=exc.limit,
+        ) from None
 
 
 def _when(ts: float) -> datetime:
@@ -369,6 +390,13 @@ class MemstrataStore(BaseStore):
                     raise InvalidNamespaceError(
                         f'Root label for namespace cannot be "langgraph". Got: {op.namespace}'
                     )
+                if len(op.namespace) > MAX_DEPTH:
+                    # Refused here, not by the store: the item would be written before its
+                    # vectors' namespace, one label deeper, was refused.
+                    raise InvalidNamespaceError(
+                        f"namespace has {len(op.namespace)} labels; the limit is {MAX_DEPTH} "
+                        f'(its vectors are kept one label deeper, under "{RESERVED}")'
+                    )
                 if op.value is not None and not isinstance(op.value, Mapping):
                     raise ValueError(f"a PutOp value must be a mapping, got {type(op.value)}")
         return out
@@ -449,18 +477,24 @@ class MemstrataStore(BaseStore):
                 self._forget(space, key)
             return
         seconds = op.ttl * 60.0 if op.ttl is not None else None
-        item = self.store.put(namespace, key, dict(op.value), ttl=seconds)
+        value = dict(op.value)
         shadow = None
         if self._embed is not None:
             paths, rows = embedded
             block = np.ascontiguousarray(rows, dtype=np.float32) if rows else None
             shadow = {
-                "version": item.version,
+                "version": 0,  # the item's, once it is written
                 "model": self._embed.model,
                 "dims": self._embed.dims,
                 "paths": paths,
                 "vectors": base64.b64encode(block.tobytes()).decode() if block is not None else "",
             }
+            # Checked before the item is written: vectors refused after it would leave the
+            # item stored without them, unsearchable.
+            _check_vectors_fit(key, shadow)
+        item = self.store.put(namespace, key, value, ttl=seconds)
+        if shadow is not None:
+            shadow["version"] = item.version
             self.store.put(shadow_ns, key, shadow, ttl=seconds)
         else:
             self.store.delete(shadow_ns, key)
@@ -708,13 +742,7 @@ def memstrata_tools(run: Run) -> list[BaseTool]:
     for spec in run.tool_specs("openai"):
         fn = spec["function"]
         name = str(fn["name"])
-
-        def call(_name: str = name, **arguments: Any) -> str:
-            return orjson.dumps(run.call_tool(_name, arguments)).decode()
-
-        async def acall(_name: str = name, **arguments: Any) -> str:
-            return orjson.dumps(await run.acall_tool(_name, arguments)).decode()
-
+        call, acall = _callers(run, name)
         tools.append(
             StructuredTool(
                 name=name,
@@ -725,6 +753,21 @@ def memstrata_tools(run: Run) -> list[BaseTool]:
             )
         )
     return tools
+
+
+def _callers(
+    run: Run, name: str
+) -> tuple[Callable[..., str], Callable[..., Coroutine[Any, Any, str]]]:
+    """The sync and async functions of one tool. The name is closed over, never a parameter:
+    every keyword the model sends is an argument of this tool, none can name another."""
+
+    def call(**arguments: Any) -> str:
+        return orjson.dumps(run.call_tool(name, arguments)).decode()
+
+    async def acall(**arguments: Any) -> str:
+        return orjson.dumps(await run.acall_tool(name, arguments)).decode()
+
+    return call, acall
 
 
 def memory_prompt(run: Run, *, system: str = "") -> str:

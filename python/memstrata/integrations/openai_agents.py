@@ -68,6 +68,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError
 from memstrata.stack import MemoryStack, Message, ResultKeeper, Run
+from memstrata.tools import run_failure_payload
 
 __all__ = ["AgentsMemory", "MemstrataSession"]
 
@@ -166,8 +167,14 @@ class AgentsMemory:
 
     def _invoker(self, name: str) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
-            async with self._using_run(ctx.agent) as run:
-                result = await run.acall_tool(name, arguments)
+            result: dict[str, Any] | None = None
+            try:
+                async with self._using_run(ctx.agent) as run:
+                    result = await run.acall_tool(name, arguments)
+            except Exception as exc:
+                # Outside a turn the call has a short run of its own: one that cannot open, or
+                # whose writes cannot be committed, is an error payload, as a bad call is.
+                result = run_failure_payload(name, exc, answered=result is not None)
             return orjson.dumps(result).decode()
 
         return invoke

@@ -66,7 +66,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.stack import MemoryStack, Message, Run
-from memstrata.tools import MAX_ARGUMENT_BYTES
+from memstrata.tools import MAX_ARGUMENT_BYTES, run_failure_payload
 
 __all__ = ["MemoryCapability", "MemstrataToolset"]
 
@@ -210,8 +210,15 @@ class MemstrataToolset(AbstractToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> dict[str, Any]:
         arguments = tool_args.sent if isinstance(tool_args, _Sent) else tool_args
-        async with self.memory._using_run(ctx) as run:
-            return await run.acall_tool(name, arguments)
+        result: dict[str, Any] | None = None
+        try:
+            async with self.memory._using_run(ctx) as run:
+                result = await run.acall_tool(name, arguments)
+        except Exception as exc:
+            # Outside a run of the capability the call has a short run of its own: one that
+            # cannot open, or whose writes cannot be committed, is an error payload.
+            return run_failure_payload(name, exc, answered=result is not None)
+        return result
 
 
 class _Sent(dict[str, Any]):

@@ -125,8 +125,17 @@ _LISTS_KEPT = 64  # scopes whose last conversation the offload pass keeps a snap
 _READ_TOOL_NAMES = frozenset({"read_tool_result"})
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
 _UNSEEN = "\x00unseen"
-_NOTICE_PREFIX = TOOL_RESULT_OFFLOADED[: TOOL_RESULT_OFFLOADED.index("{")]
-_NOTICE_ID = re.compile(re.escape(_NOTICE_PREFIX) + r"([A-Za-z0-9][A-Za-z0-9_.:-]*),")
+# The first line of a notice this layer writes, whole; a summary of at most summary_tokens
+# follows it (plus a few tokens quote_notices may add).
+_NOTICE_HEADER = re.compile(
+    re.escape(TOOL_RESULT_OFFLOADED)
+    .replace(re.escape("{call_id}"), r"(?P<id>[A-Za-z0-9][A-Za-z0-9_.:-]*)", 1)
+    .replace(re.escape("{call_id}"), "(?P=id)", 1)
+    .replace(re.escape("{chars}"), "[0-9]+")
+    .replace(re.escape("{tokens}"), "[0-9]+")
+    + r"(?:\n|\Z)"
+)
+_SUMMARY_SLACK = 16
 
 
 def prune_messages_sliding_window(
@@ -461,7 +470,7 @@ class ToolResults:
 
     def _decide(self, index: int, call_id: str, body: Any) -> str | None:
         """The notice replacing ``body``, or None to leave it."""
-        if isinstance(body, str) and body.startswith(_NOTICE_PREFIX):
+        if isinstance(body, str) and self._own_notice(body) is not None:
             return None
         try:
             text = _as_text(body)
@@ -507,15 +516,28 @@ class ToolResults:
             text = _as_text(body)
         except InvalidInputError:
             return None
-        named = _NOTICE_ID.match(text)
+        named = self._own_notice(text)
         backend = self._backend()
-        if named is not None and backend.lookup(named.group(1)) is not None:
-            readable: str | None = named.group(1)
+        if named is not None and backend.lookup(named) is not None:
+            readable: str | None = named
         else:
             readable = self._store_text(backend, call_id, text, newer_wins=False)
         if key is not None:
             self._remember(key, readable)
         return readable
+
+    def _own_notice(self, text: str) -> str | None:
+        """The call_id ``text`` points to if it is a notice of this layer (its first line
+        whole, then no more than a summary), else None: a tool's output that only opens like
+        a notice (a copy of one, then anything) is a result of its own, offloaded and kept as
+        any other, never taken for the result the copy names."""
+        header = _NOTICE_HEADER.match(text)
+        if header is None:
+            return None
+        rest = text[header.end() :]
+        if self.tokens.count(rest) > self.summary_tokens + _SUMMARY_SLACK:
+            return None
+        return header.group("id")
 
     def store(self, call_id: str, text: str) -> str:
         """Stores ``text`` under ``call_id`` (deduplicated by content hash); the newer text
