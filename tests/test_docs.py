@@ -97,6 +97,10 @@ def test_python_blocks_run(
     monkeypatch.chdir(tmp_path)
     # The examples rely on the documented default store (a SQLite file in the working directory).
     monkeypatch.delenv("MEMSTRATA_STORE", raising=False)
+    # A block may register model windows (process-wide); later tests must not see them.
+    from memstrata import model_windows
+
+    monkeypatch.setattr(model_windows, "_user_windows", dict(model_windows._user_windows))
     namespace: dict[str, object] = {"__name__": "__docs__"}
     for block in python_blocks(path):
         if block.not_run is not None:
