@@ -422,9 +422,12 @@ def counted(url: str) -> Iterator[tuple[PostgresStore, RoundTripCounter]]:
     counter.close()
 
 
-def round_trips(counter: RoundTripCounter, call: Any, times: int = 11) -> float:
-    """The median of ``times`` calls' round trips: the proxy also sees the pool's own traffic
-    (a connection it opens or checks in the background), which can land in any one call."""
+def round_trips(
+    counter: RoundTripCounter, call: Any, times: int = 11, pick: Any = statistics.median
+) -> float:
+    """The median (or ``pick``) of ``times`` calls' round trips: the proxy also sees the pool's
+    own traffic (a connection it opens or checks in the background), which can land in any
+    one call."""
     for _ in range(20):
         call()  # past psycopg's prepare threshold on every pooled connection
     counts = []
@@ -432,7 +435,7 @@ def round_trips(counter: RoundTripCounter, call: Any, times: int = 11) -> float:
         start = counter.round_trips
         call()
         counts.append(counter.round_trips - start)
-    return float(statistics.median(counts))
+    return float(pick(counts))
 
 
 def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -> None:
@@ -476,8 +479,10 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
     counted_trips = {name: round_trips(counter, call) for name, (call, _) in expected.items()}
     assert counted_trips == {name: float(trips) for name, (_, trips) in expected.items()}
     # 102 reads are 4 statements, pipelined: the client never waits between them, but a
-    # statement sent after the server answered an earlier one counts as a trip here.
-    assert round_trips(counter, lambda: store.read_many(reads * 34)) < 4
+    # statement sent after the server answered an earlier one counts as a trip here, as it
+    # does whenever a busy machine holds the client back between sends; sent one after the
+    # other they would be 4 trips in every call, so the fewest of the calls tells.
+    assert round_trips(counter, lambda: store.read_many(reads * 34), pick=min) < 4
     version_before = store.get(NS, "k").version  # type: ignore[union-attr]
     stale = {"k": ConditionalWrite(9, version_before - 1), "new": ConditionalWrite(9, 0)}
     assert round_trips(counter, lambda: store.put_many_if_versions(NS, stale)) == 2
@@ -505,11 +510,12 @@ def test_round_trips_per_call(counted: tuple[PostgresStore, RoundTripCounter]) -
                 start = counter.round_trips
                 await call()
                 counts.append(counter.round_trips - start)
-            trips[name] = float(statistics.median(counts))
+            pick = min if name == "aread_many of 102 reads" else statistics.median
+            trips[name] = float(pick(counts))
         return trips
 
     trips = asyncio.run(async_trips())
-    assert trips.pop("aread_many of 102 reads") < 4  # pipelined, as read_many's
+    assert trips.pop("aread_many of 102 reads") < 4  # pipelined, as read_many's (the fewest)
     assert trips == {"aread_many": 1, "aupdate": 2, "aupdate_many_since": 3}
 
 
