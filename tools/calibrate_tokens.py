@@ -434,13 +434,14 @@ def _sources() -> dict[str, list[tuple[str, object]]]:
             ("zh/ja/ko, first programs", gettext(["zh_CN", "zh_TW", "ja", "ko"], first)),
             ("zh/ja/ko, other programs", gettext(["zh_CN", "zh_TW", "ja", "ko"], second)),
         ],
+        # Each language on both sides: its catalogues of one set of programs on each.
         "other scripts": [
             ("ar/he/hi, first programs", gettext(["ar", "he", "hi"], [*first, "Linux-PAM"])),
-            ("th/vi/id, first programs", gettext(["th", "vi", "id"], [*first, "Linux-PAM"])),
             (
                 "ar/he/hi, other programs",
                 gettext(["ar", "he", "hi"], ["PackageKit", "gtk20", "glib20"]),
             ),
+            ("th/vi/id, first programs", gettext(["th", "vi", "id"], [*first, "Linux-PAM"])),
             (
                 "th/vi/id, other programs",
                 gettext(["th", "vi", "id"], ["PackageKit", "gtk20", "glib20"]),
