@@ -515,9 +515,10 @@ def test_tool_results_shared_by_two_stacks_count_and_store_in_each_runs_own(
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": text},
     ]
-    for order in ((a, b), (b, a)):
+    for a_first in (True, False):
+        order = (a, b) if a_first else (b, a)
         with order[0].run(thread_id=thread_id) as one, order[1].run(thread_id=thread_id) as two:
-            in_a, in_b = (one, two) if order[0] is a else (two, one)
+            in_a, in_b = (one, two) if a_first else (two, one)
             assert in_b.prepare(messages)[-1]["content"] == text  # within o200k's count
             shown = in_a.prepare(messages)[-1]["content"]
             assert shown.startswith("[tool result offloaded: call_id=c1,")

@@ -262,19 +262,10 @@ def _folded(text: str, start: int) -> Iterator[str]:
 def _tag_at(text: str, start: int, label: str) -> bool:
     """Whether ``text`` from ``start`` (just past a ``<``) reads as ``/label`` or ``label``
     ending a tag name: ``\\s*/?\\s*label(?![a-z0-9_-])`` on the folded characters."""
-    chars = _folded(text, start)
-    c = next(chars, "")
-    while c.isspace():
-        c = next(chars, "")
-    if c == "/":
-        c = next(chars, "")
-        while c.isspace():
-            c = next(chars, "")
-    for wanted in label:
-        if c != wanted:
-            return False
-        c = next(chars, "")
-    return c not in _WORD_CHARS
+    return any(
+        after is not None and after not in _WORD_CHARS
+        for after in (_after_words(text, start, ("/", label)), _after_words(text, start, (label,)))
+    )
 
 
 # The openings of the notices memstrata writes into a conversation: stored text quoting one is
@@ -343,6 +334,12 @@ _NOTICE_PATTERN = re.compile(
 def _words_at(text: str, start: int, words: tuple[str, ...]) -> bool:
     """Whether ``text`` from ``start`` reads as ``words`` with any spaces between them (on
     the folded characters, see :func:`_folded`)."""
+    return _after_words(text, start, words) is not None
+
+
+def _after_words(text: str, start: int, words: tuple[str, ...]) -> str | None:
+    """The folded character after ``words`` read from ``start`` with any spaces before each
+    word (``""`` at the end of the text), or None when the text does not read so."""
     chars = _folded(text, start)
     c = next(chars, "")
     for word in words:
@@ -350,6 +347,6 @@ def _words_at(text: str, start: int, words: tuple[str, ...]) -> bool:
             c = next(chars, "")
         for wanted in word:
             if c != wanted:
-                return False
+                return None
             c = next(chars, "")
-    return True
+    return c

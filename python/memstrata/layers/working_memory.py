@@ -375,7 +375,7 @@ class WorkingMemoryHandle:
             return []
         block = self._block(body)
         guidelines = f"\n{layer.tool_names['guidelines']}"
-        limit = self._block_limit(budget, guidelines)
+        limit = self._block_limit(budget)
         if limit <= 0:
             return []
         tokens = self._tokens_over(block, limit)
@@ -385,15 +385,14 @@ class WorkingMemoryHandle:
                 return []
         return [{"content": f"{block}{guidelines}"}]
 
-    def _block_limit(self, share: int, guidelines: str | None = None) -> int:
+    def _block_limit(self, share: int) -> int:
         """The tokens the block may take: the layer's ``budget.max``, and within the run's
         share of the prompt what the guidelines shown after it leave. Writes and the prompt
         use the same limit, so a state a write accepted is shown whole."""
-        if guidelines is None:
-            guidelines = f"\n{self.layer.tool_names['guidelines']}"
         # The block ends with its closing tag, so the two texts count apart at most what they
         # count together (a '>' may only merge with the newline that follows it).
-        return min(self.layer.budget.max, share - exact_count(self.ctx.tokens, guidelines))
+        overhead = self.layer.prompt_overhead(self.ctx.tokens)
+        return min(self.layer.budget.max, share - overhead)
 
     def _cut(self, body: str, tokens: int, limit: int) -> str:
         """The block with the end of its body cut so that it fits ``limit`` tokens, and a
