@@ -200,3 +200,70 @@ def test_four_processes_flushing_one_mind_store_each_belief_once(
             # Every process believed it: the confidence rose to the highest, tags were united.
             assert belief["confidence"] == "high", belief
             assert sorted(belief["tags"]) == ["w0", "w1", "w2", "w3"], belief
+
+
+_PROFILE = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "diet": {"type": "string"}},
+}
+# (layer options, the first write, the other server's write, the stale rewrite, its arguments,
+# what the other server's write leaves in the state)
+_REWRITES = {
+    "voltagent replace": (
+        {"tools": "voltagent"},
+        ("update_working_memory", {"content": "- name: Priya"}),
+        ("update_working_memory", {"content": "- allergic to peanuts"}),
+        ("update_working_memory", {"content": "- name: Priya Raman", "mode": "replace"}),
+        "- name: Priya\n\n- allergic to peanuts",
+    ),
+    "voltagent clear": (
+        {"tools": "voltagent"},
+        ("update_working_memory", {"content": "- name: Priya"}),
+        ("update_working_memory", {"content": "- allergic to peanuts"}),
+        ("clear_working_memory", {}),
+        "- name: Priya\n\n- allergic to peanuts",
+    ),
+    "noetic replace": (
+        {"schema": _PROFILE},
+        ("working-memory/update", {"name": "Priya"}),
+        ("working-memory/update", {"diet": "no peanuts"}),
+        ("working-memory/replace", {"name": "Priya Raman"}),
+        {"name": "Priya", "diet": "no peanuts"},
+    ),
+    "legacy replace": (
+        {},
+        ("working-memory/update", {"content": "- name: Priya"}),
+        ("working-memory/update", {"content": "- allergic to peanuts"}),
+        ("updateWorkingMemory", {"content": "- name: Priya Raman", "mode": "replace"}),
+        "- name: Priya\n\n- allergic to peanuts",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_REWRITES))
+def test_a_rewrite_over_another_servers_write_is_a_conflict_not_a_loss(url: str, case: str) -> None:
+    """A replace or a clear that the model made from the state it read, after another server
+    wrote: merging it would drop that write unseen, so it is refused and the run takes the
+    stored state; the model's rewrite then goes through."""
+    options, first, other, rewrite, merged = _REWRITES[case]
+    namespace = ("working-memory", "resource", "user-7")
+    stores = [open_store(url), open_store(url)]
+    try:
+        one, two = (
+            MemoryStack([WorkingMemory(scope="resource", **options)], store=s) for s in stores
+        )
+        with one.run(resource_id="user-7") as run:
+            assert run.call_tool(*first)["ok"] is True
+        with one.run(resource_id="user-7") as mine, two.run(resource_id="user-7") as theirs:
+            assert theirs.call_tool(*other) == {"ok": True, "version": 2}
+            refused = mine.call_tool(*rewrite)
+            assert refused["ok"] is False and refused["error"]["code"] == "conflict", refused
+            assert "another writer" in refused["error"]["message"]
+            assert read_state(stores[0], namespace) == (merged, 2)  # nothing written
+            handle = mine.layer("working-memory")
+            assert (handle.snapshot, handle.version) == (merged, 2)  # what the model reads next
+            assert mine.call_tool(*rewrite)["ok"] is True  # made from what is stored: written
+            assert read_state(stores[1], namespace)[1] == 3
+    finally:
+        for store in stores:
+            store.close()

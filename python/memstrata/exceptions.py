@@ -20,6 +20,8 @@ keeps working::
     ├── ReadOnlyError                         a write to a read-only layer
     ├── StorageRaceError                      other writers kept changing a record past every
     │                                         retry (a working memory's state and journal)
+    ├── WriteConflictError                    a rewrite of a state another writer changed since
+    │                                         it was read; nothing written
     ├── LockTimeoutError (TimeoutError)       a store call gave up waiting for a lock another
     │                                         connection held (PostgreSQL's lock_timeout)
     ├── RecoverableContextError               a prompt that cannot fit the model's window even
@@ -51,6 +53,7 @@ __all__ = [
     "StorageRaceError",
     "ToolError",
     "UnsupportedTypeError",
+    "WriteConflictError",
     "ZeroVectorError",
 ]
 
@@ -204,6 +207,21 @@ class LimitExceededError(InvalidInputError):
 class StorageRaceError(MemstrataError):
     """Other writers kept changing a record a read or a write depends on past every retry: a
     working memory's state and journal, written by many processes at once."""
+
+
+class WriteConflictError(MemstrataError):
+    """A write that replaces a state whole (a working memory's ``replace`` or ``clear``) found
+    that another writer changed it since this run read it. Nothing was written: replacing it
+    would have dropped the other writer's change unseen. The run now holds the state as stored;
+    read it and write again.
+
+    Attributes:
+        version: The stored state's version now.
+    """
+
+    def __init__(self, message: str, *, version: int = 0) -> None:
+        super().__init__(message)
+        self.version = version
 
 
 class LockTimeoutError(MemstrataError, TimeoutError):

@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from memstrata.exceptions import BudgetExceededError, SchemaViolationError, ToolError
+from memstrata.exceptions import (
+    BudgetExceededError,
+    SchemaViolationError,
+    ToolError,
+    WriteConflictError,
+)
 from memstrata.prompts import WORKING_MEMORY_CLEAR_DESCRIPTION as CLEAR_DESCRIPTION
 from memstrata.prompts import WORKING_MEMORY_GET_DESCRIPTION as GET_DESCRIPTION
 from memstrata.prompts import (
@@ -137,7 +142,14 @@ def _for_model(
     handle: WorkingMemoryHandle, write: Callable[[dict[str, Any]], Any]
 ) -> Callable[[dict[str, Any]], Any]:
     """A write as a tool handler: ``{"ok": true, "version": n}``, or the refusals the model
-    must learn from (schema, budget) as tool errors carrying their reason code."""
+    must learn from (schema, budget, another writer's change) as tool errors carrying their
+    reason code."""
+    names = handle.layer.tool_names
+    reread = (
+        f"call `{wire_name(names['get'])}` to read it as it is now"
+        if "get" in names
+        else "your next prompt shows it as it is now"
+    )
 
     def handler(args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -146,6 +158,8 @@ def _for_model(
             raise ToolError(str(exc), code="schema_violation", details=exc.violations) from None
         except BudgetExceededError as exc:
             raise ToolError(str(exc), code="budget_exceeded") from None
+        except WriteConflictError as exc:
+            raise ToolError(f"{exc}; {reread}, then write again", code="conflict") from None
         if not handle.saved:
             return {"ok": True, "version": handle.version, "saved": False}
         return {"ok": True, "version": handle.version}

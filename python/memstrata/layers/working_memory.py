@@ -14,7 +14,9 @@ Decisions where the two are silent or disagree:
   exactly, or ``max_state_bytes``; the error names the tool call that shortens the memory. The
   prompt item (block and guidelines) stays within the layer's share.
 * One record in the store (:mod:`~memstrata.layers.wm_stored`), written with ``put_if_version``;
-  a writer that lost a race merges into the winner's state inside one store transaction.
+  a writer that lost a race merges into the winner's state inside one store transaction. A
+  replace or a clear that lost one is refused (``conflict`` for the model) rather than drop the
+  winner's change, and the run takes the winner's state.
 * A stored state failing the schema is moved aside under ``quarantine/<time>`` and the layer
   starts over; a read-only layer never writes, shows nothing of it, and logs why.
 * A spawned child in the parent's namespace gets a copy of its state (resource scope) or its
@@ -45,6 +47,7 @@ from memstrata.exceptions import (
     SchemaViolationError,
     StorageRaceError,
     ToolError,
+    WriteConflictError,
 )
 from memstrata.layers import wm_stored
 from memstrata.layers.wm_tools import (
@@ -213,7 +216,13 @@ class WorkingMemory:
         for index, arguments in enumerate(calls):
             try:
                 handle.apply_legacy(arguments, source="observe")
-            except (InvalidInputError, ToolError, SchemaViolationError, BudgetExceededError) as exc:
+            except (
+                InvalidInputError,
+                ToolError,
+                SchemaViolationError,
+                BudgetExceededError,
+                WriteConflictError,
+            ) as exc:
                 failures.append(f"call {index + 1}: {exc}")
         if failures:
             raise ToolError(
@@ -447,6 +456,8 @@ class WorkingMemoryHandle:
             BudgetExceededError: The block would exceed the layer's budget (nothing written).
             LimitExceededError: The state would exceed ``max_state_bytes`` (nothing written).
             InvalidInputError: The patch has the wrong shape for this state, or bad data.
+            WriteConflictError: A replace, and another writer changed the state since this run
+                read it (nothing written; the run now holds the stored state).
         """
         self.apply(patch, mode)
         return self.snapshot
@@ -457,11 +468,15 @@ class WorkingMemoryHandle:
         if mode not in ("append", "replace"):
             raise InvalidInputError(f"mode must be 'append' or 'replace', got {mode!r}")
         patch = self._coerce(patch)
-        self._write(lambda state: self._combine(state, patch, mode))
+        self._write(lambda state: self._combine(state, patch, mode), whole=mode == "replace")
 
     def clear(self) -> None:
-        """Empties the state (a template does not come back; the model cleared it on purpose)."""
-        self._write(lambda _state: self.layer.empty_state())
+        """Empties the state (a template does not come back; the model cleared it on purpose).
+
+        Raises:
+            WriteConflictError: Another writer changed the state since this run read it.
+        """
+        self._write(lambda _state: self.layer.empty_state(), whole=True)
 
     def apply_legacy(self, arguments: Any, *, source: Literal["observe", "call_tool"]) -> int:
         """Applies one legacy ``updateWorkingMemory`` call (its arguments as JSON text or a
@@ -481,10 +496,14 @@ class WorkingMemoryHandle:
         self._legacy[source][key] += 1
         return self._version
 
-    def _write(self, change: Any) -> None:
+    def _write(self, change: Any, *, whole: bool = False) -> None:
         """Writes ``change(state)``: without reading, if the store still holds the state this
         run holds; else, after another writer got there first, merged into what they wrote
-        inside one store transaction (which waits for no one and so cannot be starved)."""
+        inside one store transaction (which waits for no one and so cannot be starved).
+
+        A ``whole`` change (a replace, a clear) ignores the state it is given, so merging it
+        would drop the other writer's change unseen: it is refused instead, and the run takes
+        the stored state for its writer to read and write again."""
         if self.layer.read_only:
             raise ReadOnlyError("working memory is read-only")
         new, body = self._changed(self._state, change)
@@ -502,6 +521,13 @@ class WorkingMemoryHandle:
         if item is not None:
             self._take(new, item.version, body)
             return
+        if whole:
+            self.load()
+            raise WriteConflictError(
+                f"working memory {'/'.join(self.namespace)} was changed by another writer since"
+                f" this run read it (now version {self._version}): nothing was written",
+                version=self._version,
+            )
         written: list[tuple[State, str]] = []
 
         def merge(current: Any) -> State:
