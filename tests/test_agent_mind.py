@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import pathlib
 import random
+import sqlite3
 import string
 import time
 from collections.abc import Iterator
@@ -1105,6 +1106,31 @@ def test_a_failed_flush_writes_nothing(store: Store, monkeypatch: pytest.MonkeyP
         ok(run.call_tool("mind_believe", {"content": "Never half written"}))
         ok(run.call_tool("mind_reflect", {"content": "Nor this"}))
     assert stored_entries(store) == before
+
+
+def test_a_flush_the_store_refused_keeps_the_draft_for_the_next(tmp_path: pathlib.Path) -> None:
+    """A flush whose transaction the store refused (another process held the file's lock past
+    the busy timeout) wrote nothing: its draft stays, so flushing again commits it, rather than
+    reporting nothing to write and losing every belief and goal of the run."""
+    path = tmp_path / "mind.db"
+    store = SQLiteStore(path, busy_timeout=0.05)
+    handle = AgentMind().open(store, agent=AGENT)
+    assert handle.believe("The nightly backup job is flaky.")["action"] == "created"
+    handle.set_goal("Fix the nightly backup job")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        handle.flush()
+    other.execute("ROLLBACK")
+    other.close()
+    assert stored_entries(store) == []
+    assert handle.flush() == 2
+    assert {e["type"]: e.get("content", e.get("description")) for e in stored_entries(store)} == {
+        "belief": "The nightly backup job is flaky.",
+        "goal": "Fix the nightly backup job",
+    }
+    assert handle.flush() == 0  # committed once
+    store.close()
 
 
 # Embedders and indexes ---------------------------------------------------------------------------

@@ -101,7 +101,13 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
             folds[belief.id] = target.id
         return planned
 
-    written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
+    try:
+        written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
+    except Exception:
+        # The transaction rolled back, nothing written: the draft stays for the next flush.
+        # (An interruption may come once the write is done: the draft it wrote is not kept.)
+        handle.draft = draft
+        raise
     for created_id, target_id in folds.items():
         logger.info("belief %s duplicated %s, committed meanwhile: folded", created_id, target_id)
     handle.folded.update(folds)

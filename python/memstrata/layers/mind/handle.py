@@ -319,6 +319,7 @@ class AgentMindHandle:
 
     def flush(self, *, error: bool = False) -> int:
         """Commits the draft in one store transaction and empties it; returns entries written.
+        A flush the store fails (the transaction rolled back) keeps the draft and raises.
 
         Clean flush: beliefs, reflections, goal creations and updates, unpins. Error flush
         (``error=True``): beliefs and reflections only, flagged ``error: true``; goal changes
