@@ -267,3 +267,29 @@ def test_a_rewrite_over_another_servers_write_is_a_conflict_not_a_loss(url: str,
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_run_holding_a_working_memory_deleted_since_merges_into_the_new_one(url: str) -> None:
+    """A server deletes a user's working memory (the user asked to be forgotten) while a run
+    of another server holds it; a third writes anew. The holding run's write must merge into
+    the new state: written over it as if it were the state it read, it would bring the
+    deleted fields back and drop the new one."""
+    namespace = ("working-memory", "resource", "user-9")
+    stores = [open_store(url), open_store(url)]
+    try:
+        one, two = (
+            MemoryStack([WorkingMemory(schema={"type": "object"}, scope="resource")], store=s)
+            for s in stores
+        )
+        with one.run(resource_id="user-9") as run:
+            assert run.call_tool("working-memory/update", {"passport": "X123"})["ok"] is True
+        with one.run(resource_id="user-9") as holding:
+            assert stores[1].delete(namespace, "state")
+            with two.run(resource_id="user-9") as fresh:
+                assert fresh.call_tool("working-memory/update", {"name": "Priya"})["ok"] is True
+            assert holding.call_tool("working-memory/update", {"city": "Pune"})["ok"] is True
+        state, _version = read_state(stores[0], namespace)  # type: ignore[misc]
+        assert state == {"name": "Priya", "city": "Pune"}
+    finally:
+        for store in stores:
+            store.close()

@@ -59,7 +59,7 @@ def test_servers_starting_together_migrate_once(url: str) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", _OPEN, url]) for _ in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     PostgresStore(url).close()  # and once more, later: nothing to do
-    assert schema_versions(url) == [1, 2]
+    assert schema_versions(url) == [1, 2, 3]
 
 
 def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
@@ -74,7 +74,7 @@ def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
             (encode_namespace(NS),),
         )
     with PostgresStore(url) as store:
-        assert schema_versions(url) == [1, 2]
+        assert schema_versions(url) == [1, 2, 3]
         old = store.get(NS, "old")
         assert old is not None and (old.value, old.version) == ({"kept": True}, 3)
         mark = store.change_mark(NS)
@@ -83,6 +83,9 @@ def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
         store.delete(NS, "old")
         changes = store.changes(NS, mark)
         assert ([i.key for i in changes.items], changes.removed) == (["new"], ["old"])
+        # Tombstones keep the deleted row's version (migration 3): written again, the key
+        # numbers on from it.
+        assert store.put(NS, "old", "again").version == 4
 
 
 def test_a_newer_schema_is_refused(url: str) -> None:
@@ -619,19 +622,20 @@ def test_batched_writes_over_expired_rows(url: str) -> None:
     store.put(NS, "old", 1, ttl=0.05)
     store.put(NS, "kept", 1)
     time.sleep(0.08)
-    # An expired record counts as absent: version 0 writes it anew, its old version does not.
+    # An expired record counts as absent: version 0 writes it anew (its versions numbered on),
+    # its old version does not.
     assert store.put_many_if_versions(NS, {"old": ConditionalWrite(2, 1)}) is None
     written = store.put_many_if_versions(
         NS, {"old": ConditionalWrite(2, 0), "kept": ConditionalWrite(2, 1)}
     )
     assert written is not None and [(i.key, i.version) for i in written] == [
-        ("old", 1),
+        ("old", 2),
         ("kept", 2),
     ]
     store.put(NS, "old", 3, ttl=0.05)
     time.sleep(0.08)
     updated = store.update_many(NS, {"old": lambda v: {"was": v}, "kept": lambda v: v + 1})
-    assert [(i.value, i.version) for i in updated] == [({"was": None}, 1), (3, 3)]
+    assert [(i.value, i.version) for i in updated] == [({"was": None}, 4), (3, 3)]
     store.close()
 
 

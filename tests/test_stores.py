@@ -122,7 +122,8 @@ def test_expired_items_are_never_returned(store: Store) -> None:
     assert store.get(NS, "short") is None
     assert [i.key for i in store.list(NS)] == ["long"]
     updated = store.update(NS, "short", lambda current: {"was": current})
-    assert updated.value == {"was": None} and updated.version == 1
+    # Absent for the update, but its versions number on (see test_a_version_held_from_before...).
+    assert updated.value == {"was": None} and updated.version == 2
     store.put(NS, "gone", "v", ttl=0.01)
     time.sleep(0.03)
     assert store.purge_expired() == 1
@@ -191,11 +192,12 @@ def test_put_if_version_over_an_expired_item_counts_it_absent(store: Store) -> N
     # Expired: its version no longer counts, and a write expecting none starts it over.
     assert store.put_if_version(NS, "t", {"v": "stale"}, expected_version=2) is None
     fresh = store.put_if_version(NS, "t", {"v": 3}, expected_version=0)
-    assert fresh is not None and fresh.version == 1 and fresh.expires_at is None
+    # A new record (new created_at), numbered on from the expired one's versions.
+    assert fresh is not None and fresh.version == 3 and fresh.expires_at is None
     assert fresh.created_at > first.created_at
     assert store.put_if_version(NS, "t", {"v": "lost"}, expected_version=0) is None
     got = store.get(NS, "t")
-    assert got is not None and (got.value, got.version) == ({"v": 3}, 1)
+    assert got is not None and (got.value, got.version) == ({"v": 3}, 3)
     # Each write took a new change number: a reader of the changes since the mark sees it.
     changed = store.changes(NS, mark)
     assert [(i.key, i.value) for i in changed.items] == [("t", {"v": 3})]
@@ -364,10 +366,11 @@ def test_async_twins(store: Store) -> None:
         assert [i.key for i in await store.alist(NS)] == ["k"]
         assert await store.adelete(NS, "k") is True
         assert await store.apurge_expired() == 0
-        assert await store.aput_if_version(NS, "k", 1, expected_version=0) is not None
-        both = {"k": ConditionalWrite(2, 1), "j": ConditionalWrite(3, 0)}
+        again = await store.aput_if_version(NS, "k", 1, expected_version=0)
+        assert again is not None and again.version == 3  # numbered on from the deleted one
+        both = {"k": ConditionalWrite(2, 3), "j": ConditionalWrite(3, 0)}
         written = await store.aput_many_if_versions(NS, both)
-        assert written is not None and [i.version for i in written] == [2, 1]
+        assert written is not None and [i.version for i in written] == [4, 1]
         assert await store.aput_many_if_versions(NS, both) is None
         await store.aclose()
 
@@ -723,7 +726,7 @@ def test_changes_report_deletes_and_purges_once(store: Store) -> None:
     assert store.purge_expired() == 1
     changes = store.changes(NS, mark)
     assert changes.removed == ["deleted", "purged"]
-    assert [(i.key, i.value, i.version) for i in changes.items] == [("recreated", 30, 1)]
+    assert [(i.key, i.value, i.version) for i in changes.items] == [("recreated", 30, 2)]
     mark = _follow(store, held, mark)
     assert held == {"kept": 1, "recreated": 30} == _stored(store)
     assert store.changes(NS, mark).removed == []  # reported once, not again
@@ -839,6 +842,34 @@ def test_change_tracking_reads_async_twins(store: Store) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("gone", ["deleted", "expired", "purged"])
+def test_a_version_held_from_before_never_matches_the_key_written_again(
+    store: Store, gone: str
+) -> None:
+    """A key deleted (or expired, or purged) and written again goes on from the versions it
+    had: a writer still holding a version from before cannot take the new value for the one it
+    read, so its conditional write fails instead of overwriting the new value unseen."""
+    ttl = 0.05 if gone != "deleted" else None
+    held = store.put(NS, "k", "read by a slow writer", ttl=ttl)
+    assert held.version == 1
+    if gone == "deleted":
+        assert store.delete(NS, "k")
+    else:
+        time.sleep(0.1)
+        if gone == "purged":
+            assert store.purge_expired() == 1
+    new = store.put(NS, "k", "written after")
+    assert new.version == 2 and new.created_at > held.created_at
+    assert store.put_if_version(NS, "k", "stale", expected_version=held.version) is None
+    writes = {"k": ConditionalWrite("stale", held.version)}
+    assert store.put_many_if_versions(NS, writes) is None
+    got = store.get(NS, "k")
+    assert got is not None and (got.value, got.version) == ("written after", 2)
+    assert store.update(NS, "k", lambda v: v + "!").version == 3
+    store.delete(NS, "k")
+    assert store.put_if_version(NS, "k", "again", expected_version=0).version == 4  # type: ignore[union-attr]
+
+
 def test_stamp_names_the_value_without_reading_it(store: Store) -> None:
     assert store.stamp(NS, "a") is None
     first = store.put(NS, "a", {"n": 1})
@@ -849,7 +880,7 @@ def test_stamp_names_the_value_without_reading_it(store: Store) -> None:
     assert store.stamp(NS, "a") is None
     time.sleep(0.01)
     again = store.put(NS, "a", {"n": 3})
-    assert again.version == 1 and store.stamp(NS, "a") != (first.version, first.created_at)
+    assert again.version == 3 and store.stamp(NS, "a") != (first.version, first.created_at)
     store.put(NS, "short", {"n": 4}, ttl=0.05)
     time.sleep(0.1)
     assert store.stamp(NS, "short") is None

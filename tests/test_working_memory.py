@@ -496,12 +496,12 @@ def test_a_long_lived_layer_starts_each_run_from_the_current_state(
         run.layer("working-memory").update({"age": 41}, mode="replace")
     with stack.run(thread_id="t1") as run:
         assert run.layer("working-memory").state == {"age": 41}
-    # Deleted and written again: version 1 again.
+    # Deleted and written again: a new record, numbered on from the deleted one's version 3.
     other.delete(ns, "state")
     with elsewhere.run(thread_id="t1") as run:
         assert call(run, "working-memory/update", {"profile": {"name": "Cy"}})["ok"]
     with stack.run(thread_id="t1") as run:
-        assert run.layer("working-memory").version == 1
+        assert run.layer("working-memory").version == 4
         assert run.layer("working-memory").state == {"profile": {"name": "Cy"}}
     other.put(ns, "state", {"age": "not a number"})
     with stack.run(thread_id="t1") as run:

@@ -15,6 +15,10 @@ Semantics every backend guarantees:
 * An item whose TTL has passed is never returned (``get``, ``list``, ``update`` and ``update_many``
   treat it as absent); ``purge_expired`` deletes such rows.
 * Timestamps are Unix seconds (float); ``version`` starts at 1 and grows by 1 on every write.
+  A key written again after it expired or was deleted is a new item (a new ``created_at``) but
+  numbers on from the versions it had, so a version a writer held from before never matches
+  the new value and ``put_if_version`` over it fails. A deleted key's last version is kept
+  with its tombstone: past ``tombstone_retention`` the key starts at 1 again.
 * Change tracking has one concept, the :class:`ChangeMark`: a point in a namespace's write
   history. ``change_mark(namespace)`` makes one; ``changes(namespace, since)`` returns what was
   written or deleted after it, with a new mark to pass next time, so a caller that keeps a
@@ -406,8 +410,8 @@ class Store(ABC):
         or expired.
 
         A caller holding the value of an item with that stamp holds the current value: every
-        write moves the version on, and a deleted (or expired) and re-created item starts
-        again at version 1 but with a new ``created_at``.
+        write moves the version on, and a deleted (or expired) and re-created item numbers on
+        from the versions it had, with a new ``created_at``.
         """
 
     @abstractmethod

@@ -67,8 +67,9 @@ class InMemoryStore(Store):
         self._rows: dict[tuple[Namespace, str], _Row] = {}  # in write order
         self._lock = threading.Lock()
         self._sequence = 0  # write operations so far: what a ChangeMark holds
-        # Per namespace: key -> (sequence number, time) of its deletion, in deletion order.
-        self._tombstones: dict[Namespace, dict[str, tuple[int, float]]] = {}
+        # Per namespace: key -> (sequence number, time, the deleted row's version) of its
+        # deletion, in deletion order.
+        self._tombstones: dict[Namespace, dict[str, tuple[int, float, int]]] = {}
         # Per namespace: the newest sequence number among its pruned tombstones.
         self._pruned_to: dict[Namespace, int] = {}
 
@@ -103,9 +104,15 @@ class InMemoryStore(Store):
         # Popped, then inserted: the row moves to the end, keeping the dict in write order.
         old = self._rows.pop((namespace, key), None)
         live_old = old if old is not None and old.live(now) else None
+        if old is not None:
+            last = old.version
+        else:
+            # A key written again after its deletion numbers on from the deleted row.
+            buried = self._tombstones.get(namespace, {}).get(key)
+            last = buried[2] if buried is not None else 0
         row = _Row(
             data,
-            (live_old.version + 1) if live_old else 1,
+            last + 1,
             live_old.created_at if live_old else now,
             now,
             now + ttl if ttl is not None else None,
@@ -114,11 +121,11 @@ class InMemoryStore(Store):
         self._rows[(namespace, key)] = row
         return row
 
-    def _bury(self, namespace: Namespace, key: str, seq: int, now: float) -> None:
+    def _bury(self, namespace: Namespace, key: str, row: _Row, seq: int, now: float) -> None:
         """Leaves the tombstone of a deletion (moved to the end: the log stays in order)."""
         log = self._tombstones.setdefault(namespace, {})
         log.pop(key, None)
-        log[key] = (seq, now)
+        log[key] = (seq, now, row.version)
 
     def get(self, namespace: Namespace, key: str) -> Item | None:
         namespace, key = validate_namespace(namespace), validate_key(key)
@@ -152,7 +159,7 @@ class InMemoryStore(Store):
             if row is None:
                 return False
             now = time.time()
-            self._bury(namespace, key, self._tick(), now)
+            self._bury(namespace, key, row, self._tick(), now)
             return row.live(now)
 
     def list(
@@ -299,7 +306,7 @@ class InMemoryStore(Store):
                     items.append(self._item(namespace, key, row))
                 else:
                     removed.append(key)
-            for key, (seq, _at) in reversed(self._tombstones.get(namespace, {}).items()):
+            for key, (seq, _at, _version) in reversed(self._tombstones.get(namespace, {}).items()):
                 if seq <= mark:
                     break
                 # A key written again after its deletion was reported with that write.
@@ -335,17 +342,16 @@ class InMemoryStore(Store):
             dead = [k for k, row in self._rows.items() if not row.live(now)]
             seq = self._tick() if dead else 0
             for namespace, key in dead:
-                del self._rows[(namespace, key)]
-                self._bury(namespace, key, seq, now)
+                self._bury(namespace, key, self._rows.pop((namespace, key)), seq, now)
             self._prune_tombstones(now - self.tombstone_retention)
             return len(dead)
 
     def _prune_tombstones(self, cutoff: float) -> None:
         """Drops tombstones made before ``cutoff``, remembering the newest number dropped."""
         for namespace, log in self._tombstones.items():
-            old = [key for key, (_seq, at) in log.items() if at < cutoff]
+            old = [key for key, (_seq, at, _version) in log.items() if at < cutoff]
             for key in old:
-                seq, _at = log.pop(key)
+                seq, _at, _version = log.pop(key)
                 self._pruned_to[namespace] = max(self._pruned_to.get(namespace, 0), seq)
         for namespace in [ns for ns, log in self._tombstones.items() if not log]:
             del self._tombstones[namespace]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
 _NAMESPACE_LOCK_CLASS = 0x6D656D6E  # "memn": first key of the two-key namespace locks
 
@@ -50,6 +50,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             pruned_to xid8 NOT NULL
         )""",
     ),
+    # A deletion's tombstone keeps the deleted row's version: the key written again numbers on
+    # from it, so a version held from before never matches the new value.
+    3: (
+        "ALTER TABLE memstrata_tombstones ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL"
+        " DEFAULT 0",
+    ),
 }
 
 # Run once on each connection the store opens, in one statement:
@@ -79,16 +85,19 @@ _LIST = (
     f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
 )
+# A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
+# expired row written over numbers on too (a new record all the same: a new created_at).
+_FIRST_VERSION = """COALESCE((SELECT version FROM memstrata_tombstones
+        WHERE namespace = %(ns)s AND key = %(key)s), 0) + 1"""
 # excluded.updated_at is this write's time: an old row that expired by then is replaced anew.
 _UPSERT = f"""INSERT INTO memstrata_items AS items
         (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
-    VALUES (%(ns)s, %(key)s, %(data)s::json, 1, {_NOW}, {_NOW}, {_NOW} + %(ttl)s::float8,
-            pg_current_xact_id())
+    VALUES (%(ns)s, %(key)s, %(data)s::json, {_FIRST_VERSION}, {_NOW}, {_NOW},
+            {_NOW} + %(ttl)s::float8, pg_current_xact_id())
     ON CONFLICT (namespace, key) DO UPDATE SET
         value = excluded.value,
         written_by = excluded.written_by,
-        version = CASE WHEN items.expires_at IS NULL OR items.expires_at > excluded.updated_at
-                       THEN items.version + 1 ELSE 1 END,
+        version = items.version + 1,
         created_at = CASE WHEN items.expires_at IS NULL OR items.expires_at > excluded.updated_at
                           THEN items.created_at ELSE excluded.created_at END,
         updated_at = excluded.updated_at,
@@ -114,17 +123,18 @@ _READ_LOCKED = f"""SELECT clock.now, items.key, items.value::text
         AND (items.expires_at IS NULL OR items.expires_at > clock.now)"""
 # A tombstone for every row the CTE ``gone`` deleted, in the deleting statement.
 _BURY = f"""buried AS (
-        INSERT INTO memstrata_tombstones (namespace, key, deleted_by, deleted_at)
-            SELECT namespace, key, pg_current_xact_id(), {_NOW} FROM gone
+        INSERT INTO memstrata_tombstones (namespace, key, deleted_by, deleted_at, version)
+            SELECT namespace, key, pg_current_xact_id(), {_NOW}, version FROM gone
         ON CONFLICT (namespace, key) DO UPDATE
-            SET deleted_by = excluded.deleted_by, deleted_at = excluded.deleted_at)"""
+            SET deleted_by = excluded.deleted_by, deleted_at = excluded.deleted_at,
+                version = excluded.version)"""
 _DELETE = f"""WITH gone AS (
         DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s
-        RETURNING namespace, key, expires_at), {_BURY}
+        RETURNING namespace, key, expires_at, version), {_BURY}
     SELECT {_LIVE} FROM gone"""
 _PURGE = f"""WITH gone AS (
         DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= {_NOW}
-        RETURNING namespace, key), {_BURY}
+        RETURNING namespace, key, version), {_BURY}
     SELECT count(*) FROM gone"""
 # Tombstones older than the retention go; each namespace's floor keeps the newest id pruned.
 _PRUNE = f"""WITH pruned AS (
@@ -145,13 +155,13 @@ _KEY_LOCK_ROW = "SELECT pg_advisory_xact_lock(hashtextextended(%(ns)s || %(key)s
 _PUT_IF_ABSENT = f"""WITH locked AS MATERIALIZED ({_KEY_LOCK_ROW})
     INSERT INTO memstrata_items AS items
         (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
-    SELECT %(ns)s, %(key)s, %(data)s::json, 1, {_NOW}, {_NOW}, {_NOW} + %(ttl)s::float8,
-           pg_current_xact_id()
+    SELECT %(ns)s, %(key)s, %(data)s::json, {_FIRST_VERSION}, {_NOW}, {_NOW},
+           {_NOW} + %(ttl)s::float8, pg_current_xact_id()
         FROM locked
     ON CONFLICT (namespace, key) DO UPDATE SET
         value = excluded.value,
         written_by = excluded.written_by,
-        version = 1,
+        version = items.version + 1,
         created_at = excluded.created_at,
         updated_at = excluded.updated_at,
         expires_at = excluded.expires_at

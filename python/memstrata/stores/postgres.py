@@ -47,13 +47,13 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   namespace (in the two-key space, apart from the per-record locks), taken before the record
   locks, so it cannot deadlock with ``update``. Needs PostgreSQL 13 or newer.
 * ``delete`` and ``purge_expired`` leave tombstones (``memstrata_tombstones``: namespace, key,
-  the deleting transaction's id, when) in the statement that deletes, so ``changes`` reports a
-  deletion by the same snapshot test as a write, through its own ``(namespace, deleted_by)``
-  index. ``changes`` reads the new mark (``pg_current_snapshot()``) in the statement that reads
-  the changes: under READ COMMITTED that is the statement's own snapshot, so the mark is exactly
-  what was read. Pruning old tombstones records the newest pruned transaction id per namespace
-  (``memstrata_tombstone_floor``); a mark whose oldest running transaction is not past it is
-  answered in full.
+  the deleting transaction's id, when, the deleted row's version) in the statement that deletes,
+  so ``changes`` reports a deletion by the same snapshot test as a write, through its own
+  ``(namespace, deleted_by)`` index. ``changes`` reads the new mark (``pg_current_snapshot()``)
+  in the statement that reads the changes: under READ COMMITTED that is the statement's own
+  snapshot, so the mark is exactly what was read. Pruning old tombstones records the newest
+  pruned transaction id per namespace (``memstrata_tombstone_floor``); a mark whose oldest
+  running transaction is not past it is answered in full.
 """
 
 from __future__ import annotations

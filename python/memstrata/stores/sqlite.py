@@ -13,8 +13,8 @@ it are a range scan of the ``(namespace, seq)`` index. The highest number is rea
 index, which the write updates anyway, so change tracking adds one index entry per write and no
 other page.
 
-``delete`` and ``purge_expired`` take the next number too and leave a tombstone
-(``tombstones``: namespace, key, seq, when), found by ``changes`` through its own
+``delete`` and ``purge_expired`` take the next number too and leave a tombstone (``tombstones``:
+namespace, key, seq, when, the deleted row's version), found by ``changes`` through its own
 ``(namespace, seq)`` index; the highest number is the greater of the two indexes' last entries,
 so a namespace's numbers never go back. Only deletions write tombstones, and a write does not
 touch them (a key written again after its deletion is reported by that write). Pruning keeps
@@ -65,7 +65,7 @@ from memstrata.stores.base import (
     validate_writes,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The migration that rebuilds the items table: a file upgraded through it is compacted after.
 _REBUILDS_ITEMS = 3
 _BACKEND = "sqlite"
@@ -134,6 +134,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX items_expires_at ON items (expires_at) WHERE expires_at IS NOT NULL",
         "CREATE INDEX items_changes ON items (namespace, seq)",
     ),
+    # A deletion's tombstone keeps the deleted row's version: the key written again numbers on
+    # from it, so a version held from before never matches the new value.
+    4: ("ALTER TABLE tombstones ADD COLUMN version INTEGER NOT NULL DEFAULT 0",),
 }
 
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
@@ -171,12 +174,16 @@ _LAST_SEQ = _last_seq(":ns")
 # were pruned, in one statement.
 _POSITION = f"SELECT {_LAST_SEQ}, (SELECT seq FROM tombstone_floor WHERE namespace = :ns)"
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
+# A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
+# expired row written over numbers on too (a new record all the same: a new created_at).
+_FIRST_VERSION = """coalesce((SELECT version FROM tombstones
+    WHERE namespace = :ns AND key = :key), 0) + 1"""
 _UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
-    VALUES (:ns, :key, :data, 1, :now, :now, :expires_at, {_LAST_SEQ} + 1)
+    VALUES (:ns, :key, :data, {_FIRST_VERSION}, :now, :now, :expires_at, {_LAST_SEQ} + 1)
     ON CONFLICT (namespace, key) DO UPDATE SET
         value = excluded.value,
         seq = excluded.seq,
-        version = CASE WHEN {_LIVE_OLD} THEN items.version + 1 ELSE 1 END,
+        version = items.version + 1,
         created_at = CASE WHEN {_LIVE_OLD} THEN items.created_at
                           ELSE excluded.created_at END,
         updated_at = excluded.updated_at,
@@ -193,20 +200,22 @@ _UPDATE_IF_VERSION = f"""UPDATE items SET value = :data, seq = {_LAST_SEQ} + 1,
     RETURNING version, created_at, updated_at"""
 # Expected absent: there is no row, or only an expired one, which a new row replaces.
 _INSERT_IF_ABSENT = f"""INSERT INTO items ({_COLUMNS}, seq)
-    VALUES (:ns, :key, :data, 1, :now, :now, :expires_at, {_LAST_SEQ} + 1)
+    VALUES (:ns, :key, :data, {_FIRST_VERSION}, :now, :now, :expires_at, {_LAST_SEQ} + 1)
     ON CONFLICT (namespace, key) DO UPDATE SET
-        value = excluded.value, seq = excluded.seq, version = 1,
+        value = excluded.value, seq = excluded.seq, version = items.version + 1,
         created_at = excluded.created_at, updated_at = excluded.updated_at,
         expires_at = excluded.expires_at
     WHERE NOT {_LIVE_OLD}
     RETURNING version, created_at, updated_at"""
-_REBURY = "ON CONFLICT (namespace, key) DO UPDATE SET seq = excluded.seq, deleted_at = :now"
-_BURY_DELETED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at)
-    VALUES (:ns, :key, {_LAST_SEQ} + 1, :now) {_REBURY}"""
+_REBURY = """ON CONFLICT (namespace, key) DO UPDATE
+    SET seq = excluded.seq, deleted_at = :now, version = excluded.version"""
+_BURY_DELETED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at, version)
+    VALUES (:ns, :key, {_LAST_SEQ} + 1, :now,
+            (SELECT version FROM items WHERE namespace = :ns AND key = :key)) {_REBURY}"""
 # Every purged row of a namespace takes that namespace's next number (SQLite reads the whole
 # SELECT before inserting, as it reads the table it inserts into).
-_BURY_PURGED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at)
-    SELECT namespace, key, {_last_seq("dead.namespace")} + 1, :now FROM items AS dead
+_BURY_PURGED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at, version)
+    SELECT namespace, key, {_last_seq("dead.namespace")} + 1, :now, version FROM items AS dead
     WHERE expires_at IS NOT NULL AND expires_at <= :now {_REBURY}"""
 # Tombstones made before :cutoff, except each namespace's newest (it holds the namespace's top
 # number once its rows are gone): the newest number dropped becomes the namespace's floor.
