@@ -1133,6 +1133,36 @@ def test_a_flush_the_store_refused_keeps_the_draft_for_the_next(tmp_path: pathli
     store.close()
 
 
+def test_a_completion_the_store_refused_loses_neither_the_goal_nor_its_updates(
+    tmp_path: pathlib.Path,
+) -> None:
+    """mind_complete_goal writes at once; when the store refuses that write (the file locked
+    past the busy timeout) the model is told it failed, and the goal it set this run, or the
+    progress it noted on a committed goal, must still be there to complete or flush."""
+    path = tmp_path / "mind.db"
+    store = SQLiteStore(path, busy_timeout=0.05)
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        committed = ok(run.call_tool("mind_set_goal", {"description": "Ship the report"}))["id"]
+    with stack.run(agent=AGENT) as run:
+        fresh = ok(run.call_tool("mind_set_goal", {"description": "Fix the nightly backup"}))["id"]
+        note = {"id": committed, "progress": "Drafted the summary"}
+        ok(run.call_tool("mind_update_goal", note))
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        for goal in (fresh, committed):
+            failed = run.call_tool("mind_complete_goal", {"id": goal})
+            assert failed["ok"] is False and failed["error"]["code"] == "internal_error", failed
+        other.execute("ROLLBACK")
+        other.close()
+        ok(run.call_tool("mind_complete_goal", {"id": fresh}))
+    goals = {g["description"]: g for g in stored_entries(store, "goal")}
+    assert goals["Fix the nightly backup"]["status"] == "completed"
+    assert goals["Ship the report"]["status"] == "active"
+    assert goals["Ship the report"]["progress"] == ["Drafted the summary"]
+    store.close()
+
+
 # Embedders and indexes ---------------------------------------------------------------------------
 
 

@@ -109,9 +109,11 @@ def complete_goal(handle: AgentMindHandle, id: str, *, outcome: str | None) -> d
     now = now_ms()
     draft = handle.draft
     if isinstance(id, str) and id in draft.goals:
-        goal = draft.goals.pop(id)
+        # Taken out of the draft once stored: a write the store refuses loses nothing.
+        goal = copy_goal(draft.goals[id])
         goal.status, goal.outcome, goal.updated_at = "completed", outcome, now
         handle.store.put(handle.namespace, entry_key(goal), goal.to_payload())
+        del draft.goals[id]
         handle.goals = {**handle.goals, goal.id: goal}
         return {"status": "ok"}
     goal = _active_goal(handle, id)
@@ -131,7 +133,8 @@ def complete_goal(handle: AgentMindHandle, id: str, *, outcome: str | None) -> d
 
     try:
         item = handle.store.update(handle.namespace, entry_key(goal), complete)
-    except ToolError:
+    except Exception:
+        # Nothing written (already completed, or the store refused): the updates stay.
         if pending is not None:
             draft.goal_patches[goal.id] = pending
         raise
