@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -40,6 +41,7 @@ from memstrata import (
     ToolResults,
     WorkingMemory,
 )
+from memstrata.exceptions import InvalidInputError
 from memstrata.integrations.openai_agents import AgentsMemory, MemstrataSession
 
 
@@ -352,6 +354,27 @@ async def test_session_protocol(tmp_path: Path) -> None:
     other = AgentsMemory(memory.stack, thread_id="t2").session()
     await other.add_items([{"role": "user", "content": "elsewhere"}])
     assert await session.get_items() == []
+    memory.stack.store.close()
+
+
+@pytest.mark.parametrize("head", [b'{"next": 0}', b'{"next": "two"}', b"[3]", b'{"next": -1}'])
+@synchronously
+async def test_a_session_head_rewritten_by_another_program_overwrites_no_history(
+    tmp_path: Path, head: bytes
+) -> None:
+    """The head record says where the next item goes; one another program rewrote (behind
+    the history, or not a count at all) must not make add_items write over stored items: the
+    call fails naming the head, and the history is whole."""
+    memory = make_memory(tmp_path / "s.db")
+    session = memory.session()
+    items = [{"role": "user", "content": f"m{i}"} for i in range(3)]
+    await session.add_items(items)
+    with sqlite3.connect(tmp_path / "s.db") as raw:
+        changed = raw.execute("UPDATE items SET value = ? WHERE key = 'head'", (head,)).rowcount
+    assert changed == 1
+    with pytest.raises(InvalidInputError, match="head"):
+        await session.add_items([{"role": "user", "content": "new"}])
+    assert await session.get_items() == items
     memory.stack.store.close()
 
 

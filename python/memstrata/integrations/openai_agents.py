@@ -261,7 +261,7 @@ class MemstrataSession:
         ).value
         first = _next(head) - len(values)
         updates = {
-            f"{_ITEM}{first + i:012d}": (lambda _old, value=value: value)
+            f"{_ITEM}{first + i:012d}": _new_item(value, self._namespace)
             for i, value in enumerate(values)
         }
         store.update_many(self._namespace, updates)
@@ -306,7 +306,31 @@ def _keeper(run: Run) -> ResultKeeper | None:
 
 
 def _next(head: Any) -> int:
-    return int(head["next"]) if isinstance(head, dict) else 0
+    """Where the head record says the next item goes: 0 for a new session."""
+    if head is None:
+        return 0
+    count = head.get("next") if isinstance(head, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidInputError(
+            f"the session's head record holds {orjson.dumps(head).decode()[:200]}, not the"
+            ' {"next": <count>} memstrata writes: it was written by another program'
+        )
+    return count
+
+
+def _new_item(value: Any, namespace: tuple[str, ...]) -> Callable[[Any], Any]:
+    """The writer of a new history item: it never replaces a stored one (a head record behind
+    the history would otherwise write over it), and the whole append is then undone."""
+
+    def write(old: Any) -> Any:
+        if old is not None:
+            raise InvalidInputError(
+                f"the session's head record in {'/'.join(namespace)} is behind its history: an "
+                "item is already stored where it says the next one goes; nothing was added"
+            )
+        return value
+
+    return write
 
 
 def _plain(item: Any) -> Any:
