@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 import sqlite3
+import sys
 import time
 from typing import Any
 
@@ -241,3 +242,48 @@ def test_pruning_keeps_each_namespaces_newest_tombstone(tmp_path: pathlib.Path) 
     assert kept == [("c", top)] and floor == top - 2
     assert int(store.change_mark(NS).position) == top
     store.close()
+
+
+def test_an_interruption_just_before_the_commit_leaves_no_transaction_open(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A KeyboardInterrupt (or any exception delivered asynchronously, say in a notebook whose
+    cell is interrupted) that arrives as a write transaction ends, just before its COMMIT,
+    must not leave the connection inside the transaction: the store's later writes would
+    never be committed, and its write lock would shut every other process out of the file."""
+    path = tmp_path / "i.db"
+    store = SQLiteStore(path)
+    store.put(NS, "k", 1)
+    commit = source_lines(sq.__file__, 'self._conn.execute("COMMIT")')
+    interrupted = []
+
+    def in_transaction(frame: Any, event: str, _arg: Any) -> Any:
+        if event == "line" and frame.f_lineno in commit and not interrupted:
+            interrupted.append(frame.f_lineno)
+            raise KeyboardInterrupt
+        return in_transaction
+
+    def tracer(frame: Any, _event: str, _arg: Any) -> Any:
+        return in_transaction if frame.f_code.co_name == "_transaction" else None
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.update(NS, "k", lambda v: v + 1)
+    finally:
+        sys.settrace(None)
+    assert interrupted and not store._conn.in_transaction
+    got = store.get(NS, "k")
+    assert got is not None and got.value == 1  # the update is undone whole
+    with SQLiteStore(path, busy_timeout=0.2) as other:
+        other.put(NS, "k", 10)  # the file's write lock is free
+    store.put(NS, "later", 1)
+    store.close()
+    with SQLiteStore(path) as reopened:
+        assert reopened.get(NS, "later") is not None  # committed, not left in a transaction
+
+
+def source_lines(filename: str, text: str) -> set[int]:
+    """The numbers of the lines of ``filename`` that hold ``text``."""
+    with open(filename, encoding="utf-8") as source:
+        return {number for number, line in enumerate(source, 1) if text in line}

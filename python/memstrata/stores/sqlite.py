@@ -320,10 +320,14 @@ class SQLiteStore(Store):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("COMMIT")
+            finally:
+                # However the block ended (an error, a COMMIT that failed, an interruption that
+                # arrived just before it), no transaction stays open: the writes made in it
+                # later would never be committed, and its lock would shut other processes out.
+                # One SQLite already rolled back (a full disk) needs no ROLLBACK.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
 
     @staticmethod
     def _item(row: _Row) -> Item:
