@@ -7,12 +7,13 @@ import pathlib
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from store_checks import changed_keys
 
-from memstrata.exceptions import StoreVersionError
+from memstrata.exceptions import InvalidJSONError, StoreVersionError
 from memstrata.stores import SQLiteStore
 from memstrata.stores import sqlite as sq
 from memstrata.stores.base import encode_namespace, prefix_upper_bound
@@ -287,3 +288,36 @@ def source_lines(filename: str, text: str) -> set[int]:
     """The numbers of the lines of ``filename`` that hold ``text``."""
     with open(filename, encoding="utf-8") as source:
         return {number for number, line in enumerate(source, 1) if text in line}
+
+
+def test_a_value_another_program_made_unreadable_is_named_and_nothing_else_changes(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A file's value column takes any bytes: a row another program rewrote with text that is
+    not JSON is reported, by every read and read-modify-write that meets it, as that record's
+    problem (its key and namespace), not as a parser's bare "unexpected end of data"; a write
+    that met it writes nothing, and the other records read as before."""
+    path = tmp_path / "u.db"
+    store = SQLiteStore(path)
+    store.put(NS, "good", {"n": 1})
+    store.put(NS, "bad", {"n": 2})
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE items SET value = ? WHERE key = 'bad'", (b'{"n": 2',))
+    named = r"key 'bad' in namespace \('agents', 'alice'\) is not valid JSON"
+    reads: list[Callable[[], Any]] = [
+        lambda: store.get(NS, "bad"),
+        lambda: store.get_many(NS, ["good", "bad"]),
+        lambda: store.list(NS),
+        lambda: store.changes(NS),
+        lambda: store.changes_each(NS, None, lambda _item: None),
+        lambda: store.update(NS, "bad", lambda v: {"n": 3}),
+        lambda: store.update_many(NS, {"good": lambda v: 0, "bad": lambda v: 0}),
+    ]
+    for call in reads:
+        with pytest.raises(InvalidJSONError, match=named):
+            call()
+    got = store.get(NS, "good")
+    assert got is not None and (got.value, got.version) == ({"n": 1}, 1)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT value FROM items WHERE key = 'bad'").fetchone() == (b'{"n": 2',)
+    store.close()

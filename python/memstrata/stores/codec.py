@@ -12,7 +12,12 @@ from typing import Any
 import orjson
 
 from memstrata._core import strip_unsafe_keys
-from memstrata.exceptions import InvalidInputError, LimitExceededError, NestingTooDeepError
+from memstrata.exceptions import (
+    InvalidInputError,
+    InvalidJSONError,
+    LimitExceededError,
+    NestingTooDeepError,
+)
 
 # orjson refuses to serialise past this depth; deeper values get a clear error rather than
 # orjson's bare "Recursion limit reached".
@@ -63,5 +68,19 @@ def _within_limit(data: bytes) -> bytes:
     return data
 
 
-def loads(data: bytes | str) -> Any:
-    return orjson.loads(data)
+def loads(data: bytes | str, namespace: str | None = None, key: str | None = None) -> Any:
+    """Decodes a stored value. One that is not JSON (another program wrote the row: a file's
+    column takes any bytes) raises InvalidJSONError naming its record, the namespace given as
+    stored (encoded), rather than the parser's bare complaint."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        from memstrata.stores.base import decode_namespace
+
+        where = "" if key is None else f" of key {key!r}"
+        if namespace is not None:
+            where += f" in namespace {decode_namespace(namespace)!r}"
+        raise InvalidJSONError(
+            f"the stored value{where} is not valid JSON ({exc}); memstrata never writes such a"
+            " value: another program changed it"
+        ) from None

@@ -335,7 +335,7 @@ class SQLiteStore(Store):
         return Item(
             decode_namespace(ns),
             key,
-            codec.loads(data),
+            codec.loads(data, ns, key),
             version,
             created_at,
             updated_at,
@@ -455,7 +455,7 @@ class SQLiteStore(Store):
                 f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
                 (ns, key, now),
             ).fetchone()
-            current = codec.loads(row[0]) if row is not None else None
+            current = codec.loads(row[0], ns, key) if row is not None else None
             value = fn(current)
             data = codec.dumps(value)
             return self._write(conn, namespace, key, value, data, ttl, now)
@@ -579,7 +579,7 @@ class SQLiteStore(Store):
                 f"SELECT value FROM items WHERE namespace = ? AND key = ? AND {_LIVE}",
                 (ns, key, now),
             ).fetchone()
-            value = updates[key](codec.loads(row[0]) if row is not None else None)
+            value = updates[key](codec.loads(row[0], ns, key) if row is not None else None)
             data = codec.dumps(value)
             items.append(self._write(conn, namespace, key, value, data, ttl, now))
         return items
@@ -648,7 +648,7 @@ class SQLiteStore(Store):
             loads = codec.loads
             while rows := cursor.fetchmany(_STREAM_BATCH):
                 for _ns, key, data, version, created_at, updated_at, expires_at in rows:
-                    value = loads(data)
+                    value = loads(data, ns, key)
                     each(
                         item_of(namespace, key, value, version, created_at, updated_at, expires_at)
                     )
