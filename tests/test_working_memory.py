@@ -6,6 +6,7 @@ import json
 import logging
 import pathlib
 import re
+import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -430,6 +431,34 @@ def test_state_failing_the_schema_at_load_is_moved_aside(
     assert "moved aside" in caplog.text
     # Reset to the empty state, over the version it read (a write racing with it would stand).
     assert read_state(store, ("working-memory", "thread", "t")) == ({}, 2)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_state_another_program_made_unreadable_is_moved_aside_as_text(
+    db: pathlib.Path, store: SQLiteStore, caplog: pytest.LogCaptureFixture, read_only: bool
+) -> None:
+    """A state row rewritten with text that is not JSON (another program, a bad restore)
+    cannot be read as a value: the run opens all the same, the text is kept aside whole under
+    ``unreadable`` (a read-only layer only shows nothing and says why), and writes go on."""
+    ns = ("working-memory", "thread", "t")
+    with stack_with(store, schema={"type": "object"}).run(thread_id="t") as run:
+        assert call(run, "working-memory/update", {"name": "Priya"})["ok"]
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE items SET value = ? WHERE key = 'state'", (b'{"name": "Pri',))
+    with (
+        caplog.at_level(logging.WARNING),
+        stack_with(store, schema={"type": "object"}, read_only=read_only).run(thread_id="t") as run,
+    ):
+        handle = run.layer("working-memory")
+        assert handle.snapshot == {}
+        assert "is not valid JSON" in caplog.text
+        if read_only:
+            return
+        kept = handle.quarantined()
+        assert len(kept) == 1 and kept[0]["unreadable"] == {"state": '{"name": "Pri'}
+        assert kept[0]["version"] == 1 and "key 'state'" in kept[0]["violations"][0]
+        assert call(run, "working-memory/update", {"name": "Ana"})["ok"]
+    assert read_state(store, ns) == ({"name": "Ana"}, 3)
 
 
 def test_spawn_clones_resource_scope_but_not_thread_scope(store: SQLiteStore) -> None:

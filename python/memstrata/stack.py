@@ -57,6 +57,7 @@ from typing import Any, Protocol, runtime_checkable
 from memstrata._bridge import run_sync
 from memstrata.exceptions import (
     InvalidInputError,
+    InvalidJSONError,
     LimitExceededError,
     MemstrataError,
     ToolError,
@@ -403,7 +404,12 @@ class Run:
             reads = getattr(layer, "opening_reads", None)
             if callable(reads):
                 wanted[layer.name] = list(reads(self.context))
-        answers = iter(self.context.store.read_many([r for rs in wanted.values() for r in rs]))
+        try:
+            answers = iter(self.context.store.read_many([r for rs in wanted.values() for r in rs]))
+        except InvalidJSONError:
+            # A record another program made unreadable: each layer then reads its own records
+            # as it opens, and deals with it (a working memory moves it aside).
+            return {}
         return {name: {read: next(answers) for read in reads} for name, reads in wanted.items()}
 
     def _index_tools(self) -> None:

@@ -42,6 +42,7 @@ from memstrata._core import deep_merge, strip_unsafe_keys
 from memstrata.exceptions import (
     BudgetExceededError,
     InvalidInputError,
+    InvalidJSONError,
     LimitExceededError,
     ReadOnlyError,
     SchemaViolationError,
@@ -62,7 +63,7 @@ from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
 from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import GetMany, Item, Namespace, Read, codec
-from memstrata.stores.base import Answer
+from memstrata.stores.base import Answer, EncodedItem
 from memstrata.tokens import TokenCounter, exact_count, exact_count_over, json_lines
 from memstrata.tools import Tool
 
@@ -331,14 +332,11 @@ class WorkingMemoryHandle:
         wrote since the state record at version ``checked`` failed (None: the rows could not
         be read together); False, and nothing moved or reset, if someone did."""
         store, namespace = self.ctx.store, self.namespace
-        rows = store.get_many(namespace, wm_stored.ALL_KEYS)  # one read: the rows together
-        snapshot = rows.get(wm_stored.STATE_KEY)
-        version = snapshot.version if snapshot is not None else 0
+        record, version = self._stored_rows()
         if checked is not None and version != checked:
             return False  # written since it was checked: read again, never move a new state
         moved_at = time.time()
         key = f"{QUARANTINE_PREFIX}{moved_at:.6f}"
-        record = {name: row.value for name, row in rows.items()}
         record.setdefault("state", None)
         violations = getattr(reason, "violations", None) or [str(reason)]
         record.update(version=version, moved_at=moved_at, violations=violations)
@@ -359,6 +357,30 @@ class WorkingMemoryHandle:
         wm_stored.delete_legacy_rows(store, namespace)
         self._take(initial, written.version)
         return True
+
+    def _stored_rows(self) -> tuple[dict[str, Any], int]:
+        """The state's rows by name, read together, and the state record's version. A row that
+        is not JSON (another program wrote it) cannot be read as a value: the rows are then
+        kept as their text, under ``unreadable``."""
+        store, namespace = self.ctx.store, self.namespace
+        try:
+            rows = store.get_many(namespace, wm_stored.ALL_KEYS)
+        except InvalidJSONError:
+            texts: dict[str, str] = {}
+
+            def keep(batch: list[EncodedItem]) -> None:
+                for name, text, _expires in batch:
+                    if name in wm_stored.ALL_KEYS:
+                        texts[name] = (
+                            text if isinstance(text, str) else text.decode("utf-8", "replace")
+                        )
+
+            store.encoded_each(namespace, keep)
+            stamp = store.stamp(namespace, wm_stored.STATE_KEY)
+            return {"unreadable": texts}, stamp[0] if stamp is not None else 0
+        snapshot = rows.get(wm_stored.STATE_KEY)
+        version = snapshot.version if snapshot is not None else 0
+        return {name: row.value for name, row in rows.items()}, version
 
     def quarantined(self) -> list[dict[str, Any]]:
         """States moved aside because they failed the schema at load, oldest first."""
