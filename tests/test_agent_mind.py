@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import pathlib
 import random
@@ -1161,6 +1163,53 @@ def test_a_completion_the_store_refused_loses_neither_the_goal_nor_its_updates(
     assert goals["Ship the report"]["status"] == "active"
     assert goals["Ship the report"]["progress"] == ["Drafted the summary"]
     store.close()
+
+
+def test_an_entry_another_program_made_unreadable_is_skipped_by_a_long_lived_mind(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored entry rewritten with text that is not JSON is skipped with a warning, never
+    deleted, as the docs say: by a process catching up with what changed since its last run
+    as by one reading the mind whole, instead of every later run of that process failing."""
+    path = tmp_path / "mind.db"
+    store = SQLiteStore(path)
+    stack = make_stack(store)  # one layer across runs: later runs read only what changed
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "The backup job runs nightly."}))
+        ok(run.call_tool("mind_believe", {"content": "Reports are due on Fridays."}))
+    with sqlite3.connect(path) as raw:
+        damaged = raw.execute(
+            "UPDATE items SET value = ? WHERE key IN (SELECT key FROM items"
+            " WHERE CAST(value AS TEXT) LIKE '%backup%')",
+            (b'{"type": "belief", "cont',),
+        ).rowcount
+    assert damaged == 1
+    with caplog.at_level(logging.WARNING), stack.run(agent=AGENT) as run:
+        hits = ok(run.call_tool("mind_recall", {"query": "when are reports due"}))
+        assert [h["content"] for h in hits] == ["Reports are due on Fridays."]
+        ok(run.call_tool("mind_believe", {"content": "Staging runs PostgreSQL 16."}))
+    assert "stored as malformed JSON" in caplog.text
+    with sqlite3.connect(path) as raw:  # kept, as it was
+        assert raw.execute(
+            "SELECT count(*) FROM items WHERE value = ?", (b'{"type": "belief", "cont',)
+        ).fetchone() == (1,)
+    assert "Staging runs PostgreSQL 16." in [
+        e.get("content") for e in stored_entries_readable(path)
+    ]
+    store.close()
+
+
+def stored_entries_readable(path: pathlib.Path) -> list[dict[str, Any]]:
+    """The entries of the mind's file that are JSON, read past the store."""
+    with sqlite3.connect(path) as raw:
+        texts = [value for (value,) in raw.execute("SELECT value FROM items")]
+    out = []
+    for text in texts:
+        try:
+            out.append(json.loads(text))
+        except ValueError:
+            continue
+    return out
 
 
 # Embedders and indexes ---------------------------------------------------------------------------

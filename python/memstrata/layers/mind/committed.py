@@ -26,7 +26,7 @@ import numpy.typing as npt
 import orjson
 
 from memstrata._core import split_vector_members
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, InvalidJSONError
 from memstrata.layers.mind.entries import (
     MindBelief,
     MindEntry,
@@ -388,7 +388,15 @@ def refresh(
         committed.seal()
     else:
         read = (opened or {}).get(ChangesSince(namespace, held.mark))
-        changes = read if isinstance(read, Changes) else store.changes(namespace, held.mark)
+        if isinstance(read, Changes):
+            changes = read
+        else:
+            try:
+                changes = store.changes(namespace, held.mark)
+            except InvalidJSONError:
+                # An entry another program made unreadable (not JSON): read whole, which
+                # skips it with a warning, as a first load does.
+                return refresh(None, store, namespace)
         if changes.complete:
             committed = _Committed(store, changes.mark)
             committed.apply(changes.items, changes.removed)
