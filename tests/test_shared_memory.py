@@ -7,6 +7,7 @@ import json
 import logging
 import pathlib
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from memstrata import MemoryStack, SQLiteStore
 from memstrata.exceptions import (
     InvalidInputError,
+    InvalidJSONError,
     LimitExceededError,
     NonFiniteNumberError,
     UnsupportedTypeError,
@@ -392,6 +394,39 @@ def test_malformed_stored_entries_are_skipped_not_deleted(caplog: pytest.LogCapt
     assert keys(memory.list()) == ["ok"]
     assert caplog.text.count("skipping malformed shared-memory entry") == 3
     assert len(store.list(ns)) == 4
+
+
+def test_an_entry_another_program_made_unreadable_is_skipped_not_deleted(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row rewritten with text that is not JSON (which the store cannot hand over as an
+    item) is skipped with a warning like any malformed entry, by a new instance and by one
+    catching up, so the workflow's other entries stay readable and writable."""
+    path, ns = tmp_path / "wf.db", ("wf", "r")
+    store = SQLiteStore(path)
+    running = SharedMemory(store=store, namespace=ns)
+    running.set(key="input:a", kind="input", value=1)
+    running.set(key="input:b", kind="input", value=2)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE items SET value = ? WHERE key = 'input:a'", (b'{"kind": "in',))
+    with caplog.at_level(logging.WARNING):
+        fresh = SharedMemory(store=store, namespace=ns)
+        for memory in (fresh, running):
+            assert keys(memory.list()) == ["input:b"]
+            assert memory.tool_read({"keys": ["input:b"]})["entries"]["input:b"]["value"] == 2
+        for n, memory in enumerate((fresh, running)):
+            memory.set(key=f"input:c{n}", kind="input", value=3)
+            memory.set(key="input:b", kind="input", value=4 + n)
+            assert memory.get_value("input:b") == 4 + n
+        assert keys(running.list()) == keys(fresh.list()) == ["input:b", "input:c0", "input:c1"]
+    assert "skipping shared-memory entry 'input:a' stored as malformed JSON" in caplog.text
+    with pytest.raises(InvalidJSONError, match="key 'input:a'"):
+        fresh.set(key="input:a", kind="input", value=5)  # nothing it cannot read is replaced
+    with sqlite3.connect(path) as raw:  # kept, as it was
+        assert raw.execute("SELECT value FROM items WHERE key = 'input:a'").fetchone() == (
+            b'{"kind": "in',
+        )
+    store.close()
 
 
 def test_two_instances_on_one_store_see_each_others_writes(

@@ -32,7 +32,8 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   ``max_run_bytes`` of values (16 MiB) through ``memory_write``; past either the tool answers
   ``limit_exceeded``.
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
-  over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost.
+  over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost. A row
+  that is not JSON at all is skipped too; a write over its key fails, naming it.
 * The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
   stays within the layer's token budget (keys past it are counted, not listed). The "Memory
   Tools" section before it is fixed template: a budget too small for it shows nothing.
@@ -62,6 +63,7 @@ from memstrata._bridge import TaskLock
 from memstrata._core import strip_unsafe_keys
 from memstrata.exceptions import (
     InvalidInputError,
+    InvalidJSONError,
     LimitExceededError,
     MemstrataError,
     ToolError,
@@ -76,7 +78,7 @@ from memstrata.prompts import (
 )
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
-from memstrata.stores.base import ChangeMark
+from memstrata.stores.base import ChangeMark, Changes, EncodedItem, item_of
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
 from memstrata.tools import Tool, frozen
 
@@ -562,7 +564,10 @@ class SharedMemory:
         by this instance or any other. Callers hold the lock."""
         if self._store is None:
             return
-        changes = self._store.changes(self._namespace, self._mark)
+        try:
+            changes = self._store.changes(self._namespace, self._mark)
+        except InvalidJSONError:
+            changes = self._read_whole()
         self._mark = changes.mark
         if changes.complete:
             held = self._entries
@@ -582,6 +587,28 @@ class SharedMemory:
                 in_order = self._hold(record, old) and in_order
         if not in_order:
             self._sort()
+
+    def _read_whole(self) -> Changes:
+        """Every entry, for a namespace holding a row another program made unreadable (not
+        JSON), which the store cannot hand over as an item: read as text, and that row skipped
+        with a warning, never deleted. The entries come without their store stamps, so each is
+        decoded afresh and a write over one reads the stored row first."""
+        assert self._store is not None
+        items: builtins.list[Item] = []
+
+        def take(batch: builtins.list[EncodedItem]) -> None:
+            for key, text, expires_at in batch:
+                try:
+                    value = orjson.loads(text)
+                except orjson.JSONDecodeError as exc:
+                    logger.warning(
+                        "skipping shared-memory entry %r stored as malformed JSON: %s", key, exc
+                    )
+                    continue
+                items.append(item_of(self._namespace, key, value, 0, 0.0, 0.0, expires_at))
+
+        read = self._store.encoded_each(self._namespace, take)
+        return Changes(read.mark, items, [], True)
 
     @staticmethod
     def _record(item: Item, held: _Record | None) -> _Record | None:
