@@ -117,10 +117,6 @@ class AgentMindHandle:
             self._tokens = default_counter()
         return self._tokens
 
-    def count_tokens(self, text: str) -> int:
-        count: int = self.counter().count(text)
-        return count
-
     def header(self, budget: int | None = None) -> str:
         """The ``--- AGENT MIND ---`` block built from the entries committed when the run
         started; empty when there is nothing to show. ``budget`` is the stack's token share for
