@@ -546,3 +546,48 @@ def test_a_large_user_message_checkpoints_quickly(tmp_path: Path) -> None:
     with pytest.raises(RecoverableContextError):
         gate.check_and_compress(messages, "big")
     assert time.perf_counter() - start < 2.0
+
+
+def test_texts_in_a_list_under_a_secret_naming_key_are_blanked() -> None:
+    # No key inside a list says what its items are: the key above it does.
+    config = {"api_keys": ["hunter2hunter2", 123456789, {"value": "x"}], "retries": [1, 2]}
+    out, policy = redact_messages([{"role": "user", "content": "x", "config": config}])
+    assert out[0]["config"] == {
+        "api_keys": ["[redacted: 14 chars]", "[redacted: 9 chars]", {"value": "x"}],
+        "retries": [1, 2],
+    }
+    assert policy == ["user.config.secrets"]
+    assert config["api_keys"][0] == "hunter2hunter2"  # the input is not changed
+
+
+def test_tool_calls_and_content_given_as_tuples_are_redacted(tmp_path: Path) -> None:
+    # orjson writes a tuple as an array: a tuple must be redacted as a list is.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"q": "x"}'}}
+    messages = [
+        {"role": "user", "content": "word " * 400},
+        {"role": "assistant", "content": None, "tool_calls": (call,)},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "user", "content": "see", "attachments": (FAKE_OPENAI_KEY,)},
+    ]
+    gate = ContextGate(max_input_tokens=200, checkpoints_dir=tmp_path)
+    with pytest.raises(RecoverableContextError) as refused:
+        gate.check_and_compress(messages, "tuples")
+    text = Path(refused.value.checkpoint_path).read_text()
+    assert '{\\"q\\": \\"x\\"}' not in text and FAKE_OPENAI_KEY not in text
+    saved = json.loads(text)["messages"]
+    assert saved[1]["tool_calls"][0]["function"]["arguments"] == "[redacted: 10 chars]"
+    assert saved[3]["attachments"] == ["[redacted: api_key]"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{\\"password\\": \\"hunter2hunter2\\"}',  # JSON quoted inside a JSON string
+        '{\\\\\\"db_password\\\\\\": \\\\\\"hunter2hunter2\\\\\\"}',  # quoted twice
+        "PASSWORD=\\'hunter2hunter2\\'",
+    ],
+)
+def test_an_assignment_with_escaped_quotes_is_redacted(text: str) -> None:
+    out, n = redact_secrets(text)
+    assert "hunter2" not in out and n == 1 and "[redacted: assigned_secret]" in out
+    assert out == reference_redaction.redact_secrets(text)[0]
