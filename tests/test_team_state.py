@@ -393,3 +393,22 @@ def test_an_async_record_waiting_for_the_file_lock_does_not_block_the_loop(
     assert entry == team.entries()[-1]
     team.record("third")  # nothing was left locked
     assert [e.objective for e in team.entries()][-1] == "third"
+
+
+@pytest.mark.parametrize(
+    ("divergences", "named"),
+    [("claim and verdict disagree", "str"), (None, "NoneType"), ({"a": "b"}, "dict"), (3, "int")],
+)
+def test_divergences_that_are_not_a_list_of_strings_are_refused(
+    tmp_path: Path, divergences: object, named: str
+) -> None:
+    # A text would otherwise become one flag per character.
+    team = TeamState(state_dir=tmp_path)
+    team.record("ok", shipped="a")
+    before = (tmp_path / "current_state.md").read_bytes()
+    with pytest.raises(
+        InvalidInputError, match=f"divergences must be a list of strings, got {named}"
+    ):
+        team.record("x", divergences=divergences)  # type: ignore[arg-type]
+    assert (tmp_path / "current_state.md").read_bytes() == before
+    assert team.record("y", divergences=("one", "two")).divergences == ["one", "two"]

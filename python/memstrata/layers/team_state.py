@@ -60,7 +60,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -354,6 +354,13 @@ class TeamState:
         """
         if verdict not in (None, "pass", "fail"):
             raise InvalidInputError(f"verdict must be 'pass', 'fail' or None, got {verdict!r}")
+        if isinstance(divergences, (str, bytes, bytearray, Mapping)) or not isinstance(
+            divergences, Iterable
+        ):
+            # A text would be taken one character per flag.
+            raise InvalidInputError(
+                f"divergences must be a list of strings, got {type(divergences).__name__}"
+            )
         flags = [_text("divergence", d) for d in divergences]
         if claim and verdict == "fail":
             flags.insert(0, "producer claimed success; QC verdict is fail")
