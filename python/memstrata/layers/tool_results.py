@@ -233,24 +233,24 @@ class ToolResults:
     @property
     def tool_calls_dir(self) -> Path | None:
         """Where this object's result files live (None when results are kept in a store): the
-        configured directory, or for a run's handle its thread's (or resource's) subdirectory,
-        created on the first write, never by a read."""
+        configured directory, or for a run's handle its scope's subdirectory
+        (``resources/<resource hash>/threads/<thread hash>``, either part left out when the
+        run has no resource or no thread), created on the first write, never by a read."""
         if self._dir is None:
             return None
         if self._scope is None:
             return self._dir
         resource, thread = self._scope
-        if thread != _NONE:
-            return self._dir / _THREADS_DIR / thread
-        if resource != _NONE:
-            return self._dir / _RESOURCES_DIR / resource
-        return self._dir
+        # Scoped as the store scopes them: two users' conversations that share a thread_id
+        # never read each other's results.
+        base = self._dir if resource == _NONE else self._dir / _RESOURCES_DIR / resource
+        return base / _THREADS_DIR / thread if thread != _NONE else base
 
     def for_thread(self, thread_id: str | None, resource_id: str | None = None) -> ToolResults:
         """The layer as one conversation sees it: the same options, its own results.
 
-        Results are kept per thread; a run with a resource but no thread keeps them per
-        resource; with neither, in the layer's unscoped space.
+        Results are kept per resource and thread (a run with only one of them, per that one;
+        with neither, in the layer's unscoped space), in a store and in files alike.
         """
         if thread_id is None and resource_id is None:
             return self
