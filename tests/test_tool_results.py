@@ -572,3 +572,18 @@ def test_a_result_that_only_starts_like_a_notice_is_offloaded_and_kept_as_itself
             == notice
         )
         assert handle.keep("call_4", notice) == "call_1"
+
+
+def test_a_result_a_store_cannot_hold_is_named_and_nothing_is_readable(tmp_path: Path) -> None:
+    # A lone surrogate is not UTF-8: the store refuses it. The error says which message.
+    stack = MemoryStack([ToolResults()], store=SQLiteStore(tmp_path / "t.db"))
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "tool", "tool_call_id": "call_7", "content": big_log() + "\ud800"},
+    ]
+    with stack.run(thread_id="t") as run:
+        with pytest.raises(InvalidInputError, match=r"messages\[1\]: .*call_7.*surrogate"):
+            run.prepare(messages)
+        missing = run.call_tool("read_tool_result", {"call_id": "call_7"})
+        assert missing["error"]["code"] == "not_found"
+    stack.close()

@@ -484,7 +484,12 @@ class ToolResults:
         except InvalidInputError as exc:
             logger.warning("messages[%d]: not offloaded: %s", index, exc)
             return None
-        self.store(call_id, text)
+        try:
+            self.store(call_id, text)
+        except InvalidInputError as exc:  # e.g. a lone surrogate a store cannot hold
+            raise InvalidInputError(
+                f"messages[{index}]: the tool result of call {call_id} cannot be offloaded: {exc}"
+            ) from None
         return self._notice(call_id, text, tokens)
 
     def _remember(self, key: tuple[Any, ...], decided: str | None) -> None:
