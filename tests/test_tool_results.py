@@ -587,3 +587,15 @@ def test_a_result_a_store_cannot_hold_is_named_and_nothing_is_readable(tmp_path:
         missing = run.call_tool("read_tool_result", {"call_id": "call_7"})
         assert missing["error"]["code"] == "not_found"
     stack.close()
+
+
+def test_a_failing_summarizers_error_is_logged_without_its_secrets(caplog) -> None:
+    key = "sk-proj-Zq3xT9vLmN2pR7sK4wY8bC1dF6gH0jQ5eA"
+
+    def broken(text: str) -> str:
+        # As an HTTP client reports a refused request: the URL, query and all.
+        raise RuntimeError(f"401 Unauthorized for url: https://llm.example/v1?api_key={key}")
+
+    shown = ToolResults(summarizer=broken).offload("c1", big_log())
+    assert "3,000 lines" in shown
+    assert "401 Unauthorized" in caplog.text and key not in caplog.text

@@ -81,6 +81,7 @@ from memstrata.prompts import (
     one_line,
     quote_notices,
 )
+from memstrata.redaction import redact_secrets
 from memstrata.safe_files import (
     MAX_FILE_ID,
     Dir,
@@ -599,7 +600,9 @@ class ToolResults:
                 return self._trim(summary.strip())
             except Exception as exc:
                 logger.warning(
-                    "summarizer failed (%s: %s); using the digest", type(exc).__name__, exc
+                    "summarizer failed (%s: %s); using the digest",
+                    type(exc).__name__,
+                    _swept(str(exc)),
                 )
         return digest(text, max_tokens=self.summary_tokens, tokens=self.tokens)
 
@@ -1053,6 +1056,15 @@ def _describe(value: Any, *, keys: bool = False) -> str:
 
 
 # Helpers --------------------------------------------------------------------------------------
+
+
+def _swept(reason: str) -> str:
+    """An error's text as a log may hold it: a summarizer's error often quotes its request (a URL
+    with an API key in its query, an authorization header)."""
+    try:
+        return redact_secrets(reason)[0]
+    except InvalidInputError:  # a lone surrogate: not text a log could hold either
+        return reason.encode("utf-8", "backslashreplace").decode()
 
 
 def _as_text(content: Any) -> str:
