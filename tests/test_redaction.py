@@ -399,6 +399,7 @@ ADVERSARIAL: dict[str, str] = {
     "repeated quoted assignment": _megabyte('api_key="'),
     "key=value flood": _megabyte("api_key=abcdefgh "),
     "quoted flood": _megabyte('"password": "[redacted x \' '),
+    "escaped quoted flood": _megabyte('password\\": \\"'),
     "token alphabet": _megabyte("aB3_-"),
     "base64 alphabet": _megabyte("aB3+/"),
     "base64 run": "".join(B64[i % len(B64)] for i in range(MB)),
