@@ -412,3 +412,38 @@ def test_divergences_that_are_not_a_list_of_strings_are_refused(
         team.record("x", divergences=divergences)  # type: ignore[arg-type]
     assert (tmp_path / "current_state.md").read_bytes() == before
     assert team.record("y", divergences=("one", "two")).divergences == ["one", "two"]
+
+
+@pytest.mark.parametrize(
+    ("artifact", "body"),
+    [
+        (
+            "def parse(): ...\r\n\r\n## summary_for_state_doc\r\nParses all.\r\n",
+            "def parse(): ...\r\n",
+        ),
+        ("def parse(): ...\n\n  ## summary_for_state_doc\nParses all.\n", "def parse(): ...\n"),
+        ("x\r\n## summary_for_state_doc:\r\nParses all.\r\n   ## Notes\r\nkept\r\n", None),
+    ],
+)
+def test_a_trailer_with_crlf_line_ends_or_indented_is_extracted(
+    artifact: str, body: str | None
+) -> None:
+    stripped, claim = extract_claim(artifact)
+    assert claim == "Parses all."
+    assert "summary_for_state_doc" not in stripped
+    if body is not None:
+        assert stripped == body
+    else:
+        assert stripped == "x\r\n   ## Notes\r\nkept\r\n"
+
+
+def test_prepend_refuses_a_prompt_that_is_not_text(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    for state in ("empty", "recorded"):
+        with pytest.raises(InvalidInputError, match="prompt must be a string, got NoneType"):
+            team.prepend(None)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="prompt must be a string, got bytes"):
+            team.prepend(b"next")  # type: ignore[arg-type]
+        if state == "empty":
+            team.record("parse config", shipped="config.py")
+    assert team.prepend("next").endswith("\n\nnext")

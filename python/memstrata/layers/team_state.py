@@ -107,10 +107,12 @@ MAX_FIELD_CHARS = 4000
 # current_state.json is kept near soft_cap_bytes; a file far past that was not written by us.
 MAX_STATE_BYTES = 8 << 20
 
-# The trailer: a "## summary_for_state_doc" heading (any level from 1 to 6) and everything after
-# it up to the next heading, or the end.
+# The trailer: a "## summary_for_state_doc" heading (any level from 1 to 6, indented by up to
+# three spaces as markdown allows, its line ended by LF or CRLF) and everything after it up to
+# the next heading, or the end.
 _TRAILER = re.compile(
-    r"^#{1,6}[ \t]+summary_for_state_doc[ \t]*:?[ \t]*(?:\n|\Z)(?P<body>.*?)(?=^#{1,6}[ \t]|\Z)",
+    r"^ {0,3}#{1,6}[ \t]+summary_for_state_doc[ \t]*:?[ \t]*(?:\r?\n|\Z)"
+    r"(?P<body>.*?)(?=^ {0,3}#{1,6}[ \t]|\Z)",
     re.MULTILINE | re.DOTALL | re.IGNORECASE,
 )
 
@@ -130,7 +132,8 @@ def extract_claim(artifact: str) -> tuple[str, str | None]:
         return artifact, None
     claim = matches[-1].group("body").strip()
     stripped = _TRAILER.sub("", artifact).rstrip()
-    return (stripped + "\n" if artifact.endswith("\n") and stripped else stripped), claim or None
+    end = "\r\n" if artifact.endswith("\r\n") else "\n"
+    return (stripped + end if artifact.endswith("\n") and stripped else stripped), claim or None
 
 
 @dataclass
@@ -296,6 +299,8 @@ class TeamState:
     def prepend(self, prompt: str) -> str:
         """``prompt`` with the team state before it under ``## Team State``, within
         ``budget.max`` tokens (unchanged when the state is empty or the layer off)."""
+        if not isinstance(prompt, str):
+            raise InvalidInputError(f"prompt must be a string, got {type(prompt).__name__}")
         block = self._block(self.budget.max)
         return f"{block}\n\n{prompt}" if block else prompt
 
