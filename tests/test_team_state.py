@@ -447,3 +447,23 @@ def test_prepend_refuses_a_prompt_that_is_not_text(tmp_path: Path) -> None:
         if state == "empty":
             team.record("parse config", shipped="config.py")
     assert team.prepend("next").endswith("\n\nnext")
+
+
+@pytest.mark.parametrize("cap", [64, 65, 90, 120])
+def test_an_entry_with_every_field_long_fits_a_small_cap(tmp_path: Path, cap: int) -> None:
+    # Cut to one character each, its four lines and a flag still pass a cap this small.
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=cap)
+    long = "\U0003ff8c" * 50 + " श৴৪ौक़ " * 40
+    team.record(
+        "parse " * 30,
+        shipped=long,
+        claim=long,
+        verified=long,
+        verdict="fail",
+        divergences=[long, long, long],
+    )
+    document = (tmp_path / "current_state.md").read_bytes()
+    assert len(document) <= cap + 1  # and its final line break
+    assert document.startswith(b"### parse")
+    audited = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])
+    assert audited["claim"] == long.strip() and len(audited["divergences"]) == 4

@@ -23,7 +23,8 @@ Decisions where Modulatio is silent:
   JSON file is moved aside to ``current_state.json.corrupt-<time>`` and the state starts empty,
   with a warning, rather than raising in the middle of a plan.
 * FIFO by whole entries: the oldest entries go until the rendered document is within
-  ``soft_cap_bytes`` (2 KB); the newest entry always stays, cut to the cap if it alone is over.
+  ``soft_cap_bytes`` (2 KB); the newest entry always stays, cut to the cap if it alone is over
+  (to its objective alone under a cap too small for its other lines cut to a character).
 * A divergence is flagged automatically when a producer claimed something and QC's verdict is
   ``fail``; callers add their own flags (e.g. Leader-reflect's) with ``divergences=[...]``.
 * An entry cut to fit (the soft cap, or the prompt's token budget) is cut by characters, every
@@ -430,7 +431,13 @@ class TeamState:
         while len(entries) > 1 and not fits(entries):
             entries = entries[1:]
         if not fits(entries):
-            only = _shrink(entries[0], lambda e: fits([e]))
+            newest = entries[0]
+            only = _shrink(newest, lambda e: fits([e]))
+            if only is None:
+                # Even cut to a character each, its lines pass a small cap: its objective alone
+                # (the whole entry is in the audit log when it has divergences).
+                heading = StateEntry(newest.objective, at=newest.at)
+                only = _shrink(heading, lambda e: fits([e]))
             # The soft cap is at least 64 bytes: a heading of one character and " …" fits.
             assert only is not None
             entries = [only]
