@@ -599,3 +599,27 @@ def test_a_failing_summarizers_error_is_logged_without_its_secrets(caplog) -> No
     shown = ToolResults(summarizer=broken).offload("c1", big_log())
     assert "3,000 lines" in shown
     assert "401 Unauthorized" in caplog.text and key not in caplog.text
+
+
+def test_a_page_too_small_for_the_next_character_is_refused_not_returned_empty() -> None:
+    # An empty page would point back at its own offset: a model paging on would loop for ever.
+    text = "\U0001f9ea" * 3000  # one character, more than one token
+    stack = MemoryStack([ToolResults()], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        run.layer("tool-results").offload("c1", text)
+        refused = run.call_tool("read_tool_result", {"call_id": "c1", "max_tokens": 1})
+        assert refused["error"]["code"] == "invalid_arguments"
+        message = refused["error"]["message"]
+        assert "max_tokens 1 is too small for the text at offset 0" in message
+        need = int(message.rsplit("alone is ", 1)[1].split()[0])
+        assert need > 1
+        offset: int | None = 0
+        pages = []
+        while offset is not None:
+            page = run.call_tool(
+                "read_tool_result", {"call_id": "c1", "offset": offset, "max_tokens": need}
+            )
+            assert page["content"] and (page["next_offset"] or len(text)) > offset
+            pages.append(page["content"])
+            offset = page["next_offset"]
+        assert "".join(pages) == text

@@ -631,7 +631,8 @@ class ToolResults:
             its older results are readable under.
 
         Raises:
-            InvalidInputError: A bad call_id, offset or max_tokens (named in the message).
+            InvalidInputError: A bad call_id, offset or max_tokens (named in the message),
+                or max_tokens too small for the next character.
             ToolError: No result is stored under this call_id (code ``not_found``).
         """
         check_file_id(call_id)
@@ -654,6 +655,13 @@ class ToolResults:
         if offset > total:
             raise InvalidInputError(f"offset {offset} is past the end ({total} chars)")
         end = _fit_prefix(rest, max_tokens, self.tokens)
+        if end == 0 and rest:
+            # An empty page would point back at the same offset: a model paging on would loop.
+            need = exact_count(self.tokens, rest[0], keep=False)
+            raise InvalidInputError(
+                f"max_tokens {max_tokens} is too small for the text at offset {offset}: its "
+                f"next character alone is {need} tokens"
+            )
         if end < len(rest):
             # Prefer to end the page at a line break in its last fifth.
             cut = rest.rfind("\n", end - end // 5, end)
