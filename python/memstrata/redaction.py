@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from memstrata._core import PatternReplacer
+from memstrata.exceptions import InvalidInputError
 
 Message = dict[str, Any]
 
@@ -304,6 +305,16 @@ def redact_secrets(text: str) -> tuple[str, int]:
     # The line break before the text is never part of a secret: it comes back first.
     swept, n = _REPLACER.replace("\n" + text)
     return (text, 0) if not n else (swept[1:], n)
+
+
+def redacted_for_log(text: str) -> str:
+    """``text`` with its secret-shaped strings redacted, for a log line; never raises (a lone
+    surrogate is shown as its ``\\udXXX`` escape first). Errors that echo what a model or a
+    request held go to logs through this."""
+    try:
+        return redact_secrets(text)[0]
+    except InvalidInputError:
+        return redact_secrets(text.encode("utf-8", "backslashreplace").decode())[0]
 
 
 def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:

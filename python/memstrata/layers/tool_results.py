@@ -81,7 +81,7 @@ from memstrata.prompts import (
     one_line,
     quote_notices,
 )
-from memstrata.redaction import redact_secrets
+from memstrata.redaction import redacted_for_log
 from memstrata.safe_files import (
     MAX_FILE_ID,
     Dir,
@@ -602,7 +602,8 @@ class ToolResults:
                 logger.warning(
                     "summarizer failed (%s: %s); using the digest",
                     type(exc).__name__,
-                    _swept(str(exc)),
+                    # Its error often quotes its request: a URL with a key in its query.
+                    redacted_for_log(str(exc)),
                 )
         return digest(text, max_tokens=self.summary_tokens, tokens=self.tokens)
 
@@ -1064,15 +1065,6 @@ def _describe(value: Any, *, keys: bool = False) -> str:
 
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def _swept(reason: str) -> str:
-    """An error's text as a log may hold it: a summarizer's error often quotes its request (a URL
-    with an API key in its query, an authorization header)."""
-    try:
-        return redact_secrets(reason)[0]
-    except InvalidInputError:  # a lone surrogate: not text a log could hold either
-        return reason.encode("utf-8", "backslashreplace").decode()
 
 
 def _as_text(content: Any) -> str:
