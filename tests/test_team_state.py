@@ -467,3 +467,31 @@ def test_an_entry_with_every_field_long_fits_a_small_cap(tmp_path: Path, cap: in
     assert document.startswith(b"### parse")
     audited = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])
     assert audited["claim"] == long.strip() and len(audited["divergences"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"objective": 5}, "objective"),
+        ({"objective": None}, "objective"),
+        ({"objective": "a", "divergences": "xyz"}, "divergences"),
+        ({"objective": "a", "divergences": [1]}, "divergences"),
+        ({"objective": "a", "claim": 7}, "claim"),
+        ({"objective": "a", "verdict": "maybe"}, "verdict"),
+        ({"objective": "a", "at": 3}, "at"),
+    ],
+)
+def test_a_state_file_with_a_field_of_the_wrong_type_is_moved_aside(
+    tmp_path: Path, caplog, entry: dict, field: str
+) -> None:
+    # Written by hand or by another program: the plan goes on, as with a damaged file.
+    (tmp_path / "current_state.json").write_text(json.dumps({"entries": [entry]}))
+    team = TeamState(state_dir=tmp_path)
+    assert team.prepend("next") == "next"
+    assert f"an entry's {field} is not what record writes" in caplog.text
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("current_state.json.corrupt-")]
+    assert json.loads(aside.read_text()) == {"entries": [entry]}
+    stack = MemoryStack([TeamState(state_dir=tmp_path)], store=InMemoryStore())
+    team.record("two", shipped="b")
+    with stack.run(thread_id="t") as run:
+        assert "### two" in run.prepare([])[0]["content"]

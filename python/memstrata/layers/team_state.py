@@ -280,7 +280,7 @@ class TeamState:
                 with open_dir(self.state_dir) as directory:
                     data, _ = read_regular(directory, STATE_JSON, MAX_STATE_BYTES)
             raw = orjson.loads(data)
-            return [StateEntry(**item) for item in raw["entries"]]
+            return [_stored_entry(item) for item in raw["entries"]]
         except FileNotFoundError:
             return []
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
@@ -563,6 +563,30 @@ def _os_reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{type(exc).__name__}: {exc.strerror}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _stored_entry(item: Any) -> StateEntry:
+    """An entry of ``current_state.json`` as :meth:`TeamState.record` writes it.
+
+    Raises:
+        TypeError: A field is missing, unknown or of the wrong type (a file edited by hand or
+            by another program), named: the caller moves the file aside.
+    """
+    entry = StateEntry(**item)  # TypeError: not a dict, a missing or an unknown field
+    checks = {
+        "objective": isinstance(entry.objective, str),
+        "shipped": isinstance(entry.shipped, str),
+        "claim": entry.claim is None or isinstance(entry.claim, str),
+        "verified": entry.verified is None or isinstance(entry.verified, str),
+        "verdict": entry.verdict in (None, "pass", "fail"),
+        "divergences": isinstance(entry.divergences, list)
+        and all(isinstance(d, str) for d in entry.divergences),
+        "at": isinstance(entry.at, str),
+    }
+    wrong = [name for name, ok in checks.items() if not ok]
+    if wrong:
+        raise TypeError(f"an entry's {', '.join(wrong)} is not what record writes")
+    return entry
 
 
 def _render(entries: list[StateEntry]) -> str:
