@@ -592,3 +592,37 @@ def test_an_assignment_with_escaped_quotes_is_redacted(text: str) -> None:
     out, n = redact_secrets(text)
     assert "hunter2" not in out and n == 1 and "[redacted: assigned_secret]" in out
     assert out == reference_redaction.redact_secrets(text)[0]
+
+
+def test_responses_built_in_tool_items_are_blanked(tmp_path: Path) -> None:
+    # What a built-in tool ran, typed, read or printed: a secret there need not look like one.
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "word " * 400},
+        {
+            "type": "code_interpreter_call",
+            "id": "ci_1",
+            "code": "print(open('.env').read())",
+            "outputs": [{"type": "logs", "logs": "PASS hunter2"}],
+        },
+        {
+            "type": "local_shell_call",
+            "id": "ls_1",
+            "call_id": "c1",
+            "action": {"type": "exec", "command": ["mysql", "-phunter2"]},
+        },
+        {"type": "computer_call", "id": "cc_1", "action": {"type": "type", "text": "hunter2"}},
+        {
+            "type": "file_search_call",
+            "id": "fs_1",
+            "queries": ["vault"],
+            "results": [{"file_id": "f1", "text": "the vault code is hunter2"}],
+        },
+    ]
+    out, policy = redact_messages(items)
+    assert "hunter2" not in json.dumps(out)
+    assert out[2]["call_id"] == "c1" and out[4]["queries"] == ["vault"]
+    assert {"code_interpreter_call.outputs", "file_search_call.results"} <= set(policy)
+    gate = ContextGate(max_input_tokens=200, checkpoints_dir=tmp_path)
+    with pytest.raises(RecoverableContextError) as refused:
+        gate.check_and_compress(items, "built-in")
+    assert "hunter2" not in Path(refused.value.checkpoint_path).read_text()

@@ -72,6 +72,16 @@ _TOOL_BLOCK_BODIES: dict[str, tuple[str, ...]] = {
     "local_shell_call_output": ("output",),
     "shell_call_output": ("output",),
     "mcp_call": ("arguments", "output"),
+    # Responses' built-in tools: what they ran or typed and what they read or printed.
+    "code_interpreter_call": ("code", "outputs"),
+    "file_search_call": ("results",),
+    "local_shell_call": ("action",),
+    "shell_call": ("action",),
+    "computer_call": ("action",),
+    "image_generation_call": ("result",),
+    "mcp_approval_request": ("arguments",),
+    "apply_patch_call": ("operation",),
+    "apply_patch_call_output": ("output",),
 }
 
 _REDACTED_PREFIX = "[redacted"
