@@ -76,6 +76,7 @@ from memstrata.messages import (
 )
 from memstrata.prompts import (
     READ_TOOL_RESULT_DESCRIPTION,
+    TOOL_RESULT_GONE,
     TOOL_RESULT_OFFLOADED,
     TOOL_RESULT_PRUNED,
     one_line,
@@ -148,12 +149,28 @@ def prune_messages_sliding_window(
     """Rewrites older tool-role messages to ``[summarized: call_id=...]`` placeholders.
 
     The ``keep_recent`` latest tool messages stay verbatim; the input is not mutated. The Rust
-    kernel :func:`memstrata.prune_sliding_window` does the work.
+    kernel :func:`memstrata.prune_sliding_window` does the work. A message whose
+    ``tool_call_id`` is not a call_id a result could be stored under (empty, or holding a
+    bracket or a line break a model put there) gets a placeholder naming none, saying the text
+    is gone: the id must not write a notice of its own into the conversation.
 
     Returns:
         The new message list and how many messages were replaced.
     """
-    return prune_sliding_window(list(messages), keep_recent=keep_recent, placeholder=placeholder)
+    given = list(messages)
+    pruned, count = prune_sliding_window(given, keep_recent=keep_recent, placeholder=placeholder)
+    for i, (old, new) in enumerate(zip(given, pruned)):
+        if new is not old and not _storable_id(old.get("tool_call_id")):
+            pruned[i] = {**new, "content": TOOL_RESULT_GONE}
+    return pruned, count
+
+
+def _storable_id(call_id: Any) -> bool:
+    try:
+        check_file_id(call_id)
+    except InvalidInputError:
+        return False
+    return True
 
 
 class ToolResults:
