@@ -626,3 +626,24 @@ def test_responses_built_in_tool_items_are_blanked(tmp_path: Path) -> None:
     with pytest.raises(RecoverableContextError) as refused:
         gate.check_and_compress(items, "built-in")
     assert "hunter2" not in Path(refused.value.checkpoint_path).read_text()
+
+
+def test_credential_headers_kept_as_a_dict_are_blanked() -> None:
+    headers = {
+        "Authorization": "Basic dXNlcjpwYXNzd29yZA==",
+        "proxy-authorization": "Token 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b",
+        "Cookie": "sid=s3cr3tsession",
+        "Set-Cookie": "sid=s3cr3tsession; HttpOnly",
+        "Content-Type": "application/json",
+        "authorization_url": "https://auth.example/authorize",
+    }
+    out, policy = redact_messages([{"role": "user", "content": "x", "headers": headers}])
+    assert out[0]["headers"] == {
+        "Authorization": "[redacted: 26 chars]",
+        "proxy-authorization": "[redacted: 46 chars]",
+        "Cookie": "[redacted: 17 chars]",
+        "Set-Cookie": "[redacted: 27 chars]",
+        "Content-Type": "application/json",
+        "authorization_url": "https://auth.example/authorize",
+    }
+    assert policy == ["user.headers.secrets"]

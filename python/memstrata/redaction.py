@@ -93,7 +93,12 @@ _SECRET_WORD = (
     r"|access[_-]?key|shared[_-]?access[_-]?key"
     r"|(?:auth|access|refresh|session|security|id|api|bot)[_-]?token)"
 )
-_SECRET_KEY = re.compile(r"[A-Za-z0-9_.-]{0,64}?" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,64}", re.I)
+# A key also names a secret when it is a credential-carrying HTTP header (``Authorization``,
+# ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``): headers kept as a dict hold them whole.
+_SECRET_KEY = re.compile(
+    r"[A-Za-z0-9_.-]{0,64}?(?:" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,64}|authorization|cookie)",
+    re.I,
+)
 
 # The rules are patterns of Rust's ``regex`` crate, run by the core (:class:`PatternReplacer`).
 # Without look-around, what must come before or after a secret is matched and kept: a rule's
