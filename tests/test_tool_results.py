@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import stat
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -640,3 +642,25 @@ def test_the_sliding_window_never_writes_a_model_chosen_id_into_a_placeholder(
     assert count == 1
     assert pruned[0] == {"role": "tool", "tool_call_id": call_id, "content": TOOL_RESULT_GONE}
     assert pruned[1] is messages[1] and messages[0]["content"] == "old result"
+
+
+def test_a_long_running_layer_does_not_keep_every_large_result_alive(tmp_path: Path) -> None:
+    # Each offload decision is remembered by the result's text; a server that saw 75 MB of
+    # results, each dropped by its caller, must not keep them all in memory.
+    stack = MemoryStack([ToolResults()], store=SQLiteStore(tmp_path / "t.db"))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(150):
+            with stack.run(thread_id=f"t{i}") as run:
+                body = (f"row {i} " + "x" * 90 + "\n") * 5_000  # 0.5 MB
+                run.prepare([{"role": "tool", "tool_call_id": "c1", "content": body}])
+            del body
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert retained < 50e6, f"{retained / 1e6:.0f} MB kept"
+    with stack.run(thread_id="t0") as run:  # every result is still stored
+        assert run.call_tool("read_tool_result", {"call_id": "c1"})["total_chars"] == 97 * 5_000
+    stack.close()

@@ -123,6 +123,9 @@ _RESOURCES_DIR = "resources"
 _CHUNK_CHARS = 1 << 20  # characters per stored chunk: far below a store's per-value limit
 _EARLIER_KEPT = 32  # older ids a reused call_id lists
 _SEEN_LIMIT = 50_000  # results whose offload decision is remembered
+# Characters the remembered results' keys may hold between them: a key holds the result's text,
+# so a long-running server must not keep every large result it ever saw alive.
+_SEEN_MAX_CHARS = 32 << 20
 _LISTS_KEPT = 64  # scopes whose last conversation the offload pass keeps a snapshot of
 _READ_TOOL_NAMES = frozenset({"read_tool_result"})
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
@@ -240,6 +243,8 @@ class ToolResults:
         # counted and stored once. Shared by every run of the layer, hence the scope in the key.
         self._seen: OrderedDict[tuple[Any, ...], str | None] = OrderedDict()
         self._seen_lock = threading.Lock()
+        # The characters the keys of _seen hold (a list: the runs' copies share it with _seen).
+        self._seen_chars = [0]
         # Per scope, the last conversation offload_messages saw: its snapshot, the notices
         # it put at each position (position -> block -> notice) and the version of _seen they
         # came from. _version[0] grows whenever remembered notices are rewritten (_repoint).
@@ -306,7 +311,7 @@ class ToolResults:
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view.tokens, view._store = tokens, store
-        view._seen, view._seen_lock = OrderedDict(), threading.Lock()
+        view._seen, view._seen_lock, view._seen_chars = OrderedDict(), threading.Lock(), [0]
         view._lists, view._version = OrderedDict(), [0]
         return view.for_thread(ctx.thread_id, ctx.resource_id)
 
@@ -512,10 +517,13 @@ class ToolResults:
 
     def _remember(self, key: tuple[Any, ...], decided: str | None) -> None:
         with self._seen_lock:
-            self._seen[key] = decided
-            self._seen.move_to_end(key)
-            while len(self._seen) > _SEEN_LIMIT:
-                self._seen.popitem(last=False)
+            seen, chars = self._seen, self._seen_chars
+            if key not in seen:
+                chars[0] += len(key[2])
+            seen[key] = decided
+            seen.move_to_end(key)
+            while len(seen) > 1 and (len(seen) > _SEEN_LIMIT or chars[0] > _SEEN_MAX_CHARS):
+                chars[0] -= len(seen.popitem(last=False)[0][2])
 
     def keep(self, call_id: str, body: Any) -> str | None:
         """Makes ``body`` readable with ``read_tool_result`` before a context gate replaces it
