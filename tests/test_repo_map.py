@@ -438,3 +438,15 @@ def test_secrets_in_signatures_and_docstrings_are_redacted(tmp_path: Path, parse
         assert secret not in digest
     assert "def connect(url: str='postgres://app:[redacted: url_password]@db/x'" in digest
     assert 'export function connect(key: string = "[redacted: api_key]")' in digest
+
+
+def test_options_of_the_wrong_type_are_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("def f(): ...\n")
+    # A text would be one pattern per character, and its "*" would exclude every file.
+    with pytest.raises(InvalidInputError, match=r"exclude must be a list of patterns, got a str"):
+        repo_map(tmp_path, exclude="*.md")
+    with pytest.raises(InvalidInputError, match="exclude must be a list of str patterns"):
+        repo_map(tmp_path, exclude=[3])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match=r"path must be a str or os\.PathLike, got int"):
+        repo_map(5)  # type: ignore[arg-type]
+    assert "def f()" in repo_map(tmp_path, exclude=("*.md",))

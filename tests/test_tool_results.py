@@ -664,3 +664,15 @@ def test_a_long_running_layer_does_not_keep_every_large_result_alive(tmp_path: P
     with stack.run(thread_id="t0") as run:  # every result is still stored
         assert run.call_tool("read_tool_result", {"call_id": "c1"})["total_chars"] == 97 * 5_000
     stack.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"tool_calls_dir": 5}, "tool_calls_dir must be a path"),
+        ({"tokens": "cl100k_base"}, "tokens must be a token counter"),
+    ],
+)
+def test_options_of_the_wrong_type_are_refused_by_name(options: dict, named: str) -> None:
+    with pytest.raises(InvalidInputError, match=named):
+        ToolResults(**options)

@@ -129,7 +129,8 @@ def repo_map(
             tree-sitter when installed, else the scanner. Python always uses :mod:`ast`.
 
     Raises:
-        InvalidInputError: ``path`` does not exist, ``max_tokens`` is not a positive int, or
+        InvalidInputError: ``path`` is not a path or does not exist, ``exclude`` is not a list
+            of patterns (a single text), ``max_tokens`` is not a positive int, or
             ``parser="tree-sitter"`` without the grammars installed.
     """
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -144,6 +145,17 @@ def repo_map(
             "parser='tree-sitter' needs tree-sitter, tree-sitter-rust, tree-sitter-typescript "
             "and tree-sitter-javascript (pip install memstrata[repomap])"
         )
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInputError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if isinstance(exclude, (str, bytes)):
+        # A text would be taken one character per pattern, and "*" excludes every file.
+        raise InvalidInputError(
+            f"exclude must be a list of patterns, got a {type(exclude).__name__}: "
+            f"pass [{exclude!r}]"
+        )
+    exclude = list(exclude)
+    if not all(isinstance(pattern, str) for pattern in exclude):
+        raise InvalidInputError("exclude must be a list of str patterns")
     root = Path(path)
     if not root.exists():
         raise InvalidInputError(f"repo_map: {root} does not exist")

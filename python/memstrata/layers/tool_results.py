@@ -223,6 +223,19 @@ class ToolResults:
             raise InvalidInputError(f"summarizer must be callable, got {summarizer!r}")
         if tool_calls_dir is not None and store is not None:
             raise InvalidInputError("give tool_calls_dir or store, not both")
+        if tool_calls_dir is not None and not isinstance(tool_calls_dir, (str, os.PathLike)):
+            raise InvalidInputError(
+                "tool_calls_dir must be a path (str or os.PathLike) or None, got "
+                f"{type(tool_calls_dir).__name__}"
+            )
+        if tokens is not None and not (
+            callable(getattr(tokens, "count", None))
+            and callable(getattr(tokens, "count_messages", None))
+        ):
+            raise InvalidInputError(
+                "tokens must be a token counter (with count and count_messages), got "
+                f"{type(tokens).__name__}"
+            )
         self.ttl = validate_ttl(ttl)
         self._dir = Path(tool_calls_dir) if tool_calls_dir is not None else None
         self._store: Store | None = open_store(store) if isinstance(store, str) else store
