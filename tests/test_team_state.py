@@ -495,3 +495,14 @@ def test_a_state_file_with_a_field_of_the_wrong_type_is_moved_aside(
     team.record("two", shipped="b")
     with stack.run(thread_id="t") as run:
         assert "### two" in run.prepare([])[0]["content"]
+
+
+def test_two_damaged_files_in_one_second_are_both_kept_aside(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    for damaged in ("{not json", "[1, 2"):
+        (tmp_path / "current_state.json").write_text(damaged)
+        assert team.entries() == []
+    aside = sorted(
+        p for p in tmp_path.iterdir() if p.name.startswith("current_state.json.corrupt-")
+    )
+    assert [p.read_text() for p in aside] == ["{not json", "[1, 2"]

@@ -288,7 +288,9 @@ class TeamState:
                 # Re-read under the lock: a writer may have replaced the file since.
                 with self._lock() as directory:
                     return self._read(directory)
-            aside = f"{STATE_JSON}.corrupt-{time.time():.0f}"
+            # In nanoseconds: a rename replaces what is under its new name, and a file set
+            # aside in the same second must not replace the one set aside before it.
+            aside = f"{STATE_JSON}.corrupt-{time.time_ns()}"
             locked.rename(STATE_JSON, aside)
             logger.warning("team state %s was unreadable (%s); moved aside to %s", path, exc, aside)
             return []
