@@ -278,7 +278,7 @@ _SHAPES: list[_Shape] = [
         "assigned_secret",
         re.compile(
             r"(?P<keep>" + _SECRET_WORD + r"(?=(?P<rest>[a-z0-9_.-]{0,64}))(?P=rest)"
-            r"[\"']?[ \t]{0,16}[:=][ \t]{0,16}[\"']?)" + _ASSIGNED_VALUE
+            r"(?:\\{0,3}[\"'])?[ \t]{0,16}[:=][ \t]{0,16}\\{0,3}[\"']?)" + _ASSIGNED_VALUE
         ),
         _SECRET_GATES,
         lower=True,

@@ -398,6 +398,46 @@ def test_runs_sharing_the_layer_never_see_each_others_changes(store: Store) -> N
         assert run.layer("agent-mind").goals[goal_id].status == "completed"
 
 
+def test_a_runs_entries_are_the_callers_own_copies(store: Store) -> None:
+    """What ``goals``, ``beliefs`` and ``reflections`` hand a caller is theirs: changing it (an
+    entry's fields, its lists, the mapping) changes neither this run's header nor what another
+    run of the layer sees."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_set_goal", {"description": "Ship the report", "tags": ["q3"]}))
+        ok(run.call_tool("mind_believe", {"content": "The report is due Friday"}))
+        ok(run.call_tool("mind_reflect", {"content": "Check dates twice", "pin": True}))
+    first, second = stack.run(agent=AGENT).open(), stack.run(agent=AGENT).open()
+    handle = first.layer("agent-mind")
+    header = handle.header()
+    goal = next(iter(handle.goals.values()))
+    goal.status = "completed"
+    goal.tags.append("forged")
+    next(iter(handle.beliefs.values())).content = "The report is cancelled"
+    next(iter(handle.reflections.values())).pinned = False
+    handle.goals.clear()
+    handle.beliefs.clear()
+    assert [g.status for g in handle.goals.values()] == ["active"]
+    assert [b.content for b in handle.beliefs.values()] == ["The report is due Friday"]
+    assert handle.header() == header
+    for run in (first, second):
+        view = run.layer("agent-mind")
+        assert [(g.status, g.tags) for g in view.goals.values()] == [("active", ["q3"])]
+        assert [b.content for b in view.beliefs.values()] == ["The report is due Friday"]
+        assert [r.pinned for r in view.reflections.values()] == [True]
+        # Every field is copied: the copies equal what the mind holds.
+        assert (view.goals, view.beliefs, view.reflections) == (
+            view._goals,
+            view._beliefs,
+            view._reflections,
+        )
+    first.close()
+    second.close()
+    with stack.run(agent=AGENT) as run:
+        assert "Check dates twice" in run.layer("agent-mind").header()
+        assert "cancelled" not in run.layer("agent-mind").header()
+
+
 def test_a_reused_header_drops_a_belief_once_it_expires(store: Store) -> None:
     stack = make_stack(store)
     now = now_ms()

@@ -773,3 +773,16 @@ def test_a_sliding_window_keeps_counts_right_through_edits_in_place() -> None:
             edited = next(m for m in window[10:] if m["role"] == "assistant")
             edited["content"][0]["text"] += " and much more text " * 30
         assert cached.estimate(messages) == plain.estimate(messages), step
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"model": 5}, "model must be a str or None, got int"),
+        ({"checkpoints_dir": 5}, "checkpoints_dir must be a path"),
+        ({"tokens": "cl100k_base"}, "tokens must be a token counter"),
+    ],
+)
+def test_options_of_the_wrong_type_are_refused_by_name(options: dict, named: str) -> None:
+    with pytest.raises(InvalidInputError, match=named):
+        ContextGate(**options)

@@ -399,6 +399,7 @@ ADVERSARIAL: dict[str, str] = {
     "repeated quoted assignment": _megabyte('api_key="'),
     "key=value flood": _megabyte("api_key=abcdefgh "),
     "quoted flood": _megabyte('"password": "[redacted x \' '),
+    "escaped quoted flood": _megabyte('password\\": \\"'),
     "token alphabet": _megabyte("aB3_-"),
     "base64 alphabet": _megabyte("aB3+/"),
     "base64 run": "".join(B64[i % len(B64)] for i in range(MB)),
@@ -546,3 +547,103 @@ def test_a_large_user_message_checkpoints_quickly(tmp_path: Path) -> None:
     with pytest.raises(RecoverableContextError):
         gate.check_and_compress(messages, "big")
     assert time.perf_counter() - start < 2.0
+
+
+def test_texts_in_a_list_under_a_secret_naming_key_are_blanked() -> None:
+    # No key inside a list says what its items are: the key above it does.
+    config = {"api_keys": ["hunter2hunter2", 123456789, {"value": "x"}], "retries": [1, 2]}
+    out, policy = redact_messages([{"role": "user", "content": "x", "config": config}])
+    assert out[0]["config"] == {
+        "api_keys": ["[redacted: 14 chars]", "[redacted: 9 chars]", {"value": "x"}],
+        "retries": [1, 2],
+    }
+    assert policy == ["user.config.secrets"]
+    assert config["api_keys"][0] == "hunter2hunter2"  # the input is not changed
+
+
+def test_tool_calls_and_content_given_as_tuples_are_redacted(tmp_path: Path) -> None:
+    # orjson writes a tuple as an array: a tuple must be redacted as a list is.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"q": "x"}'}}
+    messages = [
+        {"role": "user", "content": "word " * 400},
+        {"role": "assistant", "content": None, "tool_calls": (call,)},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "user", "content": "see", "attachments": (FAKE_OPENAI_KEY,)},
+    ]
+    gate = ContextGate(max_input_tokens=200, checkpoints_dir=tmp_path)
+    with pytest.raises(RecoverableContextError) as refused:
+        gate.check_and_compress(messages, "tuples")
+    text = Path(refused.value.checkpoint_path).read_text()
+    assert '{\\"q\\": \\"x\\"}' not in text and FAKE_OPENAI_KEY not in text
+    saved = json.loads(text)["messages"]
+    assert saved[1]["tool_calls"][0]["function"]["arguments"] == "[redacted: 10 chars]"
+    assert saved[3]["attachments"] == ["[redacted: api_key]"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{\\"password\\": \\"hunter2hunter2\\"}',  # JSON quoted inside a JSON string
+        '{\\\\\\"db_password\\\\\\": \\\\\\"hunter2hunter2\\\\\\"}',  # quoted twice
+        "PASSWORD=\\'hunter2hunter2\\'",
+    ],
+)
+def test_an_assignment_with_escaped_quotes_is_redacted(text: str) -> None:
+    out, n = redact_secrets(text)
+    assert "hunter2" not in out and n == 1 and "[redacted: assigned_secret]" in out
+    assert out == reference_redaction.redact_secrets(text)[0]
+
+
+def test_responses_built_in_tool_items_are_blanked(tmp_path: Path) -> None:
+    # What a built-in tool ran, typed, read or printed: a secret there need not look like one.
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "word " * 400},
+        {
+            "type": "code_interpreter_call",
+            "id": "ci_1",
+            "code": "print(open('.env').read())",
+            "outputs": [{"type": "logs", "logs": "PASS hunter2"}],
+        },
+        {
+            "type": "local_shell_call",
+            "id": "ls_1",
+            "call_id": "c1",
+            "action": {"type": "exec", "command": ["mysql", "-phunter2"]},
+        },
+        {"type": "computer_call", "id": "cc_1", "action": {"type": "type", "text": "hunter2"}},
+        {
+            "type": "file_search_call",
+            "id": "fs_1",
+            "queries": ["vault"],
+            "results": [{"file_id": "f1", "text": "the vault code is hunter2"}],
+        },
+    ]
+    out, policy = redact_messages(items)
+    assert "hunter2" not in json.dumps(out)
+    assert out[2]["call_id"] == "c1" and out[4]["queries"] == ["vault"]
+    assert {"code_interpreter_call.outputs", "file_search_call.results"} <= set(policy)
+    gate = ContextGate(max_input_tokens=200, checkpoints_dir=tmp_path)
+    with pytest.raises(RecoverableContextError) as refused:
+        gate.check_and_compress(items, "built-in")
+    assert "hunter2" not in Path(refused.value.checkpoint_path).read_text()
+
+
+def test_credential_headers_kept_as_a_dict_are_blanked() -> None:
+    headers = {
+        "Authorization": "Basic dXNlcjpwYXNzd29yZA==",
+        "proxy-authorization": "Token 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b",
+        "Cookie": "sid=s3cr3tsession",
+        "Set-Cookie": "sid=s3cr3tsession; HttpOnly",
+        "Content-Type": "application/json",
+        "authorization_url": "https://auth.example/authorize",
+    }
+    out, policy = redact_messages([{"role": "user", "content": "x", "headers": headers}])
+    assert out[0]["headers"] == {
+        "Authorization": "[redacted: 26 chars]",
+        "proxy-authorization": "[redacted: 46 chars]",
+        "Cookie": "[redacted: 17 chars]",
+        "Set-Cookie": "[redacted: 27 chars]",
+        "Content-Type": "application/json",
+        "authorization_url": "https://auth.example/authorize",
+    }
+    assert policy == ["user.headers.secrets"]

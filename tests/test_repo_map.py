@@ -420,3 +420,33 @@ def test_a_hostile_gitignore_cannot_stall_the_map(tmp_path: Path) -> None:
     code = f"from memstrata import repo_map; print(repo_map({str(tmp_path)!r}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "kept.txt" in done.stdout
+
+
+@pytest.mark.parametrize("parser", ["scanner", "tree-sitter"])
+def test_secrets_in_signatures_and_docstrings_are_redacted(tmp_path: Path, parser: str) -> None:
+    if parser == "tree-sitter" and not tree_sitter_available():
+        pytest.skip("tree-sitter grammars not installed")
+    key = "sk-proj-Zq3xT9vLmN2pR7sK4wY8bC1dF6gH0jQ5eA"
+    (tmp_path / "client.py").write_text(
+        f'"""A client; tests use {key}."""\n\n'
+        f'def connect(url: str = "postgres://app:Hunter2xyz@db/x", key: str = "{key}") -> None:\n'
+        '    """Connect (password=hunter2hunter2)."""\n'
+    )
+    (tmp_path / "web.ts").write_text(f'export function connect(key: string = "{key}") {{}}\n')
+    digest = repo_map(tmp_path, parser=parser)  # type: ignore[arg-type]
+    for secret in (key, "Hunter2xyz", "hunter2hunter2"):
+        assert secret not in digest
+    assert "def connect(url: str='postgres://app:[redacted: url_password]@db/x'" in digest
+    assert 'export function connect(key: string = "[redacted: api_key]")' in digest
+
+
+def test_options_of_the_wrong_type_are_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("def f(): ...\n")
+    # A text would be one pattern per character, and its "*" would exclude every file.
+    with pytest.raises(InvalidInputError, match=r"exclude must be a list of patterns, got a str"):
+        repo_map(tmp_path, exclude="*.md")
+    with pytest.raises(InvalidInputError, match="exclude must be a list of str patterns"):
+        repo_map(tmp_path, exclude=[3])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match=r"path must be a str or os\.PathLike, got int"):
+        repo_map(5)  # type: ignore[arg-type]
+    assert "def f()" in repo_map(tmp_path, exclude=("*.md",))

@@ -205,3 +205,11 @@ def test_open_dir_refuses_a_file_and_follows_the_configured_symlink(tmp_path: Pa
     with open_dir(tmp_path / "configured") as opened:
         write_atomic(opened, "f", b"x")
     assert (tmp_path / "real" / "f").read_bytes() == b"x"
+
+
+def test_a_directory_under_a_file_is_refused_naming_the_file_above(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(InvalidInputError, match="a-file exists and is not a directory"):
+        safe_files.make_directory(tmp_path / "a-file")
+    with pytest.raises(InvalidInputError, match="sub: a directory above it is a file"):
+        safe_files.make_directory(tmp_path / "a-file" / "sub")

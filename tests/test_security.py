@@ -1173,3 +1173,29 @@ def test_reading_tool_results_never_returns_a_file_swapped_in(
         flipper.join(10)
     assert flips[0] > 100 and seen["real"] > 0, (flips, seen)
     _untouched(outside)
+
+
+@pytest.mark.parametrize("files", [True, False])
+def test_offloaded_results_of_two_users_sharing_a_thread_id_stay_apart(
+    tmp_path: Path, files: bool
+) -> None:
+    # Thread ids are often a per-user counter ("t-1"): files must scope results as the store does.
+    layer = (
+        ToolResults(tool_calls_dir=tmp_path / "calls", threshold_tokens=1)
+        if files
+        else ToolResults(threshold_tokens=1)
+    )
+    stack = MemoryStack([layer], store=SQLiteStore(tmp_path / "t.db"))
+    with stack.run(thread_id="t-1", resource_id="user-A") as run:
+        run.layer("tool-results").offload("call_1", f"{MARKER} for A only. " * 20)
+    with stack.run(thread_id="t-1", resource_id="user-B") as run:
+        refused = run.call_tool("read_tool_result", {"call_id": "call_1"})
+        assert refused["error"]["code"] == "not_found"
+        assert MARKER not in json.dumps(refused)
+    with stack.run(thread_id="t-1") as run:  # no user: not A's either
+        assert run.call_tool("read_tool_result", {"call_id": "call_1"})["error"]["code"] == (
+            "not_found"
+        )
+    with stack.run(thread_id="t-1", resource_id="user-A") as run:
+        assert MARKER in run.call_tool("read_tool_result", {"call_id": "call_1"})["content"]
+    stack.close()

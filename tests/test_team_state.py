@@ -393,3 +393,116 @@ def test_an_async_record_waiting_for_the_file_lock_does_not_block_the_loop(
     assert entry == team.entries()[-1]
     team.record("third")  # nothing was left locked
     assert [e.objective for e in team.entries()][-1] == "third"
+
+
+@pytest.mark.parametrize(
+    ("divergences", "named"),
+    [("claim and verdict disagree", "str"), (None, "NoneType"), ({"a": "b"}, "dict"), (3, "int")],
+)
+def test_divergences_that_are_not_a_list_of_strings_are_refused(
+    tmp_path: Path, divergences: object, named: str
+) -> None:
+    # A text would otherwise become one flag per character.
+    team = TeamState(state_dir=tmp_path)
+    team.record("ok", shipped="a")
+    before = (tmp_path / "current_state.md").read_bytes()
+    with pytest.raises(
+        InvalidInputError, match=f"divergences must be a list of strings, got {named}"
+    ):
+        team.record("x", divergences=divergences)  # type: ignore[arg-type]
+    assert (tmp_path / "current_state.md").read_bytes() == before
+    assert team.record("y", divergences=("one", "two")).divergences == ["one", "two"]
+
+
+@pytest.mark.parametrize(
+    ("artifact", "body"),
+    [
+        (
+            "def parse(): ...\r\n\r\n## summary_for_state_doc\r\nParses all.\r\n",
+            "def parse(): ...\r\n",
+        ),
+        ("def parse(): ...\n\n  ## summary_for_state_doc\nParses all.\n", "def parse(): ...\n"),
+        ("x\r\n## summary_for_state_doc:\r\nParses all.\r\n   ## Notes\r\nkept\r\n", None),
+    ],
+)
+def test_a_trailer_with_crlf_line_ends_or_indented_is_extracted(
+    artifact: str, body: str | None
+) -> None:
+    stripped, claim = extract_claim(artifact)
+    assert claim == "Parses all."
+    assert "summary_for_state_doc" not in stripped
+    if body is not None:
+        assert stripped == body
+    else:
+        assert stripped == "x\r\n   ## Notes\r\nkept\r\n"
+
+
+def test_prepend_refuses_a_prompt_that_is_not_text(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    for state in ("empty", "recorded"):
+        with pytest.raises(InvalidInputError, match="prompt must be a string, got NoneType"):
+            team.prepend(None)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="prompt must be a string, got bytes"):
+            team.prepend(b"next")  # type: ignore[arg-type]
+        if state == "empty":
+            team.record("parse config", shipped="config.py")
+    assert team.prepend("next").endswith("\n\nnext")
+
+
+@pytest.mark.parametrize("cap", [64, 65, 90, 120])
+def test_an_entry_with_every_field_long_fits_a_small_cap(tmp_path: Path, cap: int) -> None:
+    # Cut to one character each, its four lines and a flag still pass a cap this small.
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=cap)
+    long = "\U0003ff8c" * 50 + " श৴৪ौक़ " * 40
+    team.record(
+        "parse " * 30,
+        shipped=long,
+        claim=long,
+        verified=long,
+        verdict="fail",
+        divergences=[long, long, long],
+    )
+    document = (tmp_path / "current_state.md").read_bytes()
+    assert len(document) <= cap + 1  # and its final line break
+    assert document.startswith(b"### parse")
+    audited = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])
+    assert audited["claim"] == long.strip() and len(audited["divergences"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"objective": 5}, "objective"),
+        ({"objective": None}, "objective"),
+        ({"objective": "a", "divergences": "xyz"}, "divergences"),
+        ({"objective": "a", "divergences": [1]}, "divergences"),
+        ({"objective": "a", "claim": 7}, "claim"),
+        ({"objective": "a", "verdict": "maybe"}, "verdict"),
+        ({"objective": "a", "at": 3}, "at"),
+    ],
+)
+def test_a_state_file_with_a_field_of_the_wrong_type_is_moved_aside(
+    tmp_path: Path, caplog, entry: dict, field: str
+) -> None:
+    # Written by hand or by another program: the plan goes on, as with a damaged file.
+    (tmp_path / "current_state.json").write_text(json.dumps({"entries": [entry]}))
+    team = TeamState(state_dir=tmp_path)
+    assert team.prepend("next") == "next"
+    assert f"an entry's {field} is not what record writes" in caplog.text
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("current_state.json.corrupt-")]
+    assert json.loads(aside.read_text()) == {"entries": [entry]}
+    stack = MemoryStack([TeamState(state_dir=tmp_path)], store=InMemoryStore())
+    team.record("two", shipped="b")
+    with stack.run(thread_id="t") as run:
+        assert "### two" in run.prepare([])[0]["content"]
+
+
+def test_two_damaged_files_in_one_second_are_both_kept_aside(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    for damaged in ("{not json", "[1, 2"):
+        (tmp_path / "current_state.json").write_text(damaged)
+        assert team.entries() == []
+    aside = sorted(
+        p for p in tmp_path.iterdir() if p.name.startswith("current_state.json.corrupt-")
+    )
+    assert [p.read_text() for p in aside] == ["{not json", "[1, 2"]

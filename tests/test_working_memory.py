@@ -950,3 +950,27 @@ def test_a_remote_ref_is_refused_without_a_request() -> None:
         "properties": {"x": {"$ref": "#/$defs/n"}},
     }
     WorkingMemory(schema=local)  # local references resolve
+
+
+def test_logs_of_a_dropped_update_or_a_state_set_aside_hold_no_secrets(tmp_path, caplog) -> None:
+    # A schema violation echoes the value; a user may have told the model a key.
+    key = "sk-proj-Zq3xT9vLmN2pR7sK4wY8bC1dF6gH0jQ5eA"
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    store = SQLiteStore(tmp_path / "wm.db")
+    stack = MemoryStack([WorkingMemory(schema=schema)], store=store)
+    call = {"name": "updateWorkingMemory", "arguments": json.dumps({"n": key})}
+    with caplog.at_level(logging.WARNING), stack.run(thread_id="t") as run:
+        (diagnostic,) = run.observe(
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": call}]}
+        )
+    assert key in diagnostic  # returned to the caller as it was
+    assert "observe dropped an update" in caplog.text and key not in caplog.text
+    caplog.clear()
+    store.put(("working-memory", "thread", "t2"), "state", {"n": key})
+    for read_only in (False, True):
+        viewer = MemoryStack([WorkingMemory(schema=schema, read_only=read_only)], store=store)
+        with caplog.at_level(logging.WARNING), viewer.run(thread_id="t2") as run:
+            assert run.layer("working-memory").state == {}
+        store.put(("working-memory", "thread", "t2"), "state", {"n": key})
+    assert "fails its schema" in caplog.text and key not in caplog.text
+    store.close()

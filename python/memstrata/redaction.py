@@ -12,8 +12,9 @@ Decisions:
 * Tool-call arguments and tool blocks (Anthropic ``tool_use`` / ``tool_result``, Responses
   ``function_call`` / ``function_call_output`` and their kin) are blanked the same way,
   wherever they sit.
-* Everything else is swept at any depth, dictionary keys included; a value whose key names a
-  secret (``password``, ``api_key``, ``client_secret``, ``auth_token``, ...) is blanked whole.
+* Everything else is swept at any depth (lists and tuples alike), dictionary keys included; a
+  value whose key names a secret (``password``, ``api_key``, ``client_secret``, ``auth_token``,
+  ...) is blanked whole, and so is each text or number in a list under such a key.
 * Passwords in URLs are found by parsing: a candidate span runs from ``scheme://`` to the next
   white space or quote, and its password is everything between the first ``:`` of the user
   part and the last ``@`` that does not follow a ``/`` (so a password holding ``/`` or ``@``
@@ -36,6 +37,7 @@ from typing import Any
 import orjson
 
 from memstrata._core import PatternReplacer
+from memstrata.exceptions import InvalidInputError
 
 Message = dict[str, Any]
 
@@ -70,6 +72,16 @@ _TOOL_BLOCK_BODIES: dict[str, tuple[str, ...]] = {
     "local_shell_call_output": ("output",),
     "shell_call_output": ("output",),
     "mcp_call": ("arguments", "output"),
+    # Responses' built-in tools: what they ran or typed and what they read or printed.
+    "code_interpreter_call": ("code", "outputs"),
+    "file_search_call": ("results",),
+    "local_shell_call": ("action",),
+    "shell_call": ("action",),
+    "computer_call": ("action",),
+    "image_generation_call": ("result",),
+    "mcp_approval_request": ("arguments",),
+    "apply_patch_call": ("operation",),
+    "apply_patch_call_output": ("output",),
 }
 
 _REDACTED_PREFIX = "[redacted"
@@ -81,7 +93,12 @@ _SECRET_WORD = (
     r"|access[_-]?key|shared[_-]?access[_-]?key"
     r"|(?:auth|access|refresh|session|security|id|api|bot)[_-]?token)"
 )
-_SECRET_KEY = re.compile(r"[A-Za-z0-9_.-]{0,64}?" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,64}", re.I)
+# A key also names a secret when it is a credential-carrying HTTP header (``Authorization``,
+# ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``): headers kept as a dict hold them whole.
+_SECRET_KEY = re.compile(
+    r"[A-Za-z0-9_.-]{0,64}?(?:" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,64}|authorization|cookie)",
+    re.I,
+)
 
 # The rules are patterns of Rust's ``regex`` crate, run by the core (:class:`PatternReplacer`).
 # Without look-around, what must come before or after a secret is matched and kept: a rule's
@@ -121,8 +138,14 @@ def _value(chars: str) -> str:
     return "(?:" + "|".join(branches) + ")"
 
 
-# A name that says secret, then ``=`` or ``:`` (the name and the value may be quoted).
-_ASSIGNMENT = r"(?i)" + _SECRET_WORD + r"[a-z0-9_.-]{0,64}[\"']?[ \t]{0,16}[:=][ \t]{0,16}"
+# A name that says secret, then ``=`` or ``:`` (the name and the value may be quoted, and the
+# quotes escaped once or twice, as in JSON text quoted inside a string: ``{\\"password\\": ...``).
+_ESCAPES = r"\\{0,3}"
+_ASSIGNMENT = (
+    r"(?i)"
+    + _SECRET_WORD
+    + rf"[a-z0-9_.-]{{0,64}}(?:{_ESCAPES}[\"'])?[ \t]{{0,16}}[:=][ \t]{{0,16}}"
+)
 
 # What ends a URL's candidate span.
 _URL_END = rf"{_SPACE}\"'<>`"
@@ -274,10 +297,11 @@ _RULES: list[_Rule] = [
         "assigned_secret",
         "",
         span=_ASSIGNMENT
+        + _ESCAPES
         + "(?:"
         + "|".join((r"\"" + _value('^"\\n'), "'" + _value("^'\\n"), _value(rf"^{_SPACE}\"',;")))
         + ")",
-        before=_ASSIGNMENT + r"[\"']?",
+        before=_ASSIGNMENT + _ESCAPES + r"[\"']?",
     ),
 ]
 
@@ -296,6 +320,16 @@ def redact_secrets(text: str) -> tuple[str, int]:
     # The line break before the text is never part of a secret: it comes back first.
     swept, n = _REPLACER.replace("\n" + text)
     return (text, 0) if not n else (swept[1:], n)
+
+
+def redacted_for_log(text: str) -> str:
+    """``text`` with its secret-shaped strings redacted, for a log line; never raises (a lone
+    surrogate is shown as its ``\\udXXX`` escape first). Errors that echo what a model or a
+    request held go to logs through this."""
+    try:
+        return redact_secrets(text)[0]
+    except InvalidInputError:
+        return redact_secrets(text.encode("utf-8", "backslashreplace").decode())[0]
 
 
 def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
@@ -327,7 +361,7 @@ def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[st
                 copy[item_body] = _redacted(copy[item_body])
                 policy[f"{kind}.{item_body}"] = None
         calls = copy.get("tool_calls")
-        if isinstance(calls, list):
+        if isinstance(calls, (list, tuple)):
             new_calls = []
             for call in calls:
                 function = call.get("function") if isinstance(call, Mapping) else None
@@ -354,8 +388,8 @@ def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], list[st
             if named:
                 policy[f"{role}.keys.secrets"] = None
             swept, blocks, secrets = _sweep(value)
-            if _names_secret(field) and _blankable(value):
-                swept, secrets = _redacted(value), secrets + 1
+            if _names_secret(field):
+                swept, secrets = _blank_named(value, swept, secrets)
             swept_message[name] = swept
             for block in blocks:
                 policy[f"{role}.{field}.{block}"] = None
@@ -383,6 +417,22 @@ def _blankable(value: Any) -> bool:
     )
 
 
+def _blank_named(value: Any, swept: Any, secrets: int) -> tuple[Any, int]:
+    """What the value of a secret-naming key becomes, given ``swept`` (its swept copy) and the
+    secrets counted so far: a text or number is blanked, and so is every text or number in a
+    list under it (``"api_keys": [...]``: no key inside says what the items are); a nested
+    dict stays swept, its own keys saying what it holds."""
+    if _blankable(value):
+        return _redacted(value), secrets + 1
+    if isinstance(value, (list, tuple)) and isinstance(swept, (list, tuple)):
+        items = []
+        for item, swept_item in zip(value, swept):
+            new, secrets = _blank_named(item, swept_item, secrets)
+            items.append(new)
+        return items, secrets
+    return swept, secrets
+
+
 def _sweep_key(key: Any, taken: Mapping[Any, Any]) -> tuple[Any, int]:
     """``key`` swept for secrets, made distinct from the keys in ``taken`` if it changed (two
     keys redacted alike must not overwrite each other); and how many secrets it held."""
@@ -404,7 +454,7 @@ def _sweep(value: Any) -> tuple[Any, list[str], int]:
     if isinstance(value, str):
         text, n = redact_secrets(value)
         return text, [], n
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # orjson writes a tuple as an array
         blocks: list[str] = []
         total = 0
         items = []
@@ -428,8 +478,8 @@ def _sweep(value: Any) -> tuple[Any, list[str], int]:
             name, n = _sweep_key(field, out)
             total += n
             new, found, n = _sweep(item)
-            if _names_secret(field) and _blankable(item):
-                new, n = _redacted(item), n + 1
+            if _names_secret(field):
+                new, n = _blank_named(item, new, n)
             out[name] = new
             blocks += found
             total += n

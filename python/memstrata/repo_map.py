@@ -17,6 +17,8 @@ Decisions where Modulatio is silent:
   ``target``, ``__pycache__``, virtual environments and build output, and any ``exclude``
   patterns given (same syntax).
 * Docstrings are cut to their first line; the digest says what is there, not how it works.
+* Secret-shaped strings in signatures and docstrings (an API key as a default value) are
+  redacted as in checkpoints (:func:`memstrata.redaction.redact_secrets`).
 * Trimming to ``max_tokens``: files in path order, each in full when it fits; else as a compact
   entry (symbol names only); else by name; then a last line counts the files left out.
 * A file that does not parse (Python syntax error, nesting deeper than the parser takes, a NUL
@@ -43,6 +45,7 @@ from typing import Any, Literal
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.prompts import one_line
+from memstrata.redaction import redact_secrets
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count_over
 
 logger = logging.getLogger("memstrata.repo_map")
@@ -126,7 +129,8 @@ def repo_map(
             tree-sitter when installed, else the scanner. Python always uses :mod:`ast`.
 
     Raises:
-        InvalidInputError: ``path`` does not exist, ``max_tokens`` is not a positive int, or
+        InvalidInputError: ``path`` is not a path or does not exist, ``exclude`` is not a list
+            of patterns (a single text), ``max_tokens`` is not a positive int, or
             ``parser="tree-sitter"`` without the grammars installed.
     """
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -141,6 +145,17 @@ def repo_map(
             "parser='tree-sitter' needs tree-sitter, tree-sitter-rust, tree-sitter-typescript "
             "and tree-sitter-javascript (pip install memstrata[repomap])"
         )
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInputError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if isinstance(exclude, (str, bytes)):
+        # A text would be taken one character per pattern, and "*" excludes every file.
+        raise InvalidInputError(
+            f"exclude must be a list of patterns, got a {type(exclude).__name__}: "
+            f"pass [{exclude!r}]"
+        )
+    exclude = list(exclude)
+    if not all(isinstance(pattern, str) for pattern in exclude):
+        raise InvalidInputError("exclude must be a list of str patterns")
     root = Path(path)
     if not root.exists():
         raise InvalidInputError(f"repo_map: {root} does not exist")
@@ -197,9 +212,10 @@ def digest_file(file: Path, base: Path, *, tree_sitter: bool = False) -> FileDig
 
 
 def _digest_or_note(rel: str, digest: Callable[[], FileDigest]) -> FileDigest:
-    """``digest()``, or the file by name with a note when digesting it fails."""
+    """``digest()`` with its secret-shaped strings redacted, or the file by name with a note
+    when digesting it fails."""
     try:
-        return digest()
+        return _without_secrets(digest())
     except RecursionError:
         note = "nested too deeply"
     except MemoryError:
@@ -208,6 +224,14 @@ def _digest_or_note(rel: str, digest: Callable[[], FileDigest]) -> FileDigest:
         logger.warning("repo_map: %s not digested", rel, exc_info=True)
         note = type(exc).__name__
     return FileDigest(rel, note=f"not digested: {note}")
+
+
+def _without_secrets(digest: FileDigest) -> FileDigest:
+    """``digest`` with secret-shaped strings (a key as a default value, a password in a
+    docstring) redacted: the map says what the code is, and a secret says nothing of that."""
+    digest.doc = redact_secrets(digest.doc)[0]
+    digest.symbols = [redact_secrets(symbol)[0] for symbol in digest.symbols]
+    return digest
 
 
 # Walking and excludes -------------------------------------------------------------------------

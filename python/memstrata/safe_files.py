@@ -112,8 +112,12 @@ def make_directory(directory: Path, *, private: bool = True) -> None:
     """
     try:
         directory.mkdir(mode=PRIVATE_DIR_MODE if private else 0o777, parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
+    except FileExistsError:
         raise InvalidInputError(f"{directory} exists and is not a directory") from None
+    except NotADirectoryError:
+        raise InvalidInputError(
+            f"cannot create {directory}: a directory above it is a file"
+        ) from None
     except OSError as exc:
         raise InvalidInputError(f"cannot create {directory}: {exc.strerror}") from None
 

@@ -62,6 +62,7 @@ from memstrata.exceptions import (
     MemstrataError,
     ToolError,
 )
+from memstrata.redaction import redacted_for_log
 from memstrata.stores import Store, open_store
 from memstrata.stores.base import Answer, Read
 from memstrata.tokens import EstimatingCounter, TokenCounter
@@ -612,7 +613,8 @@ class Run:
                 layer.observe(self._handles[layer.name], message)
             except Exception as exc:
                 text = f"{layer.name}: {type(exc).__name__}: {exc}"
-                logger.warning("observe dropped an update: %s", text)
+                # The error echoes what the model wrote, which may hold what a user told it.
+                logger.warning("observe dropped an update: %s", redacted_for_log(text))
                 diagnostics.append(text)
         return diagnostics
 

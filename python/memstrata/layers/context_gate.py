@@ -199,6 +199,18 @@ class ContextGate:
             raise InvalidInputError(f"pad_pct must be in [0, 1), got {pad_pct!r}")
         if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
             raise InvalidInputError(f"keep_recent must be a non-negative int, got {keep_recent!r}")
+        if model is not None and not isinstance(model, str):
+            raise InvalidInputError(f"model must be a str or None, got {type(model).__name__}")
+        if checkpoints_dir is not None and not isinstance(checkpoints_dir, (str, os.PathLike)):
+            raise InvalidInputError(
+                "checkpoints_dir must be a path (str or os.PathLike) or None, got "
+                f"{type(checkpoints_dir).__name__}"
+            )
+        if tokens is not None and not _is_counter(tokens):
+            raise InvalidInputError(
+                "tokens must be a token counter (with count and count_messages), got "
+                f"{type(tokens).__name__}"
+            )
         self.model = model
         self.max_input_tokens = (
             max_input_tokens
@@ -522,6 +534,12 @@ class ContextGate:
         with open_dir(self.checkpoints_dir, create=True) as directory:
             write_atomic(directory, name, data, refuse_planted=True)
         return self.checkpoints_dir / name
+
+
+def _is_counter(tokens: Any) -> bool:
+    return callable(getattr(tokens, "count", None)) and callable(
+        getattr(tokens, "count_messages", None)
+    )
 
 
 def _at_index(exc: MemstrataError, index: int) -> MemstrataError:

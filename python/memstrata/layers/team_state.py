@@ -23,7 +23,8 @@ Decisions where Modulatio is silent:
   JSON file is moved aside to ``current_state.json.corrupt-<time>`` and the state starts empty,
   with a warning, rather than raising in the middle of a plan.
 * FIFO by whole entries: the oldest entries go until the rendered document is within
-  ``soft_cap_bytes`` (2 KB); the newest entry always stays, cut to the cap if it alone is over.
+  ``soft_cap_bytes`` (2 KB); the newest entry always stays, cut to the cap if it alone is over
+  (to its objective alone under a cap too small for its other lines cut to a character).
 * A divergence is flagged automatically when a producer claimed something and QC's verdict is
   ``fail``; callers add their own flags (e.g. Leader-reflect's) with ``divergences=[...]``.
 * An entry cut to fit (the soft cap, or the prompt's token budget) is cut by characters, every
@@ -60,7 +61,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -107,10 +108,12 @@ MAX_FIELD_CHARS = 4000
 # current_state.json is kept near soft_cap_bytes; a file far past that was not written by us.
 MAX_STATE_BYTES = 8 << 20
 
-# The trailer: a "## summary_for_state_doc" heading (any level from 1 to 6) and everything after
-# it up to the next heading, or the end.
+# The trailer: a "## summary_for_state_doc" heading (any level from 1 to 6, indented by up to
+# three spaces as markdown allows, its line ended by LF or CRLF) and everything after it up to
+# the next heading, or the end.
 _TRAILER = re.compile(
-    r"^#{1,6}[ \t]+summary_for_state_doc[ \t]*:?[ \t]*(?:\n|\Z)(?P<body>.*?)(?=^#{1,6}[ \t]|\Z)",
+    r"^ {0,3}#{1,6}[ \t]+summary_for_state_doc[ \t]*:?[ \t]*(?:\r?\n|\Z)"
+    r"(?P<body>.*?)(?=^ {0,3}#{1,6}[ \t]|\Z)",
     re.MULTILINE | re.DOTALL | re.IGNORECASE,
 )
 
@@ -130,7 +133,8 @@ def extract_claim(artifact: str) -> tuple[str, str | None]:
         return artifact, None
     claim = matches[-1].group("body").strip()
     stripped = _TRAILER.sub("", artifact).rstrip()
-    return (stripped + "\n" if artifact.endswith("\n") and stripped else stripped), claim or None
+    end = "\r\n" if artifact.endswith("\r\n") else "\n"
+    return (stripped + end if artifact.endswith("\n") and stripped else stripped), claim or None
 
 
 @dataclass
@@ -276,7 +280,7 @@ class TeamState:
                 with open_dir(self.state_dir) as directory:
                     data, _ = read_regular(directory, STATE_JSON, MAX_STATE_BYTES)
             raw = orjson.loads(data)
-            return [StateEntry(**item) for item in raw["entries"]]
+            return [_stored_entry(item) for item in raw["entries"]]
         except FileNotFoundError:
             return []
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
@@ -284,7 +288,9 @@ class TeamState:
                 # Re-read under the lock: a writer may have replaced the file since.
                 with self._lock() as directory:
                     return self._read(directory)
-            aside = f"{STATE_JSON}.corrupt-{time.time():.0f}"
+            # In nanoseconds: a rename replaces what is under its new name, and a file set
+            # aside in the same second must not replace the one set aside before it.
+            aside = f"{STATE_JSON}.corrupt-{time.time_ns()}"
             locked.rename(STATE_JSON, aside)
             logger.warning("team state %s was unreadable (%s); moved aside to %s", path, exc, aside)
             return []
@@ -296,6 +302,8 @@ class TeamState:
     def prepend(self, prompt: str) -> str:
         """``prompt`` with the team state before it under ``## Team State``, within
         ``budget.max`` tokens (unchanged when the state is empty or the layer off)."""
+        if not isinstance(prompt, str):
+            raise InvalidInputError(f"prompt must be a string, got {type(prompt).__name__}")
         block = self._block(self.budget.max)
         return f"{block}\n\n{prompt}" if block else prompt
 
@@ -354,6 +362,13 @@ class TeamState:
         """
         if verdict not in (None, "pass", "fail"):
             raise InvalidInputError(f"verdict must be 'pass', 'fail' or None, got {verdict!r}")
+        if isinstance(divergences, (str, bytes, bytearray, Mapping)) or not isinstance(
+            divergences, Iterable
+        ):
+            # A text would be taken one character per flag.
+            raise InvalidInputError(
+                f"divergences must be a list of strings, got {type(divergences).__name__}"
+            )
         flags = [_text("divergence", d) for d in divergences]
         if claim and verdict == "fail":
             flags.insert(0, "producer claimed success; QC verdict is fail")
@@ -418,7 +433,13 @@ class TeamState:
         while len(entries) > 1 and not fits(entries):
             entries = entries[1:]
         if not fits(entries):
-            only = _shrink(entries[0], lambda e: fits([e]))
+            newest = entries[0]
+            only = _shrink(newest, lambda e: fits([e]))
+            if only is None:
+                # Even cut to a character each, its lines pass a small cap: its objective alone
+                # (the whole entry is in the audit log when it has divergences).
+                heading = StateEntry(newest.objective, at=newest.at)
+                only = _shrink(heading, lambda e: fits([e]))
             # The soft cap is at least 64 bytes: a heading of one character and " …" fits.
             assert only is not None
             entries = [only]
@@ -544,6 +565,30 @@ def _os_reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{type(exc).__name__}: {exc.strerror}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _stored_entry(item: Any) -> StateEntry:
+    """An entry of ``current_state.json`` as :meth:`TeamState.record` writes it.
+
+    Raises:
+        TypeError: A field is missing, unknown or of the wrong type (a file edited by hand or
+            by another program), named: the caller moves the file aside.
+    """
+    entry = StateEntry(**item)  # TypeError: not a dict, a missing or an unknown field
+    checks = {
+        "objective": isinstance(entry.objective, str),
+        "shipped": isinstance(entry.shipped, str),
+        "claim": entry.claim is None or isinstance(entry.claim, str),
+        "verified": entry.verified is None or isinstance(entry.verified, str),
+        "verdict": entry.verdict in (None, "pass", "fail"),
+        "divergences": isinstance(entry.divergences, list)
+        and all(isinstance(d, str) for d in entry.divergences),
+        "at": isinstance(entry.at, str),
+    }
+    wrong = [name for name, ok in checks.items() if not ok]
+    if wrong:
+        raise TypeError(f"an entry's {', '.join(wrong)} is not what record writes")
+    return entry
 
 
 def _render(entries: list[StateEntry]) -> str:

@@ -76,11 +76,13 @@ from memstrata.messages import (
 )
 from memstrata.prompts import (
     READ_TOOL_RESULT_DESCRIPTION,
+    TOOL_RESULT_GONE,
     TOOL_RESULT_OFFLOADED,
     TOOL_RESULT_PRUNED,
     one_line,
     quote_notices,
 )
+from memstrata.redaction import redacted_for_log
 from memstrata.safe_files import (
     MAX_FILE_ID,
     Dir,
@@ -121,6 +123,9 @@ _RESOURCES_DIR = "resources"
 _CHUNK_CHARS = 1 << 20  # characters per stored chunk: far below a store's per-value limit
 _EARLIER_KEPT = 32  # older ids a reused call_id lists
 _SEEN_LIMIT = 50_000  # results whose offload decision is remembered
+# Characters the remembered results' keys may hold between them: a key holds the result's text,
+# so a long-running server must not keep every large result it ever saw alive.
+_SEEN_MAX_CHARS = 32 << 20
 _LISTS_KEPT = 64  # scopes whose last conversation the offload pass keeps a snapshot of
 _READ_TOOL_NAMES = frozenset({"read_tool_result"})
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
@@ -147,12 +152,28 @@ def prune_messages_sliding_window(
     """Rewrites older tool-role messages to ``[summarized: call_id=...]`` placeholders.
 
     The ``keep_recent`` latest tool messages stay verbatim; the input is not mutated. The Rust
-    kernel :func:`memstrata.prune_sliding_window` does the work.
+    kernel :func:`memstrata.prune_sliding_window` does the work. A message whose
+    ``tool_call_id`` is not a call_id a result could be stored under (empty, or holding a
+    bracket or a line break a model put there) gets a placeholder naming none, saying the text
+    is gone: the id must not write a notice of its own into the conversation.
 
     Returns:
         The new message list and how many messages were replaced.
     """
-    return prune_sliding_window(list(messages), keep_recent=keep_recent, placeholder=placeholder)
+    given = list(messages)
+    pruned, count = prune_sliding_window(given, keep_recent=keep_recent, placeholder=placeholder)
+    for i, (old, new) in enumerate(zip(given, pruned)):
+        if new is not old and not _storable_id(old.get("tool_call_id")):
+            pruned[i] = {**new, "content": TOOL_RESULT_GONE}
+    return pruned, count
+
+
+def _storable_id(call_id: Any) -> bool:
+    try:
+        check_file_id(call_id)
+    except InvalidInputError:
+        return False
+    return True
 
 
 class ToolResults:
@@ -202,6 +223,19 @@ class ToolResults:
             raise InvalidInputError(f"summarizer must be callable, got {summarizer!r}")
         if tool_calls_dir is not None and store is not None:
             raise InvalidInputError("give tool_calls_dir or store, not both")
+        if tool_calls_dir is not None and not isinstance(tool_calls_dir, (str, os.PathLike)):
+            raise InvalidInputError(
+                "tool_calls_dir must be a path (str or os.PathLike) or None, got "
+                f"{type(tool_calls_dir).__name__}"
+            )
+        if tokens is not None and not (
+            callable(getattr(tokens, "count", None))
+            and callable(getattr(tokens, "count_messages", None))
+        ):
+            raise InvalidInputError(
+                "tokens must be a token counter (with count and count_messages), got "
+                f"{type(tokens).__name__}"
+            )
         self.ttl = validate_ttl(ttl)
         self._dir = Path(tool_calls_dir) if tool_calls_dir is not None else None
         self._store: Store | None = open_store(store) if isinstance(store, str) else store
@@ -222,6 +256,8 @@ class ToolResults:
         # counted and stored once. Shared by every run of the layer, hence the scope in the key.
         self._seen: OrderedDict[tuple[Any, ...], str | None] = OrderedDict()
         self._seen_lock = threading.Lock()
+        # The characters the keys of _seen hold (a list: the runs' copies share it with _seen).
+        self._seen_chars = [0]
         # Per scope, the last conversation offload_messages saw: its snapshot, the notices
         # it put at each position (position -> block -> notice) and the version of _seen they
         # came from. _version[0] grows whenever remembered notices are rewritten (_repoint).
@@ -233,24 +269,24 @@ class ToolResults:
     @property
     def tool_calls_dir(self) -> Path | None:
         """Where this object's result files live (None when results are kept in a store): the
-        configured directory, or for a run's handle its thread's (or resource's) subdirectory,
-        created on the first write, never by a read."""
+        configured directory, or for a run's handle its scope's subdirectory
+        (``resources/<resource hash>/threads/<thread hash>``, either part left out when the
+        run has no resource or no thread), created on the first write, never by a read."""
         if self._dir is None:
             return None
         if self._scope is None:
             return self._dir
         resource, thread = self._scope
-        if thread != _NONE:
-            return self._dir / _THREADS_DIR / thread
-        if resource != _NONE:
-            return self._dir / _RESOURCES_DIR / resource
-        return self._dir
+        # Scoped as the store scopes them: two users' conversations that share a thread_id
+        # never read each other's results.
+        base = self._dir if resource == _NONE else self._dir / _RESOURCES_DIR / resource
+        return base / _THREADS_DIR / thread if thread != _NONE else base
 
     def for_thread(self, thread_id: str | None, resource_id: str | None = None) -> ToolResults:
         """The layer as one conversation sees it: the same options, its own results.
 
-        Results are kept per thread; a run with a resource but no thread keeps them per
-        resource; with neither, in the layer's unscoped space.
+        Results are kept per resource and thread (a run with only one of them, per that one;
+        with neither, in the layer's unscoped space), in a store and in files alike.
         """
         if thread_id is None and resource_id is None:
             return self
@@ -288,7 +324,7 @@ class ToolResults:
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view.tokens, view._store = tokens, store
-        view._seen, view._seen_lock = OrderedDict(), threading.Lock()
+        view._seen, view._seen_lock, view._seen_chars = OrderedDict(), threading.Lock(), [0]
         view._lists, view._version = OrderedDict(), [0]
         return view.for_thread(ctx.thread_id, ctx.resource_id)
 
@@ -484,15 +520,23 @@ class ToolResults:
         except InvalidInputError as exc:
             logger.warning("messages[%d]: not offloaded: %s", index, exc)
             return None
-        self.store(call_id, text)
+        try:
+            self.store(call_id, text)
+        except InvalidInputError as exc:  # e.g. a lone surrogate a store cannot hold
+            raise InvalidInputError(
+                f"messages[{index}]: the tool result of call {call_id} cannot be offloaded: {exc}"
+            ) from None
         return self._notice(call_id, text, tokens)
 
     def _remember(self, key: tuple[Any, ...], decided: str | None) -> None:
         with self._seen_lock:
-            self._seen[key] = decided
-            self._seen.move_to_end(key)
-            while len(self._seen) > _SEEN_LIMIT:
-                self._seen.popitem(last=False)
+            seen, chars = self._seen, self._seen_chars
+            if key not in seen:
+                chars[0] += len(key[2])
+            seen[key] = decided
+            seen.move_to_end(key)
+            while len(seen) > 1 and (len(seen) > _SEEN_LIMIT or chars[0] > _SEEN_MAX_CHARS):
+                chars[0] -= len(seen.popitem(last=False)[0][2])
 
     def keep(self, call_id: str, body: Any) -> str | None:
         """Makes ``body`` readable with ``read_tool_result`` before a context gate replaces it
@@ -594,7 +638,10 @@ class ToolResults:
                 return self._trim(summary.strip())
             except Exception as exc:
                 logger.warning(
-                    "summarizer failed (%s: %s); using the digest", type(exc).__name__, exc
+                    "summarizer failed (%s: %s); using the digest",
+                    type(exc).__name__,
+                    # Its error often quotes its request: a URL with a key in its query.
+                    redacted_for_log(str(exc)),
                 )
         return digest(text, max_tokens=self.summary_tokens, tokens=self.tokens)
 
@@ -623,7 +670,8 @@ class ToolResults:
             its older results are readable under.
 
         Raises:
-            InvalidInputError: A bad call_id, offset or max_tokens (named in the message).
+            InvalidInputError: A bad call_id, offset or max_tokens (named in the message),
+                or max_tokens too small for the next character.
             ToolError: No result is stored under this call_id (code ``not_found``).
         """
         check_file_id(call_id)
@@ -646,6 +694,13 @@ class ToolResults:
         if offset > total:
             raise InvalidInputError(f"offset {offset} is past the end ({total} chars)")
         end = _fit_prefix(rest, max_tokens, self.tokens)
+        if end == 0 and rest:
+            # An empty page would point back at the same offset: a model paging on would loop.
+            need = exact_count(self.tokens, rest[0], keep=False)
+            raise InvalidInputError(
+                f"max_tokens {max_tokens} is too small for the text at offset {offset}: its "
+                f"next character alone is {need} tokens"
+            )
         if end < len(rest):
             # Prefer to end the page at a line break in its last fifth.
             cut = rest.rfind("\n", end - end // 5, end)

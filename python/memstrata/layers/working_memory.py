@@ -60,6 +60,7 @@ from memstrata.layers.wm_tools import (
 )
 from memstrata.messages import tool_calls
 from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
+from memstrata.redaction import redacted_for_log
 from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import GetMany, Item, Namespace, Read, codec
@@ -705,8 +706,9 @@ def _copy(state: State) -> State:
 
 
 def _reason(exc: Exception) -> str:
+    """Why a stored state was set aside, for a log line: the violations echo stored values."""
     violations = getattr(exc, "violations", None)
-    return (
+    return redacted_for_log(
         "fails its schema: " + "; ".join(violations[:5]) if violations else f"is unreadable: {exc}"
     )
 

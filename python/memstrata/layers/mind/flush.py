@@ -73,7 +73,7 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         for goal in draft.goals.values():
             updates[entry_key(goal)] = _constant(goal.to_payload())
         now = now_ms()
-        goals, reflections = handle.goals, handle.reflections
+        goals, reflections = handle._goals, handle._reflections
         for goal_id, patch in draft.goal_patches.items():
             updates[entry_key(goals[goal_id])] = _goal_writer(goals[goal_id], patch, now)
         for reflection_id in draft.unpins:
@@ -128,8 +128,8 @@ def _hold_caps(
     transaction; an error flush drops this run's unpins, so its pins can pass the cap too."""
     layer = handle.layer
     now = now_ms()
-    active = {i for i, g in handle.goals.items() if g.status == "active"}
-    pinned = {i for i, r in handle.reflections.items() if r.pinned and not r.expired(now)}
+    active = {i for i, g in handle._goals.items() if g.status == "active"}
+    pinned = {i for i, r in handle._reflections.items() if r.pinned and not r.expired(now)}
     for item in changed:
         id_ = item.key.partition("/")[2]
         try:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def active_goal_count(handle: AgentMindHandle) -> int:
     """See :meth:`AgentMindHandle.active_goal_count`."""
-    committed = sum(1 for g in handle.goals.values() if g.status == "active")
+    committed = sum(1 for g in handle._goals.values() if g.status == "active")
     return committed + len(handle.draft.goals)
 
 
@@ -114,7 +114,7 @@ def complete_goal(handle: AgentMindHandle, id: str, *, outcome: str | None) -> d
         goal.status, goal.outcome, goal.updated_at = "completed", outcome, now
         handle.store.put(handle.namespace, entry_key(goal), goal.to_payload())
         del draft.goals[id]
-        handle.goals = {**handle.goals, goal.id: goal}
+        handle._goals = {**handle._goals, goal.id: goal}
         return {"status": "ok"}
     goal = _active_goal(handle, id)
     pending = draft.goal_patches.pop(goal.id, None)
@@ -138,14 +138,14 @@ def complete_goal(handle: AgentMindHandle, id: str, *, outcome: str | None) -> d
         if pending is not None:
             draft.goal_patches[goal.id] = pending
         raise
-    handle.goals = {**handle.goals, goal.id: MindGoal.from_payload(item.value)}
+    handle._goals = {**handle._goals, goal.id: MindGoal.from_payload(item.value)}
     return {"status": "ok"}
 
 
 def _active_goal(handle: AgentMindHandle, id: Any) -> MindGoal:
     if not isinstance(id, str):
         raise ToolError("id must be a string", code="invalid_arguments")
-    goal = handle.goals.get(id)
+    goal = handle._goals.get(id)
     if goal is None:
         raise ToolError(
             f"no goal with id {id!r}; find ids with mind_recall(type='goal')", code="not_found"

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from memstrata._bridge import TaskLock
 from memstrata.layers.mind import flush as _flush
-from memstrata.layers.mind import goals as _goals
+from memstrata.layers.mind import goals as _goal_writes
 from memstrata.layers.mind import header as _header
 from memstrata.layers.mind import recall as _recall
 from memstrata.layers.mind import writes as _writes
@@ -33,6 +33,7 @@ from memstrata.layers.mind.entries import (
 from memstrata.layers.mind.header import default_counter
 from memstrata.layers.mind.index import _Index, embed_one, open_index
 from memstrata.layers.mind.ranking import CompositeRanker
+from memstrata.layers.mind.records import copy_belief, copy_goal, copy_reflection
 from memstrata.layers.mind.writes import _Draft
 from memstrata.stores import Namespace, Store
 from memstrata.stores.base import Answer, ChangeMark, Read
@@ -54,9 +55,9 @@ class AgentMindHandle:
         self._tokens = tokens
         self.started_at = now_ms()
         # The committed entries: the layer's shared copy (see load), replaced, never changed.
-        self.goals: dict[str, MindGoal] = {}
-        self.beliefs: dict[str, MindBelief] = {}
-        self.reflections: dict[str, MindReflection] = {}
+        self._goals: dict[str, MindGoal] = {}
+        self._beliefs: dict[str, MindBelief] = {}
+        self._reflections: dict[str, MindReflection] = {}
         # id -> (model, dimension, row in the committed rows); see _Committed.vectors
         self._stored_vectors: dict[str, tuple[Any, int, int]] = {}
         self._committed = _Committed(None, None)
@@ -86,22 +87,35 @@ class AgentMindHandle:
         )
         self.layer._committed[self.namespace] = committed
         self._committed = committed
-        self.goals = committed.goals
-        self.beliefs = committed.beliefs
-        self.reflections = committed.reflections
+        self._goals = committed.goals
+        self._beliefs = committed.beliefs
+        self._reflections = committed.reflections
         self._stored_vectors = committed.vectors
 
     # Reading ----------------------------------------------------------------------------------
+
+    @property
+    def goals(self) -> dict[str, MindGoal]:
+        """The goals committed when the run started, with the ones this run completed: the
+        caller's own copies (changing them changes nothing the mind holds)."""
+        return {id: copy_goal(goal) for id, goal in self._goals.items()}
+
+    @property
+    def beliefs(self) -> dict[str, MindBelief]:
+        """The beliefs committed when the run started (this run's writes are in its draft until
+        the run ends): the caller's own copies."""
+        return {id: copy_belief(belief) for id, belief in self._beliefs.items()}
+
+    @property
+    def reflections(self) -> dict[str, MindReflection]:
+        """The reflections committed when the run started: the caller's own copies."""
+        return {id: copy_reflection(r) for id, r in self._reflections.items()}
 
     def counter(self) -> Any:
         """The run's token counter (a shared estimator when none was given)."""
         if self._tokens is None:
             self._tokens = default_counter()
         return self._tokens
-
-    def count_tokens(self, text: str) -> int:
-        count: int = self.counter().count(text)
-        return count
 
     def header(self, budget: int | None = None) -> str:
         """The ``--- AGENT MIND ---`` block built from the entries committed when the run
@@ -282,7 +296,7 @@ class AgentMindHandle:
         return _writes.purge_expired(self)
 
     def active_goal_count(self) -> int:
-        return _goals.active_goal_count(self)
+        return _goal_writes.active_goal_count(self)
 
     def set_goal(
         self,
@@ -294,7 +308,9 @@ class AgentMindHandle:
     ) -> dict[str, Any]:
         """Creates an active goal (buffered); fails when the active goals reach the cap."""
         with self._writing:
-            return _goals.set_goal(self, description, priority=priority, tags=tags, due_by=due_by)
+            return _goal_writes.set_goal(
+                self, description, priority=priority, tags=tags, due_by=due_by
+            )
 
     def update_goal(
         self,
@@ -306,14 +322,14 @@ class AgentMindHandle:
     ) -> dict[str, Any]:
         """Edits an active goal (buffered); ``progress`` appends a note."""
         with self._writing:
-            return _goals.update_goal(
+            return _goal_writes.update_goal(
                 self, id, description=description, priority=priority, progress=progress
             )
 
     def complete_goal(self, id: str, *, outcome: str | None = None) -> dict[str, Any]:
         """Completes an active goal and commits it at once (bypassing the draft)."""
         with self._writing:
-            return _goals.complete_goal(self, id, outcome=outcome)
+            return _goal_writes.complete_goal(self, id, outcome=outcome)
 
     # Flush ------------------------------------------------------------------------------------
 

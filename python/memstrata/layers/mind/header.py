@@ -100,23 +100,23 @@ def build_header(handle: AgentMindHandle, budget: int | None) -> str:
 def _select(handle: AgentMindHandle) -> _Selection:
     now = handle.started_at
     goals = sorted(
-        (g for g in handle.goals.values() if g.status == "active"),
+        (g for g in handle._goals.values() if g.status == "active"),
         key=lambda g: (g.created_at, g.sequence, g.id),
     )
     rules = sorted(
-        (r for r in handle.reflections.values() if r.pinned and not r.expired(now)),
+        (r for r in handle._reflections.values() if r.pinned and not r.expired(now)),
         key=lambda r: (r.created_at, r.id),
     )
     beliefs = [
         b
-        for b in handle.beliefs.values()
+        for b in handle._beliefs.values()
         if b.confidence == "high" and not b.error and (b.expires_at is None or b.expires_at > now)
     ]
     beliefs.sort(key=_BY_UPDATED, reverse=True)
     window_start = now - handle.layer.recency_window_days * DAY_MS
     recent = [
         r
-        for r in handle.reflections.values()
+        for r in handle._reflections.values()
         if not r.pinned
         and not r.error
         and r.created_at >= window_start

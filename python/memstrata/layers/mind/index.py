@@ -75,7 +75,7 @@ class _KindIndex:
     def __init__(self, handle: AgentMindHandle, cache: _IndexCache, kind: str) -> None:
         self._handle = handle
         self._cache = cache
-        self._entries = handle.beliefs if kind == "belief" else handle.reflections
+        self._entries = handle._beliefs if kind == "belief" else handle._reflections
         self._size: int | None = None
 
     def __len__(self) -> int:
@@ -168,9 +168,9 @@ def _sync_index(handle: AgentMindHandle) -> _IndexCache:
     else:
         cache.rows = {i: row for (i, row), ok in zip(matching.items(), usable.tolist()) if ok}
     rows = cache.rows
-    stale = [i for held in (handle.beliefs, handle.reflections) for i in held if i not in rows]
+    stale = [i for held in (handle._beliefs, handle._reflections) for i in held if i not in rows]
     if stale:
-        cache.rows.update(_reembed(handle, stale, {**handle.beliefs, **handle.reflections}))
+        cache.rows.update(_reembed(handle, stale, {**handle._beliefs, **handle._reflections}))
     cache.version = committed.version
     layer._indexes[handle.namespace] = cache
     return cache

@@ -100,7 +100,7 @@ def _pinned(
     now = handle.started_at
     rules = [
         r
-        for r in handle.reflections.values()
+        for r in handle._reflections.values()
         if r.pinned and tags.issubset(r.tags) and (include_expired or not r.expired(now))
     ]
     rules.sort(key=lambda r: (r.created_at, r.id))
@@ -117,7 +117,7 @@ def _recall_goals(
 ) -> list[MindRecallResult]:
     """Goals scored like beliefs: similarity of their text to the query (embedded by the
     layer's embedder), recency, and priority in place of confidence."""
-    goals = [g for g in handle.goals.values() if g.status == status and tags.issubset(g.tags)]
+    goals = [g for g in handle._goals.values() if g.status == status and tags.issubset(g.tags)]
     if not goals:
         return []
     query = np.asarray(vector, dtype=np.float64)
@@ -196,7 +196,7 @@ def _build_ranker(
     next_expiry = math.inf
     low = CONFIDENCE_SCORES["low"]
     for kind in kinds:
-        entries = handle.beliefs if kind == "belief" else handle.reflections
+        entries = handle._beliefs if kind == "belief" else handle._reflections
         if not entries:
             continue
         values: list[MindBelief | MindReflection] = list(entries.values())
@@ -271,7 +271,7 @@ def search(
     hits: list[tuple[float, str, MindBelief | MindReflection]] = []
     # Little Python runs after the scan, and it runs cold: the scan has just streamed
     # megabytes through the caches. Each hit's entry is looked up once.
-    beliefs, reflections = handle.beliefs, handle.reflections
+    beliefs, reflections = handle._beliefs, handle._reflections
     for expired in [False, True] if include_expired and kinds else [False]:
         if not kinds:
             break

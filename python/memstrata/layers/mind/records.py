@@ -75,6 +75,20 @@ def copy_goal(g: MindGoal) -> MindGoal:
     )
 
 
+def copy_reflection(r: MindReflection) -> MindReflection:
+    return MindReflection(
+        id=r.id,
+        content=r.content,
+        pinned=r.pinned,
+        tags=list(r.tags),
+        related_to=r.related_to,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        error=r.error,
+        expires_at=r.expires_at,
+    )
+
+
 def merge_confidence(
     old: ConfidenceLevel, new: ConfidenceLevel, allow_downgrade: bool
 ) -> ConfidenceLevel:

@@ -134,7 +134,7 @@ def find_duplicate_belief(
         found = next((h for h in similar if agrees(draft.beliefs[h[0]][0].content)), None)
         if found is not None:
             match = (found[0], found[1], "updated_draft")
-    beliefs = handle.beliefs
+    beliefs = handle._beliefs
     if not beliefs:
         return match
     index = handle.index().beliefs
@@ -190,7 +190,7 @@ def believe_vector(
     if id_ in handle.draft.beliefs:
         base, _old, stored_before = handle.draft.beliefs[id_]
     else:
-        base, stored_before = copy_belief(handle.beliefs[id_]), True
+        base, stored_before = copy_belief(handle._beliefs[id_]), True
     base.previous = previous_after(base, content)
     base.content = content
     base.confidence = merge_confidence(base.confidence, confidence, allow_downgrade)
@@ -276,7 +276,7 @@ def pinned_count(handle: AgentMindHandle) -> int:
     if handle._committed_pins is None:
         now = handle.started_at
         handle._committed_pins = sum(
-            1 for r in handle.reflections.values() if r.pinned and not r.expired(now)
+            1 for r in handle._reflections.values() if r.pinned and not r.expired(now)
         )
     return handle._committed_pins + handle.draft.pins
 
@@ -293,7 +293,7 @@ def unpin_reflection(handle: AgentMindHandle, id: str) -> dict[str, Any]:
         reflection.pinned = False
         draft.pins -= 1
         return {"status": "ok"}
-    stored = handle.reflections.get(id)
+    stored = handle._reflections.get(id)
     if stored is None:
         raise ToolError(
             f"no reflection with id {id!r}; find ids with mind_recall(type='reflection', "
@@ -310,7 +310,7 @@ def unpin_reflection(handle: AgentMindHandle, id: str) -> dict[str, Any]:
 
 def entry_count(handle: AgentMindHandle) -> int:
     """See :meth:`AgentMindHandle.entry_count`."""
-    committed = len(handle.goals) + len(handle.beliefs) + len(handle.reflections)
+    committed = len(handle._goals) + len(handle._beliefs) + len(handle._reflections)
     return committed - len(handle._purged) + handle.draft.created_entries()
 
 
@@ -321,8 +321,8 @@ def purge_expired(handle: AgentMindHandle) -> int:
         return 0
     cutoff = now_ms() - keep
     purged = 0
-    entries: list[MindBelief | MindReflection] = [*handle.beliefs.values()]
-    entries += handle.reflections.values()
+    entries: list[MindBelief | MindReflection] = [*handle._beliefs.values()]
+    entries += handle._reflections.values()
     archived = [e for e in entries if e.expires_at is not None and e.expires_at <= cutoff]
     for entry in archived:
         if entry.id in handle._purged or entry.id in handle.draft.beliefs:
