@@ -868,3 +868,69 @@ def test_a_cancelled_async_call_waits_for_a_held_lock_no_longer_than_lock_timeou
     got = store.get(NS, "k")
     assert got is not None and got.value == {"by": "holder"}
     store.close()
+
+
+def _terminate_other_backends(url: str) -> int:
+    """Ends every connection to the database but this one (what a server restart or a failover
+    does to a pool's idle connections); returns how many."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended is not None
+    return int(ended[0])
+
+
+def test_connections_ended_by_the_server_fail_one_call_not_one_each(url: str) -> None:
+    """After the server ends the pool's connections (a restart, a failover), the one call that
+    meets a dead connection fails and the pool drops the other dead ones, instead of handing
+    each to a later call to fail on."""
+    with PostgresStore(url, min_size=4, max_size=4) as store:
+        store.put(NS, "k", {"v": 1})
+        deadline = time.monotonic() + 10
+        while store._pool.get_stats().get("pool_available", 0) < 4:  # the pool fills itself
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert _terminate_other_backends(url) >= 4
+        failures = 0
+        for n in range(8):
+            try:
+                store.put(NS, "k", {"v": n})
+            except psycopg.OperationalError:
+                failures += 1
+        assert failures <= 1
+        item = store.get(NS, "k")
+        assert item is not None and item.value == {"v": 7}
+        assert _terminate_other_backends(url) >= 1
+        found, failures = [], 0
+        for _ in range(8):
+            try:
+                item = store.get(NS, "k")
+            except psycopg.OperationalError:
+                failures += 1
+            else:
+                found.append(item.value if item is not None else None)
+        assert failures <= 1 and found and set(map(str, found)) == {str({"v": 7})}
+
+
+async def _async_calls_after_termination(url: str) -> int:
+    failures = 0
+    store = PostgresStore(url, max_size=4)
+    try:
+        await asyncio.gather(*(store.aput(NS, f"k{n}", n) for n in range(8)))  # 4 opened
+        assert _terminate_other_backends(url) >= 4
+        for n in range(8):
+            try:
+                await store.aput(NS, "k", n)
+            except psycopg.OperationalError:
+                failures += 1
+        item = await store.aget(NS, "k")
+        assert item is not None and item.value == 7
+    finally:
+        await store.aclose()
+    return failures
+
+
+def test_async_connections_ended_by_the_server_fail_one_call_not_one_each(url: str) -> None:
+    assert asyncio.run(_async_calls_after_termination(url)) <= 1

@@ -104,7 +104,8 @@ class LoopConnections:
             self._changed.notify()
 
     async def close(self) -> None:
-        """Closes the idle connections (those in use close when they are released)."""
+        """Closes the idle connections (those in use close when they are released); later
+        calls open new ones."""
         async with self._changed:
             idle, self._idle = self._idle, []
             self._open -= len(idle)

@@ -309,6 +309,7 @@ class PostgresStore(Store):
         import psycopg
 
         self._lock_not_available: type[BaseException] = psycopg.errors.LockNotAvailable
+        self._operational_error: type[BaseException] = psycopg.OperationalError
         self.url = url
         self.lock_timeout = _checked_lock_timeout(lock_timeout)
         conninfo = _with_lock_timeout(url, self.lock_timeout)
@@ -338,18 +339,34 @@ class PostgresStore(Store):
 
         One context manager around the pool's, not two: every store call opens one."""
         self._async.close_ended()
+        conn = None
         try:
             with self._pool.connection() as conn:
                 yield conn
         except self._lock_not_available as exc:
             raise self._lock_timeout_error(exc) from exc
+        except self._operational_error:
+            if conn is not None and conn.broken:
+                # The server ended the connection (a restart, a failover, an administrator):
+                # the pool's idle ones are most likely gone too. Testing them now costs this
+                # failed call a round trip each, instead of failing one later call each.
+                with contextlib.suppress(Exception):
+                    self._pool.check()
+            raise
 
     @contextlib.asynccontextmanager
     async def _aconnection(self) -> AsyncIterator[Any]:
         """The running loop's connection (see pg_connections), as :meth:`_connection`."""
-        with self._lock_timeout_named():
-            async with self._async.current().connection() as conn:
-                yield conn
+        connections = self._async.current()
+        conn = None
+        try:
+            with self._lock_timeout_named():
+                async with connections.connection() as conn:
+                    yield conn
+        except self._operational_error:
+            if conn is not None and conn.broken:
+                await connections.close()  # the idle ones: see _connection
+            raise
 
     @contextlib.contextmanager
     def _lock_timeout_named(self) -> Iterator[None]:
