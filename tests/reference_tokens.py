@@ -20,7 +20,7 @@ import math
 import pathlib
 import random
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 CORPUS = pathlib.Path(__file__).resolve().parent / "corpus" / "tokens"
 CATEGORIES = ("prose", "code", "json", "chinese", "japanese", "korean", "european")
@@ -242,6 +242,25 @@ def _is_ascii_punct(c: str) -> bool:
 SHORT_EXACT_CHARS = 128
 
 
+# CJK ideographs and kana are judged by their runs from this share of the value, and too many
+# runs (CJK words cut short) count a chunk exactly (``CJK_MIN_SHARE``, ``CJK_SHORT_RUNS``).
+CJK_MIN_SHARE = 0.1
+CJK_SHORT_RUNS = 0.35
+# Thresholds of the checks ``diluted_signs`` weighs too (the constants of the same names).
+PUNCT_EXTRA_SHARE = 0.25
+CONTROL_SHARE = 0.2
+RARE_TWO_BYTE_SHARE = 0.25
+LONE_CJK_PUNCT_SHARE = 0.25
+UNUSUAL_SHARE = 0.15
+HARD_SHARE = 0.4
+MIXED_WHITESPACE_SHARE = 0.25
+
+
+def _unusual(f: list[float]) -> float:
+    """Characters each vocabulary spells in a varying number of tokens (``unusual``)."""
+    return 0.5 * f[22] + f[25] + f[29] + f[30]
+
+
 def unreliable(f: list[float], value: float, chars: int) -> bool:
     """Whether the linear model cannot bound a text (the kernel counts it exactly): the
     conditions of ``model_is_unreliable`` in ``rust/src/tokens/estimate.rs``."""
@@ -252,7 +271,6 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
     fragments = f[0] + f[1] + f[10]
     han_kana = f[21] + f[22] + f[23] + f[33]
     hangul = f[24] + f[25] + f[34]
-    unusual = 0.5 * f[22] + f[25] + f[29] + f[30]
     return (
         n < SHORT_EXACT_CHARS
         or n > 8.0 * e
@@ -261,19 +279,19 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or f[20] - f[19] > 0.1 * n
         or f[19] > 0.15 * n
         or f[8] > 0.1 * n
-        or f[14] > 0.25 * n
-        or unusual > 0.15 * e
+        or f[14] > PUNCT_EXTRA_SHARE * n
+        or _unusual(f) > UNUSUAL_SHARE * e
         or (fragments > 0.6 * pieces and pieces > 0.25 * e)
         or f[27] > 12.0 * f[28]
-        or (han_kana > 0.1 * e and f[31] > 0.35 * han_kana)
+        or (han_kana > CJK_MIN_SHARE * e and f[31] > CJK_SHORT_RUNS * han_kana)
         or 0.8 * (pieces + f[19]) > e
-        or f[36] > (0.2 if n < 128 else 0.4) * e
-        or f[37] > 0.25 * e
+        or f[36] > (0.2 if n < 128 else HARD_SHARE) * e
+        or f[37] > MIXED_WHITESPACE_SHARE * e
         or f[14] > 2.0 * e
-        or f[38] > 0.2 * e
-        or f[39] > 0.25 * e
+        or f[38] > CONTROL_SHARE * e
+        or f[39] > RARE_TWO_BYTE_SHARE * e
         or hangul > 8.0 * f[32]
-        or f[26] - han_kana - hangul > 0.25 * e
+        or f[26] - han_kana - hangul > LONE_CJK_PUNCT_SHARE * e
     )
 
 
@@ -405,14 +423,39 @@ def sampled_kana_cuts(chunk: str, encoding: str) -> tuple[int, int, int]:
     return pairs, cuts, repeats
 
 
-def kana_sample(chunk: str, kana: float, value: float, encoding: str) -> tuple[float, bool, bool]:
-    """The share of the value the kana cut by the sampled pairs stand for, whether most pairs
-    repeat one kana, and whether enough pairs were found (``kana_sample`` in
-    rust/src/tokens/kana.rs)."""
+class KanaSample(NamedTuple):
+    """The sampled kana pairs of a chunk (``KanaSample`` in rust/src/tokens/kana.rs)."""
+
+    pairs: int
+    cuts: int
+    repeats: int
+    kana: float
+    value: float  # at least 1
+
+    def paired(self) -> bool:
+        return self.pairs >= KANA_MIN_PAIRS
+
+    def share(self, some: int) -> float:
+        return 0.0 if self.pairs == 0 else (some * self.kana) / (self.value * self.pairs)
+
+    def judged_cuts(self) -> float:
+        return self.share(self.cuts) if self.paired() else 0.0
+
+    def repeated(self) -> bool:
+        return self.paired() and 2 * self.repeats > self.pairs
+
+    def confidence(self) -> float:
+        return min(1.0, self.pairs / KANA_MIN_PAIRS)
+
+
+NO_KANA = KanaSample(0, 0, 0, 0.0, 1.0)
+
+
+def kana_sample(chunk: str, kana: float, value: float, encoding: str) -> KanaSample:
+    """The sampled kana pairs of ``chunk`` with ``kana`` kana and model value ``value``
+    (``kana_sample`` in rust/src/tokens/kana.rs)."""
     pairs, cuts, repeats = sampled_kana_cuts(chunk, encoding)
-    if pairs < KANA_MIN_PAIRS:
-        return 0.0, False, False
-    return (cuts * kana) / (max(value, 1.0) * pairs), 2 * repeats > pairs, True
+    return KanaSample(pairs, cuts, repeats, kana, max(value, 1.0))
 
 
 def unknown_word_tokens(
@@ -536,6 +579,68 @@ def may_hold_unknown_words(f: list[float], value: float, chars: int) -> bool:
     return WORD_SAMPLE * half_tokens / 2 > share * e
 
 
+# Signs of parts the model misjudges count towards ``diluted_signs`` from this share of their
+# thresholds (``DILUTED_SIGN_MIN`` in estimate.rs), and kana are sampled for it from this share
+# of the value.
+DILUTED_SIGN_MIN = 0.4
+DILUTED_KANA_SHARE = DILUTED_SIGN_MIN * PROBE_KANA_SHARE
+
+
+def exact_count_signs(f: list[float], value: float, chars: int) -> list[float]:
+    """The signs ``unreliable`` counts a chunk exactly for, each as the share of its threshold
+    (``exact_count_signs`` in estimate.rs)."""
+    e = max(value, 1.0)
+    han_kana = f[21] + f[22] + f[23] + f[33]
+    hangul = f[24] + f[25] + f[34]
+    short_runs = f[31] / (CJK_SHORT_RUNS * han_kana) if han_kana > CJK_MIN_SHARE * e else 0.0
+    return [
+        short_runs,
+        f[14] / (PUNCT_EXTRA_SHARE * chars),
+        f[38] / (CONTROL_SHARE * e),
+        f[39] / (RARE_TWO_BYTE_SHARE * e),
+        (f[26] - han_kana - hangul) / (LONE_CJK_PUNCT_SHARE * e),
+    ]
+
+
+def diluted_signs(
+    f: list[float], value: float, chars: int, all_words: float, kana: KanaSample
+) -> float:
+    """The signs of parts the model misjudges, each as the share of its threshold it weighs,
+    added up from ``DILUTED_SIGN_MIN`` (``diluted_signs`` in estimate.rs)."""
+    e = max(value, 1.0)
+    signs = [
+        (all_words + f[36]) / (PROBE_WORDS_SHARE * e),
+        kana.confidence() * kana.share(kana.cuts) / PROBE_KANA_SHARE,
+        kana.confidence() * kana.share(kana.repeats) / PROBE_KANA_SHARE,
+        f[37] / (PROBE_WHITESPACE_SHARE * e),
+        *exact_count_signs(f, value, chars),
+    ]
+    return sum(s for s in signs if s >= DILUTED_SIGN_MIN)
+
+
+# Past this sum of the signs against the thresholds that count a chunk exactly, it is counted
+# exactly without a sample (``DILUTED_EXACT`` in estimate.rs).
+DILUTED_EXACT = 1.75
+
+
+def diluted_exact_signs(
+    f: list[float], value: float, chars: int, words: float, kana_cuts: float
+) -> float:
+    """``diluted_signs`` against the thresholds that count a chunk exactly
+    (``diluted_exact_signs`` in estimate.rs)."""
+    e = max(value, 1.0)
+    share = UNKNOWN_SHARE / 2 if chars < SHORT_CHARS else UNKNOWN_SHARE
+    signs = [
+        words / (share * e),
+        kana_cuts / KANA_CUT_SHARE,
+        f[36] / (HARD_SHARE * e),
+        f[37] / (MIXED_WHITESPACE_SHARE * e),
+        _unusual(f) / (UNUSUAL_SHARE * e),
+        *exact_count_signs(f, value, chars),
+    ]
+    return sum(s for s in signs if s >= DILUTED_SIGN_MIN)
+
+
 def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> bool:
     """Whether samples of ``text`` show the model cannot bound it (``samples_distrust`` in
     rust/src/tokens/estimate.rs)."""
@@ -547,11 +652,14 @@ def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> 
     share = UNKNOWN_SHARE / 2 if len(text) < SHORT_CHARS else UNKNOWN_SHARE
     if words > share * e:
         return True
-    kana_cuts, kana_repeat, kana_paired = 0.0, False, False
     kana_share = f[23] > PROBE_KANA_SHARE * e
-    if kana_share:
-        kana_cuts, kana_repeat, kana_paired = kana_sample(text, f[23], value, encoding)
-    if kana_cuts > KANA_CUT_SHARE or kana_repeat:
+    kana = kana_sample(text, f[23], value, encoding) if f[23] > DILUTED_KANA_SHARE * e else NO_KANA
+    kana_cuts = kana.judged_cuts() if kana_share else 0.0
+    if (
+        kana_cuts > KANA_CUT_SHARE
+        or (kana_share and kana.repeated())
+        or diluted_exact_signs(f, value, len(text), words, kana_cuts) > DILUTED_EXACT
+    ):
         return True
     two_byte = f[27]
     in_doubt = (
@@ -559,7 +667,7 @@ def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> 
         or (two_byte > e and all_words > PROBE_WORDS_SHARE_TWO_BYTE * e)
         or (two_byte > e and looked_up and all_words == 0.0)
         or kana_cuts > PROBE_KANA_SHARE
-        or (kana_share and not kana_paired and len(text) < PROBE_FEW_PAIRS_CHARS)
+        or (kana_share and not kana.paired() and len(text) < PROBE_FEW_PAIRS_CHARS)
         or f[36] > PROBE_HARD_SHARE * e
         or f[37] > PROBE_WHITESPACE_SHARE * e
         or (len(text) < PROBE_MIN_CHARS and two_byte > PROBE_SHORT_TWO_BYTE_SHARE * e)
@@ -567,6 +675,7 @@ def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> 
             sum(f[21:28]) + f[29] + f[30] + f[33] + f[34] > PROBE_SCRIPT_SHARE * e
             and sampled_script_changes(text) >= SCRIPT_CHANGES_MIN
         )
+        or diluted_signs(f, value, len(text), all_words, kana) > 1.0
     )
     return in_doubt and sample_disagrees(text, encoding, value)
 

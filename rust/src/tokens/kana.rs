@@ -143,14 +143,74 @@ pub fn sampled_kana_cuts_in<U: Unit>(
     (pairs, cuts, repeats)
 }
 
-/// What the sampled kana pairs of a chunk (`units`, its blocks' `masks`, `chars` code
-/// points) with `kana` kana and model value `value` say, as shares of the value: the kana the
-/// pairs no token holds stand for (random kana take a token each; [`KANA_CUT_SHARE`] of the
-/// value or more counts the chunk exactly), and whether most pairs are one kana twice. Runs of
-/// one kana are not Japanese: the vocabularies spell `ー` and `・` in runs of up to four a
-/// token, where the model prices each at half a token, and other kana one or two a token.
-/// Fewer than [`KANA_MIN_PAIRS`] pairs say nothing of either: the third value says whether
-/// there were that many.
+/// What the sampled kana pairs of a chunk say (see [`kana_sample`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KanaSample {
+    /// The kana pairs found: under [`KANA_MIN_PAIRS`], they say nothing the chunk is counted
+    /// exactly for, and the shares below are rough.
+    pub pairs: usize,
+    /// How many of them no token holds.
+    pub cuts: usize,
+    /// How many of them are one kana twice.
+    pub repeats: usize,
+    /// The chunk's kana.
+    pub kana: u64,
+    /// The model's value (at least 1).
+    pub value: f64,
+}
+
+impl KanaSample {
+    /// Whether the sample found enough pairs to judge the kana by.
+    pub fn paired(&self) -> bool {
+        self.pairs >= KANA_MIN_PAIRS
+    }
+
+    /// The share of the value the kana the pairs no token holds stand for (random kana take a
+    /// token each): [`KANA_CUT_SHARE`] or more counts the chunk exactly. 0 where fewer than
+    /// [`KANA_MIN_PAIRS`] were found.
+    pub fn judged_cuts(&self) -> f64 {
+        if self.paired() {
+            self.cut_share()
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether enough pairs were found and most of them are one kana twice. Runs of one kana
+    /// are not Japanese: the vocabularies spell `ー` and `・` in runs of up to four a token,
+    /// where the model prices each at half a token, and other kana one or two a token.
+    pub fn repeated(&self) -> bool {
+        self.paired() && 2 * self.repeats > self.pairs
+    }
+
+    /// The share of the value the cut kana stand for, however few the pairs.
+    pub fn cut_share(&self) -> f64 {
+        self.share(self.cuts)
+    }
+
+    /// The share of the value the repeated kana stand for, however few the pairs.
+    pub fn repeat_share(&self) -> f64 {
+        self.share(self.repeats)
+    }
+
+    /// The share of the value `some` of the pairs stand for: `some` pairs out of the pairs
+    /// found, times the chunk's kana.
+    fn share(&self, some: usize) -> f64 {
+        if self.pairs == 0 {
+            return 0.0;
+        }
+        (some as f64 * self.kana as f64) / (self.value * self.pairs as f64)
+    }
+
+    /// How far the pairs found go towards [`KANA_MIN_PAIRS`], at most 1: what the shares of
+    /// a sample with fewer pairs weigh.
+    pub fn confidence(&self) -> f64 {
+        (self.pairs as f64 / KANA_MIN_PAIRS as f64).min(1.0)
+    }
+}
+
+/// The sampled kana pairs of a chunk (`units`, its blocks' `masks`, `chars` code points)
+/// with `kana` kana and model value `value` (see [`KanaSample`]).
 pub fn kana_sample<U: Unit>(
     units: &[U],
     masks: &[WordMasks],
@@ -158,13 +218,15 @@ pub fn kana_sample<U: Unit>(
     kana: u64,
     value: f64,
     encoding: Encoding,
-) -> (f64, bool, bool) {
+) -> KanaSample {
     let (pairs, cuts, repeats) = sampled_kana_cuts_in(units, masks, chars, encoding);
-    if pairs < KANA_MIN_PAIRS {
-        return (0.0, false, false);
+    KanaSample {
+        pairs,
+        cuts,
+        repeats,
+        kana,
+        value: value.max(1.0),
     }
-    let cut_share = (cuts as f64 * kana as f64) / (value.max(1.0) * pairs as f64);
-    (cut_share, 2 * repeats > pairs, true)
 }
 
 #[cfg(test)]
