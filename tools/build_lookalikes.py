@@ -180,15 +180,25 @@ def render(groups: dict[tuple[str, ...], list[str]], skip: list[int], sources: l
     lines.append("")
     lines.append("# Characters that show nothing on their own: format characters, combining marks,")
     lines.append("# default ignorable code points. A regular expression character class body.")
-    lines.append("SKIPPED = (")
-    lines.extend(f'    "{chunk}"' for chunk in lines_of(ranges(skip)))
-    lines.append(")")
-    lines.append("")
-    lines.append("# Every character READINGS lists, as a character class body.")
-    lines.append("READ_AS_MARKER = (")
-    points = sorted(ord(c) for chars in groups.values() for c in chars)
-    lines.extend(f'    "{chunk}"' for chunk in lines_of(ranges(points)))
-    lines.append(")")
+    lines.append(
+        "# Split at the end of the Basic Multilingual Plane: a class of BMP characters only is"
+    )
+    lines.append("# matched by a bitmap lookup, one with others by a scan of its ranges.")
+    read = sorted(ord(c) for chars in groups.values() for c in chars)
+    for name, points in (
+        ("SKIPPED", [cp for cp in skip if cp <= 0xFFFF]),
+        ("SKIPPED_ASTRAL", [cp for cp in skip if cp > 0xFFFF]),
+        ("READ_AS_MARKER", [cp for cp in read if cp <= 0xFFFF]),
+        ("READ_AS_MARKER_ASTRAL", [cp for cp in read if cp > 0xFFFF]),
+    ):
+        if name == "READ_AS_MARKER":
+            lines.append("")
+            lines.append(
+                "# Every character READINGS lists, as a character class body, split alike."
+            )
+        lines.append(f"{name} = (")
+        lines.extend(f'    "{chunk}"' for chunk in lines_of(ranges(points)))
+        lines.append(")")
     return "\n".join(lines) + "\n"
 
 

@@ -175,17 +175,18 @@ def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
     invisible characters (zero widths, joiners, variation selectors, combining marks) between
     its characters."""
     text = quote_notices(text, json_text=json_text)
-    if "<" not in text and (text.isascii() or not _LESS_THAN.search(text)):
+    if "<" not in text and (text.isascii() or not any(c in text for c in _LESS_THANS)):
         return text
     if _plain(text):
         pattern = _tag_pattern(label)
         escape = "\\u003c" if json_text else "&lt;"
         return pattern.sub(lambda m: escape + m.group(0)[1:], text)
-    words = ("/", label.lower()), (label.lower(),)
+    # "/" then the label, or the label alone (reading starts at the label: place (1, 0)).
+    words, starts = ("/", label.lower()), {(0, 0), (1, 0)}
     out, last = [], 0
     for found in _tag_candidates(label).finditer(text):
         i = found.start()
-        if any(after not in _WORD_CHARS for w in words for after in _after_words(text, i + 1, w)):
+        if any(after not in _WORD_CHARS for after in _after_words(text, i + 1, words, starts)):
             out.append(text[last:i])
             # In JSON text the bracket's \u escape: the same string value, no bracket shown.
             out.append(_json_escape(text[i]) if json_text else "&lt;")
@@ -211,21 +212,34 @@ def _tag_pattern(label: str) -> re.Pattern[str]:
 _READINGS = _lookalikes.READINGS
 
 
-def _reading_class(marker: str) -> str:
-    """A character class of ``marker`` and every character that reads as it (or as something
-    ending with it: ``≪`` reads "<<")."""
+def _read_as(marker: str) -> str:
+    """``marker`` and every character that reads as it (or as something ending with it: ``≪``
+    reads "<<")."""
     chars = (c for c, readings in _READINGS.items() if any(r.endswith(marker) for r in readings))
-    return "[" + re.escape(marker) + "".join(chars) + "]"
+    return marker + "".join(chars)
 
 
-# The characters that read as "<", "/" and "[" (a fullwidth "<", an angle quotation mark...).
-_LESS_THAN = re.compile(_reading_class("<"))
-_SLASH = re.compile(_reading_class("/"))
-_LEFT_BRACKET = re.compile(_reading_class("["))
+# The characters that read as "<", "/" and "[" (a fullwidth "<", an angle quotation mark...),
+# and classes of them. Whether a text holds any is asked character by character (``in``, at
+# memchr speed): a regular expression scans slower for so few.
+_LESS_THANS = _read_as("<")
+_LEFT_BRACKETS = _read_as("[")
+_LESS_THAN = re.compile(f"[{re.escape(_LESS_THANS)}]")
+_SLASH = re.compile(f"[{re.escape(_read_as('/'))}]")
+_LEFT_BRACKET = re.compile(f"[{re.escape(_LEFT_BRACKETS)}]")
 # Characters that read as other characters or show nothing on their own: text without any
 # reads as it is spelt (see _plain).
 _LOOK_ALIKE = re.compile(f"[{_lookalikes.READ_AS_MARKER}{_lookalikes.SKIPPED}]")
-_SKIPPED = re.compile(f"[{_lookalikes.SKIPPED}]")
+_LOOK_ALIKE_ASTRAL = re.compile(
+    f"[{_lookalikes.READ_AS_MARKER_ASTRAL}{_lookalikes.SKIPPED_ASTRAL}]"
+)
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_SKIPPED = re.compile(f"[{_lookalikes.SKIPPED}]|[{_lookalikes.SKIPPED_ASTRAL}]")
+# Spaces and characters that show nothing, any number of them.
+# (The range check first: a class outside the BMP is a scan of its ranges, not a lookup.)
+_SKIP = (
+    f"(?:[\\s{_lookalikes.SKIPPED}]|(?=[\\U00010000-\\U0010ffff])[{_lookalikes.SKIPPED_ASTRAL}])*"
+)
 _CANDIDATES: dict[str, re.Pattern[str]] = {}
 
 
@@ -237,7 +251,7 @@ def _tag_candidates(label: str) -> re.Pattern[str]:
     the next one."""
     pattern = _CANDIDATES.get(label)
     if pattern is None:
-        skip = f"[\\s{_lookalikes.SKIPPED}]*"
+        skip = _SKIP
         first = re.escape(label[:1].lower()) + re.escape(label[:1].upper())
         pattern = _CANDIDATES[label] = re.compile(
             f"{_LESS_THAN.pattern}(?={skip}(?:{_SLASH.pattern}{skip})?(?:[{first}]|[^\\x00-\\x7f]))"
@@ -253,7 +267,13 @@ def _plain(text: str) -> bool:
     """Whether ``text`` reads as it is spelt (no character that reads as another, nothing
     invisible), so that a case-insensitive pattern finds what a reader would; checked at C
     speed."""
-    return text.isascii() or not _LOOK_ALIKE.search(text)
+    if text.isascii():
+        return True
+    # Two searches: a class of BMP characters alone is a bitmap lookup, a hundred times faster
+    # than one that also holds characters outside it, which most text has none of.
+    return not _LOOK_ALIKE.search(text) and not (
+        _ASTRAL.search(text) and _LOOK_ALIKE_ASTRAL.search(text)
+    )
 
 
 def _json_escape(c: str) -> str:
@@ -283,13 +303,15 @@ def _readings(c: str) -> tuple[str, ...]:
     return () if _SKIPPED.match(c) else (c,)
 
 
-def _after_words(text: str, start: int, words: tuple[str, ...]) -> set[str]:
+def _after_words(
+    text: str, start: int, words: tuple[str, ...], starts: set[tuple[int, int]] | None = None
+) -> set[str]:
     """The characters that may come right after ``words`` when ``text`` is read from
     ``start``, with any spaces before each word and each character read as any of its
     readings (``""`` for the end of the text); empty when no reading of the text gives
-    ``words``."""
-    # Each state is a place in ``words``: (word, offset in it).
-    states = {(0, 0)}
+    ``words``. ``starts`` are the places in ``words`` reading may begin at, (word, offset in
+    it): the first word's start unless given."""
+    states = starts or {(0, 0)}
     after: set[str] = set()
     done = (len(words), 0)
     for i in range(start, len(text)):
@@ -355,7 +377,7 @@ def quote_notices(text: str, *, json_text: bool = False) -> str:
     placeholder or a pointer the library wrote. An opening is found as a reader would see it,
     as for :func:`in_tagged_block`: in any case, with any spaces, in compatibility forms (a
     fullwidth ``[``, fullwidth letters) and with invisible format characters inside."""
-    if "[" not in text and (text.isascii() or not _LEFT_BRACKET.search(text)):
+    if "[" not in text and (text.isascii() or not any(c in text for c in _LEFT_BRACKETS)):
         return text
 
     def quoted(bracket: str) -> str:
@@ -365,7 +387,7 @@ def quote_notices(text: str, *, json_text: bool = False) -> str:
         plain = quoted("[")
         return _NOTICE_PATTERN.sub(lambda _: plain, text)
     out, last = [], 0
-    for found in _LEFT_BRACKET.finditer(text):
+    for found in _NOTICE_CANDIDATES.finditer(text):
         i = found.start()
         if any(_after_words(text, i + 1, words) for words in _NOTICE_WORDS):
             out.append(text[last:i])
@@ -383,6 +405,13 @@ def _notice_words(opening: str) -> tuple[str, ...]:
 
 
 _NOTICE_WORDS = tuple(_notice_words(opening) for opening in _NOTICE_OPENINGS)
+# The places a notice opening may start, found at C speed (as _tag_candidates does for tags):
+# a "[" (or a character that reads as one), spaces and invisible characters, then the first
+# letter of an opening or any character that is not ASCII; _after_words decides.
+_FIRST = "".join(sorted({words[0][0] for words in _NOTICE_WORDS}))
+_NOTICE_CANDIDATES = re.compile(
+    f"{_LEFT_BRACKET.pattern}(?={_SKIP}(?:[{re.escape(_FIRST + _FIRST.upper())}]|[^\\x00-\\x7f]))"
+)
 # The same match on text that reads as it is spelt (see _plain): the bracket, when any spaces
 # and the words follow it in any case. Possessive repeats: indented JSON has a "[" and a run of
 # spaces on every other line, which plain repeats would try again for each word.
