@@ -555,3 +555,22 @@ def test_text_that_only_looks_near_a_marker_is_shown_as_written(text: str, json_
     value = json.dumps({"k": text}, ensure_ascii=False) if json_text else text
     assert in_tagged_block(value, "working_memory", json_text=json_text) == value
     assert in_tagged_block(value, "human", json_text=json_text) == value
+
+
+@pytest.mark.parametrize("unit", ["</working_memoryy", "<\u200b/working_memoryy"])
+def test_a_cut_memory_cannot_end_on_a_tag(unit: str) -> None:
+    # A memory over the budget it is shown under is cut, and the cut notice follows on a line
+    # of its own: a cut right after "</working_memory" of "</working_memoryy" must not leave a
+    # tag ended by that line break. The padding moves where the cut falls.
+    for pad in range(len(unit)):
+        store = InMemoryStore()
+        with MemoryStack([WorkingMemory()], store=store).run(thread_id="t") as run:
+            run.layer("working-memory").update("p" * pad + unit * 200)
+        tight = MemoryStack(
+            [WorkingMemory(), WorkingMemory(name="persona")], store=store, total_budget=400
+        )
+        with tight.run(thread_id="t") as run:
+            block = str(run.prepare([])[0]["content"])
+        body = block[block.index("<working_memory>\n") + 17 : block.rindex("\n</working_memory>")]
+        assert "[... cut: this memory is" in body
+        assert not re.search(r"</?working_memory(?![a-z0-9_-])", reads(body)), (pad, body[-60:])
