@@ -185,9 +185,14 @@ def test_look_alike_characters_read_as_the_marker_characters(char: str, reads_as
     assert reads_as in prompts._readings(char)
 
 
-@pytest.mark.parametrize("char", ["\u200b", "\u0338", "\ufe0f", "\u3164", "\U000e0041"])
+@pytest.mark.parametrize("char", ["\u200b", "\u0338", "\ufe0f", "\u3164", "\U000e007f"])
 def test_characters_that_show_nothing_are_skipped(char: str) -> None:
     assert prompts._readings(char) == ()
+
+
+def test_a_tag_character_reads_as_nothing_and_as_the_ascii_it_mirrors() -> None:
+    assert set(prompts._readings("\U000e0041")) == {"", "a"}
+    assert set(prompts._readings("\U000e003c")) == {"", "<"}
 
 
 @pytest.mark.parametrize("char", ["\u65e5", "\u0436", "\u3008", "\u2045", "\u3010", "a", "<"])

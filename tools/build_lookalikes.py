@@ -23,9 +23,10 @@ read as. A character reads as:
   same (the Cyrillic o U+043E reads "o"; the palochka U+04C0 reads "l", "1" and "i", since a
   capital I has the prototype "l"; the angle quotation mark U+2039 reads "<").
 
-Characters that show nothing on their own (format characters, combining marks, and the default
-ignorable code points: variation selectors, Hangul fillers...) are listed apart: a reader skips
-them.
+The tag characters (U+E0020...U+E007E) read as nothing and as the ASCII characters they
+mirror. Other characters that show nothing on their own (format characters, combining marks,
+and the default ignorable code points: variation selectors, Hangul fillers...) are listed
+apart: a reader skips them.
 """
 
 from __future__ import annotations
@@ -109,6 +110,12 @@ def build(
         c = chr(cp)
         category = unicodedata.category(c)
         if category == "Cs" or (category == "Cn" and cp not in ignorable):
+            continue
+        mirrored = chr(cp - 0xE0000).lower() if 0xE0020 <= cp <= 0xE007E else ""
+        if mirrored in MARKER_CHARS and mirrored:
+            # A tag character shows nothing, but a model whose tokenizer sees its bytes may
+            # read it as the ASCII character it mirrors: both readings ("" is none).
+            groups.setdefault(("", mirrored), []).append(c)
             continue
         if skipped(c):
             skip.append(cp)
