@@ -78,6 +78,10 @@ ORDINARY = [
     "```python\nprint('<b>hi</b>')\n```",
     "中文笔记 用户喜欢简短的回答",
     "x < y and y > z",
+    # Russian with "<" and "[" (its letters look like Latin ones), JSON with "[".
+    "\u0415\u0441\u043b\u0438 x < y, \u0442\u043e [\u0441\u043c. \u0432\u044b\u0448\u0435] "
+    "<\u043e\u043a/>",
+    '{"tags": ["summary", "tool"], "rows": [[1, 2], [3]], "note": "[see below]"}',
 ]
 HEADINGS = {
     "--- AGENT MIND ---",

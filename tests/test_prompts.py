@@ -198,3 +198,12 @@ def test_a_tag_character_reads_as_nothing_and_as_the_ascii_it_mirrors() -> None:
 @pytest.mark.parametrize("char", ["\u65e5", "\u0436", "\u3008", "\u2045", "\u3010", "a", "<"])
 def test_other_characters_read_as_themselves(char: str) -> None:
     assert prompts._readings(char) == (char.lower(),)
+
+
+def test_the_look_alike_table_reads_only_as_marker_characters() -> None:
+    from memstrata import _lookalikes
+
+    allowed = set(_lookalikes.MARKER_CHARS)
+    for char, readings in _lookalikes.READINGS.items():
+        assert not char.isascii() and readings, char
+        assert all(set(reading) <= allowed for reading in readings), (char, readings)
