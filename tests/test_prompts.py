@@ -148,3 +148,62 @@ def test_a_tag_with_a_letter_that_case_folds_to_ascii_is_escaped(label: str, tag
     assert prompts.in_tagged_block(json_text, label, json_text=True) == (
         f'{{"k": "\\u003c{tag[1:]}"}}'
     )
+
+
+def test_markers_are_made_of_the_characters_the_look_alike_table_covers() -> None:
+    # The table (tools/build_lookalikes.py) only says how characters read as these: a notice
+    # opening with another character would be matched by its spelling alone.
+    from memstrata import _lookalikes
+
+    for words in prompts._NOTICE_WORDS:
+        assert set("".join(words)) <= set(_lookalikes.MARKER_CHARS), words
+    assert set("</abcdefghijklmnopqrstuvwxyz0123456789_-[") <= set(_lookalikes.MARKER_CHARS)
+
+
+@pytest.mark.parametrize(
+    ("char", "reads_as"),
+    [
+        ("\u043e", "o"),  # Cyrillic o
+        ("\u03bf", "o"),  # Greek omicron
+        ("\u0430", "a"),
+        ("\u0131", "i"),  # dotless i
+        ("\u017f", "f"),  # long s: Unicode says it looks like an f
+        ("\u017f", "s"),  # and it is an s
+        ("\u212a", "k"),  # Kelvin sign
+        ("\u04c0", "i"),  # palochka: looks like a capital I
+        ("\u2039", "<"),
+        ("\u02c2", "<"),
+        ("\uff1c", "<"),
+        ("\u2215", "/"),
+        ("\u2044", "/"),
+        ("\uff3b", "["),
+        ("\u00f6", "o"),  # a letter with an accent
+        ("\u2026", "..."),
+    ],
+)
+def test_look_alike_characters_read_as_the_marker_characters(char: str, reads_as: str) -> None:
+    assert reads_as in prompts._readings(char)
+
+
+@pytest.mark.parametrize("char", ["\u200b", "\u0338", "\ufe0f", "\u3164", "\U000e007f"])
+def test_characters_that_show_nothing_are_skipped(char: str) -> None:
+    assert prompts._readings(char) == ()
+
+
+def test_a_tag_character_reads_as_nothing_and_as_the_ascii_it_mirrors() -> None:
+    assert set(prompts._readings("\U000e0041")) == {"", "a"}
+    assert set(prompts._readings("\U000e003c")) == {"", "<"}
+
+
+@pytest.mark.parametrize("char", ["\u65e5", "\u0436", "\u3008", "\u2045", "\u3010", "a", "<"])
+def test_other_characters_read_as_themselves(char: str) -> None:
+    assert prompts._readings(char) == (char.lower(),)
+
+
+def test_the_look_alike_table_reads_only_as_marker_characters() -> None:
+    from memstrata import _lookalikes
+
+    allowed = set(_lookalikes.MARKER_CHARS)
+    for char, readings in _lookalikes.READINGS.items():
+        assert not char.isascii() and readings, char
+        assert all(set(reading) <= allowed for reading in readings), (char, readings)

@@ -14,8 +14,8 @@ end of this module, so that text a model stored can never pass for the block's o
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Iterator
+
+from memstrata import _lookalikes
 
 # Working memory (layers/working_memory.py) ---------------------------------------------------
 
@@ -169,24 +169,27 @@ def in_tagged_block(text: str, label: str, *, json_text: bool = False) -> str:
     opening is quoted (:func:`quote_notices`), so only the library's notices read as notices.
 
     A tag is found as a reader would see it: in any case, with spaces inside, and also spelt
-    with compatibility forms (the fullwidth and small forms of ``<`` and ``/``, fullwidth or
-    styled letters) or with invisible format characters (zero widths, joiners, soft hyphens,
-    the BOM) between its characters."""
+    with characters that look like the ones it is made of (see :func:`_readings`: fullwidth or
+    styled forms, letters of other scripts such as a Cyrillic o (U+043E), angle quotation marks and
+    arrowheads for ``<``, division and fraction slashes for ``/``, letters with accents) or with
+    invisible characters (zero widths, joiners, variation selectors, combining marks) between
+    its characters."""
     text = quote_notices(text, json_text=json_text)
-    if "<" not in text and "\ufe64" not in text and "\uff1c" not in text:
+    if "<" not in text and (text.isascii() or not any(c in text for c in _LESS_THANS)):
         return text
     if _plain(text):
         pattern = _tag_pattern(label)
         escape = "\\u003c" if json_text else "&lt;"
         return pattern.sub(lambda m: escape + m.group(0)[1:], text)
-    wanted = _fold(label)
+    # "/" then the label, or the label alone (reading starts at the label: place (1, 0)).
+    words, starts = ("/", label.lower()), {(0, 0), (1, 0)}
     out, last = [], 0
     for found in _tag_candidates(label).finditer(text):
         i = found.start()
-        if _tag_at(text, i + 1, wanted):
+        if any(after not in _WORD_CHARS for after in _after_words(text, i + 1, words, starts)):
             out.append(text[last:i])
             # In JSON text the bracket's \u escape: the same string value, no bracket shown.
-            out.append(f"\\u{ord(text[i]):04x}" if json_text else "&lt;")
+            out.append(_json_escape(text[i]) if json_text else "&lt;")
             last = i + 1
     if not out:
         return text
@@ -206,66 +209,152 @@ def _tag_pattern(label: str) -> re.Pattern[str]:
     return pattern
 
 
+_READINGS = _lookalikes.READINGS
+
+
+def _read_as(marker: str) -> str:
+    """``marker`` and every character that reads as it (or as something ending with it: ``≪``
+    reads "<<")."""
+    chars = (c for c, readings in _READINGS.items() if any(r.endswith(marker) for r in readings))
+    return marker + "".join(chars)
+
+
+# The characters that read as "<", "/" and "[" (a fullwidth "<", an angle quotation mark...),
+# and classes of them. Whether a text holds any is asked character by character (``in``, at
+# memchr speed): a regular expression scans slower for so few.
+_LESS_THANS = _read_as("<")
+_LEFT_BRACKETS = _read_as("[")
+_LESS_THAN = re.compile(f"[{re.escape(_LESS_THANS)}]")
+_SLASH = re.compile(f"[{re.escape(_read_as('/'))}]")
+_LEFT_BRACKET = re.compile(f"[{re.escape(_LEFT_BRACKETS)}]")
+# Characters that read as other characters or show nothing on their own: text without any
+# reads as it is spelt (see _plain).
+_LOOK_ALIKE = re.compile(f"[{_lookalikes.READ_AS_MARKER}{_lookalikes.SKIPPED}]")
+_LOOK_ALIKE_ASTRAL = re.compile(
+    f"[{_lookalikes.READ_AS_MARKER_ASTRAL}{_lookalikes.SKIPPED_ASTRAL}]"
+)
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_SKIPPED = re.compile(f"[{_lookalikes.SKIPPED}]|[{_lookalikes.SKIPPED_ASTRAL}]")
+# Spaces and characters that show nothing, any number of them.
+# (The range check first: a class outside the BMP is a scan of its ranges, not a lookup.)
+_SKIP = (
+    f"(?:[\\s{_lookalikes.SKIPPED}]|(?=[\\U00010000-\\U0010ffff])[{_lookalikes.SKIPPED_ASTRAL}])*"
+)
 _CANDIDATES: dict[str, re.Pattern[str]] = {}
 
 
 def _tag_candidates(label: str) -> re.Pattern[str]:
-    """The places a tag of ``label`` may start, found at C speed: a "<" (or a form of it)
-    followed by spaces and invisible characters, maybe a "/", then the label's first letter or
-    any character that is not ASCII (it may fold to that letter); :func:`_tag_at` decides.
-    Only the "<" is matched, so a candidate never hides the next one."""
+    """The places a tag of ``label`` may start, found at C speed: a "<" (or a character that
+    reads as one) followed by spaces and invisible characters, maybe a "/" (or its look-alike),
+    then the label's first letter or any character that is not ASCII (it may read as that
+    letter); :func:`_after_words` decides. Only the "<" is matched, so a candidate never hides
+    the next one."""
     pattern = _CANDIDATES.get(label)
     if pattern is None:
-        skip = "[\\s" + _FORMAT.pattern[1:-1] + "]*"
+        skip = _SKIP
         first = re.escape(label[:1].lower()) + re.escape(label[:1].upper())
         pattern = _CANDIDATES[label] = re.compile(
-            f"[<\ufe64\uff1c](?={skip}(?:[/\uff0f]{skip})?(?:[{first}]|[^\\x00-\\x7f]))"
+            f"{_LESS_THAN.pattern}(?={skip}(?:{_SLASH.pattern}{skip})?(?:[{first}]|[^\\x00-\\x7f]))"
         )
     return pattern
 
 
-# The characters that read as "<", "/" and "[" once compatibility forms are folded (NFKC).
+# The characters a tag name is made of: a tag ends where the next one is none of these.
 _WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
-# Invisible characters: the format characters (Unicode category Cf, as of Unicode 14) and the
-# combining grapheme joiner, which joins nothing on its own.
-_FORMAT = re.compile(
-    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
-    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
-    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
-    "\U000e0020-\U000e007f]"
-)
-
-
 def _plain(text: str) -> bool:
-    """Whether ``text`` reads as it is spelt (no compatibility forms, no format characters),
-    so that a case-insensitive pattern finds what a reader would; checked at C speed."""
-    return text.isascii() or (unicodedata.is_normalized("NFKC", text) and not _FORMAT.search(text))
+    """Whether ``text`` reads as it is spelt (no character that reads as another, nothing
+    invisible), so that a case-insensitive pattern finds what a reader would; checked at C
+    speed."""
+    if text.isascii():
+        return True
+    # Two searches: a class of BMP characters alone is a bitmap lookup, a hundred times faster
+    # than one that also holds characters outside it, which most text has none of.
+    return not _LOOK_ALIKE.search(text) and not (
+        _ASTRAL.search(text) and _LOOK_ALIKE_ASTRAL.search(text)
+    )
 
 
-def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
+def _json_escape(c: str) -> str:
+    """``c`` as a JSON ``\\u`` escape (a surrogate pair outside the Basic Multilingual Plane)."""
+    code = ord(c)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
-def _folded(text: str, start: int) -> Iterator[str]:
-    """The characters of ``text`` from ``start`` as a reader compares them: compatibility
-    forms folded (NFKC), case folded, invisible characters (see ``_FORMAT``) skipped."""
+def _readings(c: str) -> tuple[str, ...]:
+    """What a reader may take ``c`` for, in the characters the library's markers are made of
+    (empty for a character that shows nothing on its own, which a reader skips).
+
+    ASCII reads as it is spelt (in any case). Any other character reads as its compatibility
+    form (the fullwidth U+FF1C as "<"), as its letter without accents or other marks (``ö``
+    as "o"), and as every character it is confusable with by Unicode's own table (Unicode TR39
+    "confusables": the Cyrillic U+043E as "o", the angle quotation mark U+2039 as "<", the
+    long s U+017F as "s" and as "f"). A tag character (U+E0020...U+E007E) reads as nothing and
+    as the ASCII character it mirrors. The table is generated by ``tools/build_lookalikes.py``;
+    a character it does not list reads as itself."""
+    if c.isascii():
+        return (c.lower(),)
+    found = _READINGS.get(c)
+    if found is not None:
+        return found
+    return () if _SKIPPED.match(c) else (c,)
+
+
+def _after_words(
+    text: str, start: int, words: tuple[str, ...], starts: set[tuple[int, int]] | None = None
+) -> set[str]:
+    """The characters that may come right after ``words`` when ``text`` is read from
+    ``start``, with any spaces before each word and each character read as any of its
+    readings (``""`` for the end of the text); empty when no reading of the text gives
+    ``words``. ``starts`` are the places in ``words`` reading may begin at, (word, offset in
+    it): the first word's start unless given."""
+    states = starts or {(0, 0)}
+    after: set[str] = set()
+    done = (len(words), 0)
     for i in range(start, len(text)):
         c = text[i]
-        if c.isascii():
-            yield c.lower()
-        elif c != "\u034f" and unicodedata.category(c) != "Cf":
-            yield from _fold(c)
+        readings = _readings(c)
+        if not readings:
+            continue
+        if done in states and not c.isascii():
+            # A character that reads as a letter may still be taken as itself: the end of a
+            # tag name, when it comes right after one.
+            after.add(c)
+        states = {
+            state
+            for place in states
+            for reading in readings
+            if (state := _advance(words, place, reading, after)) is not None
+        }
+        if not states:
+            return after
+    if done in states:
+        after.add("")
+    return after
 
 
-def _tag_at(text: str, start: int, label: str) -> bool:
-    """Whether ``text`` from ``start`` (just past a ``<``) reads as ``/label`` or ``label``
-    ending a tag name: ``\\s*/?\\s*label(?![a-z0-9_-])`` on the folded characters."""
-    return any(
-        after is not None and after not in _WORD_CHARS
-        for after in (_after_words(text, start, ("/", label)), _after_words(text, start, (label,)))
-    )
+def _advance(
+    words: tuple[str, ...], place: tuple[int, int], reading: str, after: set[str]
+) -> tuple[int, int] | None:
+    """The place in ``words`` after ``reading``, or None where it does not fit; a reading
+    that goes on past the last word adds its next character to ``after``."""
+    w, k = place
+    for c in reading:
+        if w == len(words):
+            after.add(c)
+            return None
+        if k == 0 and c.isspace():
+            continue
+        if c != words[w][k]:
+            return None
+        k += 1
+        if k == len(words[w]):
+            w, k = w + 1, 0
+    return w, k
 
 
 # The openings of the notices memstrata writes into a conversation: stored text quoting one is
@@ -289,19 +378,19 @@ def quote_notices(text: str, *, json_text: bool = False) -> str:
     placeholder or a pointer the library wrote. An opening is found as a reader would see it,
     as for :func:`in_tagged_block`: in any case, with any spaces, in compatibility forms (a
     fullwidth ``[``, fullwidth letters) and with invisible format characters inside."""
-    if "[" not in text and "\ufe47" not in text and "\uff3b" not in text:
+    if "[" not in text and (text.isascii() or not any(c in text for c in _LEFT_BRACKETS)):
         return text
 
     def quoted(bracket: str) -> str:
-        return f"\\u{ord(bracket):04x}" if json_text else "("
+        return _json_escape(bracket) if json_text else "("
 
     if _plain(text):
         plain = quoted("[")
         return _NOTICE_PATTERN.sub(lambda _: plain, text)
     out, last = [], 0
-    for found in _LEFT_BRACKET.finditer(text):
+    for found in _NOTICE_CANDIDATES.finditer(text):
         i = found.start()
-        if any(_words_at(text, i + 1, words) for words in _NOTICE_WORDS):
+        if any(_after_words(text, i + 1, words) for words in _NOTICE_WORDS):
             out.append(text[last:i])
             out.append(quoted(text[i]))
             last = i + 1
@@ -311,15 +400,19 @@ def quote_notices(text: str, *, json_text: bool = False) -> str:
     return "".join(out)
 
 
-_LEFT_BRACKET = re.compile("[\\[\ufe47\uff3b]")
-
-
 def _notice_words(opening: str) -> tuple[str, ...]:
     """An opening past its ``[`` as words: ``("summarized", ":")``."""
     return tuple(re.findall(r"[a-z]+|[^a-z\s]", opening[1:].casefold()))
 
 
 _NOTICE_WORDS = tuple(_notice_words(opening) for opening in _NOTICE_OPENINGS)
+# The places a notice opening may start, found at C speed (as _tag_candidates does for tags):
+# a "[" (or a character that reads as one), spaces and invisible characters, then the first
+# letter of an opening or any character that is not ASCII; _after_words decides.
+_FIRST = "".join(sorted({words[0][0] for words in _NOTICE_WORDS}))
+_NOTICE_CANDIDATES = re.compile(
+    f"{_LEFT_BRACKET.pattern}(?={_SKIP}(?:[{re.escape(_FIRST + _FIRST.upper())}]|[^\\x00-\\x7f]))"
+)
 # The same match on text that reads as it is spelt (see _plain): the bracket, when any spaces
 # and the words follow it in any case. Possessive repeats: indented JSON has a "[" and a run of
 # spaces on every other line, which plain repeats would try again for each word.
@@ -329,24 +422,3 @@ _NOTICE_PATTERN = re.compile(
     + "))",
     re.IGNORECASE,
 )
-
-
-def _words_at(text: str, start: int, words: tuple[str, ...]) -> bool:
-    """Whether ``text`` from ``start`` reads as ``words`` with any spaces between them (on
-    the folded characters, see :func:`_folded`)."""
-    return _after_words(text, start, words) is not None
-
-
-def _after_words(text: str, start: int, words: tuple[str, ...]) -> str | None:
-    """The folded character after ``words`` read from ``start`` with any spaces before each
-    word (``""`` at the end of the text), or None when the text does not read so."""
-    chars = _folded(text, start)
-    c = next(chars, "")
-    for word in words:
-        while c.isspace():
-            c = next(chars, "")
-        for wanted in word:
-            if c != wanted:
-                return None
-            c = next(chars, "")
-    return c

@@ -441,7 +441,10 @@ class WorkingMemoryHandle:
         )
         keep = len(body) * limit // tokens
         while True:
-            block = self._block(f"{body[:keep]}\n{notice}" if keep else notice)
+            # Escaped again once cut: the line break before the notice could end a tag name
+            # the cut left behind ("</working_memoryx" cut after "memory").
+            kept = in_tagged_block(body[:keep], self.layer.label, json_text=self.layer.structured)
+            block = self._block(f"{kept}\n{notice}" if keep else notice)
             if exact_count(self.ctx.tokens, block) <= limit:
                 return block
             if keep == 0:
