@@ -434,6 +434,22 @@ class SQLiteStore(Store):
             conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
         return bool(live[0])
 
+    def delete_if_version(self, namespace: Namespace, key: str, *, expected_version: int) -> bool:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        expected_version = validate_version(expected_version)
+        with self._transaction() as conn:
+            now = time.time()
+            found = conn.execute(
+                f"SELECT {_LIVE}, version FROM items WHERE namespace = ? AND key = ?",
+                (now, ns, key),
+            ).fetchone()
+            if found is None or not found[0] or found[1] != expected_version:
+                return False
+            conn.execute(_BURY_DELETED, {"ns": ns, "key": key, "now": now})
+            conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
+        return True
+
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:
