@@ -436,7 +436,7 @@ class MemstrataStore(BaseStore):
         """(text, (op index, path)) for every text the puts index."""
         if self._embed is None:
             return []
-        out = []
+        out: list[tuple[str, tuple[int, str]]] = []
         for i, op in enumerate(ops):
             if not isinstance(op, PutOp) or op.value is None or op.index is False:
                 continue
@@ -617,13 +617,13 @@ class MemstrataStore(BaseStore):
             if namespace in self._registered:
                 now = time.time()
                 for key in changed:
-                    item = space.items.get(key)
+                    held = space.items.get(key)
                     if (
-                        item is not None
-                        and _live(item, now)
-                        and _lost(item, space.shadows.get(key))
+                        held is not None
+                        and _live(held, now)
+                        and _lost(held, space.shadows.get(key))
                     ):
-                        self._repair(namespace, space, item)
+                        self._repair(namespace, space, held)
             for key in changed:
                 self._reindex(space, key)
         return space
