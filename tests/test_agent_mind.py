@@ -1979,3 +1979,39 @@ def test_an_entry_with_a_time_past_64_bits_is_skipped_and_the_run_still_flushes(
     descriptions = {g["description"] for g in stored_entries(store, "goal")}
     assert descriptions == {"ship", "another"}
     assert len(stored_entries(store, "belief")) == 2
+
+
+def test_a_flush_over_an_entry_made_malformed_meanwhile_copies_it_aside_first(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another program rewrites a goal and a belief this run loaded with values that are no
+    entries; the run's flush writes both keys, in one transaction with copies of what it
+    replaces under ``unreadable/<key>@<ms>`` (its value, key and when), as working memory and
+    shared memory set aside what they cannot read. Later loads skip those copies silently."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        goal = ok(run.call_tool("mind_set_goal", {"description": "Ship the report"}))
+        ok(run.call_tool("mind_believe", {"content": "The backup job runs nightly."}))
+    belief_key = next(i.key for i in store.list(NS) if i.key.startswith("belief/"))
+    goal_key = f"goal/{goal['id']}"
+    damaged = {goal_key: {"type": "goal", "notes": "by hand"}, belief_key: ["a", "list"]}
+    with stack.run(agent=AGENT) as run:
+        run.prepare([])  # loaded: the run holds both entries
+        for key, value in damaged.items():
+            store.put(NS, key, value)
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "drafted"}))
+        ok(run.call_tool("mind_believe", {"content": "The backup job runs nightly."}))
+    kept = {
+        item.value["key"]: item for item in store.list(NS) if item.key.startswith("unreadable/")
+    }
+    assert set(kept) == set(damaged)
+    for key, item in kept.items():
+        assert item.value["value"] == damaged[key]
+        assert item.key.startswith(f"unreadable/{key}@")
+        assert item.value["setAsideAt"] == int(item.key.rpartition("@")[2])
+    rewritten = store.get(NS, goal_key)
+    assert rewritten is not None and rewritten.value["type"] == "goal"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert "Ship the report" in header_of(make_stack(store))
+    assert "malformed" not in caplog.text

@@ -673,3 +673,49 @@ def test_a_cancelled_abatch_finishes_its_ops_before_it_raises(tmp_path: pathlib.
     found = fresh.search(("notes",), query="red apples", limit=1)
     assert [(r.key, r.value) for r in found] == [("a", {"text": "red apples"})]
     assert found[0].score is not None
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_an_item_whose_vectors_a_crash_lost_is_found_by_the_next_search(
+    kind: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    """The item and its vectors are two writes (two namespaces). A put cut off between them
+    (here a KeyboardInterrupt just before the vectors are written; a crash alike) leaves the
+    item stored, new or overwritten, with no vectors of its version: the next search, in this
+    process or a new one, embeds it again and finds it by meaning."""
+    import sys
+
+    import memstrata.integrations.langgraph as lg
+
+    index = {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
+    first = make_store(kind, request, tmp_path, index=index)
+    first.put(("docs",), "py", {"text": "an old note about gardening"})
+    first.put(("docs",), "ts", {"text": "typescript guide"})
+    with open(lg.__file__, encoding="utf-8") as source:
+        shadow_put = {
+            n for n, line in enumerate(source, 1) if "self.store.put(shadow_ns, key, shadow" in line
+        }
+    for key, text in (("py", "python tutorial for beginners"), ("new", "python packaging")):
+        hit: list[int] = []
+
+        def in_put(frame: Any, event: str, _arg: Any, hit: list[int] = hit) -> Any:
+            if event == "line" and frame.f_lineno in shadow_put and not hit:
+                hit.append(frame.f_lineno)
+                raise KeyboardInterrupt
+            return in_put
+
+        sys.settrace(lambda frame, _e, _a: in_put if frame.f_code.co_name == "_put" else None)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                first.put(("docs",), key, {"text": text})
+        finally:
+            sys.settrace(None)
+        assert hit
+        stored = first.store.get(("docs",), key)
+        assert stored is not None and stored.value == {"text": text}  # the item was written
+    later = MemstrataStore(first.store, index=index)  # a new process on the same store
+    for adapter in (later, first):
+        found = adapter.search(("docs",), query="python tutorial", limit=2)
+        assert keys(found) == ["py", "new"]
+        assert all(isinstance(r.score, float) and r.score > 0 for r in found)
+    first.store.close()

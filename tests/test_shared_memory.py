@@ -204,16 +204,15 @@ def test_memory_write_answers_with_the_entrys_first_write_time_and_feeds_listene
         again = run.call_tool("memory_write", {"key": "k", "value": {"n": 2}, "title": "T"})
     entry = memory.get("shared:k")
     assert entry is not None and entry.value == {"n": 2} and entry.title == "T"
-    assert (
-        first
-        == again
-        == {
-            "ok": True,
-            "key": "shared:k",
-            "kind": "shared",
-            "createdAt": iso_ms(entry.created_at),
-        }
-    )
+    nodetool = {
+        "ok": True,
+        "key": "shared:k",
+        "kind": "shared",
+        "createdAt": iso_ms(entry.created_at),
+    }
+    assert first == {**nodetool, "version": 1}
+    # The overwrite names what it replaced, as that entry recorded itself.
+    assert again == {**nodetool, "version": 2, "replaced": {"source": "memory_write", "version": 1}}
     assert [(e.key, e.value, e.source) for e in heard] == [
         ("shared:k", {"n": 1}, "memory_write"),
         ("shared:k", {"n": 2}, "memory_write"),
@@ -629,3 +628,107 @@ def test_one_run_cannot_write_past_its_quotas() -> None:
         "shared:k2",
         "shared:small",
     ]
+
+
+# Writes over another writer's value: traced, and refused when the caller read an older one --
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
+    """One store two agent servers share."""
+    s: Store
+    if request.param == "sqlite":
+        s = SQLiteStore(tmp_path / "shared.db")
+    else:
+        from store_checks import empty_postgres_tables
+
+        from memstrata.stores import PostgresStore
+
+        url = request.getfixturevalue("postgres_url")
+        s = PostgresStore(url)
+        empty_postgres_tables(url)
+    yield s
+    s.close()
+
+
+def test_memory_write_over_a_value_written_since_the_read_is_refused_until_read_again(
+    shared_store: Store,
+) -> None:
+    """Two servers' agents share ``shared:plan``. One reads it, the other rewrites it, then the
+    first writes: refused as ``conflict`` (nothing written; the error says to read first),
+    until it reads again or names the version; each write that lands names the entry it
+    replaced, as that entry recorded itself (writer and version)."""
+    ns = ("workflow", "w1")
+    a = SharedMemory(store=shared_store, namespace=ns)
+    b = SharedMemory(store=shared_store, namespace=ns)
+    a.set(key="shared:plan", kind="shared", value="v1", source="planner")
+    with run_for(a) as run_a, run_for(b) as run_b:
+        read = run_a.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert read["entries"]["shared:plan"]["version"] == 1
+        other = run_b.call_tool("memory_write", {"key": "plan", "value": "by b"})
+        assert other["version"] == 2
+        assert other["replaced"] == {"source": "planner", "version": 1}  # never read: traced
+        refused = run_a.call_tool("memory_write", {"key": "plan", "value": "by a"})
+        assert refused["ok"] is False and refused["error"]["code"] == "conflict"
+        message = refused["error"]["message"]
+        assert "memory_read" in message and "version 1" in message and "version 2" in message
+        assert a.get_value("shared:plan") == b.get_value("shared:plan") == "by b"
+        named = run_a.call_tool(
+            "memory_write", {"key": "plan", "value": "by a", "expected_version": 1}
+        )
+        assert named["error"]["code"] == "conflict"  # not the version stored
+        again = run_a.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert again["entries"]["shared:plan"]["value"] == "by b"
+        written = run_a.call_tool("memory_write", {"key": "plan", "value": "by a"})
+        assert written["ok"] and written["version"] == 3
+        assert written["replaced"] == {"source": "memory_write", "version": 2}
+        # b last wrote version 2: its next write is refused, unless it names the version or
+        # asks to overwrite.
+        assert run_b.call_tool("memory_write", {"key": "plan", "value": 4})["ok"] is False
+        named = run_b.call_tool("memory_write", {"key": "plan", "value": 4, "expected_version": 3})
+        assert named["ok"] and named["version"] == 4
+        a.set(key="shared:plan", kind="shared", value=5, source="executor")
+        forced = run_b.call_tool("memory_write", {"key": "plan", "value": 6, "overwrite": True})
+        assert forced["ok"] and forced["replaced"] == {"source": "executor", "version": 5}
+        # A key read as missing and created since: refused too.
+        assert run_a.call_tool("memory_read", {"keys": ["shared:new"]})["missing"] == ["shared:new"]
+        b.set(key="shared:new", kind="shared", value=1, source="executor")
+        assert run_a.call_tool("memory_write", {"key": "new", "value": 2})["ok"] is False
+        bad = run_a.call_tool("memory_write", {"key": "new", "value": 2, "expected_version": -1})
+        assert bad["error"]["code"] == "invalid_arguments"
+    assert b.get_value("shared:plan") == 6 and b.get_value("shared:new") == 1
+
+
+def test_clear_leaves_an_entry_rewritten_after_its_read(shared_store: Store) -> None:
+    """``clear`` deletes each entry at the version its catch-up read: one another server
+    rewrites between that read and the delete stays, with its new value (a delete of it
+    would lose a write the clearing server never saw)."""
+    import sys
+
+    ns = ("workflow", "w2")
+    a = SharedMemory(store=shared_store, namespace=ns)
+    b = SharedMemory(store=shared_store, namespace=ns)
+    for name in ("x", "y"):
+        a.set(key=f"step:{name}", kind="step_result", value=name)
+    rewritten: list[str] = []
+
+    def at_delete(frame: Any, event: str, _arg: Any) -> Any:
+        if event == "line" and not rewritten:
+            line = frame.f_code.co_filename, frame.f_lineno
+            with open(line[0], encoding="utf-8") as source:
+                text = source.readlines()[line[1] - 1]
+            if "self._store.delete" in text:
+                rewritten.append("step:y")
+                b.set(key="step:y", kind="step_result", value="y, rewritten")
+        return at_delete
+
+    sys.settrace(lambda frame, _e, _a: at_delete if frame.f_code.co_name == "clear" else None)
+    try:
+        cleared = a.clear(kind="step_result")
+    finally:
+        sys.settrace(None)
+    assert rewritten
+    assert cleared == 1
+    assert a.get_value("step:x") is None
+    assert a.get_value("step:y") == b.get_value("step:y") == "y, rewritten"
+    assert [i.key for i in shared_store.list(ns)] == ["step:y"]

@@ -284,6 +284,61 @@ def test_an_interruption_just_before_the_commit_leaves_no_transaction_open(
         assert reopened.get(NS, "later") is not None  # committed, not left in a transaction
 
 
+@pytest.mark.parametrize(
+    ("name", "operation"),
+    [
+        ("write", lambda store, mark: store.update(NS, "k", lambda v: v + 1)),
+        ("full read", lambda store, mark: store.changes(NS)),
+        ("catch-up read", lambda store, mark: store.changes(NS, mark)),
+        ("streamed read", lambda store, mark: store.changes_each(NS, None, lambda item: None)),
+        ("encoded read", lambda store, mark: store.encoded_each(NS, lambda batch: None)),
+    ],
+)
+def test_an_interruption_at_any_line_of_a_transaction_leaves_none_open(
+    tmp_path: pathlib.Path, name: str, operation: Callable[[SQLiteStore, Any], Any]
+) -> None:
+    """A KeyboardInterrupt arriving at any line of a transaction, its ending included (the
+    COMMIT, the ROLLBACK after an error), leaves no transaction open: a read transaction left
+    open pins its WAL snapshot (checkpoints starve, the file grows, the connection never sees
+    later writes); a write transaction holds the file's write lock. Each line is interrupted
+    in turn, once, until the operation runs through with none left to interrupt."""
+    store = SQLiteStore(tmp_path / "t.db")
+    store.put(NS, "k", 1)
+    mark = store.change_mark(NS)
+    store.put(NS, "j", 1)
+    traced = {"_transaction", "changes", "_full_read", "changes_each", "encoded_each"}
+    for target in range(1, 200):
+        seen: list[int] = []
+
+        def in_transaction(
+            frame: Any, event: str, _arg: Any, seen: list[int] = seen, target: int = target
+        ) -> Any:
+            if event == "line":
+                seen.append(frame.f_lineno)
+                if len(seen) == target:
+                    raise KeyboardInterrupt
+            return in_transaction
+
+        def tracer(frame: Any, _event: str, _arg: Any) -> Any:
+            return in_transaction if frame.f_code.co_name in traced else None
+
+        sys.settrace(tracer)
+        try:
+            operation(store, mark)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        assert not store._conn.in_transaction, f"{name}: interrupted at line {seen[-1]}"
+        if len(seen) < target:
+            break  # ran through: every line was interrupted once
+    assert target > 3
+    with SQLiteStore(tmp_path / "t.db", busy_timeout=0.2) as other:
+        other.put(NS, "k", 10)  # the file's write lock is free
+    assert store.get(NS, "k") is not None and store.get(NS, "k").value == 10  # type: ignore[union-attr]
+    store.close()
+
+
 def source_lines(filename: str, text: str) -> set[int]:
     """The numbers of the lines of ``filename`` that hold ``text``."""
     with open(filename, encoding="utf-8") as source:

@@ -182,6 +182,34 @@ def test_put_if_version_writes_only_over_the_expected_version(store: Store) -> N
         store.put_if_version(NS, "k", 1, expected_version=-1)
 
 
+def test_delete_if_version_deletes_only_the_version_read(store: Store) -> None:
+    """A delete of what the caller read never removes a value written since: at another
+    version, or absent, nothing is deleted; at the version, the item goes like a delete (a
+    tombstone the change tracking reports, versions numbering on)."""
+    store.put(NS, "k", {"v": 1})
+    mark = store.change_mark(NS)
+    store.put(NS, "k", {"v": 2})  # written since the caller read version 1
+    assert store.delete_if_version(NS, "k", expected_version=1) is False
+    got = store.get(NS, "k")
+    assert got is not None and got.value == {"v": 2} and got.version == 2
+    assert store.delete_if_version(NS, "k", expected_version=2) is True
+    assert store.get(NS, "k") is None
+    assert store.changes(NS, mark).removed == ["k"]
+    assert store.delete_if_version(NS, "k", expected_version=2) is False  # gone already
+    assert store.delete_if_version(NS, "never", expected_version=0) is False
+    again = store.put_if_version(NS, "k", {"v": 3}, expected_version=0)
+    assert again is not None and again.version == 3
+    with pytest.raises(InvalidInputError):
+        store.delete_if_version(NS, "k", expected_version=-1)
+
+
+def test_adelete_if_version_answers_as_the_sync_form(store: Store) -> None:
+    store.put(NS, "k", {"v": 1})
+    assert asyncio.run(store.adelete_if_version(NS, "k", expected_version=2)) is False
+    assert asyncio.run(store.adelete_if_version(NS, "k", expected_version=1)) is True
+    assert store.get(NS, "k") is None
+
+
 def test_put_if_version_over_an_expired_item_counts_it_absent(store: Store) -> None:
     first = store.put_if_version(NS, "t", {"v": 1}, expected_version=0, ttl=0.05)
     assert first is not None and first.expires_at is not None

@@ -24,6 +24,10 @@ and history live in the store; vectors are scored by the Rust ``VectorSet``):
   label ``langgraph``, so no user namespace can collide), with the item version they embed, so
   a new process on the same store searches without re-embedding; the namespaces the adapter
   wrote are listed at ``("langgraph",)``. Namespaces are therefore at most 15 labels deep.
+  The item and its vectors are two store writes (a store transaction spans one namespace):
+  the namespace is listed first, and a search that finds an item of a listed namespace with
+  no vectors of its version (a put cut off by a crash between the two) embeds it again at the
+  index's fields and stores the vectors.
 * Search reads an in-process copy of the namespaces under the prefix, brought up to date by
   the store's change tracking before every search, so writes from other processes are seen.
   Namespaces written without the adapter are found once, when the adapter first reads.
@@ -40,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +85,8 @@ from memstrata.stores import Store, codec, open_store
 from memstrata.stores import base as store_base
 
 __all__ = ["MemstrataStore", "memory_prompt", "memstrata_tools", "react_prompt"]
+
+logger = logging.getLogger("memstrata.langgraph")
 
 Vectors = npt.NDArray[np.float32]
 
@@ -200,6 +207,27 @@ def _check_vectors_fit(key: str, shadow: dict[str, Any]) -> None:
             size=exc.size,
             limit=exc.limit,
         ) from None
+
+
+def _texts_at(value: Any, paths: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """(text, path) for every text ``value`` holds at ``paths``: ``path.n`` for the texts of a
+    list."""
+    out = []
+    for path, tokens in paths:
+        found = get_text_at_path(value, tokens)
+        if len(found) == 1:
+            out.append((found[0], path))
+        else:
+            out.extend((text, f"{path}.{n}") for n, text in enumerate(found))
+    return out
+
+
+def _lost(item: store_base.Item, shadow: Any) -> bool:
+    """Whether ``item`` has no vectors of its version or a later one in ``shadow``."""
+    if not isinstance(shadow, dict):
+        return True
+    version = shadow.get("version")
+    return type(version) is not int or version < item.version
 
 
 def _when(ts: float) -> datetime:
@@ -330,6 +358,9 @@ class MemstrataStore(BaseStore):
         self._lock = TaskLock()
         self._spaces: dict[tuple[str, ...], _Space] = {}
         self._known: set[tuple[str, ...]] = set()
+        # Namespaces listed at REGISTRY: written through an adapter, so each live item there
+        # has vectors of its version, or lost them to a put cut off between its writes.
+        self._registered: set[tuple[str, ...]] = set()
         self._registry_mark: store_base.ChangeMark | None = None
         self._scanned = False
 
@@ -405,7 +436,7 @@ class MemstrataStore(BaseStore):
         """(text, (op index, path)) for every text the puts index."""
         if self._embed is None:
             return []
-        out = []
+        out: list[tuple[str, tuple[int, str]]] = []
         for i, op in enumerate(ops):
             if not isinstance(op, PutOp) or op.value is None or op.index is False:
                 continue
@@ -414,12 +445,7 @@ class MemstrataStore(BaseStore):
                 if op.index is None
                 else [(p, p if p == "$" else tokenize_path(p)) for p in op.index]
             )
-            for path, tokens in paths:
-                found = get_text_at_path(op.value, tokens)
-                if len(found) == 1:
-                    out.append((found[0], (i, path)))
-                else:
-                    out.extend((text, (i, f"{path}.{n}")) for n, text in enumerate(found))
+            out.extend((text, (i, path)) for text, path in _texts_at(op.value, paths))
         return out
 
     def _queries(self, ops: list[Op]) -> list[str]:
@@ -492,15 +518,19 @@ class MemstrataStore(BaseStore):
             # Checked before the item is written: vectors refused after it would leave the
             # item stored without them, unsearchable.
             _check_vectors_fit(key, shadow)
+        # The store writes one namespace per transaction: the item and its vectors are two.
+        # The registry goes first, so an item whose vectors a crash between them lost is in a
+        # namespace a search repairs (see _repair).
+        if namespace not in self._registered:
+            self.store.put(REGISTRY, _registry_key(namespace), list(namespace))
+            self._known.add(namespace)
+            self._registered.add(namespace)
         item = self.store.put(namespace, key, value, ttl=seconds)
         if shadow is not None:
             shadow["version"] = item.version
             self.store.put(shadow_ns, key, shadow, ttl=seconds)
         else:
             self.store.delete(shadow_ns, key)
-        if namespace not in self._known:
-            self.store.put(REGISTRY, _registry_key(namespace), list(namespace))
-            self._known.add(namespace)
         if space is not None:
             space.items[key] = item
             if shadow is None:
@@ -540,7 +570,9 @@ class MemstrataStore(BaseStore):
         changes = self.store.changes(REGISTRY, self._registry_mark)
         for entry in changes.items:
             if isinstance(entry.value, list) and entry.value:
-                self._known.add(tuple(str(label) for label in entry.value))
+                namespace = tuple(str(label) for label in entry.value)
+                self._known.add(namespace)
+                self._registered.add(namespace)
         self._registry_mark = changes.mark
         if not self._scanned:
             # Namespaces written without the adapter (a memstrata store used directly) are
@@ -582,9 +614,51 @@ class MemstrataStore(BaseStore):
                 space.shadows.pop(key, None)
                 changed.add(key)
             space.shadow_mark = shadows.mark
+            if namespace in self._registered:
+                now = time.time()
+                for key in changed:
+                    held = space.items.get(key)
+                    if (
+                        held is not None
+                        and _live(held, now)
+                        and _lost(held, space.shadows.get(key))
+                    ):
+                        self._repair(namespace, space, held)
             for key in changed:
                 self._reindex(space, key)
         return space
+
+    def _repair(self, namespace: tuple[str, ...], space: _Space, item: store_base.Item) -> None:
+        """Embeds an item of an adapter's namespace that has no vectors of its version (a put
+        cut off between writing it and its vectors, or an item written past the adapter) at
+        the index's fields, and stores them, so it is searchable again. Vectors of a version
+        as new, written meanwhile, are kept. An embedder that fails leaves the item as it was,
+        logged: a search never fails for it."""
+        assert self._embed is not None
+        try:
+            found = _texts_at(item.value, self._fields)
+            rows = self._embed.documents([text for text, _ in found])
+            shadow = {
+                "version": item.version,
+                "model": self._embed.model,
+                "dims": self._embed.dims,
+                "paths": [path for _, path in found],
+                "vectors": base64.b64encode(np.ascontiguousarray(rows).tobytes()).decode(),
+            }
+            _check_vectors_fit(item.key, shadow)
+        except Exception:
+            logger.warning(
+                "could not embed %r again; it stays unsearchable", item.key, exc_info=True
+            )
+            return
+
+        def write(current: Any) -> Any:
+            return current if not _lost(item, current) else shadow
+
+        seconds = None if item.expires_at is None else max(item.expires_at - time.time(), 1e-3)
+        stored = self.store.update(_shadow_of(namespace), item.key, write, ttl=seconds)
+        space.shadows[item.key] = stored.value
+        logger.info("vectors of %r in %r were missing: embedded again", item.key, namespace)
 
     def _forget(self, space: _Space, key: str) -> None:
         space.items.pop(key, None)

@@ -31,6 +31,13 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   ``description`` 4,000. One run's model writes at most ``max_run_writes`` entries (1,000) and
   ``max_run_bytes`` of values (16 MiB) through ``memory_write``; past either the tool answers
   ``limit_exceeded``.
+* Beyond NodeTool, ``memory_write`` leaves a trace: its result names the entry it replaced
+  (``replaced``: the ``source`` and ``version`` that entry recorded) and the new ``version``.
+  Over a key the caller (a run's model) read with ``memory_read``, whose entries carry their
+  ``version``, it writes only while the entry is at the version read, else answers
+  ``conflict`` telling the model to read first; ``expected_version`` names the version to
+  replace instead, ``overwrite: true`` replaces it unread. ``clear`` deletes each entry at the
+  version it read, so an entry rewritten meanwhile stays.
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost. A row
   that is not JSON at all is skipped too; a write over its key fails, naming it.
@@ -133,6 +140,16 @@ _WRITE_SCHEMA = frozen(
             "value": {},
             "title": {"type": "string", "maxLength": MAX_TEXT_CHARS["title"]},
             "description": {"type": "string", "maxLength": MAX_TEXT_CHARS["description"]},
+            "expected_version": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The version (from memory_read) this write replaces; 0: the key "
+                "must not exist yet. Refused as a conflict if the entry is at another one.",
+            },
+            "overwrite": {
+                "type": "boolean",
+                "description": "true: replace whatever the key holds, unread.",
+            },
         },
         "required": ["key", "value"],
         "additionalProperties": False,
@@ -210,9 +227,10 @@ class _Record:
     """What the memory holds for one entry, never changed once made: its metadata
     (``meta.value`` is None) and the value only as JSON text, so nothing a caller holds can
     alias it. ``stamp`` is the store item's ``(version, created_at)``, to recognise an item the
-    store reports again."""
+    store reports again. ``version`` is the entry's version as ``memory_read`` shows it (the
+    store item's; 0 when not known, for entries read past an unreadable row)."""
 
-    __slots__ = ("encoded", "listed", "meta", "order", "read", "sequence", "stamp")
+    __slots__ = ("encoded", "listed", "meta", "order", "read", "sequence", "stamp", "version")
 
     def __init__(
         self,
@@ -220,11 +238,15 @@ class _Record:
         encoded: bytes,
         sequence: int,
         stamp: tuple[int, float] | None = None,
+        version: int = 0,
     ) -> None:
         self.meta, self.encoded, self.sequence, self.stamp = meta, encoded, sequence, stamp
+        self.version = version
         self.order = (meta.created_at, sequence, meta.key)
         # The tools' views, built once: a model lists and reads far more often than it writes.
         self.listed, self.read = meta.metadata(), meta.to_json()
+        if version:
+            self.read["version"] = version
 
     def entry(self) -> MemoryEntry:
         meta = self.meta
@@ -244,6 +266,36 @@ class _Record:
         view = dict(self.read)
         view["value"] = orjson.loads(self.encoded)  # keeps its place: "value" is in self.read
         return view
+
+
+@dataclass(frozen=True)
+class _Replaced:
+    """The entry a write replaced, as it recorded itself: its writer and its version."""
+
+    source: str | None
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "version": self.version}
+
+
+class _Conflict(MemstrataError):
+    """A write naming a version the entry is no longer at (another writer got there first)."""
+
+    def __init__(self, key: str, expected: int, current: _Record | None) -> None:
+        self.key, self.expected = key, expected
+        self.current = None if current is None else _Replaced(current.meta.source, current.version)
+        saw = f"version {expected}" if expected else "it missing"
+        if current is None:
+            now = "it has been deleted since"
+        else:
+            writer = f" (written by {current.meta.source})" if current.meta.source else ""
+            now = f"it is at version {current.version}{writer} now"
+        super().__init__(
+            f"{key} changed since you read it: you saw {saw}, {now}. Call memory_read on it, "
+            "then write again with expected_version set to the version it shows (or "
+            "overwrite: true to replace it unread)"
+        )
 
 
 def iso_ms(ms: int) -> str:
@@ -306,6 +358,7 @@ class SharedMemory:
         # Kept in (createdAt, sequence, key) order: iteration order is listing order.
         self._entries: dict[str, _Record] = {}
         self._mark: ChangeMark | None = None  # how far into the store's history we have read
+        self._clock = 0  # the last version written, without a store
         self._listeners: list[Listener] = []
         self._refresh()
 
@@ -329,7 +382,7 @@ class SharedMemory:
             LimitExceededError: The value is over ``max_value_bytes``, or the key is new and
                 the memory already holds ``max_entries`` entries.
         """
-        return self._put(key, kind, value, source, title, description).entry()
+        return self._put(key, kind, value, source, title, description)[0].entry()
 
     def _put(
         self,
@@ -339,9 +392,11 @@ class SharedMemory:
         source: str | None,
         title: str | None,
         description: str | None,
-    ) -> _Record:
+        expected: int | None = None,
+    ) -> tuple[_Record, _Replaced | None]:
         """:meth:`set`, returning the record held (``memory_write`` answers from it without
-        decoding the value again)."""
+        decoding the value again) and what it replaced. Given ``expected``, writes only over
+        that version of the entry (0: none stored), else raises :class:`_Conflict`."""
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
         if kind not in KINDS:
@@ -377,6 +432,13 @@ class SharedMemory:
             # No catch-up first: a key another server wrote since keeps its createdAt and place
             # all the same (the conditional write fails over to one that reads the stored row).
             old = self._entries.get(key)
+            if expected is not None and (old.version if old else 0) != expected:
+                self._refresh()  # the caller may name a version this instance has not read
+                old = self._entries.get(key)
+                # With a store, its conditional write decides (a row that is no entry is
+                # held by none, and is set aside).
+                if self._store is None and (old.version if old else 0) != expected:
+                    raise _Conflict(key, expected, old)
             if old is None and len(self._entries) >= self.max_entries:
                 raise LimitExceededError(
                     f"shared memory already holds {len(self._entries):,} entries, its limit "
@@ -399,8 +461,16 @@ class SharedMemory:
             sequence = old.sequence if old else (last.sequence + 1 if last else 1)
             stamp = None
             if self._store is not None:
-                meta, sequence, stamp = self._write_through(meta, encoded, sequence, old)
-            record = _Record(meta, encoded, sequence, stamp)
+                meta, sequence, stamp, replaced = self._write_through(
+                    meta, encoded, sequence, old, expected
+                )
+                version = stamp[0]
+            else:
+                # In process: one counter for the memory, so a key's versions never repeat.
+                self._clock += 1
+                version = self._clock
+                replaced = _Replaced(old.meta.source, old.version) if old else None
+            record = _Record(meta, encoded, sequence, stamp, version)
             if not self._hold(record, old):
                 self._sort()
             listeners = list(self._listeners)
@@ -410,14 +480,20 @@ class SharedMemory:
             except Exception:
                 # A UI panel or mirror failing must never break the write that fed it.
                 logger.exception("shared-memory listener failed on %s", key)
-        return record
+        return record, replaced
 
     def _write_through(
-        self, meta: MemoryEntry, encoded: bytes, sequence: int, old: _Record | None
-    ) -> tuple[MemoryEntry, int, tuple[int, float]]:
+        self,
+        meta: MemoryEntry,
+        encoded: bytes,
+        sequence: int,
+        old: _Record | None,
+        expected: int | None,
+    ) -> tuple[MemoryEntry, int, tuple[int, float], _Replaced | None]:
         """Stores the entry; returns its metadata and sequence number as stored (those of the
-        entry another process stored under the key since the refresh, if one did) and the
-        store's stamp."""
+        entry another process stored under the key since the refresh, if one did), the
+        store's stamp and what the write replaced. Given ``expected``, writes only over that
+        version (a row that is no entry counts as none), else raises :class:`_Conflict`."""
         assert self._store is not None
         # valueBytes and the empty fields keep the row readable by versions that expect them.
         ours = {
@@ -430,12 +506,17 @@ class SharedMemory:
             "sequence": sequence,
             "valueBytes": meta.value_bytes,
         }
-        expected = old.stamp[0] if old is not None and old.stamp is not None else 0
+        held = old.stamp[0] if old is not None and old.stamp is not None else 0
         item = self._store.put_if_version(
-            self._namespace, meta.key, ours, expected_version=expected, validated=True
+            self._namespace,
+            meta.key,
+            ours,
+            expected_version=held if expected is None else expected,
+            validated=True,
         )
         if item is not None:
-            return meta, sequence, (item.version, item.created_at)
+            done = _Replaced(old.meta.source, held) if old is not None and held else None
+            return meta, sequence, (item.version, item.created_at), done
         # Written by someone else since the refresh (or held there malformed): read it, keep
         # its position, and write, in one transaction. A row that is no entry is copied aside
         # first, so the write replaces nothing without a trace.
@@ -443,27 +524,50 @@ class SharedMemory:
         if current is not None and _position(current.value) is None:
             aside = (*self._namespace, "quarantine")
             self._store.put(aside, f"{meta.key}@{time.time():.6f}", current.value)
+        elif expected is not None:
+            self._refresh()  # the caller is told what is stored now
+            raise _Conflict(meta.key, expected, self._entries.get(meta.key))
         prior: tuple[int, int] | None = None
+        replaced: _Replaced | None = None
 
         def write(current: Any) -> dict[str, Any]:
-            nonlocal prior
+            nonlocal prior, replaced
             prior = _position(current)
-            return ours if prior is None else {**ours, "createdAt": prior[0], "sequence": prior[1]}
+            if prior is None:
+                replaced = None
+                return ours
+            source = current.get("source")
+            replaced = _Replaced(source if isinstance(source, str) else None, 0)
+            return {**ours, "createdAt": prior[0], "sequence": prior[1]}
 
         item = self._store.update(self._namespace, meta.key, write)
         if prior is not None:
             meta, sequence = replace(meta, created_at=prior[0]), prior[1]
-        return meta, sequence, (item.version, item.created_at)
+        if replaced is not None:
+            # The update replaced the entry in its transaction: the version before it.
+            replaced = _Replaced(replaced.source, item.version - 1)
+        return meta, sequence, (item.version, item.created_at), replaced
 
     def clear(self, *, kind: Kind | None = None, key_prefix: str | None = None) -> int:
         """Removes every entry, or those of a kind and/or under a key prefix; returns how many."""
         with self._lock:
-            doomed = [r.meta.key for r in self._matching(kind=kind, key_prefix=key_prefix)]
-            for key in doomed:
-                if self._store is not None:
-                    self._store.delete(self._namespace, key)
+            doomed = self._matching(kind=kind, key_prefix=key_prefix)
+            cleared = 0
+            for record in doomed:
+                key = record.meta.key
+                if self._store is not None and record.stamp is not None and record.stamp[0]:
+                    # Only the version read: an entry rewritten since is newer than the clear.
+                    if not self._store.delete_if_version(
+                        self._namespace, key, expected_version=record.stamp[0]
+                    ):
+                        continue
+                elif self._store is not None:
+                    self._store.delete(self._namespace, key)  # read past an unreadable row
                 del self._entries[key]
-            return len(doomed)
+                cleared += 1
+            if cleared < len(doomed):
+                self._refresh()  # the entries rewritten meanwhile, as stored now
+            return cleared
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Calls ``listener(entry)`` after every write through this instance; returns the
@@ -555,6 +659,7 @@ class SharedMemory:
                 self._refresh()
                 # Records are immutable and hold values only as JSON text: safe to share.
                 clone._entries = dict(self._entries)
+                clone._clock = max((r.version for r in clone._entries.values()), default=0)
         return clone
 
     # Following the store ----------------------------------------------------------------------
@@ -640,7 +745,7 @@ class SharedMemory:
             value_bytes=len(encoded),
             **texts,
         )
-        return _Record(meta, encoded, position[1], stamp)
+        return _Record(meta, encoded, position[1], stamp, item.version)
 
     def _hold(self, record: _Record, old: _Record | None) -> bool:
         """Holds ``record`` in place of ``old``; returns whether the entries are still in
@@ -670,8 +775,11 @@ class SharedMemory:
             "entries": [dict(record.listed) for record in newest],
         }
 
-    def tool_read(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``memory_read``: the entries of the given keys, values included, and the keys missing."""
+    def tool_read(self, args: dict[str, Any], seen: dict[str, int] | None = None) -> dict[str, Any]:
+        """``memory_read``: the entries of the given keys, values included (with their
+        ``version``), and the keys missing. ``seen`` (the caller's) takes the version read of
+        each key, 0 for a missing one: a later ``memory_write`` of the caller writes only over
+        that version."""
         found: dict[str, Any] = {}
         missing: builtins.list[str] = []
         with self._lock:
@@ -682,10 +790,20 @@ class SharedMemory:
                 missing.append(key)
             else:
                 found[key] = record.read_view()
+            if seen is not None and (record is None or record.version):
+                seen[key] = 0 if record is None else record.version
         return {"entries": found, "missing": missing}
 
-    def tool_write(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``memory_write``: stores the value under ``shared:<key>``, whatever key is given."""
+    def tool_write(
+        self, args: dict[str, Any], seen: dict[str, int] | None = None
+    ) -> dict[str, Any]:
+        """``memory_write``: stores the value under ``shared:<key>``, whatever key is given.
+
+        Over a key the caller read (``seen``), it writes only if the entry is still at the
+        version read; ``expected_version`` names the version to replace instead, and
+        ``overwrite: true`` replaces whatever is there. Refused, the tool answers
+        ``conflict`` and nothing is written. The result names the entry it replaced
+        (``replaced``: its ``source`` and ``version``) and the new ``version``."""
         suffix = args["key"]
         if suffix.startswith("shared:"):
             suffix = suffix[len("shared:") :]
@@ -698,24 +816,53 @@ class SharedMemory:
             )
         if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in suffix):
             raise ToolError("key contains control characters", code="invalid_arguments")
-        record = self._put(
-            memory_keys.shared(suffix),
-            "shared",
-            args["value"],
-            MEMORY_WRITE_SOURCE,
-            args.get("title"),
-            args.get("description"),
-        )
-        return {
+        key = memory_keys.shared(suffix)
+        expected, overwrite = args.get("expected_version"), args.get("overwrite", False)
+        if expected is not None and (type(expected) is not int or expected < 0):
+            raise ToolError(
+                f"expected_version must be a version from memory_read (an integer >= 0), "
+                f"got {expected!r}",
+                code="invalid_arguments",
+            )
+        if type(overwrite) is not bool:
+            raise ToolError(
+                f"overwrite must be true or false, got {overwrite!r}", code="invalid_arguments"
+            )
+        if overwrite:
+            expected = None
+        elif expected is None and seen is not None:
+            expected = seen.get(key)  # never read: written over unread, its trace in the result
+        try:
+            record, replaced = self._put(
+                key,
+                "shared",
+                args["value"],
+                MEMORY_WRITE_SOURCE,
+                args.get("title"),
+                args.get("description"),
+                expected,
+            )
+        except _Conflict as exc:
+            raise ToolError(str(exc), code="conflict") from None
+        if seen is not None and record.version:
+            seen[key] = record.version
+        result = {
             "ok": True,
             "key": record.meta.key,
             "kind": "shared",
             "createdAt": record.listed["createdAt"],  # iso_ms(created_at), made with the record
         }
+        if record.version:
+            result["version"] = record.version
+        if replaced is not None:
+            result["replaced"] = replaced.to_json()
+        return result
 
     def tools_for_model(self) -> builtins.list[Tool]:
-        """The three tools, with their argument schemas (read-only: built once, shared)."""
-        return _tools(self, self.tool_write)
+        """The three tools, with their argument schemas (read-only: built once, shared). The
+        tools of one call are one caller: its ``memory_write`` writes only over the versions
+        its ``memory_read`` read."""
+        return _tools(self, {})
 
     # Layer protocol -------------------------------------------------------------------------
 
@@ -746,9 +893,9 @@ class SharedMemory:
         """Nothing to do: the model writes through ``memory_write``."""
 
     def tools(self, handle: SharedMemoryHandle) -> builtins.list[Tool]:
-        """:meth:`SharedMemory.tools_for_model`, ``memory_write`` within the run's quotas."""
-        memory = handle.memory
-        return _tools(memory, handle.metered(memory.tool_write))
+        """:meth:`SharedMemory.tools_for_model`, ``memory_write`` within the run's quotas, the
+        run one caller."""
+        return _tools(handle.memory, handle.seen, handle.metered)
 
     def on_spawn(self, handle: SharedMemoryHandle, child: RunContext) -> SharedMemoryHandle:
         """A spawned sub-run shares the workflow's memory (it is a step of the same workflow);
@@ -767,6 +914,8 @@ class SharedMemoryHandle:
         self.memory = memory
         self.tokens = tokens if tokens is not None else EstimatingCounter()
         self.upstream: list[str] = []
+        # The version of each key this run's model last read or wrote (0: read as missing).
+        self.seen: dict[str, int] = {}
         self.writes = 0  # memory_write calls this run's model made that stored something
         self.written_bytes = 0
         # Parallel tool calls of one run: each reserves its share of the quotas before it
@@ -845,12 +994,26 @@ class SharedMemoryHandle:
         return ""
 
 
-def _tools(memory: SharedMemory, write: Callable[[dict[str, Any]], Any]) -> builtins.list[Tool]:
-    """``memory_list``, ``memory_read`` and ``memory_write`` (answered by ``write``)."""
+def _tools(
+    memory: SharedMemory,
+    seen: dict[str, int],
+    wrap: Callable[[Callable[[dict[str, Any]], Any]], Callable[[dict[str, Any]], Any]] = (
+        lambda write: write
+    ),
+) -> builtins.list[Tool]:
+    """``memory_list``, ``memory_read`` and ``memory_write`` (``wrap`` around its handler) for
+    one caller, whose versions read go to ``seen``."""
+
+    def read(args: dict[str, Any]) -> Any:
+        return memory.tool_read(args, seen)
+
+    def write(args: dict[str, Any]) -> Any:
+        return memory.tool_write(args, seen)
+
     return [
         Tool("memory_list", MEMORY_LIST_DESCRIPTION, _LIST_SCHEMA, memory.tool_list),
-        Tool("memory_read", MEMORY_READ_DESCRIPTION, _READ_SCHEMA, memory.tool_read),
-        Tool("memory_write", MEMORY_WRITE_DESCRIPTION, _WRITE_SCHEMA, write),
+        Tool("memory_read", MEMORY_READ_DESCRIPTION, _READ_SCHEMA, read),
+        Tool("memory_write", MEMORY_WRITE_DESCRIPTION, _WRITE_SCHEMA, wrap(write)),
     ]
 
 

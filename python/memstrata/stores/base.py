@@ -425,6 +425,12 @@ class Store(ABC):
         """Deletes the item; returns whether a live item was there."""
 
     @abstractmethod
+    def delete_if_version(self, namespace: Namespace, key: str, *, expected_version: int) -> bool:
+        """Deletes the item only if it is live at ``expected_version``; returns whether it did.
+        A caller deleting what it read (a version it holds) never deletes a value written
+        since, unseen."""
+
+    @abstractmethod
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> list[Item]:
@@ -649,6 +655,13 @@ class Store(ABC):
     async def adelete(self, namespace: Namespace, key: str) -> bool:
         return await self._call(self.delete, namespace, key)
 
+    async def adelete_if_version(
+        self, namespace: Namespace, key: str, *, expected_version: int
+    ) -> bool:
+        return await self._call(
+            self.delete_if_version, namespace, key, expected_version=expected_version
+        )
+
     async def alist(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:
@@ -750,6 +763,7 @@ IO_METHODS = (
     "stamp",
     "put",
     "delete",
+    "delete_if_version",
     "list",
     "changes",
     "changes_each",

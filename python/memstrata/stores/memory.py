@@ -162,6 +162,18 @@ class InMemoryStore(Store):
             self._bury(namespace, key, row, self._tick(), now)
             return row.live(now)
 
+    def delete_if_version(self, namespace: Namespace, key: str, *, expected_version: int) -> bool:
+        namespace, key = validate_namespace(namespace), validate_key(key)
+        expected_version = validate_version(expected_version)
+        with self._lock:
+            row = self._rows.get((namespace, key))
+            now = time.time()
+            if row is None or not row.live(now) or row.version != expected_version:
+                return False
+            del self._rows[(namespace, key)]
+            self._bury(namespace, key, row, self._tick(), now)
+            return True
+
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:

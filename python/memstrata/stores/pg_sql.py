@@ -132,6 +132,11 @@ _DELETE = f"""WITH gone AS (
         DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s
         RETURNING namespace, key, expires_at, version), {_BURY}
     SELECT {_LIVE} FROM gone"""
+_DELETE_IF_VERSION = f"""WITH gone AS (
+        DELETE FROM memstrata_items WHERE namespace = %(ns)s AND key = %(key)s
+            AND version = %(version)s AND (expires_at IS NULL OR expires_at > {_NOW})
+        RETURNING namespace, key, expires_at, version), {_BURY}
+    SELECT count(*) FROM gone"""
 _PURGE = f"""WITH gone AS (
         DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= {_NOW}
         RETURNING namespace, key, version), {_BURY}

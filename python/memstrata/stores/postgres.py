@@ -101,6 +101,7 @@ from memstrata.stores.pg_connections import ConnectionsByLoop
 from memstrata.stores.pg_sql import (
     _CHANGES,
     _DELETE,
+    _DELETE_IF_VERSION,
     _EVERYTHING,
     _GET,
     _GET_MANY,
@@ -511,6 +512,12 @@ class PostgresStore(Store):
             row = conn.execute(_DELETE, params).fetchone()
         return bool(row and row[0])
 
+    def delete_if_version(self, namespace: Namespace, key: str, *, expected_version: int) -> bool:
+        params = {**self._params(namespace, key), "version": validate_version(expected_version)}
+        with self._connection() as conn:
+            row = conn.execute(_DELETE_IF_VERSION, params).fetchone()
+        return bool(row and row[0])
+
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> builtins.list[Item]:
@@ -849,6 +856,14 @@ class PostgresStore(Store):
         params = self._params(namespace, key)
         async with self._aconnection() as conn:
             row = await (await conn.execute(_DELETE, params)).fetchone()
+        return bool(row and row[0])
+
+    async def adelete_if_version(
+        self, namespace: Namespace, key: str, *, expected_version: int
+    ) -> bool:
+        params = {**self._params(namespace, key), "version": validate_version(expected_version)}
+        async with self._aconnection() as conn:
+            row = await (await conn.execute(_DELETE_IF_VERSION, params)).fetchone()
         return bool(row and row[0])
 
     async def alist(

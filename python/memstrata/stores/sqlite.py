@@ -189,6 +189,14 @@ _UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
         updated_at = excluded.updated_at,
         expires_at = excluded.expires_at
     RETURNING version, created_at, updated_at"""
+# _TRANSACTION_END: every transaction runs inside ``with self._conn:``, its COMMIT the block's
+# last statement. A block left by an exception (an error, a COMMIT that failed, an interruption
+# such as KeyboardInterrupt arriving at any line, the BEGIN's and COMMIT's included) is rolled
+# back by the connection's own exit, which runs in C: no line of Python stands between the
+# exception and the ROLLBACK for another interruption to land on, as one does in a ``finally:``
+# holding it. An interruption after the COMMIT finds nothing left to end; a read transaction
+# left open would pin its WAL snapshot and starve checkpoints. A transaction SQLite already
+# rolled back (a full disk) is not rolled back again.
 # A conditional write is one statement, run outside any BEGIN: SQLite takes the write lock at
 # the start of a writing statement and commits at its end, so the version check and the write
 # are one transaction. Against BEGIN IMMEDIATE, SELECT, upsert, COMMIT: 66 -> 45 us (p50) for
@@ -316,18 +324,13 @@ class SQLiteStore(Store):
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction holding the database lock from its first statement."""
-        with self._lock:
+        # However the block ends (an error, a COMMIT that fails, an interruption at any line),
+        # no transaction stays open: the writes made in it later would never be committed, and
+        # its lock would shut other processes out (see _TRANSACTION_END).
+        with self._lock, self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            finally:
-                # However the block ended (an error, a COMMIT that failed, an interruption that
-                # arrived just before it), no transaction stays open: the writes made in it
-                # later would never be committed, and its lock would shut other processes out.
-                # One SQLite already rolled back (a full disk) needs no ROLLBACK.
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+            yield self._conn
+            self._conn.execute("COMMIT")
 
     @staticmethod
     def _item(row: _Row) -> Item:
@@ -430,6 +433,22 @@ class SQLiteStore(Store):
             conn.execute(_BURY_DELETED, {"ns": ns, "key": key, "now": now})
             conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
         return bool(live[0])
+
+    def delete_if_version(self, namespace: Namespace, key: str, *, expected_version: int) -> bool:
+        ns = encode_namespace(validate_namespace(namespace))
+        validate_key(key)
+        expected_version = validate_version(expected_version)
+        with self._transaction() as conn:
+            now = time.time()
+            found = conn.execute(
+                f"SELECT {_LIVE}, version FROM items WHERE namespace = ? AND key = ?",
+                (now, ns, key),
+            ).fetchone()
+            if found is None or not found[0] or found[1] != expected_version:
+                return False
+            conn.execute(_BURY_DELETED, {"ns": ns, "key": key, "now": now})
+            conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
+        return True
 
     def list(
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
@@ -604,24 +623,22 @@ class SQLiteStore(Store):
             if (floor or 0) <= mark == last:
                 return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], False)
         # One read transaction: the new mark and what is read come from one snapshot.
-        with self._lock:
+        with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
-            try:
-                now = time.time()
-                last, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
-                # A mark ahead of this namespace's history was made over other data.
-                if mark is None or mark < (floor or 0) or mark > last:
-                    rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
-                    deleted = None
-                elif mark == last:
-                    # Numbers never go back, tombstones included: nothing since the mark (the
-                    # usual answer for a namespace a long-lived layer keeps).
-                    rows, deleted = [], []
-                else:
-                    rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
-                    deleted = self._conn.execute(_DELETED, (ns, mark)).fetchall()
-            finally:
-                self._conn.execute("COMMIT")
+            now = time.time()
+            last, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+            # A mark ahead of this namespace's history was made over other data.
+            if mark is None or mark < (floor or 0) or mark > last:
+                rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
+                deleted = None
+            elif mark == last:
+                # Numbers never go back, tombstones included: nothing since the mark (the
+                # usual answer for a namespace a long-lived layer keeps).
+                rows, deleted = [], []
+            else:
+                rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
+                deleted = self._conn.execute(_DELETED, (ns, mark)).fetchall()
+            self._conn.execute("COMMIT")
         new_mark = ChangeMark(_BACKEND, namespace, str(last))
         if deleted is None:
             return Changes(new_mark, [self._item(row) for row in rows], [], True)
@@ -670,13 +687,11 @@ class SQLiteStore(Store):
     def _full_read(self, ns: str) -> Iterator[str]:
         """The namespace's mark, with the store's lock and a read transaction held until the
         block ends: rows read inside come from the snapshot the mark stands at."""
-        with self._lock:
+        with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
-            try:
-                last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
-                yield str(last)
-            finally:
-                self._conn.execute("COMMIT")
+            last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+            yield str(last)
+            self._conn.execute("COMMIT")
 
     def update_many_since(
         self,

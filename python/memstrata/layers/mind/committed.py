@@ -36,7 +36,7 @@ from memstrata.layers.mind.entries import (
     entries_from_texts,
 )
 from memstrata.layers.mind.ranking import CompositeRanker
-from memstrata.layers.mind.records import VECTOR_FIELD
+from memstrata.layers.mind.records import UNREADABLE_PREFIX, VECTOR_FIELD
 from memstrata.layers.mind.vectors import BLOCK_ROWS, VectorRows, append_encoded
 from memstrata.stores import Item, Namespace, Store
 from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, EncodedItem, Read
@@ -213,7 +213,8 @@ class _Committed:
             if expiries[n] is not None:
                 expiring[key] = expiries[n]  # type: ignore[assignment]
             if isinstance(entry, InvalidInputError):
-                logger.warning("skipping malformed mind entry %r: %s", key, entry)
+                if not key.startswith(UNREADABLE_PREFIX):  # a flush kept it there on purpose
+                    logger.warning("skipping malformed mind entry %r: %s", key, entry)
                 continue
             if key != f"{entry.type}/{entry.id}":  # records.entry_key, inlined: once per entry
                 logger.warning("skipping mind entry %r stored under a foreign key", key)

@@ -31,6 +31,7 @@ from memstrata.layers.mind.entries import (
     now_ms,
 )
 from memstrata.layers.mind.records import (
+    UNREADABLE_PREFIX,
     copy_goal,
     entry_key,
     merge_confidence,
@@ -87,6 +88,7 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
     def plan(changed: list[Item]) -> dict[str, Updater]:
         folds.clear()
         planned = dict(updates)
+        _set_aside_malformed(changed, planned)
         _hold_caps(handle, draft, changed, planned, error=error)
         targets = _duplicates_committed_since_load(handle, created, changed) if created else {}
         for belief, vector, allow_downgrade in created:
@@ -112,6 +114,29 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         logger.info("belief %s duplicated %s, committed meanwhile: folded", created_id, target_id)
     handle.folded.update(folds)
     return len(written)
+
+
+def _set_aside_malformed(changed: list[Item], planned: dict[str, Updater]) -> None:
+    """Copies each entry this flush writes over that another program left malformed since the
+    load to ``unreadable/<key>@<ms>`` (its value, key and when), in the flush transaction, so
+    the write replaces nothing without a trace. Loads skip those records silently. A key
+    malformed before the load holds no entry the run could write: only ``changed`` can."""
+    now = now_ms()
+    for item in changed:
+        if item.key not in planned:
+            continue
+        try:
+            entry_from_payload(item.value)
+        except InvalidInputError as exc:
+            aside = f"{UNREADABLE_PREFIX}{item.key}@{now}"
+            record = {"key": item.key, "value": item.value, "setAsideAt": now}
+            planned[aside] = _constant(record)
+            logger.warning(
+                "mind entry %r was malformed (%s); copied to %r before the flush wrote it",
+                item.key,
+                exc,
+                aside,
+            )
 
 
 def _hold_caps(

@@ -37,6 +37,11 @@ def stored_payload(
     return {**entry.to_payload(), VECTOR_FIELD: encode_vector(vector), "embeddingModel": model}
 
 
+# Where a flush keeps a malformed entry it writes over (``unreadable/<key>@<ms>``): loads skip
+# these records without a warning.
+UNREADABLE_PREFIX = "unreadable/"
+
+
 def entry_key(entry: MindEntry) -> str:
     return f"{entry.type}/{entry.id}"
 
