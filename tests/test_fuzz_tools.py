@@ -16,6 +16,7 @@ import json
 import math
 import os
 import pathlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -224,7 +225,22 @@ ERROR_CODES = {
     "not_pinned",
     "not_active",
     "cap_reached",
+    "conflict",
 }
+
+
+def test_the_codes_a_fuzzed_call_may_answer_are_the_documented_ones() -> None:
+    """docs/tools.md's table of error codes, less the two no generated call may meet (a bug, a
+    closed run), is the set above (and ToolError's default code, which no tool of the library
+    answers): a new code is documented and fuzzed alike."""
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "tools.md").read_text()
+    table = text[text.index("| code | meaning |") :].split("\n\n", 1)[0]
+    documented = {
+        code
+        for row in table.splitlines()[2:]
+        for code in re.findall(r"`([a-z_]+)`", row.split(" | ")[0])
+    }
+    assert documented - {"internal_error", "run_closed"} == ERROR_CODES - {"tool_error"}
 
 
 def _check_error_payload(result: dict[str, Any]) -> None:
