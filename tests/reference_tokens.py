@@ -254,11 +254,25 @@ LONE_CJK_PUNCT_SHARE = 0.25
 UNUSUAL_SHARE = 0.15
 HARD_SHARE = 0.4
 MIXED_WHITESPACE_SHARE = 0.25
+NEWLINE_EXTRA_SHARE = 0.1
+LONE_TWO_BYTE_SHARE = 0.25
 
 
 def _unusual(f: list[float]) -> float:
     """Characters each vocabulary spells in a varying number of tokens (``unusual``)."""
     return 0.5 * f[22] + f[25] + f[29] + f[30]
+
+
+def lone_two_byte(f: list[float]) -> float:
+    """Runs of 2-byte characters standing alone: mostly one character long and more than the
+    letter segments (``lone_two_byte`` in estimate.rs)."""
+    runs = f[28]
+    return runs if 4 * f[27] <= 5 * runs and runs > sum(f[0:8]) else 0.0
+
+
+def pieces_sign(f: list[float], value: float) -> float:
+    """The check of pieces as the share of its threshold (``pieces_sign`` in estimate.rs)."""
+    return 0.8 * (sum(f[0:8]) + f[10] + f[19]) / max(value, 1.0)
 
 
 def unreliable(f: list[float], value: float, chars: int) -> bool:
@@ -276,13 +290,14 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or n > 8.0 * e
         or n < 0.6 * e
         or f[18] + f[20] > 0.6 * n
-        or f[20] - f[19] > 0.1 * n
+        or f[20] - f[19] > NEWLINE_EXTRA_SHARE * n
         or f[19] > 0.15 * n
         or f[8] > 0.1 * n
         or f[14] > PUNCT_EXTRA_SHARE * n
         or _unusual(f) > UNUSUAL_SHARE * e
         or (fragments > 0.6 * pieces and pieces > 0.25 * e)
         or f[27] > 12.0 * f[28]
+        or lone_two_byte(f) > LONE_TWO_BYTE_SHARE * e
         or (han_kana > CJK_MIN_SHARE * e and f[31] > CJK_SHORT_RUNS * han_kana)
         or 0.8 * (pieces + f[19]) > e
         or f[36] > (0.2 if n < 128 else HARD_SHARE) * e
@@ -599,6 +614,7 @@ def exact_count_signs(f: list[float], value: float, chars: int) -> list[float]:
         f[38] / (CONTROL_SHARE * e),
         f[39] / (RARE_TWO_BYTE_SHARE * e),
         (f[26] - han_kana - hangul) / (LONE_CJK_PUNCT_SHARE * e),
+        (f[20] - f[19]) / (NEWLINE_EXTRA_SHARE * chars),
     ]
 
 
@@ -608,12 +624,16 @@ def diluted_signs(
     """The signs of parts the model misjudges, each as the share of its threshold it weighs,
     added up from ``DILUTED_SIGN_MIN`` (``diluted_signs`` in estimate.rs)."""
     e = max(value, 1.0)
+    exact = exact_count_signs(f, value, chars)
+    # The check of pieces joins only where the line breaks beyond a run's first weigh.
+    pieces = pieces_sign(f, value) if exact[-1] >= DILUTED_SIGN_MIN else 0.0
     signs = [
         (all_words + f[36]) / (PROBE_WORDS_SHARE * e),
         kana.confidence() * kana.share(kana.cuts) / PROBE_KANA_SHARE,
         kana.confidence() * kana.share(kana.repeats) / PROBE_KANA_SHARE,
         f[37] / (PROBE_WHITESPACE_SHARE * e),
-        *exact_count_signs(f, value, chars),
+        *exact,
+        pieces,
     ]
     return sum(s for s in signs if s >= DILUTED_SIGN_MIN)
 
@@ -657,7 +677,7 @@ def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> 
     kana_cuts = kana.judged_cuts() if kana_share else 0.0
     if (
         kana_cuts > KANA_CUT_SHARE
-        or (kana_share and kana.repeated())
+        or kana.repeated()
         or diluted_exact_signs(f, value, len(text), words, kana_cuts) > DILUTED_EXACT
     ):
         return True
