@@ -239,7 +239,7 @@ def _is_ascii_punct(c: str) -> bool:
 
 
 # Texts shorter than this are counted exactly (``SHORT_EXACT_CHARS`` in estimate.rs).
-SHORT_EXACT_CHARS = 128
+SHORT_EXACT_CHARS = 256
 
 
 # CJK ideographs and kana are judged by their runs from this share of the value, and too many
