@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from memstrata.stores import Item, Namespace, PostgresStore, SQLiteStore, Store
+from memstrata.stores import InMemoryStore, Item, Namespace, PostgresStore, SQLiteStore, Store
 from memstrata.stores import sqlite as sqlite_store
 from memstrata.stores.base import IO_METHODS, ChangeMark
 
@@ -26,6 +26,19 @@ def changed_keys(store: Store, namespace: Namespace, since: ChangeMark) -> list[
 
 # Every table a PostgresStore keeps; the schema table last, so dropping it means "migrate again".
 POSTGRES_DATA_TABLES = "memstrata_items, memstrata_tombstones, memstrata_tombstone_floor"
+
+
+def fresh_store(kind: str, request: Any, tmp_path: Any) -> Store:
+    """An empty store of ``kind``: "memory", "sqlite" (a file in ``tmp_path``) or "postgres"
+    (the session's cluster, its tables emptied; ``request`` is the fixture's)."""
+    if kind == "memory":
+        return InMemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "shared.db")
+    url = request.getfixturevalue("postgres_url")
+    store = PostgresStore(url)
+    empty_postgres_tables(url)
+    return store
 
 
 def drop_postgres_tables(url: str) -> None:

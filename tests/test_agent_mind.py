@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from store_checks import empty_postgres_tables
+from store_checks import fresh_store
 
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, count_tokens, hash_embed
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind import MindTtlDefaults, ScoreWeights
 from memstrata.layers.mind.committed import refresh
 from memstrata.layers.mind.entries import MindRecallResult, parse_due_by, parse_duration
-from memstrata.stores import ChangesSince, InMemoryStore, PostgresStore, Store
+from memstrata.stores import ChangesSince, InMemoryStore, Store
 from memstrata.stores.base import ChangeMark, Changes
 
 AGENT = "research-tracker"
@@ -1465,15 +1465,7 @@ def test_ids_from_the_model_cannot_reach_other_keys(store: Store, bad_id: Any) -
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def shared_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
     """One store that several runs (standing for several processes) write at once."""
-    s: Store
-    if request.param == "memory":
-        s = InMemoryStore()
-    elif request.param == "sqlite":
-        s = SQLiteStore(tmp_path / "shared.db")
-    else:
-        url = request.getfixturevalue("postgres_url")
-        s = PostgresStore(url)
-        empty_postgres_tables(url)
+    s = fresh_store(request.param, request, tmp_path)
     yield s
     s.close()
 

@@ -636,17 +636,9 @@ def test_one_run_cannot_write_past_its_quotas() -> None:
 @pytest.fixture(params=["sqlite", "postgres"])
 def shared_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
     """One store two agent servers share."""
-    s: Store
-    if request.param == "sqlite":
-        s = SQLiteStore(tmp_path / "shared.db")
-    else:
-        from store_checks import empty_postgres_tables
+    from store_checks import fresh_store
 
-        from memstrata.stores import PostgresStore
-
-        url = request.getfixturevalue("postgres_url")
-        s = PostgresStore(url)
-        empty_postgres_tables(url)
+    s = fresh_store(request.param, request, tmp_path)
     yield s
     s.close()
 
