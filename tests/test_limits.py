@@ -1,4 +1,4 @@
-"""Every limit in the README's Limits table: a write past it gets an error that names the limit
+"""Every limit in docs/tools.md's Limits table: a write past it gets an error that names the limit
 (and the option that sets it), a tool call gets an error payload saying so, and nothing stored
 changes. Limits tested elsewhere are named where they are (see the end of this file)."""
 
