@@ -430,9 +430,14 @@ class SQLiteStore(Store):
             ).fetchone()
             if live is None:
                 return False  # nothing there: no change, no tombstone
-            conn.execute(_BURY_DELETED, {"ns": ns, "key": key, "now": now})
-            conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
+            self._bury(conn, ns, key, now)
         return bool(live[0])
+
+    @staticmethod
+    def _bury(conn: sqlite3.Connection, ns: str, key: str, now: float) -> None:
+        """Deletes a live row, its tombstone keeping its version (inside a transaction)."""
+        conn.execute(_BURY_DELETED, {"ns": ns, "key": key, "now": now})
+        conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
 
     def delete_if_version(self, namespace: Namespace, key: str, *, expected_version: int) -> bool:
         ns = encode_namespace(validate_namespace(namespace))
@@ -446,8 +451,7 @@ class SQLiteStore(Store):
             ).fetchone()
             if found is None or not found[0] or found[1] != expected_version:
                 return False
-            conn.execute(_BURY_DELETED, {"ns": ns, "key": key, "now": now})
-            conn.execute("DELETE FROM items WHERE namespace = ? AND key = ?", (ns, key))
+            self._bury(conn, ns, key, now)
         return True
 
     def list(
