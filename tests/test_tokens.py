@@ -246,6 +246,42 @@ def test_estimate_meets_its_targets_on_sources_it_was_not_fitted_to(encoding: st
         assert median <= 0.05 and p95 <= 0.15, (category, f"{median:.2%}", f"{p95:.2%}")
 
 
+# The row names the accuracy tables give each evaluation category.
+_TABLE_ROWS = {
+    "prose": "prose",
+    "code": "code",
+    "json": "JSON",
+    "cjk": "CJK",
+    "markup": "markup",
+    "other-scripts": "other scripts",
+}
+
+
+def test_the_accuracy_tables_in_the_readme_and_docs_are_the_measured_ones() -> None:
+    """README's and docs/tokens.md's per-category errors are what the estimator measures now
+    on the evaluation sources (rounded to 0.1 %): a change to the estimator that moves them
+    fails here until the tables say so."""
+    measured: dict[str, list[str]] = {category: [] for category in _TABLE_ROWS}
+    for encoding in ("o200k_base", "cl100k_base"):
+        errors: dict[str, list[float]] = {}
+        for category, chunk in ref.corpus_chunks("evaluate"):
+            exact = count_tokens(chunk, encoding=encoding)
+            estimate = estimate_tokens(chunk, model=encoding)
+            errors.setdefault(category, []).append(abs(estimate - exact) / exact)
+        for category in _TABLE_ROWS:
+            median, p95 = ref.error_quantiles(errors[category])
+            measured[category] += [f"{median:.1%}", f"{p95:.1%}"]
+    for document in ("README.md", "docs/tokens.md"):
+        rows = (ref.CORPUS.parents[2] / document).read_text(encoding="utf-8").splitlines()
+        for category, label in _TABLE_ROWS.items():
+            row = next(
+                (r for r in rows if r.startswith(f"| {label} ") and r.count("%") == 4), None
+            )
+            assert row is not None, (document, label)
+            shown = [cell.strip() for cell in row.strip("|").split("|") if "%" in cell]
+            assert shown == measured[category], (document, label, shown, measured[category])
+
+
 def test_the_evaluation_manifest_names_every_file_and_its_source() -> None:
     rows = (ref.CORPUS / "evaluate" / "MANIFEST.tsv").read_text(encoding="utf-8").splitlines()
     listed = {tuple(row.split("\t")[:2]) for row in rows[1:]}
