@@ -274,9 +274,7 @@ def test_the_accuracy_tables_in_the_readme_and_docs_are_the_measured_ones() -> N
     for document in ("README.md", "docs/tokens.md"):
         rows = (ref.CORPUS.parents[2] / document).read_text(encoding="utf-8").splitlines()
         for category, label in _TABLE_ROWS.items():
-            row = next(
-                (r for r in rows if r.startswith(f"| {label} ") and r.count("%") == 4), None
-            )
+            row = next((r for r in rows if r.startswith(f"| {label} ") and r.count("%") == 4), None)
             assert row is not None, (document, label)
             shown = [cell.strip() for cell in row.strip("|").split("|") if "%" in cell]
             assert shown == measured[category], (document, label, shown, measured[category])
