@@ -186,6 +186,23 @@ def test_version_prints_the_version() -> None:
     assert result.stdout.strip() == f"memstrata {__version__}"
 
 
+def test_python_dash_m_memstrata_is_the_same_command() -> None:
+    from memstrata import __version__
+
+    result = subprocess.run(
+        [sys.executable, "-m", "memstrata", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"memstrata {__version__}"
+    result = subprocess.run(
+        [sys.executable, "-m", "memstrata"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2 and "COMMAND" in result.stderr
+
+
 def test_read_commands_refuse_a_missing_sqlite_file(tmp_path: pathlib.Path) -> None:
     missing = tmp_path / "typo" / "agent.db"
     for args in (["inspect"], ["inspect", "--json"], ["reindex", "--agent", "a"]):
