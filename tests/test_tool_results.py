@@ -376,7 +376,7 @@ def test_stored_results_expire_after_the_ttl() -> None:
 
 
 def test_results_larger_than_one_stored_value_are_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memstrata.layers.tool_results as module
+    import memstrata.layers.tool_result_storage as module
 
     monkeypatch.setattr(module, "_CHUNK_CHARS", 1000)
     layer = ToolResults(store=InMemoryStore())

@@ -4,7 +4,8 @@ Implements Layer 1 of Modulatio. A tool result over ``threshold_tokens`` is stor
 replaced in the conversation by a short summary plus the call_id; the model recovers the
 verbatim text with the ``read_tool_result`` tool, page by page.
 :func:`prune_messages_sliding_window` is Modulatio's sliding-window prune (OpenAI chat only; the
-context gate prunes every format).
+context gate prunes every format). How a result is kept, in a store or as files, is
+``tool_result_storage``'s job; the digest that summarizes one, ``tool_result_digest``'s.
 
 In a stack, nothing changes in the tool loop: ``run.prepare()`` offloads every tool result over
 the threshold (OpenAI chat, legacy ``role: "function"``, Responses ``function_call_output``,
@@ -47,24 +48,24 @@ Decisions where Modulatio is silent:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
 import os
 import re
-import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from memstrata._bridge import run_sync
 from memstrata._core import prune_sliding_window
 from memstrata.exceptions import InvalidInputError, ToolError
+from memstrata.layers.tool_result_digest import DEFAULT_SUMMARY_TOKENS, _fit_prefix, digest
+from memstrata.layers.tool_result_storage import _Backend, _FileBackend, _StoreBackend
 from memstrata.messages import (
     EMPTY_SNAPSHOT,
     Snapshot,
@@ -79,20 +80,10 @@ from memstrata.prompts import (
     TOOL_RESULT_GONE,
     TOOL_RESULT_OFFLOADED,
     TOOL_RESULT_PRUNED,
-    one_line,
     quote_notices,
 )
 from memstrata.redaction import redacted_for_log
-from memstrata.safe_files import (
-    MAX_FILE_ID,
-    Dir,
-    check_file_id,
-    file_name,
-    open_dir,
-    open_subdir,
-    read_regular,
-    write_atomic,
-)
+from memstrata.safe_files import MAX_FILE_ID, check_file_id
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import InMemoryStore, Store, open_store
 from memstrata.stores.base import validate_ttl
@@ -111,16 +102,13 @@ Summarizer = Callable[[str], str]
 
 DEFAULT_THRESHOLD_TOKENS = 2000
 DEFAULT_KEEP_RECENT = 3
-DEFAULT_SUMMARY_TOKENS = 300
 DEFAULT_PAGE_TOKENS = 4000
 MAX_PAGE_TOKENS = 32_000
 DEFAULT_TTL = 7 * 86_400.0
 _NAMESPACE = "tool-results"
 _NONE = "-"  # the scope label of an unset thread or resource
-_HASH_DIR = "by-hash"
 _THREADS_DIR = "threads"
 _RESOURCES_DIR = "resources"
-_CHUNK_CHARS = 1 << 20  # characters per stored chunk: far below a store's per-value limit
 _EARLIER_KEPT = 32  # older ids a reused call_id lists
 _SEEN_LIMIT = 50_000  # results whose offload decision is remembered
 # Characters the remembered results' keys may hold between them: a key holds the result's text,
@@ -128,7 +116,6 @@ _SEEN_LIMIT = 50_000  # results whose offload decision is remembered
 _SEEN_MAX_CHARS = 32 << 20
 _LISTS_KEPT = 64  # scopes whose last conversation the offload pass keeps a snapshot of
 _READ_TOOL_NAMES = frozenset({"read_tool_result"})
-_LINE_CHARS = 160  # longest line the digest shows before cutting it
 _UNSEEN = "\x00unseen"
 # The first line of a notice this layer writes, whole; a summary of at most summary_tokens
 # follows it (plus a few tokens quote_notices may add).
@@ -780,331 +767,6 @@ def _seen_key(
     return (scope, call_id, body, kept)
 
 
-# Backends ---------------------------------------------------------------------------------------
-
-
-class _Backend(Protocol):
-    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
-        """The SHA-256 of the text stored under ``call_id`` and its ``earlier`` ids."""
-
-    def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
-        """Stores ``text`` under ``call_id`` (replacing what was there)."""
-
-    def alias(self, call_id: str, digest_hex: str) -> None:
-        """Makes the already stored text ``digest_hex`` readable under ``call_id`` too."""
-
-    def read(self, call_id: str, offset: int, chars: int) -> tuple[str, int, list[str]] | None:
-        """Up to ``chars`` characters from ``offset``, the total length and ``earlier``."""
-
-
-class _StoreBackend:
-    """Results in a store: ``calls`` maps a call_id to a content hash, ``texts`` holds each
-    text once (in chunks, so one result may pass a store's per-value limit), both under the
-    run's scope and with the layer's TTL (renewed at every store)."""
-
-    def __init__(self, store: Store, namespace: tuple[str, ...], ttl: float | None) -> None:
-        self.store = store
-        self.calls = (*namespace, "calls")
-        self.texts = (*namespace, "texts")
-        self.ttl = ttl
-
-    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
-        item = self.store.get(self.calls, call_id)
-        if item is None or not isinstance(item.value, dict):
-            return None
-        return item.value["sha256"], list(item.value.get("earlier", []))
-
-    def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
-        chunks = [text[i : i + _CHUNK_CHARS] for i in range(0, len(text), _CHUNK_CHARS)] or [""]
-        # Chunks first, then the record that makes them visible, then the pointer: a reader
-        # never finds a pointer to a text not wholly written.
-        for i, chunk in enumerate(chunks):
-            self.store.put(self.texts, f"{digest_hex}.{i}", chunk, ttl=self.ttl)
-        self.store.put(
-            self.texts, digest_hex, {"chars": len(text), "chunks": len(chunks)}, ttl=self.ttl
-        )
-        self.store.put(
-            self.calls, call_id, {"sha256": digest_hex, "earlier": earlier}, ttl=self.ttl
-        )
-
-    def alias(self, call_id: str, digest_hex: str) -> None:
-        self.store.put(self.calls, call_id, {"sha256": digest_hex, "earlier": []}, ttl=self.ttl)
-
-    def read(self, call_id: str, offset: int, chars: int) -> tuple[str, int, list[str]] | None:
-        found = self.lookup(call_id)
-        if found is None:
-            return None
-        digest_hex, earlier = found
-        meta = self.store.get(self.texts, digest_hex)
-        if meta is None:
-            return None
-        total = int(meta.value["chars"])
-        first = offset // _CHUNK_CHARS
-        last = min((offset + chars) // _CHUNK_CHARS, int(meta.value["chunks"]) - 1)
-        parts = []
-        for i in range(first, last + 1):
-            item = self.store.get(self.texts, f"{digest_hex}.{i}")
-            if item is None:
-                return None
-            parts.append(item.value)
-        start = offset - first * _CHUNK_CHARS
-        return "".join(parts)[start : start + chars], total, earlier
-
-
-class _FileBackend:
-    """Results as files: ``<call_id>.txt`` is a hard link to ``by-hash/<sha256>.txt`` (a copy
-    where the file system has no hard links); ``<call_id>.earlier`` lists older ids.
-
-    Every file is reached through directory descriptors (:mod:`memstrata.safe_files`), opened
-    from the configured directory down, never through a symlink planted below it. A result is
-    read from a regular file (never a symlink, a FIFO or a directory) and returned only if its
-    bytes hash to a blob stored in ``by-hash``: a hard link planted to a file elsewhere is
-    refused, even if it is swapped in and out while being read."""
-
-    def __init__(self, directory: Path, base: Path) -> None:
-        self.directory = directory
-        self.base = base
-
-    def _open(self, *, create: bool) -> Dir | None:
-        """The results directory, each level opened relative to the one above; None when it
-        does not exist (and not ``create``)."""
-        parts = () if self.directory == self.base else self.directory.relative_to(self.base).parts
-        try:
-            current = open_dir(self.base, create=create)
-        except FileNotFoundError:
-            return None
-        try:
-            for part in parts:
-                sub = open_subdir(current, part, create=create)
-                current.close()
-                current = sub
-        except FileNotFoundError:
-            current.close()
-            return None
-        except BaseException:
-            current.close()
-            raise
-        return current
-
-    def _writable(self) -> Dir:
-        directory = self._open(create=True)
-        assert directory is not None
-        return directory
-
-    def _result(self, directory: Dir, call_id: str) -> bytes | None:
-        """The bytes of ``<call_id>.txt``, or None when there is none."""
-        name = file_name(call_id, ".txt")
-        try:
-            data, _ = read_regular(directory, name, links=True)
-        except FileNotFoundError:
-            return None
-        # Results are content-addressed: whatever the link count said when it was looked at (a
-        # link planted and removed again in between), bytes are returned only if they are a
-        # text stored in this directory's by-hash.
-        if not _is_stored(directory, hashlib.sha256(data).hexdigest()):
-            raise InvalidInputError(
-                f"{name} is not a stored result (a file linked in from elsewhere?); refusing "
-                "to read it"
-            )
-        return data
-
-    def lookup(self, call_id: str) -> tuple[str, list[str]] | None:
-        directory = self._open(create=False)
-        if directory is None:
-            return None
-        with directory:
-            data = self._result(directory, call_id)
-            if data is None:
-                return None
-            return hashlib.sha256(data).hexdigest(), self._earlier(directory, call_id)
-
-    def _earlier(self, directory: Dir, call_id: str) -> list[str]:
-        try:
-            data, _ = read_regular(directory, file_name(call_id, ".earlier"))
-        except FileNotFoundError:
-            return []
-        return [line for line in data.decode().splitlines() if line]
-
-    def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
-        name = file_name(call_id, ".txt")
-        data = text.encode("utf-8", "surrogatepass")
-        with self._writable() as directory, open_subdir(directory, _HASH_DIR) as blobs:
-            blob = f"{digest_hex}.txt"
-            if not _holds(blobs, blob, digest_hex):
-                write_atomic(blobs, blob, data)
-            if earlier:
-                write_atomic(directory, file_name(call_id, ".earlier"), "\n".join(earlier).encode())
-            info = directory.lstat(name)
-            if info is not None:
-                if not stat.S_ISREG(info.st_mode):
-                    raise InvalidInputError(
-                        f"{name} is a symlink or not a regular file; refusing to use it"
-                    )
-                if _same_file(blobs.lstat(blob), info):
-                    return
-            # A regular file (a hard link planted to a file elsewhere too) is replaced by the
-            # rename, never written through.
-            _link_or_copy(blobs, blob, directory, name)
-
-    def alias(self, call_id: str, digest_hex: str) -> None:
-        name = file_name(call_id, ".txt")
-        with self._writable() as directory, open_subdir(directory, _HASH_DIR) as blobs:
-            _link_or_copy(blobs, f"{digest_hex}.txt", directory, name)
-
-    def read(self, call_id: str, offset: int, chars: int) -> tuple[str, int, list[str]] | None:
-        check_file_id(call_id)
-        directory = self._open(create=False)
-        if directory is None:
-            return None
-        with directory:
-            data = self._result(directory, call_id)
-            if data is None:
-                return None
-            text = data.decode("utf-8", "surrogatepass")
-            return text[offset : offset + chars], len(text), self._earlier(directory, call_id)
-
-
-def _same_file(a: os.stat_result | None, b: os.stat_result) -> bool:
-    return a is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def _is_stored(directory: Dir, digest_hex: str) -> bool:
-    """Whether ``by-hash/<digest_hex>.txt`` is a regular file: the text hashing to it was
-    stored here."""
-    try:
-        with open_subdir(directory, _HASH_DIR, create=False) as blobs:
-            info = blobs.lstat(f"{digest_hex}.txt")
-    except (FileNotFoundError, InvalidInputError):
-        return False
-    return info is not None and stat.S_ISREG(info.st_mode)
-
-
-def _holds(blobs: Dir, blob: str, digest_hex: str) -> bool:
-    """Whether ``blob`` is a regular file holding the text ``digest_hex`` names."""
-    try:
-        data, _ = read_regular(blobs, blob, links=True)
-    except (FileNotFoundError, InvalidInputError):
-        return False
-    return hashlib.sha256(data).hexdigest() == digest_hex
-
-
-def _link_or_copy(blobs: Dir, blob: str, directory: Dir, name: str) -> None:
-    """``name`` in ``directory`` becomes a hard link to ``blob`` (a private atomic copy where
-    the file system has no hard links), replacing what was there atomically."""
-    tmp = f".{name}.{os.urandom(6).hex()}.tmp"
-    try:
-        blobs.link(blob, directory, tmp)
-    except OSError:
-        data, _ = read_regular(blobs, blob, links=True)
-        write_atomic(directory, name, data)
-        return
-    try:
-        directory.rename(tmp, name)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            directory.unlink(tmp)
-        raise
-
-
-# The digest -----------------------------------------------------------------------------------
-
-
-def digest(
-    text: str, *, max_tokens: int = DEFAULT_SUMMARY_TOKENS, tokens: TokenCounter | None = None
-) -> str:
-    """A deterministic extractive summary of ``text`` within ``max_tokens``.
-
-    Size and line count; for JSON, its top-level shape (keys and the type of each value, or the
-    length of an array and the keys of its first item); then as many head and tail lines as fit
-    (long lines cut), the head first.
-    """
-    counter = tokens if tokens is not None else EstimatingCounter()
-    lines = text.splitlines()
-    header = [f"size: {len(text):,} chars, {len(lines):,} lines"]
-    shape = _json_shape(text)
-    if shape:
-        header.append(f"json: {shape}")
-    out = "\n".join(header)
-    used = exact_count(counter, out, keep=False)
-    if used >= max_tokens:
-        return out[: _fit_prefix(out, max_tokens, counter)]
-    head: list[str] = []
-    tail: list[str] = []
-    lo, hi = 0, len(lines) - 1
-    take_head = True
-    # Alternate two head lines for one tail line: the start usually says what the result is.
-    turn = 0
-    while lo <= hi:
-        line = one_line(lines[lo] if take_head else lines[hi])
-        shown = line if len(line) <= _LINE_CHARS else line[:_LINE_CHARS] + " …"
-        cost = exact_count(counter, shown, keep=False) + 1
-        if used + cost + 4 > max_tokens:
-            break
-        used += cost
-        if take_head:
-            head.append(shown)
-            lo += 1
-        else:
-            tail.append(shown)
-            hi -= 1
-        turn += 1
-        take_head = turn % 3 != 2
-    # Lines were counted one by one; the digest as a whole is counted exactly, and loses the
-    # line taken last until it fits.
-    while True:
-        parts = [out]
-        if head:
-            parts.append("head:\n" + "\n".join(head))
-        if len(head) + len(tail) < len(lines):
-            parts.append(f"… {len(lines) - len(head) - len(tail):,} lines not shown …")
-        if tail:
-            parts.append("tail:\n" + "\n".join(reversed(tail)))
-        shown_text = "\n".join(parts)
-        if exact_count_over(counter, shown_text, max_tokens, keep=False) is None:
-            return shown_text
-        if not (head or tail):
-            return out
-        turn -= 1
-        (head if turn % 3 != 2 else tail).pop()
-
-
-def _json_shape(text: str) -> str:
-    stripped = text.lstrip()
-    if not stripped or stripped[0] not in "[{":
-        return ""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return ""
-    if isinstance(value, dict):
-        fields = [f"{k}: {_describe(v)}" for k, v in list(value.items())[:20]]
-        more = f", … {len(value) - 20} more keys" if len(value) > 20 else ""
-        return f"object with {len(value)} keys {{{', '.join(fields)}{more}}}"
-    if isinstance(value, list):
-        first = f"; first item: {_describe(value[0], keys=True)}" if value else ""
-        return f"array of {len(value)} items{first}"
-    return ""
-
-
-def _describe(value: Any, *, keys: bool = False) -> str:
-    if isinstance(value, dict):
-        if keys:
-            return "object {" + ", ".join(list(value)[:15]) + ("…" if len(value) > 15 else "") + "}"
-        return f"object({len(value)} keys)"
-    if isinstance(value, list):
-        return f"array({len(value)})"
-    if isinstance(value, str):
-        return f"string({len(value)})"
-    if isinstance(value, bool):
-        return "bool"
-    if value is None:
-        return "null"
-    return "number"
-
-
-# Helpers --------------------------------------------------------------------------------------
-
-
 def _as_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -1114,23 +776,3 @@ def _as_text(content: Any) -> str:
         return orjson.dumps(content).decode()
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise InvalidInputError(f"tool result content must be text or JSON data: {exc}") from None
-
-
-def _fit_prefix(text: str, max_tokens: int, counter: TokenCounter) -> int:
-    """The length of a prefix of ``text`` within ``max_tokens`` counted exactly: the longest
-    by the counter's estimate (binary search), shortened until its exact count fits."""
-    if exact_count_over(counter, text, max_tokens, keep=False) is None:
-        return len(text)
-    lo, hi = 0, min(len(text), max(max_tokens, 1) * 16)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if counter.count(text[:mid]) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    while lo > 0:
-        tokens = exact_count(counter, text[:lo], keep=False)
-        if tokens <= max_tokens:
-            return lo
-        lo = min(lo - 1, lo * max_tokens // tokens)
-    return 0

@@ -11,14 +11,15 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   never query inside values; the issue asked for JSONB and this is the deliberate exception.
 * Namespaces use the "C" collation, so prefix listing is a range scan on the primary key, as on
   SQLite; a partial index on ``expires_at`` keeps TTL filtering and purging cheap.
-* Connections are in autocommit mode: a read, a ``put`` or a ``put_if_version`` is one
-  statement and one round trip, and ``read_many`` sends its reads as one statement (their
-  queries joined by UNION ALL, each row tagged with its read: one parse, one execution, one
-  snapshot for them all), or, past ``READS_PER_STATEMENT`` reads, as several pipelined. A
+* Connections are in autocommit mode: a read, a ``put`` or a ``put_if_version`` is one statement
+  and one round trip, and ``read_many`` sends its reads as one statement (their queries joined
+  by UNION ALL, each row tagged with its read: one parse, one execution, one snapshot for them
+  all), or, past ``READS_PER_STATEMENT`` reads (``pg_statements``), as several pipelined. A
   transaction is pipelined too (``pg_transactions``), BEGIN going out with the first statements
   and COMMIT with the last: ``update``, ``update_many`` and ``put_many_if_versions`` are two
   round trips however many keys (BEGIN, the locks and one read or the conditional writes; the
-  writes and COMMIT, or COMMIT alone), ``update_many_since`` three. The SQL is in ``pg_sql``.
+  writes and COMMIT, or COMMIT alone), ``update_many_since`` three. The SQL is in ``pg_sql``;
+  the argument checks and answers the sync and async methods share, in ``pg_statements``.
 * Each connection, as it opens, runs ``SESSION_SETUP``: statements psycopg has prepared are
   planned once (``plan_cache_mode``), not again at every execution, and large values are
   compressed with lz4 where the server has it.
@@ -26,9 +27,10 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   (namespace, key), which also covers the case row-level locks cannot: two writers racing to
   create the same absent record. ``put_if_version`` takes it inside its one statement, whose
   write then rechecks the version against the newest committed row.
-* The async twins use psycopg's async connections, not threads: per running event loop, idle
-  connections are kept and new ones opened on demand, with no background tasks, so a loop that
-  ends (``asyncio.run``) neither hangs nor leaves a pool behind (``pg_connections``).
+* The async twins (``pg_async``) use psycopg's async connections, not threads: per running
+  event loop, idle connections are kept and new ones opened on demand, with no background
+  tasks, so a loop that ends (``asyncio.run``) neither hangs nor leaves a pool behind
+  (``pg_connections``).
 * Times come from the database's clock, not the client's: servers sharing one database may
   disagree about the time, and an expiry must mean the same on all of them. A single statement
   uses its own start time; ``update`` and ``update_many`` read the clock in the statement that
@@ -62,41 +64,29 @@ import builtins
 import contextlib
 import math
 import os
-import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
-from memstrata.stores import codec
 from memstrata.stores.base import (
-    ENCODED_BATCH,
     Answer,
     ChangeMark,
     Changes,
     ConditionalWrite,
     EncodedItem,
-    GetMany,
     Item,
     JSONValue,
     Namespace,
     Planner,
     Read,
-    Store,
     Updater,
-    decode_namespace,
-    encode_namespace,
-    mark_position,
-    prefix_upper_bound,
-    validate_key,
     validate_keys,
     validate_namespace,
-    validate_page,
     validate_reads,
     validate_ttl,
-    validate_updates,
     validate_version,
-    validate_writes,
 )
+from memstrata.stores.pg_async import PostgresAsyncTwins
 from memstrata.stores.pg_connections import ConnectionsByLoop
 from memstrata.stores.pg_sql import (
     _CHANGES,
@@ -113,28 +103,19 @@ from memstrata.stores.pg_sql import (
     _MIGRATIONS,
     _PRUNE,
     _PURGE,
-    _PUT_IF_ABSENT,
-    _PUT_OVER_VERSION,
     _SINCE,
     _STAMP,
     _UPSERT,
     SCHEMA_VERSION,
     SESSION_SETUP,
-    read_many_sql,
-    text_array,
 )
+from memstrata.stores.pg_statements import _BACKEND, _changes, _hand_rows, _in_parts, _item
 from memstrata.stores.pg_transactions import (
-    _aqueue_locked_read,
-    _atransaction,
     _in_lock_order,
     _queue_locked_read,
     _Rollback,
     _transaction,
 )
-
-_BACKEND = "postgres"
-# A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,...
-_SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
 
 
 def _require_psycopg() -> Any:
@@ -149,11 +130,6 @@ def _require_psycopg() -> Any:
 
 # PostgreSQL's lock_timeout is an int of milliseconds: a session asking for more fails to start.
 _MAX_LOCK_TIMEOUT_MS = 2**31 - 1
-# The reads ``read_many`` joins into one statement. PostgreSQL plans a UNION ALL in time that
-# grows with the square of its branches (about 0.4 ms a read up to 32 reads, 1.7 ms at 512, 3
-# ms at 1,000) and refuses one of thousands (stack depth): more reads go as several statements,
-# pipelined in one round trip.
-READS_PER_STATEMENT = 32
 
 
 def _checked_lock_timeout(seconds: Any) -> float | None:
@@ -193,92 +169,12 @@ def _with_lock_timeout(url: str, seconds: float | None) -> str:
     return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
 
 
-def _is_snapshot(text: str) -> bool:
-    """Whether PostgreSQL reads ``text`` as a ``pg_snapshot``: ``xmin:xmax:xip,...`` with
-    ``0 < xmin <= xmax`` and every in-progress id in ``[xmin, xmax)``, in ascending order (a
-    mark it would refuse is refused here, by name, rather than as a database error)."""
-    if not _SNAPSHOT.fullmatch(text):
-        return False
-    head, _, listed = text.rpartition(":")
-    xmin, xmax = (int(part) for part in head.split(":"))
-    in_progress = [int(part) for part in listed.split(",")] if listed else []
-    if not 0 < xmin <= xmax or max([xmax, *in_progress]) >= 2**64:
-        return False
-    return all(xmin <= x < xmax for x in in_progress) and in_progress == sorted(in_progress)
-
-
 def _set_up(conn: Any) -> None:
     """Sets up a connection the pool opened (``SESSION_SETUP``)."""
     conn.execute(SESSION_SETUP)
 
 
-def _item(row: tuple[Any, ...]) -> Item:
-    ns, key, text, version, created_at, updated_at, expires_at = row
-    return Item(
-        decode_namespace(ns), key, codec.loads(text), version, created_at, updated_at, expires_at
-    )
-
-
-def _changes(
-    namespace: Namespace, rows: list[tuple[Any, ...]], *, complete: bool
-) -> Changes | None:
-    """The answer the rows of ``_SINCE`` or ``_EVERYTHING`` make; None when they say 'stale'."""
-    mark = ""
-    items: list[Item] = []
-    removed: list[str] = []
-    written: set[str] = set()
-    deleted: list[str] = []
-    for kind, key, text, version, created_at, updated_at, expires_at in rows:
-        if kind == "item":
-            items.append(
-                Item(namespace, key, codec.loads(text), version, created_at, updated_at, expires_at)
-            )
-            written.add(key)
-        elif kind == "expired":
-            removed.append(key)
-            written.add(key)
-        elif kind == "deleted":
-            deleted.append(key)
-        elif kind == "mark":
-            mark = key
-        else:
-            return None
-    # A key written again after its deletion was reported with that write.
-    removed.extend(key for key in deleted if key not in written)
-    items.sort(key=lambda item: item.key)
-    removed.sort()
-    return Changes(ChangeMark(_BACKEND, namespace, mark), items, removed, complete)
-
-
-def _in_parts(reads: list[Read]) -> list[list[Read]]:
-    """``reads`` in the parts ``read_many`` sends as one statement each."""
-    return [
-        reads[start : start + READS_PER_STATEMENT]
-        for start in range(0, len(reads), READS_PER_STATEMENT)
-    ]
-
-
-def _hand_rows(
-    namespace: Namespace,
-    rows: list[tuple[Any, ...]],
-    each: Callable[[list[EncodedItem]], None],
-) -> Changes:
-    """``encoded_each``'s answer from the rows of ``_EVERYTHING``: the items' text handed to
-    ``each`` in key order, a batch at a time."""
-    mark = ""
-    found: list[EncodedItem] = []
-    for kind, key, text, _version, _created_at, _updated_at, expires_at in rows:
-        if kind == "item":
-            found.append((key, text, expires_at))
-        elif kind == "mark":
-            mark = key
-    found.sort(key=lambda item: item[0])
-    for start in range(0, len(found), ENCODED_BATCH):
-        each(found[start : start + ENCODED_BATCH])
-    return Changes(ChangeMark(_BACKEND, namespace, mark), [], [], True)
-
-
-class PostgresStore(Store):
+class PostgresStore(PostgresAsyncTwins):
     """A store in PostgreSQL, shared safely by many processes.
 
     Args:
@@ -403,80 +299,6 @@ class PostgresStore(Store):
                     conn.execute(statement)
                 conn.execute("INSERT INTO memstrata_schema (version) VALUES (%s)", (version,))
 
-    # Argument checks shared by the sync and async paths -------------------------------------
-
-    @staticmethod
-    def _params(namespace: Namespace, key: str) -> dict[str, Any]:
-        ns = encode_namespace(validate_namespace(namespace))
-        return {"ns": ns, "key": validate_key(key), "now": None}
-
-    @staticmethod
-    def _many_params(namespace: Namespace, keys: builtins.list[str]) -> dict[str, Any]:
-        """The parameters of ``_GET_MANY`` for ``keys``, already checked."""
-        ns = encode_namespace(validate_namespace(namespace))
-        return {"ns": ns, "keys": text_array(keys), "now": None}
-
-    @staticmethod
-    def _found(keys: builtins.list[str], rows: builtins.list[tuple[Any, ...]]) -> dict[str, Item]:
-        """``get_many``'s answer: the rows read, by key in the order asked."""
-        found = {row[1]: _item(row) for row in rows}
-        return {key: found[key] for key in keys if key in found}
-
-    @staticmethod
-    def _write_params(
-        namespace: Namespace,
-        key: str,
-        value: JSONValue,
-        ttl: float | None,
-        *,
-        validated: bool = False,
-        encoded: bytes | None = None,
-    ) -> dict[str, Any]:
-        params = PostgresStore._params(namespace, key)
-        ttl = validate_ttl(ttl)
-        params["data"] = codec.dumps(value, validated=validated, encoded=encoded).decode()
-        params["ttl"] = ttl
-        return params
-
-    @staticmethod
-    def _written(namespace: Namespace, key: str, value: JSONValue, row: Any) -> Item:
-        version, created_at, updated_at, expires_at = row
-        return Item(tuple(namespace), key, value, version, created_at, updated_at, expires_at)
-
-    @staticmethod
-    def _list_params(namespace_prefix: Namespace, limit: int, offset: int) -> dict[str, Any]:
-        prefix = encode_namespace(validate_namespace(namespace_prefix, allow_empty=True))
-        validate_page(limit, offset)
-        return {
-            "lo": prefix,
-            "hi": prefix_upper_bound(prefix),
-            "now": None,
-            "limit": limit,
-            "offset": offset,
-        }
-
-    @staticmethod
-    def _since_params(namespace: Namespace, since: ChangeMark) -> dict[str, Any]:
-        namespace = validate_namespace(namespace)
-        ns = encode_namespace(namespace)
-        mark = mark_position(since, _BACKEND, namespace)
-        if not _is_snapshot(mark):
-            raise InvalidInputError(f"since holds {mark!r}, not a PostgreSQL snapshot")
-        return {"ns": ns, "mark": mark, "now": None}
-
-    @staticmethod
-    def _changes_params(namespace: Namespace, since: ChangeMark | None) -> dict[str, Any]:
-        if since is not None:
-            return PostgresStore._since_params(namespace, since)
-        return {"ns": encode_namespace(validate_namespace(namespace)), "now": None}
-
-    @staticmethod
-    def _planned_params(
-        namespace: Namespace, updates: Mapping[str, Updater]
-    ) -> dict[str, dict[str, Any]]:
-        """Per-key parameters of the updates a plan returned, each key checked."""
-        return {key: PostgresStore._params(namespace, key) for key in validate_updates(updates)}
-
     # Sync -----------------------------------------------------------------------------------
 
     def get(self, namespace: Namespace, key: str) -> Item | None:
@@ -553,30 +375,6 @@ class PostgresStore(Store):
             written = conn.execute(sql, params).fetchone()
         return None if written is None else self._written(namespace, key, value, written)
 
-    @staticmethod
-    def _put_if_version_sql(params: dict[str, Any], expected_version: int) -> str:
-        """The one statement of a put_if_version (autocommit: its own transaction)."""
-        if expected_version == 0:
-            return _PUT_IF_ABSENT
-        params["expected"] = expected_version
-        return _PUT_OVER_VERSION
-
-    def _conditional_params(
-        self, namespace: Namespace, writes: Mapping[str, ConditionalWrite], validated: bool
-    ) -> dict[str, dict[str, Any]]:
-        validate_namespace(namespace)
-        return {
-            key: self._write_params(
-                namespace,
-                key,
-                writes[key].value,
-                None,
-                validated=validated,
-                encoded=writes[key].encoded,
-            )
-            for key in validate_writes(writes)
-        }
-
     def put_many_if_versions(
         self,
         namespace: Namespace,
@@ -602,16 +400,6 @@ class PostgresStore(Store):
         return [
             self._written(namespace, key, writes[key].value, row)
             for key, row in zip(all_params, rows)
-        ]
-
-    def _conditional_writes(
-        self, writes: Mapping[str, ConditionalWrite], all_params: dict[str, dict[str, Any]]
-    ) -> builtins.list[tuple[str, dict[str, Any]]]:
-        """Each key's ``put_if_version`` statement: in a transaction that holds the keys' locks
-        already, it takes its own again (harmlessly) and writes only over its expected version."""
-        return [
-            (self._put_if_version_sql(params, writes[key].expected_version), params)
-            for key, params in all_params.items()
         ]
 
     def update_many(
@@ -654,24 +442,6 @@ class PostgresStore(Store):
             (key, value, conn.execute(_UPSERT, params))
             for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
         ]
-
-    @staticmethod
-    def _planned_writes(
-        updates: Mapping[str, Updater],
-        all_params: dict[str, dict[str, Any]],
-        rows: builtins.list[tuple[Any, ...]],
-        ttl: float | None,
-    ) -> builtins.list[tuple[str, JSONValue, dict[str, Any]]]:
-        """Every update applied to what ``_READ_LOCKED`` read, before anything is written (an
-        updater that raises leaves nothing queued)."""
-        now = rows[0][0]  # the clock once every lock is held
-        current = {key: text for _, key, text in rows if key is not None}
-        writes = []
-        for key, params in all_params.items():
-            value = updates[key](codec.loads(current[key]) if key in current else None)
-            params.update(now=now, data=codec.dumps(value).decode(), ttl=ttl)
-            writes.append((key, value, params))
-        return writes
 
     def change_mark(self, namespace: Namespace) -> ChangeMark:
         namespace = validate_namespace(namespace)
@@ -742,49 +512,6 @@ class PostgresStore(Store):
         rows = conn.execute(_EVERYTHING, params).fetchall()
         return self._complete(read.namespace, rows)
 
-    @staticmethod
-    def _complete(namespace: Namespace, rows: builtins.list[tuple[Any, ...]]) -> Changes:
-        answer = _changes(tuple(namespace), rows, complete=True)
-        assert answer is not None  # _EVERYTHING has no 'stale' row
-        return answer
-
-    @staticmethod
-    def _read_many_statement(reads: builtins.list[Read]) -> tuple[str, dict[str, Any]]:
-        """``read_many``'s one statement (see ``read_many_sql``) and its parameters."""
-        kinds: builtins.list[str] = []
-        params: dict[str, Any] = {"now": None}
-        for n, read in enumerate(reads):
-            if isinstance(read, GetMany):
-                kinds.append("get")
-                one = PostgresStore._many_params(read.namespace, validate_keys(read.keys))
-            else:
-                kinds.append("everything" if read.since is None else "since")
-                one = PostgresStore._changes_params(read.namespace, read.since)
-            params.update({f"{name}{n}": value for name, value in one.items() if name != "now"})
-        return read_many_sql(tuple(kinds)), params
-
-    @staticmethod
-    def _read_answers(
-        reads: builtins.list[Read], rows: builtins.list[tuple[Any, ...]]
-    ) -> builtins.list[Answer | None]:
-        """Each read's answer from the rows of ``read_many``'s statement; None for a mark the
-        rows say is stale."""
-        by_read: builtins.list[builtins.list[tuple[Any, ...]]] = [[] for _ in reads]
-        for row in rows:
-            by_read[row[0]].append(row[1:])
-        answers: builtins.list[Answer | None] = []
-        for read, read_rows in zip(reads, by_read):
-            namespace = tuple(read.namespace)
-            if isinstance(read, GetMany):
-                found = {
-                    key: Item(namespace, key, codec.loads(text), *stamps)
-                    for _, key, text, *stamps in read_rows
-                }
-                answers.append({key: found[key] for key in read.keys if key in found})
-            else:
-                answers.append(_changes(namespace, read_rows, complete=read.since is None))
-        return answers
-
     def update_many_since(
         self,
         namespace: Namespace,
@@ -822,248 +549,6 @@ class PostgresStore(Store):
     def close(self) -> None:
         self._pool.close()
         self._async.close_all_now()
-
-    # Async: psycopg's async connections, no threads ----------------------------------------
-
-    async def aget(self, namespace: Namespace, key: str) -> Item | None:
-        params = self._params(namespace, key)
-        async with self._aconnection() as conn:
-            row = await (await conn.execute(_GET, params)).fetchone()
-        return None if row is None else _item(row)
-
-    async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
-        keys = validate_keys(keys)
-        params = self._many_params(namespace, keys)
-        async with self._aconnection() as conn:
-            rows = await (await conn.execute(_GET_MANY, params)).fetchall()
-        return self._found(keys, rows)
-
-    async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
-        params = self._params(namespace, key)
-        async with self._aconnection() as conn:
-            row = await (await conn.execute(_STAMP, params)).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    async def aput(
-        self, namespace: Namespace, key: str, value: JSONValue, *, ttl: float | None = None
-    ) -> Item:
-        params = self._write_params(namespace, key, value, ttl)
-        async with self._aconnection() as conn:
-            row = await (await conn.execute(_UPSERT, params)).fetchone()
-        return self._written(namespace, key, value, row)
-
-    async def adelete(self, namespace: Namespace, key: str) -> bool:
-        params = self._params(namespace, key)
-        async with self._aconnection() as conn:
-            row = await (await conn.execute(_DELETE, params)).fetchone()
-        return bool(row and row[0])
-
-    async def adelete_if_version(
-        self, namespace: Namespace, key: str, *, expected_version: int
-    ) -> bool:
-        params = {**self._params(namespace, key), "version": validate_version(expected_version)}
-        async with self._aconnection() as conn:
-            row = await (await conn.execute(_DELETE_IF_VERSION, params)).fetchone()
-        return bool(row and row[0])
-
-    async def alist(
-        self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
-    ) -> builtins.list[Item]:
-        params = self._list_params(namespace_prefix, limit, offset)
-        async with self._aconnection() as conn:
-            rows = await (await conn.execute(_LIST, params)).fetchall()
-        return [_item(row) for row in rows]
-
-    async def aupdate(
-        self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
-    ) -> Item:
-        params = self._params(namespace, key)
-        ttl = validate_ttl(ttl)
-        async with self._aconnection() as conn:
-            return (await self._aupdate_many(conn, namespace, {key: fn}, {key: params}, ttl))[0]
-
-    async def aupdate_many(
-        self, namespace: Namespace, updates: Mapping[str, Updater], *, ttl: float | None = None
-    ) -> builtins.list[Item]:
-        all_params = {key: self._params(namespace, key) for key in updates}
-        ttl = validate_ttl(ttl)
-        if not all_params:
-            return []
-        async with self._aconnection() as conn:
-            return await self._aupdate_many(conn, namespace, updates, all_params, ttl)
-
-    async def _aupdate_many(
-        self,
-        conn: Any,
-        namespace: Namespace,
-        updates: Mapping[str, Updater],
-        all_params: dict[str, dict[str, Any]],
-        ttl: float | None,
-    ) -> builtins.list[Item]:
-        async with _atransaction(conn) as pipeline:
-            read = await _aqueue_locked_read(conn, all_params)
-            await pipeline.sync()
-            written = await self._aqueue_writes(
-                conn, updates, all_params, await read.fetchall(), ttl
-            )
-        return [
-            self._written(namespace, key, value, await cur.fetchone())
-            for key, value, cur in written
-        ]
-
-    async def achange_mark(self, namespace: Namespace) -> ChangeMark:
-        namespace = validate_namespace(namespace)
-        async with self._aconnection() as conn:
-            (snapshot,) = await (await conn.execute(_MARK)).fetchone()
-        return ChangeMark(_BACKEND, namespace, snapshot)
-
-    async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
-        params = self._changes_params(namespace, since)
-        async with self._aconnection() as conn:
-            sql = _EVERYTHING if since is None else _SINCE
-            rows = await (await conn.execute(sql, params)).fetchall()
-            return await self._achanges_answer(conn, tuple(namespace), since, params, rows)
-
-    async def aencoded_each(
-        self, namespace: Namespace, each: Callable[[builtins.list[EncodedItem]], None]
-    ) -> Changes:
-        params = self._changes_params(namespace, None)
-        async with self._aconnection() as conn:
-            rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
-        return _hand_rows(tuple(namespace), rows, each)
-
-    @staticmethod
-    async def _achanges_answer(
-        conn: Any,
-        namespace: Namespace,
-        since: ChangeMark | None,
-        params: dict[str, Any],
-        rows: builtins.list[tuple[Any, ...]],
-    ) -> Changes:
-        answer = _changes(namespace, rows, complete=since is None)
-        if answer is None:
-            rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
-            answer = _changes(namespace, rows, complete=True)
-        assert answer is not None  # _EVERYTHING has no 'stale' row
-        return answer
-
-    async def aread_many(self, reads: Sequence[Read]) -> builtins.list[Answer]:
-        reads = validate_reads(reads)
-        if not reads:
-            return []
-        parts = _in_parts(reads)
-        statements = [self._read_many_statement(part) for part in parts]
-        async with self._aconnection() as conn:
-            if len(parts) == 1:
-                cursors = [await conn.execute(*statements[0])]
-            else:
-                async with conn.pipeline():
-                    cursors = [await conn.execute(*statement) for statement in statements]
-            found: builtins.list[Answer | None] = []
-            for part, cursor in zip(parts, cursors):
-                found += self._read_answers(part, await cursor.fetchall())
-            answers: builtins.list[Answer] = []
-            for read, answer in zip(reads, found):
-                if answer is None:
-                    params = self._changes_params(read.namespace, None)
-                    rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
-                    answer = self._complete(read.namespace, rows)
-                answers.append(answer)
-        return answers
-
-    async def _aqueue_writes(
-        self,
-        conn: Any,
-        updates: Mapping[str, Updater],
-        all_params: dict[str, dict[str, Any]],
-        rows: builtins.list[tuple[Any, ...]],
-        ttl: float | None,
-    ) -> builtins.list[tuple[str, JSONValue, Any]]:
-        return [
-            (key, value, await conn.execute(_UPSERT, params))
-            for key, value, params in self._planned_writes(updates, all_params, rows, ttl)
-        ]
-
-    async def aupdate_many_since(
-        self,
-        namespace: Namespace,
-        since: ChangeMark,
-        plan: Planner,
-        *,
-        ttl: float | None = None,
-    ) -> builtins.list[Item]:
-        params = self._since_params(namespace, since)
-        ttl = validate_ttl(ttl)
-        async with self._aconnection() as conn, _atransaction(conn) as pipeline:
-            await conn.execute(_LOCK_NAMESPACE, params)
-            changed = await conn.execute(_CHANGES, params)
-            await pipeline.sync()
-            updates = plan([_item(row) for row in await changed.fetchall()])
-            all_params = self._planned_params(namespace, updates)
-            if not all_params:
-                return []
-            read = await _aqueue_locked_read(conn, all_params)
-            await pipeline.sync()
-            written = await self._aqueue_writes(
-                conn, updates, all_params, await read.fetchall(), ttl
-            )
-        return [
-            self._written(namespace, key, value, await cur.fetchone())
-            for key, value, cur in written
-        ]
-
-    async def aput_if_version(
-        self,
-        namespace: Namespace,
-        key: str,
-        value: JSONValue,
-        *,
-        expected_version: int,
-        ttl: float | None = None,
-        validated: bool = False,
-        encoded: bytes | None = None,
-    ) -> Item | None:
-        params = self._write_params(
-            namespace, key, value, ttl, validated=validated, encoded=encoded
-        )
-        sql = self._put_if_version_sql(params, validate_version(expected_version))
-        async with self._aconnection() as conn:
-            written = await (await conn.execute(sql, params)).fetchone()
-        return None if written is None else self._written(namespace, key, value, written)
-
-    async def aput_many_if_versions(
-        self,
-        namespace: Namespace,
-        writes: Mapping[str, ConditionalWrite],
-        *,
-        validated: bool = False,
-    ) -> builtins.list[Item] | None:
-        all_params = self._conditional_params(namespace, writes, validated)
-        statements = self._conditional_writes(writes, all_params)
-        try:
-            async with (
-                self._aconnection() as conn,
-                _atransaction(conn) as pipeline,
-            ):
-                for params in _in_lock_order(all_params):
-                    await conn.execute(_LOCK_KEY, params)
-                cursors = [await conn.execute(sql, params) for sql, params in statements]
-                await pipeline.sync()
-                rows = [await cursor.fetchone() for cursor in cursors]
-                if any(row is None for row in rows):
-                    raise _Rollback
-        except _Rollback:
-            return None
-        return [
-            self._written(namespace, key, writes[key].value, row)
-            for key, row in zip(all_params, rows)
-        ]
-
-    async def apurge_expired(self) -> int:
-        async with self._aconnection() as conn, conn.transaction():
-            (purged,) = await (await conn.execute(_PURGE, {"now": None})).fetchone()
-            await conn.execute(_PRUNE, {"now": None, "retention": self.tombstone_retention})
-        return int(purged)
 
     async def aclose(self) -> None:
         await self._async.close_current()
