@@ -724,3 +724,66 @@ def test_clear_leaves_an_entry_rewritten_after_its_read(shared_store: Store) -> 
     assert a.get_value("step:x") is None
     assert a.get_value("step:y") == b.get_value("step:y") == "y, rewritten"
     assert [i.key for i in shared_store.list(ns)] == ["step:y"]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"kind": "bogus", "createdAt": 5, "value": "precious", "source": "other"},
+        {"kind": "shared", "createdAt": 5, "value": "precious", "title": 7},
+    ],
+    ids=["unknown kind", "title not a string"],
+)
+def test_a_row_that_is_no_entry_is_copied_aside_by_the_models_write_over_it(
+    shared_store: Store, stored: dict[str, Any]
+) -> None:
+    """A row other code stored under a shared key, with a createdAt but no valid entry:
+    memory_read reports the key missing, and the model's write over it (after that read, or
+    unread) lands, the row first copied to the quarantine namespace; never a conflict the
+    model cannot get past by reading, never the row replaced without a copy."""
+    ns = ("workflow", "w3")
+    shared_store.put(ns, "shared:read", stored)
+    shared_store.put(ns, "shared:unread", stored)
+    memory = SharedMemory(store=shared_store, namespace=ns)
+    with run_for(memory) as run:
+        assert run.call_tool("memory_read", {"keys": ["shared:read"]})["missing"] == ["shared:read"]
+        for key in ("read", "unread"):
+            written = run.call_tool("memory_write", {"key": key, "value": "mine"})
+            assert written["ok"] is True, written
+            assert memory.get_value(f"shared:{key}") == "mine"
+    aside = {item.key.split("@")[0]: item.value for item in shared_store.list((*ns, "quarantine"))}
+    assert aside == {"shared:read": stored, "shared:unread": stored}
+
+
+def test_a_version_named_over_a_row_that_is_no_entry_is_a_conflict(shared_store: Store) -> None:
+    """The entry read at a version was replaced by a row that is no entry: a write naming that
+    version is refused (the entry it replaces is gone) and the row stays; read again, the key
+    is missing, and the write lands with the row copied aside."""
+    ns = ("workflow", "w4")
+    memory = SharedMemory(store=shared_store, namespace=ns)
+    with run_for(memory) as run:
+        run.call_tool("memory_write", {"key": "plan", "value": 1})
+        assert run.call_tool("memory_read", {"keys": ["shared:plan"]})["entries"]
+        shared_store.put(ns, "shared:plan", {"kind": "bogus", "createdAt": 5})
+        refused = run.call_tool("memory_write", {"key": "plan", "value": 2})
+        assert refused["error"]["code"] == "conflict", refused
+        assert "deleted" in refused["error"]["message"]
+        assert shared_store.list((*ns, "quarantine")) == []
+        assert run.call_tool("memory_read", {"keys": ["shared:plan"]})["missing"]
+        assert run.call_tool("memory_write", {"key": "plan", "value": 2})["ok"] is True
+    (aside,) = shared_store.list((*ns, "quarantine"))
+    assert aside.value == {"kind": "bogus", "createdAt": 5}
+
+
+def test_memory_write_naming_a_version_past_64_bits_is_a_conflict(shared_store: Store) -> None:
+    """An expected_version no entry can reach (the schema allows any integer) is answered as
+    a conflict naming the version stored, never as the tool failing."""
+    memory = SharedMemory(store=shared_store, namespace=("workflow", "w5"))
+    with run_for(memory) as run:
+        run.call_tool("memory_write", {"key": "plan", "value": 1})
+        refused = run.call_tool(
+            "memory_write", {"key": "plan", "value": 2, "expected_version": 2**63}
+        )
+        assert refused["error"]["code"] == "conflict", refused
+        assert "version 1" in refused["error"]["message"]
+    assert memory.get_value("shared:plan") == 1

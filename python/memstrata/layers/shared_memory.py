@@ -521,7 +521,12 @@ class SharedMemory:
         # its position, and write, in one transaction. A row that is no entry is copied aside
         # first, so the write replaces nothing without a trace.
         current = self._store.get(self._namespace, meta.key)
-        if current is not None and _position(current.value) is None:
+        # Not an entry by the same test reads apply (an unknown kind, a title that is no
+        # string...): every row reads skip is one a write copies aside.
+        if current is not None and self._record(current, None) is None:
+            if expected:  # the entry read at that version is gone: none is there now
+                self._refresh()
+                raise _Conflict(meta.key, expected, self._entries.get(meta.key))
             aside = (*self._namespace, "quarantine")
             self._store.put(aside, f"{meta.key}@{time.time():.6f}", current.value)
         elif expected is not None:
