@@ -787,3 +787,35 @@ def test_memory_write_naming_a_version_past_64_bits_is_a_conflict(shared_store: 
         assert refused["error"]["code"] == "conflict", refused
         assert "version 1" in refused["error"]["message"]
     assert memory.get_value("shared:plan") == 1
+
+
+def test_clear_beside_an_unreadable_row_leaves_an_entry_rewritten_after_its_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace holding a row that is not JSON is read whole, its entries without their
+    versions: ``clear`` still deletes only what it read, so an entry another server rewrites
+    between that read and the delete is kept (and not counted)."""
+    path, ns = tmp_path / "wf.db", ("wf", "u")
+    here, there = SQLiteStore(path), SQLiteStore(path)
+    a = SharedMemory(store=here, namespace=ns)
+    b = SharedMemory(store=there, namespace=ns)
+    for name in ("x", "y", "broken"):
+        a.set(key=f"step:{name}", kind="step_result", value=name)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE items SET value = ? WHERE key = 'step:broken'", (b'{"kind": "st',))
+    assert keys(a.list()) == ["step:x", "step:y"]
+    plain_delete, conditional_delete = here.delete, here.delete_if_version
+
+    def rewritten_first(namespace: Any, key: str, **kwargs: Any) -> bool:
+        if key == "step:y":
+            b.set(key="step:y", kind="step_result", value="y, rewritten")
+        method = conditional_delete if kwargs else plain_delete
+        return method(namespace, key, **kwargs)
+
+    monkeypatch.setattr(here, "delete", rewritten_first)
+    monkeypatch.setattr(here, "delete_if_version", rewritten_first)
+    assert a.clear(kind="step_result") == 1
+    assert a.get_value("step:x") is None
+    assert a.get_value("step:y") == b.get_value("step:y") == "y, rewritten"
+    here.close()
+    there.close()

@@ -560,19 +560,30 @@ class SharedMemory:
             cleared = 0
             for record in doomed:
                 key = record.meta.key
-                if self._store is not None and record.stamp is not None and record.stamp[0]:
+                if self._store is not None:
+                    version = record.stamp[0] if record.stamp is not None else 0
                     # Only the version read: an entry rewritten since is newer than the clear.
-                    if not self._store.delete_if_version(
-                        self._namespace, key, expected_version=record.stamp[0]
+                    if not version:
+                        version = self._version_holding(record)  # read past an unreadable row
+                    if not version or not self._store.delete_if_version(
+                        self._namespace, key, expected_version=version
                     ):
                         continue
-                elif self._store is not None:
-                    self._store.delete(self._namespace, key)  # read past an unreadable row
                 del self._entries[key]
                 cleared += 1
             if cleared < len(doomed):
                 self._refresh()  # the entries rewritten meanwhile, as stored now
             return cleared
+
+    def _version_holding(self, record: _Record) -> int:
+        """The stored version of ``record``'s key if it still holds that entry as read (its
+        value and metadata), else 0: for an entry read without its version."""
+        assert self._store is not None
+        current = self._store.get(self._namespace, record.meta.key)
+        stored = None if current is None else self._record(current, None)
+        if stored is None or (stored.meta, stored.encoded) != (record.meta, record.encoded):
+            return 0
+        return current.version if current is not None else 0
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Calls ``listener(entry)`` after every write through this instance; returns the
