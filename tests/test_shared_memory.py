@@ -819,3 +819,33 @@ def test_clear_beside_an_unreadable_row_leaves_an_entry_rewritten_after_its_read
     assert a.get_value("step:y") == b.get_value("step:y") == "y, rewritten"
     here.close()
     there.close()
+
+
+def test_an_entry_whose_ttl_ran_out_reads_as_missing_and_takes_a_write(
+    shared_store: Store,
+) -> None:
+    """Other code rewrote an entry with a TTL; once it runs out the store counts the entry
+    absent (a TTL running out is no change it reports): every instance reads it as missing,
+    as a new one does, and the model's write after reading it lands instead of answering a
+    conflict over the version it still showed."""
+    ns = ("workflow", "w6")
+    memory = SharedMemory(store=shared_store, namespace=ns)
+    memory.set(key="shared:plan", kind="shared", value="v1", source="planner")
+    stored = shared_store.get(ns, "shared:plan")
+    assert stored is not None
+    shared_store.put(ns, "shared:plan", stored.value, ttl=0.3)
+    with run_for(memory) as run:
+        read = run.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert read["entries"]["shared:plan"]["value"] == "v1"
+        time.sleep(0.4)
+        assert SharedMemory(store=shared_store, namespace=ns).get("shared:plan") is None
+        assert memory.get("shared:plan") is None and not memory.has("shared:plan")
+        assert run.call_tool("memory_list", {})["entries"] == []
+        refused = run.call_tool("memory_write", {"key": "plan", "value": "v2"})
+        assert refused["error"]["code"] == "conflict"  # the version it read is gone
+        assert "deleted" in refused["error"]["message"]
+        read = run.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert read["missing"] == ["shared:plan"]
+        written = run.call_tool("memory_write", {"key": "plan", "value": "v2"})
+        assert written["ok"] is True and "replaced" not in written, written
+    assert SharedMemory(store=shared_store, namespace=ns).get_value("shared:plan") == "v2"
