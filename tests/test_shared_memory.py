@@ -849,3 +849,35 @@ def test_an_entry_whose_ttl_ran_out_reads_as_missing_and_takes_a_write(
         written = run.call_tool("memory_write", {"key": "plan", "value": "v2"})
         assert written["ok"] is True and "replaced" not in written, written
     assert SharedMemory(store=shared_store, namespace=ns).get_value("shared:plan") == "v2"
+
+
+def test_a_key_read_again_beside_an_unreadable_row_takes_the_models_write(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The model read a key at a version, another server rewrote it, and a row of the
+    namespace became unreadable (not JSON), so entries are read without their versions: the
+    model reads the key again as told, and its write lands (the replaced entry named), never
+    a conflict over the version it read first that no read can clear."""
+    path, ns = tmp_path / "wf.db", ("wf", "v")
+    store = SQLiteStore(path)
+    memory = SharedMemory(store=store, namespace=ns)
+    other = SharedMemory(store=SQLiteStore(path), namespace=ns)
+    memory.set(key="step:broken", kind="step_result", value=0)
+    memory.set(key="shared:plan", kind="shared", value="v1", source="planner")
+    with run_for(memory) as run:
+        assert run.call_tool("memory_read", {"keys": ["shared:plan"]})["entries"]
+        other.set(key="shared:plan", kind="shared", value="v2", source="executor")
+        with sqlite3.connect(path) as raw:  # as another program's write: a change to read
+            raw.execute(
+                "UPDATE items SET value = ?, seq = (SELECT max(seq) + 1 FROM items)"
+                " WHERE key = 'step:broken'",
+                (b'{"kind',),
+            )
+        refused = run.call_tool("memory_write", {"key": "plan", "value": "mine"})
+        assert refused["error"]["code"] == "conflict"
+        again = run.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert again["entries"]["shared:plan"]["value"] == "v2"
+        written = run.call_tool("memory_write", {"key": "plan", "value": "mine"})
+        assert written["ok"] is True, written
+        assert written["replaced"]["source"] == "executor"
+    assert other.get_value("shared:plan") == "mine"

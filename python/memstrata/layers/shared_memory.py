@@ -839,8 +839,12 @@ class SharedMemory:
                 missing.append(key)
             else:
                 found[key] = record.read_view()
-            if seen is not None and (record is None or record.version):
+            if seen is None:
+                continue
+            if record is None or record.version:
                 seen[key] = 0 if record is None else record.version
+            else:  # read at a version not known (beside an unreadable row): written over unread
+                seen.pop(key, None)
         return {"entries": found, "missing": missing}
 
     def tool_write(
