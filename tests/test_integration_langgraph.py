@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("langgraph.store.base")
 
+from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 from langgraph.store.base import (
@@ -673,6 +674,48 @@ def test_a_cancelled_abatch_finishes_its_ops_before_it_raises(tmp_path: pathlib.
     found = fresh.search(("notes",), query="red apples", limit=1)
     assert [(r.key, r.value) for r in found] == [("a", {"text": "red apples"})]
     assert found[0].score is not None
+
+
+def test_asearch_embeds_an_item_whose_vectors_were_lost_through_the_async_embedder(
+    tmp_path: pathlib.Path,
+) -> None:
+    """An adapter whose embedder is async only (or whose sync form would block the event loop)
+    repairs an item left without vectors from asearch through the async form: the first
+    asearch finds it by meaning, and the sync form is never called."""
+    sync_calls: list[int] = []
+    counting = CountingEmbed()
+
+    class AsyncFirst(Embeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            sync_calls.append(len(texts))
+            raise AssertionError("the sync embedder blocks the event loop")
+
+        def embed_query(self, text: str) -> list[float]:
+            return self.embed_documents([text])[0]
+
+        async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+            return counting(texts)
+
+        async def aembed_query(self, text: str) -> list[float]:
+            return counting([text])[0]
+
+    index = {"dims": DIMS, "embed": AsyncFirst(), "fields": ["text"]}
+    backend = SQLiteStore(tmp_path / "lg.db")
+
+    async def main() -> None:
+        first = MemstrataStore(backend, index=index)
+        await first.aput(("docs",), "py", {"text": "python tutorial for beginners"})
+        await first.aput(("docs",), "ts", {"text": "typescript guide"})
+        # As a crash between the item's write and its vectors' leaves it.
+        backend.delete(("langgraph", "docs"), "py")
+        for adapter in (MemstrataStore(backend, index=index), first):
+            found = await adapter.asearch(("docs",), query="python tutorial", limit=1)
+            assert keys(found) == ["py"]
+            assert isinstance(found[0].score, float) and found[0].score > 0
+
+    asyncio.run(main())
+    assert sync_calls == []
+    backend.close()
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])

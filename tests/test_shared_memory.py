@@ -724,3 +724,160 @@ def test_clear_leaves_an_entry_rewritten_after_its_read(shared_store: Store) -> 
     assert a.get_value("step:x") is None
     assert a.get_value("step:y") == b.get_value("step:y") == "y, rewritten"
     assert [i.key for i in shared_store.list(ns)] == ["step:y"]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"kind": "bogus", "createdAt": 5, "value": "precious", "source": "other"},
+        {"kind": "shared", "createdAt": 5, "value": "precious", "title": 7},
+    ],
+    ids=["unknown kind", "title not a string"],
+)
+def test_a_row_that_is_no_entry_is_copied_aside_by_the_models_write_over_it(
+    shared_store: Store, stored: dict[str, Any]
+) -> None:
+    """A row other code stored under a shared key, with a createdAt but no valid entry:
+    memory_read reports the key missing, and the model's write over it (after that read, or
+    unread) lands, the row first copied to the quarantine namespace; never a conflict the
+    model cannot get past by reading, never the row replaced without a copy."""
+    ns = ("workflow", "w3")
+    shared_store.put(ns, "shared:read", stored)
+    shared_store.put(ns, "shared:unread", stored)
+    memory = SharedMemory(store=shared_store, namespace=ns)
+    with run_for(memory) as run:
+        assert run.call_tool("memory_read", {"keys": ["shared:read"]})["missing"] == ["shared:read"]
+        for key in ("read", "unread"):
+            written = run.call_tool("memory_write", {"key": key, "value": "mine"})
+            assert written["ok"] is True, written
+            assert memory.get_value(f"shared:{key}") == "mine"
+    aside = {item.key.split("@")[0]: item.value for item in shared_store.list((*ns, "quarantine"))}
+    assert aside == {"shared:read": stored, "shared:unread": stored}
+
+
+def test_a_version_named_over_a_row_that_is_no_entry_is_a_conflict(shared_store: Store) -> None:
+    """The entry read at a version was replaced by a row that is no entry: a write naming that
+    version is refused (the entry it replaces is gone) and the row stays; read again, the key
+    is missing, and the write lands with the row copied aside."""
+    ns = ("workflow", "w4")
+    memory = SharedMemory(store=shared_store, namespace=ns)
+    with run_for(memory) as run:
+        run.call_tool("memory_write", {"key": "plan", "value": 1})
+        assert run.call_tool("memory_read", {"keys": ["shared:plan"]})["entries"]
+        shared_store.put(ns, "shared:plan", {"kind": "bogus", "createdAt": 5})
+        refused = run.call_tool("memory_write", {"key": "plan", "value": 2})
+        assert refused["error"]["code"] == "conflict", refused
+        assert "deleted" in refused["error"]["message"]
+        assert shared_store.list((*ns, "quarantine")) == []
+        assert run.call_tool("memory_read", {"keys": ["shared:plan"]})["missing"]
+        assert run.call_tool("memory_write", {"key": "plan", "value": 2})["ok"] is True
+    (aside,) = shared_store.list((*ns, "quarantine"))
+    assert aside.value == {"kind": "bogus", "createdAt": 5}
+
+
+def test_memory_write_naming_a_version_past_64_bits_is_a_conflict(shared_store: Store) -> None:
+    """An expected_version no entry can reach (the schema allows any integer) is answered as
+    a conflict naming the version stored, never as the tool failing."""
+    memory = SharedMemory(store=shared_store, namespace=("workflow", "w5"))
+    with run_for(memory) as run:
+        run.call_tool("memory_write", {"key": "plan", "value": 1})
+        refused = run.call_tool(
+            "memory_write", {"key": "plan", "value": 2, "expected_version": 2**63}
+        )
+        assert refused["error"]["code"] == "conflict", refused
+        assert "version 1" in refused["error"]["message"]
+    assert memory.get_value("shared:plan") == 1
+
+
+def test_clear_beside_an_unreadable_row_leaves_an_entry_rewritten_after_its_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace holding a row that is not JSON is read whole, its entries without their
+    versions: ``clear`` still deletes only what it read, so an entry another server rewrites
+    between that read and the delete is kept (and not counted)."""
+    path, ns = tmp_path / "wf.db", ("wf", "u")
+    here, there = SQLiteStore(path), SQLiteStore(path)
+    a = SharedMemory(store=here, namespace=ns)
+    b = SharedMemory(store=there, namespace=ns)
+    for name in ("x", "y", "broken"):
+        a.set(key=f"step:{name}", kind="step_result", value=name)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE items SET value = ? WHERE key = 'step:broken'", (b'{"kind": "st',))
+    assert keys(a.list()) == ["step:x", "step:y"]
+    plain_delete, conditional_delete = here.delete, here.delete_if_version
+
+    def rewritten_first(namespace: Any, key: str, **kwargs: Any) -> bool:
+        if key == "step:y":
+            b.set(key="step:y", kind="step_result", value="y, rewritten")
+        method = conditional_delete if kwargs else plain_delete
+        return method(namespace, key, **kwargs)
+
+    monkeypatch.setattr(here, "delete", rewritten_first)
+    monkeypatch.setattr(here, "delete_if_version", rewritten_first)
+    assert a.clear(kind="step_result") == 1
+    assert a.get_value("step:x") is None
+    assert a.get_value("step:y") == b.get_value("step:y") == "y, rewritten"
+    here.close()
+    there.close()
+
+
+def test_an_entry_whose_ttl_ran_out_reads_as_missing_and_takes_a_write(
+    shared_store: Store,
+) -> None:
+    """Other code rewrote an entry with a TTL; once it runs out the store counts the entry
+    absent (a TTL running out is no change it reports): every instance reads it as missing,
+    as a new one does, and the model's write after reading it lands instead of answering a
+    conflict over the version it still showed."""
+    ns = ("workflow", "w6")
+    memory = SharedMemory(store=shared_store, namespace=ns)
+    memory.set(key="shared:plan", kind="shared", value="v1", source="planner")
+    stored = shared_store.get(ns, "shared:plan")
+    assert stored is not None
+    shared_store.put(ns, "shared:plan", stored.value, ttl=0.3)
+    with run_for(memory) as run:
+        read = run.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert read["entries"]["shared:plan"]["value"] == "v1"
+        time.sleep(0.4)
+        assert SharedMemory(store=shared_store, namespace=ns).get("shared:plan") is None
+        assert memory.get("shared:plan") is None and not memory.has("shared:plan")
+        assert run.call_tool("memory_list", {})["entries"] == []
+        refused = run.call_tool("memory_write", {"key": "plan", "value": "v2"})
+        assert refused["error"]["code"] == "conflict"  # the version it read is gone
+        assert "deleted" in refused["error"]["message"]
+        read = run.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert read["missing"] == ["shared:plan"]
+        written = run.call_tool("memory_write", {"key": "plan", "value": "v2"})
+        assert written["ok"] is True and "replaced" not in written, written
+    assert SharedMemory(store=shared_store, namespace=ns).get_value("shared:plan") == "v2"
+
+
+def test_a_key_read_again_beside_an_unreadable_row_takes_the_models_write(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The model read a key at a version, another server rewrote it, and a row of the
+    namespace became unreadable (not JSON), so entries are read without their versions: the
+    model reads the key again as told, and its write lands (the replaced entry named), never
+    a conflict over the version it read first that no read can clear."""
+    path, ns = tmp_path / "wf.db", ("wf", "v")
+    store = SQLiteStore(path)
+    memory = SharedMemory(store=store, namespace=ns)
+    other = SharedMemory(store=SQLiteStore(path), namespace=ns)
+    memory.set(key="step:broken", kind="step_result", value=0)
+    memory.set(key="shared:plan", kind="shared", value="v1", source="planner")
+    with run_for(memory) as run:
+        assert run.call_tool("memory_read", {"keys": ["shared:plan"]})["entries"]
+        other.set(key="shared:plan", kind="shared", value="v2", source="executor")
+        with sqlite3.connect(path) as raw:  # as another program's write: a change to read
+            raw.execute(
+                "UPDATE items SET value = ?, seq = (SELECT max(seq) + 1 FROM items)"
+                " WHERE key = 'step:broken'",
+                (b'{"kind',),
+            )
+        refused = run.call_tool("memory_write", {"key": "plan", "value": "mine"})
+        assert refused["error"]["code"] == "conflict"
+        again = run.call_tool("memory_read", {"keys": ["shared:plan"]})
+        assert again["entries"]["shared:plan"]["value"] == "v2"
+        written = run.call_tool("memory_write", {"key": "plan", "value": "mine"})
+        assert written["ok"] is True, written
+        assert written["replaced"]["source"] == "executor"
+    assert other.get_value("shared:plan") == "mine"

@@ -210,6 +210,22 @@ def test_adelete_if_version_answers_as_the_sync_form(store: Store) -> None:
     assert store.get(NS, "k") is None
 
 
+@pytest.mark.parametrize("version", [2**63, 2**64 - 1, 2**80])
+def test_a_version_past_64_bits_matches_nothing(store: Store, version: int) -> None:
+    """No item reaches a version past the 64-bit range: a conditional write or delete naming
+    one is refused like any other stale version on every backend, nothing written (a model
+    passes such a number through memory_write's expected_version)."""
+    store.put(NS, "k", {"v": 1})
+    assert store.put_if_version(NS, "k", {"v": 2}, expected_version=version) is None
+    assert store.put_if_version(NS, "new", {"v": 2}, expected_version=version) is None
+    writes = {"k": ConditionalWrite({"v": 3}, 1), "new": ConditionalWrite({"v": 3}, version)}
+    assert store.put_many_if_versions(NS, writes) is None
+    assert store.delete_if_version(NS, "k", expected_version=version) is False
+    got = store.get(NS, "k")
+    assert got is not None and (got.value, got.version) == ({"v": 1}, 1)
+    assert store.get(NS, "new") is None
+
+
 def test_put_if_version_over_an_expired_item_counts_it_absent(store: Store) -> None:
     first = store.put_if_version(NS, "t", {"v": 1}, expected_version=0, ttl=0.05)
     assert first is not None and first.expires_at is not None

@@ -27,7 +27,7 @@ and history live in the store; vectors are scored by the Rust ``VectorSet``):
   The item and its vectors are two store writes (a store transaction spans one namespace):
   the namespace is listed first, and a search that finds an item of a listed namespace with
   no vectors of its version (a put cut off by a crash between the two) embeds it again at the
-  index's fields and stores the vectors.
+  index's fields and stores the vectors (``asearch`` through the embedder's async form).
 * Search reads an in-process copy of the namespaces under the prefix, brought up to date by
   the store's change tracking before every search, so writes from other processes are seen.
   Namespaces written without the adapter are found once, when the adapter first reads.
@@ -89,6 +89,8 @@ __all__ = ["MemstrataStore", "memory_prompt", "memstrata_tools", "react_prompt"]
 logger = logging.getLogger("memstrata.langgraph")
 
 Vectors = npt.NDArray[np.float32]
+# Vectors abatch made for the items its searches repair: (namespace, key, version) -> rows.
+Repairs = dict[tuple[tuple[str, ...], str, int], Vectors]
 
 # LangGraph refuses user namespaces under this root label; the adapter keeps its records there.
 RESERVED = "langgraph"
@@ -181,6 +183,9 @@ class _Space:
     vectors: VectorSet | None = None
     item_mark: store_base.ChangeMark | None = None
     shadow_mark: store_base.ChangeMark | None = None
+    # Live items of an adapter's namespace with no vectors of their version: the next search
+    # embeds them again (see MemstrataStore._repair_lost).
+    lost: set[str] = field(default_factory=set)
 
 
 def _shadow_of(namespace: tuple[str, ...]) -> tuple[str, ...]:
@@ -372,7 +377,7 @@ class MemstrataStore(BaseStore):
         queries = self._queries(ops)
         put_vectors = self._embed.documents([t for t, _ in texts]) if self._embed else None
         query_vectors = {q: self._embed.query(q) for q in queries} if self._embed else {}
-        return self._execute(ops, texts, put_vectors, query_vectors)
+        return self._execute(ops, texts, put_vectors, query_vectors, None)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         ops = self._checked(ops)
@@ -384,9 +389,53 @@ class MemstrataStore(BaseStore):
             put_vectors = await self._embed.adocuments([t for t, _ in texts])
             found = await asyncio.gather(*(self._embed.aquery(q) for q in queries))
             query_vectors = dict(zip(queries, found))
+        repairs = await self._arepairs(ops)
         # A cancellation waits for the ops: a put cut off between its writes would leave an
         # item without its vectors or its namespace's registry entry.
-        return await run_whole(self._execute, ops, texts, put_vectors, query_vectors)
+        return await run_whole(self._execute, ops, texts, put_vectors, query_vectors, repairs)
+
+    async def _arepairs(self, ops: list[Op]) -> Repairs:
+        """Vectors of the items the searches among ``ops`` will repair (see _repair_lost),
+        made through the async embedder: abatch never calls a sync one, which would hold up
+        the event loop (or fail, for an embedder that is async only)."""
+        prefixes = [
+            tuple(op.namespace_prefix)
+            for op in ops
+            if isinstance(op, SearchOp)
+            and not (op.namespace_prefix and op.namespace_prefix[0] == RESERVED)
+        ]
+        if self._embed is None or not prefixes:
+            return {}
+        lost = await run_sync(self._lost_items, prefixes)
+        if not lost:
+            return {}
+        groups = [[text for text, _ in _texts_at(item.value, self._fields)] for _, item in lost]
+        try:
+            rows = await self._embed.adocuments([text for group in groups for text in group])
+        except Exception:
+            logger.warning(
+                "could not embed %d items again; they stay unsearchable", len(lost), exc_info=True
+            )
+            return {}
+        repairs: Repairs = {}
+        start = 0
+        for (namespace, item), group in zip(lost, groups):
+            repairs[(namespace, item.key, item.version)] = rows[start : start + len(group)]
+            start += len(group)
+        return repairs
+
+    def _lost_items(
+        self, prefixes: list[tuple[str, ...]]
+    ) -> list[tuple[tuple[str, ...], store_base.Item]]:
+        """The items without vectors of their version a search under ``prefixes`` would find."""
+        with self._lock:
+            found: dict[tuple[tuple[str, ...], str], store_base.Item] = {}
+            for prefix in prefixes:
+                for namespace in self._namespaces(prefix):
+                    space = self._sync(namespace)
+                    for key in sorted(space.lost):
+                        found[(namespace, key)] = space.items[key]
+            return [(namespace, item) for (namespace, _), item in found.items()]
 
     def sweep_ttl(self) -> int:
         """Deletes expired items (and their vectors); returns how many rows went."""
@@ -461,6 +510,7 @@ class MemstrataStore(BaseStore):
         texts: list[tuple[str, tuple[int, str]]],
         put_vectors: Vectors | None,
         query_vectors: Mapping[str, Vectors],
+        repairs: Repairs | None,
     ) -> list[Result]:
         per_put: dict[int, tuple[list[str], list[Vectors]]] = {}
         if put_vectors is not None:
@@ -478,7 +528,7 @@ class MemstrataStore(BaseStore):
                     results.append(None)
                 elif isinstance(op, SearchOp):
                     vector = query_vectors.get(op.query) if op.query else None
-                    results.append(self._search(op, vector))
+                    results.append(self._search(op, vector, repairs))
                 else:
                     results.append(self._list_namespaces(op))
         return results
@@ -623,21 +673,49 @@ class MemstrataStore(BaseStore):
                         and _live(held, now)
                         and _lost(held, space.shadows.get(key))
                     ):
-                        self._repair(namespace, space, held)
+                        space.lost.add(key)
+                    else:
+                        space.lost.discard(key)
             for key in changed:
                 self._reindex(space, key)
         return space
 
-    def _repair(self, namespace: tuple[str, ...], space: _Space, item: store_base.Item) -> None:
+    def _repair_lost(
+        self, namespace: tuple[str, ...], space: _Space, repairs: Repairs | None
+    ) -> None:
+        """Repairs the space's lost items (see _repair): with the vectors ``repairs`` holds for
+        their version (abatch made them), or, without ``repairs``, embedding them now. One
+        abatch has no vectors for is left for the next search."""
+        now = time.time()
+        for key in sorted(space.lost):
+            item = space.items.get(key)
+            if item is None or not _live(item, now) or not _lost(item, space.shadows.get(key)):
+                space.lost.discard(key)
+                continue
+            rows = None if repairs is None else repairs.get((namespace, key, item.version))
+            if repairs is not None and rows is None:
+                continue
+            space.lost.discard(key)  # tried once: a failing embedder is not called every search
+            self._repair(namespace, space, item, rows)
+            self._reindex(space, key)
+
+    def _repair(
+        self,
+        namespace: tuple[str, ...],
+        space: _Space,
+        item: store_base.Item,
+        rows: Vectors | None = None,
+    ) -> None:
         """Embeds an item of an adapter's namespace that has no vectors of its version (a put
         cut off between writing it and its vectors, or an item written past the adapter) at
-        the index's fields, and stores them, so it is searchable again. Vectors of a version
-        as new, written meanwhile, are kept. An embedder that fails leaves the item as it was,
-        logged: a search never fails for it."""
+        the index's fields (``rows``: its vectors, already made), and stores them, so it is
+        searchable again. Vectors of a version as new, written meanwhile, are kept. An
+        embedder that fails leaves the item as it was, logged: a search never fails for it."""
         assert self._embed is not None
         try:
             found = _texts_at(item.value, self._fields)
-            rows = self._embed.documents([text for text, _ in found])
+            if rows is None:
+                rows = self._embed.documents([text for text, _ in found])
             shadow = {
                 "version": item.version,
                 "model": self._embed.model,
@@ -702,11 +780,16 @@ class MemstrataStore(BaseStore):
 
     # Reads --------------------------------------------------------------------------------------
 
-    def _search(self, op: SearchOp, query: Vectors | None) -> list[SearchItem]:
+    def _search(
+        self, op: SearchOp, query: Vectors | None, repairs: Repairs | None
+    ) -> list[SearchItem]:
         if op.namespace_prefix and op.namespace_prefix[0] == RESERVED:
             return []
         now = time.time()
         spaces = [(ns, self._sync(ns)) for ns in self._namespaces(tuple(op.namespace_prefix))]
+        for ns, space in spaces:
+            if space.lost:
+                self._repair_lost(ns, space, repairs)
         flt = op.filter
 
         def wanted(space: _Space, key: str) -> store_base.Item | None:

@@ -40,7 +40,8 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   version it read, so an entry rewritten meanwhile stays.
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost. A row
-  that is not JSON at all is skipped too; a write over its key fails, naming it.
+  that is not JSON at all is skipped too; a write over its key fails, naming it. An entry
+  other code rewrote with a TTL reads as missing once the TTL runs out, as the store counts it.
 * The "Required upstream memory" hint shows each title on one line, cut to 120 characters, and
   stays within the layer's token budget (keys past it are counted, not listed). The "Memory
   Tools" section before it is fixed template: a budget too small for it shows nothing.
@@ -228,9 +229,20 @@ class _Record:
     (``meta.value`` is None) and the value only as JSON text, so nothing a caller holds can
     alias it. ``stamp`` is the store item's ``(version, created_at)``, to recognise an item the
     store reports again. ``version`` is the entry's version as ``memory_read`` shows it (the
-    store item's; 0 when not known, for entries read past an unreadable row)."""
+    store item's; 0 when not known, for entries read past an unreadable row). ``expires_at``
+    is the store item's, for a row other code wrote with a TTL."""
 
-    __slots__ = ("encoded", "listed", "meta", "order", "read", "sequence", "stamp", "version")
+    __slots__ = (
+        "encoded",
+        "expires_at",
+        "listed",
+        "meta",
+        "order",
+        "read",
+        "sequence",
+        "stamp",
+        "version",
+    )
 
     def __init__(
         self,
@@ -239,9 +251,10 @@ class _Record:
         sequence: int,
         stamp: tuple[int, float] | None = None,
         version: int = 0,
+        expires_at: float | None = None,
     ) -> None:
         self.meta, self.encoded, self.sequence, self.stamp = meta, encoded, sequence, stamp
-        self.version = version
+        self.version, self.expires_at = version, expires_at
         self.order = (meta.created_at, sequence, meta.key)
         # The tools' views, built once: a model lists and reads far more often than it writes.
         self.listed, self.read = meta.metadata(), meta.to_json()
@@ -359,6 +372,7 @@ class SharedMemory:
         self._entries: dict[str, _Record] = {}
         self._mark: ChangeMark | None = None  # how far into the store's history we have read
         self._clock = 0  # the last version written, without a store
+        self._expiring = False  # whether an entry held has a TTL (see _drop_expired)
         self._listeners: list[Listener] = []
         self._refresh()
 
@@ -521,7 +535,12 @@ class SharedMemory:
         # its position, and write, in one transaction. A row that is no entry is copied aside
         # first, so the write replaces nothing without a trace.
         current = self._store.get(self._namespace, meta.key)
-        if current is not None and _position(current.value) is None:
+        # Not an entry by the same test reads apply (an unknown kind, a title that is no
+        # string...): every row reads skip is one a write copies aside.
+        if current is not None and self._record(current, None) is None:
+            if expected:  # the entry read at that version is gone: none is there now
+                self._refresh()
+                raise _Conflict(meta.key, expected, self._entries.get(meta.key))
             aside = (*self._namespace, "quarantine")
             self._store.put(aside, f"{meta.key}@{time.time():.6f}", current.value)
         elif expected is not None:
@@ -555,19 +574,30 @@ class SharedMemory:
             cleared = 0
             for record in doomed:
                 key = record.meta.key
-                if self._store is not None and record.stamp is not None and record.stamp[0]:
+                if self._store is not None:
+                    version = record.stamp[0] if record.stamp is not None else 0
                     # Only the version read: an entry rewritten since is newer than the clear.
-                    if not self._store.delete_if_version(
-                        self._namespace, key, expected_version=record.stamp[0]
+                    if not version:
+                        version = self._version_holding(record)  # read past an unreadable row
+                    if not version or not self._store.delete_if_version(
+                        self._namespace, key, expected_version=version
                     ):
                         continue
-                elif self._store is not None:
-                    self._store.delete(self._namespace, key)  # read past an unreadable row
                 del self._entries[key]
                 cleared += 1
             if cleared < len(doomed):
                 self._refresh()  # the entries rewritten meanwhile, as stored now
             return cleared
+
+    def _version_holding(self, record: _Record) -> int:
+        """The stored version of ``record``'s key if it still holds that entry as read (its
+        value and metadata), else 0: for an entry read without its version."""
+        assert self._store is not None
+        current = self._store.get(self._namespace, record.meta.key)
+        stored = None if current is None else self._record(current, None)
+        if stored is None or (stored.meta, stored.encoded) != (record.meta, record.encoded):
+            return 0
+        return current.version if current is not None else 0
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Calls ``listener(entry)`` after every write through this instance; returns the
@@ -660,15 +690,32 @@ class SharedMemory:
                 # Records are immutable and hold values only as JSON text: safe to share.
                 clone._entries = dict(self._entries)
                 clone._clock = max((r.version for r in clone._entries.values()), default=0)
+                clone._expiring = self._expiring
         return clone
 
     # Following the store ----------------------------------------------------------------------
 
     def _refresh(self) -> None:
         """Catches up with what was written to or deleted from the store since the last look,
-        by this instance or any other. Callers hold the lock."""
-        if self._store is None:
-            return
+        by this instance or any other, and drops the entries whose TTL ran out. Callers hold
+        the lock."""
+        if self._store is not None:
+            self._catch_up()
+        if self._expiring:
+            self._drop_expired()
+
+    def _drop_expired(self) -> None:
+        """Drops the entries whose TTL (a row other code wrote with one) has run out: the
+        store counts them absent, and a TTL running out is no change it reports."""
+        now = time.time()
+        held = self._entries.values()
+        expired = [r.meta.key for r in held if r.expires_at is not None and r.expires_at <= now]
+        for key in expired:
+            del self._entries[key]
+        self._expiring = any(r.expires_at is not None for r in self._entries.values())
+
+    def _catch_up(self) -> None:
+        assert self._store is not None
         try:
             changes = self._store.changes(self._namespace, self._mark)
         except InvalidJSONError:
@@ -679,6 +726,7 @@ class SharedMemory:
             records = [self._record(item, held.get(item.key)) for item in changes.items]
             ordered = sorted((r for r in records if r is not None), key=lambda r: r.order)
             self._entries = {record.meta.key: record for record in ordered}
+            self._expiring = any(r.expires_at is not None for r in ordered)
             return
         for key in changes.removed:
             self._entries.pop(key, None)
@@ -690,6 +738,7 @@ class SharedMemory:
                 self._entries.pop(item.key, None)
             elif record is not old:
                 in_order = self._hold(record, old) and in_order
+                self._expiring = self._expiring or record.expires_at is not None
         if not in_order:
             self._sort()
 
@@ -745,7 +794,7 @@ class SharedMemory:
             value_bytes=len(encoded),
             **texts,
         )
-        return _Record(meta, encoded, position[1], stamp, item.version)
+        return _Record(meta, encoded, position[1], stamp, item.version, item.expires_at)
 
     def _hold(self, record: _Record, old: _Record | None) -> bool:
         """Holds ``record`` in place of ``old``; returns whether the entries are still in
@@ -790,8 +839,12 @@ class SharedMemory:
                 missing.append(key)
             else:
                 found[key] = record.read_view()
-            if seen is not None and (record is None or record.version):
+            if seen is None:
+                continue
+            if record is None or record.version:
                 seen[key] = 0 if record is None else record.version
+            else:  # read at a version not known (beside an unreadable row): written over unread
+                seen.pop(key, None)
         return {"entries": found, "missing": missing}
 
     def tool_write(

@@ -13,9 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
+
+
+def ended_by_server(conn: Any) -> bool:
+    """Whether an idle connection was ended by the server (a restart, a failover,
+    ``pg_terminate_backend``): the server's goodbye (or the end of the stream) is waiting on
+    its socket, which an idle connection of the store otherwise never has (it listens to no
+    channel). A poll that does not wait, not a round trip; a connection taken as ended by
+    mistake costs only a new one."""
+    try:
+        if conn.closed:
+            return True
+        socket = conn.pgconn.socket
+        if hasattr(select, "poll"):  # no limit on the descriptor's number, unlike select()
+            poller = select.poll()
+            poller.register(socket, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([socket], [], [], 0)[0])
+    except Exception:
+        return True
 
 
 class LoopConnections:
@@ -62,8 +82,15 @@ class LoopConnections:
         async with self._changed:
             while not self._idle and self._open >= self.max_size:
                 await self._changed.wait()
-            if self._idle:
+            while self._idle:
                 conn = self._idle.pop()
+                if ended_by_server(conn):
+                    # Closed in place of a call failing on it: the server restarted, failed
+                    # over or ended it, and every call taking one at once would fail.
+                    self._open -= 1
+                    with contextlib.suppress(Exception):
+                        conn.pgconn.finish()
+                    continue
                 self._in_use.add(conn)
                 return conn
             self._open += 1

@@ -176,6 +176,8 @@ _POSITION = f"SELECT {_LAST_SEQ}, (SELECT seq FROM tombstone_floor WHERE namespa
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
 # A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
 # expired row written over numbers on too (a new record all the same: a new created_at).
+# SQLite's largest integer: versions live in a 64-bit column.
+_MAX_INTEGER = 2**63 - 1
 _FIRST_VERSION = """coalesce((SELECT version FROM tombstones
     WHERE namespace = :ns AND key = :key), 0) + 1"""
 _UPSERT = f"""INSERT INTO items ({_COLUMNS}, seq)
@@ -520,6 +522,8 @@ class SQLiteStore(Store):
     ) -> Item | None:
         """Writes ``data`` (``value`` encoded) if the live row is at ``expected_version`` (0:
         absent), in one statement (see _UPDATE_IF_VERSION); None, writing nothing, if not."""
+        if expected_version > _MAX_INTEGER:
+            return None  # no row reaches it, and SQLite cannot bind it: refused as stale
         expires_at = now + ttl if ttl is not None else None
         params = {
             "ns": ns,
