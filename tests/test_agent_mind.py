@@ -438,6 +438,25 @@ def test_a_runs_entries_are_the_callers_own_copies(store: Store) -> None:
         assert "cancelled" not in run.layer("agent-mind").header()
 
 
+def test_a_vector_given_to_believe_vector_is_copied_not_kept(store: Store) -> None:
+    """A caller that embeds in batches reuses its buffer once ``believe_vector`` returns: the
+    draft must hold its own copy, or the flush stores (and the draft dedups against) whatever
+    the buffer holds by then."""
+    stack = make_stack(store)
+    sky, tea = "The sky over Lisbon is clear today", "Green tea steeps for two minutes"
+    with stack.run(agent=AGENT) as run:
+        handle = run.layer("agent-mind")
+        buffer = handle.embed_one(sky)
+        ok(handle.believe_vector(sky, buffer, "medium", [], None, False))
+        buffer[:] = handle.embed_one(tea)  # the next batch overwrites the caller's buffer
+        # The draft still knows the sky belief by its own vector, not the buffer's.
+        assert handle.find_duplicate_belief(handle.embed_one(tea)) is None
+    with stack.run(agent=AGENT) as run:
+        hits = run.layer("agent-mind").recall(sky, type="belief")
+        assert [h.content for h in hits] == [sky]
+        assert run.layer("agent-mind").recall(tea, type="belief") == []
+
+
 def test_a_reused_header_drops_a_belief_once_it_expires(store: Store) -> None:
     stack = make_stack(store)
     now = now_ms()

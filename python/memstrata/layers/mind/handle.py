@@ -253,10 +253,12 @@ class AgentMindHandle:
         ttl_ms: int | None,
         allow_downgrade: bool,
     ) -> dict[str, Any]:
-        """:meth:`believe` after embedding."""
+        """:meth:`believe` after embedding. ``vector`` is copied: the draft keeps it until the
+        flush stores it, and a caller embedding in batches reuses its buffer."""
+        own = np.array(vector, dtype=np.float32)
         with self._writing:
             return _writes.believe_vector(
-                self, content, vector, confidence, tags, ttl_ms, allow_downgrade
+                self, content, own, confidence, tags, ttl_ms, allow_downgrade
             )
 
     def reflect(
