@@ -143,7 +143,7 @@ class WorkingMemory:
         self._violations = state_checker(schema)  # refuses a schema it cannot compile
         # States are checked against the schema as given: the layer keeps its own copy, so a
         # caller changing its dict afterwards cannot make ``schema`` show another one.
-        self._schema = _copy(schema) if isinstance(schema, Mapping) else schema
+        self._schema: Any = _copy(dict(schema)) if isinstance(schema, Mapping) else schema
         self.template = template
         self.read_only = read_only
         self.arrays: Literal["replace", "union"] = arrays or (
@@ -163,7 +163,7 @@ class WorkingMemory:
     def schema(self) -> Any:
         """The pydantic model class or JSON Schema dict states are checked against (a dict is
         the caller's own copy)."""
-        return _copy(self._schema) if isinstance(self._schema, Mapping) else self._schema
+        return _copy(self._schema) if isinstance(self._schema, dict) else self._schema
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
