@@ -1128,6 +1128,31 @@ def test_an_error_flush_keeps_beliefs_and_reflections_flagged_and_drops_the_rest
     assert "Learned before the crash" not in header_of(stack)
 
 
+def test_a_goal_completed_in_a_run_leaves_that_runs_header_only(store: Store) -> None:
+    """A completed goal is committed at once and leaves the run's view of the goals: the
+    run's next prompt must not show it as active, whether or not the run showed the block
+    before; and another open run, whose view still holds it, must not lose it from its block
+    because of a header the first run made."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        report = ok(run.call_tool("mind_set_goal", {"description": "Ship the report"}))
+        venue = ok(run.call_tool("mind_set_goal", {"description": "Book the venue"}))
+
+    def block(run: Any) -> str:
+        return "\n".join(m["content"] for m in run.prepare([]))
+
+    rendered, silent, other = (stack.run(agent=AGENT).open() for _ in range(3))
+    assert "Ship the report" in block(rendered)
+    ok(rendered.call_tool("mind_complete_goal", {"id": report["id"]}))
+    assert "Ship the report" not in block(rendered)
+    ok(silent.call_tool("mind_complete_goal", {"id": venue["id"]}))  # no block shown before
+    assert "Book the venue" not in block(silent)
+    assert "Ship the report" in block(other) and "Book the venue" in block(other)
+    for run in (rendered, silent, other):
+        run.close()
+    assert "Goals" not in header_of(stack)
+
+
 def test_complete_goal_commits_at_once_and_survives_an_error_run(store: Store) -> None:
     stack = make_stack(store)
     with stack.run(agent=AGENT) as run:

@@ -68,7 +68,10 @@ class AgentMindHandle:
         # goal and pin caps) the others' writes then take the draft past. A TaskLock: the
         # flush holds it across store calls, which under an event loop suspend.
         self._writing = TaskLock()
-        self._header: tuple[int | None, str] | None = None  # (budget, header)
+        # Goals this run completed: committed at once, they leave the run's view (and its
+        # header) at once, so the header is made again after each.
+        self._completed_goals = 0
+        self._header: tuple[tuple[int | None, int], str] | None = None  # (budget, completed)
         self._index: _Index | None = None
         self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
         self._committed_pins: int | None = None
@@ -119,10 +122,11 @@ class AgentMindHandle:
 
     def header(self, budget: int | None = None) -> str:
         """The ``--- AGENT MIND ---`` block built from the entries committed when the run
-        started; empty when there is nothing to show. ``budget`` is the stack's token share for
-        the whole block."""
-        if self._header is None or self._header[0] != budget:
-            self._header = (budget, _header.header(self, budget))
+        started, less the goals this run completed; empty when there is nothing to show.
+        ``budget`` is the stack's token share for the whole block."""
+        key = (budget, self._completed_goals)
+        if self._header is None or self._header[0] != key:
+            self._header = (key, _header.header(self, budget))
         return self._header[1]
 
     def embed_one(self, text: str) -> npt.NDArray[np.float32]:
