@@ -438,6 +438,25 @@ def test_a_runs_entries_are_the_callers_own_copies(store: Store) -> None:
         assert "cancelled" not in run.layer("agent-mind").header()
 
 
+def test_a_vector_given_to_believe_vector_is_copied_not_kept(store: Store) -> None:
+    """A caller that embeds in batches reuses its buffer once ``believe_vector`` returns: the
+    draft must hold its own copy, or the flush stores (and the draft dedups against) whatever
+    the buffer holds by then."""
+    stack = make_stack(store)
+    sky, tea = "The sky over Lisbon is clear today", "Green tea steeps for two minutes"
+    with stack.run(agent=AGENT) as run:
+        handle = run.layer("agent-mind")
+        buffer = handle.embed_one(sky)
+        ok(handle.believe_vector(sky, buffer, "medium", [], None, False))
+        buffer[:] = handle.embed_one(tea)  # the next batch overwrites the caller's buffer
+        # The draft still knows the sky belief by its own vector, not the buffer's.
+        assert handle.find_duplicate_belief(handle.embed_one(tea)) is None
+    with stack.run(agent=AGENT) as run:
+        hits = run.layer("agent-mind").recall(sky, type="belief")
+        assert [h.content for h in hits] == [sky]
+        assert run.layer("agent-mind").recall(tea, type="belief") == []
+
+
 def test_a_reused_header_drops_a_belief_once_it_expires(store: Store) -> None:
     stack = make_stack(store)
     now = now_ms()
@@ -1107,6 +1126,31 @@ def test_an_error_flush_keeps_beliefs_and_reflections_flagged_and_drops_the_rest
         assert found[0]["error"] is True
     # Error-flagged beliefs stay out of the header even at high confidence.
     assert "Learned before the crash" not in header_of(stack)
+
+
+def test_a_goal_completed_in_a_run_leaves_that_runs_header_only(store: Store) -> None:
+    """A completed goal is committed at once and leaves the run's view of the goals: the
+    run's next prompt must not show it as active, whether or not the run showed the block
+    before; and another open run, whose view still holds it, must not lose it from its block
+    because of a header the first run made."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        report = ok(run.call_tool("mind_set_goal", {"description": "Ship the report"}))
+        venue = ok(run.call_tool("mind_set_goal", {"description": "Book the venue"}))
+
+    def block(run: Any) -> str:
+        return "\n".join(m["content"] for m in run.prepare([]))
+
+    rendered, silent, other = (stack.run(agent=AGENT).open() for _ in range(3))
+    assert "Ship the report" in block(rendered)
+    ok(rendered.call_tool("mind_complete_goal", {"id": report["id"]}))
+    assert "Ship the report" not in block(rendered)
+    ok(silent.call_tool("mind_complete_goal", {"id": venue["id"]}))  # no block shown before
+    assert "Book the venue" not in block(silent)
+    assert "Ship the report" in block(other) and "Book the venue" in block(other)
+    for run in (rendered, silent, other):
+        run.close()
+    assert "Goals" not in header_of(stack)
 
 
 def test_complete_goal_commits_at_once_and_survives_an_error_run(store: Store) -> None:

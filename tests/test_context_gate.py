@@ -529,6 +529,19 @@ def test_a_dict_changed_in_place_is_counted_again() -> None:
     assert gate.estimate(messages) > first + 500
 
 
+@pytest.mark.parametrize("first, then", [(1, 1.0), (True, 1.0), (1.0, True)])
+def test_numbers_equal_in_python_but_not_in_json_are_counted_each_as_itself(
+    first: Any, then: Any
+) -> None:
+    """``1 == 1.0 == True`` in Python, but a prompt holds their JSON text (``1``, ``1.0``,
+    ``true``), which counts differently: a count cached for one is not the other's."""
+    gate = ContextGate(max_input_tokens=10**6)
+    item = {"type": "function_call_output", "call_id": "c", "output": first}
+    gate.estimate([item])
+    other = {**item, "output": then}
+    assert gate.estimate([other]) == ContextGate(max_input_tokens=10**6).estimate([other])
+
+
 def _nested(depth: int) -> dict[str, Any]:
     value: dict[str, Any] = {"x": 1}
     for _ in range(depth):

@@ -372,6 +372,24 @@ def test_a_spec_of_a_schema_that_is_not_json_text_is_still_a_deep_copy() -> None
     assert schema["x-extra"] == {1: ["v"]}
 
 
+def test_a_check_shared_by_equal_schemas_holds_none_of_their_objects() -> None:
+    """Tools with equal schemas share one compiled check, found by the schema's content: it
+    must check that content, not whatever the first schema's owner changed its objects to."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"unit": {"enum": [{"scale": "celsius"}, {"scale": "kelvin"}]}},
+    }
+    first = Tool("first", "T.", schema, lambda a: a)
+    second = Tool("second", "T.", copy.deepcopy(schema), lambda a: a)
+    args = {"unit": {"scale": "celsius"}}
+    problems: list[str] = []
+    first.check(args, "$", problems)
+    assert problems == []
+    schema["properties"]["unit"]["enum"][0]["scale"] = "fahrenheit"
+    second.check(args, "$", problems)
+    assert problems == []
+
+
 def test_a_frozen_schema_refuses_every_change_and_still_checks_and_renders() -> None:
     plain = {"type": "object", "properties": {"a": {"type": "string", "enum": ["x", "z"]}}}
     schema = frozen(plain)

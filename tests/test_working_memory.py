@@ -765,6 +765,28 @@ def test_states_handed_out_are_the_callers_copies(store: SQLiteStore) -> None:
         assert run.layer("working-memory").snapshot == {"plan": {"step": 1}, "other": 1}
 
 
+def test_the_schema_shown_is_the_one_enforced_and_the_callers_own(store: SQLiteStore) -> None:
+    """The layer checks states against the schema as it was given: what ``schema`` shows must
+    be that schema, whatever the caller does to its dict afterwards or to what it was shown."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"plan": {"type": "array", "items": {"type": "string"}}},
+    }
+    stack = stack_with(store, schema=schema)
+    schema["properties"]["plan"]["items"]["type"] = "integer"
+    with stack.run(thread_id="t") as run:
+        shown = run.layer("working-memory").schema
+        assert shown["properties"]["plan"]["items"] == {"type": "string"}
+        shown["properties"]["plan"]["items"]["type"] = "boolean"
+        assert call(run, "working-memory_update", {"plan": ["a"]})["ok"]
+        assert not call(run, "working-memory_update", {"plan": [1]})["ok"]
+    with stack.run(thread_id="u") as run:
+        assert run.layer("working-memory").schema["properties"]["plan"]["items"] == {
+            "type": "string"
+        }
+    assert stack.layers[0].schema["properties"]["plan"]["items"] == {"type": "string"}
+
+
 # Several working memories --------------------------------------------------------------------
 
 

@@ -498,7 +498,11 @@ def compiled(schema: Mapping[str, Any]) -> Check:
     if check is None:
         if len(_COMPILED) >= _COMPILED_KEPT:
             _COMPILED.clear()
-        check = _COMPILED[key] = compile_schema(schema)
+        # Compiled from the content it is found by: a check keeps some of its schema's values
+        # (an enum's), and every tool with equal content shares it, so it must hold none of
+        # the objects of a caller's schema, which the caller may change.
+        own = schema if isinstance(schema, ReadOnlyDict) else orjson.loads(key)
+        check = _COMPILED[key] = compile_schema(own)
     return check
 
 

@@ -108,7 +108,9 @@ _PLACEHOLDER = re.compile(
 _NOTICE_ID = re.compile(
     re.escape(TOOL_RESULT_OFFLOADED[: TOOL_RESULT_OFFLOADED.index("{")]) + f"({_ID}),"
 )
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+# Values a message's items key its count by. Not numbers nor booleans: 1, 1.0 and True are
+# equal (and hash alike) in Python, but a prompt holds their JSON text, which counts apart.
+_TEXTS = frozenset({str, type(None)})
 # Message lists whose snapshot and counts the gate keeps (conversations checked in turn).
 _LISTS_KEPT = 4
 
@@ -580,15 +582,15 @@ def _all_dicts_with_roles(messages: list[Any]) -> bool:
 
 
 def _content_key(index: int, message: Message) -> Any:
-    """What a message's count is cached under: its items when every value is a str, number,
-    bool or None (immutable: equal keys mean equal messages), else its JSON text. None for a
-    message that is not JSON data (counted every time).
+    """What a message's count is cached under: its items when every value is a str or None
+    (immutable: equal keys mean equal messages), else its JSON text. None for a message that
+    is not JSON data (counted every time).
 
     Raises:
         InvalidInputError: The message nests deeper than JSON encoding allows (254 levels);
             the index names it. Counting it would recurse without bound.
     """
-    if _SCALARS.issuperset(map(type, message.values())):
+    if _TEXTS.issuperset(map(type, message.values())):
         return tuple(message.items())
     try:
         return orjson.dumps(message)

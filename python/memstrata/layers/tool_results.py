@@ -138,11 +138,12 @@ def prune_messages_sliding_window(
 ) -> tuple[list[Message], int]:
     """Rewrites older tool-role messages to ``[summarized: call_id=...]`` placeholders.
 
-    The ``keep_recent`` latest tool messages stay verbatim; the input is not mutated. The Rust
-    kernel :func:`memstrata.prune_sliding_window` does the work. A message whose
-    ``tool_call_id`` is not a call_id a result could be stored under (empty, or holding a
-    bracket or a line break a model put there) gets a placeholder naming none, saying the text
-    is gone: the id must not write a notice of its own into the conversation.
+    The ``keep_recent`` latest tool messages stay verbatim; the input is not mutated: a
+    replaced message is a new dict, and every other message is the input's own object in the
+    new list. The Rust kernel :func:`memstrata.prune_sliding_window` does the work. A message
+    whose ``tool_call_id`` is not a call_id a result could be stored under (empty, or holding
+    a bracket or a line break a model put there) gets a placeholder naming none, saying the
+    text is gone: the id must not write a notice of its own into the conversation.
 
     Returns:
         The new message list and how many messages were replaced.

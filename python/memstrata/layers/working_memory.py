@@ -140,7 +140,10 @@ class WorkingMemory:
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
         self.scope: Literal["thread", "resource"] = _SCOPES[scope]  # type: ignore[assignment]
-        self.schema = schema
+        self._violations = state_checker(schema)  # refuses a schema it cannot compile
+        # States are checked against the schema as given: the layer keeps its own copy, so a
+        # caller changing its dict afterwards cannot make ``schema`` show another one.
+        self._schema: Any = _copy(dict(schema)) if isinstance(schema, Mapping) else schema
         self.template = template
         self.read_only = read_only
         self.arrays: Literal["replace", "union"] = arrays or (
@@ -152,21 +155,26 @@ class WorkingMemory:
         # The block's tag: <working_memory> for the default name, as noetic shows it.
         self.label = "working_memory" if name == DEFAULT_NAME else name
         self.tool_names = tool_names(self)
-        self._violations = state_checker(schema)
         # Fields every state holds: the update tool takes a partial patch, so it names them.
         self.required = required_fields(schema) if schema is not None else []
         self.tool_schemas = tool_schemas(self)
 
     @property
+    def schema(self) -> Any:
+        """The pydantic model class or JSON Schema dict states are checked against (a dict is
+        the caller's own copy)."""
+        return _copy(self._schema) if isinstance(self._schema, dict) else self._schema
+
+    @property
     def format(self) -> Literal["markdown", "json"] | None:
         """``"json"`` with a schema, ``"markdown"`` with a template, None for free-form text."""
-        if self.schema is not None:
+        if self._schema is not None:
             return "json"
         return "markdown" if self.template is not None else None
 
     @property
     def structured(self) -> bool:
-        return self.schema is not None
+        return self._schema is not None
 
     def empty_state(self) -> State:
         return {} if self.structured else ""

@@ -115,6 +115,7 @@ def complete_goal(handle: AgentMindHandle, id: str, *, outcome: str | None) -> d
         handle.store.put(handle.namespace, entry_key(goal), goal.to_payload())
         del draft.goals[id]
         handle._goals = {**handle._goals, goal.id: goal}
+        handle._completed_goals += 1
         return {"status": "ok"}
     goal = _active_goal(handle, id)
     pending = draft.goal_patches.pop(goal.id, None)
@@ -139,6 +140,7 @@ def complete_goal(handle: AgentMindHandle, id: str, *, outcome: str | None) -> d
             draft.goal_patches[goal.id] = pending
         raise
     handle._goals = {**handle._goals, goal.id: MindGoal.from_payload(item.value)}
+    handle._completed_goals += 1
     return {"status": "ok"}
 
 

@@ -68,7 +68,10 @@ class AgentMindHandle:
         # goal and pin caps) the others' writes then take the draft past. A TaskLock: the
         # flush holds it across store calls, which under an event loop suspend.
         self._writing = TaskLock()
-        self._header: tuple[int | None, str] | None = None  # (budget, header)
+        # Goals this run completed: committed at once, they leave the run's view (and its
+        # header) at once, so the header is made again after each.
+        self._completed_goals = 0
+        self._header: tuple[tuple[int | None, int], str] | None = None  # (budget, completed)
         self._index: _Index | None = None
         self._rankers: dict[tuple[tuple[str, ...], bool], CompositeRanker] = {}
         self._committed_pins: int | None = None
@@ -119,10 +122,11 @@ class AgentMindHandle:
 
     def header(self, budget: int | None = None) -> str:
         """The ``--- AGENT MIND ---`` block built from the entries committed when the run
-        started; empty when there is nothing to show. ``budget`` is the stack's token share for
-        the whole block."""
-        if self._header is None or self._header[0] != budget:
-            self._header = (budget, _header.header(self, budget))
+        started, less the goals this run completed; empty when there is nothing to show.
+        ``budget`` is the stack's token share for the whole block."""
+        key = (budget, self._completed_goals)
+        if self._header is None or self._header[0] != key:
+            self._header = (key, _header.header(self, budget))
         return self._header[1]
 
     def embed_one(self, text: str) -> npt.NDArray[np.float32]:
@@ -253,10 +257,12 @@ class AgentMindHandle:
         ttl_ms: int | None,
         allow_downgrade: bool,
     ) -> dict[str, Any]:
-        """:meth:`believe` after embedding."""
+        """:meth:`believe` after embedding. ``vector`` is copied: the draft keeps it until the
+        flush stores it, and a caller embedding in batches reuses its buffer."""
+        own = np.array(vector, dtype=np.float32)
         with self._writing:
             return _writes.believe_vector(
-                self, content, vector, confidence, tags, ttl_ms, allow_downgrade
+                self, content, own, confidence, tags, ttl_ms, allow_downgrade
             )
 
     def reflect(

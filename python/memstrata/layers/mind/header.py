@@ -77,7 +77,9 @@ def header(handle: AgentMindHandle, budget: int | None) -> str:
     counter encoding) while everything it selected is still selected: time only ever removes an
     entry from the selection (it expires, or leaves the recency window), so the block holds
     until the first selected entry leaves."""
-    key = counter_key(handle.counter())
+    # The committed version's blocks serve every run over it; a run that completed goals
+    # shows them done, so its block is its own: neither taken from them nor kept among them.
+    key = counter_key(handle.counter()) if not handle._completed_goals else None
     now = handle.started_at
     kept = handle._committed.headers
     if key is not None:
