@@ -18,7 +18,7 @@ import pytest
 from store_checks import fresh_store
 
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, count_tokens, hash_embed
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.layers.mind import MindTtlDefaults, ScoreWeights
 from memstrata.layers.mind.committed import refresh
 from memstrata.layers.mind.entries import MindRecallResult, parse_due_by, parse_duration
@@ -455,6 +455,57 @@ def test_a_vector_given_to_believe_vector_is_copied_not_kept(store: Store) -> No
         hits = run.layer("agent-mind").recall(sky, type="belief")
         assert [h.content for h in hits] == [sky]
         assert run.layer("agent-mind").recall(tea, type="belief") == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"content": ""},
+        {"content": "x" * 4_001},
+        {"content": 42},
+        {"confidence": "certain"},
+        {"tags": ["ok", 7]},
+        {"tags": "release"},
+        {"ttl_ms": -5},
+        {"ttl_ms": "1d"},
+        {"vector": "short"},
+        {"vector": "nan"},
+        {"vector": "zero"},
+        {"vector": "matrix"},
+    ],
+)
+def test_believe_vector_checks_what_believe_checks(store: Store, change: dict[str, Any]) -> None:
+    """``believe_vector`` is ``believe`` with the embedding done by the caller: the same
+    content, confidence and tag checks, a ttl that is a duration, and a vector the mind can
+    store (its embedder's dimension, finite, not zero). Nothing reaches the draft otherwise."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        handle = run.layer("agent-mind")
+        good = handle.embed_one("The deploy window opens at noon")
+        vectors = {
+            "short": good[:-1],
+            "nan": np.full_like(good, np.nan),
+            "zero": np.zeros_like(good),
+            "matrix": np.stack([good, good]),
+        }
+        args = {
+            "content": "The deploy window opens at noon",
+            "vector": good,
+            "confidence": "medium",
+            "tags": ["ops"],
+            "ttl_ms": None,
+            "allow_downgrade": False,
+            **change,
+        }
+        if isinstance(args["vector"], str):
+            args["vector"] = vectors[args["vector"]]
+        with pytest.raises(MemstrataError) as caught:
+            handle.believe_vector(**args)
+        named = next(iter(change))
+        assert {"tags": "tag"}.get(named, named) in str(caught.value)
+        assert not handle.draft.beliefs
+    with stack.run(agent=AGENT) as run:
+        assert run.layer("agent-mind").beliefs == {}
 
 
 def test_a_reused_header_drops_a_belief_once_it_expires(store: Store) -> None:

@@ -44,6 +44,8 @@ _OptionalMillis = Optional[Millis]
 _DURATION = re.compile(r"^\s*(\d{1,9})\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+# The longest time to live a duration can name: 999,999,999 days.
+MAX_TTL_MS = 999_999_999 * _UNIT_SECONDS["d"] * 1000
 
 
 def now_ms() -> int:

@@ -257,12 +257,14 @@ class AgentMindHandle:
         ttl_ms: int | None,
         allow_downgrade: bool,
     ) -> dict[str, Any]:
-        """:meth:`believe` after embedding. ``vector`` is copied: the draft keeps it until the
-        flush stores it, and a caller embedding in batches reuses its buffer."""
-        own = np.array(vector, dtype=np.float32)
+        """:meth:`believe` with the embedding done by the caller (``ttl_ms``: the belief's time
+        to live; None: it does not expire). The same checks as
+        :meth:`believe`, and ``vector`` must be the embedder's dimension, finite and not zero.
+        It is copied: the draft keeps it until the flush stores it, and a caller embedding in
+        batches reuses its buffer."""
         with self._writing:
             return _writes.believe_vector(
-                self, content, own, confidence, tags, ttl_ms, allow_downgrade
+                self, content, vector, confidence, tags, ttl_ms, allow_downgrade
             )
 
     def reflect(

@@ -37,17 +37,43 @@ MAX_EMBEDDING_NORM2 = 1e30
 def embed_one(embedder: Embedder, text: str) -> npt.NDArray[np.float32]:
     """``text``'s vector; refuses (as a tool error) a text the embedder cannot place."""
     vector: npt.NDArray[np.float32] = np.asarray(embed_texts(embedder, [text]), dtype=np.float32)[0]
-    # One dot product (in float64, which cannot overflow here) says it all: zero for a
-    # zero vector, inf or NaN for a non-finite one, and past MAX_EMBEDDING_NORM2 for one
-    # whose float32 norm would overflow in the index. np.any and np.isfinite took two
-    # more numpy calls on every recall and belief.
-    wide = vector.astype(np.float64)
-    if not 0.0 < float(wide @ wide) < MAX_EMBEDDING_NORM2:
+    if not _placeable(vector):
         raise ToolError(
             "this text has no words the embedder can place; write it in words",
             code="invalid_arguments",
         )
     return vector
+
+
+def checked_vector(vector: Any, dim: int) -> npt.NDArray[np.float32]:
+    """A float32 copy of a vector a caller embedded itself, refused (as a tool error naming
+    ``vector``) unless the mind can store and search it: ``dim`` numbers, finite, not all zero."""
+    try:
+        own = np.array(vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ToolError(
+            f"vector must be {dim} numbers, got {type(vector).__name__}", code="invalid_arguments"
+        ) from None
+    if own.shape != (dim,):
+        raise ToolError(
+            f"vector has shape {own.shape}; the mind's embedder gives vectors of {dim} numbers",
+            code="invalid_arguments",
+        )
+    if not _placeable(own):
+        raise ToolError(
+            "vector is all zeros, holds NaN or infinity, or is too large to normalise",
+            code="invalid_arguments",
+        )
+    return own
+
+
+def _placeable(vector: npt.NDArray[np.float32]) -> bool:
+    # One dot product (in float64, which cannot overflow here) says it all: zero for a
+    # zero vector, inf or NaN for a non-finite one, and past MAX_EMBEDDING_NORM2 for one
+    # whose float32 norm would overflow in the index. np.any and np.isfinite took two
+    # more numpy calls on every recall and belief.
+    wide = vector.astype(np.float64)
+    return 0.0 < float(wide @ wide) < MAX_EMBEDDING_NORM2
 
 
 @dataclass

@@ -22,6 +22,7 @@ from memstrata.layers.mind.checks import check_content, check_tags
 from memstrata.layers.mind.conflicts import facts_disagree
 from memstrata.layers.mind.entries import (
     CONFIDENCE_LEVELS,
+    MAX_TTL_MS,
     ConfidenceLevel,
     GoalPriority,
     MindBelief,
@@ -30,6 +31,7 @@ from memstrata.layers.mind.entries import (
     now_ms,
     parse_duration,
 )
+from memstrata.layers.mind.index import checked_vector
 from memstrata.layers.mind.records import (
     copy_belief,
     entry_key,
@@ -101,16 +103,45 @@ def believe(
     allow_downgrade: bool,
 ) -> dict[str, Any]:
     """See :meth:`AgentMindHandle.believe`."""
+    content, tag_list = _belief_fields(content, confidence, tags or [])
+    ttl = _ttl(expires_in, handle.layer.belief_ttl_ms, "expiresIn")
+    vector = handle.embed_one(content)
+    return _believe(handle, content, vector, confidence, tag_list, ttl, allow_downgrade)
+
+
+def believe_vector(
+    handle: AgentMindHandle,
+    content: str,
+    vector: Any,
+    confidence: ConfidenceLevel,
+    tags: list[str],
+    ttl_ms: int | None,
+    allow_downgrade: bool,
+) -> dict[str, Any]:
+    """See :meth:`AgentMindHandle.believe_vector`: :func:`believe`'s checks, and the caller's
+    vector checked and copied."""
+    content, tag_list = _belief_fields(content, confidence, tags)
+    if ttl_ms is not None and (
+        isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 0 < ttl_ms <= MAX_TTL_MS
+    ):
+        raise ToolError(
+            f"ttl_ms must be None or a whole number of milliseconds from 1 to {MAX_TTL_MS:,}, "
+            f"got {ttl_ms!r}",
+            code="invalid_arguments",
+        )
+    own = checked_vector(vector, handle.layer.embedder.dim)
+    return _believe(handle, content, own, confidence, tag_list, ttl_ms, allow_downgrade)
+
+
+def _belief_fields(content: Any, confidence: Any, tags: Any) -> tuple[str, list[str]]:
+    """A belief's content and tags as stored, after the checks every way of believing makes."""
     content = check_content(content, "content")
     if confidence not in CONFIDENCE_LEVELS:
         raise ToolError(
             f"confidence must be one of {', '.join(CONFIDENCE_LEVELS)}",
             code="invalid_arguments",
         )
-    tag_list = check_tags(tags or [])
-    ttl = _ttl(expires_in, handle.layer.belief_ttl_ms, "expiresIn")
-    vector = handle.embed_one(content)
-    return believe_vector(handle, content, vector, confidence, tag_list, ttl, allow_downgrade)
+    return content, check_tags(tags)
 
 
 def find_duplicate_belief(
@@ -159,7 +190,7 @@ def find_duplicate_belief(
     return match
 
 
-def believe_vector(
+def _believe(
     handle: AgentMindHandle,
     content: str,
     vector: npt.NDArray[np.float32],
@@ -168,7 +199,7 @@ def believe_vector(
     ttl_ms: int | None,
     allow_downgrade: bool,
 ) -> dict[str, Any]:
-    """See :meth:`AgentMindHandle.believe_vector`."""
+    """A belief whose fields and vector are checked: drafted new, or folded into a similar one."""
     now = now_ms()
     match = find_duplicate_belief(handle, vector, now=now, content=content)
     expires_at = now + ttl_ms if ttl_ms is not None else None
