@@ -124,6 +124,28 @@ def test_valid_arguments_pass() -> None:
         validate_arguments(SCHEMA, {"query": "q", "limit": True})
 
 
+def test_an_enum_compares_as_json_does_a_boolean_is_no_number() -> None:
+    """JSON Schema's enum compares JSON values: ``true`` is not ``1``, ``[false]`` is not
+    ``[0]``; Python's ``==`` says they are."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "level": {"enum": [1, 2]},
+            "flag": {"enum": [True]},
+            "pair": {"enum": [[0, 1], {"on": 1}]},
+        },
+    }
+    for wrong in ({"level": True}, {"flag": 1}, {"pair": [False, True]}, {"pair": {"on": True}}):
+        with pytest.raises(ToolError) as info:
+            validate_arguments(schema, wrong)
+        assert any("is not one of" in d for d in info.value.details), wrong
+    validate_arguments(schema, {"level": 1, "flag": True, "pair": [0, 1]})
+    validate_arguments(schema, {"level": 2.0, "pair": {"on": 1}})  # 2.0 is the number 2
+    deep = parse_arguments('{"pair": ' + "[" * 1000 + "]" * 1000 + "}")  # no recursion error
+    with pytest.raises(ToolError, match="is not one of"):
+        validate_arguments(schema, deep)
+
+
 def test_strict_form_requires_everything_and_makes_optional_fields_nullable() -> None:
     tool = Tool("mind_recall", "Recall.", SCHEMA, lambda a: a)
     function = tool_spec(tool, "openai", strict=True)["function"]

@@ -515,11 +515,17 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
     checks: list[Check] = []
     if "enum" in schema:
         allowed_values = list(schema["enum"])
+        allowed_json = [_json_identity(v) for v in allowed_values]
         allowed = ", ".join(repr(v) for v in allowed_values)
 
         def check_enum(value: Any, path: str, problems: list[str]) -> None:
-            if value not in allowed_values:
-                problems.append(f"{path}: {shown_value(value)} is not one of {allowed}")
+            # A str equals only a str; anything else is compared as JSON (see _json_identity).
+            if value.__class__ is str:
+                if value in allowed_values:
+                    return
+            elif _json_identity(value) in allowed_json:
+                return
+            problems.append(f"{path}: {shown_value(value)} is not one of {allowed}")
 
         checks.append(check_enum)
     checks.extend(_length_checks(schema))
@@ -553,6 +559,32 @@ def compile_schema(schema: Mapping[str, Any]) -> Check:
             c(value, path, problems)
 
     return check
+
+
+def _json_identity(value: Any, depth: int = 64) -> Any:
+    """``value`` in a form whose ``==`` is JSON's equality: Python's, except that a boolean is
+    never a number (``True == 1`` in Python, ``true`` is not ``1`` in JSON). Containers nested
+    deeper than ``depth`` become a value equal to nothing: enums list shallow values, and a
+    model's deeply nested argument then costs no deep recursion."""
+    if isinstance(value, bool):
+        return (bool, value)
+    if isinstance(value, (list, tuple, Mapping)):
+        if depth == 0:
+            return _UNEQUAL
+        if isinstance(value, Mapping):
+            return (dict, {key: _json_identity(item, depth - 1) for key, item in value.items()})
+        return (list, [_json_identity(item, depth - 1) for item in value])
+    return value
+
+
+class _Unequal:
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_UNEQUAL = _Unequal()
 
 
 def _length_checks(schema: Mapping[str, Any]) -> list[Check]:
