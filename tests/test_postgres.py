@@ -1019,3 +1019,44 @@ def test_a_sync_call_passes_over_every_ended_connection_without_waiting(url: str
         assert time.monotonic() - began < 5  # generous: a new connection, not seconds of waits
         item = store.get(NS, "k")
         assert item is not None and item.value == 1
+
+
+def test_a_write_whose_connection_the_server_ends_midway_fails_and_is_not_tried_again(
+    url: str,
+) -> None:
+    """Only connections known dead before use are passed over: an update waiting for a
+    record's lock when the server ends its connection raises, and nothing runs it again on a
+    fresh one (its fate is the caller's to judge, as docs/stores.md says)."""
+    held = HeldRecord(url, NS, "k")
+    failed: list[BaseException] = []
+    try:
+        with PostgresStore(url, min_size=1, max_size=2) as store:
+
+            def put() -> None:
+                try:
+                    store.update(NS, "k", lambda _v: {"by": "mine"})
+                except psycopg.OperationalError as exc:
+                    failed.append(exc)
+
+            writer = threading.Thread(target=put)
+            writer.start()
+            with psycopg.connect(url, autocommit=True) as admin:
+                deadline = time.monotonic() + 10
+                while True:
+                    waiting = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()"
+                    ).fetchall()
+                    if waiting:
+                        break
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                (pid,) = waiting
+                admin.execute("SELECT pg_terminate_backend(%s)", pid)
+            writer.join(10)
+            held.release()
+            assert len(failed) == 1
+            item = store.get(NS, "k")
+            assert item is not None and item.value == {"by": "holder"}
+    finally:
+        held.release()
