@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -2102,3 +2103,29 @@ def test_a_flush_over_an_entry_made_malformed_meanwhile_copies_it_aside_first(
     with caplog.at_level(logging.WARNING):
         assert "Ship the report" in header_of(make_stack(store))
     assert "malformed" not in caplog.text
+
+
+def test_a_flush_over_a_malformed_entry_with_a_long_id_copies_it_aside_under_a_digest(
+    store: Store,
+) -> None:
+    """Entry ids have no length limit of their own (another program may store one), so the
+    copy-aside key cannot hold every entry key: past the store's 1,024 characters it names the
+    key by its digest, the full key kept in the copy, and the flush goes through."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "The backup job runs nightly."}))
+    (short,) = [item for item in store.list(NS) if item.key.startswith("belief/")]
+    long_id = "b" * 1010
+    long_key = f"belief/{long_id}"
+    store.put(NS, long_key, {**short.value, "id": long_id})
+    store.delete(NS, short.key)
+    with stack.run(agent=AGENT) as run:
+        run.prepare([])  # loaded: the run holds the entry with the long id
+        store.put(NS, long_key, ["no", "entry"])
+        ok(run.call_tool("mind_believe", {"content": "The backup job runs nightly."}))
+    (kept,) = [item for item in store.list(NS) if item.key.startswith("unreadable/")]
+    assert kept.value["key"] == long_key and kept.value["value"] == ["no", "entry"]
+    digest = hashlib.sha256(long_key.encode()).hexdigest()
+    assert kept.key == f"unreadable/sha256:{digest}@{kept.value['setAsideAt']}"
+    rewritten = store.get(NS, long_key)
+    assert rewritten is not None and rewritten.value["content"] == "The backup job runs nightly."

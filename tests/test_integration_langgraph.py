@@ -762,3 +762,35 @@ def test_an_item_whose_vectors_a_crash_lost_is_found_by_the_next_search(
         assert keys(found) == ["py", "new"]
         assert all(isinstance(r.score, float) and r.score > 0 for r in found)
     first.store.close()
+
+
+class _DeleteDuringRepair(SQLiteStore):
+    """A SQLite store on which another adapter deletes an item just as a search repairing the
+    item's vectors writes them: the interleaving of two processes, made certain."""
+
+    other: MemstrataStore | None = None
+
+    def update(self, namespace: Any, key: str, fn: Any, **kw: Any) -> Any:
+        if self.other is not None and namespace[0] == "langgraph":
+            other, self.other = self.other, None
+            other.delete(tuple(namespace[1:]), key)
+        return super().update(namespace, key, fn, **kw)
+
+
+def test_a_repair_racing_a_delete_leaves_no_vectors_behind(tmp_path: pathlib.Path) -> None:
+    """A search repairs an item written past the adapter (no vectors of its version) while
+    another process deletes the item: the vectors the repair wrote after the delete are
+    removed with it, not left as a row with no item and no TTL; the item stays deleted."""
+    index = {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
+    backend = _DeleteDuringRepair(tmp_path / "lg.db")
+    adapter = MemstrataStore(backend, index=index)
+    adapter.put(("docs",), "ts", {"text": "typescript guide"})  # the namespace is listed
+    backend.put(("docs",), "py", {"text": "python tutorial"})  # no vectors: repaired
+    backend.other = MemstrataStore(backend, index=index)
+    assert keys(adapter.search(("docs",), query="python tutorial")) == ["ts"]
+    assert backend.other is None  # the delete ran during the repair
+    assert backend.get(("docs",), "py") is None
+    assert backend.get(("langgraph", "docs"), "py") is None
+    assert [i.key for i in backend.list(("langgraph", "docs"))] == ["ts"]
+    assert adapter.get(("docs",), "py") is None
+    backend.close()

@@ -190,6 +190,30 @@ def test_tool_arguments_over_one_mebibyte_are_refused(store: SQLiteStore) -> Non
         assert rows(store) == []
 
 
+@pytest.mark.parametrize(
+    ("tool", "extra"),
+    [
+        ("mind_update_goal", {"progress": "drafted"}),
+        ("mind_complete_goal", {}),
+        ("mind_unpin_reflection", {}),
+    ],
+)
+def test_a_mind_entry_id_in_a_tool_call_is_at_most_64_characters(
+    store: SQLiteStore, tool: str, extra: dict[str, Any]
+) -> None:
+    """A model names entries only to find them (memstrata makes every new entry's id), so an id
+    past 64 characters is refused before any lookup, and nothing stored changes."""
+    with MemoryStack([AgentMind()], store=store).run(agent="a") as run:
+        goal = run.call_tool("mind_set_goal", {"description": "Ship the report"})
+    assert goal.get("ok", True) is not False, goal
+    before = rows(store)
+    assert len(goal["id"]) <= 64
+    with MemoryStack([AgentMind()], store=store).run(agent="a") as run:
+        result = run.call_tool(tool, {"id": goal["id"] + "x" * 64, **extra})
+        refused(result, "64", code="invalid_arguments")
+    assert rows(store) == before
+
+
 # Tested beside their code: kernel nesting (MAX_DEPTH, tests/test_merge.py), store namespace
 # and key lengths (tests/test_stores.py), a working-memory block's token budget
 # (tests/test_working_memory.py), memory_write key suffixes (tests/test_shared_memory.py), the

@@ -146,19 +146,21 @@ TEAM_STATE_HEADER = "## Team State"
 
 # Line breaks of every kind (str.splitlines' set): each one could start a forged line.
 _LINE_BREAKS = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
-# Control characters and the bidirectional overrides that reorder what a reader sees.
+# Control characters, and the bidirectional controls that reorder what a reader sees: all of
+# Unicode's Bidi_Control set (the Arabic letter mark, the left-to-right and right-to-left marks,
+# embeddings, overrides and isolates), treated alike.
 _UNSHOWABLE = re.compile(
-    r"[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    r"[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
 LINE_BREAK_MARK = " ⏎ "
 
 
 def one_line(text: str) -> str:
     """Stored text as one line of a line-structured block (the mind header, the team state,
-    the upstream-memory hint): line breaks are folded into ``⏎`` marks and control or
-    direction-override characters are dropped, so it cannot start a line of its own (a
-    heading, a ``---`` rule, a ``- QC verified`` line); copies of notice openings are quoted
-    (:func:`quote_notices`)."""
+    the upstream-memory hint): line breaks are folded into ``⏎`` marks and control characters
+    and bidirectional controls (marks, embeddings, overrides, isolates) are dropped, so it
+    cannot start a line of its own (a heading, a ``---`` rule, a ``- QC verified`` line) or
+    reorder what a reader sees; copies of notice openings are quoted (:func:`quote_notices`)."""
     return quote_notices(_UNSHOWABLE.sub("", _LINE_BREAKS.sub(LINE_BREAK_MARK, text)))
 
 

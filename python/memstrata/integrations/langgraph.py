@@ -709,8 +709,9 @@ class MemstrataStore(BaseStore):
         """Embeds an item of an adapter's namespace that has no vectors of its version (a put
         cut off between writing it and its vectors, or an item written past the adapter) at
         the index's fields (``rows``: its vectors, already made), and stores them, so it is
-        searchable again. Vectors of a version as new, written meanwhile, are kept. An
-        embedder that fails leaves the item as it was, logged: a search never fails for it."""
+        searchable again. Vectors of a version as new, written meanwhile, are kept; those of
+        an item deleted meanwhile are removed, not left behind without it. An embedder that
+        fails leaves the item as it was, logged: a search never fails for it."""
         assert self._embed is not None
         try:
             found = _texts_at(item.value, self._fields)
@@ -730,11 +731,23 @@ class MemstrataStore(BaseStore):
             )
             return
 
+        wrote = [False]
+
         def write(current: Any) -> Any:
-            return current if not _lost(item, current) else shadow
+            wrote[0] = _lost(item, current)
+            return shadow if wrote[0] else current
 
         seconds = None if item.expires_at is None else max(item.expires_at - time.time(), 1e-3)
         stored = self.store.update(_shadow_of(namespace), item.key, write, ttl=seconds)
+        if wrote[0] and self.store.stamp(namespace, item.key) is None:
+            # Deleted meanwhile (another process): its delete of the vectors may have come
+            # before this write, which would leave them behind with no item. They go now,
+            # unless a put since has replaced them with its own.
+            self.store.delete_if_version(
+                _shadow_of(namespace), item.key, expected_version=stored.version
+            )
+            self._forget(space, item.key)
+            return
         space.shadows[item.key] = stored.value
         logger.info("vectors of %r in %r were missing: embedded again", item.key, namespace)
 

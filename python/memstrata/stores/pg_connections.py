@@ -6,7 +6,8 @@ store serves whichever loop awaits it: an ASGI server's long-lived loop, or a ne
 which psycopg_pool does not always honour (``asyncio.run()`` then hangs: seen intermittently in
 this project's tests), and it cannot serve the next loop anyway. So each running loop gets a
 :class:`LoopConnections`: idle connections kept for reuse and new ones opened on demand, up to
-a limit, with nothing running in the background.
+a limit, with nothing running in the background. :func:`ended_by_server` serves the sync pool
+too.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ from memstrata.stores.base import (
     validate_version,
 )
 from memstrata.stores.pg_async import PostgresAsyncTwins
-from memstrata.stores.pg_connections import ConnectionsByLoop
+from memstrata.stores.pg_connections import ConnectionsByLoop, ended_by_server
 from memstrata.stores.pg_sql import (
     _CHANGES,
     _DELETE,
@@ -238,8 +238,12 @@ class PostgresStore(PostgresAsyncTwins):
         self._async.close_ended()
         conn = None
         try:
-            with self._pool.connection() as conn:
-                yield conn
+            conn = self._live_pooled_connection()
+            try:
+                with conn:  # commits, or rolls back on an exception, as the pool's own block
+                    yield conn
+            finally:
+                self._pool.putconn(conn)
         except self._lock_not_available as exc:
             raise self._lock_timeout_error(exc) from exc
         except self._operational_error:
@@ -250,6 +254,23 @@ class PostgresStore(PostgresAsyncTwins):
                 with contextlib.suppress(Exception):
                     self._pool.check()
             raise
+
+    def _live_pooled_connection(self) -> Any:
+        """An idle connection of the pool, passing over those the server ended before this
+        call (see pg_connections.ended_by_server): each is closed, so that the pool replaces
+        it, and no statement ever ran on it, so nothing is tried twice.
+
+        Done here rather than as the pool's ``check`` callback: the pool puts a connection
+        that failed its check back, keeping it unless it is closed, and waits before taking
+        another (1 s, then 2 s, 4 s...), so a call meeting several dead ones in a row would
+        wait many seconds, or run out of the pool's timeout."""
+        while True:
+            conn = self._pool.getconn()
+            if not ended_by_server(conn):
+                return conn
+            with contextlib.suppress(Exception):
+                conn.close()
+            self._pool.putconn(conn)
 
     @contextlib.asynccontextmanager
     async def _aconnection(self) -> AsyncIterator[Any]:

@@ -31,11 +31,11 @@ from memstrata.layers.mind.entries import (
     now_ms,
 )
 from memstrata.layers.mind.records import (
-    UNREADABLE_PREFIX,
     copy_goal,
     entry_key,
     merge_confidence,
     previous_after,
+    set_aside_key,
     stored_payload,
     union,
 )
@@ -118,9 +118,10 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
 
 def _set_aside_malformed(changed: list[Item], planned: dict[str, Updater]) -> None:
     """Copies each entry this flush writes over that another program left malformed since the
-    load to ``unreadable/<key>@<ms>`` (its value, key and when), in the flush transaction, so
-    the write replaces nothing without a trace. Loads skip those records silently. A key
-    malformed before the load holds no entry the run could write: only ``changed`` can."""
+    load to ``unreadable/<key>@<ms>`` (its value, key and when; see ``set_aside_key``), in the
+    flush transaction, so the write replaces nothing without a trace. Loads skip those records
+    silently. A key malformed before the load holds no entry the run could write: only
+    ``changed`` can."""
     now = now_ms()
     for item in changed:
         if item.key not in planned:
@@ -128,7 +129,7 @@ def _set_aside_malformed(changed: list[Item], planned: dict[str, Updater]) -> No
         try:
             entry_from_payload(item.value)
         except InvalidInputError as exc:
-            aside = f"{UNREADABLE_PREFIX}{item.key}@{now}"
+            aside = set_aside_key(item.key, now)
             record = {"key": item.key, "value": item.value, "setAsideAt": now}
             planned[aside] = _constant(record)
             logger.warning(

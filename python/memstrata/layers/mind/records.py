@@ -3,6 +3,7 @@ new ids, and the stored form of an entry with its vector."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from memstrata.layers.mind.entries import (
     MindReflection,
     encode_vector,
 )
+from memstrata.stores.base import MAX_KEY_LENGTH
 
 logger = logging.getLogger("memstrata.agent_mind")
 
@@ -40,6 +42,16 @@ def stored_payload(
 # Where a flush keeps a malformed entry it writes over (``unreadable/<key>@<ms>``): loads skip
 # these records without a warning.
 UNREADABLE_PREFIX = "unreadable/"
+
+
+def set_aside_key(key: str, ms: int) -> str:
+    """The key of a copy of the malformed entry under ``key``: ``unreadable/<key>@<ms>``, or
+    ``unreadable/sha256:<hex digest of key>@<ms>`` when that would pass the store's key limit
+    (entry ids have no limit of their own); the copy holds the full key either way."""
+    aside = f"{UNREADABLE_PREFIX}{key}@{ms}"
+    if len(aside) <= MAX_KEY_LENGTH:
+        return aside
+    return f"{UNREADABLE_PREFIX}sha256:{hashlib.sha256(key.encode()).hexdigest()}@{ms}"
 
 
 def entry_key(entry: MindEntry) -> str:
