@@ -405,6 +405,35 @@ def test_abatch_runs_on_the_loop_and_answers_as_batch(tmp_path: pathlib.Path) ->
     plain.store.close()
 
 
+def test_abatch_stores_the_value_its_vectors_were_made_from(tmp_path: pathlib.Path) -> None:
+    """abatch embeds a put's texts, awaits the embedder, then writes: a value the caller's
+    other task changes meanwhile must not be stored beside vectors of its earlier text (the
+    item would be found by words it no longer holds)."""
+    value = {"text": "red apples"}
+    embedded = asyncio.Event()
+
+    async def aembed(texts: Sequence[str]) -> list[list[float]]:
+        embedded.set()
+        await asyncio.sleep(0.01)  # an embedding service's round trip
+        return hash_embed(list(texts), DIMS).tolist()  # type: ignore[no-any-return]
+
+    store = MemstrataStore(SQLiteStore(tmp_path / "a.db"), index={"dims": DIMS, "embed": aembed})
+
+    async def scenario() -> None:
+        async def meddle() -> None:
+            await embedded.wait()
+            value["text"] = "blue whales"
+
+        await asyncio.gather(store.abatch([PutOp(("e",), "k", value)]), meddle())
+
+    asyncio.run(scenario())
+    got = store.get(("e",), "k")
+    assert got is not None and got.value == {"text": "red apples"}
+    found = asyncio.run(store.asearch(("e",), query="red apples"))
+    assert keys(found) == ["k"] and found[0].score is not None and found[0].score > 0.5
+    store.store.close()
+
+
 def test_async_embedding_function(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> None:
     async def aembed(texts: Sequence[str]) -> list[list[float]]:
         return hash_embed(list(texts), DIMS).tolist()  # type: ignore[no-any-return]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import hashlib
 import logging
 import time
@@ -381,6 +382,16 @@ class MemstrataStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         ops = self._checked(ops)
+        if self._embed is not None:
+            # The puts' values are taken before the embedder is awaited: the caller's other
+            # tasks run meanwhile, and a value changed then would be stored beside vectors of
+            # its earlier text.
+            ops = [
+                op._replace(value=copy.deepcopy(op.value))
+                if isinstance(op, PutOp) and op.value is not None
+                else op
+                for op in ops
+            ]
         texts = self._texts(ops)
         queries = self._queries(ops)
         put_vectors = None
