@@ -37,8 +37,9 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   Over a key the caller (a run's model) read with ``memory_read``, whose entries carry their
   ``version``, it writes only while the entry is at the version read, else answers
   ``conflict`` telling the model to read first; ``expected_version`` names the version to
-  replace instead, ``overwrite: true`` replaces it unread. ``clear`` deletes each entry at the
-  version it read, so an entry rewritten meanwhile stays.
+  replace instead, ``overwrite: true`` replaces it unread (never both: refused as
+  ``invalid_arguments``). ``clear`` deletes each entry at the version it read, so an entry
+  rewritten meanwhile stays.
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost. A row
   that is not JSON at all is skipped too; a write over its key fails, naming it. An entry
@@ -589,9 +590,10 @@ class SharedMemory:
 
         Over a key the caller read (``seen``), it writes only if the entry is still at the
         version read; ``expected_version`` names the version to replace instead, and
-        ``overwrite: true`` replaces whatever is there. Refused, the tool answers
-        ``conflict`` and nothing is written. The result names the entry it replaced
-        (``replaced``: its ``source`` and ``version``) and the new ``version``."""
+        ``overwrite: true`` replaces whatever is there (the two together are refused as
+        ``invalid_arguments``). Refused, the tool answers ``conflict`` and nothing is written.
+        The result names the entry it replaced (``replaced``: its ``source`` and ``version``)
+        and the new ``version``."""
         return shared_tools.tool_write(self, args, seen)
 
     def tools_for_model(self) -> builtins.list[Tool]:

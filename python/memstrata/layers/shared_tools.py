@@ -64,7 +64,8 @@ _WRITE_SCHEMA = frozen(
             },
             "overwrite": {
                 "type": "boolean",
-                "description": "true: replace whatever the key holds, unread.",
+                "description": "true: replace whatever the key holds, unread (not with "
+                "expected_version).",
             },
         },
         "required": ["key", "value"],
@@ -138,9 +139,16 @@ def tool_write(
         raise ToolError(
             f"overwrite must be true or false, got {overwrite!r}", code="invalid_arguments"
         )
-    if overwrite:
-        expected = None
-    elif expected is None and seen is not None:
+    if overwrite and expected is not None:
+        # One asks to replace the entry whatever it is, the other only at one version: a write
+        # honouring either would break the other's promise.
+        raise ToolError(
+            "overwrite: true and expected_version cannot be given together; pass "
+            "expected_version to replace only that version, or overwrite: true to replace "
+            "the entry whatever version it is at",
+            code="invalid_arguments",
+        )
+    if expected is None and not overwrite and seen is not None:
         expected = seen.get(key)  # never read: written over unread, its trace in the result
     try:
         record, replaced = memory._put(
