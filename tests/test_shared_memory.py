@@ -789,6 +789,35 @@ def test_memory_write_naming_a_version_past_64_bits_is_a_conflict(shared_store: 
     assert memory.get_value("shared:plan") == 1
 
 
+def test_memory_write_refuses_overwrite_with_an_expected_version() -> None:
+    """``overwrite: true`` replaces an entry unread and ``expected_version`` only at one version:
+    asked for both, the write cannot honour both, so it is refused as ``invalid_arguments``
+    naming both fields (nothing written, no share of the run's quota spent), whether the
+    version named is the one stored or not."""
+    memory = SharedMemory()
+    memory.set(key="shared:plan", kind="shared", value="v1", source="planner")
+    with run_for(memory) as run:
+        read = run.call_tool("memory_read", {"keys": ["shared:plan"]})
+        version = read["entries"]["shared:plan"]["version"]
+        for named in (version, version + 5, 0):
+            args = {"key": "plan", "value": "v2", "overwrite": True, "expected_version": named}
+            refused = run.call_tool("memory_write", args)
+            assert refused["ok"] is False, refused
+            assert refused["error"]["code"] == "invalid_arguments"
+            message = refused["error"]["message"]
+            assert "overwrite" in message and "expected_version" in message
+        assert run.layer("shared-memory").writes == 0
+        assert memory.get_value("shared:plan") == "v1"
+        # Either one alone still writes.
+        alone = {"key": "plan", "value": "v2", "expected_version": version}
+        assert run.call_tool("memory_write", alone)["ok"] is True
+        forced = run.call_tool("memory_write", {"key": "plan", "value": "v3", "overwrite": True})
+        assert forced["ok"] is True
+        both_off = {"key": "plan", "value": "v4", "overwrite": False, "expected_version": 0}
+        assert run.call_tool("memory_write", both_off)["error"]["code"] == "conflict"
+    assert memory.get_value("shared:plan") == "v3"
+
+
 def test_clear_beside_an_unreadable_row_leaves_an_entry_rewritten_after_its_read(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

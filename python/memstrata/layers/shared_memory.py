@@ -4,7 +4,8 @@ Keys are namespaced strings built with :data:`memory_keys` (``step:<id>``, ``tas
 ``input:<key>``, ``shared:<key>``). Executors write results with :meth:`SharedMemory.set`; the
 model discovers and fetches them through three tools — ``memory_list`` (metadata only),
 ``memory_read`` (values) and ``memory_write`` (only under ``shared:``) — so upstream results are
-pulled on demand instead of being pasted into every prompt.
+pulled on demand instead of being pasted into every prompt. What an entry is lives in
+:mod:`~memstrata.layers.shared_entries`, the three tools in :mod:`~memstrata.layers.shared_tools`.
 
 Decisions where NodeTool is silent or its code disagrees with its text:
 
@@ -36,8 +37,9 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   Over a key the caller (a run's model) read with ``memory_read``, whose entries carry their
   ``version``, it writes only while the entry is at the version read, else answers
   ``conflict`` telling the model to read first; ``expected_version`` names the version to
-  replace instead, ``overwrite: true`` replaces it unread. ``clear`` deletes each entry at the
-  version it read, so an entry rewritten meanwhile stays.
+  replace instead, ``overwrite: true`` replaces it unread (never both: refused as
+  ``invalid_arguments``). ``clear`` deletes each entry at the version it read, so an entry
+  rewritten meanwhile stays.
 * A stored row that is not an entry (written by other code) is skipped when reading; a write
   over its key first copies it to the ``quarantine`` sub-namespace, so nothing is lost. A row
   that is not JSON at all is skipped too; a write over its key fails, naming it. An entry
@@ -62,260 +64,51 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import orjson
 
 from memstrata._bridge import TaskLock
 from memstrata._core import strip_unsafe_keys
-from memstrata.exceptions import (
-    InvalidInputError,
-    InvalidJSONError,
-    LimitExceededError,
-    MemstrataError,
-    ToolError,
+from memstrata.exceptions import InvalidInputError, InvalidJSONError, LimitExceededError
+from memstrata.layers import shared_tools
+from memstrata.layers.shared_entries import (
+    KINDS,
+    MAX_TEXT_CHARS,
+    Kind,
+    MemoryEntry,
+    _Conflict,
+    _kinds,
+    _position,
+    _Record,
+    _record,
+    _Replaced,
+    memory_keys,
 )
-from memstrata.prompts import (
-    MEMORY_LIST_DESCRIPTION,
-    MEMORY_READ_DESCRIPTION,
-    MEMORY_TOOLS_SECTION,
-    MEMORY_WRITE_DESCRIPTION,
-    UPSTREAM_HEADER,
-    one_line,
-)
+
+# Importable from this module too, where callers import them from.
+from memstrata.layers.shared_entries import LIST_DESCRIPTION_CHARS as LIST_DESCRIPTION_CHARS
+from memstrata.layers.shared_entries import MAX_CREATED_AT as MAX_CREATED_AT
+from memstrata.layers.shared_entries import iso_ms as iso_ms
+from memstrata.layers.shared_tools import LIST_CAP as LIST_CAP
+from memstrata.layers.shared_tools import MAX_SHARED_KEY_LENGTH as MAX_SHARED_KEY_LENGTH
+from memstrata.layers.shared_tools import MEMORY_WRITE_SOURCE as MEMORY_WRITE_SOURCE
+from memstrata.prompts import MEMORY_TOOLS_SECTION, UPSTREAM_HEADER, one_line
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import ChangeMark, Changes, EncodedItem, item_of
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
-from memstrata.tools import Tool, frozen
+from memstrata.tools import Tool
 
 logger = logging.getLogger("memstrata.shared_memory")
 
-Kind = Literal["task_result", "step_result", "input", "shared"]
-KINDS: tuple[str, ...] = ("task_result", "step_result", "input", "shared")
-LIST_CAP = 200
-LIST_DESCRIPTION_CHARS = 240
-MAX_SHARED_KEY_LENGTH = 256
-MEMORY_WRITE_SOURCE = "memory_write"
 # What one run's model may write through memory_write: calls, and bytes of JSON values.
 DEFAULT_MAX_RUN_WRITES = 1_000
 DEFAULT_MAX_RUN_BYTES = 16 << 20
 DEFAULT_MAX_VALUE_BYTES = 1 << 20
 DEFAULT_MAX_ENTRIES = 100_000
-MAX_CREATED_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-MAX_TEXT_CHARS = {"source": 256, "title": 256, "description": 4_000}
 HINT_TITLE_CHARS = 120
-
-_KIND_FILTER = {
-    "anyOf": [
-        {"type": "string", "enum": list(KINDS)},
-        {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
-    ]
-}
-# The tools' schemas, built once and read-only: every run shares them.
-_LIST_SCHEMA = frozen(
-    {
-        "type": "object",
-        "properties": {
-            "kind": {**_KIND_FILTER, "type": ["string", "array"]},
-            "key_prefix": {"type": "string"},
-            "sources": {"type": "array", "items": {"type": "string"}},
-        },
-        "additionalProperties": False,
-    }
-)
-_READ_SCHEMA = frozen(
-    {
-        "type": "object",
-        "properties": {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 200}},
-        "required": ["keys"],
-        "additionalProperties": False,
-    }
-)
-_WRITE_SCHEMA = frozen(
-    {
-        "type": "object",
-        "properties": {
-            "key": {"type": "string", "description": "Suffix; stored as shared:<key>."},
-            "value": {},
-            "title": {"type": "string", "maxLength": MAX_TEXT_CHARS["title"]},
-            "description": {"type": "string", "maxLength": MAX_TEXT_CHARS["description"]},
-            "expected_version": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "The version (from memory_read) this write replaces; 0: the key "
-                "must not exist yet. Refused as a conflict if the entry is at another one.",
-            },
-            "overwrite": {
-                "type": "boolean",
-                "description": "true: replace whatever the key holds, unread.",
-            },
-        },
-        "required": ["key", "value"],
-        "additionalProperties": False,
-    }
-)
-
-
-class _Keys:
-    """Key builders; use them instead of string literals so call sites stay greppable."""
-
-    @staticmethod
-    def step(step_id: str) -> str:
-        return f"step:{step_id}"
-
-    @staticmethod
-    def task(task_id: str) -> str:
-        return f"task:{task_id}"
-
-    @staticmethod
-    def input(name: str) -> str:
-        return f"input:{name}"
-
-    @staticmethod
-    def shared(name: str) -> str:
-        return f"shared:{name}"
-
-
-memory_keys = _Keys()
-
-
-@dataclass(frozen=True)
-class MemoryEntry:
-    """One value in shared memory, as handed to a caller: ``value`` is the caller's own copy.
-
-    ``created_at`` is wall-clock milliseconds of the first write; overwriting the value keeps it.
-    """
-
-    key: str
-    kind: Kind
-    value: Any
-    source: str | None = None
-    title: str | None = None
-    description: str | None = None
-    created_at: int = 0
-    value_bytes: int = 0
-
-    def metadata(self) -> dict[str, Any]:
-        """The ``memory_list`` view: no value, a description cut at 240 characters,
-        ``createdAt`` as ISO 8601."""
-        item: dict[str, Any] = {"key": self.key, "kind": self.kind}
-        if self.title is not None:
-            item["title"] = self.title
-        if self.description is not None:
-            description = self.description
-            if len(description) > LIST_DESCRIPTION_CHARS:
-                description = description[:LIST_DESCRIPTION_CHARS] + "…"
-            item["description"] = description
-        if self.source is not None:
-            item["source"] = self.source
-        item["valueBytes"] = self.value_bytes
-        item["createdAt"] = iso_ms(self.created_at)
-        return item
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``memory_read`` view, with NodeTool's field names and ``createdAt`` in ms."""
-        item: dict[str, Any] = {"key": self.key, "kind": self.kind, "value": self.value}
-        for name in ("source", "title", "description"):
-            if getattr(self, name) is not None:
-                item[name] = getattr(self, name)
-        item["createdAt"] = self.created_at
-        return item
-
-
-class _Record:
-    """What the memory holds for one entry, never changed once made: its metadata
-    (``meta.value`` is None) and the value only as JSON text, so nothing a caller holds can
-    alias it. ``stamp`` is the store item's ``(version, created_at)``, to recognise an item the
-    store reports again. ``version`` is the entry's version as ``memory_read`` shows it (the
-    store item's; 0 when not known, for entries read past an unreadable row). ``expires_at``
-    is the store item's, for a row other code wrote with a TTL."""
-
-    __slots__ = (
-        "encoded",
-        "expires_at",
-        "listed",
-        "meta",
-        "order",
-        "read",
-        "sequence",
-        "stamp",
-        "version",
-    )
-
-    def __init__(
-        self,
-        meta: MemoryEntry,
-        encoded: bytes,
-        sequence: int,
-        stamp: tuple[int, float] | None = None,
-        version: int = 0,
-        expires_at: float | None = None,
-    ) -> None:
-        self.meta, self.encoded, self.sequence, self.stamp = meta, encoded, sequence, stamp
-        self.version, self.expires_at = version, expires_at
-        self.order = (meta.created_at, sequence, meta.key)
-        # The tools' views, built once: a model lists and reads far more often than it writes.
-        self.listed, self.read = meta.metadata(), meta.to_json()
-        if version:
-            self.read["version"] = version
-
-    def entry(self) -> MemoryEntry:
-        meta = self.meta
-        return MemoryEntry(
-            key=meta.key,
-            kind=meta.kind,
-            value=orjson.loads(self.encoded),
-            source=meta.source,
-            title=meta.title,
-            description=meta.description,
-            created_at=meta.created_at,
-            value_bytes=meta.value_bytes,
-        )
-
-    def read_view(self) -> dict[str, Any]:
-        """The ``memory_read`` view with a fresh copy of the value."""
-        view = dict(self.read)
-        view["value"] = orjson.loads(self.encoded)  # keeps its place: "value" is in self.read
-        return view
-
-
-@dataclass(frozen=True)
-class _Replaced:
-    """The entry a write replaced, as it recorded itself: its writer and its version."""
-
-    source: str | None
-    version: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "version": self.version}
-
-
-class _Conflict(MemstrataError):
-    """A write naming a version the entry is no longer at (another writer got there first)."""
-
-    def __init__(self, key: str, expected: int, current: _Record | None) -> None:
-        self.key, self.expected = key, expected
-        self.current = None if current is None else _Replaced(current.meta.source, current.version)
-        saw = f"version {expected}" if expected else "it missing"
-        if current is None:
-            now = "it has been deleted since"
-        else:
-            writer = f" (written by {current.meta.source})" if current.meta.source else ""
-            now = f"it is at version {current.version}{writer} now"
-        super().__init__(
-            f"{key} changed since you read it: you saw {saw}, {now}. Call memory_read on it, "
-            "then write again with expected_version set to the version it shows (or "
-            "overwrite: true to replace it unread)"
-        )
-
-
-def iso_ms(ms: int) -> str:
-    """Milliseconds since the epoch as ISO 8601 UTC with milliseconds (``...T14:00:01.234Z``)."""
-    seconds, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
-
 
 Listener = Callable[[MemoryEntry], None]
 
@@ -537,7 +330,7 @@ class SharedMemory:
         current = self._store.get(self._namespace, meta.key)
         # Not an entry by the same test reads apply (an unknown kind, a title that is no
         # string...): every row reads skip is one a write copies aside.
-        if current is not None and self._record(current, None) is None:
+        if current is not None and _record(current, None) is None:
             if expected:  # the entry read at that version is gone: none is there now
                 self._refresh()
                 raise _Conflict(meta.key, expected, self._entries.get(meta.key))
@@ -594,7 +387,7 @@ class SharedMemory:
         value and metadata), else 0: for an entry read without its version."""
         assert self._store is not None
         current = self._store.get(self._namespace, record.meta.key)
-        stored = None if current is None else self._record(current, None)
+        stored = None if current is None else _record(current, None)
         if stored is None or (stored.meta, stored.encoded) != (record.meta, record.encoded):
             return 0
         return current.version if current is not None else 0
@@ -723,7 +516,7 @@ class SharedMemory:
         self._mark = changes.mark
         if changes.complete:
             held = self._entries
-            records = [self._record(item, held.get(item.key)) for item in changes.items]
+            records = [_record(item, held.get(item.key)) for item in changes.items]
             ordered = sorted((r for r in records if r is not None), key=lambda r: r.order)
             self._entries = {record.meta.key: record for record in ordered}
             self._expiring = any(r.expires_at is not None for r in ordered)
@@ -733,7 +526,7 @@ class SharedMemory:
         in_order = True
         for item in changes.items:
             old = self._entries.get(item.key)
-            record = self._record(item, old)
+            record = _record(item, old)
             if record is None:
                 self._entries.pop(item.key, None)
             elif record is not old:
@@ -764,38 +557,6 @@ class SharedMemory:
         read = self._store.encoded_each(self._namespace, take)
         return Changes(read.mark, items, [], True)
 
-    @staticmethod
-    def _record(item: Item, held: _Record | None) -> _Record | None:
-        """The record of a stored item (``held`` itself when it is that item already), or None
-        when the item is not a valid entry: skipped and logged, never deleted."""
-        stamp = (item.version, item.created_at)
-        if held is not None and held.stamp == stamp:
-            return held  # our own write, or one already read: nothing to decode
-        stored = item.value
-        try:
-            if stored["kind"] not in KINDS:
-                raise ValueError(f"unknown kind {stored['kind']!r}")
-            position = _position(stored)
-            if position is None:
-                raise ValueError("createdAt and sequence must be integers")
-            texts = {name: stored.get(name) for name in ("source", "title", "description")}
-            if any(text is not None and not isinstance(text, str) for text in texts.values()):
-                raise ValueError("source, title and description must be strings")
-            # The store may have been written by other code: its values are stripped like a write.
-            encoded = codec.dumps(strip_unsafe_keys(stored["value"]), validated=True)
-        except (KeyError, TypeError, ValueError, MemstrataError) as exc:
-            logger.warning("skipping malformed shared-memory entry %r: %s", item.key, exc)
-            return None
-        meta = MemoryEntry(
-            key=item.key,
-            kind=stored["kind"],
-            value=None,
-            created_at=position[0],
-            value_bytes=len(encoded),
-            **texts,
-        )
-        return _Record(meta, encoded, position[1], stamp, item.version, item.expires_at)
-
     def _hold(self, record: _Record, old: _Record | None) -> bool:
         """Holds ``record`` in place of ``old``; returns whether the entries are still in
         order (a new key lands last, an overwrite where the old record was)."""
@@ -813,39 +574,14 @@ class SharedMemory:
 
     def tool_list(self, args: dict[str, Any]) -> dict[str, Any]:
         """``memory_list``: metadata of the newest 200 matching entries, oldest of them first."""
-        matches = self._matching(
-            kind=args.get("kind"), key_prefix=args.get("key_prefix"), sources=args.get("sources")
-        )
-        newest = matches[-LIST_CAP:]
-        return {
-            "total": len(matches),
-            "returned": len(newest),
-            "truncated": len(matches) > LIST_CAP,
-            "entries": [dict(record.listed) for record in newest],
-        }
+        return shared_tools.tool_list(self, args)
 
     def tool_read(self, args: dict[str, Any], seen: dict[str, int] | None = None) -> dict[str, Any]:
         """``memory_read``: the entries of the given keys, values included (with their
         ``version``), and the keys missing. ``seen`` (the caller's) takes the version read of
         each key, 0 for a missing one: a later ``memory_write`` of the caller writes only over
         that version."""
-        found: dict[str, Any] = {}
-        missing: builtins.list[str] = []
-        with self._lock:
-            self._refresh()
-            records = {key: self._entries.get(key) for key in dict.fromkeys(args["keys"])}
-        for key, record in records.items():
-            if record is None:
-                missing.append(key)
-            else:
-                found[key] = record.read_view()
-            if seen is None:
-                continue
-            if record is None or record.version:
-                seen[key] = 0 if record is None else record.version
-            else:  # read at a version not known (beside an unreadable row): written over unread
-                seen.pop(key, None)
-        return {"entries": found, "missing": missing}
+        return shared_tools.tool_read(self, args, seen)
 
     def tool_write(
         self, args: dict[str, Any], seen: dict[str, int] | None = None
@@ -854,68 +590,17 @@ class SharedMemory:
 
         Over a key the caller read (``seen``), it writes only if the entry is still at the
         version read; ``expected_version`` names the version to replace instead, and
-        ``overwrite: true`` replaces whatever is there. Refused, the tool answers
-        ``conflict`` and nothing is written. The result names the entry it replaced
-        (``replaced``: its ``source`` and ``version``) and the new ``version``."""
-        suffix = args["key"]
-        if suffix.startswith("shared:"):
-            suffix = suffix[len("shared:") :]
-        if not suffix:
-            raise ToolError("key is empty; pass the part after 'shared:'", code="invalid_arguments")
-        if len(suffix) > MAX_SHARED_KEY_LENGTH:
-            raise ToolError(
-                f"key is {len(suffix)} characters; the limit is {MAX_SHARED_KEY_LENGTH}",
-                code="invalid_arguments",
-            )
-        if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in suffix):
-            raise ToolError("key contains control characters", code="invalid_arguments")
-        key = memory_keys.shared(suffix)
-        expected, overwrite = args.get("expected_version"), args.get("overwrite", False)
-        if expected is not None and (type(expected) is not int or expected < 0):
-            raise ToolError(
-                f"expected_version must be a version from memory_read (an integer >= 0), "
-                f"got {expected!r}",
-                code="invalid_arguments",
-            )
-        if type(overwrite) is not bool:
-            raise ToolError(
-                f"overwrite must be true or false, got {overwrite!r}", code="invalid_arguments"
-            )
-        if overwrite:
-            expected = None
-        elif expected is None and seen is not None:
-            expected = seen.get(key)  # never read: written over unread, its trace in the result
-        try:
-            record, replaced = self._put(
-                key,
-                "shared",
-                args["value"],
-                MEMORY_WRITE_SOURCE,
-                args.get("title"),
-                args.get("description"),
-                expected,
-            )
-        except _Conflict as exc:
-            raise ToolError(str(exc), code="conflict") from None
-        if seen is not None and record.version:
-            seen[key] = record.version
-        result = {
-            "ok": True,
-            "key": record.meta.key,
-            "kind": "shared",
-            "createdAt": record.listed["createdAt"],  # iso_ms(created_at), made with the record
-        }
-        if record.version:
-            result["version"] = record.version
-        if replaced is not None:
-            result["replaced"] = replaced.to_json()
-        return result
+        ``overwrite: true`` replaces whatever is there (the two together are refused as
+        ``invalid_arguments``). Refused, the tool answers ``conflict`` and nothing is written.
+        The result names the entry it replaced (``replaced``: its ``source`` and ``version``)
+        and the new ``version``."""
+        return shared_tools.tool_write(self, args, seen)
 
     def tools_for_model(self) -> builtins.list[Tool]:
         """The three tools, with their argument schemas (read-only: built once, shared). The
         tools of one call are one caller: its ``memory_write`` writes only over the versions
         its ``memory_read`` read."""
-        return _tools(self, {})
+        return shared_tools.tools_for(self, {})
 
     # Layer protocol -------------------------------------------------------------------------
 
@@ -948,7 +633,7 @@ class SharedMemory:
     def tools(self, handle: SharedMemoryHandle) -> builtins.list[Tool]:
         """:meth:`SharedMemory.tools_for_model`, ``memory_write`` within the run's quotas, the
         run one caller."""
-        return _tools(handle.memory, handle.seen, handle.metered)
+        return shared_tools.tools_for(handle.memory, handle.seen, handle.metered)
 
     def on_spawn(self, handle: SharedMemoryHandle, child: RunContext) -> SharedMemoryHandle:
         """A spawned sub-run shares the workflow's memory (it is a step of the same workflow);
@@ -1045,51 +730,6 @@ class SharedMemoryHandle:
                 return hint
             shown -= 1
         return ""
-
-
-def _tools(
-    memory: SharedMemory,
-    seen: dict[str, int],
-    wrap: Callable[[Callable[[dict[str, Any]], Any]], Callable[[dict[str, Any]], Any]] = (
-        lambda write: write
-    ),
-) -> builtins.list[Tool]:
-    """``memory_list``, ``memory_read`` and ``memory_write`` (``wrap`` around its handler) for
-    one caller, whose versions read go to ``seen``."""
-
-    def read(args: dict[str, Any]) -> Any:
-        return memory.tool_read(args, seen)
-
-    def write(args: dict[str, Any]) -> Any:
-        return memory.tool_write(args, seen)
-
-    return [
-        Tool("memory_list", MEMORY_LIST_DESCRIPTION, _LIST_SCHEMA, memory.tool_list),
-        Tool("memory_read", MEMORY_READ_DESCRIPTION, _READ_SCHEMA, read),
-        Tool("memory_write", MEMORY_WRITE_DESCRIPTION, _WRITE_SCHEMA, wrap(write)),
-    ]
-
-
-def _kinds(kind: str | Sequence[str] | None) -> set[str] | None:
-    if kind is None:
-        return None
-    wanted = [kind] if isinstance(kind, str) else list(kind)
-    unknown = [k for k in wanted if k not in KINDS]
-    if unknown:
-        raise InvalidInputError(f"unknown kind {unknown[0]!r}; kinds are {', '.join(KINDS)}")
-    return set(wanted)
-
-
-def _position(stored: Any) -> tuple[int, int] | None:
-    """``(createdAt, sequence)`` of a stored entry, or None when it has no usable createdAt.
-    An entry stored without a sequence number gets 0: it sorts before every numbered one."""
-    if not isinstance(stored, dict):
-        return None
-    created_at, sequence = stored.get("createdAt"), stored.get("sequence", 0)
-    if type(created_at) is not int or type(sequence) is not int:  # bool is not a number here
-        return None
-    # Beyond year 9999 a date cannot be formatted: such an entry would break every listing.
-    return (created_at, sequence) if 0 <= created_at <= MAX_CREATED_AT else None
 
 
 __all__ = ["MemoryEntry", "SharedMemory", "SharedMemoryHandle", "memory_keys"]
