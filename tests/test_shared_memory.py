@@ -608,6 +608,22 @@ def test_a_copy_holds_its_own_values() -> None:
     assert_unspoiled(clone)
 
 
+def test_a_copy_keeps_every_limit_of_its_original() -> None:
+    """A sub-run's isolated copy (``copy``, used by ``on_spawn``) is held to the limits the
+    server set, the per-run quotas included: defaults there would let a spawned run write
+    1,000 entries where the server allowed 2."""
+    memory = SharedMemory(max_value_bytes=100, max_entries=50, max_run_writes=2, max_run_bytes=64)
+    clone = memory.copy()
+    limits = ("max_value_bytes", "max_entries", "max_run_writes", "max_run_bytes")
+    assert [getattr(clone, o) for o in limits] == [getattr(memory, o) for o in limits]
+    stack = MemoryStack([clone], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        for i in range(2):
+            assert run.call_tool("memory_write", {"key": f"k{i}", "value": i})["ok"]
+        refused = run.call_tool("memory_write", {"key": "k2", "value": 2})
+        assert refused["error"]["code"] == "limit_exceeded"
+
+
 def test_one_run_cannot_write_past_its_quotas() -> None:
     memory = SharedMemory(max_run_writes=3, max_run_bytes=1_000)
     stack = MemoryStack([memory], store=InMemoryStore())

@@ -476,6 +476,8 @@ class SharedMemory:
             budget=self.budget,
             max_value_bytes=self.max_value_bytes,
             max_entries=self.max_entries,
+            max_run_writes=self.max_run_writes,
+            max_run_bytes=self.max_run_bytes,
         )
         if entries:
             with self._lock:
