@@ -75,10 +75,6 @@ pub const SCRIPT_SAMPLES: usize = 32;
 /// See [`SCRIPT_CHANGES_MIN`].
 pub const PROBE_SCRIPT_SHARE: f64 = 0.1;
 
-/// In a chunk shorter than [`PROBE_MIN_CHARS`], 2-byte characters carrying more than this
-/// share of the value put it in doubt too: a few words are too few to judge by a share.
-pub const PROBE_SHORT_TWO_BYTE_SHARE: f64 = 0.5;
-
 /// The unit indices the code points `targets` (ascending) start at, read from the blocks'
 /// [`WordMasks`] without decoding the units between them (UCS-4 units are the code points
 /// themselves); `len` for one past the end.
