@@ -493,21 +493,27 @@ mod sse2 {
         m
     }
 
-    /// 4 code points, anything outside 0..=127 (as signed lanes) replaced by 128, so the
-    /// saturating packs keep ASCII as itself and everything else >= 0x80.
+    /// 4 code points, as loaded.
     #[inline]
     #[target_feature(enable = "sse2")]
     fn load4(block: &[u32; 64], k: usize) -> __m128i {
         // SAFETY: k < 16, so the 4 code points read lie inside `block`; the load has no
         // alignment requirement.
-        let v = unsafe { _mm_loadu_si128(block.as_ptr().add(4 * k).cast()) };
-        let big = _mm_or_si128(
-            _mm_cmpgt_epi32(v, _mm_set1_epi32(127)),
-            _mm_cmplt_epi32(v, _mm_setzero_si128()),
-        );
+        unsafe { _mm_loadu_si128(block.as_ptr().add(4 * k).cast()) }
+    }
+
+    /// 8 code points as 16-bit lanes, ASCII as itself and everything else >= 0x80. The
+    /// signed saturating pack keeps 0..=0x7FFF and turns the rest into 0x7FFF, or a negative
+    /// lane for units of 2^31 and more (no code point); those are kept >= 0x80 by their high
+    /// byte, OR-ed into the low 15 bits, so that the unsigned pack after this one cannot take
+    /// them for ASCII.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn pack8(a: __m128i, b: __m128i) -> __m128i {
+        let v = _mm_packs_epi32(a, b);
         _mm_or_si128(
-            _mm_andnot_si128(big, v),
-            _mm_and_si128(big, _mm_set1_epi32(128)),
+            _mm_and_si128(v, _mm_set1_epi16(0x7FFF)),
+            _mm_srli_epi16(v, 8),
         )
     }
 
@@ -519,8 +525,9 @@ mod sse2 {
             ..Masks::default()
         };
         for k in 0..4 {
-            let lo = _mm_packs_epi32(load4(block, 4 * k), load4(block, 4 * k + 1));
-            let hi = _mm_packs_epi32(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
+            let lo = pack8(load4(block, 4 * k), load4(block, 4 * k + 1));
+            let hi = pack8(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
+            // Unsigned saturation: 0x80 and more become 0x80..=0xFF.
             classify(&mut m, _mm_packus_epi16(lo, hi), 16 * k as u32);
         }
         m.lead = m.non_ascii;
