@@ -300,7 +300,7 @@ def unreliable(f: list[float], value: float, chars: int) -> bool:
         or lone_two_byte(f) > LONE_TWO_BYTE_SHARE * e
         or (han_kana > CJK_MIN_SHARE * e and f[31] > CJK_SHORT_RUNS * han_kana)
         or 0.8 * (pieces + f[19]) > e
-        or f[36] > (0.2 if n < 128 else HARD_SHARE) * e
+        or f[36] > HARD_SHARE * e
         or f[37] > MIXED_WHITESPACE_SHARE * e
         or f[14] > 2.0 * e
         or f[38] > CONTROL_SHARE * e
@@ -499,7 +499,6 @@ PROBE_KANA_SHARE = 0.5
 PROBE_HARD_SHARE = 0.2
 PROBE_WHITESPACE_SHARE = 0.125
 PROBE_FEW_PAIRS_CHARS = 512
-PROBE_SHORT_TWO_BYTE_SHARE = 0.5
 SCRIPT_CHANGES_MIN = 2
 SCRIPT_SAMPLES = 32
 PROBE_SCRIPT_SHARE = 0.1
@@ -690,7 +689,6 @@ def samples_distrust(text: str, encoding: str, f: list[float], value: float) -> 
         or (kana_share and not kana.paired() and len(text) < PROBE_FEW_PAIRS_CHARS)
         or f[36] > PROBE_HARD_SHARE * e
         or f[37] > PROBE_WHITESPACE_SHARE * e
-        or (len(text) < PROBE_MIN_CHARS and two_byte > PROBE_SHORT_TWO_BYTE_SHARE * e)
         or (
             sum(f[21:28]) + f[29] + f[30] + f[33] + f[34] > PROBE_SCRIPT_SHARE * e
             and sampled_script_changes(text) >= SCRIPT_CHANGES_MIN

@@ -14,8 +14,8 @@ use super::kana::{kana_sample, KanaSample, KANA_CUT_SHARE};
 use super::models::Encoding;
 use super::probe::{
     sample_disagrees, sampled_script_changes, PROBE_FEW_PAIRS_CHARS, PROBE_HARD_SHARE,
-    PROBE_KANA_SHARE, PROBE_MIN_CHARS, PROBE_SCRIPT_SHARE, PROBE_SHORT_TWO_BYTE_SHARE,
-    PROBE_WHITESPACE_SHARE, PROBE_WORDS_SHARE, PROBE_WORDS_SHARE_TWO_BYTE, SCRIPT_CHANGES_MIN,
+    PROBE_KANA_SHARE, PROBE_SCRIPT_SHARE, PROBE_WHITESPACE_SHARE, PROBE_WORDS_SHARE,
+    PROBE_WORDS_SHARE_TWO_BYTE, SCRIPT_CHANGES_MIN,
 };
 use super::words::{unknown_share, unknown_word_tokens, WORD_SAMPLE};
 use std::sync::OnceLock;
@@ -175,7 +175,6 @@ fn samples_distrust<U: Unit>(
         || (kana_share && !kana.paired() && chars < PROBE_FEW_PAIRS_CHARS)
         || hard > PROBE_HARD_SHARE * e
         || f[MIXED_WHITESPACE] as f64 > PROBE_WHITESPACE_SHARE * e
-        || (chars < PROBE_MIN_CHARS && two_byte > PROBE_SHORT_TWO_BYTE_SHARE * e)
         || (non_ascii_chars(f) as f64 > PROBE_SCRIPT_SHARE * e
             && sampled_script_changes(units, masks, chars) >= SCRIPT_CHANGES_MIN)
         || diluted_signs(f, value, chars, all_words, &kana) > 1.0;
@@ -338,8 +337,7 @@ pub const PUNCT_EXTRA_SHARE: f64 = 0.25;
 /// share of its value ...
 pub const UNUSUAL_SHARE: f64 = 0.15;
 
-/// ... or random letters (third in a row of consonants or of vowels) more than this share
-/// (in a chunk of at least 128 code points) ...
+/// ... or random letters (third in a row of consonants or of vowels) more than this share ...
 pub const HARD_SHARE: f64 = 0.4;
 
 /// ... or mixed whitespace (a tab after neither a tab nor a line break, a space after a tab)
@@ -521,9 +519,8 @@ pub fn model_is_unreliable(f: &Features, value: f64, chars: usize) -> bool {
         // Each letter segment, digit group and newline run is a piece of its own of at least
         // one token: an estimate well under their number is surely too low.
         || 0.8 * (pieces + at(NEWLINE_RUNS)) > e
-        // Random strings: a word's letters mostly alternate between consonants and vowels. A
-        // text of a few words has too few letters to tell by a share, and costs little to count.
-        || at(HARD_LETTERS) > e * if n < 128.0 { 0.2 } else { HARD_SHARE }
+        // Random strings: a word's letters mostly alternate between consonants and vowels.
+        || at(HARD_LETTERS) > HARD_SHARE * e
         || at(MIXED_WHITESPACE) > MIXED_WHITESPACE_SHARE * e
         || at(PUNCT_EXTRA) > 2.0 * e
         || at(CONTROL_CHARS) > CONTROL_SHARE * e

@@ -129,6 +129,22 @@ pub trait Unit: Copy {
     fn decode(units: &[Self], i: usize) -> (u32, usize);
     /// The class masks of a block of 64 units.
     fn masks(block: &[Self; 64]) -> Masks;
+    /// [`Unit::masks`] with AVX-512: one comparison per class for the whole block.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX-512 F and BW (see [`has_avx512`]).
+    unsafe fn masks_avx512(block: &[Self; 64]) -> Masks;
+}
+
+/// Whether the CPU has the AVX-512 instructions [`Unit::masks_avx512`] uses.
+#[inline]
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw");
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
 }
 
 impl Unit for u8 {
@@ -150,6 +166,15 @@ impl Unit for u8 {
         #[cfg(not(target_arch = "x86_64"))]
         return scalar_masks(block);
     }
+
+    #[inline(always)]
+    unsafe fn masks_avx512(block: &[u8; 64]) -> Masks {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked the CPU has AVX-512 F and BW.
+        return unsafe { avx512::bytes(block) };
+        #[cfg(not(target_arch = "x86_64"))]
+        return Self::masks(block);
+    }
 }
 
 impl Unit for u32 {
@@ -170,6 +195,15 @@ impl Unit for u32 {
         return unsafe { sse2::code_points(block) };
         #[cfg(not(target_arch = "x86_64"))]
         return scalar_masks(block);
+    }
+
+    #[inline(always)]
+    unsafe fn masks_avx512(block: &[u32; 64]) -> Masks {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked the CPU has AVX-512 F and BW.
+        return unsafe { avx512::code_points(block) };
+        #[cfg(not(target_arch = "x86_64"))]
+        return Self::masks(block);
     }
 }
 
@@ -493,21 +527,27 @@ mod sse2 {
         m
     }
 
-    /// 4 code points, anything outside 0..=127 (as signed lanes) replaced by 128, so the
-    /// saturating packs keep ASCII as itself and everything else >= 0x80.
+    /// 4 code points, as loaded.
     #[inline]
     #[target_feature(enable = "sse2")]
     fn load4(block: &[u32; 64], k: usize) -> __m128i {
         // SAFETY: k < 16, so the 4 code points read lie inside `block`; the load has no
         // alignment requirement.
-        let v = unsafe { _mm_loadu_si128(block.as_ptr().add(4 * k).cast()) };
-        let big = _mm_or_si128(
-            _mm_cmpgt_epi32(v, _mm_set1_epi32(127)),
-            _mm_cmplt_epi32(v, _mm_setzero_si128()),
-        );
+        unsafe { _mm_loadu_si128(block.as_ptr().add(4 * k).cast()) }
+    }
+
+    /// 8 code points as 16-bit lanes, ASCII as itself and everything else >= 0x80. The
+    /// signed saturating pack keeps 0..=0x7FFF and turns the rest into 0x7FFF, or a negative
+    /// lane for units of 2^31 and more (no code point); those are kept >= 0x80 by their high
+    /// byte, OR-ed into the low 15 bits, so that the unsigned pack after this one cannot take
+    /// them for ASCII.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn pack8(a: __m128i, b: __m128i) -> __m128i {
+        let v = _mm_packs_epi32(a, b);
         _mm_or_si128(
-            _mm_andnot_si128(big, v),
-            _mm_and_si128(big, _mm_set1_epi32(128)),
+            _mm_and_si128(v, _mm_set1_epi16(0x7FFF)),
+            _mm_srli_epi16(v, 8),
         )
     }
 
@@ -519,10 +559,95 @@ mod sse2 {
             ..Masks::default()
         };
         for k in 0..4 {
-            let lo = _mm_packs_epi32(load4(block, 4 * k), load4(block, 4 * k + 1));
-            let hi = _mm_packs_epi32(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
+            let lo = pack8(load4(block, 4 * k), load4(block, 4 * k + 1));
+            let hi = pack8(load4(block, 4 * k + 2), load4(block, 4 * k + 3));
+            // Unsigned saturation: 0x80 and more become 0x80..=0xFF.
             classify(&mut m, _mm_packus_epi16(lo, hi), 16 * k as u32);
         }
+        m.lead = m.non_ascii;
+        m
+    }
+}
+
+/// The classifier on CPUs with AVX-512 (BW): a block of 64 units is one register, and each
+/// class one comparison into a mask, where SSE2 takes four comparisons and four moves of the
+/// sign bits.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::Masks;
+    use std::arch::x86_64::*;
+
+    /// Bytes `lo..=hi`: one subtraction and one unsigned comparison.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn between(b: __m512i, lo: u8, hi: u8) -> u64 {
+        _mm512_cmplt_epu8_mask(
+            _mm512_sub_epi8(b, _mm512_set1_epi8(lo as i8)),
+            _mm512_set1_epi8((hi - lo + 1) as i8),
+        )
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn equal(b: __m512i, x: u8) -> u64 {
+        _mm512_cmpeq_epi8_mask(b, _mm512_set1_epi8(x as i8))
+    }
+
+    /// The masks of 64 bytes, ASCII as themselves and everything else with the high bit set
+    /// (as [`super::sse2`] classifies them).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn classify(b: __m512i) -> Masks {
+        let tab = equal(b, b'\t');
+        let carriage_return = equal(b, b'\r');
+        // A letter with bit 5 set is its lower-case form; `a`/`e` differ in bit 2 only, `i`/`y`
+        // in bit 4 only.
+        let folded = _mm512_or_si512(b, _mm512_set1_epi8(0x20));
+        let vowel = equal(_mm512_andnot_si512(_mm512_set1_epi8(0x04), folded), b'a')
+            | equal(_mm512_andnot_si512(_mm512_set1_epi8(0x10), folded), b'i')
+            | equal(folded, b'o')
+            | equal(folded, b'u');
+        Masks {
+            lower: between(b, b'a', b'z'),
+            upper: between(b, b'A', b'Z'),
+            digit: between(b, b'0', b'9'),
+            space: equal(b, b' ') | tab,
+            newline: equal(b, b'\n') | carriage_return,
+            non_ascii: _mm512_movepi8_mask(b),
+            lead: 0,
+            vowel,
+            tab,
+            carriage_return,
+            // Signed: the non-ASCII bytes are negative, so below 0x20 too.
+            low: _mm512_cmplt_epi8_mask(b, _mm512_set1_epi8(0x20)) | equal(b, 0x7F),
+            valid: u64::MAX,
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub fn bytes(block: &[u8; 64]) -> Masks {
+        // SAFETY: the 64 bytes read are `block`; the load has no alignment requirement.
+        let b = unsafe { _mm512_loadu_si512(block.as_ptr().cast()) };
+        let mut m = classify(b);
+        // UTF-8 continuation bytes, 0x80..=0xBF, are the signed bytes below -64.
+        m.lead = m.non_ascii & !_mm512_cmplt_epi8_mask(b, _mm512_set1_epi8(-64));
+        m
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub fn code_points(block: &[u32; 64]) -> Masks {
+        // Unsigned saturation: 0x80 and more (any unit, code point or not) become 0x80..=0xFF.
+        let narrow = |k: usize| {
+            // SAFETY: k < 4, so the 16 code points read lie inside `block`; the load has no
+            // alignment requirement.
+            let v = unsafe { _mm512_loadu_si512(block.as_ptr().add(16 * k).cast()) };
+            _mm512_cvtusepi32_epi8(v)
+        };
+        let b = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(narrow(0)), narrow(1));
+        let b = _mm512_inserti32x4::<3>(_mm512_inserti32x4::<2>(b, narrow(2)), narrow(3));
+        let mut m = classify(b);
         m.lead = m.non_ascii;
         m
     }
@@ -867,10 +992,14 @@ pub fn extract_units_recording<U: Unit>(
         && std::arch::is_x86_feature_detected!("bmi1")
         && std::arch::is_x86_feature_detected!("lzcnt")
     {
+        if has_avx512() {
+            // SAFETY: the CPU has the features the function is compiled for (checked above).
+            return unsafe { extract_units_avx512(units, tables, record) };
+        }
         // SAFETY: the CPU has the features the function is compiled for (checked above).
         return unsafe { extract_units_bmi(units, tables, record) };
     }
-    extract_blocks(units, tables, record)
+    extract_blocks::<U, false>(units, tables, record)
 }
 
 /// [`extract_blocks`] compiled with the bit-counting instructions it leans on (a population
@@ -882,11 +1011,23 @@ fn extract_units_bmi<U: Unit>(
     tables: &SingleTokenTables,
     record: Option<&mut Vec<WordMasks>>,
 ) -> Features {
-    extract_blocks(units, tables, record)
+    extract_blocks::<U, false>(units, tables, record)
 }
 
+/// [`extract_units_bmi`] classifying the blocks with AVX-512 (see [`Unit::masks_avx512`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt,bmi1,lzcnt,avx512f,avx512bw")]
+fn extract_units_avx512<U: Unit>(
+    units: &[U],
+    tables: &SingleTokenTables,
+    record: Option<&mut Vec<WordMasks>>,
+) -> Features {
+    extract_blocks::<U, true>(units, tables, record)
+}
+
+/// The block pass; `AVX512` where the caller has checked [`has_avx512`].
 #[inline(always)]
-fn extract_blocks<U: Unit>(
+fn extract_blocks<U: Unit, const AVX512: bool>(
     units: &[U],
     tables: &SingleTokenTables,
     mut record: Option<&mut Vec<WordMasks>>,
@@ -897,7 +1038,12 @@ fn extract_blocks<U: Unit>(
     let mut base = 0;
     for block in &mut blocks {
         let block: &[U; 64] = block.try_into().unwrap_or_else(|_| unreachable!());
-        let m = U::masks(block);
+        let m = if AVX512 {
+            // SAFETY: `AVX512` only where the CPU has it.
+            unsafe { U::masks_avx512(block) }
+        } else {
+            U::masks(block)
+        };
         if let Some(record) = record.as_deref_mut() {
             record.push(WordMasks::of(&m));
         }
@@ -1400,12 +1546,28 @@ mod tests {
                 let block: &[u32; 64] = block.try_into().unwrap();
                 assert_eq!(u32::masks(block), scalar_masks(block));
             }
+            if has_avx512() {
+                for block in text.as_bytes().chunks_exact(64) {
+                    let block: &[u8; 64] = block.try_into().unwrap();
+                    // SAFETY: the CPU has AVX-512 F and BW (checked above).
+                    assert_eq!(unsafe { u8::masks_avx512(block) }, scalar_masks(block));
+                }
+                for block in units.chunks_exact(64) {
+                    let block: &[u32; 64] = block.try_into().unwrap();
+                    // SAFETY: as above.
+                    assert_eq!(unsafe { u32::masks_avx512(block) }, scalar_masks(block));
+                }
+            }
         }
         let odd: Vec<u32> = (0..64)
             .map(|k| [0x8000_0000, u32::MAX, 0x10_FFFF, 0x7F, 0x80, 0xFF][k % 6])
             .collect();
         let odd: &[u32; 64] = odd.as_slice().try_into().unwrap();
         assert_eq!(u32::masks(odd), scalar_masks(odd));
+        if has_avx512() {
+            // SAFETY: the CPU has AVX-512 F and BW (checked above).
+            assert_eq!(unsafe { u32::masks_avx512(odd) }, scalar_masks(odd));
+        }
     }
 
     #[test]

@@ -75,30 +75,34 @@ pub const SCRIPT_SAMPLES: usize = 32;
 /// See [`SCRIPT_CHANGES_MIN`].
 pub const PROBE_SCRIPT_SHARE: f64 = 0.1;
 
-/// In a chunk shorter than [`PROBE_MIN_CHARS`], 2-byte characters carrying more than this
-/// share of the value put it in doubt too: a few words are too few to judge by a share.
-pub const PROBE_SHORT_TWO_BYTE_SHARE: f64 = 0.5;
-
-/// The unit indices the code points `targets` (ascending) start at, read from the blocks'
-/// [`WordMasks`] without decoding the units between them (UCS-4 units are the code points
-/// themselves); `len` for one past the end.
-fn unit_offsets<U: Unit>(masks: &[WordMasks], targets: &[usize], len: usize) -> Vec<usize> {
+/// The unit indices the code points `targets` (ascending) start at, written to `offsets`
+/// (as long as `targets`), read from the blocks' [`WordMasks`] without decoding the units
+/// between them (UCS-4 units are the code points themselves); `len` for one past the end.
+fn unit_offsets<U: Unit>(
+    masks: &[WordMasks],
+    targets: &[usize],
+    len: usize,
+    offsets: &mut [usize],
+) {
     if size_of::<U>() != 1 {
         // One unit per code point.
-        return targets.iter().map(|&t| t.min(len)).collect();
+        for (offset, &t) in offsets.iter_mut().zip(targets) {
+            *offset = t.min(len);
+        }
+        return;
     }
-    let mut offsets = Vec::with_capacity(targets.len());
+    let mut found = 0;
     let mut before = 0;
     for (b, m) in masks.iter().enumerate() {
         let count = m.starts.count_ones() as usize;
-        while offsets.len() < targets.len() && targets[offsets.len()] < before + count {
-            let bit = nth_set_bit(m.starts, (targets[offsets.len()] - before) as u32);
-            offsets.push(64 * b + bit as usize);
+        while found < targets.len() && targets[found] < before + count {
+            let bit = nth_set_bit(m.starts, (targets[found] - before) as u32);
+            offsets[found] = 64 * b + bit as usize;
+            found += 1;
         }
         before += count;
     }
-    offsets.resize(targets.len(), len);
-    offsets
+    offsets[found..].fill(len);
 }
 
 /// The script of a letter or digit: 1 for Latin (ASCII letters and U+00C0..=U+02AF but `×`
@@ -169,11 +173,11 @@ const fn script_of(c: u32) -> u32 {
 /// (`units`, its blocks' `masks`), how many are two letters of different scripts or a digit
 /// and a letter (an ASCII letter next to a digit aside: `utf8`, `x86`).
 pub fn sampled_script_changes<U: Unit>(units: &[U], masks: &[WordMasks], chars: usize) -> usize {
-    let targets: Vec<usize> = (0..SCRIPT_SAMPLES)
-        .map(|k| k * chars / SCRIPT_SAMPLES)
-        .collect();
+    let targets: [usize; SCRIPT_SAMPLES] = std::array::from_fn(|k| k * chars / SCRIPT_SAMPLES);
+    let mut offsets = [0; SCRIPT_SAMPLES];
+    unit_offsets::<U>(masks, &targets, units.len(), &mut offsets);
     let mut changes = 0;
-    for i in unit_offsets::<U>(masks, &targets, units.len()) {
+    for i in offsets {
         if i >= units.len() {
             continue;
         }
@@ -198,14 +202,15 @@ fn window_tokens<U: Unit>(
     ks: &[usize],
     encoding: Encoding,
 ) -> usize {
-    let targets: Vec<usize> = ks
-        .iter()
-        .flat_map(|&k| {
-            let start = (2 * k + 1) * chars / (2 * PROBE_WINDOWS) - PROBE_CHARS / 2;
-            [start, start + PROBE_CHARS]
-        })
-        .collect();
-    let offsets = unit_offsets::<U>(masks, &targets, units.len());
+    let mut targets = [0; 2 * PROBE_WINDOWS];
+    for (pair, &k) in targets.chunks_mut(2).zip(ks) {
+        let start = (2 * k + 1) * chars / (2 * PROBE_WINDOWS) - PROBE_CHARS / 2;
+        pair.copy_from_slice(&[start, start + PROBE_CHARS]);
+    }
+    let targets = &targets[..2 * ks.len()];
+    let mut offsets = [0; 2 * PROBE_WINDOWS];
+    let offsets = &mut offsets[..targets.len()];
+    unit_offsets::<U>(masks, targets, units.len(), offsets);
     offsets
         .chunks(2)
         .map(|w| count_units(&units[w[0]..w[1]], encoding))
@@ -282,7 +287,8 @@ mod tests {
         let text = "aé東😀 \nβ".repeat(40);
         let units: Vec<u32> = text.chars().map(u32::from).collect();
         let targets = [0, 5, 17, units.len() - 1, units.len(), units.len() + 3];
-        let offsets = unit_offsets::<u32>(&word_masks(&units), &targets, units.len());
+        let mut offsets = [0; 6];
+        unit_offsets::<u32>(&word_masks(&units), &targets, units.len(), &mut offsets);
         let len = units.len();
         assert_eq!(offsets, [0, 5, 17, len - 1, len, len]);
     }
@@ -294,7 +300,8 @@ mod tests {
         let chars = units.len();
         let masks = word_masks(text.as_bytes());
         let targets: Vec<usize> = (0..=chars).step_by(7).collect();
-        let offsets = unit_offsets::<u8>(&masks, &targets, text.len());
+        let mut offsets = vec![0; targets.len()];
+        unit_offsets::<u8>(&masks, &targets, text.len(), &mut offsets);
         for (&t, &o) in targets.iter().zip(&offsets) {
             assert_eq!(text[..o].chars().count(), t);
         }
