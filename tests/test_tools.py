@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from memstrata.exceptions import ToolError
+from memstrata.exceptions import InvalidOptionError, ToolError
 from memstrata.tools import (
     MAX_ARGUMENT_BYTES,
     Tool,
@@ -61,7 +61,7 @@ def test_one_definition_three_formats() -> None:
     }
     assert tool_spec(tool, "anthropic")["input_schema"] == {"type": "object"}
     assert tool_spec(tool, "mcp")["name"] == "working-memory_update"  # SEP-986: no "/"
-    with pytest.raises(ToolError, match="unknown tool format"):
+    with pytest.raises(InvalidOptionError, match="unknown tool format"):
         tool_spec(tool, "gemini")  # type: ignore[arg-type]
 
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from memstrata._core import MAX_DEPTH
-from memstrata.exceptions import MemstrataError, ToolError
+from memstrata.exceptions import InvalidOptionError, MemstrataError, ToolError
 
 ToolFormat = Literal["openai", "responses", "anthropic", "mcp"]
 
@@ -187,9 +187,8 @@ def tool_spec(tool: Tool, fmt: ToolFormat = "openai", *, strict: bool = False) -
         return {"name": tool.wire_name, "description": tool.description, "input_schema": parameters}
     if fmt == "mcp":
         return {"name": tool.wire_name, "description": tool.description, "inputSchema": parameters}
-    raise ToolError(
-        f"unknown tool format {fmt!r}; expected 'openai', 'responses', 'anthropic' or 'mcp'",
-        code="invalid_arguments",
+    raise InvalidOptionError(
+        f"unknown tool format {fmt!r}; expected 'openai', 'responses', 'anthropic' or 'mcp'"
     )
 
 
