@@ -97,7 +97,7 @@ from memstrata.layers.shared_tools import MEMORY_WRITE_SOURCE as MEMORY_WRITE_SO
 from memstrata.prompts import MEMORY_TOOLS_SECTION, UPSTREAM_HEADER, one_line
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
-from memstrata.stores.base import ChangeMark, Changes, EncodedItem, item_of
+from memstrata.stores.base import ChangeMark, Changes, EncodedItem, item_of, validate_namespace
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
 from memstrata.tools import Tool
 
@@ -157,7 +157,7 @@ class SharedMemory:
         self.slot = slot
         self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
         self._store = store
-        self._namespace = tuple(namespace)
+        self._namespace = validate_namespace(namespace)
         # Held across store calls, which in an async run suspend the task holding it: a lock
         # that tells tasks on one event loop apart, as a threading.RLock does not.
         self._lock = TaskLock()
