@@ -64,7 +64,7 @@ from memstrata.exceptions import (
 )
 from memstrata.redaction import redacted_for_log
 from memstrata.stores import Store, open_store
-from memstrata.stores.base import Answer, Read
+from memstrata.stores.base import MAX_LABEL_LENGTH, NAMESPACE_SEPARATOR, Answer, Read
 from memstrata.tokens import EstimatingCounter, TokenCounter
 from memstrata.tools import (
     Tool,
@@ -85,6 +85,8 @@ Message = dict[str, Any]
 # Where the embedded default lives when no store is given; MEMSTRATA_STORE overrides it.
 DEFAULT_STORE_URL = "sqlite:///memstrata.db"
 DEFAULT_TOTAL_BUDGET = 4000
+# Roles the stack injects prompt items as: instructions, never words put in a user's mouth.
+PROMPT_ROLES = ("system", "developer")
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,11 @@ class Budget:
     max: int
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.min, int) and isinstance(self.max, int)):
-            raise InvalidInputError(f"budget bounds must be ints, got {self.min!r}, {self.max!r}")
+        for bound in (self.min, self.max):
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise InvalidInputError(
+                    f"budget bounds must be ints, got {self.min!r}, {self.max!r}"
+                )
         if not 0 <= self.min <= self.max:
             raise InvalidInputError(
                 f"budget needs 0 <= min <= max, got min={self.min}, max={self.max}"
@@ -172,6 +177,46 @@ class Layer(Protocol):
 
     def close(self, handle: Any, error: BaseException | None) -> None:
         """Flushes at the end of the run; ``error`` is set when the run failed."""
+
+
+def _checked_scope_id(option: str, value: object) -> str | None:
+    """A run's ``thread_id``, ``resource_id`` or ``agent``: None, or a string a store can
+    keep as a namespace label. Checked where the caller passed it, so the error names the
+    option rather than a label deep in some layer's namespace."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{option} must be a str or None, got {type(value).__name__}")
+    if not value:
+        raise InvalidInputError(f"{option} is empty; pass None for a run without one")
+    if len(value) > MAX_LABEL_LENGTH:
+        raise InvalidInputError(
+            f"{option} is {len(value)} characters; the limit is {MAX_LABEL_LENGTH}"
+        )
+    if "\x00" in value or NAMESPACE_SEPARATOR in value:
+        raise InvalidInputError(f"{option} contains a NUL or unit-separator (\\x1f) character")
+    return value
+
+
+def _checked_layer(layer: object) -> Layer:
+    """The layer, or InvalidInputError naming what about it the stack cannot use."""
+    if isinstance(layer, Gate) and not isinstance(layer, Layer):
+        raise InvalidInputError(
+            f"{layer!r} is a gate, not a layer: pass it as MemoryStack(..., gate=...)"
+        )
+    if not isinstance(layer, Layer):
+        raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
+    if not isinstance(layer.name, str) or not layer.name:
+        raise InvalidInputError(
+            f"{layer!r} has name {layer.name!r}; a layer's name is a non-empty str"
+        )
+    if isinstance(layer.slot, bool) or not isinstance(layer.slot, int):
+        raise InvalidInputError(f"layer {layer.name!r} has slot {layer.slot!r}; a slot is an int")
+    if not isinstance(layer.budget, Budget):
+        raise InvalidInputError(
+            f"layer {layer.name!r} has budget {layer.budget!r}; a budget is a Budget(min, max)"
+        )
+    return layer
 
 
 def _parameters(fn: Any) -> Mapping[str, inspect.Parameter]:
@@ -265,14 +310,11 @@ class MemoryStack:
         prompt_role: str = "system",
         gate: Gate | None = None,
     ) -> None:
-        given = list(layers)
-        for layer in given:
-            if isinstance(layer, Gate) and not isinstance(layer, Layer):
-                raise InvalidInputError(
-                    f"{layer!r} is a gate, not a layer: pass it as MemoryStack(..., gate=...)"
-                )
-            if not isinstance(layer, Layer):
-                raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
+        if isinstance(layers, (str, bytes, Mapping)) or not isinstance(layers, Iterable):
+            raise InvalidInputError(
+                f"layers must be a list of layer objects, got {type(layers).__name__}"
+            )
+        given = [_checked_layer(layer) for layer in layers]
         self.layers: list[Layer] = sorted(given, key=lambda layer: layer.slot)
         names = [layer.name for layer in self.layers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -281,6 +323,22 @@ class MemoryStack:
         if isinstance(total_budget, bool) or not isinstance(total_budget, int) or total_budget < 0:
             raise InvalidInputError(
                 f"total_budget must be a non-negative int, got {total_budget!r}"
+            )
+        if prompt_role not in PROMPT_ROLES:
+            raise InvalidInputError(
+                f"prompt_role must be 'system' or 'developer', got {prompt_role!r}"
+            )
+        if tokens is not None and not (
+            callable(getattr(tokens, "count", None))
+            and callable(getattr(tokens, "count_messages", None))
+        ):
+            raise InvalidInputError(
+                "tokens must be a TokenCounter (count and count_messages methods),"
+                f" got {type(tokens).__name__}"
+            )
+        if store is not None and not isinstance(store, (Store, str)):
+            raise InvalidInputError(
+                f"store must be a Store, a store URL or None, got {type(store).__name__}"
             )
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
         # Before the store is opened: a layer refused here leaves nothing open.
@@ -304,9 +362,16 @@ class MemoryStack:
         resource_id: str | None = None,
         agent: str | None = None,
     ) -> Run:
-        """A run for one agent turn or task; use it as a context manager."""
+        """A run for one agent turn or task; use it as a context manager.
+
+        Each scope id is None or a non-empty string of at most 256 characters."""
         ctx = RunContext(
-            self.store, self.tokens, thread_id, resource_id, agent, budgets=self.budgets
+            self.store,
+            self.tokens,
+            _checked_scope_id("thread_id", thread_id),
+            _checked_scope_id("resource_id", resource_id),
+            _checked_scope_id("agent", agent),
+            budgets=self.budgets,
         )
         return Run(self, ctx)
 
@@ -496,16 +561,19 @@ class Run:
             raise InvalidInputError(
                 f"messages must be a list of dicts, got {type(messages).__name__}"
             )
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise InvalidInputError(
+                    f"message {index} must be a dict, got {type(message).__name__}"
+                )
+        if call_id is not None and not isinstance(call_id, str):
+            raise InvalidInputError(f"call_id must be a str or None, got {type(call_id).__name__}")
         injected: list[Message] = []
         for layer in self.stack.layers:
             for item in layer.recall(self._handles[layer.name], self.stack.budgets[layer.name]):
                 injected.append({**item, "role": item.get("role", self.stack.prompt_role)})
         head = 0
-        while (
-            head < len(messages)
-            and isinstance(messages[head], dict)
-            and messages[head].get("role") in ("system", "developer")
-        ):
+        while head < len(messages) and messages[head].get("role") in PROMPT_ROLES:
             head += 1
         keeper = self._keeper
         if keeper is not None:
@@ -527,12 +595,18 @@ class Run:
         the conversation: returns ``(system, messages)`` with the layers' prompt items appended
         to ``system``. Content blocks (``tool_use``, ``tool_result``) are counted by what they
         hold when a gate checks the prompt."""
+        if not isinstance(system, str):
+            raise InvalidInputError(f"system must be a str, got {type(system).__name__}")
+        if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+            raise InvalidInputError(
+                f"messages must be a list of dicts, got {type(messages).__name__}"
+            )
         head = [{"role": "system", "content": system}] if system else []
         prepared = self.prepare([*head, *messages], call_id=call_id)
         system_text = "\n\n".join(
-            str(m.get("content", "")) for m in prepared if m.get("role") in ("system", "developer")
+            str(m.get("content", "")) for m in prepared if m.get("role") in PROMPT_ROLES
         )
-        rest = [m for m in prepared if m.get("role") not in ("system", "developer")]
+        rest = [m for m in prepared if m.get("role") not in PROMPT_ROLES]
         return system_text, rest
 
     def tool_specs(
@@ -545,6 +619,8 @@ class Run:
         so a padded null never overwrites or deletes anything.
         """
         self._require_open()
+        if not isinstance(strict, bool):
+            raise InvalidInputError(f"strict must be a bool, got {type(strict).__name__}")
         if strict:
             self._strip_null_padding = True
         seen: set[str] = set()
@@ -607,6 +683,10 @@ class Run:
         model wrote logs a diagnostic and leaves its state as it was; the diagnostics are also
         returned, one line each."""
         self._require_open()
+        if not isinstance(message, dict):
+            raise InvalidInputError(
+                f"message must be a dict (one model response), got {type(message).__name__}"
+            )
         diagnostics: list[str] = []
         for layer in self.stack.layers:
             try:
@@ -657,6 +737,9 @@ class Run:
         """A child run (a sub-agent): each layer's ``on_spawn`` derives the child's handle.
         Unset scope ids are inherited from this run."""
         self._require_open()
+        thread_id = _checked_scope_id("thread_id", thread_id)
+        resource_id = _checked_scope_id("resource_id", resource_id)
+        agent = _checked_scope_id("agent", agent)
         ctx = replace(
             self.context,
             thread_id=thread_id if thread_id is not None else self.context.thread_id,
@@ -671,7 +754,7 @@ class Run:
         self._require_open()
         try:
             return self._handles[name]
-        except KeyError:
+        except (KeyError, TypeError):
             raise InvalidInputError(
                 f"no layer named {name!r}; layers: {', '.join(self._handles) or 'none'}"
             ) from None
