@@ -164,6 +164,35 @@ def test_call_ids_that_could_escape_are_refused(tmp_path: Path, call_id: str, re
     assert not (tmp_path / "calls").exists() or list((tmp_path / "calls").iterdir()) == []
 
 
+def test_call_ids_with_a_colon_get_file_names_without_one_on_every_system(
+    tmp_path: Path,
+) -> None:
+    # Some providers number a turn's calls as "functions.<name>:<n>". On NTFS "a:0.txt" is the
+    # data stream "0.txt" of a file "a": both calls would hide in one file "functions.search".
+    layer = ToolResults(tool_calls_dir=tmp_path, threshold_tokens=1)
+    first, second = "rows of the first search", "rows of the second search"
+    layer.offload("functions.search:0", first)
+    layer.offload("functions.search:1", second)
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
+    assert names == ["functions.search%3A0.txt", "functions.search%3A1.txt"]
+    assert layer.read_tool_result("functions.search:0", max_tokens=32_000)["content"] == first
+    assert layer.read_tool_result("functions.search:1", max_tokens=32_000)["content"] == second
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a file name with ':' cannot exist on Windows")
+def test_a_result_stored_under_the_name_with_the_colon_stays_readable(tmp_path: Path) -> None:
+    layer = ToolResults(tool_calls_dir=tmp_path, threshold_tokens=1)
+    text = "rows of the search"
+    layer.offload("functions.search:0", text)
+    os.rename(tmp_path / "functions.search%3A0.txt", tmp_path / "functions.search:0.txt")
+    assert layer.read_tool_result("functions.search:0", max_tokens=32_000)["content"] == text
+    # A new text for the id is written under the colon-free name, which reads first.
+    layer.offload("functions.search:0", text + "\nnewer")
+    assert layer.read_tool_result("functions.search:0", max_tokens=32_000)["content"] == (
+        text + "\nnewer"
+    )
+
+
 def test_call_id_must_be_a_string(tmp_path: Path) -> None:
     layer = ToolResults(tool_calls_dir=tmp_path, threshold_tokens=1)
     with pytest.raises(InvalidInputError, match="must be a string, got int"):

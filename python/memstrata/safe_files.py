@@ -100,8 +100,23 @@ def check_file_id(file_id: object, *, what: str = "call_id") -> str:
 
 
 def file_name(file_id: str, suffix: str, *, what: str = "call_id") -> str:
-    """``<file_id><suffix>`` after :func:`check_file_id`: a name that stays in its directory."""
-    return check_file_id(file_id, what=what) + suffix
+    """``<file_id><suffix>`` after :func:`check_file_id`: a name that stays in its directory.
+
+    A ``:`` (tool-call ids such as ``functions.search:0``) is written as ``%3A``: on NTFS
+    ``a:b.txt`` names the data stream ``b.txt`` of the file ``a``, so two ids would share one
+    hidden file, and FAT refuses it. ``%`` is not allowed in an id, so the names of two ids
+    never meet, and the name is the same on every system."""
+    return check_file_id(file_id, what=what).replace(":", "%3A") + suffix
+
+
+def file_names(file_id: str, suffix: str, *, what: str = "call_id") -> list[str]:
+    """The names ``file_id`` may have been written under, newest first: :func:`file_name`,
+    then, where the system allows it, the name with ``:`` kept as it is, so results stored
+    under that name stay readable."""
+    name = file_name(file_id, suffix, what=what)
+    if ":" in file_id and os.name != "nt":
+        return [name, file_id + suffix]
+    return [name]
 
 
 def make_directory(directory: Path, *, private: bool = True) -> None:

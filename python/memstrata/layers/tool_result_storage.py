@@ -17,6 +17,7 @@ from memstrata.safe_files import (
     Dir,
     check_file_id,
     file_name,
+    file_names,
     open_dir,
     open_subdir,
     read_regular,
@@ -138,10 +139,13 @@ class _FileBackend:
 
     def _result(self, directory: Dir, call_id: str) -> bytes | None:
         """The bytes of ``<call_id>.txt``, or None when there is none."""
-        name = file_name(call_id, ".txt")
-        try:
-            data, _ = read_regular(directory, name, links=True)
-        except FileNotFoundError:
+        for name in file_names(call_id, ".txt"):
+            try:
+                data, _ = read_regular(directory, name, links=True)
+                break
+            except FileNotFoundError:
+                continue
+        else:
             return None
         # Results are content-addressed: whatever the link count said when it was looked at (a
         # link planted and removed again in between), bytes are returned only if they are a
@@ -164,11 +168,13 @@ class _FileBackend:
             return hashlib.sha256(data).hexdigest(), self._earlier(directory, call_id)
 
     def _earlier(self, directory: Dir, call_id: str) -> list[str]:
-        try:
-            data, _ = read_regular(directory, file_name(call_id, ".earlier"))
-        except FileNotFoundError:
-            return []
-        return [line for line in data.decode().splitlines() if line]
+        for name in file_names(call_id, ".earlier"):
+            try:
+                data, _ = read_regular(directory, name)
+            except FileNotFoundError:
+                continue
+            return [line for line in data.decode().splitlines() if line]
+        return []
 
     def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
         name = file_name(call_id, ".txt")
