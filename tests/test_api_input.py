@@ -6,6 +6,7 @@ or silent acceptance."""
 from __future__ import annotations
 
 import pathlib
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -210,3 +211,9 @@ def test_shared_memory_refuses_a_namespace_no_store_can_key_by(
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         SharedMemory(namespace=namespace)
+
+
+def test_prepare_takes_messages_of_dict_subclasses(stack: MemoryStack) -> None:
+    with stack.run(thread_id="t1") as run:
+        prepared = run.prepare([OrderedDict(role="user", content="hi")])
+    assert prepared[-1] == {"role": "user", "content": "hi"}

@@ -87,6 +87,7 @@ DEFAULT_STORE_URL = "sqlite:///memstrata.db"
 DEFAULT_TOTAL_BUDGET = 4000
 # Roles the stack injects prompt items as: instructions, never words put in a user's mouth.
 PROMPT_ROLES = ("system", "developer")
+_PLAIN_DICT = frozenset({dict})
 
 
 @dataclass(frozen=True)
@@ -561,11 +562,14 @@ class Run:
             raise InvalidInputError(
                 f"messages must be a list of dicts, got {type(messages).__name__}"
             )
-        for index, message in enumerate(messages):
-            if not isinstance(message, dict):
-                raise InvalidInputError(
-                    f"message {index} must be a dict, got {type(message).__name__}"
-                )
+        # By the set of types first: a few µs for a 200-message conversation, a third of an
+        # isinstance per message, on every call.
+        if not _PLAIN_DICT.issuperset(map(type, messages)):
+            for index, message in enumerate(messages):
+                if not isinstance(message, dict):
+                    raise InvalidInputError(
+                        f"message {index} must be a dict, got {type(message).__name__}"
+                    )
         if call_id is not None and not isinstance(call_id, str):
             raise InvalidInputError(f"call_id must be a str or None, got {type(call_id).__name__}")
         injected: list[Message] = []
