@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 
 /// The instruction set a kernel runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// The vector levels are built only on x86_64; elsewhere every kernel is portable.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub enum Level {
     Portable,
     Avx2Fma,
@@ -17,6 +19,7 @@ pub enum Level {
 
 /// The instruction set the int8 dot products run with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub enum Int8 {
     Portable,
     /// `vpmaddubsw`: its pairwise i16 sums saturate unless the unsigned operand stays below
@@ -85,6 +88,7 @@ pub fn float_level() -> Level {
 
 /// Float levels this CPU can run (for tests that compare them).
 #[cfg(test)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
 pub fn available_levels() -> Vec<Level> {
     let mut levels = vec![Level::Portable];
     #[cfg(target_arch = "x86_64")]
@@ -217,6 +221,7 @@ pub fn with_int8_level<T>(level: Int8, f: impl FnOnce() -> T) -> T {
 
 /// The int8 levels this CPU can run, the best first.
 #[cfg(test)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
 pub fn available_int8_levels() -> Vec<Int8> {
     let mut levels = vec![cpu().int8];
     #[cfg(target_arch = "x86_64")]
@@ -251,7 +256,9 @@ pub trait Rows: Copy {
     fn row(self, i: usize) -> usize;
     /// Whether every row is below `total`.
     fn within(self, total: usize) -> bool;
-    /// The first row when the rows are consecutive.
+    /// The first row when the rows are consecutive (the x86_64 kernels read such rows as
+    /// one stream).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn consecutive_from(self) -> Option<usize>;
 }
 
