@@ -331,7 +331,7 @@ const FIELD_BITS: u32 = 7;
 const FIELD_HAN_KANA_RUNS: u32 = 12;
 const FIELD_HANGUL_RUNS: u32 = 13;
 const FIELD_OTHER_2BYTE_RUNS: u32 = 14;
-/// Not in [`INCREMENTS`]: whether a hangul run is bare depends on the unit before it.
+/// Counted in the half of [`INCREMENTS`] for characters that follow no space or tab.
 const FIELD_HANGUL_BARE_RUNS: u32 = 15;
 const FIELDS: usize = 16;
 
@@ -341,9 +341,11 @@ const fn is_two_byte(category: usize) -> bool {
 }
 
 /// The packed increments of a character of category `c` after one of category `p` (0: after
-/// ASCII or at the start), at index `p << 4 | c`.
-const INCREMENTS: [u128; 256] = {
-    let mut table = [0u128; 256];
+/// ASCII or at the start), at index `bare << 8 | p << 4 | c`, where `bare` is 1 unless the
+/// unit before the character is a space or a tab (a hangul run that starts there is bare).
+/// One table lookup per character rather than a lookup and the arithmetic of the bare run.
+const INCREMENTS: [u128; 512] = {
+    let mut table = [0u128; 512];
     let mut p = 0;
     while p < CATEGORY_SLOTS.len() {
         let mut c = 1;
@@ -363,6 +365,10 @@ const INCREMENTS: [u128; 256] = {
                 inc |= 1 << (FIELD_OTHER_2BYTE_RUNS * FIELD_BITS);
             }
             table[p << 4 | c] = inc;
+            if kc == 2 && kp != 2 {
+                inc |= 1 << (FIELD_HANGUL_BARE_RUNS * FIELD_BITS);
+            }
+            table[1 << 8 | p << 4 | c] = inc;
             c += 1;
         }
         p += 1;
@@ -836,10 +842,8 @@ impl Pass {
                 } else {
                     0
                 };
-                let increment = INCREMENTS[usize::from(before << 4 | category) & 0xFF];
-                let bare_hangul_run = (increment >> (FIELD_HANGUL_RUNS * FIELD_BITS))
-                    & u128::from(!(after_space >> q) & 1);
-                packed += increment + (bare_hangul_run << (FIELD_HANGUL_BARE_RUNS * FIELD_BITS));
+                let bare = (!(after_space >> q) & 1) as usize;
+                packed += INCREMENTS[(bare << 8 | usize::from(before << 4 | category)) & 0x1FF];
                 last = category;
             }
             self.last_category = last;
