@@ -477,6 +477,10 @@ pub fn sampled_unknown_words<U: Unit>(
     sampled_unknown_words_in(units, &word_masks(units), encoding, glued)
 }
 
+/// Texts of fewer blocks of 64 units than this have their word masks on the stack: every
+/// chunk of the estimate in UCS-4 (under 1.5 times 1024 units) and in mostly ASCII UTF-8.
+const STACK_BLOCKS: usize = 32;
+
 /// [`sampled_unknown_words`] given the [`WordMasks`] of `units`' blocks (which the feature
 /// pass records): a scan that branches on every character costs as much as the whole pass.
 pub fn sampled_unknown_words_in<U: Unit>(
@@ -489,9 +493,16 @@ pub fn sampled_unknown_words_in<U: Unit>(
         return (0, 0);
     }
     let blocks = masks.len();
-    // The word characters, then the non-ASCII units a word may not end before: one
-    // allocation per chunk rather than two.
-    let mut masks_of_words = vec![0u64; 2 * (blocks + 1)];
+    // The word characters, then the non-ASCII units a word may not end before: on the stack
+    // for the blocks of a chunk of UCS-4 or mostly ASCII text, else one allocation.
+    let mut stack = [0u64; 2 * STACK_BLOCKS];
+    let mut heap = Vec::new();
+    let masks_of_words: &mut [u64] = if blocks < STACK_BLOCKS {
+        &mut stack[..2 * (blocks + 1)]
+    } else {
+        heap.resize(2 * (blocks + 1), 0);
+        &mut heap
+    };
     let (word, blocking) = masks_of_words.split_at_mut(blocks + 1);
     for (b, m) in masks.iter().enumerate() {
         (word[b], blocking[b]) = (m.letters, m.non_ascii);
