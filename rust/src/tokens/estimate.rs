@@ -74,23 +74,29 @@ pub fn estimate_tokens(text: &str, encoding: Encoding) -> usize {
 /// average the model's per-feature errors over.
 pub const CHUNK_CHARS: usize = 1024;
 
+/// Room for the word masks of a chunk of UCS-4 units (one per 64 units) without growing: a
+/// chunk holds fewer than 1.5 times [`CHUNK_CHARS`] code points.
+const MASKS_CAPACITY: usize = CHUNK_CHARS * 3 / 2 / 64 + 1;
+
 /// [`estimate_tokens`] of UTF-8 bytes or UCS-4 code points (same result for the same text).
 pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize {
     if units.is_empty() {
         return 0;
     }
     let (coefficients, tables) = model(encoding);
-    let chunk = |&(start, end, chars): &(usize, usize, usize)| -> f64 {
+    // `masks` is the buffer of the blocks' word masks, reused from chunk to chunk.
+    let chunk = |&(start, end, chars): &(usize, usize, usize), masks: &mut Vec<WordMasks>| {
         let units = &units[start..end];
-        let mut masks = Vec::with_capacity(units.len() / 64 + 1);
-        let f = extract_units_recording(units, &tables, Some(&mut masks));
+        masks.clear();
+        let f = extract_units_recording(units, &tables, Some(&mut *masks));
+        let masks = &masks[..];
         let value: f64 = f
             .iter()
             .zip(coefficients.iter())
             .map(|(&x, &c)| x as f64 * c)
             .sum();
         if model_is_unreliable(&f, value, chars)
-            || samples_distrust(units, &masks, &f, value, chars, encoding)
+            || samples_distrust(units, masks, &f, value, chars, encoding)
         {
             count_units(units, encoding) as f64
         } else {
@@ -106,11 +112,15 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
         // whose chunks took the exact count or its samples.
         let groups: Vec<Vec<f64>> = chunks
             .par_chunks(16)
-            .map(|group| group.iter().map(chunk).collect())
+            .map(|group| {
+                let mut masks = Vec::with_capacity(MASKS_CAPACITY);
+                group.iter().map(|c| chunk(c, &mut masks)).collect()
+            })
             .collect();
         groups.concat()
     } else {
-        chunks.iter().map(chunk).collect()
+        let mut masks = Vec::with_capacity(MASKS_CAPACITY);
+        chunks.iter().map(|c| chunk(c, &mut masks)).collect()
     };
     // Added in order, whichever thread computed them, so the rounding is always the same.
     let total: f64 = values.iter().sum();

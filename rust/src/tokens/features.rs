@@ -325,13 +325,16 @@ const fn kind_of_category(category: usize) -> u32 {
     }
 }
 
-/// Packed counters of the non-ASCII characters of a block (at most 64, so 7 bits apiece never
-/// overflow): one field per category (field `category - 1`) and four run counts.
+/// Packed counters of the non-ASCII characters of a few blocks (at most [`PACKED_MAX`], so 7
+/// bits apiece never overflow): one field per category (field `category - 1`) and four run
+/// counts.
 const FIELD_BITS: u32 = 7;
+/// The most characters the packed counters take before they are added to the totals.
+const PACKED_MAX: u32 = (1 << FIELD_BITS) - 1;
 const FIELD_HAN_KANA_RUNS: u32 = 12;
 const FIELD_HANGUL_RUNS: u32 = 13;
 const FIELD_OTHER_2BYTE_RUNS: u32 = 14;
-/// Not in [`INCREMENTS`]: whether a hangul run is bare depends on the unit before it.
+/// Counted in the half of [`INCREMENTS`] for characters that follow no space or tab.
 const FIELD_HANGUL_BARE_RUNS: u32 = 15;
 const FIELDS: usize = 16;
 
@@ -341,9 +344,11 @@ const fn is_two_byte(category: usize) -> bool {
 }
 
 /// The packed increments of a character of category `c` after one of category `p` (0: after
-/// ASCII or at the start), at index `p << 4 | c`.
-const INCREMENTS: [u128; 256] = {
-    let mut table = [0u128; 256];
+/// ASCII or at the start), at index `bare << 8 | p << 4 | c`, where `bare` is 1 unless the
+/// unit before the character is a space or a tab (a hangul run that starts there is bare).
+/// One table lookup per character rather than a lookup and the arithmetic of the bare run.
+const INCREMENTS: [u128; 512] = {
+    let mut table = [0u128; 512];
     let mut p = 0;
     while p < CATEGORY_SLOTS.len() {
         let mut c = 1;
@@ -363,6 +368,10 @@ const INCREMENTS: [u128; 256] = {
                 inc |= 1 << (FIELD_OTHER_2BYTE_RUNS * FIELD_BITS);
             }
             table[p << 4 | c] = inc;
+            if kc == 2 && kp != 2 {
+                inc |= 1 << (FIELD_HANGUL_BARE_RUNS * FIELD_BITS);
+            }
+            table[1 << 8 | p << 4 | c] = inc;
             c += 1;
         }
         p += 1;
@@ -727,8 +736,13 @@ struct Pass {
     control_chars: u64,
     /// Category of the last non-ASCII character.
     last_category: u8,
-    /// Per [`FIELDS`] field, the non-ASCII counts so far.
+    /// Per [`FIELDS`] field, the non-ASCII counts so far but those in `packed`.
     non_ascii: [u64; FIELDS],
+    /// The packed counts of the last `pending` non-ASCII characters: unpacked once they are
+    /// too many for a field, not after every block (text with a few accented letters per
+    /// block would pay for sixteen fields each time).
+    packed: u128,
+    pending: u32,
 }
 
 #[inline(always)]
@@ -817,11 +831,16 @@ impl Pass {
         // a table gives the category, another the packed counter increments.
         let mut leads = m.lead;
         if leads != 0 {
+            let n = leads.count_ones();
+            if self.pending + n > PACKED_MAX {
+                self.unpack();
+            }
+            self.pending += n;
             let categories = tables.categories();
             let after_non_ascii = later(m.non_ascii, self.c_non_ascii);
             let after_space = later(m.space, self.c_space);
             let mut last = self.last_category;
-            let mut packed = 0u128;
+            let mut packed = self.packed;
             while leads != 0 {
                 let q = leads.trailing_zeros();
                 leads &= leads - 1;
@@ -836,16 +855,12 @@ impl Pass {
                 } else {
                     0
                 };
-                let increment = INCREMENTS[usize::from(before << 4 | category) & 0xFF];
-                let bare_hangul_run = (increment >> (FIELD_HANGUL_RUNS * FIELD_BITS))
-                    & u128::from(!(after_space >> q) & 1);
-                packed += increment + (bare_hangul_run << (FIELD_HANGUL_BARE_RUNS * FIELD_BITS));
+                let bare = (!(after_space >> q) & 1) as usize;
+                packed += INCREMENTS[(bare << 8 | usize::from(before << 4 | category)) & 0x1FF];
                 last = category;
             }
             self.last_category = last;
-            for (k, total) in self.non_ascii.iter_mut().enumerate() {
-                *total += (packed >> (k as u32 * FIELD_BITS)) as u64 & ((1 << FIELD_BITS) - 1);
-            }
+            self.packed = packed;
         }
 
         self.c_letter = letter >> 63;
@@ -865,8 +880,17 @@ impl Pass {
         self.c2_vowel = m.vowel >> 62;
     }
 
+    /// Adds the packed counts to the totals.
+    fn unpack(&mut self) {
+        for (k, total) in self.non_ascii.iter_mut().enumerate() {
+            *total += (self.packed >> (k as u32 * FIELD_BITS)) as u64 & u64::from(PACKED_MAX);
+        }
+        (self.packed, self.pending) = (0, 0);
+    }
+
     /// Closes the runs still open at the text's end and writes the derived features.
     fn finish(mut self, f: &mut Features) {
+        self.unpack();
         for (k, &slot) in CATEGORY_SLOTS.iter().enumerate().skip(1) {
             f[slot] += self.non_ascii[k - 1];
         }

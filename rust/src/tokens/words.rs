@@ -47,6 +47,65 @@ fn is_word_char(c: u32) -> bool {
         || c.wrapping_sub(0x3040) < 0xC0
 }
 
+/// Words of at most this many ASCII characters are looked up from one 16-byte read (see
+/// `WordTokens::holds_short_ascii`): with the space before them, they fit in it.
+const SHORT_WORD: usize = 15;
+
+/// `units[..16]` truncated to bytes (the first in the lowest byte), and the mask of those
+/// that are not ASCII (bit `k` for `units[k]`).
+#[inline]
+fn ascii16<U: Unit>(units: &[U]) -> (u128, u32) {
+    // For UTF-8 and UCS-4 units alike the copy is a read of the 16 units.
+    let values: [u32; 16] = std::array::from_fn(|k| units[k].value());
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of the x86_64 baseline: every x86_64 CPU has it.
+    return unsafe { sse2_ascii16(&values) };
+    #[cfg(not(target_arch = "x86_64"))]
+    return ascii16_scalar(&values);
+}
+
+/// [`ascii16`] one unit at a time.
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn ascii16_scalar(values: &[u32; 16]) -> (u128, u32) {
+    let (mut bytes, mut high) = (0u128, 0u32);
+    for (k, &v) in values.iter().enumerate() {
+        bytes |= u128::from(v as u8) << (8 * k);
+        high |= u32::from(v >= 0x80) << k;
+    }
+    (bytes, high)
+}
+
+/// [`ascii16`] with SSE2: the low bytes packed with two saturating packs (exact, once the
+/// rest of each unit is cleared), the non-ASCII units by a biased signed comparison.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn sse2_ascii16(values: &[u32; 16]) -> (u128, u32) {
+    use std::arch::x86_64::*;
+    // SAFETY: k < 4, so the 4 values read lie inside `values`; the load has no alignment
+    // requirement.
+    let load = |k: usize| unsafe { _mm_loadu_si128(values.as_ptr().add(4 * k).cast()) };
+    let (a, b, c, d) = (load(0), load(1), load(2), load(3));
+    let low = _mm_set1_epi32(0xFF);
+    let bytes = _mm_packus_epi16(
+        _mm_packs_epi32(_mm_and_si128(a, low), _mm_and_si128(b, low)),
+        _mm_packs_epi32(_mm_and_si128(c, low), _mm_and_si128(d, low)),
+    );
+    let bias = _mm_set1_epi32(i32::MIN);
+    let ascii_max = _mm_set1_epi32((0x7F ^ 0x8000_0000u32) as i32);
+    let high = |v: __m128i| {
+        _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(
+            _mm_xor_si128(v, bias),
+            ascii_max,
+        ))) as u32
+    };
+    let lo = _mm_cvtsi128_si64(bytes) as u64;
+    let hi = _mm_cvtsi128_si64(_mm_unpackhi_epi64(bytes, bytes)) as u64;
+    (
+        u128::from(hi) << 64 | u128::from(lo),
+        high(a) | high(b) << 4 | high(c) << 8 | high(d) << 12,
+    )
+}
+
 /// Room for the longest word token (33 bytes in o200k, 36 in cl100k) and then some.
 const KEY_BYTES: usize = 64;
 
@@ -91,6 +150,44 @@ impl WordTokens {
     /// than every token is not one.
     #[inline]
     fn holds<U: Unit>(&self, units: &[U], start: usize, end: usize) -> bool {
+        if let Some(held) = self.holds_short_ascii(units, start, end) {
+            return held;
+        }
+        self.holds_spelt(units, start, end)
+    }
+
+    /// [`Self::holds`] of an ASCII word of at most [`SHORT_WORD`] units followed by enough
+    /// text to read 16 units from its start: the units are read as one 16-byte value and
+    /// hashed in registers, without a loop over the word's characters, whose exit (at another
+    /// length each word) the branch predictor mostly misses. `None` for other words.
+    #[inline]
+    fn holds_short_ascii<U: Unit>(&self, units: &[U], start: usize, end: usize) -> Option<bool> {
+        let len = end + 1 - start;
+        if len > SHORT_WORD || units.len() - start < 16 {
+            return None;
+        }
+        let (bytes, high) = ascii16(&units[start..start + 16]);
+        if high & ((1 << len) - 1) != 0 {
+            return None;
+        }
+        let word = bytes & ((1u128 << (8 * len)) - 1);
+        let before = if start > 0 {
+            units[start - 1].value()
+        } else {
+            0x0A
+        };
+        Some(match before {
+            0x20 | 0x09 => self.contains_short(word << 8 | u128::from(before), len + 1),
+            0x21..=0x7E if !(before as u8).is_ascii_alphanumeric() => {
+                self.contains_short(word, len) || self.contains_short(word << 8 | 0x20, len + 1)
+            }
+            _ => self.contains_short(word, len),
+        })
+    }
+
+    /// [`Self::holds`] with the word's UTF-8 bytes written into a buffer.
+    #[inline]
+    fn holds_spelt<U: Unit>(&self, units: &[U], start: usize, end: usize) -> bool {
         let mut key = [0u8; KEY_BYTES];
         // The word is written from key[1]; key[0] holds the space or tab before it, if any.
         let before = if start > 0 {
@@ -138,8 +235,27 @@ impl WordTokens {
         if bytes.len() > self.longest {
             return false;
         }
+        self.contains_hash(hash(bytes))
+    }
+
+    /// [`Self::contains`] of the `len` (1 to 16) bytes of `bytes`, the first in its lowest
+    /// byte, every byte above them 0: [`hash`] of them, from the two words it reads.
+    #[inline]
+    fn contains_short(&self, bytes: u128, len: usize) -> bool {
+        let h = mix(len as u64, bytes as u64);
+        let h = if len > 8 {
+            mix(h, (bytes >> 64) as u64)
+        } else {
+            h
+        };
+        self.contains_hash(finish(h))
+    }
+
+    /// Whether a token's [`hash`] is `h`.
+    #[inline]
+    fn contains_hash(&self, h: u64) -> bool {
         let mask = self.slots.len() - 1;
-        let (mut i, print) = slot(hash(bytes), mask);
+        let (mut i, print) = slot(h, mask);
         loop {
             match self.slots[i] {
                 0 => return false,
@@ -172,8 +288,7 @@ fn hash(bytes: &[u8]) -> u64 {
     let mut h = bytes.len() as u64;
     let mut chunks = bytes.chunks_exact(8);
     for chunk in &mut chunks {
-        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-        h = (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        h = mix(h, u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
@@ -182,8 +297,20 @@ fn hash(bytes: &[u8]) -> u64 {
             .iter()
             .rev()
             .fold(0u64, |word, &byte| word << 8 | u64::from(byte));
-        h = (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        h = mix(h, word);
     }
+    finish(h)
+}
+
+/// One step of [`hash`]: the next 8 bytes (or the last ones, zero-padded), little-endian.
+#[inline]
+fn mix(h: u64, word: u64) -> u64 {
+    (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+}
+
+/// The last step of [`hash`].
+#[inline]
+fn finish(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -213,6 +340,65 @@ fn ends_a_word(c: u32) -> bool {
     c.wrapping_sub(0x2000) < 0x1000 || c.wrapping_sub(0x1F000) < 0x1000
 }
 
+/// Word characters past ASCII: 2-byte UTF-8 characters and kana (see [`is_word_char`]).
+#[inline]
+fn is_non_ascii_word_char(c: u32) -> bool {
+    c.wrapping_sub(0x80) < 0x780 || c.wrapping_sub(0x3040) < 0xC0
+}
+
+/// `(word characters past ASCII, characters that end a word)` of up to 64 code points, as
+/// bit masks (bit `k` for `units[k]`).
+fn code_point_classes_scalar<U: Unit>(units: &[U]) -> (u64, u64) {
+    let (mut mask, mut enders) = (0u64, 0u64);
+    for (k, unit) in units.iter().take(64).enumerate() {
+        mask |= u64::from(is_non_ascii_word_char(unit.value())) << k;
+        enders |= u64::from(ends_a_word(unit.value())) << k;
+    }
+    (mask, enders)
+}
+
+/// [`code_point_classes_scalar`] of a whole block of code points. Where many of a block's
+/// code points are past ASCII, SSE2 (part of the x86_64 baseline) compares four at a time,
+/// where the scalar loop takes about twenty instructions for each.
+#[inline]
+fn code_point_classes<U: Unit>(block: &[U; 64]) -> (u64, u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // For UCS-4 units the copy is the block itself, which the compiler reads in place.
+        let values: [u32; 64] = std::array::from_fn(|k| block[k].value());
+        // SAFETY: SSE2 is part of the x86_64 baseline: every x86_64 CPU has it.
+        unsafe { sse2_code_point_classes(&values) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    code_point_classes_scalar(block)
+}
+
+/// [`code_point_classes_scalar`] with SSE2: for each range test, one biased signed
+/// comparison of four code points (`x - lo <u n` is `(x - lo) ^ MIN <s n ^ MIN`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn sse2_code_point_classes(block: &[u32; 64]) -> (u64, u64) {
+    use std::arch::x86_64::*;
+    let bias = _mm_set1_epi32(i32::MIN);
+    let below = |v: __m128i, lo: u32, n: u32| {
+        _mm_cmplt_epi32(
+            _mm_xor_si128(_mm_sub_epi32(v, _mm_set1_epi32(lo as i32)), bias),
+            _mm_set1_epi32((n ^ 0x8000_0000) as i32),
+        )
+    };
+    let (mut mask, mut enders) = (0u64, 0u64);
+    for k in 0..16 {
+        // SAFETY: k < 16, so the 4 code points read lie inside `block`; the load has no
+        // alignment requirement.
+        let v = unsafe { _mm_loadu_si128(block.as_ptr().add(4 * k).cast()) };
+        let word = _mm_or_si128(below(v, 0x80, 0x780), below(v, 0x3040, 0xC0));
+        let ends = _mm_or_si128(below(v, 0x2000, 0x1000), below(v, 0x1F000, 0x1000));
+        mask |= (_mm_movemask_ps(_mm_castsi128_ps(word)) as u64) << (4 * k);
+        enders |= (_mm_movemask_ps(_mm_castsi128_ps(ends)) as u64) << (4 * k);
+    }
+    (mask, enders)
+}
+
 /// Marks the non-ASCII word characters of the 64-unit block at `start`, whose non-ASCII
 /// units are `non_ascii`, in `word` (one bit per unit; a UTF-8 character's bits may run into
 /// the next block), and clears in `blocking` the first unit of the characters that end a word
@@ -229,7 +415,6 @@ fn mark_non_ascii_words<U: Unit>(
     let end = (start + 64).min(units.len());
     let b = start / 64;
     if size_of::<U>() != 1 {
-        let hit = |v: u32| v.wrapping_sub(0x80) < 0x780 || v.wrapping_sub(0x3040) < 0xC0;
         let (mut mask, mut enders) = (0u64, 0u64);
         if non_ascii.count_ones() <= 8 {
             // A few accented letters or symbols among ASCII text: only they are read.
@@ -238,14 +423,14 @@ fn mark_non_ascii_words<U: Unit>(
                 let k = rest.trailing_zeros() as usize;
                 rest &= rest - 1;
                 let v = units[start + k].value();
-                mask |= u64::from(hit(v)) << k;
+                mask |= u64::from(is_non_ascii_word_char(v)) << k;
                 enders |= u64::from(ends_a_word(v)) << k;
             }
         } else {
-            for (k, unit) in units[start..end].iter().enumerate() {
-                mask |= u64::from(hit(unit.value())) << k;
-                enders |= u64::from(ends_a_word(unit.value())) << k;
-            }
+            (mask, enders) = match <&[U; 64]>::try_from(&units[start..end]) {
+                Ok(block) => code_point_classes(block),
+                Err(_) => code_point_classes_scalar(&units[start..end]),
+            };
         }
         word[b] |= mask;
         blocking[b] &= !enders;
@@ -292,6 +477,10 @@ pub fn sampled_unknown_words<U: Unit>(
     sampled_unknown_words_in(units, &word_masks(units), encoding, glued)
 }
 
+/// Texts of fewer blocks of 64 units than this have their word masks on the stack: every
+/// chunk of the estimate in UCS-4 (under 1.5 times 1024 units) and in mostly ASCII UTF-8.
+const STACK_BLOCKS: usize = 32;
+
 /// [`sampled_unknown_words`] given the [`WordMasks`] of `units`' blocks (which the feature
 /// pass records): a scan that branches on every character costs as much as the whole pass.
 pub fn sampled_unknown_words_in<U: Unit>(
@@ -304,9 +493,16 @@ pub fn sampled_unknown_words_in<U: Unit>(
         return (0, 0);
     }
     let blocks = masks.len();
-    // The word characters, then the non-ASCII units a word may not end before: one
-    // allocation per chunk rather than two.
-    let mut masks_of_words = vec![0u64; 2 * (blocks + 1)];
+    // The word characters, then the non-ASCII units a word may not end before: on the stack
+    // for the blocks of a chunk of UCS-4 or mostly ASCII text, else one allocation.
+    let mut stack = [0u64; 2 * STACK_BLOCKS];
+    let mut heap = Vec::new();
+    let masks_of_words: &mut [u64] = if blocks < STACK_BLOCKS {
+        &mut stack[..2 * (blocks + 1)]
+    } else {
+        heap.resize(2 * (blocks + 1), 0);
+        &mut heap
+    };
     let (word, blocking) = masks_of_words.split_at_mut(blocks + 1);
     for (b, m) in masks.iter().enumerate() {
         (word[b], blocking[b]) = (m.letters, m.non_ascii);
@@ -618,6 +814,150 @@ mod tests {
                 assert!(!is_token(word.as_bytes(), e));
                 assert!(!table.contains(word.as_bytes()), "{word}");
             }
+        }
+    }
+
+    #[test]
+    fn short_words_read_at_once_are_looked_up_as_spelt() {
+        let pieces = [
+            "the",
+            "cat",
+            "cduag",
+            "The",
+            "x",
+            "cryptography",
+            "abcdefghijklmno",
+            "aé",
+            "abcdefghijklmnop",
+            "ξο",
+            "カナ",
+        ];
+        let befores = ["", " ", "\t", "\n", "(", "/", "1", "é", "\u{E000}"];
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let table = word_tokens(e);
+            for before in befores {
+                for piece in pieces {
+                    for after in ["", " tail of the text", "é 東京 and more text here"] {
+                        let text = format!("{before}{piece}{after}");
+                        let mut units: Vec<u32> = text.chars().map(u32::from).collect();
+                        if before == "\u{E000}" {
+                            units[0] = 0x8000_0000;
+                        }
+                        let start = usize::from(!before.is_empty());
+                        let end = start + piece.chars().count() - 1;
+                        let spelt = table.holds_spelt(&units, start, end);
+                        assert_eq!(table.holds(&units, start, end), spelt, "{text:?}");
+                        if let Some(held) = table.holds_short_ascii(&units, start, end) {
+                            assert_eq!(held, spelt, "{text:?}");
+                        }
+                        if before != "\u{E000}" {
+                            let bytes = text.as_bytes();
+                            let (start, end) = (before.len(), before.len() + piece.len() - 1);
+                            assert_eq!(
+                                table.holds(bytes, start, end),
+                                table.holds_spelt(bytes, start, end),
+                                "{text:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vector_ascii16_matches_the_scalar_one() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for round in 0..5_000 {
+            let values: [u32; 16] = std::array::from_fn(|k| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                match (round + k) % 3 {
+                    0 => [
+                        0,
+                        0x7F,
+                        0x80,
+                        0xFF,
+                        0x100,
+                        0x17F,
+                        0x7FFF_FFFF,
+                        0x8000_0000,
+                        u32::MAX,
+                    ][(seed % 9) as usize],
+                    1 => (seed % 0x200) as u32,
+                    _ => seed as u32,
+                }
+            });
+            let expected = ascii16_scalar(&values);
+            assert_eq!(ascii16(&values), expected, "{values:x?}");
+        }
+        for len in 1..=16 {
+            let bytes: Vec<u8> = (0..len as u8).map(|k| b'a' + k).collect();
+            let word = bytes
+                .iter()
+                .rev()
+                .fold(0u128, |word, &byte| word << 8 | u128::from(byte));
+            for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+                let table = word_tokens(e);
+                assert_eq!(table.contains_short(word, len), table.contains(&bytes));
+            }
+            let h = mix(len as u64, word as u64);
+            let h = if len > 8 {
+                mix(h, (word >> 64) as u64)
+            } else {
+                h
+            };
+            assert_eq!(finish(h), hash(&bytes));
+        }
+    }
+
+    #[test]
+    fn vector_code_point_classes_match_the_scalar_ones() {
+        let edges = [
+            0,
+            0x41,
+            0x7F,
+            0x80,
+            0x7FF,
+            0x800,
+            0x1FFF,
+            0x2000,
+            0x2FFF,
+            0x3000,
+            0x303F,
+            0x3040,
+            0x30FF,
+            0x3100,
+            0x1EFFF,
+            0x1F000,
+            0x1FFFF,
+            0x20000,
+            0x10_FFFF,
+            0xD800,
+            0x7FFF_FFFF,
+            0x8000_0000,
+            0x8000_007F,
+            0x8000_0080,
+            u32::MAX,
+        ];
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for round in 0..2_000 {
+            let block: [u32; 64] = std::array::from_fn(|k| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                match (round + k) % 3 {
+                    0 => edges[(seed % edges.len() as u64) as usize],
+                    1 => (seed % 0x2_0000) as u32,
+                    _ => seed as u32,
+                }
+            });
+            let expected = code_point_classes_scalar(&block);
+            assert_eq!(code_point_classes(&block), expected, "{block:x?}");
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: SSE2 is part of the x86_64 baseline.
+            assert_eq!(unsafe { sse2_code_point_classes(&block) }, expected);
         }
     }
 
