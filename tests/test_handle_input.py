@@ -50,7 +50,7 @@ def _layers(tmp_path: pathlib.Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("layer", ["WorkingMemory"])
+@pytest.mark.parametrize("layer", ["WorkingMemory", "SharedMemory"])
 @pytest.mark.parametrize("budget", [None, 5, (1,), (1, 2, 3), "5"])
 def test_a_layer_refuses_a_budget_that_is_not_a_min_max_pair(
     tmp_path: pathlib.Path, layer: str, budget: Any
@@ -76,6 +76,13 @@ def test_a_switch_refuses_what_is_not_a_bool(
         make = _layers(tmp_path)["TeamState"]
     with pytest.raises(InvalidInputError, match=f"{option} must be True or False"):
         make(**{option: value})
+
+
+@pytest.mark.parametrize("bad", ["sqlite:///x.db", 5, object()])
+def test_shared_memory_refuses_a_store_that_is_not_a_store(bad: Any) -> None:
+    # Was an AttributeError ('str' object has no attribute 'changes') from the first read.
+    with pytest.raises(InvalidInputError, match="store must be a Store, got"):
+        SharedMemory(store=bad)
 
 
 # Working memory -------------------------------------------------------------------------------
@@ -116,3 +123,138 @@ def test_working_memory_prompt_items_refuses_a_budget_that_is_not_an_int(
         pytest.raises(InvalidInputError, match=wanted),
     ):
         run.layer("working-memory").prompt_items(budget)
+
+
+# Shared memory --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shared(store: SQLiteStore) -> SharedMemory:
+    memory = SharedMemory(store=store, namespace=("team", "t1"))
+    memory.set(key="plan", kind="shared", value={"steps": 3}, source="planner")
+    return memory
+
+
+def test_shared_memory_refuses_a_key_that_is_not_valid_unicode(
+    shared: SharedMemory, store: SQLiteStore
+) -> None:
+    before = _rows(store)
+    # Was a UnicodeEncodeError from the store.
+    with pytest.raises(InvalidInputError, match="key is not valid Unicode"):
+        shared.set(key="a\ud800", kind="shared", value=1)
+    assert _rows(store) == before
+
+
+@pytest.mark.parametrize("key", [["plan"], 5, None, ("plan",)])
+@pytest.mark.parametrize("method", ["get", "get_value", "has"])
+def test_shared_memory_reads_refuse_a_key_that_is_not_a_str(
+    shared: SharedMemory, method: str, key: Any
+) -> None:
+    # A list was a TypeError (unhashable); an int or None read as missing.
+    with pytest.raises(InvalidInputError, match="key must be a str, got"):
+        getattr(shared, method)(key)
+
+
+@pytest.mark.parametrize(
+    ("filters", "message"),
+    [
+        ({"kind": 5}, "kind must be a kind, a list of kinds or None, got int"),
+        # A string was taken one key (or source) per character, and matched nothing.
+        ({"keys": "plan"}, "keys must be a list of str, got str"),
+        ({"keys": 5}, "keys must be a list of str, got int"),
+        ({"keys": [["plan"]]}, r"keys must be a list of str, got an item \['plan'\]"),
+        ({"sources": "planner"}, "sources must be a list of str, got str"),
+        ({"sources": 5}, "sources must be a list of str, got int"),
+        ({"key_prefix": 5}, "key_prefix must be a str, got int"),
+        ({"key_prefix": ["p"]}, "key_prefix must be a str, got list"),
+    ],
+)
+def test_shared_memory_list_refuses_filters_of_the_wrong_kind(
+    shared: SharedMemory, filters: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        shared.list(**filters)
+
+
+@pytest.mark.parametrize(
+    ("filters", "message"),
+    [
+        ({"kind": 5}, "kind must be a kind, a list of kinds or None, got int"),
+        ({"key_prefix": 5}, "key_prefix must be a str, got int"),
+    ],
+)
+def test_shared_memory_clear_refuses_filters_of_the_wrong_kind_and_deletes_nothing(
+    shared: SharedMemory, store: SQLiteStore, filters: dict[str, Any], message: str
+) -> None:
+    before = _rows(store)
+    with pytest.raises(InvalidInputError, match=message):
+        shared.clear(**filters)
+    assert _rows(store) == before
+    assert shared.has("plan")
+
+
+def test_shared_memory_filters_still_take_lists_tuples_and_sets(shared: SharedMemory) -> None:
+    assert [e.key for e in shared.list(keys=("plan",), sources={"planner"})] == ["plan"]
+    assert [e.key for e in shared.list(kind=["shared"], key_prefix="pl")] == ["plan"]
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "message"),
+    [
+        ("tool_read", 5, "memory_read's arguments must be a dict, got int"),
+        ("tool_read", None, "memory_read's arguments must be a dict, got NoneType"),
+        ("tool_read", {}, "memory_read's arguments lack keys"),
+        # A string was read one key per character.
+        ("tool_read", {"keys": "plan"}, "memory_read's keys must be a list of str"),
+        ("tool_read", {"keys": 5}, "memory_read's keys must be a list of str"),
+        ("tool_read", {"keys": [5]}, "memory_read's keys must be a list of str"),
+        ("tool_write", "x", "memory_write's arguments must be a dict, got str"),
+        ("tool_write", {"key": "k"}, "memory_write's arguments lack value"),
+        ("tool_write", {"key": 5, "value": 1}, "memory_write's key must be a str, got int"),
+        ("tool_list", None, "memory_list's arguments must be a dict, got NoneType"),
+        ("tool_list", {"kind": 5}, "kind must be a kind, a list of kinds or None"),
+        ("tool_list", {"key_prefix": 5}, "key_prefix must be a str, got int"),
+    ],
+)
+def test_shared_memory_tool_methods_called_directly_refuse_malformed_arguments(
+    shared: SharedMemory, store: SQLiteStore, method: str, args: Any, message: str
+) -> None:
+    # Were TypeErrors, AttributeErrors and KeyErrors from inside (the model's calls are checked
+    # against the tools' schemas first; a program calling the methods is not).
+    before = _rows(store)
+    with pytest.raises(InvalidInputError, match=message):
+        getattr(shared, method)(args)
+    assert _rows(store) == before
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ("plan", "keys must be a list of str, got str"),
+        (5, "keys must be a list of str, got int"),
+        (None, "keys must be a list of str, got NoneType"),
+        ([5], "keys must be a list of str, got an item 5"),
+        ([["plan"]], r"keys must be a list of str, got an item \['plan'\]"),
+    ],
+)
+def test_shared_memory_handle_require_refuses_what_is_not_a_list_of_keys(
+    stack: MemoryStack, keys: Any, message: str
+) -> None:
+    with stack.run(thread_id="t1", agent="a") as run:
+        handle = run.layer("shared-memory")
+        handle.require(["plan"])
+        # "plan" was declared as four keys, p, l, a and n; 5 and None were TypeErrors.
+        with pytest.raises(InvalidInputError, match=message):
+            handle.require(keys)
+        assert handle.upstream == ["plan"]
+
+
+@pytest.mark.parametrize("budget", ["100", True, 1.5])
+def test_shared_memory_upstream_hint_refuses_a_budget_that_is_not_an_int(
+    stack: MemoryStack, budget: Any
+) -> None:
+    with stack.run(thread_id="t1", agent="a") as run:
+        handle = run.layer("shared-memory")
+        handle.require(["plan"])
+        with pytest.raises(InvalidInputError, match="budget must be an int or None"):
+            handle.upstream_hint(budget)
