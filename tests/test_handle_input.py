@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from memstrata import MemoryStack
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.layers import (
     AgentMind,
     SharedMemory,
@@ -64,6 +64,7 @@ def test_a_layer_refuses_a_budget_that_is_not_a_min_max_pair(
     ("make", "option"),
     [
         (WorkingMemory, "read_only"),
+        (ToolResults, "enabled"),
     ],
 )
 @pytest.mark.parametrize("value", ["no", "false", 0, 1, None])
@@ -83,6 +84,12 @@ def test_shared_memory_refuses_a_store_that_is_not_a_store(bad: Any) -> None:
     # Was an AttributeError ('str' object has no attribute 'changes') from the first read.
     with pytest.raises(InvalidInputError, match="store must be a Store, got"):
         SharedMemory(store=bad)
+
+
+def test_tool_results_refuses_a_store_that_is_not_a_store_or_url() -> None:
+    # Was taken, to fail with an AttributeError at the first offload.
+    with pytest.raises(InvalidInputError, match="store must be a Store, a store URL or None"):
+        ToolResults(store=5)  # type: ignore[arg-type]
 
 
 # Working memory -------------------------------------------------------------------------------
@@ -258,3 +265,72 @@ def test_shared_memory_upstream_hint_refuses_a_budget_that_is_not_an_int(
         handle.require(["plan"])
         with pytest.raises(InvalidInputError, match="budget must be an int or None"):
             handle.upstream_hint(budget)
+
+
+# Tool results ---------------------------------------------------------------------------------
+
+BIG = "word " * 200
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ((5,), "thread_id must be a str or None, got int"),
+        ((["t1"],), "thread_id must be a str or None, got list"),
+        (("",), "thread_id is empty"),
+        (("t1", 5), "resource_id must be a str or None, got int"),
+        ((None, b"u1"), "resource_id must be a str or None, got bytes"),
+    ],
+)
+def test_tool_results_for_thread_refuses_scope_ids_a_run_would_refuse(
+    ids: tuple[Any, ...], message: str
+) -> None:
+    # Were an AttributeError ('int' object has no attribute 'encode') or a TypeError
+    # (unhashable list); "" was a scope of its own, apart from None's.
+    with pytest.raises(InvalidInputError, match=message):
+        ToolResults().for_thread(*ids)
+
+
+@pytest.mark.parametrize("text", [5, None, b"bytes", {"a": 1}])
+def test_tool_results_store_refuses_text_that_is_not_a_str_and_stores_nothing(
+    stack: MemoryStack, store: SQLiteStore, text: Any
+) -> None:
+    with stack.run(thread_id="t1", agent="a") as run:
+        results = run.layer("tool-results")
+        before = _rows(store)
+        # Was an AttributeError ('int' object has no attribute 'encode').
+        with pytest.raises(InvalidInputError, match="text must be a str, got"):
+            results.store("call_1", text)
+        assert _rows(store) == before
+        with pytest.raises(ToolError, match="no tool result is stored under call_id 'call_1'"):
+            results.read_tool_result("call_1")
+
+
+@pytest.mark.parametrize("text", [5, None, b"bytes"])
+def test_tool_results_summarize_refuses_text_that_is_not_a_str(text: Any) -> None:
+    # Was an AttributeError ('int' object has no attribute 'splitlines') from the digest.
+    with pytest.raises(InvalidInputError, match="text must be a str, got"):
+        ToolResults().summarize(text)
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        (5, "messages must be a list of dicts, got int"),
+        (None, "messages must be a list of dicts, got NoneType"),
+        # A string was taken as one message per character, a dict as one per key.
+        ("hello", "messages must be a list of dicts, got str"),
+        ({"role": "tool", "tool_call_id": "c1", "content": BIG}, "got dict"),
+    ],
+)
+def test_tool_results_offload_messages_refuses_what_is_not_a_list_of_messages(
+    messages: Any, message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        ToolResults(threshold_tokens=20).offload_messages(messages)
+
+
+def test_tool_results_offload_messages_still_takes_a_tuple() -> None:
+    results = ToolResults(threshold_tokens=20)
+    given = ({"role": "tool", "tool_call_id": "c1", "content": BIG},)
+    assert results.offload_messages(given)[0]["content"].startswith("[tool result offloaded")
