@@ -13,6 +13,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memstrata import MemoryStack
@@ -50,7 +51,7 @@ def _layers(tmp_path: pathlib.Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("layer", ["WorkingMemory", "SharedMemory"])
+@pytest.mark.parametrize("layer", ["WorkingMemory", "SharedMemory", "AgentMind"])
 @pytest.mark.parametrize("budget", [None, 5, (1,), (1, 2, 3), "5"])
 def test_a_layer_refuses_a_budget_that_is_not_a_min_max_pair(
     tmp_path: pathlib.Path, layer: str, budget: Any
@@ -90,6 +91,39 @@ def test_tool_results_refuses_a_store_that_is_not_a_store_or_url() -> None:
     # Was taken, to fail with an AttributeError at the first offload.
     with pytest.raises(InvalidInputError, match="store must be a Store, a store URL or None"):
         ToolResults(store=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ttl_defaults": 5}, "ttl_defaults must be a MindTtlDefaults"),
+        ({"ttl_defaults": "30d"}, "ttl_defaults must be a MindTtlDefaults"),
+        ({"score_weights": 5}, "score_weights must be a ScoreWeights or None"),
+        ({"score_weights": {"similarity": 1.0}}, "score_weights must be a ScoreWeights or None"),
+        ({"embedder": 5}, "embedder must be an Embedder, a factory making one, or None"),
+        ({"on_progress": "log"}, "on_progress must be callable or None"),
+    ],
+)
+def test_agent_mind_refuses_options_of_the_wrong_kind(
+    options: dict[str, Any], message: str
+) -> None:
+    # ttl_defaults/score_weights: AttributeError/TypeError; embedder/on_progress: taken, to
+    # fail at the first belief or re-embedding.
+    with pytest.raises(InvalidInputError, match=message):
+        AgentMind(**options)
+
+
+def test_agent_mind_open_refuses_a_store_agent_or_counter_it_cannot_use(
+    store: SQLiteStore,
+) -> None:
+    mind = AgentMind()
+    with pytest.raises(InvalidInputError, match="store must be a Store, got int"):
+        mind.open(5, agent="a")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="agent must be a str or None, got list"):
+        mind.open(store, agent=["a"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="tokens must be a token counter"):
+        mind.open(store, agent="a", tokens=5)
+    assert _rows(store) == []
 
 
 # Working memory -------------------------------------------------------------------------------
@@ -334,3 +368,121 @@ def test_tool_results_offload_messages_still_takes_a_tuple() -> None:
     results = ToolResults(threshold_tokens=20)
     given = ({"role": "tool", "tool_call_id": "c1", "content": BIG},)
     assert results.offload_messages(given)[0]["content"].startswith("[tool result offloaded")
+
+
+# Agent mind -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", ["no", "false", 0, None])
+def test_a_mind_flush_refuses_an_error_flag_that_is_not_a_bool_and_keeps_the_draft(
+    store: SQLiteStore, error: Any
+) -> None:
+    mind = AgentMind()
+    handle = mind.open(store, agent="a")
+    handle.set_goal("ship the release")
+    handle.believe("the release is due on Friday")
+    # "no" was taken as true: an error flush, which dropped the goal and stored the belief
+    # flagged with error: "no".
+    with pytest.raises(InvalidInputError, match="error must be True or False"):
+        handle.flush(error=error)
+    assert _rows(store) == []
+    assert handle.flush(error=False) == 2
+    again = mind.open(store, agent="a")
+    assert [g.description for g in again.goals.values()] == ["ship the release"]
+    assert [b.error for b in again.beliefs.values()] == [False]
+
+
+@pytest.mark.parametrize("allow", ["no", 1, None])
+def test_a_belief_refuses_an_allow_downgrade_that_is_not_a_bool(
+    store: SQLiteStore, allow: Any
+) -> None:
+    handle = AgentMind().open(store, agent="a")
+    handle.believe("the release is due on Friday", confidence="high")
+    # "no" let a low-confidence restatement lower the belief.
+    with pytest.raises(ToolError, match="allow_downgrade must be true or false"):
+        handle.believe("the release is due on Friday", confidence="low", allow_downgrade=allow)
+    vector = handle.embed_one("the release is due on Friday")
+    with pytest.raises(ToolError, match="allow_downgrade must be true or false"):
+        handle.believe_vector("the release is due on Friday", vector, "low", [], None, allow)
+    handle.flush()
+    stored = AgentMind().open(store, agent="a").beliefs
+    assert [b.confidence for b in stored.values()] == ["high"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # Were taken as Python's truth: "yes" filtered to pinned reflections, "no" took in
+        # expired entries.
+        ({"pinned": "yes"}, "pinned must be true, false or null"),
+        ({"pinned": 1}, "pinned must be true, false or null"),
+        ({"include_expired": "no"}, "include_expired must be true or false"),
+        ({"include_expired": None}, "include_expired must be true or false"),
+    ],
+)
+def test_a_mind_recall_refuses_flags_that_are_not_bools(
+    store: SQLiteStore, options: dict[str, Any], message: str
+) -> None:
+    handle = AgentMind().open(store, agent="a")
+    with pytest.raises(ToolError, match=message):
+        handle.recall("release", **options)
+
+
+@pytest.mark.parametrize(
+    ("vector", "message"),
+    [
+        (5, r"vector has shape \(\)"),
+        (None, r"vector has shape \(\)"),
+        ("release", "vector must be an array of numbers, got str"),
+        # Of another dimension, it silently found nothing.
+        ([1.0, 2.0], r"vector has shape \(2,\); the mind's embedder gives vectors of 384"),
+        (np.ones((2, 384), dtype=np.float32), r"vector has shape \(2, 384\)"),
+    ],
+)
+def test_a_mind_search_refuses_a_vector_it_cannot_search_by(
+    store: SQLiteStore, vector: Any, message: str
+) -> None:
+    # 5, None and "release" were numpy ValueErrors from inside.
+    handle = AgentMind().open(store, agent="a")
+    with pytest.raises(ToolError, match=message):
+        handle.search(vector)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # "belief" was taken one character per kind, and matched nothing.
+        ({"kinds": "belief"}, "kinds must be a tuple of 'belief' and/or 'reflection'"),
+        ({"kinds": 5}, "kinds must be a tuple of 'belief' and/or 'reflection'"),
+        ({"kinds": ("goal",)}, "kinds must be a tuple of 'belief' and/or 'reflection'"),
+        ({"limit": "5"}, "limit must be a positive integer"),
+        ({"limit": True}, "limit must be a positive integer"),
+        ({"limit": -1}, "limit must be a positive integer"),
+        ({"tags": "ab"}, "tags must be a list of strings"),
+        ({"tags": 5}, "tags must be a list of strings"),
+        ({"pinned": "yes"}, "pinned must be true, false or null"),
+    ],
+)
+def test_a_mind_search_refuses_options_of_the_wrong_kind(
+    store: SQLiteStore, options: dict[str, Any], message: str
+) -> None:
+    handle = AgentMind().open(store, agent="a")
+    with pytest.raises(ToolError, match=message):
+        handle.search(handle.embed_one("release"), **options)
+
+
+def test_a_mind_search_still_takes_tags_as_a_list(store: SQLiteStore) -> None:
+    # Was an AttributeError ('list' object has no attribute 'issubset'): only a set passed.
+    mind = AgentMind()
+    with mind.session(store, agent="a") as handle:
+        handle.believe("the release is due on Friday", tags=["release"])
+    handle = mind.open(store, agent="a")
+    hits = handle.search(handle.embed_one("release due Friday"), tags=["release"], threshold=0)
+    assert [h.content for h in hits] == ["the release is due on Friday"]
+
+
+@pytest.mark.parametrize("budget", ["300", True, 1.5])
+def test_a_mind_header_refuses_a_budget_that_is_not_an_int(store: SQLiteStore, budget: Any) -> None:
+    # "300" was a TypeError from inside; True was taken as one token.
+    with pytest.raises(InvalidInputError, match="budget must be an int or None"):
+        AgentMind().open(store, agent="a").header(budget)
