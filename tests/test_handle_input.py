@@ -10,6 +10,7 @@ test_fuzz_tools.py."""
 from __future__ import annotations
 
 import pathlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,7 +52,7 @@ def _layers(tmp_path: pathlib.Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("layer", ["WorkingMemory", "SharedMemory", "AgentMind"])
+@pytest.mark.parametrize("layer", ["WorkingMemory", "SharedMemory", "AgentMind", "TeamState"])
 @pytest.mark.parametrize("budget", [None, 5, (1,), (1, 2, 3), "5"])
 def test_a_layer_refuses_a_budget_that_is_not_a_min_max_pair(
     tmp_path: pathlib.Path, layer: str, budget: Any
@@ -66,6 +67,7 @@ def test_a_layer_refuses_a_budget_that_is_not_a_min_max_pair(
     [
         (WorkingMemory, "read_only"),
         (ToolResults, "enabled"),
+        ("TeamState", "enabled"),
     ],
 )
 @pytest.mark.parametrize("value", ["no", "false", 0, 1, None])
@@ -124,6 +126,17 @@ def test_agent_mind_open_refuses_a_store_agent_or_counter_it_cannot_use(
     with pytest.raises(InvalidInputError, match="tokens must be a token counter"):
         mind.open(store, agent="a", tokens=5)
     assert _rows(store) == []
+
+
+def test_team_state_refuses_an_empty_state_dir_or_a_counter_that_cannot_count(
+    tmp_path: pathlib.Path,
+) -> None:
+    # "" was the current directory: the state landed wherever the program ran.
+    with pytest.raises(InvalidInputError, match="state_dir is empty"):
+        TeamState(state_dir="")
+    # Was taken, to fail with an AttributeError at the first prepend after a record.
+    with pytest.raises(InvalidInputError, match="tokens must be a token counter"):
+        TeamState(state_dir=tmp_path, tokens=5)  # type: ignore[arg-type]
 
 
 # Working memory -------------------------------------------------------------------------------
@@ -486,3 +499,22 @@ def test_a_mind_header_refuses_a_budget_that_is_not_an_int(store: SQLiteStore, b
     # "300" was a TypeError from inside; True was taken as one token.
     with pytest.raises(InvalidInputError, match="budget must be an int or None"):
         AgentMind().open(store, agent="a").header(budget)
+
+
+# Team state -----------------------------------------------------------------------------------
+
+
+def test_team_state_refuses_divergences_past_the_limit_at_once_and_writes_nothing(
+    tmp_path: pathlib.Path,
+) -> None:
+    team = TeamState(state_dir=tmp_path / "team")
+    team.record("first step", shipped="a")
+    started = time.perf_counter()
+    # 3,000 flags took seconds, 100,000 hours: cutting the entry to the soft cap tried one
+    # count of flags after another, each rendered whole.
+    with pytest.raises(InvalidInputError, match="divergences holds more than 200 flags"):
+        team.record("second step", divergences=(f"flag {i}" for i in range(100_000)))
+    assert time.perf_counter() - started < 1
+    assert [e.objective for e in team.entries()] == ["first step"]
+    assert not team.audit_path.exists()
+    assert len(team.record("third step", divergences=["d"] * 200).divergences) == 200
