@@ -21,6 +21,7 @@ from memstrata import MemoryStack
 from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.layers import (
     AgentMind,
+    ContextGate,
     SharedMemory,
     TeamState,
     ToolResults,
@@ -67,6 +68,9 @@ def test_a_layer_refuses_a_budget_that_is_not_a_min_max_pair(
     [
         (WorkingMemory, "read_only"),
         (ToolResults, "enabled"),
+        (ContextGate, "enabled"),
+        (ContextGate, "cache"),
+        (ContextGate, "checkpoint_redact_secrets"),
         ("TeamState", "enabled"),
     ],
 )
@@ -518,3 +522,46 @@ def test_team_state_refuses_divergences_past_the_limit_at_once_and_writes_nothin
     assert [e.objective for e in team.entries()] == ["first step"]
     assert not team.audit_path.exists()
     assert len(team.record("third step", divergences=["d"] * 200).divergences) == 200
+
+
+# Context gate ---------------------------------------------------------------------------------
+
+SMALL = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("call_id", [5, None, ["c1"]])
+def test_the_gate_refuses_a_call_id_that_is_not_text_even_when_it_writes_no_checkpoint(
+    call_id: Any,
+) -> None:
+    # Was taken while the prompt fit, and refused only when a checkpoint was written.
+    with pytest.raises(InvalidInputError, match="call_id must be a string"):
+        ContextGate(max_input_tokens=1000).check_and_compress(SMALL, call_id)
+
+
+@pytest.mark.parametrize("run_id", [5, ["r1"]])
+def test_the_gate_refuses_a_run_id_that_is_not_text(run_id: Any) -> None:
+    # A list was a TypeError (unhashable) once the prompt passed the warning line.
+    near = [{"role": "user", "content": "word " * 40}]
+    with pytest.raises(InvalidInputError, match="run_id must be a str or None"):
+        ContextGate(max_input_tokens=60).check_and_compress(near, "c1", run_id=run_id)
+
+
+@pytest.mark.parametrize("keep", [5, "keep"])
+def test_the_gate_refuses_a_keeper_that_is_not_callable(keep: Any) -> None:
+    calls = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                for i in range(4)
+            ],
+        },
+        *({"role": "tool", "tool_call_id": f"c{i}", "content": "word " * 60} for i in range(4)),
+    ]
+    gate = ContextGate(max_input_tokens=400, keep_recent=1)
+    # Was a TypeError ('int' object is not callable) once results were pruned.
+    with pytest.raises(InvalidInputError, match="keep must be callable or None"):
+        gate.check_and_compress(calls, "c1", keep=keep)
+    with pytest.raises(InvalidInputError, match="keep must be callable or None"):
+        gate.prune(calls, keep=keep)
