@@ -71,6 +71,7 @@ from typing import Any, Literal
 
 import orjson
 
+from memstrata._checks import checked_bool
 from memstrata.exceptions import InvalidInputError, MemstrataError, RecoverableContextError
 from memstrata.messages import (
     EMPTY_SNAPSHOT,
@@ -226,10 +227,12 @@ class ContextGate:
         self.checkpoints_dir = (
             Path(checkpoints_dir) if checkpoints_dir is not None else Path("checkpoints")
         )
-        self.checkpoint_redact_secrets = checkpoint_redact_secrets
-        self.enabled = enabled
+        self.checkpoint_redact_secrets = checked_bool(
+            checkpoint_redact_secrets, "checkpoint_redact_secrets"
+        )
+        self.enabled = checked_bool(enabled, "enabled")
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter(model)
-        self.cache = cache
+        self.cache = checked_bool(cache, "cache")
         # A message's content key -> (tokens, characters the key holds); see _content_key.
         self._counts: OrderedDict[Any, tuple[int, int]] = OrderedDict()
         self._counts_chars = 0
@@ -290,6 +293,12 @@ class ContextGate:
     ) -> GateDecision:
         """Like :meth:`check_and_compress`, returning what was decided and the estimates."""
         given = _as_message_list(messages)
+        if not isinstance(call_id, str):
+            raise InvalidInputError(f"call_id must be a string, got {type(call_id).__name__}")
+        if run_id is not None and not isinstance(run_id, str):
+            raise InvalidInputError(f"run_id must be a str or None, got {type(run_id).__name__}")
+        if keep is not None and not callable(keep):
+            raise InvalidInputError(f"keep must be callable or None, got {keep!r}")
         if not self.enabled:
             return GateDecision("disabled", given, 0, self.max_input_tokens)
         limit = self.max_input_tokens
@@ -350,6 +359,8 @@ class ContextGate:
         stored. Otherwise it says the text is gone.
         """
         given = _as_message_list(messages)
+        if keep is not None and not callable(keep):
+            raise InvalidInputError(f"keep must be callable or None, got {keep!r}")
         found = tool_results(given)
         bodies: dict[tuple[int, int | None], Any] = {}
         for result in found[: max(len(found) - self.keep_recent, 0)]:

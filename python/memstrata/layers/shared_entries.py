@@ -218,6 +218,10 @@ def _record(item: Item, held: _Record | None) -> _Record | None:
 def _kinds(kind: str | Sequence[str] | None) -> set[str] | None:
     if kind is None:
         return None
+    if not isinstance(kind, (str, list, tuple, set, frozenset)):
+        raise InvalidInputError(
+            f"kind must be a kind, a list of kinds or None, got {type(kind).__name__}"
+        )
     wanted = [kind] if isinstance(kind, str) else list(kind)
     unknown = [k for k in wanted if k not in KINDS]
     if unknown:

@@ -70,6 +70,7 @@ from typing import Any
 import orjson
 
 from memstrata._bridge import TaskLock
+from memstrata._checks import checked_budget, checked_store
 from memstrata._core import strip_unsafe_keys
 from memstrata.exceptions import InvalidInputError, InvalidJSONError, LimitExceededError
 from memstrata.layers import shared_tools
@@ -155,8 +156,8 @@ class SharedMemory:
         self.max_run_bytes = max_run_bytes
         self.name = name
         self.slot = slot
-        self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
-        self._store = store
+        self.budget = checked_budget(budget)
+        self._store = checked_store(store) if store is not None else None
         self._namespace = validate_namespace(namespace)
         # Held across store calls, which in an async run suspend the task holding it: a lock
         # that tells tasks on one event loop apart, as a threading.RLock does not.
@@ -206,6 +207,7 @@ class SharedMemory:
         that version of the entry (0: none stored), else raises :class:`_Conflict`."""
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
+        _check_unicode(key, "key")
         if kind not in KINDS:
             raise InvalidInputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         for field_name, field_value in (
@@ -440,6 +442,8 @@ class SharedMemory:
         return [record.entry() for record in matches]
 
     def _find(self, key: str) -> _Record | None:
+        if not isinstance(key, str):
+            raise InvalidInputError(f"key must be a str, got {type(key).__name__}")
         with self._lock:
             self._refresh()
             return self._entries.get(key)
@@ -454,8 +458,10 @@ class SharedMemory:
     ) -> builtins.list[_Record]:
         # A workflow holds tens of entries: one pass over them beats keeping indexes in step.
         kinds = _kinds(kind)
-        key_set = None if keys is None else {*keys}
-        source_set = None if sources is None else {*sources}
+        key_set = _texts(keys, "keys")
+        source_set = _texts(sources, "sources")
+        if key_prefix is not None and not isinstance(key_prefix, str):
+            raise InvalidInputError(f"key_prefix must be a str, got {type(key_prefix).__name__}")
         with self._lock:
             self._refresh()
             return [
@@ -700,12 +706,17 @@ class SharedMemoryHandle:
 
     def require(self, keys: Iterable[str]) -> None:
         """Declares upstream keys (``step.dependsOn``, parent ``task.dependsOn``)."""
-        self.upstream = list(dict.fromkeys([*self.upstream, *keys]))
+        declared = _texts(keys, "keys")
+        if declared is None:
+            raise InvalidInputError("keys must be a list of str, got NoneType")
+        self.upstream = list(dict.fromkeys([*self.upstream, *declared]))
 
     def upstream_hint(self, budget: int | None = None) -> str:
         """The "Required upstream memory" lines: each declared key and its title, if any, on
         one line; within ``budget`` tokens (the whole hint counted exactly), the keys past it
         counted, not listed. Empty when not even the heading fits."""
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+            raise InvalidInputError(f"budget must be an int or None, got {budget!r}")
         if not self.upstream:
             return ""
         lines = []
@@ -732,6 +743,29 @@ class SharedMemoryHandle:
                 return hint
             shown -= 1
         return ""
+
+
+def _texts(values: Any, option: str) -> dict[str, None] | None:
+    """A filter's or a declaration's strings, in order and once each (None for None): a string
+    would be taken one key per character."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
+        raise InvalidInputError(f"{option} must be a list of str, got {type(values).__name__}")
+    items = list(values)
+    for value in items:
+        if not isinstance(value, str):
+            raise InvalidInputError(f"{option} must be a list of str, got an item {value!r}")
+    return dict.fromkeys(items)
+
+
+def _check_unicode(text: str, option: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{option} is not valid Unicode (it holds a lone surrogate)"
+        ) from None
 
 
 __all__ = ["MemoryEntry", "SharedMemory", "SharedMemoryHandle", "memory_keys"]

@@ -3,10 +3,10 @@ their argument schemas, and what each answers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from memstrata.exceptions import ToolError
+from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.layers.shared_entries import KINDS, MAX_TEXT_CHARS, _Conflict, memory_keys
 from memstrata.prompts import (
     MEMORY_LIST_DESCRIPTION,
@@ -76,6 +76,7 @@ _WRITE_SCHEMA = frozen(
 
 def tool_list(memory: SharedMemory, args: dict[str, Any]) -> dict[str, Any]:
     """:meth:`SharedMemory.tool_list <memstrata.layers.shared_memory.SharedMemory.tool_list>`."""
+    _check_args(args, "memory_list")
     matches = memory._matching(
         kind=args.get("kind"), key_prefix=args.get("key_prefix"), sources=args.get("sources")
     )
@@ -92,6 +93,11 @@ def tool_read(
     memory: SharedMemory, args: dict[str, Any], seen: dict[str, int] | None = None
 ) -> dict[str, Any]:
     """:meth:`SharedMemory.tool_read <memstrata.layers.shared_memory.SharedMemory.tool_read>`."""
+    _check_args(args, "memory_read", required=("keys",))
+    keys = args["keys"]
+    if not isinstance(keys, (list, tuple)) or not all(isinstance(key, str) for key in keys):
+        # A string would be read one key per character.
+        raise InvalidInputError(f"memory_read's keys must be a list of str, got {keys!r:.80}")
     found: dict[str, Any] = {}
     missing: list[str] = []
     with memory._lock:
@@ -115,7 +121,10 @@ def tool_write(
     memory: SharedMemory, args: dict[str, Any], seen: dict[str, int] | None = None
 ) -> dict[str, Any]:
     """:meth:`SharedMemory.tool_write <memstrata.layers.shared_memory.SharedMemory.tool_write>`."""
+    _check_args(args, "memory_write", required=("key", "value"))
     suffix = args["key"]
+    if not isinstance(suffix, str):
+        raise InvalidInputError(f"memory_write's key must be a str, got {type(suffix).__name__}")
     if suffix.startswith("shared:"):
         suffix = suffix[len("shared:") :]
     if not suffix:
@@ -175,6 +184,16 @@ def tool_write(
     if replaced is not None:
         result["replaced"] = replaced.to_json()
     return result
+
+
+def _check_args(args: Any, tool: str, required: tuple[str, ...] = ()) -> None:
+    """The arguments a program passes to a tool's method directly (the model's are checked
+    against the tool's schema first): an object holding the required fields."""
+    if not isinstance(args, Mapping):
+        raise InvalidInputError(f"{tool}'s arguments must be a dict, got {type(args).__name__}")
+    missing = [name for name in required if name not in args]
+    if missing:
+        raise InvalidInputError(f"{tool}'s arguments lack {', '.join(missing)}")
 
 
 def tools_for(

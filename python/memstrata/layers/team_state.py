@@ -56,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import itertools
 import logging
 import os
 import re
@@ -69,6 +70,7 @@ from typing import Any, Literal
 import orjson
 
 from memstrata._bridge import TaskLock, await_, bridged
+from memstrata._checks import checked_bool, checked_budget
 from memstrata.exceptions import InvalidInputError
 from memstrata.prompts import TEAM_STATE_HEADER, one_line
 from memstrata.safe_files import (
@@ -105,6 +107,8 @@ AUDIT_LOG = "audit.jsonl"
 LOCK_FILE = "current_state.lock"
 DEFAULT_SOFT_CAP_BYTES = 2048
 MAX_FIELD_CHARS = 4000
+# Most divergence flags one entry takes.
+MAX_DIVERGENCES = 200
 # current_state.json is kept near soft_cap_bytes; a file far past that was not written by us.
 MAX_STATE_BYTES = 8 << 20
 
@@ -204,12 +208,23 @@ class TeamState:
             or soft_cap_bytes < 64
         ):
             raise InvalidInputError(f"soft_cap_bytes must be an int >= 64, got {soft_cap_bytes!r}")
+        if not os.fspath(state_dir):
+            # Path("") is the current directory: the state would land wherever the program runs.
+            raise InvalidInputError("state_dir is empty; give the directory the state lives in")
+        if tokens is not None and not (
+            callable(getattr(tokens, "count", None))
+            and callable(getattr(tokens, "count_messages", None))
+        ):
+            raise InvalidInputError(
+                "tokens must be a token counter (with count and count_messages), got "
+                f"{type(tokens).__name__}"
+            )
         self.state_dir = Path(state_dir)
         self.soft_cap_bytes = soft_cap_bytes
-        self.enabled = enabled
+        self.enabled = checked_bool(enabled, "enabled")
         self.name = name
         self.slot = slot
-        self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
+        self.budget = checked_budget(budget)
         self._tokens_given = tokens is not None
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
         self._tokens_taken = False  # whether a stack's counter replaced the default one
@@ -369,7 +384,14 @@ class TeamState:
             raise InvalidInputError(
                 f"divergences must be a list of strings, got {type(divergences).__name__}"
             )
-        flags = [_text("divergence", d) for d in divergences]
+        flags = [_text("divergence", d) for d in itertools.islice(divergences, MAX_DIVERGENCES + 1)]
+        if len(flags) > MAX_DIVERGENCES:
+            # Each is kept whole in the audit log, and cutting the entry to the soft cap tries
+            # one count of flags after another: a list without bound would take hours.
+            raise InvalidInputError(
+                f"divergences holds more than {MAX_DIVERGENCES} flags; the limit is "
+                f"{MAX_DIVERGENCES}: merge related ones"
+            )
         if claim and verdict == "fail":
             flags.insert(0, "producer claimed success; QC verdict is fail")
         entry = StateEntry(

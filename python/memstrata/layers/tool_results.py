@@ -62,6 +62,7 @@ from typing import Any
 import orjson
 
 from memstrata._bridge import run_sync
+from memstrata._checks import checked_bool, checked_scope_id
 from memstrata._core import prune_sliding_window
 from memstrata.exceptions import InvalidInputError, ToolError
 from memstrata.layers.tool_result_digest import DEFAULT_SUMMARY_TOKENS, _fit_prefix, digest
@@ -209,6 +210,10 @@ class ToolResults:
                 raise InvalidInputError(f"{option} must be a positive int, got {value!r}")
         if summarizer is not None and not callable(summarizer):
             raise InvalidInputError(f"summarizer must be callable, got {summarizer!r}")
+        if store is not None and not isinstance(store, (Store, str)):
+            raise InvalidInputError(
+                f"store must be a Store, a store URL or None, got {type(store).__name__}"
+            )
         if tool_calls_dir is not None and store is not None:
             raise InvalidInputError("give tool_calls_dir or store, not both")
         if tool_calls_dir is not None and not isinstance(tool_calls_dir, (str, os.PathLike)):
@@ -233,7 +238,7 @@ class ToolResults:
         self.threshold_tokens = threshold_tokens
         self.summarizer = summarizer
         self.summary_tokens = summary_tokens
-        self.enabled = enabled
+        self.enabled = checked_bool(enabled, "enabled")
         self.tokens: TokenCounter = tokens if tokens is not None else EstimatingCounter()
         self._tokens_given = tokens is not None
         self._bound = False  # whether a stack's run bound the layer to its counter and store
@@ -276,6 +281,8 @@ class ToolResults:
         Results are kept per resource and thread (a run with only one of them, per that one;
         with neither, in the layer's unscoped space), in a store and in files alike.
         """
+        checked_scope_id("thread_id", thread_id)
+        checked_scope_id("resource_id", resource_id)
         if thread_id is None and resource_id is None:
             return self
         # A shallow copy, made directly: copy.copy's generic protocol costs several times more,
@@ -404,7 +411,7 @@ class ToolResults:
         result (same call_id, same body) reuse the decision. The input is not mutated.
         Results whose call_id cannot be stored are left as they are, with a warning, and so
         are the pages ``read_tool_result`` returned (the model asked for that text)."""
-        given = messages if isinstance(messages, list) else list(messages)
+        given = messages if isinstance(messages, list) else _message_list(messages)
         if not self.enabled:
             return given
         scope = self._scope
@@ -575,6 +582,8 @@ class ToolResults:
         """Stores ``text`` under ``call_id`` (deduplicated by content hash); the newer text
         wins over a different one already there (see :meth:`offload`). Returns the call_id."""
         check_file_id(call_id)
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
         result = self._store_text(self._backend(), call_id, text, newer_wins=True)
         return result
 
@@ -618,6 +627,8 @@ class ToolResults:
 
     def summarize(self, text: str) -> str:
         """The summary that stands in for ``text``: the summarizer's, else the digest."""
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
         if self.summarizer is not None:
             try:
                 summary = self.summarizer(text)
@@ -739,6 +750,14 @@ class ToolResults:
 def derived_id(call_id: str, digest_hex: str) -> str:
     """The id an older result of a reused call_id stays readable under."""
     return f"{call_id[: MAX_FILE_ID - 13]}:{digest_hex[:12]}"
+
+
+def _message_list(messages: Any) -> list[Message]:
+    """``messages`` as a list, if it is a sequence of messages: a string would be taken one
+    message per character, and a dict one per key."""
+    if isinstance(messages, (str, bytes, bytearray, dict)) or not isinstance(messages, Sequence):
+        raise InvalidInputError(f"messages must be a list of dicts, got {type(messages).__name__}")
+    return list(messages)
 
 
 @functools.lru_cache(maxsize=4096)  # by the id's text: every run of a thread labels it again

@@ -38,6 +38,7 @@ from typing import Any, Literal, Union
 
 import orjson
 
+from memstrata._checks import checked_bool, checked_budget
 from memstrata._core import deep_merge, strip_unsafe_keys
 from memstrata.exceptions import (
     BudgetExceededError,
@@ -138,14 +139,14 @@ class WorkingMemory:
             raise InvalidInputError(f"name must be 1-48 of [A-Za-z0-9_-], got {name!r}")
         self.name = name
         self.slot = slot
-        self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
+        self.budget = checked_budget(budget)
         self.scope: Literal["thread", "resource"] = _SCOPES[scope]  # type: ignore[assignment]
         self._violations = state_checker(schema)  # refuses a schema it cannot compile
         # States are checked against the schema as given: the layer keeps its own copy, so a
         # caller changing its dict afterwards cannot make ``schema`` show another one.
         self._schema: Any = _copy(dict(schema)) if isinstance(schema, Mapping) else schema
         self.template = template
-        self.read_only = read_only
+        self.read_only = checked_bool(read_only, "read_only")
         self.arrays: Literal["replace", "union"] = arrays or (
             "union" if tools == "voltagent" else "replace"
         )
@@ -409,6 +410,8 @@ class WorkingMemoryHandle:
         """The block and the guidelines, cut to ``budget`` tokens if the block is over it
         (nothing, if even the notice saying so is). An empty memory shows its (empty) block
         with the guidelines, unless it is read-only."""
+        if isinstance(budget, bool) or not isinstance(budget, int):
+            raise InvalidInputError(f"budget must be an int, got {budget!r}")
         layer = self.layer
         body = self._rendered()
         if not body and layer.read_only:
@@ -517,6 +520,8 @@ class WorkingMemoryHandle:
         dict), unless the same call already came through the other path in this run (a
         server may both run the call and pass the response to ``observe``); returns the
         version after it."""
+        if source not in self._legacy:
+            raise InvalidInputError(f"source must be 'observe' or 'call_tool', got {source!r}")
         arguments = _json_object(arguments, f"{LEGACY_TOOL}'s arguments")
         key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
         other = self._legacy["call_tool" if source == "observe" else "observe"]

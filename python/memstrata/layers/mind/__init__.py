@@ -78,6 +78,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memstrata._checks import checked_budget, checked_scope_id, checked_store
 from memstrata.embedders import Embedder, HashingEmbedder
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind.checks import check_int, check_number, parse_namespace
@@ -186,6 +187,11 @@ class AgentMind:
             if unknown:
                 raise InvalidInputError(f"ttl_defaults has unknown keys: {sorted(unknown)}")
             ttl_defaults = MindTtlDefaults(**ttl_defaults)
+        elif ttl_defaults is not None and not isinstance(ttl_defaults, MindTtlDefaults):
+            raise InvalidInputError(
+                "ttl_defaults must be a MindTtlDefaults, a dict with belief/reflection or None, "
+                f"got {type(ttl_defaults).__name__}"
+            )
         self.ttl_defaults = ttl_defaults if ttl_defaults is not None else MindTtlDefaults()
         self.belief_ttl_ms = (
             None
@@ -197,6 +203,16 @@ class AgentMind:
             if self.ttl_defaults.reflection is None
             else parse_duration(self.ttl_defaults.reflection, what="ttl_defaults.reflection")
         )
+        if score_weights is not None and not isinstance(score_weights, ScoreWeights):
+            raise InvalidInputError(
+                f"score_weights must be a ScoreWeights or None, got {type(score_weights).__name__}"
+            )
+        if embedder is not None and not (_is_embedder(embedder) or callable(embedder)):
+            raise InvalidInputError(
+                f"embedder must be an Embedder, a factory making one, or None, got {embedder!r}"
+            )
+        if on_progress is not None and not callable(on_progress):
+            raise InvalidInputError(f"on_progress must be callable or None, got {on_progress!r}")
         self.score_weights = score_weights if score_weights is not None else ScoreWeights()
         for label, weight in vars(self.score_weights).items():
             check_number(weight, f"score_weights.{label}", low=0)
@@ -216,7 +232,7 @@ class AgentMind:
         self.retrieval_threshold = float(retrieval_threshold)
         self.similarity_floor = float(similarity_floor)
         self.on_progress = on_progress
-        self.budget = budget if isinstance(budget, Budget) else Budget(*budget)
+        self.budget = checked_budget(budget)
         self.slot = slot
         self.name = name
         self._embedder_spec = embedder
@@ -298,6 +314,12 @@ class AgentMind:
     ) -> AgentMindHandle:
         """Loads the committed store and returns a handle with an empty draft; call
         ``handle.flush(error=...)`` when done (or use :meth:`session`)."""
+        checked_store(store)
+        checked_scope_id("agent", agent)
+        if tokens is not None and not callable(getattr(tokens, "count", None)):
+            raise InvalidInputError(
+                f"tokens must be a token counter (with count), got {type(tokens).__name__}"
+            )
         handle = AgentMindHandle(self, store, self.namespace_for(agent), tokens)
         handle.load()
         return handle

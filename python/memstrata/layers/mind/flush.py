@@ -53,6 +53,9 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
     """See :meth:`AgentMindHandle.flush`."""
     if handle._mark is None:
         raise InvalidInputError("the handle was never loaded: open it with AgentMind.open")
+    if not isinstance(error, bool):
+        # A truthy "no" would make this an error flush: goal changes dropped, entries flagged.
+        raise InvalidInputError(f"error must be True or False, got {error!r}")
     draft, handle.draft = handle.draft, _Draft()
     if draft.empty():
         return 0

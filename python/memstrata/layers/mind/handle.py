@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memstrata._bridge import TaskLock
+from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind import flush as _flush
 from memstrata.layers.mind import goals as _goal_writes
 from memstrata.layers.mind import header as _header
@@ -124,6 +125,8 @@ class AgentMindHandle:
         """The ``--- AGENT MIND ---`` block built from the entries committed when the run
         started, less the goals this run completed; empty when there is nothing to show.
         ``budget`` is the stack's token share for the whole block."""
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+            raise InvalidInputError(f"budget must be an int or None, got {budget!r}")
         key = (budget, self._completed_goals)
         if self._header is None or self._header[0] != key:
             self._header = (key, _header.header(self, budget))

@@ -63,6 +63,7 @@ def recall(
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ToolError("limit must be a positive integer", code="invalid_arguments")
     limit = min(limit, MAX_RECALL_LIMIT)
+    _check_flags(pinned, include_expired)
     wanted = set(check_tags(tags or []))
     if query is None or (isinstance(query, str) and not query.strip()):
         if pinned is True and type in ("reflection", "all"):
@@ -92,6 +93,19 @@ def recall(
         )
     scored.sort(key=lambda r: (-(r.score or 0.0), r.created_at, r.id))
     return scored[:limit]
+
+
+def _check_flags(pinned: Any, include_expired: Any) -> None:
+    """``pinned`` (None, True or False) and ``include_expired``: a truthy string would filter."""
+    if pinned is not None and not isinstance(pinned, bool):
+        raise ToolError(
+            f"pinned must be true, false or null, got {pinned!r}", code="invalid_arguments"
+        )
+    if not isinstance(include_expired, bool):
+        raise ToolError(
+            f"include_expired must be true or false, got {include_expired!r}",
+            code="invalid_arguments",
+        )
 
 
 def _pinned(
@@ -258,7 +272,33 @@ def search(
         raise ToolError("threshold must be a number", code="invalid_arguments")
     if not 0 <= threshold <= 1:
         raise ToolError("threshold must be between 0 and 1", code="invalid_arguments")
-    query = np.asarray(vector, dtype=np.float32)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ToolError(
+            f"limit must be a positive integer, got {limit!r}", code="invalid_arguments"
+        )
+    if not isinstance(kinds, (tuple, list)) or not set(kinds) <= {"belief", "reflection"}:
+        # A string would be taken one character per kind, and match nothing.
+        raise ToolError(
+            f"kinds must be a tuple of 'belief' and/or 'reflection', got {kinds!r}",
+            code="invalid_arguments",
+        )
+    if not isinstance(tags, (set, frozenset)):
+        tags = set(check_tags(tags))
+    _check_flags(pinned, include_expired)
+    try:
+        query = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ToolError(
+            f"vector must be an array of numbers, got {type(vector).__name__}",
+            code="invalid_arguments",
+        ) from None
+    dim = handle.layer.embedder.dim
+    if query.shape != (dim,):
+        # Of another shape, the scan would find nothing (or fail) rather than say why.
+        raise ToolError(
+            f"vector has shape {query.shape}; the mind's embedder gives vectors of {dim} numbers",
+            code="invalid_arguments",
+        )
     # The ranker normalises the query itself; this only refuses one it cannot.
     norm2 = float(query @ query)
     if not norm2 or not math.isfinite(norm2):

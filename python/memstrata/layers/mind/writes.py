@@ -103,7 +103,7 @@ def believe(
     allow_downgrade: bool,
 ) -> dict[str, Any]:
     """See :meth:`AgentMindHandle.believe`."""
-    content, tag_list = _belief_fields(content, confidence, tags or [])
+    content, tag_list = _belief_fields(content, confidence, tags or [], allow_downgrade)
     ttl = _ttl(expires_in, handle.layer.belief_ttl_ms, "expiresIn")
     vector = handle.embed_one(content)
     return _believe(handle, content, vector, confidence, tag_list, ttl, allow_downgrade)
@@ -120,7 +120,7 @@ def believe_vector(
 ) -> dict[str, Any]:
     """See :meth:`AgentMindHandle.believe_vector`: :func:`believe`'s checks, and the caller's
     vector checked and copied."""
-    content, tag_list = _belief_fields(content, confidence, tags)
+    content, tag_list = _belief_fields(content, confidence, tags, allow_downgrade)
     if ttl_ms is not None and (
         isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 0 < ttl_ms <= MAX_TTL_MS
     ):
@@ -133,9 +133,17 @@ def believe_vector(
     return _believe(handle, content, own, confidence, tag_list, ttl_ms, allow_downgrade)
 
 
-def _belief_fields(content: Any, confidence: Any, tags: Any) -> tuple[str, list[str]]:
+def _belief_fields(
+    content: Any, confidence: Any, tags: Any, allow_downgrade: Any
+) -> tuple[str, list[str]]:
     """A belief's content and tags as stored, after the checks every way of believing makes."""
     content = check_content(content, "content")
+    if not isinstance(allow_downgrade, bool):
+        # A truthy "no" would let a low-confidence restatement lower a belief.
+        raise ToolError(
+            f"allow_downgrade must be true or false, got {allow_downgrade!r}",
+            code="invalid_arguments",
+        )
     if confidence not in CONFIDENCE_LEVELS:
         raise ToolError(
             f"confidence must be one of {', '.join(CONFIDENCE_LEVELS)}",
