@@ -7,19 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from memstrata.exceptions import InvalidInputError
-from memstrata.stack import Budget, _checked_scope_id
+from memstrata.stack import Budget, checked_scope_id
 from memstrata.stores import Store
 
 __all__ = ["checked_bool", "checked_budget", "checked_scope_id", "checked_store", "checked_text"]
-
-checked_scope_id = _checked_scope_id
 
 
 def checked_bool(value: Any, option: str) -> bool:
     """``value`` if it is a bool: a string such as ``"no"`` is true to Python, so taking any
     truthy value would turn an option on that the caller meant off."""
     if not isinstance(value, bool):
-        raise InvalidInputError(f"{option} must be True or False, got {value!r}")
+        raise InvalidInputError(f"{option} must be True or False, got {value!r:.80}")
     return value
 
 
@@ -29,7 +27,7 @@ def checked_budget(value: Any, option: str = "budget") -> Budget:
         return value
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise InvalidInputError(
-            f"{option} must be a Budget or a (min, max) pair of ints, got {value!r}"
+            f"{option} must be a Budget or a (min, max) pair of ints, got {value!r:.80}"
         )
     return Budget(*value)
 

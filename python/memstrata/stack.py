@@ -180,7 +180,7 @@ class Layer(Protocol):
         """Flushes at the end of the run; ``error`` is set when the run failed."""
 
 
-def _checked_scope_id(option: str, value: object) -> str | None:
+def checked_scope_id(option: str, value: object) -> str | None:
     """A run's ``thread_id``, ``resource_id`` or ``agent``: None, or a string a store can
     keep as a namespace label. Checked where the caller passed it, so the error names the
     option rather than a label deep in some layer's namespace."""
@@ -369,9 +369,9 @@ class MemoryStack:
         ctx = RunContext(
             self.store,
             self.tokens,
-            _checked_scope_id("thread_id", thread_id),
-            _checked_scope_id("resource_id", resource_id),
-            _checked_scope_id("agent", agent),
+            checked_scope_id("thread_id", thread_id),
+            checked_scope_id("resource_id", resource_id),
+            checked_scope_id("agent", agent),
             budgets=self.budgets,
         )
         return Run(self, ctx)
@@ -741,9 +741,9 @@ class Run:
         """A child run (a sub-agent): each layer's ``on_spawn`` derives the child's handle.
         Unset scope ids are inherited from this run."""
         self._require_open()
-        thread_id = _checked_scope_id("thread_id", thread_id)
-        resource_id = _checked_scope_id("resource_id", resource_id)
-        agent = _checked_scope_id("agent", agent)
+        thread_id = checked_scope_id("thread_id", thread_id)
+        resource_id = checked_scope_id("resource_id", resource_id)
+        agent = checked_scope_id("agent", agent)
         ctx = replace(
             self.context,
             thread_id=thread_id if thread_id is not None else self.context.thread_id,
