@@ -127,7 +127,7 @@ def test_tool_specs_refuses_an_unknown_format_or_a_strict_that_is_not_a_bool(
     [
         ({"prompt_role": "user"}, "prompt_role must be 'system' or 'developer', got 'user'"),
         ({"prompt_role": 3}, "prompt_role must be 'system' or 'developer', got 3"),
-        ({"tokens": "o200k"}, "tokens must be a TokenCounter"),
+        ({"tokens": "o200k"}, "tokens must be a token counter"),
         ({"store": 5}, "store must be a Store, a store URL or None, got int"),
         ({"total_budget": True}, "total_budget must be a non-negative int"),
     ],

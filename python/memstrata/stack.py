@@ -64,8 +64,8 @@ from memstrata.exceptions import (
 )
 from memstrata.redaction import redacted_for_log
 from memstrata.stores import Store, open_store
-from memstrata.stores.base import MAX_LABEL_LENGTH, NAMESPACE_SEPARATOR, Answer, Read
-from memstrata.tokens import EstimatingCounter, TokenCounter
+from memstrata.stores.base import Answer, Read, validate_label
+from memstrata.tokens import EstimatingCounter, TokenCounter, checked_counter
 from memstrata.tools import (
     Tool,
     ToolFormat,
@@ -190,13 +190,7 @@ def checked_scope_id(option: str, value: object) -> str | None:
         raise InvalidInputError(f"{option} must be a str or None, got {type(value).__name__}")
     if not value:
         raise InvalidInputError(f"{option} is empty; pass None for a run without one")
-    if len(value) > MAX_LABEL_LENGTH:
-        raise InvalidInputError(
-            f"{option} is {len(value)} characters; the limit is {MAX_LABEL_LENGTH}"
-        )
-    if "\x00" in value or NAMESPACE_SEPARATOR in value:
-        raise InvalidInputError(f"{option} contains a NUL or unit-separator (\\x1f) character")
-    return value
+    return validate_label(value, option)
 
 
 def _checked_layer(layer: object) -> Layer:
@@ -329,14 +323,8 @@ class MemoryStack:
             raise InvalidInputError(
                 f"prompt_role must be 'system' or 'developer', got {prompt_role!r}"
             )
-        if tokens is not None and not (
-            callable(getattr(tokens, "count", None))
-            and callable(getattr(tokens, "count_messages", None))
-        ):
-            raise InvalidInputError(
-                "tokens must be a TokenCounter (count and count_messages methods),"
-                f" got {type(tokens).__name__}"
-            )
+        if tokens is not None:
+            checked_counter(tokens)
         if store is not None and not isinstance(store, (Store, str)):
             raise InvalidInputError(
                 f"store must be a Store, a store URL or None, got {type(store).__name__}"

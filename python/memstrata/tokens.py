@@ -35,6 +35,7 @@ from memstrata._core import (
     estimate_tokens,
     fits_within,
 )
+from memstrata.exceptions import InvalidInputError
 
 __all__ = [
     "EstimatingCounter",
@@ -66,6 +67,20 @@ class TokenCounter(Protocol):
     def count_messages(self, messages: Messages) -> int:
         """Returns the prompt tokens of chat ``messages``, framing included."""
         ...
+
+
+def checked_counter(tokens: object, option: str = "tokens") -> TokenCounter:
+    """``tokens`` if it has a :class:`TokenCounter`'s methods, else InvalidInputError naming
+    ``option`` (a str has a ``count`` method too, so both methods are asked for)."""
+    if not (
+        callable(getattr(tokens, "count", None))
+        and callable(getattr(tokens, "count_messages", None))
+    ):
+        raise InvalidInputError(
+            f"{option} must be a token counter (with count and count_messages), got "
+            f"{type(tokens).__name__}"
+        )
+    return tokens  # type: ignore[return-value]
 
 
 class EstimatingCounter:

@@ -87,7 +87,7 @@ from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
 from memstrata.redaction import redact_messages
 from memstrata.safe_files import file_name, open_dir, write_atomic
-from memstrata.tokens import EstimatingCounter, ExactCounter, TokenCounter
+from memstrata.tokens import EstimatingCounter, ExactCounter, TokenCounter, checked_counter
 
 logger = logging.getLogger("memstrata.context_gate")
 
@@ -209,11 +209,8 @@ class ContextGate:
                 "checkpoints_dir must be a path (str or os.PathLike) or None, got "
                 f"{type(checkpoints_dir).__name__}"
             )
-        if tokens is not None and not _is_counter(tokens):
-            raise InvalidInputError(
-                "tokens must be a token counter (with count and count_messages), got "
-                f"{type(tokens).__name__}"
-            )
+        if tokens is not None:
+            checked_counter(tokens)
         self.model = model
         self.max_input_tokens = (
             max_input_tokens
@@ -547,12 +544,6 @@ class ContextGate:
         with open_dir(self.checkpoints_dir, create=True) as directory:
             write_atomic(directory, name, data, refuse_planted=True)
         return self.checkpoints_dir / name
-
-
-def _is_counter(tokens: Any) -> bool:
-    return callable(getattr(tokens, "count", None)) and callable(
-        getattr(tokens, "count_messages", None)
-    )
 
 
 def _at_index(exc: MemstrataError, index: int) -> MemstrataError:

@@ -86,6 +86,7 @@ from memstrata.stack import Budget, Message, RunContext
 from memstrata.tokens import (
     EstimatingCounter,
     TokenCounter,
+    checked_counter,
     exact_count,
     exact_count_over,
     same_counts,
@@ -211,14 +212,8 @@ class TeamState:
         if not os.fspath(state_dir):
             # Path("") is the current directory: the state would land wherever the program runs.
             raise InvalidInputError("state_dir is empty; give the directory the state lives in")
-        if tokens is not None and not (
-            callable(getattr(tokens, "count", None))
-            and callable(getattr(tokens, "count_messages", None))
-        ):
-            raise InvalidInputError(
-                "tokens must be a token counter (with count and count_messages), got "
-                f"{type(tokens).__name__}"
-            )
+        if tokens is not None:
+            checked_counter(tokens)
         self.state_dir = Path(state_dir)
         self.soft_cap_bytes = soft_cap_bytes
         self.enabled = checked_bool(enabled, "enabled")

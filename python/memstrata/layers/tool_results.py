@@ -91,6 +91,7 @@ from memstrata.stores.base import validate_ttl
 from memstrata.tokens import (
     EstimatingCounter,
     TokenCounter,
+    checked_counter,
     exact_count,
     exact_count_over,
     same_counts,
@@ -221,14 +222,8 @@ class ToolResults:
                 "tool_calls_dir must be a path (str or os.PathLike) or None, got "
                 f"{type(tool_calls_dir).__name__}"
             )
-        if tokens is not None and not (
-            callable(getattr(tokens, "count", None))
-            and callable(getattr(tokens, "count_messages", None))
-        ):
-            raise InvalidInputError(
-                "tokens must be a token counter (with count and count_messages), got "
-                f"{type(tokens).__name__}"
-            )
+        if tokens is not None:
+            checked_counter(tokens)
         self.ttl = validate_ttl(ttl)
         self._dir = Path(tool_calls_dir) if tool_calls_dir is not None else None
         self._store: Store | None = open_store(store) if isinstance(store, str) else store

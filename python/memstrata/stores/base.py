@@ -218,19 +218,24 @@ def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -
             f"namespace has {len(namespace)} labels; the limit is {MAX_NAMESPACE_DEPTH}"
         )
     for i, label in enumerate(namespace):
-        if not isinstance(label, str):
-            raise InvalidInputError(f"namespace label {i} must be str, got {type(label).__name__}")
-        if not label:
-            raise InvalidInputError(f"namespace label {i} is empty")
-        if len(label) > MAX_LABEL_LENGTH:
-            raise InvalidInputError(
-                f"namespace label {i} is {len(label)} characters; the limit is {MAX_LABEL_LENGTH}"
-            )
-        if NAMESPACE_SEPARATOR in label or "\x00" in label:
-            raise InvalidInputError(
-                f"namespace label {i} contains a NUL or unit-separator (\\x1f) character"
-            )
+        validate_label(label, f"namespace label {i}")
     return tuple(namespace)
+
+
+def validate_label(label: object, what: str) -> str:
+    """Returns ``label`` if a store can keep it as one namespace label, else raises
+    InvalidInputError naming it as ``what``."""
+    if not isinstance(label, str):
+        raise InvalidInputError(f"{what} must be str, got {type(label).__name__}")
+    if not label:
+        raise InvalidInputError(f"{what} is empty")
+    if len(label) > MAX_LABEL_LENGTH:
+        raise InvalidInputError(
+            f"{what} is {len(label)} characters; the limit is {MAX_LABEL_LENGTH}"
+        )
+    if NAMESPACE_SEPARATOR in label or "\x00" in label:
+        raise InvalidInputError(f"{what} contains a NUL or unit-separator (\\x1f) character")
+    return label
 
 
 def validate_key(key: str) -> str:
