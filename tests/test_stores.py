@@ -392,6 +392,20 @@ def test_bad_ttl_and_paging_are_refused(store: Store) -> None:
         store.list(NS, limit=-1)
 
 
+@pytest.mark.parametrize(
+    "limit, offset, named", [(2**63, 0, "limit"), (10, 2**63, "offset"), (2**70, 0, "limit")]
+)
+def test_paging_past_64_bits_is_refused_by_name(
+    store: Store, limit: int, offset: int, named: str
+) -> None:
+    """No store counts past 2**63 - 1: a larger limit or offset is bad input, named, not the
+    database's overflow error."""
+    store.put(NS, "k", 1)
+    with pytest.raises(InvalidInputError, match=f"{named} must be .* up to 2\\*\\*63 - 1"):
+        store.list(NS, limit=limit, offset=offset)
+    assert len(store.list(NS, limit=2**63 - 1, offset=0)) == 1
+
+
 def test_sql_looking_strings_are_plain_data(store: Store) -> None:
     ns = ("x'; DROP TABLE items; --",)
     store.put(ns, "' OR 1=1 --", {"q": "'; DELETE FROM items"})

@@ -38,7 +38,7 @@ import psycopg  # noqa: E402
 from postgres_cluster import throwaway_cluster  # noqa: E402
 from turn_scenario import Scenario  # noqa: E402
 
-from memstrata.stores import PostgresStore  # noqa: E402
+from memstrata.stores import PostgresStore, postgres  # noqa: E402
 
 STATS = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
 
@@ -78,18 +78,26 @@ class StatementTimer:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
+        """Wraps psycopg's ``Connection.execute`` and the store's prepared-statement path
+        (``pg_prepared.execute``, as ``postgres`` imported it)."""
         execute = psycopg.Connection.execute
+        prepared = postgres.execute
 
         def timed_execute(conn: Any, query: Any, params: Any = None, **kw: Any) -> Any:
             if conn._pipeline is not None:
                 return execute(conn, query, params, **kw)
             return self.timed(query, lambda: execute(conn, query, params, **kw))
 
+        def timed_prepared(conn: Any, query: str, params: Any) -> Any:
+            return self.timed(query, lambda: prepared(conn, query, params))
+
         psycopg.Connection.execute = timed_execute  # type: ignore[method-assign]
+        postgres.execute = timed_prepared
         try:
             yield
         finally:
             psycopg.Connection.execute = execute  # type: ignore[method-assign]
+            postgres.execute = prepared
 
 
 def socket_url(url: str) -> str:

@@ -275,9 +275,13 @@ def validate_version(expected_version: int) -> int:
 
 
 def validate_page(limit: int, offset: int) -> None:
+    """Both non-negative ints that a database counts in: SQLite's and PostgreSQL's integers
+    stop at 2**63 - 1."""
     for name, value in (("limit", limit), ("offset", offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise InvalidInputError(
+                f"{name} must be a non-negative int up to 2**63 - 1, got {value!r}"
+            )
 
 
 def mark_position(since: ChangeMark, backend: str, namespace: Namespace) -> str:

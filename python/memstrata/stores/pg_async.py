@@ -31,6 +31,7 @@ from memstrata.stores.base import (
     validate_ttl,
     validate_version,
 )
+from memstrata.stores.pg_prepared import execute_async
 from memstrata.stores.pg_sql import (
     _CHANGES,
     _DELETE,
@@ -50,6 +51,7 @@ from memstrata.stores.pg_sql import (
 )
 from memstrata.stores.pg_statements import (
     _BACKEND,
+    MAX_STORED_VERSION,
     PostgresStatements,
     _changes,
     _hand_rows,
@@ -64,6 +66,12 @@ from memstrata.stores.pg_transactions import (
 )
 
 
+async def _one_async(conn: Any, sql: str, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The first row of a one-statement call, or None (see pg_prepared)."""
+    rows = await execute_async(conn, sql, params)
+    return rows[0] if rows else None
+
+
 class PostgresAsyncTwins(PostgresStatements, Store):
     """The async methods of :class:`~memstrata.stores.postgres.PostgresStore`, which opens the
     connections they run on."""
@@ -75,20 +83,20 @@ class PostgresAsyncTwins(PostgresStatements, Store):
     async def aget(self, namespace: Namespace, key: str) -> Item | None:
         params = self._params(namespace, key)
         async with self._aconnection() as conn:
-            row = await (await conn.execute(_GET, params)).fetchone()
+            row = await _one_async(conn, _GET, params)
         return None if row is None else _item(row)
 
     async def aget_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
         keys = validate_keys(keys)
         params = self._many_params(namespace, keys)
         async with self._aconnection() as conn:
-            rows = await (await conn.execute(_GET_MANY, params)).fetchall()
+            rows = await execute_async(conn, _GET_MANY, params)
         return self._found(keys, rows)
 
     async def astamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
         async with self._aconnection() as conn:
-            row = await (await conn.execute(_STAMP, params)).fetchone()
+            row = await _one_async(conn, _STAMP, params)
         return None if row is None else (row[0], row[1])
 
     async def aput(
@@ -96,21 +104,23 @@ class PostgresAsyncTwins(PostgresStatements, Store):
     ) -> Item:
         params = self._write_params(namespace, key, value, ttl)
         async with self._aconnection() as conn:
-            row = await (await conn.execute(_UPSERT, params)).fetchone()
+            row = await _one_async(conn, _UPSERT, params)
         return self._written(namespace, key, value, row)
 
     async def adelete(self, namespace: Namespace, key: str) -> bool:
         params = self._params(namespace, key)
         async with self._aconnection() as conn:
-            row = await (await conn.execute(_DELETE, params)).fetchone()
+            row = await _one_async(conn, _DELETE, params)
         return bool(row and row[0])
 
     async def adelete_if_version(
         self, namespace: Namespace, key: str, *, expected_version: int
     ) -> bool:
         params = {**self._params(namespace, key), "version": validate_version(expected_version)}
+        if params["version"] > MAX_STORED_VERSION:
+            return False
         async with self._aconnection() as conn:
-            row = await (await conn.execute(_DELETE_IF_VERSION, params)).fetchone()
+            row = await _one_async(conn, _DELETE_IF_VERSION, params)
         return bool(row and row[0])
 
     async def alist(
@@ -118,7 +128,7 @@ class PostgresAsyncTwins(PostgresStatements, Store):
     ) -> builtins.list[Item]:
         params = self._list_params(namespace_prefix, limit, offset)
         async with self._aconnection() as conn:
-            rows = await (await conn.execute(_LIST, params)).fetchall()
+            rows = await execute_async(conn, _LIST, params)
         return [_item(row) for row in rows]
 
     async def aupdate(
@@ -161,14 +171,14 @@ class PostgresAsyncTwins(PostgresStatements, Store):
     async def achange_mark(self, namespace: Namespace) -> ChangeMark:
         namespace = validate_namespace(namespace)
         async with self._aconnection() as conn:
-            (snapshot,) = await (await conn.execute(_MARK)).fetchone()
+            (snapshot,) = (await execute_async(conn, _MARK, {}))[0]
         return ChangeMark(_BACKEND, namespace, snapshot)
 
     async def achanges(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
         async with self._aconnection() as conn:
             sql = _EVERYTHING if since is None else _SINCE
-            rows = await (await conn.execute(sql, params)).fetchall()
+            rows = await execute_async(conn, sql, params)
             return await self._achanges_answer(conn, tuple(namespace), since, params, rows)
 
     async def aencoded_each(
@@ -176,7 +186,7 @@ class PostgresAsyncTwins(PostgresStatements, Store):
     ) -> Changes:
         params = self._changes_params(namespace, None)
         async with self._aconnection() as conn:
-            rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
+            rows = await execute_async(conn, _EVERYTHING, params)
         return _hand_rows(tuple(namespace), rows, each)
 
     @staticmethod
@@ -189,7 +199,7 @@ class PostgresAsyncTwins(PostgresStatements, Store):
     ) -> Changes:
         answer = _changes(namespace, rows, complete=since is None)
         if answer is None:
-            rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
+            rows = await execute_async(conn, _EVERYTHING, params)
             answer = _changes(namespace, rows, complete=True)
         assert answer is not None  # _EVERYTHING has no 'stale' row
         return answer
@@ -202,18 +212,19 @@ class PostgresAsyncTwins(PostgresStatements, Store):
         statements = [self._read_many_statement(part) for part in parts]
         async with self._aconnection() as conn:
             if len(parts) == 1:
-                cursors = [await conn.execute(*statements[0])]
+                results = [await execute_async(conn, *statements[0])]
             else:
                 async with conn.pipeline():
                     cursors = [await conn.execute(*statement) for statement in statements]
+                results = [await cursor.fetchall() for cursor in cursors]
             found: builtins.list[Answer | None] = []
-            for part, cursor in zip(parts, cursors):
-                found += self._read_answers(part, await cursor.fetchall())
+            for part, rows in zip(parts, results):
+                found += self._read_answers(part, rows)
             answers: builtins.list[Answer] = []
             for read, answer in zip(reads, found):
                 if answer is None:
                     params = self._changes_params(read.namespace, None)
-                    rows = await (await conn.execute(_EVERYTHING, params)).fetchall()
+                    rows = await execute_async(conn, _EVERYTHING, params)
                     answer = self._complete(read.namespace, rows)
                 answers.append(answer)
         return answers
@@ -273,9 +284,11 @@ class PostgresAsyncTwins(PostgresStatements, Store):
         params = self._write_params(
             namespace, key, value, ttl, validated=validated, encoded=encoded
         )
-        sql = self._put_if_version_sql(params, validate_version(expected_version))
+        sql = self._put_if_version_sql(params, expected_version)
+        if sql is None:
+            return None
         async with self._aconnection() as conn:
-            written = await (await conn.execute(sql, params)).fetchone()
+            written = await _one_async(conn, sql, params)
         return None if written is None else self._written(namespace, key, value, written)
 
     async def aput_many_if_versions(
@@ -287,6 +300,8 @@ class PostgresAsyncTwins(PostgresStatements, Store):
     ) -> builtins.list[Item] | None:
         all_params = self._conditional_params(namespace, writes, validated)
         statements = self._conditional_writes(writes, all_params)
+        if statements is None:
+            return None
         try:
             async with (
                 self._aconnection() as conn,

@@ -36,11 +36,15 @@ from memstrata.stores.base import (
     validate_page,
     validate_ttl,
     validate_updates,
+    validate_version,
     validate_writes,
 )
 from memstrata.stores.pg_sql import _PUT_IF_ABSENT, _PUT_OVER_VERSION, read_many_sql, text_array
 
 _BACKEND = "postgres"
+# Versions are BIGINT. A larger expected version matches no row; it is answered without asking,
+# since as a statement's parameter PostgreSQL would refuse it as out of range for its column.
+MAX_STORED_VERSION = 2**63 - 1
 # A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,...
 _SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
 # The reads ``read_many`` joins into one statement. PostgreSQL plans a UNION ALL in time that
@@ -209,10 +213,14 @@ class PostgresStatements:
         }
 
     @staticmethod
-    def _put_if_version_sql(params: dict[str, Any], expected_version: int) -> str:
-        """The one statement of a put_if_version (autocommit: its own transaction)."""
+    def _put_if_version_sql(params: dict[str, Any], expected_version: int) -> str | None:
+        """The one statement of a put_if_version (autocommit: its own transaction), or None
+        when no stored version can be ``expected_version`` (the write is refused unasked)."""
+        expected_version = validate_version(expected_version)
         if expected_version == 0:
             return _PUT_IF_ABSENT
+        if expected_version > MAX_STORED_VERSION:
+            return None
         params["expected"] = expected_version
         return _PUT_OVER_VERSION
 
@@ -234,13 +242,17 @@ class PostgresStatements:
 
     def _conditional_writes(
         self, writes: Mapping[str, ConditionalWrite], all_params: dict[str, dict[str, Any]]
-    ) -> builtins.list[tuple[str, dict[str, Any]]]:
+    ) -> builtins.list[tuple[str, dict[str, Any]]] | None:
         """Each key's ``put_if_version`` statement: in a transaction that holds the keys' locks
-        already, it takes its own again (harmlessly) and writes only over its expected version."""
-        return [
-            (self._put_if_version_sql(params, writes[key].expected_version), params)
-            for key, params in all_params.items()
-        ]
+        already, it takes its own again (harmlessly) and writes only over its expected version.
+        None when some key's expected version is one no stored version can be."""
+        statements = []
+        for key, params in all_params.items():
+            sql = self._put_if_version_sql(params, writes[key].expected_version)
+            if sql is None:
+                return None
+            statements.append((sql, params))
+        return statements
 
     @staticmethod
     def _planned_writes(

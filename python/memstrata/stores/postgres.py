@@ -20,9 +20,13 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   round trips however many keys (BEGIN, the locks and one read or the conditional writes; the
   writes and COMMIT, or COMMIT alone), ``update_many_since`` three. The SQL is in ``pg_sql``;
   the argument checks and answers the sync and async methods share, in ``pg_statements``.
-* Each connection, as it opens, runs ``SESSION_SETUP``: statements psycopg has prepared are
-  planned once (``plan_cache_mode``), not again at every execution, and large values are
-  compressed with lz4 where the server has it.
+* A call that is one statement on an autocommit connection (the reads, ``put``,
+  ``put_if_version``, ``delete``) sends it as a server-side prepared statement straight over
+  psycopg's libpq connection (``pg_prepared``), at a third of the client's CPU that
+  ``Connection.execute`` takes for it; transactions and pipelines go through psycopg.
+* Each connection, as it opens, runs ``SESSION_SETUP``: prepared statements are planned once
+  (``plan_cache_mode``), not again at every execution, and large values are compressed with
+  lz4 where the server has it.
 * ``update`` and ``put_if_version`` serialise on a transaction-scoped advisory lock per
   (namespace, key), which also covers the case row-level locks cannot: two writers racing to
   create the same absent record. ``put_if_version`` takes it inside its one statement, whose
@@ -88,6 +92,7 @@ from memstrata.stores.base import (
 )
 from memstrata.stores.pg_async import PostgresAsyncTwins
 from memstrata.stores.pg_connections import ConnectionsByLoop, ended_by_server
+from memstrata.stores.pg_prepared import execute
 from memstrata.stores.pg_sql import (
     _CHANGES,
     _DELETE,
@@ -109,7 +114,14 @@ from memstrata.stores.pg_sql import (
     SCHEMA_VERSION,
     SESSION_SETUP,
 )
-from memstrata.stores.pg_statements import _BACKEND, _changes, _hand_rows, _in_parts, _item
+from memstrata.stores.pg_statements import (
+    _BACKEND,
+    MAX_STORED_VERSION,
+    _changes,
+    _hand_rows,
+    _in_parts,
+    _item,
+)
 from memstrata.stores.pg_transactions import (
     _in_lock_order,
     _queue_locked_read,
@@ -167,6 +179,12 @@ def _with_lock_timeout(url: str, seconds: float | None) -> str:
     if options is None:
         options = os.environ.get("PGOPTIONS", "")
     return make_conninfo(url, options=f"{options} -c lock_timeout={milliseconds}".strip())
+
+
+def _one(conn: Any, sql: str, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The first row of a one-statement call, or None (see pg_prepared)."""
+    rows = execute(conn, sql, params)
+    return rows[0] if rows else None
 
 
 def _set_up(conn: Any) -> None:
@@ -325,20 +343,20 @@ class PostgresStore(PostgresAsyncTwins):
     def get(self, namespace: Namespace, key: str) -> Item | None:
         params = self._params(namespace, key)
         with self._connection() as conn:
-            row = conn.execute(_GET, params).fetchone()
+            row = _one(conn, _GET, params)
         return None if row is None else _item(row)
 
     def get_many(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, Item]:
         keys = validate_keys(keys)
         params = self._many_params(namespace, keys)
         with self._connection() as conn:
-            rows = conn.execute(_GET_MANY, params).fetchall()
+            rows = execute(conn, _GET_MANY, params)
         return self._found(keys, rows)
 
     def stamp(self, namespace: Namespace, key: str) -> tuple[int, float] | None:
         params = self._params(namespace, key)
         with self._connection() as conn:
-            row = conn.execute(_STAMP, params).fetchone()
+            row = _one(conn, _STAMP, params)
         return None if row is None else (row[0], row[1])
 
     def put(
@@ -346,19 +364,21 @@ class PostgresStore(PostgresAsyncTwins):
     ) -> Item:
         params = self._write_params(namespace, key, value, ttl)
         with self._connection() as conn:
-            row = conn.execute(_UPSERT, params).fetchone()
+            row = _one(conn, _UPSERT, params)
         return self._written(namespace, key, value, row)
 
     def delete(self, namespace: Namespace, key: str) -> bool:
         params = self._params(namespace, key)
         with self._connection() as conn:
-            row = conn.execute(_DELETE, params).fetchone()
+            row = _one(conn, _DELETE, params)
         return bool(row and row[0])
 
     def delete_if_version(self, namespace: Namespace, key: str, *, expected_version: int) -> bool:
         params = {**self._params(namespace, key), "version": validate_version(expected_version)}
+        if params["version"] > MAX_STORED_VERSION:
+            return False
         with self._connection() as conn:
-            row = conn.execute(_DELETE_IF_VERSION, params).fetchone()
+            row = _one(conn, _DELETE_IF_VERSION, params)
         return bool(row and row[0])
 
     def list(
@@ -366,7 +386,7 @@ class PostgresStore(PostgresAsyncTwins):
     ) -> builtins.list[Item]:
         params = self._list_params(namespace_prefix, limit, offset)
         with self._connection() as conn:
-            rows = conn.execute(_LIST, params).fetchall()
+            rows = execute(conn, _LIST, params)
         return [_item(row) for row in rows]
 
     def update(
@@ -391,9 +411,11 @@ class PostgresStore(PostgresAsyncTwins):
         params = self._write_params(
             namespace, key, value, ttl, validated=validated, encoded=encoded
         )
-        sql = self._put_if_version_sql(params, validate_version(expected_version))
+        sql = self._put_if_version_sql(params, expected_version)
+        if sql is None:
+            return None
         with self._connection() as conn:
-            written = conn.execute(sql, params).fetchone()
+            written = _one(conn, sql, params)
         return None if written is None else self._written(namespace, key, value, written)
 
     def put_many_if_versions(
@@ -405,6 +427,8 @@ class PostgresStore(PostgresAsyncTwins):
     ) -> builtins.list[Item] | None:
         all_params = self._conditional_params(namespace, writes, validated)
         statements = self._conditional_writes(writes, all_params)
+        if statements is None:
+            return None
         # Two round trips: the locks and every write; then COMMIT, or ROLLBACK if a write
         # found another version.
         try:
@@ -467,13 +491,13 @@ class PostgresStore(PostgresAsyncTwins):
     def change_mark(self, namespace: Namespace) -> ChangeMark:
         namespace = validate_namespace(namespace)
         with self._connection() as conn:
-            (snapshot,) = conn.execute(_MARK).fetchone()
+            (snapshot,) = execute(conn, _MARK, {})[0]
         return ChangeMark(_BACKEND, namespace, snapshot)
 
     def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
         params = self._changes_params(namespace, since)
         with self._connection() as conn:
-            rows = conn.execute(_EVERYTHING if since is None else _SINCE, params).fetchall()
+            rows = execute(conn, _EVERYTHING if since is None else _SINCE, params)
             return self._changes_answer(conn, tuple(namespace), since, params, rows)
 
     def encoded_each(
@@ -481,7 +505,7 @@ class PostgresStore(PostgresAsyncTwins):
     ) -> Changes:
         params = self._changes_params(namespace, None)
         with self._connection() as conn:
-            rows = conn.execute(_EVERYTHING, params).fetchall()
+            rows = execute(conn, _EVERYTHING, params)
         return _hand_rows(tuple(namespace), rows, each)
 
     @staticmethod
@@ -496,9 +520,7 @@ class PostgresStore(PostgresAsyncTwins):
         reading everything when they say the mark is stale."""
         answer = _changes(namespace, rows, complete=since is None)
         if answer is None:
-            answer = _changes(
-                namespace, conn.execute(_EVERYTHING, params).fetchall(), complete=True
-            )
+            answer = _changes(namespace, execute(conn, _EVERYTHING, params), complete=True)
         assert answer is not None  # _EVERYTHING has no 'stale' row
         return answer
 
@@ -511,16 +533,17 @@ class PostgresStore(PostgresAsyncTwins):
         statements = [self._read_many_statement(part) for part in parts]
         with self._connection() as conn:
             if len(parts) == 1:
-                cursors = [conn.execute(*statements[0])]
+                results = [execute(conn, *statements[0])]
             else:
                 # Every statement is sent, then one Sync as the pipeline ends, which brings
                 # every answer back (a fetch inside the block would cost a round trip).
                 with conn.pipeline():
                     cursors = [conn.execute(*statement) for statement in statements]
+                results = [cursor.fetchall() for cursor in cursors]
             answers = [
                 answer
-                for part, cursor in zip(parts, cursors)
-                for answer in self._read_answers(part, cursor.fetchall())
+                for part, rows in zip(parts, results)
+                for answer in self._read_answers(part, rows)
             ]
             return [
                 self._everything(conn, read) if answer is None else answer
@@ -530,7 +553,7 @@ class PostgresStore(PostgresAsyncTwins):
     def _everything(self, conn: Any, read: Read) -> Changes:
         """A stale mark's answer: the whole namespace (``changes(namespace)``)."""
         params = self._changes_params(read.namespace, None)
-        rows = conn.execute(_EVERYTHING, params).fetchall()
+        rows = execute(conn, _EVERYTHING, params)
         return self._complete(read.namespace, rows)
 
     def update_many_since(
