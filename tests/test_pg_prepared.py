@@ -137,3 +137,41 @@ def test_texts_past_the_limit_go_through_psycopg(url: str, monkeypatch: pytest.M
     ours = {name for name in names if name.startswith("memstrata_")}
     assert ours <= {statement.name.decode() for statement in known.values()}
     store.close()
+
+
+@pytest.fixture
+def latin1_url(url: str) -> Iterator[str]:
+    """A database whose encoding is LATIN1, on the session's cluster."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS memstrata_latin1")
+        admin.execute(
+            "CREATE DATABASE memstrata_latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'"
+            " TEMPLATE template0"
+        )
+    yield url.rsplit("/", 1)[0] + "/memstrata_latin1"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("DROP DATABASE memstrata_latin1 WITH (FORCE)")
+
+
+def test_text_is_stored_as_itself_in_a_database_of_another_encoding(latin1_url: str) -> None:
+    """Parameters go out as UTF-8 bytes; the store's sessions say so, and the server converts.
+    A session whose encoding was changed since goes through psycopg, which encodes for it."""
+    store = PostgresStore(latin1_url, max_size=1)
+    written = store.put(NS, "clé", {"v": "é ü ß"})
+    assert store.get(NS, "clé") == written
+    with psycopg.connect(latin1_url) as reader:
+        assert reader.info.encoding == "iso8859-1"
+        raw = reader.execute("SELECT key, value::text FROM memstrata_items").fetchall()
+    assert raw == [("clé", '{"v":"é ü ß"}')]
+    with pytest.raises(psycopg.errors.UntranslatableCharacter):
+        store.put(NS, "k", "漢")  # no LATIN1 form: refused, nothing stored
+    assert [item.key for item in store.list(NS)] == ["clé"]
+    with store._connection() as conn:
+        conn.execute("SET client_encoding TO 'LATIN1'")
+    again = store.put_if_version(NS, "clé", {"v": "è"}, expected_version=written.version)
+    assert again is not None and store.get(NS, "clé") == again
+    with psycopg.connect(latin1_url) as reader:
+        assert reader.execute("SELECT value::text FROM memstrata_items").fetchone() == (
+            '{"v":"è"}',
+        )
+    store.close()

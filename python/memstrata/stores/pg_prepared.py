@@ -92,6 +92,12 @@ def _data_error(message: str) -> Exception:
     return psycopg.DataError(message)
 
 
+def _utf8(conn: Any) -> bool:
+    """Whether the session's client encoding is UTF-8, as the store's connections open: a
+    session set otherwise since goes through psycopg, which encodes for it."""
+    return bool(conn.pgconn.parameter_status(b"client_encoding") == b"UTF8")
+
+
 def _undefined(result: Any) -> bool:
     """Whether ``result`` says the connection has no prepared statement by that name."""
     from psycopg import pq
@@ -135,7 +141,7 @@ def execute(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, .
     """The rows of ``sql`` run with ``params`` on ``conn``, an autocommit psycopg connection
     outside any transaction or pipeline: what ``conn.execute(sql, params).fetchall()`` gives."""
     statement = prepared(sql)
-    if statement is None:
+    if statement is None or not _utf8(conn):
         return list(conn.execute(sql, params).fetchall())
     arguments = statement.arguments(params)
     with conn.lock:
@@ -146,7 +152,7 @@ def execute(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, .
 async def execute_async(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """:func:`execute` on a psycopg ``AsyncConnection``."""
     statement = prepared(sql)
-    if statement is None:
+    if statement is None or not _utf8(conn):
         return list(await (await conn.execute(sql, params)).fetchall())
     arguments = statement.arguments(params)
     async with conn.lock:

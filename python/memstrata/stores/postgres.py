@@ -227,7 +227,11 @@ class PostgresStore(PostgresAsyncTwins):
         self._operational_error: type[BaseException] = psycopg.OperationalError
         self.url = url
         self.lock_timeout = _checked_lock_timeout(lock_timeout)
-        conninfo = _with_lock_timeout(url, self.lock_timeout)
+        # Text goes out and comes back as UTF-8 whatever the database's encoding (the server
+        # converts): pg_prepared sends parameters as UTF-8 bytes.
+        conninfo = psycopg.conninfo.make_conninfo(
+            _with_lock_timeout(url, self.lock_timeout), client_encoding="UTF8"
+        )
         self._max_size = max_size
         # Autocommit: a read or a one-statement write is one round trip, with no BEGIN/COMMIT
         # around it; the methods that need a transaction open one explicitly.
