@@ -823,3 +823,45 @@ def test_a_repair_racing_a_delete_leaves_no_vectors_behind(tmp_path: pathlib.Pat
     assert [i.key for i in backend.list(("langgraph", "docs"))] == ["ts"]
     assert adapter.get(("docs",), "py") is None
     backend.close()
+
+
+class _DeleteDuringRefresh(SQLiteStore):
+    """A SQLite store on which another adapter deletes an item just after a read moved its
+    expiry on and before the read carries its vectors along: two processes' interleaving."""
+
+    other: MemstrataStore | None = None
+
+    def put_if_version(self, namespace: Any, key: str, value: Any, **kw: Any) -> Any:
+        written = super().put_if_version(namespace, key, value, **kw)
+        if self.other is not None and namespace[0] != "langgraph":
+            other, self.other = self.other, None
+            other.delete(tuple(namespace), key)
+        return written
+
+
+def test_a_refresh_racing_a_delete_leaves_no_vectors_behind(tmp_path: pathlib.Path) -> None:
+    """A read that refreshes a TTL'd item's expiry while another process deletes the item does
+    not write the item's vectors back after the delete: no row is left with no item."""
+    index = {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
+    backend = _DeleteDuringRefresh(tmp_path / "lg.db")
+    adapter = MemstrataStore(backend, index=index)
+    adapter.put(("docs",), "py", {"text": "python tutorial"}, ttl=5)
+    adapter.put(("docs",), "ts", {"text": "typescript guide"}, ttl=5)
+    assert backend.get(("langgraph", "docs"), "py") is not None
+    assert keys(adapter.search(("docs",), query="python tutorial")) == ["py", "ts"]  # cached
+    backend.other = MemstrataStore(backend, index=index)
+    assert adapter.get(("docs",), "py", refresh_ttl=True) is not None  # read before the delete
+    assert backend.other is None  # the delete ran during the refresh
+    assert backend.get(("docs",), "py") is None
+    assert backend.get(("langgraph", "docs"), "py") is None
+    assert [i.key for i in backend.list(("langgraph", "docs"))] == ["ts"]
+    assert keys(adapter.search(("docs",), query="python tutorial")) == ["ts"]
+    # Without a race, a refresh carries the vectors' expiry along with the item's.
+    before = backend.get(("langgraph", "docs"), "ts")
+    time.sleep(0.01)
+    assert adapter.get(("docs",), "ts", refresh_ttl=True) is not None
+    after = backend.get(("langgraph", "docs"), "ts")
+    assert before is not None and after is not None
+    assert after.expires_at > before.expires_at  # type: ignore[operator]
+    assert after.value["version"] == backend.get(("docs",), "ts").version  # type: ignore[index, union-attr]
+    backend.close()

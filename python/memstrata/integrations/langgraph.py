@@ -601,7 +601,9 @@ class MemstrataStore(BaseStore):
             self._reindex(space, key)
 
     def _refresh(self, item: store_base.Item) -> None:
-        """Moves a TTL'd item's expiry on by its TTL, with its vectors; gives way to a write."""
+        """Moves a TTL'd item's expiry on by its TTL, with its vectors; gives way to a write,
+        and to a delete: the vectors are rewritten only over the stored ones they were read
+        as, so a delete by another process since leaves nothing behind."""
         if item.expires_at is None:
             return
         seconds = max(item.expires_at - item.updated_at, 1e-3)
@@ -612,14 +614,24 @@ class MemstrataStore(BaseStore):
             return
         shadow_ns = _shadow_of(item.namespace)
         space = self._spaces.get(item.namespace)
-        shadow = space.shadows.get(item.key) if space is not None else None
-        if shadow is None:
-            stored = self.store.get(shadow_ns, item.key)
-            shadow = stored.value if stored is not None else None
-        if isinstance(shadow, dict) and shadow.get("version") == item.version:
+        stored = self.store.get(shadow_ns, item.key)
+        shadow = stored.value if stored is not None else None
+        if (
+            stored is not None
+            and isinstance(shadow, dict)
+            and shadow.get("version") == item.version
+        ):
             shadow = {**shadow, "version": new.version}
-            self.store.put(shadow_ns, item.key, shadow, ttl=seconds)
-            if space is not None:
+            carried = self.store.put_if_version(
+                shadow_ns, item.key, shadow, expected_version=stored.version, ttl=seconds
+            )
+            if carried is not None and self.store.stamp(item.namespace, item.key) is None:
+                # Deleted between the two reads (see _repair): the vectors go with it.
+                self.store.delete_if_version(shadow_ns, item.key, expected_version=carried.version)
+                if space is not None:
+                    self._forget(space, item.key)
+                return
+            if space is not None and carried is not None:
                 space.shadows[item.key] = shadow
         if space is not None:
             space.items[item.key] = new
