@@ -76,9 +76,8 @@ const PARALLEL_MIN_BYTES: usize = 1 << 17;
 /// Exact number of tokens `encoding` turns `text` into.
 pub fn count_tokens(text: &str, encoding: Encoding) -> usize {
     let c = counter(encoding);
-    let threads = rayon::current_num_threads();
-    if text.len() >= PARALLEL_MIN_BYTES && threads > 1 {
-        let chunks = line_start_chunks(text, threads * 4);
+    if text.len() >= PARALLEL_MIN_BYTES && rayon::current_num_threads() > 1 {
+        let chunks = line_start_chunks(text, rayon::current_num_threads() * 4);
         if chunks.len() > 1 {
             return chunks.par_iter().map(|chunk| count_in(c, chunk)).sum();
         }
@@ -86,18 +85,46 @@ pub fn count_tokens(text: &str, encoding: Encoding) -> usize {
     count_in(c, text)
 }
 
-/// [`count_tokens`] of UTF-8 bytes or UCS-4 code points: lone surrogates (which only UCS-4 input can hold) are counted
-/// as U+FFFD, another 3-byte character.
+/// [`count_tokens`] of UTF-8 bytes or UCS-4 code points: lone surrogates (which only UCS-4
+/// input can hold) are counted as U+FFFD, another 3-byte character.
 pub fn count_units<U: Unit>(units: &[U], encoding: Encoding) -> usize {
+    // The probe's windows, a few dozen units each, are written on the stack: a string grown
+    // on the heap took an allocation or more per window.
+    if units.len() <= STACK_UNITS {
+        let mut buf = [0u8; 4 * STACK_UNITS];
+        let len = write_utf8(units, &mut buf);
+        return count_tokens(&String::from_utf8_lossy(&buf[..len]), encoding);
+    }
     if size_of::<U>() == 1 {
         let bytes: Vec<u8> = units.iter().map(|u| u.value() as u8).collect();
         return count_tokens(&String::from_utf8_lossy(&bytes), encoding);
     }
-    let text: String = units
-        .iter()
-        .map(|u| char::from_u32(u.value()).unwrap_or('\u{FFFD}'))
-        .collect();
+    let text: String = units.iter().map(|&u| to_char(u)).collect();
     count_tokens(&text, encoding)
+}
+
+/// Texts of up to this many units are written into a buffer on the stack for counting.
+const STACK_UNITS: usize = 128;
+
+/// The character of a UCS-4 unit, U+FFFD for one that is none.
+#[inline]
+fn to_char<U: Unit>(u: U) -> char {
+    char::from_u32(u.value()).unwrap_or('\u{FFFD}')
+}
+
+/// Writes the UTF-8 of `units` (at most [`STACK_UNITS`]) to the start of `buf` and returns
+/// its length: UTF-8 bytes as they are, UCS-4 units encoded as [`to_char`] reads them.
+fn write_utf8<U: Unit>(units: &[U], buf: &mut [u8; 4 * STACK_UNITS]) -> usize {
+    let mut len = 0;
+    for &u in units {
+        if size_of::<U>() == 1 {
+            buf[len] = u.value() as u8;
+            len += 1;
+        } else {
+            len += to_char(u).encode_utf8(&mut buf[len..]).len();
+        }
+    }
+    len
 }
 
 fn count_in(c: &Counter, text: &str) -> usize {
@@ -215,6 +242,28 @@ mod tests {
         assert_eq!(count_tokens("hello world", Encoding::Cl100kBase), 2);
         // Special tokens are ordinary text here.
         assert!(count_tokens("<|endoftext|>", Encoding::O200kBase) > 1);
+    }
+
+    #[test]
+    fn units_on_the_stack_or_the_heap_count_as_the_text() {
+        // Around STACK_UNITS in both unit sizes, with 1- to 4-byte characters and, in UCS-4, a
+        // lone surrogate counted as U+FFFD.
+        for text in [
+            "a",
+            "naïve 東京 😀 x",
+            &"word 東 ".repeat(18),
+            &"word 東 ".repeat(20),
+            &"ab😀".repeat(60),
+        ] {
+            for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+                let mut ucs4: Vec<u32> = text.chars().map(u32::from).collect();
+                assert_eq!(count_units(text.as_bytes(), e), count_tokens(text, e));
+                assert_eq!(count_units(&ucs4, e), count_tokens(text, e));
+                ucs4.push(0xD800);
+                let lossy = format!("{text}\u{FFFD}");
+                assert_eq!(count_units(&ucs4, e), count_tokens(&lossy, e));
+            }
+        }
     }
 
     #[test]

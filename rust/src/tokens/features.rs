@@ -135,7 +135,24 @@ pub trait Unit: Copy {
     ///
     /// The CPU must have AVX-512 F and BW (see [`has_avx512`]).
     unsafe fn masks_avx512(block: &[Self; 64]) -> Masks;
+    /// The [`CategoryMasks`] of the `leads` of a block (see [`avx512::category_masks`]), where
+    /// each unit is a code point; `None` for UTF-8, whose characters span several units.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX-512 F and BW (see [`has_avx512`]).
+    unsafe fn category_masks_avx512(
+        _block: &[Self; 64],
+        _leads: u64,
+        _categories: &[u8; 0x10000],
+    ) -> Option<CategoryMasks> {
+        None
+    }
 }
+
+/// Per category (index 1 to 12, see [`CATEGORY_SLOTS`]; index 0 unused), the units of a block
+/// whose character is of that category.
+pub type CategoryMasks = [u64; 13];
 
 /// Whether the CPU has the AVX-512 instructions [`Unit::masks_avx512`] uses.
 #[inline]
@@ -204,6 +221,22 @@ impl Unit for u32 {
         return unsafe { avx512::code_points(block) };
         #[cfg(not(target_arch = "x86_64"))]
         return Self::masks(block);
+    }
+
+    #[inline(always)]
+    unsafe fn category_masks_avx512(
+        block: &[u32; 64],
+        leads: u64,
+        categories: &[u8; 0x10000],
+    ) -> Option<CategoryMasks> {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked the CPU has AVX-512 F and BW.
+        return Some(unsafe { avx512::category_masks(block, leads, categories) });
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (block, leads, categories);
+            None
+        }
     }
 }
 
@@ -324,6 +357,10 @@ const fn kind_of_category(category: usize) -> u32 {
         _ => 0,
     }
 }
+
+/// Blocks of code points with at least this many non-ASCII characters have them counted
+/// with AVX-512 where the CPU has it: below it, the loop over them is as quick.
+const VECTOR_LEADS: u32 = 16;
 
 /// Packed counters of the non-ASCII characters of a few blocks (at most [`PACKED_MAX`], so 7
 /// bits apiece never overflow): one field per category (field `category - 1`) and four run
@@ -583,7 +620,7 @@ mod sse2 {
 /// sign bits.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::Masks;
+    use super::{CategoryMasks, Masks};
     use std::arch::x86_64::*;
 
     /// Bytes `lo..=hi`: one subtraction and one unsigned comparison.
@@ -659,6 +696,57 @@ mod avx512 {
         let mut m = classify(b);
         m.lead = m.non_ascii;
         m
+    }
+
+    /// The [`CategoryMasks`] of the units `leads` of a block of code points, 16 at a time:
+    /// the categories of BMP code points gathered from the `categories` table, those past it
+    /// as [`super::astral_category`] gives them, then one comparison per category. The
+    /// other units are in no mask.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub fn category_masks(
+        block: &[u32; 64],
+        leads: u64,
+        categories: &[u8; 0x10000],
+    ) -> CategoryMasks {
+        const HAN: i32 = super::category_of_slot(super::HAN_OTHER) as i32;
+        const FOUR: i32 = super::category_of_slot(super::FOUR_BYTE) as i32;
+        let part = |k: usize| {
+            // SAFETY: k < 4, so the 16 code points read lie inside `block`; the load has no
+            // alignment requirement.
+            let v = unsafe { _mm512_loadu_si512(block.as_ptr().add(16 * k).cast()) };
+            let lanes = (leads >> (16 * k)) as u16;
+            let bmp = lanes & _mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(0x10000));
+            // The 4 bytes at the code point rounded down to a multiple of 4, then its own.
+            let aligned = _mm512_andnot_si512(_mm512_set1_epi32(3), v);
+            // SAFETY: only the lanes of `bmp` are read, each 4 bytes from a multiple of 4
+            // below 0x10000: inside `categories`, which is 0x10000 bytes long.
+            let words = unsafe {
+                _mm512_mask_i32gather_epi32::<1>(
+                    _mm512_setzero_si512(),
+                    bmp,
+                    aligned,
+                    categories.as_ptr().cast(),
+                )
+            };
+            let shift = _mm512_slli_epi32::<3>(_mm512_and_si512(v, _mm512_set1_epi32(3)));
+            let in_bmp = _mm512_and_si512(_mm512_srlv_epi32(words, shift), _mm512_set1_epi32(0xFF));
+            let han = _mm512_cmplt_epu32_mask(
+                _mm512_sub_epi32(v, _mm512_set1_epi32(0x20000)),
+                _mm512_set1_epi32(0x10000),
+            );
+            let astral =
+                _mm512_mask_blend_epi32(han, _mm512_set1_epi32(FOUR), _mm512_set1_epi32(HAN));
+            let category = _mm512_mask_blend_epi32(lanes & !bmp, in_bmp, astral);
+            _mm512_cvtepi32_epi8(category)
+        };
+        let c = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(part(0)), part(1));
+        let c = _mm512_inserti32x4::<3>(_mm512_inserti32x4::<2>(c, part(2)), part(3));
+        let mut masks = [0u64; 13];
+        for (k, mask) in masks.iter_mut().enumerate().skip(1) {
+            *mask = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8(k as i8));
+        }
+        masks
     }
 }
 
@@ -760,7 +848,13 @@ fn third_in_row(mask: u64, carry2: u64) -> u64 {
 impl Pass {
     /// Counts one block of 64 units (or fewer at the text's end) starting at `base`.
     #[inline(always)]
-    fn block<U: Unit>(&mut self, m: Masks, units: &[U], base: usize, tables: &SingleTokenTables) {
+    fn block<U: Unit, const AVX512: bool>(
+        &mut self,
+        m: Masks,
+        units: &[U],
+        base: usize,
+        tables: &SingleTokenTables,
+    ) {
         let letter = m.lower | m.upper;
         let punct = m.valid & !(letter | m.digit | m.space | m.newline | m.non_ascii);
 
@@ -830,7 +924,16 @@ impl Pass {
         // and each exit would be a mispredicted branch) and without branches on their class:
         // a table gives the category, another the packed counter increments.
         let mut leads = m.lead;
-        if leads != 0 {
+        let by_category = if AVX512 && leads.count_ones() >= VECTOR_LEADS {
+            let block = units.get(base..base + 64).and_then(|b| b.try_into().ok());
+            // SAFETY: `AVX512` only where the CPU has it.
+            block.and_then(|b| unsafe { U::category_masks_avx512(b, leads, tables.categories()) })
+        } else {
+            None
+        };
+        if let Some(by_category) = by_category {
+            self.count_categories(&by_category, m, leads);
+        } else if leads != 0 {
             let n = leads.count_ones();
             if self.pending + n > PACKED_MAX {
                 self.unpack();
@@ -878,6 +981,47 @@ impl Pass {
         self.c_carriage_return = m.carriage_return >> 63;
         self.c2_consonant = consonant >> 62;
         self.c2_vowel = m.vowel >> 62;
+    }
+
+    /// What the loop over the non-ASCII characters of [`Self::block`] counts, from the
+    /// [`CategoryMasks`] of a block of code points whose non-ASCII units are `leads` (each a
+    /// character of its own): each category's characters, and the runs each kind starts, with
+    /// bit operations on the masks instead of a table lookup per character.
+    #[inline(always)]
+    fn count_categories(&mut self, by_category: &CategoryMasks, m: Masks, leads: u64) {
+        let of = |slots: &[usize]| {
+            slots.iter().fold(0, |mask, &slot| {
+                mask | by_category[category_of_slot(slot) as usize]
+            })
+        };
+        let han_kana = of(&[HAN_SINGLE, HAN_DOUBLE, HAN_OTHER, KANA]);
+        let hangul = of(&[HANGUL_SINGLE, HANGUL_DOUBLE, HANGUL_OTHER]);
+        let two_byte = of(&[OTHER_2BYTE, RARE_TWO_BYTE]);
+        // The character before the block's first unit, where that unit is non-ASCII: the
+        // last one counted.
+        let last = if self.c_non_ascii == 1 {
+            usize::from(self.last_category)
+        } else {
+            0
+        };
+        let kind = kind_of_category(last);
+        let run_starts = |mask: u64, carry: bool| mask & !later(mask, u64::from(carry));
+        let hangul_starts = run_starts(hangul, kind == 2);
+        let after_space = later(m.space, self.c_space);
+        let fields = &mut self.non_ascii;
+        for (field, &mask) in fields.iter_mut().zip(&by_category[1..]) {
+            *field += count(mask);
+        }
+        fields[category_of_slot(OTHER_2BYTE) as usize - 1] +=
+            count(by_category[category_of_slot(RARE_TWO_BYTE) as usize]);
+        fields[FIELD_HAN_KANA_RUNS as usize] += count(run_starts(han_kana, kind == 1));
+        fields[FIELD_HANGUL_RUNS as usize] += count(hangul_starts);
+        fields[FIELD_OTHER_2BYTE_RUNS as usize] += count(run_starts(two_byte, is_two_byte(last)));
+        fields[FIELD_HANGUL_BARE_RUNS as usize] += count(hangul_starts & !after_space);
+        let top = 63 - leads.leading_zeros();
+        self.last_category = (1..by_category.len())
+            .find(|&k| by_category[k] >> top & 1 == 1)
+            .unwrap_or(0) as u8;
     }
 
     /// Adds the packed counts to the totals.
@@ -1071,7 +1215,7 @@ fn extract_blocks<U: Unit, const AVX512: bool>(
         if let Some(record) = record.as_deref_mut() {
             record.push(WordMasks::of(&m));
         }
-        pass.block(m, units, base, tables);
+        pass.block::<U, AVX512>(m, units, base, tables);
         base += 64;
     }
     let rest = blocks.remainder();
@@ -1080,7 +1224,7 @@ fn extract_blocks<U: Unit, const AVX512: bool>(
         if let Some(record) = record {
             record.push(WordMasks::of(&m));
         }
-        pass.block(m, units, base, tables);
+        pass.block::<U, false>(m, units, base, tables);
     }
     pass.finish(&mut f);
     f
@@ -1591,6 +1735,92 @@ mod tests {
         if has_avx512() {
             // SAFETY: the CPU has AVX-512 F and BW (checked above).
             assert_eq!(unsafe { u32::masks_avx512(odd) }, scalar_masks(odd));
+        }
+    }
+
+    #[test]
+    fn vector_categories_match_the_table() {
+        if !has_avx512() {
+            return;
+        }
+        let tables = o200k();
+        let categories = tables.categories();
+        let mut seed = 0x5851_F42D_4C95_7F2Du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        // Code points of every range (BMP ends, surrogates, astral ideographs, past U+10FFFF),
+        // some ASCII among them, and random sets of lanes.
+        let picks = [
+            0x41, 0x80, 0xE9, 0x3B1, 0x3042, 0x4E00, 0xAC00, 0xD800, 0xFFFD, 0xFFFF,
+        ];
+        for _ in 0..5_000 {
+            let block: Vec<u32> = (0..64)
+                .map(|_| match next() % 4 {
+                    0 => picks[(next() % picks.len() as u64) as usize],
+                    1 => (next() % 0x10000) as u32,
+                    2 => (next() % 0x11_0000) as u32,
+                    _ => [0x2_0000, 0x2_FFFF, 0x3_0000, 0x1F600, u32::MAX][(next() % 5) as usize],
+                })
+                .collect();
+            let block: &[u32; 64] = block.as_slice().try_into().unwrap();
+            let leads = next() | next();
+            let mut expected = [0u64; 13];
+            for (q, &c) in block.iter().enumerate() {
+                if leads >> q & 1 == 1 {
+                    let category = if c < 0x10000 {
+                        categories[c as usize]
+                    } else {
+                        astral_category(c)
+                    };
+                    expected[usize::from(category)] |= 1 << q;
+                }
+            }
+            expected[0] = 0;
+            // SAFETY: the CPU has AVX-512 F and BW (checked above).
+            let got = unsafe { u32::category_masks_avx512(block, leads, categories) };
+            assert_eq!(got, Some(expected), "{block:x?} {leads:x}");
+        }
+    }
+
+    #[test]
+    fn cjk_blocks_count_the_same_with_and_without_vectors() {
+        // Long runs of each kind of non-ASCII character, so that whole blocks take the vector
+        // path, with runs crossing block ends and kinds changing inside a block.
+        let tables = o200k();
+        let pieces = [
+            "東京都の",
+            "한국어 ",
+            "서울",
+            "データ",
+            "\u{3000}",
+            "naïve",
+            "Ωμέγα",
+            "\u{20000}",
+            "😀",
+            "\u{301}",
+            " ",
+            "\t",
+            "x",
+            "é ",
+        ];
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..2_000 {
+            let mut text = String::new();
+            for _ in 0..(seed % 60) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let piece = pieces[(seed % pieces.len() as u64) as usize];
+                text.push_str(&piece.repeat(1 + (seed >> 20) as usize % 30));
+            }
+            let units: Vec<u32> = text.chars().map(u32::from).collect();
+            let expected = scalar::extract_units(text.as_bytes(), &tables);
+            assert_eq!(extract_units(&units, &tables), expected, "{text:?}");
+            assert_eq!(extract(&text, &tables), expected, "{text:?}");
         }
     }
 

@@ -112,26 +112,26 @@ fn unit_offsets<U: Unit>(
 /// combining marks, symbols, emoji and other characters that are no letter of a script.
 #[inline]
 fn script(c: u32) -> u32 {
-    // The alphabets below U+0800 from a table, then the ideographs, kana and hangul syllables
-    // most other sampled characters are, before the other ranges one by one.
-    match SCRIPTS_BELOW_800.get(c as usize) {
+    // A table for the BMP, where the sampled characters of the chunks are, rather than range
+    // checks: the pairs of a chunk alternate between Latin, CJK and punctuation, and each
+    // check that took the other branch than before cost a misprediction.
+    match SCRIPTS_BMP.get(c as usize) {
+        Some(&PER_256) => 0x100 + (c >> 8),
         Some(&s) => u32::from(s),
-        None if c.wrapping_sub(0x4E00) <= 0x9FFF - 0x4E00
-            || c.wrapping_sub(0x3040) <= 0x30FF - 0x3040 =>
-        {
-            20
-        }
-        None if c.wrapping_sub(0xAC00) <= 0xD7A3 - 0xAC00 => 21,
         None => script_of(c),
     }
 }
 
-/// [`script`] of the code points below U+0800 (ASCII and the 2-byte alphabets).
-static SCRIPTS_BELOW_800: [u8; 0x800] = {
-    let mut table = [0u8; 0x800];
+/// In [`SCRIPTS_BMP`], the scripts numbered by their block of 256 code points.
+const PER_256: u8 = u8::MAX;
+
+/// [`script`] of the BMP's code points, [`PER_256`] for those numbered by their block.
+static SCRIPTS_BMP: [u8; 0x10000] = {
+    let mut table = [0u8; 0x10000];
     let mut c = 0;
-    while c < 0x800 {
-        table[c] = script_of(c as u32) as u8;
+    while c < 0x10000 {
+        let s = script_of(c as u32);
+        table[c] = if s >= 0x100 { PER_256 } else { s as u8 };
         c += 1;
     }
     table
