@@ -72,17 +72,22 @@ def prepared(sql: str) -> PreparedStatement | None:
 
 def _as_text(value: Any) -> bytes | None:
     """A parameter in PostgreSQL's text format. libpq reads text parameters as C strings, so
-    a NUL would cut the value short without an error: it is refused, as psycopg refuses it."""
+    a NUL would cut the value short without an error: it is refused, as psycopg refuses it.
+
+    A subclass is sent as the value of its base type, as psycopg sends it: its own repr or
+    encode may say anything (an IntEnum's repr is ``<Page.TWO: 2>``)."""
     if value is None:
         return None
     if isinstance(value, str):
         if "\x00" in value:
             raise _data_error("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-        return value.encode()
+        return str.encode(value)
     if isinstance(value, bool):
         return b"t" if value else b"f"
-    if isinstance(value, (int, float)):
-        return repr(value).encode()
+    if isinstance(value, int):
+        return int.__repr__(value).encode()
+    if isinstance(value, float):
+        return float.__repr__(value).encode()
     raise TypeError(f"no text form for a {type(value).__name__} parameter")
 
 

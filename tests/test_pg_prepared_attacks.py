@@ -1,0 +1,67 @@
+"""What a caller or an operator may do to PostgresStore's prepared-statement path
+(``pg_prepared``), against a real server: each call answers as psycopg's ``execute`` would have,
+and the connection it used is left fit for the next call."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+
+import pytest
+from store_checks import drop_postgres_tables
+
+from memstrata.stores import PostgresStore
+
+NS = ("agents", "alice")
+
+
+@pytest.fixture
+def url(postgres_url: str) -> Iterator[str]:
+    drop_postgres_tables(postgres_url)
+    yield postgres_url
+    drop_postgres_tables(postgres_url)
+
+
+class Page(enum.IntEnum):
+    TWO = 2
+
+
+class Shown(int):
+    """An int that shows itself otherwise than as its digits."""
+
+    def __repr__(self) -> str:
+        return f"Shown({int(self)})"
+
+
+def test_int_subclasses_are_sent_as_their_number(url: str) -> None:
+    """An IntEnum or another int subclass is an int to every check and to psycopg; its repr
+    is not its number (``<Page.TWO: 2>``), so it is not what is sent."""
+    store = PostgresStore(url, max_size=1)
+    for n in range(4):
+        store.put(NS, f"k{n}", n)
+    assert [item.key for item in store.list(NS, limit=Page.TWO)] == ["k0", "k1"]
+    assert [item.key for item in store.list(NS, limit=Shown(1), offset=Shown(3))] == ["k3"]
+    written = store.put(NS, "v", "one")
+    assert written.version == 1
+    again = store.put_if_version(NS, "v", "two", expected_version=Shown(1))
+    assert again is not None and again.version == Page.TWO
+    assert store.delete_if_version(NS, "v", expected_version=Page.TWO)
+    assert store.get(NS, "v") is None
+    store.close()
+
+
+def test_int_subclasses_are_sent_as_their_number_by_the_async_twins(url: str) -> None:
+    import asyncio
+
+    store = PostgresStore(url, max_size=1)
+
+    async def calls() -> None:
+        for n in range(3):
+            await store.aput(NS, f"k{n}", n)
+        listed = await store.alist(NS, limit=Page.TWO, offset=Shown(1))
+        assert [item.key for item in listed] == ["k1", "k2"]
+        assert await store.aput_if_version(NS, "k0", 9, expected_version=Shown(1)) is not None
+        assert await store.adelete_if_version(NS, "k0", expected_version=Page.TWO)
+
+    asyncio.run(calls())
+    store.close()
