@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import pytest
 from store_checks import drop_postgres_tables
 
-from memstrata.stores import PostgresStore
+from memstrata.exceptions import InvalidInputError
+from memstrata.stores import ChangeMark, PostgresStore
+from memstrata.stores.base import ChangesSince
 
 NS = ("agents", "alice")
 
@@ -64,4 +66,17 @@ def test_int_subclasses_are_sent_as_their_number_by_the_async_twins(url: str) ->
         assert await store.adelete_if_version(NS, "k0", expected_version=Page.TWO)
 
     asyncio.run(calls())
+    store.close()
+
+
+@pytest.mark.parametrize("position", ["١:٢:", "５:６:", "3:5:٤"])
+def test_a_mark_in_other_digits_is_refused_by_name(url: str, position: str) -> None:
+    """Python reads Arabic-Indic or full-width digits as numbers; PostgreSQL's pg_snapshot
+    reads only ASCII ones, and would refuse the mark as a database error."""
+    store = PostgresStore(url, max_size=1)
+    mark = ChangeMark("postgres", NS, position)
+    with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
+        store.changes(NS, mark)
+    with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
+        store.read_many([ChangesSince(NS, mark)])
     store.close()

@@ -45,8 +45,9 @@ _BACKEND = "postgres"
 # Versions are BIGINT. A larger expected version matches no row; it is answered without asking,
 # since as a statement's parameter PostgreSQL would refuse it as out of range for its column.
 MAX_STORED_VERSION = 2**63 - 1
-# A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,...
-_SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
+# A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,... in ASCII digits, the
+# only ones pg_snapshot reads (re's \d and int() take any script's digits too).
+_SNAPSHOT = re.compile(r"[0-9]+:[0-9]+:([0-9]+(,[0-9]+)*)?")
 # The reads ``read_many`` joins into one statement. PostgreSQL plans a UNION ALL in time that
 # grows with the square of its branches (about 0.4 ms a read up to 32 reads, 1.7 ms at 512, 3
 # ms at 1,000) and refuses one of thousands (stack depth): more reads go as several statements,
