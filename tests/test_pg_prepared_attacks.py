@@ -80,3 +80,37 @@ def test_a_mark_in_other_digits_is_refused_by_name(url: str, position: str) -> N
     with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
         store.read_many([ChangesSince(NS, mark)])
     store.close()
+
+
+def test_a_statement_whose_result_type_changed_is_prepared_again(url: str) -> None:
+    """A migration (another server's, or an operator's) that changes the type of a column a
+    statement returns makes the server refuse the statement prepared before it ("cached plan
+    must not change result type", before running anything). psycopg's execute forgets a
+    statement that failed and prepares it afresh; so does this path, on the same connection,
+    for the sync calls and the async twins alike."""
+    import asyncio
+
+    import psycopg
+
+    store = PostgresStore(url, max_size=1)
+    written = store.put(NS, "k", {"v": 1})
+
+    async def aget() -> object:
+        item = await store.aget(NS, "k")
+        return None if item is None else item.value
+
+    assert store.get(NS, "k") == written
+    assert asyncio.run(aget()) == {"v": 1}
+    for column_type in ("numeric", "double precision"):
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"ALTER TABLE memstrata_items ALTER COLUMN created_at TYPE {column_type}")
+        for _ in range(2):
+            item = store.get(NS, "k")
+            assert item is not None and item.value == {"v": 1}
+            assert float(item.created_at) == pytest.approx(written.created_at, abs=0.01)
+            assert asyncio.run(aget()) == {"v": 1}
+        assert [entry.key for entry in store.list(NS)] == ["k"]
+    with store._connection() as conn:
+        names = [row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements")]
+    assert any(name.startswith("memstrata_") for name in names)
+    store.close()

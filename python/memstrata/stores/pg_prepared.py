@@ -13,7 +13,9 @@ are the same Python values ``execute`` gives, and errors are psycopg's own excep
 
 Nothing is kept per connection: the statement's name is derived from its text, and a
 connection that does not have it yet (new, or reset by the server) answers "prepared statement
-does not exist" without running anything, so it is prepared and sent again.
+does not exist" without running anything, so it is prepared and sent again. One prepared
+before a migration changed the type of a column it returns is refused the same way ("cached
+plan must not change result type"), and is deallocated, prepared and sent again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 _UNDEFINED_PREPARED_STATEMENT = "26000"
+_FEATURE_NOT_SUPPORTED = b"0A000"
 
 
 class PreparedStatement:
@@ -113,14 +116,35 @@ def _undefined(result: Any) -> bool:
     return bool(code.decode() == _UNDEFINED_PREPARED_STATEMENT)
 
 
+def _outdated(result: Any) -> bool:
+    """Whether ``result`` says the statement prepared on the connection returns columns of
+    other types than its tables now have ("cached plan must not change result type": a
+    migration changed a column's type). The server refuses it before running anything; named
+    by the error's code and the server function raising it, since its message is translated."""
+    from psycopg import pq
+
+    if result.status != pq.ExecStatus.FATAL_ERROR:
+        return False
+    code = result.error_field(pq.DiagnosticField.SQLSTATE) or b""
+    source = result.error_field(pq.DiagnosticField.SOURCE_FUNCTION) or b""
+    return code == _FEATURE_NOT_SUPPORTED and source == b"RevalidateCachedQuery"
+
+
 def _run(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | None]) -> Any:
     """psycopg's kind of generator (for ``Connection.wait``): the statement's result,
-    preparing it first on a connection that does not have it."""
+    preparing it first on a connection that does not have it, or has it in a form its tables'
+    columns no longer match (it is deallocated first)."""
     from psycopg import generators, pq
 
     pgconn.send_query_prepared(statement.name, arguments)
     result = (yield from generators.execute(pgconn))[-1]
-    if _undefined(result):
+    outdated = _outdated(result)
+    if outdated:
+        pgconn.send_query(b"DEALLOCATE " + statement.name)
+        deallocated = (yield from generators.execute(pgconn))[-1]
+        if deallocated.status != pq.ExecStatus.COMMAND_OK:
+            return deallocated
+    if outdated or _undefined(result):
         pgconn.send_prepare(statement.name, statement.query)
         result = (yield from generators.execute(pgconn))[-1]
         if result.status != pq.ExecStatus.COMMAND_OK:
