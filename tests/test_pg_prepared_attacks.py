@@ -114,3 +114,51 @@ def test_a_statement_whose_result_type_changed_is_prepared_again(url: str) -> No
         names = [row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements")]
     assert any(name.startswith("memstrata_") for name in names)
     store.close()
+
+
+def test_a_call_cancelled_while_its_statement_is_being_prepared_writes_nothing(
+    url: str,
+) -> None:
+    """A connection without the statement answers "does not exist", then the statement is
+    prepared and sent again. A task cancelled while that first answer is on its way gets
+    psycopg's cancel request to a server with nothing running: the call must stop there, not
+    go on to prepare and send the write (which would wait on the record's lock, psycopg would
+    give up on it after 5 s and close the connection, and the server would still run the write
+    once the lock was free: a write the caller saw cancelled, applied later)."""
+    import asyncio
+    import time
+
+    import psycopg
+
+    store = PostgresStore(url, max_size=1)
+    written = store.put(NS, "k", "before")
+    holder = psycopg.connect(url)
+    holder.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("agents\x1falice\x1fk",)
+    )
+
+    async def cancelled_write() -> float:
+        assert await store.aget(NS, "k") == written
+        async with store._aconnection() as conn:
+            await conn.execute("DEALLOCATE ALL", prepare=False)
+            (in_use,) = [conn]
+        task = asyncio.create_task(
+            store.aput_if_version(NS, "k", "after", expected_version=written.version)
+        )
+        while in_use.pgconn.transaction_status != psycopg.pq.TransactionStatus.ACTIVE:
+            await asyncio.sleep(0)
+        task.cancel()
+        started = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    try:
+        waited = asyncio.run(cancelled_write())
+    finally:
+        holder.rollback()
+        holder.close()
+    assert waited < 2
+    time.sleep(0.2)  # a write left running on the server would take the freed lock by now
+    assert store.get(NS, "k") == written
+    store.close()

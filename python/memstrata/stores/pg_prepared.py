@@ -130,27 +130,38 @@ def _outdated(result: Any) -> bool:
     return code == _FEATURE_NOT_SUPPORTED and source == b"RevalidateCachedQuery"
 
 
-def _run(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | None]) -> Any:
-    """psycopg's kind of generator (for ``Connection.wait``): the statement's result,
-    preparing it first on a connection that does not have it, or has it in a form its tables'
-    columns no longer match (it is deallocated first)."""
-    from psycopg import generators, pq
+def _answer(pgconn: Any, send: Any, *args: Any) -> Any:
+    """psycopg's kind of generator (for ``Connection.wait``): the last result of one command,
+    sent by ``send`` (a method of ``pgconn``) inside it, so that an interruption while it is
+    on its way is one psycopg's ``wait`` handles (it cancels the command and reads its end)."""
+    from psycopg import generators
 
-    pgconn.send_query_prepared(statement.name, arguments)
-    result = (yield from generators.execute(pgconn))[-1]
+    send(*args)
+    return (yield from generators.execute(pgconn))[-1]
+
+
+def _steps(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | None]) -> Any:
+    """The commands of one call, each yielded as a generator for ``Connection.wait`` and sent
+    that command's result; returns the statement's result. The statement is prepared first
+    on a connection that does not have it, or has it in a form its tables' columns no longer
+    match (deallocated first).
+
+    Each command is waited for on its own: a call interrupted (Ctrl-C, a task's cancellation)
+    during one ends with that command, psycopg having cancelled it; it does not go on to
+    prepare and send the statement, which would then run with nobody waiting for it."""
+    from psycopg import pq
+
+    result = yield _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
     outdated = _outdated(result)
     if outdated:
-        pgconn.send_query(b"DEALLOCATE " + statement.name)
-        deallocated = (yield from generators.execute(pgconn))[-1]
+        deallocated = yield _answer(pgconn, pgconn.send_query, b"DEALLOCATE " + statement.name)
         if deallocated.status != pq.ExecStatus.COMMAND_OK:
             return deallocated
     if outdated or _undefined(result):
-        pgconn.send_prepare(statement.name, statement.query)
-        result = (yield from generators.execute(pgconn))[-1]
+        result = yield _answer(pgconn, pgconn.send_prepare, statement.name, statement.query)
         if result.status != pq.ExecStatus.COMMAND_OK:
             return result
-        pgconn.send_query_prepared(statement.name, arguments)
-        result = (yield from generators.execute(pgconn))[-1]
+        result = yield _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
     return result
 
 
@@ -172,10 +183,14 @@ def execute(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, .
     statement = prepared(sql)
     if statement is None or not _utf8(conn):
         return list(conn.execute(sql, params).fetchall())
-    arguments = statement.arguments(params)
+    steps = _steps(conn.pgconn, statement, statement.arguments(params))
     with conn.lock:
-        result = conn.wait(_run(conn.pgconn, statement, arguments))
-    return _rows(conn, result)
+        command = next(steps)
+        while True:
+            try:
+                command = steps.send(conn.wait(command))
+            except StopIteration as done:
+                return _rows(conn, done.value)
 
 
 async def execute_async(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -183,7 +198,11 @@ async def execute_async(conn: Any, sql: str, params: Mapping[str, Any]) -> list[
     statement = prepared(sql)
     if statement is None or not _utf8(conn):
         return list(await (await conn.execute(sql, params)).fetchall())
-    arguments = statement.arguments(params)
+    steps = _steps(conn.pgconn, statement, statement.arguments(params))
     async with conn.lock:
-        result = await conn.wait(_run(conn.pgconn, statement, arguments))
-    return _rows(conn, result)
+        command = next(steps)
+        while True:
+            try:
+                command = steps.send(await conn.wait(command))
+            except StopIteration as done:
+                return _rows(conn, done.value)
