@@ -162,3 +162,43 @@ def test_a_call_cancelled_while_its_statement_is_being_prepared_writes_nothing(
     time.sleep(0.2)  # a write left running on the server would take the freed lock by now
     assert store.get(NS, "k") == written
     store.close()
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_ctrl_c_during_a_write_waiting_for_a_lock_cancels_it(url: str, prepared: bool) -> None:
+    """Ctrl-C while a put_if_version waits for a record another connection locked: psycopg
+    cancels the statement on the server, so nothing is written once the lock is free, and
+    the pooled connection is idle again, kept for the next call (the same server process)."""
+    import _thread
+    import threading
+    import time
+
+    import psycopg
+
+    store = PostgresStore(url, max_size=1)
+    written = store.put(NS, "k", "before")
+    with store._connection() as conn:
+        (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+        if not prepared:
+            conn.execute("DEALLOCATE ALL", prepare=False)
+    holder = psycopg.connect(url)
+    holder.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("agents\x1falice\x1fk",)
+    )
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.put_if_version(NS, "k", "after", expected_version=written.version)
+        waited = time.monotonic() - started
+    finally:
+        timer.cancel()
+        holder.rollback()
+        holder.close()
+    assert waited < 2
+    time.sleep(0.2)  # a write left running on the server would take the freed lock by now
+    assert store.get(NS, "k") == written
+    with store._connection() as conn:
+        assert conn.execute("SELECT pg_backend_pid()").fetchone() == (pid,)
+    store.close()
