@@ -69,10 +69,22 @@ def test_int_subclasses_are_sent_as_their_number_by_the_async_twins(url: str) ->
     store.close()
 
 
-@pytest.mark.parametrize("position", ["\u0661:\u0662:", "\uff15:\uff16:", "3:5:\u0664"])
-def test_a_mark_in_other_digits_is_refused_by_name(url: str, position: str) -> None:
+@pytest.mark.parametrize(
+    "position",
+    [
+        "\u0661:\u0662:",
+        "\uff15:\uff16:",
+        "3:5:\u0664",
+        "1:9223372036854775808:",
+        "9223372036854775808:9223372036854775809:",
+        "3:9223372036854775809:9223372036854775808",
+        "1:" + "9" * 5000 + ":",
+    ],
+)
+def test_a_mark_pg_snapshot_would_refuse_is_refused_by_name(url: str, position: str) -> None:
     """Python reads Arabic-Indic or full-width digits as numbers; PostgreSQL's pg_snapshot
-    reads only ASCII ones, and would refuse the mark as a database error."""
+    reads only ASCII ones, and refuses ids from 2**63 (no database of ours gets near: a
+    transaction id counts up from 3 and never wraps): either would be a database error."""
     store = PostgresStore(url, max_size=1)
     mark = ChangeMark("postgres", NS, position)
     with pytest.raises(InvalidInputError, match="not a PostgreSQL snapshot"):
