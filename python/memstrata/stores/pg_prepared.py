@@ -13,7 +13,9 @@ are the same Python values ``execute`` gives, and errors are psycopg's own excep
 
 Nothing is kept per connection: the statement's name is derived from its text, and a
 connection that does not have it yet (new, or reset by the server) answers "prepared statement
-does not exist" without running anything, so it is prepared and sent again.
+does not exist" without running anything, so it is prepared and sent again. One prepared
+before a migration changed the type of a column it returns is refused the same way ("cached
+plan must not change result type"), and is deallocated, prepared and sent again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 _UNDEFINED_PREPARED_STATEMENT = "26000"
+_FEATURE_NOT_SUPPORTED = b"0A000"
 
 
 class PreparedStatement:
@@ -72,17 +75,22 @@ def prepared(sql: str) -> PreparedStatement | None:
 
 def _as_text(value: Any) -> bytes | None:
     """A parameter in PostgreSQL's text format. libpq reads text parameters as C strings, so
-    a NUL would cut the value short without an error: it is refused, as psycopg refuses it."""
+    a NUL would cut the value short without an error: it is refused, as psycopg refuses it.
+
+    A subclass is sent as the value of its base type, as psycopg sends it: its own repr or
+    encode may say anything (an IntEnum's repr is ``<Page.TWO: 2>``)."""
     if value is None:
         return None
     if isinstance(value, str):
         if "\x00" in value:
             raise _data_error("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-        return value.encode()
+        return str.encode(value)
     if isinstance(value, bool):
         return b"t" if value else b"f"
-    if isinstance(value, (int, float)):
-        return repr(value).encode()
+    if isinstance(value, int):
+        return int.__repr__(value).encode()
+    if isinstance(value, float):
+        return float.__repr__(value).encode()
     raise TypeError(f"no text form for a {type(value).__name__} parameter")
 
 
@@ -108,20 +116,52 @@ def _undefined(result: Any) -> bool:
     return bool(code.decode() == _UNDEFINED_PREPARED_STATEMENT)
 
 
-def _run(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | None]) -> Any:
-    """psycopg's kind of generator (for ``Connection.wait``): the statement's result,
-    preparing it first on a connection that does not have it."""
-    from psycopg import generators, pq
+def _outdated(result: Any) -> bool:
+    """Whether ``result`` says the statement prepared on the connection returns columns of
+    other types than its tables now have ("cached plan must not change result type": a
+    migration changed a column's type). The server refuses it before running anything; named
+    by the error's code and the server function raising it, since its message is translated."""
+    from psycopg import pq
 
-    pgconn.send_query_prepared(statement.name, arguments)
-    result = (yield from generators.execute(pgconn))[-1]
-    if _undefined(result):
-        pgconn.send_prepare(statement.name, statement.query)
-        result = (yield from generators.execute(pgconn))[-1]
+    if result.status != pq.ExecStatus.FATAL_ERROR:
+        return False
+    code = result.error_field(pq.DiagnosticField.SQLSTATE) or b""
+    source = result.error_field(pq.DiagnosticField.SOURCE_FUNCTION) or b""
+    return code == _FEATURE_NOT_SUPPORTED and source == b"RevalidateCachedQuery"
+
+
+def _answer(pgconn: Any, send: Any, *args: Any) -> Any:
+    """psycopg's kind of generator (for ``Connection.wait``): the last result of one command,
+    sent by ``send`` (a method of ``pgconn``) inside it, so that an interruption while it is
+    on its way is one psycopg's ``wait`` handles (it cancels the command and reads its end)."""
+    from psycopg import generators
+
+    send(*args)
+    return (yield from generators.execute(pgconn))[-1]
+
+
+def _steps(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | None]) -> Any:
+    """The commands of one call, each yielded as a generator for ``Connection.wait`` and sent
+    that command's result; returns the statement's result. The statement is prepared first
+    on a connection that does not have it, or has it in a form its tables' columns no longer
+    match (deallocated first).
+
+    Each command is waited for on its own: a call interrupted (Ctrl-C, a task's cancellation)
+    during one ends with that command, psycopg having cancelled it; it does not go on to
+    prepare and send the statement, which would then run with nobody waiting for it."""
+    from psycopg import pq
+
+    result = yield _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
+    outdated = _outdated(result)
+    if outdated:
+        deallocated = yield _answer(pgconn, pgconn.send_query, b"DEALLOCATE " + statement.name)
+        if deallocated.status != pq.ExecStatus.COMMAND_OK:
+            return deallocated
+    if outdated or _undefined(result):
+        result = yield _answer(pgconn, pgconn.send_prepare, statement.name, statement.query)
         if result.status != pq.ExecStatus.COMMAND_OK:
             return result
-        pgconn.send_query_prepared(statement.name, arguments)
-        result = (yield from generators.execute(pgconn))[-1]
+        result = yield _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
     return result
 
 
@@ -143,10 +183,14 @@ def execute(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, .
     statement = prepared(sql)
     if statement is None or not _utf8(conn):
         return list(conn.execute(sql, params).fetchall())
-    arguments = statement.arguments(params)
+    steps = _steps(conn.pgconn, statement, statement.arguments(params))
     with conn.lock:
-        result = conn.wait(_run(conn.pgconn, statement, arguments))
-    return _rows(conn, result)
+        command = next(steps)
+        while True:
+            try:
+                command = steps.send(conn.wait(command))
+            except StopIteration as done:
+                return _rows(conn, done.value)
 
 
 async def execute_async(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -154,7 +198,11 @@ async def execute_async(conn: Any, sql: str, params: Mapping[str, Any]) -> list[
     statement = prepared(sql)
     if statement is None or not _utf8(conn):
         return list(await (await conn.execute(sql, params)).fetchall())
-    arguments = statement.arguments(params)
+    steps = _steps(conn.pgconn, statement, statement.arguments(params))
     async with conn.lock:
-        result = await conn.wait(_run(conn.pgconn, statement, arguments))
-    return _rows(conn, result)
+        command = next(steps)
+        while True:
+            try:
+                command = steps.send(await conn.wait(command))
+            except StopIteration as done:
+                return _rows(conn, done.value)

@@ -45,8 +45,15 @@ _BACKEND = "postgres"
 # Versions are BIGINT. A larger expected version matches no row; it is answered without asking,
 # since as a statement's parameter PostgreSQL would refuse it as out of range for its column.
 MAX_STORED_VERSION = 2**63 - 1
-# A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,...
-_SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
+# A snapshot as pg_current_snapshot() prints it: xmin:xmax:xip,xip,... in ASCII digits, the
+# only ones pg_snapshot reads (re's \d and int() take any script's digits too).
+_SNAPSHOT = re.compile(r"[0-9]+:[0-9]+:([0-9]+(,[0-9]+)*)?")
+# A database's own transaction ids never get near 2**63 (they count up from 3 and never wrap),
+# and pg_snapshot refuses most from there (reading one past 64 bits as 2**64 - 1): every one
+# from there is refused here, unread when longer than any id's 19 digits (int() refuses a
+# number of more than 4,300 digits with a ValueError).
+_PAST_ANY_XID = 2**63
+_XID_DIGITS = len(str(_PAST_ANY_XID))
 # The reads ``read_many`` joins into one statement. PostgreSQL plans a UNION ALL in time that
 # grows with the square of its branches (about 0.4 ms a read up to 32 reads, 1.7 ms at 512, 3
 # ms at 1,000) and refuses one of thousands (stack depth): more reads go as several statements,
@@ -55,15 +62,16 @@ READS_PER_STATEMENT = 32
 
 
 def _is_snapshot(text: str) -> bool:
-    """Whether PostgreSQL reads ``text`` as a ``pg_snapshot``: ``xmin:xmax:xip,...`` with
-    ``0 < xmin <= xmax`` and every in-progress id in ``[xmin, xmax)``, in ascending order (a
-    mark it would refuse is refused here, by name, rather than as a database error)."""
-    if not _SNAPSHOT.fullmatch(text):
+    """Whether ``text`` is a ``pg_snapshot`` a database could have made: ``xmin:xmax:xip,...``
+    with ``0 < xmin <= xmax < 2**63`` and every in-progress id in ``[xmin, xmax)``, in
+    ascending order (a mark PostgreSQL would refuse is refused here, by name, rather than as a
+    database error)."""
+    if not _SNAPSHOT.fullmatch(text) or len(max(re.split("[:,]", text), key=len)) > _XID_DIGITS:
         return False
     head, _, listed = text.rpartition(":")
     xmin, xmax = (int(part) for part in head.split(":"))
     in_progress = [int(part) for part in listed.split(",")] if listed else []
-    if not 0 < xmin <= xmax or max([xmax, *in_progress]) >= 2**64:
+    if not 0 < xmin <= xmax or max([xmax, *in_progress]) >= _PAST_ANY_XID:
         return False
     return all(xmin <= x < xmax for x in in_progress) and in_progress == sorted(in_progress)
 
