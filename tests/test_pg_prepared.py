@@ -120,22 +120,32 @@ def test_a_mark_read_through_a_prepared_statement_is_exact(url: str) -> None:
     store.close()
 
 
-def test_texts_past_the_limit_go_through_psycopg(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A prepared statement stays on its connection until it closes, so only MAX_PREPARED texts
-    are ever prepared; read_many's text varies with its reads, and the ones past that still
-    answer, through psycopg's execute."""
+def test_read_many_texts_past_the_limits_go_through_psycopg(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prepared statement's plan stays on its connection until it closes (3.2 MB of the
+    server's memory for a read_many of 32 reads), and read_many's text varies with its mix of
+    reads: only MAX_VARYING such texts are prepared, each short. The others still answer,
+    through psycopg's execute, and the fixed statements are prepared whatever came first."""
     store = PostgresStore(url, max_size=1)
     store.put(NS, "k", 1)
-    known = dict(pg_prepared._PREPARED)
-    monkeypatch.setattr(pg_prepared, "MAX_PREPARED", len(known))
-    for n in range(1, 6):
-        answers = store.read_many([GetMany(NS, ("k",))] * n + [ChangesSince(NS)])
-        assert [answer["k"].value for answer in answers[:n]] == [1] * n  # type: ignore[index]
-    assert known == pg_prepared._PREPARED
+    known = dict(pg_prepared._VARYING)
+    monkeypatch.setattr(pg_prepared, "MAX_VARYING", len(known))
+    long_mix = [GetMany(NS, ("k",)), ChangesSince(NS)] * 16
+    for reads in [[GetMany(NS, ("k",))] * n + [ChangesSince(NS)] for n in range(1, 6)] + [long_mix]:
+        answers = store.read_many(reads)
+        assert answers[0]["k"].value == 1  # type: ignore[index]
+    assert known == pg_prepared._VARYING
+    monkeypatch.setattr(pg_prepared, "MAX_VARYING", 10**6)
+    store.read_many(long_mix)
+    assert known == pg_prepared._VARYING  # too long to prepare, however many places are free
+    store.delete_if_version(NS, "k", expected_version=5)  # a fixed statement not used before
     with store._connection() as conn:
         names = {row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements")}
     ours = {name for name in names if name.startswith("memstrata_")}
-    assert ours <= {statement.name.decode() for statement in known.values()}
+    prepared_names = {s.name.decode() for s in [*known.values(), *pg_prepared._FIXED.values()]}
+    assert ours <= prepared_names
+    assert pg_prepared.prepared(pg_sql._DELETE_IF_VERSION).name.decode() in ours  # type: ignore[union-attr]
     store.close()
 
 

@@ -212,7 +212,7 @@ class PostgresAsyncTwins(PostgresStatements, Store):
         statements = [self._read_many_statement(part) for part in parts]
         async with self._aconnection() as conn:
             if len(parts) == 1:
-                results = [await execute_async(conn, *statements[0])]
+                results = [await execute_async(conn, *statements[0], varying=True)]
             else:
                 async with conn.pipeline():
                     cursors = [await conn.execute(*statement) for statement in statements]

@@ -56,20 +56,29 @@ class PreparedStatement:
         return [_as_text(params[name]) for name in self.order]
 
 
-# A statement prepared on a connection stays there until the connection closes, so only so
-# many texts are ever prepared by this process: the store's fixed statements are about a dozen,
-# and read_many's text depends on its mix of reads. Past the limit a text goes through
-# psycopg's execute, which bounds its own prepared statements per connection.
-MAX_PREPARED = 64
-_PREPARED: dict[str, PreparedStatement] = {}
+# A statement prepared on a connection stays there until the connection closes, its plan held
+# by the server process: about 75 bytes per character of its text (3.2 MB for a read_many of 32
+# reads). The store's fixed statements, a dozen or so, are all prepared. Texts built per call
+# (read_many's, one per mix of reads) are prepared only if short (about four reads) and only
+# MAX_VARYING of them in a process; others go through psycopg's execute, which prepares a text
+# only once it has been sent several times, and at most 100 per connection.
+MAX_VARYING = 16
+MAX_VARYING_CHARS = 6_000
+_FIXED: dict[str, PreparedStatement] = {}
+_VARYING: dict[str, PreparedStatement] = {}
 
 
-def prepared(sql: str) -> PreparedStatement | None:
-    """The prepared form of ``sql``, keyed by its text; None once ``MAX_PREPARED`` other texts
-    have one."""
-    statement = _PREPARED.get(sql)
-    if statement is None and len(_PREPARED) < MAX_PREPARED:
-        statement = _PREPARED.setdefault(sql, PreparedStatement(sql))
+def prepared(sql: str, *, varying: bool = False) -> PreparedStatement | None:
+    """The prepared form of ``sql``, keyed by its text; for a text built per call
+    (``varying``), None when it is too long or ``MAX_VARYING`` others have one."""
+    if not varying:
+        statement = _FIXED.get(sql)
+        return (
+            statement if statement is not None else _FIXED.setdefault(sql, PreparedStatement(sql))
+        )
+    statement = _VARYING.get(sql)
+    if statement is None and len(sql) <= MAX_VARYING_CHARS and len(_VARYING) < MAX_VARYING:
+        statement = _VARYING.setdefault(sql, PreparedStatement(sql))
     return statement
 
 
@@ -177,10 +186,13 @@ def _rows(conn: Any, result: Any) -> list[tuple[Any, ...]]:
     return rows
 
 
-def execute(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+def execute(
+    conn: Any, sql: str, params: Mapping[str, Any], *, varying: bool = False
+) -> list[tuple[Any, ...]]:
     """The rows of ``sql`` run with ``params`` on ``conn``, an autocommit psycopg connection
-    outside any transaction or pipeline: what ``conn.execute(sql, params).fetchall()`` gives."""
-    statement = prepared(sql)
+    outside any transaction or pipeline: what ``conn.execute(sql, params).fetchall()`` gives.
+    ``varying``: the text is built per call, not one of the store's fixed statements."""
+    statement = prepared(sql, varying=varying)
     if statement is None or not _utf8(conn):
         return list(conn.execute(sql, params).fetchall())
     steps = _steps(conn.pgconn, statement, statement.arguments(params))
@@ -193,9 +205,11 @@ def execute(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, .
                 return _rows(conn, done.value)
 
 
-async def execute_async(conn: Any, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+async def execute_async(
+    conn: Any, sql: str, params: Mapping[str, Any], *, varying: bool = False
+) -> list[tuple[Any, ...]]:
     """:func:`execute` on a psycopg ``AsyncConnection``."""
-    statement = prepared(sql)
+    statement = prepared(sql, varying=varying)
     if statement is None or not _utf8(conn):
         return list(await (await conn.execute(sql, params)).fetchall())
     steps = _steps(conn.pgconn, statement, statement.arguments(params))

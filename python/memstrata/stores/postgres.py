@@ -537,7 +537,7 @@ class PostgresStore(PostgresAsyncTwins):
         statements = [self._read_many_statement(part) for part in parts]
         with self._connection() as conn:
             if len(parts) == 1:
-                results = [execute(conn, *statements[0])]
+                results = [execute(conn, *statements[0], varying=True)]
             else:
                 # Every statement is sent, then one Sync as the pipeline ends, which brings
                 # every answer back (a fetch inside the block would cost a round trip).
