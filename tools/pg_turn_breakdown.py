@@ -88,8 +88,8 @@ class StatementTimer:
                 return execute(conn, query, params, **kw)
             return self.timed(query, lambda: execute(conn, query, params, **kw))
 
-        def timed_prepared(conn: Any, query: str, params: Any) -> Any:
-            return self.timed(query, lambda: prepared(conn, query, params))
+        def timed_prepared(conn: Any, query: str, params: Any, **kw: Any) -> Any:
+            return self.timed(query, lambda: prepared(conn, query, params, **kw))
 
         psycopg.Connection.execute = timed_execute  # type: ignore[method-assign]
         postgres.execute = timed_prepared
