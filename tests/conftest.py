@@ -34,6 +34,17 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def empty_postgres_url(postgres_url: str) -> Iterator[str]:
+    """The session's cluster with no memstrata tables: the test starts from an empty database,
+    and leaves none behind."""
+    from store_checks import drop_postgres_tables
+
+    drop_postgres_tables(postgres_url)
+    yield postgres_url
+    drop_postgres_tables(postgres_url)
+
+
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def two_connections(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path

@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from store_checks import drop_postgres_tables
 
 from memstrata.stores import PostgresStore, pg_prepared, pg_sql
 from memstrata.stores.base import ChangesSince, GetMany, encode_namespace, prefix_upper_bound
@@ -19,10 +18,8 @@ NS = ("agents", "alice")
 
 
 @pytest.fixture
-def url(postgres_url: str) -> Iterator[str]:
-    drop_postgres_tables(postgres_url)
-    yield postgres_url
-    drop_postgres_tables(postgres_url)
+def url(empty_postgres_url: str) -> str:
+    return empty_postgres_url
 
 
 def _list_params() -> dict[str, Any]:

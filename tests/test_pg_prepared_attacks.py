@@ -5,10 +5,8 @@ and the connection it used is left fit for the next call."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 
 import pytest
-from store_checks import drop_postgres_tables
 
 from memstrata.exceptions import InvalidInputError
 from memstrata.stores import ChangeMark, PostgresStore
@@ -18,10 +16,8 @@ NS = ("agents", "alice")
 
 
 @pytest.fixture
-def url(postgres_url: str) -> Iterator[str]:
-    drop_postgres_tables(postgres_url)
-    yield postgres_url
-    drop_postgres_tables(postgres_url)
+def url(empty_postgres_url: str) -> str:
+    return empty_postgres_url
 
 
 class Page(enum.IntEnum):

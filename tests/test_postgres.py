@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from pg_round_trips import RoundTripCounter
-from store_checks import HeldRecord, changed_keys, drop_postgres_tables
+from store_checks import HeldRecord, changed_keys
 
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
@@ -40,12 +40,8 @@ NS = ("agents", "alice")
 
 
 @pytest.fixture
-def url(postgres_url: str) -> Iterator[str]:
-    """The session's cluster with no memstrata tables: each test starts from an empty database."""
-
-    drop_postgres_tables(postgres_url)
-    yield postgres_url
-    drop_postgres_tables(postgres_url)
+def url(empty_postgres_url: str) -> str:
+    return empty_postgres_url
 
 
 def schema_versions(url: str) -> list[int]:

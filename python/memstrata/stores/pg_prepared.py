@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-_UNDEFINED_PREPARED_STATEMENT = "26000"
+_UNDEFINED_PREPARED_STATEMENT = b"26000"
 _FEATURE_NOT_SUPPORTED = b"0A000"
 
 
@@ -121,8 +121,7 @@ def _undefined(result: Any) -> bool:
 
     if result.status != pq.ExecStatus.FATAL_ERROR:
         return False
-    code = result.error_field(pq.DiagnosticField.SQLSTATE) or b""
-    return bool(code.decode() == _UNDEFINED_PREPARED_STATEMENT)
+    return bool(result.error_field(pq.DiagnosticField.SQLSTATE) == _UNDEFINED_PREPARED_STATEMENT)
 
 
 def _outdated(result: Any) -> bool:
