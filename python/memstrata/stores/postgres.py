@@ -22,7 +22,7 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   the argument checks and answers the sync and async methods share, in ``pg_statements``.
 * A call that is one statement on an autocommit connection (the reads, ``put``,
   ``put_if_version``, ``delete``) sends it as a server-side prepared statement straight over
-  psycopg's libpq connection (``pg_prepared``), at a third of the client's CPU that
+  psycopg's libpq connection (``pg_prepared``), at about half the client's CPU that
   ``Connection.execute`` takes for it; transactions and pipelines go through psycopg.
 * Each connection, as it opens, runs ``SESSION_SETUP``: prepared statements are planned once
   (``plan_cache_mode``), not again at every execution, and large values are compressed with
