@@ -20,6 +20,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from memstrata._checks import checked_text
 from memstrata.exceptions import InvalidInputError
 
 GoalStatus = Literal["active", "completed"]
@@ -141,12 +142,6 @@ def _choice(value: Any, allowed: tuple[str, ...], what: str) -> Any:
     return value
 
 
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be a string")
-    return value
-
-
 class _Entry(msgspec.Struct, tag_field="type", rename="camel", gc=False):
     """What the entry types share: each is a ``msgspec.Struct``, so that a stored entry in the
     shape memstrata writes (camelCase members, exact types, ``type`` naming the kind) is read
@@ -198,14 +193,14 @@ class MindGoal(_Entry, kw_only=True, tag="goal"):
     def from_payload(cls, p: dict[str, Any]) -> MindGoal:
         due_by, outcome = p.get("dueBy"), p.get("outcome")
         return cls(
-            id=_text(p.get("id"), "id"),
-            description=_text(p.get("description"), "description"),
+            id=checked_text(p.get("id"), "id"),
+            description=checked_text(p.get("description"), "description"),
             priority=_choice(p.get("priority"), GOAL_PRIORITIES, "priority"),
             status=_choice(p.get("status"), GOAL_STATUSES, "status"),
             tags=_str_list(p.get("tags", []), "tags"),
-            due_by=None if due_by is None else _text(due_by, "dueBy"),
+            due_by=None if due_by is None else checked_text(due_by, "dueBy"),
             progress=_str_list(p.get("progress", []), "progress"),
-            outcome=None if outcome is None else _text(outcome, "outcome"),
+            outcome=None if outcome is None else checked_text(outcome, "outcome"),
             created_at=_int(p.get("createdAt"), "createdAt"),
             updated_at=_int(p.get("updatedAt"), "updatedAt"),
             sequence=_int(p.get("sequence", 0), "sequence"),
@@ -261,8 +256,8 @@ class MindBelief(_Entry, kw_only=True, tag="belief"):
     def from_payload(cls, p: dict[str, Any]) -> MindBelief:
         expires_at = p.get("expiresAt")
         return cls(
-            id=_text(p.get("id"), "id"),
-            content=_text(p.get("content"), "content"),
+            id=checked_text(p.get("id"), "id"),
+            content=checked_text(p.get("content"), "content"),
             confidence=_choice(p.get("confidence"), CONFIDENCE_LEVELS, "confidence"),
             tags=_str_list(p.get("tags", []), "tags"),
             expires_at=None if expires_at is None else _int(expires_at, "expiresAt"),
@@ -278,7 +273,7 @@ def _previous(value: Any) -> list[dict[str, Any]]:
         raise InvalidInputError("previous must be a list")
     return [
         {
-            "content": _text(item.get("content"), "previous content"),
+            "content": checked_text(item.get("content"), "previous content"),
             "updatedAt": _int(item.get("updatedAt"), "previous updatedAt"),
         }
         for item in value
@@ -337,11 +332,11 @@ class MindReflection(_Entry, kw_only=True, tag="reflection"):
         if not isinstance(pinned, bool):
             raise InvalidInputError("pinned must be a boolean")
         return cls(
-            id=_text(p.get("id"), "id"),
-            content=_text(p.get("content"), "content"),
+            id=checked_text(p.get("id"), "id"),
+            content=checked_text(p.get("content"), "content"),
             pinned=pinned,
             tags=_str_list(p.get("tags", []), "tags"),
-            related_to=None if related is None else _text(related, "relatedTo"),
+            related_to=None if related is None else checked_text(related, "relatedTo"),
             created_at=_int(p.get("createdAt"), "createdAt"),
             updated_at=_int(p.get("updatedAt"), "updatedAt"),
             error=p.get("error") is True,
