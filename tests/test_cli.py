@@ -15,13 +15,26 @@ from memstrata import MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
 MEMSTRATA = shutil.which("memstrata", path=str(pathlib.Path(sys.executable).parent))
 
 
-def run_cli(*args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
-    """Runs ``memstrata``, its output piped: tables are cut only to ``columns`` if given."""
+def run_cli(
+    *args: str, columns: int | None = None, encoding: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``memstrata``, its output piped: tables are cut only to ``columns`` if given.
+    ``encoding``: the one its output is written in, as a Windows console's code page (cp1252)
+    is when the output goes to a pipe or a file."""
     assert MEMSTRATA is not None, "the memstrata entry point is not installed"
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns is not None:
         env["COLUMNS"] = str(columns)
-    return subprocess.run([MEMSTRATA, *args], capture_output=True, text=True, timeout=120, env=env)
+    if encoding is not None:
+        env["PYTHONIOENCODING"] = encoding
+    return subprocess.run(
+        [MEMSTRATA, *args],
+        capture_output=True,
+        text=True,
+        encoding=encoding,
+        timeout=120,
+        env=env,
+    )
 
 
 def populate(path: pathlib.Path) -> None:
@@ -81,6 +94,41 @@ def test_demo_command_runs_the_demo(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Process restarted" in result.stdout
     assert "final working memory (v4)" in result.stdout
+
+
+def test_demo_runs_when_the_output_encoding_lacks_its_characters(tmp_path: pathlib.Path) -> None:
+    """Windows writes piped output in the console's code page: the demo's rules and arrows
+    come out as escapes there instead of ending it with UnicodeEncodeError."""
+    result = run_cli("demo", "--db", str(tmp_path / "demo.db"), encoding="cp1252")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "final working memory (v4)" in result.stdout
+    assert "\\u2500" in result.stdout  # the rule, as an escape
+
+
+def test_inspect_in_a_narrow_output_encoding_is_readable_and_the_json_exact(
+    tmp_path: pathlib.Path,
+) -> None:
+    _hostile_store(tmp_path / "m.db")
+    url = f"sqlite:///{tmp_path}/m.db"
+    tables = run_cli("inspect", "--store", url, encoding="cp1252")
+    assert tables.returncode == 0, tables.stderr
+    assert "Priya Müller" in tables.stdout  # what the encoding has stays as it is
+    assert "\\u6771\\u4eac" in tables.stdout  # 東京, as escapes
+    as_json = run_cli("inspect", "--store", url, "--json", encoding="cp1252")
+    assert as_json.returncode == 0, as_json.stderr
+    items = {i["key"]: i for i in json.loads(as_json.stdout)}  # valid JSON, the values exact
+    assert items["k"]["value"] == {"text": READABLE, "evil": HOSTILE}
+    emoji = run_cli(
+        "inspect", "--store", _store_with(tmp_path, "\U0001f600 ok"), "--json", encoding="cp1252"
+    )
+    assert emoji.returncode == 0, emoji.stderr
+    assert json.loads(emoji.stdout)[0]["value"] == "\U0001f600 ok"
+
+
+def _store_with(tmp_path: pathlib.Path, value: str) -> str:
+    with SQLiteStore(tmp_path / "one.db") as store:
+        store.put(("custom",), "k", value)
+    return f"sqlite:///{tmp_path}/one.db"
 
 
 def test_reindex_re_embeds_a_mind_once_with_progress(tmp_path: pathlib.Path) -> None:

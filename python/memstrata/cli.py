@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from memstrata._console import escape_what_output_cannot_encode, writes_unicode
 from memstrata._core import __version__
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import InvalidInputError, MemstrataError
@@ -215,10 +216,15 @@ ITEM_HEADER = ("namespace", "key", "ver", "updated (UTC)", "value")
 
 
 def inspect(
-    store: Store, prefixes: Sequence[tuple[str, ...]], as_json: bool, width: int | None = None
+    store: Store,
+    prefixes: Sequence[tuple[str, ...]],
+    as_json: bool,
+    width: int | None = None,
+    *,
+    ascii_json: bool = False,
 ) -> str:
     """What ``memstrata inspect`` prints: tables (cut to ``width`` columns when given) or
-    JSON."""
+    JSON (``ascii_json``: every other character as a ``\\u`` escape)."""
     items = [item for prefix in prefixes or [()] for item in _items(store, prefix)]
     items = _fold_working_memories(store, items)
     if as_json:
@@ -236,7 +242,7 @@ def inspect(
                     }
                     for i in items
                 ],
-                ensure_ascii=False,
+                ensure_ascii=ascii_json,
                 indent=2,
             )
         )
@@ -278,6 +284,7 @@ def inspect(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    escape_what_output_cannot_encode()
     parser = argparse.ArgumentParser(
         prog="memstrata",
         description="Memory layers for LLM agents: look into a store, serve it over MCP.",
@@ -392,7 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _reindex(store, args)
     try:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
-        print(inspect(store, prefixes, args.json, terminal_width()))
+        ascii_json = not writes_unicode(sys.stdout)
+        print(inspect(store, prefixes, args.json, terminal_width(), ascii_json=ascii_json))
     except MemstrataError as exc:
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2

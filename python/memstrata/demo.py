@@ -27,6 +27,7 @@ from memstrata import (
     estimate_tokens,
     prune_sliding_window,
 )
+from memstrata._console import escape_what_output_cannot_encode
 from memstrata.demos import agent_mind as mind_demo
 from memstrata.demos import context as context_demo
 from memstrata.layers import memory_keys
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite file to use")
     parser.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    escape_what_output_cannot_encode()  # run as ``python -m memstrata.demo`` after a restart
     script = load_script()
     half = len(script["turns"]) // 2
 
