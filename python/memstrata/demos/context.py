@@ -174,7 +174,7 @@ def _loop(stack: MemoryStack, team: TeamState, gate: ContextGate) -> None:
             except RecoverableContextError as exc:
                 print(f"Iteration {iteration}: the gate REFUSED the call")
                 print(f"  {exc}")
-                checkpoint = json.loads(Path(exc.checkpoint_path).read_text())
+                checkpoint = json.loads(Path(exc.checkpoint_path).read_text("utf-8"))
                 print(
                     f"  checkpoint {exc.checkpoint_path} (mode 0600): redaction_policy="
                     f"{checkpoint['redaction_policy']}"
