@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet "maturin>=1.7,<2" numpy
-	$(VPY) -m pip install --quiet $$($(VPY) -c 'import tomllib; p=tomllib.load(open("pyproject.toml","rb"))["project"]; d=p["optional-dependencies"]; print(" ".join(sorted(set(p["dependencies"]+d["postgres"]+d["mcp"]+d["examples"]+d["test"]+d["bench"]+d["dev"]))))')
+	$(VPY) -c 'import tomllib; p=tomllib.load(open("pyproject.toml","rb"))["project"]; d=p["optional-dependencies"]; print("\n".join(sorted(set(p["dependencies"]+d["postgres"]+d["mcp"]+d["repomap"]+d["examples"]+d["test"]+d["bench"]+d["dev"]))))' > $(VENV)/requirements.txt
+	$(VPY) -m pip install --quiet -r $(VENV)/requirements.txt
 	touch $@
 
 # Release, abi3: one wheel for every CPython >= 3.9, linked through zig against glibc 2.17

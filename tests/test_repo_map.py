@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -18,7 +19,7 @@ PARSERS = ["scanner", "tree-sitter"]
 @pytest.fixture(params=PARSERS)
 def parser(request: pytest.FixtureRequest) -> str:
     if request.param == "tree-sitter" and not tree_sitter_available():
-        pytest.fail("the test extra installs the tree-sitter grammars; they are missing")
+        pytest.fail("make test installs the repomap extra's tree-sitter grammars; they are missing")
     return str(request.param)
 
 
@@ -304,9 +305,12 @@ def test_one_hostile_file_never_aborts_the_map(tmp_path: Path) -> None:
     (tmp_path / "z_good.py").write_text("def last(): pass\n")
     out = repo_map(tmp_path, max_tokens=100_000)
     assert "def ok(x: int) -> int" in out and "def last()" in out
-    for name in ("deep_sum.py", "deep_unary.py", "deep_parens.py", "late_nul.py"):
+    for name in ("deep_unary.py", "deep_parens.py", "late_nul.py"):
         assert re.search(rf"^## {name}  \(does not parse: \w+", out, re.M), name
-    assert "## deep_sum.py  (does not parse: nested too deeply)" in out
+    if sys.version_info >= (3, 11):
+        assert "## deep_sum.py  (does not parse: nested too deeply)" in out
+    else:  # the parser of Python 3.9 and 3.10 reads a long chain of + without recursing
+        assert re.search(r"^## deep_sum.py$", out, re.M)
     assert re.search(r"^## deep_default.py  \(not digested: nested too deeply\)$", out, re.M)
     assert "at line None" not in out
 
@@ -450,3 +454,46 @@ def test_options_of_the_wrong_type_are_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match=r"path must be a str or os\.PathLike, got int"):
         repo_map(5)  # type: ignore[arg-type]
     assert "def f()" in repo_map(tmp_path, exclude=("*.md",))
+
+
+def test_a_grammar_the_installed_tree_sitter_cannot_load_falls_back_to_the_scanner(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """pip can pair an older tree-sitter with a newer grammar (on Python 3.9, tree-sitter
+    0.23 with tree-sitter-rust 0.24: "Incompatible Language version 15. Must be between 13
+    and 14"): the default parser then uses the scanner and says why once; asking for
+    tree-sitter is an error naming the grammar and the reason."""
+    import importlib
+    import sys
+
+    # The module: ``memstrata.repo_map`` as an attribute is the function.
+    repo_map_module = importlib.import_module("memstrata.repo_map")
+    grammar = tmp_path / "grammar" / "newer_grammar.py"
+    grammar.parent.mkdir()
+    grammar.write_text(
+        "def language():\n"
+        "    raise ValueError('Incompatible Language version 15. Must be between 13 and 14')\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(grammar.parent))
+    monkeypatch.delitem(sys.modules, "newer_grammar", raising=False)
+    monkeypatch.setattr(repo_map_module, "_TS_PARSERS", {})
+    monkeypatch.setitem(repo_map_module._TS_GRAMMARS, "rust", ("newer_grammar", "language"))
+    monkeypatch.setattr(repo_map_module, "_reported", set())
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "lib.rs").write_text("pub fn total(items: &[u32]) -> u32 { 0 }\n", encoding="utf-8")
+
+    assert not tree_sitter_available()
+    with caplog.at_level("WARNING", logger="memstrata.repo_map"):
+        first = repo_map(project, max_tokens=500)
+        second = repo_map(project, max_tokens=500)
+    assert first == second == repo_map(project, max_tokens=500, parser="scanner")
+    assert "pub fn total" in first
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "newer_grammar" in warnings[0] and "Incompatible Language version 15" in warnings[0]
+    with pytest.raises(InvalidInputError, match=r"newer_grammar.*Incompatible Language version"):
+        repo_map(project, max_tokens=500, parser="tree-sitter")

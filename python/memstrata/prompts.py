@@ -14,6 +14,7 @@ end of this module, so that text a model stored can never pass for the block's o
 from __future__ import annotations
 
 import re
+import sys
 
 from memstrata import _lookalikes
 
@@ -451,9 +452,12 @@ _NOTICE_CANDIDATES = re.compile(f"{_LEFT_BRACKET.pattern}(?={_SKIP}(?:{_NOTICE_F
 # The same match on text that reads as it is spelt (see _plain): the bracket, when any spaces
 # and the words follow it in any case. Possessive repeats: indented JSON has a "[" and a run of
 # spaces on every other line, which plain repeats would try again for each word.
+# Python before 3.11 has no possessive repeats: a plain one finds the same matches (no word
+# starts with a space), after more backtracking.
+_SPACES = r"\s*+" if sys.version_info >= (3, 11) else r"\s*"
 _NOTICE_PATTERN = re.compile(
-    r"\[(?=\s*+(?:"
-    + "|".join(r"\s*+".join(re.escape(word) for word in words) for words in _NOTICE_WORDS)
+    rf"\[(?={_SPACES}(?:"
+    + "|".join(_SPACES.join(re.escape(word) for word in words) for words in _NOTICE_WORDS)
     + "))",
     re.IGNORECASE,
 )

@@ -139,12 +139,19 @@ def repo_map(
         raise InvalidInputError(
             f"parser must be 'auto', 'tree-sitter' or 'scanner', got {parser!r}"
         )
-    use_tree_sitter = parser != "scanner" and tree_sitter_available()
-    if parser == "tree-sitter" and not use_tree_sitter:
+    problem = None if parser == "scanner" else _tree_sitter_problem()
+    use_tree_sitter = parser != "scanner" and problem is None
+    if parser == "tree-sitter" and problem is not None:
+        reason, installed = problem
         raise InvalidInputError(
-            "parser='tree-sitter' needs tree-sitter, tree-sitter-rust, tree-sitter-typescript "
+            f"parser='tree-sitter' cannot be used: {reason}"
+            if installed
+            else "parser='tree-sitter' needs tree-sitter, tree-sitter-rust, tree-sitter-typescript "
             "and tree-sitter-javascript (pip install memstrata[repomap])"
         )
+    if problem is not None and problem[1] and problem[0] not in _reported:
+        _reported.add(problem[0])
+        logger.warning("repo_map reads Rust and TypeScript with its scanner: %s", problem[0])
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidInputError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     if isinstance(exclude, (str, bytes)):
@@ -759,11 +766,33 @@ _JS_TS_MEMBERS = {"method_definition", "method_signature", "abstract_method_sign
 
 
 def tree_sitter_available() -> bool:
-    """Whether the tree-sitter grammars for Rust, TypeScript and JavaScript are installed."""
-    try:
-        return all(_ts_parser(key) is not None for key in _TS_GRAMMARS)
-    except ImportError:
-        return False
+    """Whether the tree-sitter grammars for Rust, TypeScript and JavaScript are installed and
+    the installed tree-sitter can load them."""
+    return _tree_sitter_problem() is None
+
+
+# The problems repo_map has warned about: each once per process.
+_reported: set[str] = set()
+
+
+def _tree_sitter_problem() -> tuple[str, bool] | None:
+    """Why tree-sitter cannot parse here, and whether it is installed; None when it can.
+
+    Installed but unusable is a grammar the installed tree-sitter cannot load: pip pairs the
+    newest tree-sitter a Python has with the newest grammar, which may need a newer one (on
+    Python 3.9, tree-sitter 0.23 with a grammar of language version 15)."""
+    for key, (module, _) in _TS_GRAMMARS.items():
+        try:
+            _ts_parser(key)
+        except ImportError as exc:
+            return f"{exc.name or module} is not installed", False
+        except Exception as exc:  # the bindings raise ValueError, or TypeError, by version
+            return (
+                f"the installed tree-sitter cannot load the {module} grammar ({exc}); install"
+                " a matching pair (a newer tree-sitter, or an older grammar)",
+                True,
+            )
+    return None
 
 
 def _ts_parser(key: str) -> Any:
