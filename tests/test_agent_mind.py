@@ -84,6 +84,7 @@ def test_defaults_follow_the_seed() -> None:
     assert mind.recency_window_days == 7
     assert mind.max_goals == 10 and mind.max_pinned_reflections == 10
     assert mind.deduplication_threshold == 0.85 and mind.retrieval_threshold == 0.35
+    assert mind.similarity_floor == 0.25  # memstrata's own, as docs/agent-mind.md gives it
     assert mind.ttl_defaults == MindTtlDefaults(belief="30d", reflection=None)
     assert mind.belief_ttl_ms == 30 * DAY_MS and mind.reflection_ttl_ms is None
     assert mind.score_weights == ScoreWeights(0.6, 0.2, 0.2)
@@ -1764,6 +1765,50 @@ def test_goals_match_by_meaning_not_by_a_shared_stop_word() -> None:
         )
         query = "What is the weather for the weekend?"
         assert ok(run.call_tool("mind_recall", {"query": query, "type": "goal"})) == []
+
+
+def test_the_threshold_never_filters_goals(store: Store) -> None:
+    """toolpack Agent Mind ignores ``threshold`` for goals: a goal the query matches (here:
+    similar enough to pass the similarity floor) is a hit however old or low its priority,
+    while beliefs and reflections still have to reach the threshold."""
+    old = now_ms() - 200 * DAY_MS
+    put_raw(
+        store,
+        {
+            "type": "goal",
+            "id": "g_old",
+            "description": "Migrate the billing database to PostgreSQL",
+            "priority": "low",
+            "status": "active",
+            "tags": [],
+            "progress": [],
+            "createdAt": old,
+            "updatedAt": old,
+        },
+    )
+    put_raw(
+        store,
+        {
+            "type": "belief",
+            "id": "b_old",
+            "content": "The billing database migration is half done",
+            "confidence": "low",
+            "tags": [],
+            "createdAt": old,
+            "updatedAt": old,
+        },
+    )
+    query = "billing database migration"
+    with make_stack(store).run(agent=AGENT) as run:
+        for args in ({"type": "goal", "threshold": 0.95}, {"threshold": 0.95}):
+            found = ok(run.call_tool("mind_recall", {"query": query, **args}))
+            assert [f["id"] for f in found] == ["g_old"], args
+            assert found[0]["score"] < 0.95  # scored for the ranking, not filtered by it
+        both = ok(run.call_tool("mind_recall", {"query": query, "threshold": 0}))
+        assert {f["id"] for f in both} == {"g_old", "b_old"}
+        # The floor still holds: an unrelated query finds no goal at any threshold.
+        unrelated = {"query": "What is the weather in Paris tomorrow?", "type": "goal"}
+        assert ok(run.call_tool("mind_recall", {**unrelated, "threshold": 0})) == []
 
 
 def test_pinned_listing_without_a_query_lists_every_standing_rule() -> None:
