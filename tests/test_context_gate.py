@@ -70,6 +70,14 @@ def gate_for(
     )
 
 
+def test_defaults_follow_modulatio() -> None:
+    gate = ContextGate()
+    assert gate.enabled is True
+    assert (gate.soft_warn_at_pct, gate.prune_at_pct, gate.pad_pct) == (0.70, 0.80, 0.05)
+    assert gate.keep_recent == 3 and gate.checkpoint_redact_secrets is True
+    assert gate.max_input_tokens == 8192  # no window given and no model to look one up by
+
+
 def test_estimate_is_padded_and_matches_the_uncached_count(tmp_path: Path) -> None:
     messages = conversation(5, 50)
     gate = ContextGate(max_input_tokens=100_000, pad_pct=0.05)
@@ -203,6 +211,8 @@ def test_refuse_writes_a_redacted_private_checkpoint(tmp_path: Path) -> None:
         "messages",
     ]
     assert record["call_id"] == "iter-3"
+    # Modulatio's timestamp: ISO 8601 to the second, in UTC, with its offset written out.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", record["timestamp"])
     assert record["model"] == "openrouter/anthropic/claude-haiku-4-5"
     assert record["estimated_tokens"] == exc.estimated_tokens
     assert record["redacted"] is True
