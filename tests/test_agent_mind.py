@@ -1037,6 +1037,23 @@ def test_set_goal_fails_at_the_cap_counting_stored_and_drafted(store: Store) -> 
     assert len(stored_entries(store, "goal")) == 4
 
 
+def test_goals_are_never_deduplicated_nor_archived_when_due(store: Store) -> None:
+    """toolpack Agent Mind: mind_set_goal does no deduplication (the model is to recall
+    first), and dueBy is metadata: a goal past its deadline stays active and in the header."""
+    stack = make_stack(store)
+    args = {"description": "Renew the TLS certificates", "dueBy": "2000-01-01"}
+    with stack.run(agent=AGENT) as run:
+        first = ok(run.call_tool("mind_set_goal", args))["id"]
+    with stack.run(agent=AGENT) as run:
+        second = ok(run.call_tool("mind_set_goal", args))["id"]
+    assert first != second
+    goals = stored_entries(store, "goal")
+    assert sorted(g["id"] for g in goals) == sorted([first, second])
+    assert {(g["status"], g["dueBy"]) for g in goals} == {("active", "2000-01-01")}
+    lines = header_of(stack).splitlines()
+    assert lines.count("[normal] Renew the TLS certificates (due: 2000-01-01)") == 2
+
+
 def test_pinning_warns_within_two_of_the_cap_and_fails_at_it(store: Store) -> None:
     stack = make_stack(store, max_pinned_reflections=4)
     with stack.run(agent=AGENT) as run:

@@ -24,7 +24,7 @@ from memstrata.exceptions import (
 from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_stored import read_state
 from memstrata.layers.working_memory import WorkingMemoryHandle
-from memstrata.stack import MemoryStack
+from memstrata.stack import Budget, MemoryStack
 from memstrata.stores import InMemoryStore, SQLiteStore, Store
 from memstrata.tokens import EstimatingCounter, count_tokens, exact_count, json_lines
 
@@ -67,6 +67,17 @@ def stack_with(store: SQLiteStore, **options: Any) -> MemoryStack:
 def call(run: Any, name: str, args: Any) -> dict[str, Any]:
     result: dict[str, Any] = run.call_tool(name, args)
     return result
+
+
+def test_defaults_follow_noetic_and_voltagent() -> None:
+    noetic = WorkingMemory()
+    assert (noetic.scope, noetic.slot, noetic.budget) == ("thread", 100, Budget(200, 1500))
+    assert noetic.read_only is False and noetic.arrays == "replace"
+    voltagent = WorkingMemory(tools="voltagent")
+    assert voltagent.scope == "thread"  # VoltAgent's "conversation"
+    assert voltagent.arrays == "union"  # VoltAgent's append: a deduplicated concatenation
+    assert WorkingMemory(scope="conversation").scope == "thread"
+    assert WorkingMemory(scope="user").scope == "resource"
 
 
 def test_update_tool_deep_merges_and_persists(store: SQLiteStore) -> None:
