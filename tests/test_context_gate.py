@@ -23,6 +23,7 @@ from memstrata.model_windows import (
     normalize_model_name,
 )
 from memstrata.stores import InMemoryStore
+from memstrata.tokens import ExactCounter
 
 # Made-up secrets shaped like real ones (none of these is a real credential).
 FAKE_OPENAI_KEY = "sk-proj-Zq3xT9vLmN2pR7sK4wY8bC1dF6gH0jQ5eA"
@@ -167,6 +168,37 @@ def test_soft_warn_logs_once_per_run(tmp_path: Path, caplog: pytest.LogCaptureFi
         gate.new_run()
         gate.check_and_compress(messages, "z")
         assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 4
+
+
+def test_each_state_starts_exactly_at_its_line(tmp_path: Path) -> None:
+    """Modulatio's bands are half-open: [soft_warn, prune) warns, [prune, 100%) prunes, and
+    "at or above 100%" after pruning refuses. Counted exactly and unpadded, so the prompt
+    sits on each line to the token."""
+    messages = conversation(4, 100)
+    exact = ExactCounter("o200k_base")
+    tokens = ContextGate(max_input_tokens=10**9, pad_pct=0.0, tokens=exact).estimate(messages)
+
+    def gate(window: int, keep_recent: int = 3) -> ContextGate:
+        return ContextGate(
+            max_input_tokens=window,
+            soft_warn_at_pct=0.25,
+            prune_at_pct=0.5,
+            pad_pct=0.0,
+            keep_recent=keep_recent,
+            tokens=exact,
+            checkpoints_dir=tmp_path / "ckpt",
+        )
+
+    assert gate(4 * tokens + 4).evaluate(messages, "c").state == "pass"
+    assert gate(4 * tokens).evaluate(messages, "c").state == "warn"
+    assert gate(2 * tokens + 2).evaluate(messages, "c").state == "warn"
+    assert gate(2 * tokens, keep_recent=1).evaluate(messages, "c").state == "pruned"
+    # Nothing left to prune (keep_recent covers every result): one token under the window
+    # passes with a warning, at the window it is refused.
+    assert gate(tokens + 1, keep_recent=4).evaluate(messages, "c").state == "warn"
+    with pytest.raises(RecoverableContextError) as refused:
+        gate(tokens, keep_recent=4).evaluate(messages, "c")
+    assert refused.value.estimated_tokens == refused.value.max_input_tokens == tokens
 
 
 def test_prune_then_pass(tmp_path: Path) -> None:
