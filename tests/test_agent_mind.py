@@ -1894,6 +1894,13 @@ def test_reflections_from_a_crashed_run_leave_the_header_like_beliefs(store: Sto
     with mind.session(store, agent=AGENT) as handle:
         found = handle.recall("real failure retries", type="reflection")
         assert [(r.content, r.error) for r in found] == [("Retries hid the real failure", True)]
+    # A pin is always shown (toolpack Agent Mind), one made by a crashed run too.
+    handle = mind.open(store, agent=AGENT)
+    handle.reflect("Check the retry budget first", pin=True)
+    handle.flush(error=True)
+    assert header_of(MemoryStack([mind], store=store)) == (
+        "--- AGENT MIND ---\n## Standing Rules (Pinned)\n- Check the retry budget first\n---"
+    )
 
 
 def test_overlapping_runs_cannot_pass_the_goal_and_pin_caps(
