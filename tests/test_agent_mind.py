@@ -1982,6 +1982,48 @@ def test_long_goals_and_rules_cannot_take_the_header_past_its_budget(store: Stor
     assert count_tokens(header_of(small)) <= 400
 
 
+@pytest.mark.parametrize("token_budget", [20, 50, 100, 300])
+def test_the_beliefs_and_reflections_sections_fit_token_budget_as_shown(
+    store: Store, token_budget: int
+) -> None:
+    """toolpack Agent Mind's tokenBudget is the most the beliefs and recent reflections
+    sections take together: counted as they appear in the block, headings and line breaks
+    included, not line by line."""
+    now = now_ms()
+    for i in range(40):
+        put_raw(
+            store,
+            {
+                "type": "belief",
+                "id": f"b{i:02d}",
+                "content": f"Service {i} answers within {i + 5} ms",
+                "confidence": "high",
+                "tags": [],
+                "createdAt": now - i,
+                "updatedAt": now - i,
+            },
+        )
+        put_raw(
+            store,
+            {
+                "type": "reflection",
+                "id": f"r{i:02d}",
+                "content": f"Lesson number {i} was learned the hard way",
+                "pinned": False,
+                "tags": [],
+                "createdAt": now - i,
+                "updatedAt": now - i,
+            },
+        )
+    header = header_of(make_stack(store, token_budget=token_budget))
+    lines = header.splitlines()
+    sections = "\n".join(lines[1:-1])  # no goals or rules: only the two sections
+    assert sections.startswith("## Beliefs\n- Service 0 answers")
+    assert count_tokens(sections) <= token_budget
+    # Filled, not starved: another line of about ten tokens would not have fit.
+    assert count_tokens(sections) > token_budget - 12
+
+
 def test_a_full_mind_purges_long_expired_entries_before_refusing(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
