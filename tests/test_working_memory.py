@@ -378,6 +378,23 @@ def test_observe_applies_every_legacy_call_in_order(store: SQLiteStore) -> None:
     assert len(diagnostics) == 1 and "call 2" in diagnostics[0]
 
 
+def test_a_legacy_call_breaking_the_schema_is_dropped_with_a_diagnostic(
+    store: SQLiteStore,
+) -> None:
+    """noetic: on the legacy store path a schema-violating update is dropped with a
+    diagnostic (on the tool path it is a tool error); either way the prior state is kept."""
+    stack = stack_with(store, schema=PROFILE_SCHEMA)
+    breaking = {"function": {"name": "updateWorkingMemory", "arguments": '{"age": -1}'}}
+    with stack.run(thread_id="t") as run:
+        call(run, "working-memory/update", {"age": 30, "goals": ["ship"]})
+        (diagnostic,) = run.observe({"role": "assistant", "tool_calls": [breaking]})
+        assert "$.age" in diagnostic
+        refused = call(run, "updateWorkingMemory", {"age": -1})
+        assert refused["error"]["code"] == "schema_violation"
+        assert run.layer("working-memory").snapshot == {"age": 30, "goals": ["ship"]}
+        assert run.layer("working-memory").version == 1
+
+
 def test_observe_accepts_anthropic_tool_use_blocks(store: SQLiteStore) -> None:
     message = {
         "role": "assistant",
