@@ -289,6 +289,22 @@ def test_no_redaction_when_turned_off(tmp_path: Path) -> None:
     assert record["messages"][-1]["content"] == messages[-1]["content"]
 
 
+def test_a_swept_checkpoint_with_nothing_to_redact_still_says_it_was_redacted(
+    tmp_path: Path,
+) -> None:
+    """``redacted`` says whether the checkpoint went through redaction: a conversation with no
+    tool bodies and no secrets comes out unchanged (``redaction_policy`` empty), and must not
+    read like one written with redaction turned off."""
+    messages = [{"role": "user", "content": "Summarise the plan. " * 200}]
+    for redact in (True, False):
+        gate = gate_for(messages, 2.0, tmp_path, checkpoint_redact_secrets=redact)
+        with pytest.raises(RecoverableContextError) as err:
+            gate.check_and_compress(messages, f"plain-{redact}")
+        record = json.loads(Path(err.value.checkpoint_path).read_text())
+        assert (record["redacted"], record["redaction_policy"]) == (redact, [])
+        assert record["messages"] == messages
+
+
 def test_model_table_and_fallback() -> None:
     assert max_input_tokens_for("gpt-4o-mini-2024-07-18") == 128_000
     assert max_input_tokens_for("gpt-4") == 8_192
