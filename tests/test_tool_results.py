@@ -298,6 +298,7 @@ def test_prune_messages_sliding_window_is_the_kernel() -> None:
     assert [m["content"] for m in pruned[1:4]] == [f"[summarized: call_id=c{i}]" for i in range(3)]
     assert pruned[4:] == messages[4:]
     assert (pruned, count) == prune_sliding_window(messages, keep_recent=3)
+    assert prune_messages_sliding_window(messages) == (pruned, count)  # Modulatio's keep_recent
 
 
 def test_the_stack_counter_replaces_only_the_default_one(tmp_path: Path) -> None:
