@@ -84,6 +84,7 @@ def test_defaults_follow_the_seed() -> None:
     assert mind.recency_window_days == 7
     assert mind.max_goals == 10 and mind.max_pinned_reflections == 10
     assert mind.deduplication_threshold == 0.85 and mind.retrieval_threshold == 0.35
+    assert mind.similarity_floor == 0.25  # memstrata's own, as docs/agent-mind.md gives it
     assert mind.ttl_defaults == MindTtlDefaults(belief="30d", reflection=None)
     assert mind.belief_ttl_ms == 30 * DAY_MS and mind.reflection_ttl_ms is None
     assert mind.score_weights == ScoreWeights(0.6, 0.2, 0.2)
@@ -1036,6 +1037,23 @@ def test_set_goal_fails_at_the_cap_counting_stored_and_drafted(store: Store) -> 
     assert len(stored_entries(store, "goal")) == 4
 
 
+def test_goals_are_never_deduplicated_nor_archived_when_due(store: Store) -> None:
+    """toolpack Agent Mind: mind_set_goal does no deduplication (the model is to recall
+    first), and dueBy is metadata: a goal past its deadline stays active and in the header."""
+    stack = make_stack(store)
+    args = {"description": "Renew the TLS certificates", "dueBy": "2000-01-01"}
+    with stack.run(agent=AGENT) as run:
+        first = ok(run.call_tool("mind_set_goal", args))["id"]
+    with stack.run(agent=AGENT) as run:
+        second = ok(run.call_tool("mind_set_goal", args))["id"]
+    assert first != second
+    goals = stored_entries(store, "goal")
+    assert sorted(g["id"] for g in goals) == sorted([first, second])
+    assert {(g["status"], g["dueBy"]) for g in goals} == {("active", "2000-01-01")}
+    lines = header_of(stack).splitlines()
+    assert lines.count("[normal] Renew the TLS certificates (due: 2000-01-01)") == 2
+
+
 def test_pinning_warns_within_two_of_the_cap_and_fails_at_it(store: Store) -> None:
     stack = make_stack(store, max_pinned_reflections=4)
     with stack.run(agent=AGENT) as run:
@@ -1766,6 +1784,50 @@ def test_goals_match_by_meaning_not_by_a_shared_stop_word() -> None:
         assert ok(run.call_tool("mind_recall", {"query": query, "type": "goal"})) == []
 
 
+def test_the_threshold_never_filters_goals(store: Store) -> None:
+    """toolpack Agent Mind ignores ``threshold`` for goals: a goal the query matches (here:
+    similar enough to pass the similarity floor) is a hit however old or low its priority,
+    while beliefs and reflections still have to reach the threshold."""
+    old = now_ms() - 200 * DAY_MS
+    put_raw(
+        store,
+        {
+            "type": "goal",
+            "id": "g_old",
+            "description": "Migrate the billing database to PostgreSQL",
+            "priority": "low",
+            "status": "active",
+            "tags": [],
+            "progress": [],
+            "createdAt": old,
+            "updatedAt": old,
+        },
+    )
+    put_raw(
+        store,
+        {
+            "type": "belief",
+            "id": "b_old",
+            "content": "The billing database migration is half done",
+            "confidence": "low",
+            "tags": [],
+            "createdAt": old,
+            "updatedAt": old,
+        },
+    )
+    query = "billing database migration"
+    with make_stack(store).run(agent=AGENT) as run:
+        for args in ({"type": "goal", "threshold": 0.95}, {"threshold": 0.95}):
+            found = ok(run.call_tool("mind_recall", {"query": query, **args}))
+            assert [f["id"] for f in found] == ["g_old"], args
+            assert found[0]["score"] < 0.95  # scored for the ranking, not filtered by it
+        both = ok(run.call_tool("mind_recall", {"query": query, "threshold": 0}))
+        assert {f["id"] for f in both} == {"g_old", "b_old"}
+        # The floor still holds: an unrelated query finds no goal at any threshold.
+        unrelated = {"query": "What is the weather in Paris tomorrow?", "type": "goal"}
+        assert ok(run.call_tool("mind_recall", {**unrelated, "threshold": 0})) == []
+
+
 def test_pinned_listing_without_a_query_lists_every_standing_rule() -> None:
     stack = make_stack(InMemoryStore())
     rules = [f"Rule {i}: always {word} before merging" for i, word in enumerate("abcdefgh")]
@@ -1832,6 +1894,13 @@ def test_reflections_from_a_crashed_run_leave_the_header_like_beliefs(store: Sto
     with mind.session(store, agent=AGENT) as handle:
         found = handle.recall("real failure retries", type="reflection")
         assert [(r.content, r.error) for r in found] == [("Retries hid the real failure", True)]
+    # A pin is always shown (toolpack Agent Mind), one made by a crashed run too.
+    handle = mind.open(store, agent=AGENT)
+    handle.reflect("Check the retry budget first", pin=True)
+    handle.flush(error=True)
+    assert header_of(MemoryStack([mind], store=store)) == (
+        "--- AGENT MIND ---\n## Standing Rules (Pinned)\n- Check the retry budget first\n---"
+    )
 
 
 def test_overlapping_runs_cannot_pass_the_goal_and_pin_caps(
@@ -1911,6 +1980,48 @@ def test_long_goals_and_rules_cannot_take_the_header_past_its_budget(store: Stor
     assert all(line.endswith("…") for line in lines if "word1" in line)
     small = MemoryStack([AgentMind(budget=(0, 400))], store=store)
     assert count_tokens(header_of(small)) <= 400
+
+
+@pytest.mark.parametrize("token_budget", [20, 50, 100, 300])
+def test_the_beliefs_and_reflections_sections_fit_token_budget_as_shown(
+    store: Store, token_budget: int
+) -> None:
+    """toolpack Agent Mind's tokenBudget is the most the beliefs and recent reflections
+    sections take together: counted as they appear in the block, headings and line breaks
+    included, not line by line."""
+    now = now_ms()
+    for i in range(40):
+        put_raw(
+            store,
+            {
+                "type": "belief",
+                "id": f"b{i:02d}",
+                "content": f"Service {i} answers within {i + 5} ms",
+                "confidence": "high",
+                "tags": [],
+                "createdAt": now - i,
+                "updatedAt": now - i,
+            },
+        )
+        put_raw(
+            store,
+            {
+                "type": "reflection",
+                "id": f"r{i:02d}",
+                "content": f"Lesson number {i} was learned the hard way",
+                "pinned": False,
+                "tags": [],
+                "createdAt": now - i,
+                "updatedAt": now - i,
+            },
+        )
+    header = header_of(make_stack(store, token_budget=token_budget))
+    lines = header.splitlines()
+    sections = "\n".join(lines[1:-1])  # no goals or rules: only the two sections
+    assert sections.startswith("## Beliefs\n- Service 0 answers")
+    assert count_tokens(sections) <= token_budget
+    # Filled, not starved: another line of about ten tokens would not have fit.
+    assert count_tokens(sections) > token_budget - 12
 
 
 def test_a_full_mind_purges_long_expired_entries_before_refusing(

@@ -170,8 +170,9 @@ def _section_lines(header: str, title: str) -> list[str]:
 
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
 def test_the_mind_header_beliefs_and_reflections_stay_within_token_budget(encoding: str) -> None:
-    """Beliefs and recent reflections share ``token_budget``: their lines, counted exactly,
-    never pass it, however far under their count the estimator reads them."""
+    """Beliefs and recent reflections share ``token_budget``: their two sections as shown
+    (headings and line breaks included), counted exactly, never pass it, however far under
+    their count the estimator reads them."""
     token_budget = 300
     mind = AgentMind(budget=(0, 5_000), token_budget=token_budget)
     store = InMemoryStore()
@@ -186,10 +187,12 @@ def test_the_mind_header_beliefs_and_reflections_stay_within_token_budget(encodi
     stack = MemoryStack([mind], store=store, tokens=counter)
     with stack.run(agent="a") as run:
         (item,) = run.prepare([])
-    lines = _section_lines(item["content"], MIND_HEADER_BELIEFS)
-    lines += _section_lines(item["content"], MIND_HEADER_REFLECTIONS)
-    assert lines, "the header shows some of them"
-    assert sum(count_tokens(line, encoding=encoding) for line in lines) <= token_budget
+    shown = []
+    for title in (MIND_HEADER_BELIEFS, MIND_HEADER_REFLECTIONS):
+        lines = _section_lines(item["content"], title)
+        shown += [title, *lines] if lines else []
+    assert shown, "the header shows some of them"
+    assert count_tokens("\n".join(shown), encoding=encoding) <= token_budget
 
 
 def _counter(encoding: str) -> EstimatingCounter:

@@ -23,6 +23,7 @@ from memstrata.model_windows import (
     normalize_model_name,
 )
 from memstrata.stores import InMemoryStore
+from memstrata.tokens import ExactCounter
 
 # Made-up secrets shaped like real ones (none of these is a real credential).
 FAKE_OPENAI_KEY = "sk-proj-Zq3xT9vLmN2pR7sK4wY8bC1dF6gH0jQ5eA"
@@ -68,6 +69,14 @@ def gate_for(
     return ContextGate(
         max_input_tokens=max(int(padded / fraction), 1), checkpoints_dir=tmp_path / "ckpt", **kw
     )
+
+
+def test_defaults_follow_modulatio() -> None:
+    gate = ContextGate()
+    assert gate.enabled is True
+    assert (gate.soft_warn_at_pct, gate.prune_at_pct, gate.pad_pct) == (0.70, 0.80, 0.05)
+    assert gate.keep_recent == 3 and gate.checkpoint_redact_secrets is True
+    assert gate.max_input_tokens == 8192  # no window given and no model to look one up by
 
 
 def test_estimate_is_padded_and_matches_the_uncached_count(tmp_path: Path) -> None:
@@ -161,6 +170,37 @@ def test_soft_warn_logs_once_per_run(tmp_path: Path, caplog: pytest.LogCaptureFi
         assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 4
 
 
+def test_each_state_starts_exactly_at_its_line(tmp_path: Path) -> None:
+    """Modulatio's bands are half-open: [soft_warn, prune) warns, [prune, 100%) prunes, and
+    "at or above 100%" after pruning refuses. Counted exactly and unpadded, so the prompt
+    sits on each line to the token."""
+    messages = conversation(4, 100)
+    exact = ExactCounter("o200k_base")
+    tokens = ContextGate(max_input_tokens=10**9, pad_pct=0.0, tokens=exact).estimate(messages)
+
+    def gate(window: int, keep_recent: int = 3) -> ContextGate:
+        return ContextGate(
+            max_input_tokens=window,
+            soft_warn_at_pct=0.25,
+            prune_at_pct=0.5,
+            pad_pct=0.0,
+            keep_recent=keep_recent,
+            tokens=exact,
+            checkpoints_dir=tmp_path / "ckpt",
+        )
+
+    assert gate(4 * tokens + 4).evaluate(messages, "c").state == "pass"
+    assert gate(4 * tokens).evaluate(messages, "c").state == "warn"
+    assert gate(2 * tokens + 2).evaluate(messages, "c").state == "warn"
+    assert gate(2 * tokens, keep_recent=1).evaluate(messages, "c").state == "pruned"
+    # Nothing left to prune (keep_recent covers every result): one token under the window
+    # passes with a warning, at the window it is refused.
+    assert gate(tokens + 1, keep_recent=4).evaluate(messages, "c").state == "warn"
+    with pytest.raises(RecoverableContextError) as refused:
+        gate(tokens, keep_recent=4).evaluate(messages, "c")
+    assert refused.value.estimated_tokens == refused.value.max_input_tokens == tokens
+
+
 def test_prune_then_pass(tmp_path: Path) -> None:
     messages = conversation(10, 200)
     gate = gate_for(messages, 0.9, tmp_path, keep_recent=3)
@@ -203,6 +243,8 @@ def test_refuse_writes_a_redacted_private_checkpoint(tmp_path: Path) -> None:
         "messages",
     ]
     assert record["call_id"] == "iter-3"
+    # Modulatio's timestamp: ISO 8601 to the second, in UTC, with its offset written out.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", record["timestamp"])
     assert record["model"] == "openrouter/anthropic/claude-haiku-4-5"
     assert record["estimated_tokens"] == exc.estimated_tokens
     assert record["redacted"] is True
@@ -245,6 +287,22 @@ def test_no_redaction_when_turned_off(tmp_path: Path) -> None:
     record = json.loads(Path(err.value.checkpoint_path).read_text())
     assert record["redacted"] is False and record["redaction_policy"] == []
     assert record["messages"][-1]["content"] == messages[-1]["content"]
+
+
+def test_a_swept_checkpoint_with_nothing_to_redact_still_says_it_was_redacted(
+    tmp_path: Path,
+) -> None:
+    """``redacted`` says whether the checkpoint went through redaction: a conversation with no
+    tool bodies and no secrets comes out unchanged (``redaction_policy`` empty), and must not
+    read like one written with redaction turned off."""
+    messages = [{"role": "user", "content": "Summarise the plan. " * 200}]
+    for redact in (True, False):
+        gate = gate_for(messages, 2.0, tmp_path, checkpoint_redact_secrets=redact)
+        with pytest.raises(RecoverableContextError) as err:
+            gate.check_and_compress(messages, f"plain-{redact}")
+        record = json.loads(Path(err.value.checkpoint_path).read_text())
+        assert (record["redacted"], record["redaction_policy"]) == (redact, [])
+        assert record["messages"] == messages
 
 
 def test_model_table_and_fallback() -> None:

@@ -17,6 +17,7 @@ from memstrata import (
     ExactCounter,
     MemoryStack,
     SQLiteStore,
+    count_tokens,
     estimate_tokens,
     prune_sliding_window,
 )
@@ -56,6 +57,15 @@ def test_large_result_is_stored_verbatim_and_replaced_by_pointer_and_digest(tmp_
     assert "request 2999 served" in shown  # tail
     assert estimate_tokens(shown) <= 300 + 60
     assert stat.S_IMODE(os.stat(tmp_path / "call_abc.txt").st_mode) == 0o600
+
+
+def test_a_result_over_2000_tokens_is_offloaded_and_one_of_2000_stays() -> None:
+    layer = ToolResults()
+    assert layer.threshold_tokens == 2000
+    at = " a" * 2000
+    assert count_tokens(at) == 2000
+    assert layer.offload("c1", at) == at
+    assert layer.offload("c2", at + " a").startswith("[tool result offloaded: call_id=c2,")
 
 
 def test_threshold_is_configurable(tmp_path: Path) -> None:
@@ -288,6 +298,7 @@ def test_prune_messages_sliding_window_is_the_kernel() -> None:
     assert [m["content"] for m in pruned[1:4]] == [f"[summarized: call_id=c{i}]" for i in range(3)]
     assert pruned[4:] == messages[4:]
     assert (pruned, count) == prune_sliding_window(messages, keep_recent=3)
+    assert prune_messages_sliding_window(messages) == (pruned, count)  # Modulatio's keep_recent
 
 
 def test_the_stack_counter_replaces_only_the_default_one(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from memstrata.exceptions import (
 from memstrata.layers import WorkingMemory
 from memstrata.layers.wm_stored import read_state
 from memstrata.layers.working_memory import WorkingMemoryHandle
-from memstrata.stack import MemoryStack
+from memstrata.stack import Budget, MemoryStack
 from memstrata.stores import InMemoryStore, SQLiteStore, Store
 from memstrata.tokens import EstimatingCounter, count_tokens, exact_count, json_lines
 
@@ -67,6 +67,17 @@ def stack_with(store: SQLiteStore, **options: Any) -> MemoryStack:
 def call(run: Any, name: str, args: Any) -> dict[str, Any]:
     result: dict[str, Any] = run.call_tool(name, args)
     return result
+
+
+def test_defaults_follow_noetic_and_voltagent() -> None:
+    noetic = WorkingMemory()
+    assert (noetic.scope, noetic.slot, noetic.budget) == ("thread", 100, Budget(200, 1500))
+    assert noetic.read_only is False and noetic.arrays == "replace"
+    voltagent = WorkingMemory(tools="voltagent")
+    assert voltagent.scope == "thread"  # VoltAgent's "conversation"
+    assert voltagent.arrays == "union"  # VoltAgent's append: a deduplicated concatenation
+    assert WorkingMemory(scope="conversation").scope == "thread"
+    assert WorkingMemory(scope="user").scope == "resource"
 
 
 def test_update_tool_deep_merges_and_persists(store: SQLiteStore) -> None:
@@ -365,6 +376,23 @@ def test_observe_applies_every_legacy_call_in_order(store: SQLiteStore) -> None:
         assert run.layer("working-memory").snapshot == {"a": 2, "b": 3}
         assert run.layer("working-memory").version == 2
     assert len(diagnostics) == 1 and "call 2" in diagnostics[0]
+
+
+def test_a_legacy_call_breaking_the_schema_is_dropped_with_a_diagnostic(
+    store: SQLiteStore,
+) -> None:
+    """noetic: on the legacy store path a schema-violating update is dropped with a
+    diagnostic (on the tool path it is a tool error); either way the prior state is kept."""
+    stack = stack_with(store, schema=PROFILE_SCHEMA)
+    breaking = {"function": {"name": "updateWorkingMemory", "arguments": '{"age": -1}'}}
+    with stack.run(thread_id="t") as run:
+        call(run, "working-memory/update", {"age": 30, "goals": ["ship"]})
+        (diagnostic,) = run.observe({"role": "assistant", "tool_calls": [breaking]})
+        assert "$.age" in diagnostic
+        refused = call(run, "updateWorkingMemory", {"age": -1})
+        assert refused["error"]["code"] == "schema_violation"
+        assert run.layer("working-memory").snapshot == {"age": 30, "goals": ["ship"]}
+        assert run.layer("working-memory").version == 1
 
 
 def test_observe_accepts_anthropic_tool_use_blocks(store: SQLiteStore) -> None:

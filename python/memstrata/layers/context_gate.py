@@ -51,7 +51,9 @@ Decisions where Modulatio is silent:
   non-conversational role, tool block and tool item, and tool-call arguments, become
   ``[redacted: N chars]``; going beyond Modulatio, user, assistant, system and developer text
   and dictionary keys are swept for secret-shaped strings, in linear time.
-  ``redaction_policy`` lists the channels that were redacted.
+  ``redaction_policy`` lists the channels that were redacted; ``redacted`` says whether the
+  checkpoint went through redaction at all, so a swept conversation that held nothing to
+  redact (an empty policy) is told apart from one written with redaction turned off.
 """
 
 from __future__ import annotations
@@ -532,7 +534,7 @@ class ContextGate:
             "estimated_tokens": estimated,
             "max_input_tokens": self.max_input_tokens,
             "redaction_policy": policy,
-            "redacted": bool(policy),
+            "redacted": self.checkpoint_redact_secrets,
             "messages": redacted,
         }
         try:

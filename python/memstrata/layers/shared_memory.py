@@ -54,7 +54,9 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   process.
 * As a stack layer it injects the "Memory Tools (progressive disclosure)" section and, when a
   run declares upstream keys (``run.layer("shared-memory").require([...])``), the
-  "Required upstream memory" hint: keys and titles, never values.
+  "Required upstream memory" hint: keys and titles, never values. NodeTool puts the hint in
+  the step's user message; here it follows the section in the layer's own prompt item, since
+  a layer adds prompt items and never edits the caller's messages.
 """
 
 from __future__ import annotations

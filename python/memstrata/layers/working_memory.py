@@ -9,6 +9,10 @@ Decisions where the two are silent or disagree:
 
 * State is text (no schema), markdown (``template``) or structured (``schema``). Append is the
   default; arrays replace in noetic's flavour and are a deduplicated union in VoltAgent's.
+* The block and its guidelines are shown from the first turn, even while the state is empty,
+  in both flavours: VoltAgent always shows its instructions, while noetic injects no block
+  until the state holds something, which leaves the model nothing in the prompt saying the
+  memory exists or how to fill it. An empty read-only layer (it has no tool) shows nothing.
 * A write is refused when the block would pass the layer's token budget (``budget.max``, or its
   share of the stack's total less the guidelines shown after the block, if smaller), counted
   exactly, or ``max_state_bytes``; the error names the tool call that shortens the memory. The

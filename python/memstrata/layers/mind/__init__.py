@@ -46,9 +46,12 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
   search is exact: at the sizes a mind holds (up to ``max_entries``, 100,000 by default) the
   exact scan answers the dedup check faster than an hnswlib graph does
   (``benches/test_vectors.py``), with no graph to build or store.
-* ``type: 'all'`` lists matching goals first (by words matched), then beliefs and reflections
-  by score, ``limit`` in total. Goals match when a query word (two characters or more) occurs
-  in their description, progress or tags.
+* Goals are matched by meaning rather than by keyword (a keyword match takes a shared stop
+  word for a hit): a goal matches when its description, progress notes and tags are at least
+  ``similarity_floor`` similar to the query. Every hit has a score, goals' included (toolpack
+  Agent Mind gives goals none), and ``type: 'all'`` ranks the three kinds together by it,
+  ``limit`` in total. ``threshold`` filters beliefs and reflections only: toolpack Agent Mind
+  ignores it for goals.
 * Completing a goal folds in this run's pending updates to it; completing a goal created in
   this run writes it (completed) at once. Both survive an error flush, as toolpack Agent Mind's
   exemption of ``mind_complete_goal`` implies.

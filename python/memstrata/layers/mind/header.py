@@ -2,7 +2,8 @@
 
 Goals and standing rules (pinned reflections) are always shown, each line cut short enough for
 the block's frame to fit the stack's budget; high-confidence beliefs (newest first) and recent
-reflections (newest first) share ``token_budget`` in what is left. Stored text is rendered with
+reflections (newest first) share ``token_budget`` in what is left, the two sections counted as
+the block shows them (headings and line breaks included). Stored text is rendered with
 :func:`~memstrata.prompts.one_line`, so it cannot forge a line of the block's own.
 
 Rendered lines and their token counts are kept by the layer, keyed by what they are made of
@@ -150,8 +151,18 @@ def _render(handle: AgentMindHandle, selection: _Selection, budget: int | None) 
         return ""
     fixed = exact_count(handle.counter(), _frame(goal_lines, rule_lines))
     allowance = max(0, min(layer.token_budget, limit - fixed))
-    belief_lines, allowance = _fit(handle, selection.beliefs, _BELIEF_LINE, allowance)
-    reflection_lines, _ = _fit(handle, selection.recent, _REFLECTION_LINE, allowance)
+    belief_lines, rest = _fit(handle, selection.beliefs, _BELIEF_LINE, allowance)
+    reflection_lines, _ = _fit(handle, selection.recent, _REFLECTION_LINE, rest)
+    # Lines are counted one by one, without the line breaks and headings around them; the two
+    # sections are then counted exactly as the block shows them, and lose their last lines
+    # until they fit token_budget.
+    while (belief_lines or reflection_lines) and exact_count(
+        handle.counter(), _sections(belief_lines, reflection_lines)
+    ) > allowance:
+        if reflection_lines:
+            reflection_lines = reflection_lines[:-1]
+        else:
+            belief_lines = belief_lines[:-1]
     while True:
         text = _assemble(goal_lines, rule_lines, belief_lines, reflection_lines)
         # Lines are counted one by one; the block as a whole is counted exactly before it is
@@ -184,6 +195,16 @@ def _assemble(
     if len(lines) == 1:
         return ""
     lines.append(MIND_HEADER_CLOSE)
+    return "\n".join(lines)
+
+
+def _sections(belief_lines: list[str], reflection_lines: list[str]) -> str:
+    """The beliefs and recent reflections sections as the block shows them."""
+    lines: list[str] = []
+    if belief_lines:
+        lines += [MIND_HEADER_BELIEFS, *belief_lines]
+    if reflection_lines:
+        lines += [MIND_HEADER_REFLECTIONS, *reflection_lines]
     return "\n".join(lines)
 
 

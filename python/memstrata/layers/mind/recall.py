@@ -1,10 +1,12 @@
 """Relevance: ``mind_recall``'s ranking of goals, beliefs and reflections for a query.
 
 One composite score ranks every kind: ``similarity·s + recency·r + confidence·c`` (a goal's
-priority stands in for confidence). A hit is at least ``similarity_floor`` similar to the query
-and scores at least the threshold. Beliefs and reflections are ranked exactly in one pass over
-the vectors (:class:`~memstrata.layers.mind.ranking.CompositeRanker`); a ranker built by one run
-serves the runs after it over the same committed version for ``RANKING_REUSE_MS``.
+priority stands in for confidence). A hit is at least ``similarity_floor`` similar to the query;
+a belief or reflection also scores at least the threshold, which, as in toolpack Agent Mind,
+does not apply to goals: a goal is matched to the query, not measured against it. Beliefs
+and reflections are ranked exactly in one pass over the vectors
+(:class:`~memstrata.layers.mind.ranking.CompositeRanker`); a ranker built by one run serves the
+runs after it over the same committed version for ``RANKING_REUSE_MS``.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def recall(
     vector = handle.embed_one(query)
     scored: list[MindRecallResult] = []
     if type in ("goal", "all") and not pinned:
-        scored += _recall_goals(handle, vector, status, wanted, threshold, limit)
+        scored += _recall_goals(handle, vector, status, wanted, limit)
     if type != "goal":
         scored += search(
             handle,
@@ -126,11 +128,12 @@ def _recall_goals(
     vector: npt.NDArray[np.float32],
     status: str,
     tags: set[str],
-    threshold: float,
     limit: int,
 ) -> list[MindRecallResult]:
-    """Goals scored like beliefs: similarity of their text to the query (embedded by the
-    layer's embedder), recency, and priority in place of confidence."""
+    """The goals at least ``similarity_floor`` similar to the query, scored like beliefs
+    (similarity of their text to the query, recency, and priority in place of confidence) for
+    the ranking only: the threshold is not applied to goals, whose age or low priority must
+    not hide one the query names."""
     goals = [g for g in handle._goals.values() if g.status == status and tags.issubset(g.tags)]
     if not goals:
         return []
@@ -147,7 +150,7 @@ def _recall_goals(
             + w.recency * _recency(goal.updated_at, now)
             + w.confidence * PRIORITY_SCORES[goal.priority]
         )
-        if similarity >= floor and score >= threshold:
+        if similarity >= floor:
             scored.append((score, goal))
     scored.sort(key=lambda t: -t[0])
     return [
