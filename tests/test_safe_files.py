@@ -9,6 +9,7 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -213,3 +214,36 @@ def test_a_directory_under_a_file_is_refused_naming_the_file_above(tmp_path: Pat
         safe_files.make_directory(tmp_path / "a-file")
     with pytest.raises(InvalidInputError, match="sub: a directory above it is a file"):
         safe_files.make_directory(tmp_path / "a-file" / "sub")
+
+
+def test_path_mode_write_waits_out_a_reader_holding_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Windows (the path-only mode) a rename over a file another process holds open fails
+    with PermissionError until it closes it: readers of a team state read without the lock,
+    for microseconds. The write tries again for a while instead of failing the record."""
+    (tmp_path / "d").mkdir()
+    directory = Dir(tmp_path / "d", None)
+    write_atomic(directory, "state.json", b"old")
+    real_replace = os.replace
+    refusals = iter([True, True, True])
+
+    def replace_while_held(src: Any, dst: Any, **kw: Any) -> None:
+        if next(refusals, False):
+            raise PermissionError(13, "The process cannot access the file")
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(safe_files.os, "replace", replace_while_held)
+    write_atomic(directory, "state.json", b"new")
+    assert (tmp_path / "d" / "state.json").read_bytes() == b"new"
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["state.json"]  # no temp file left
+
+    def always_held(src: Any, dst: Any, **kw: Any) -> None:
+        raise PermissionError(13, "The process cannot access the file")
+
+    monkeypatch.setattr(safe_files.os, "replace", always_held)
+    monkeypatch.setattr(safe_files, "RENAME_PATIENCE_S", 0.05)
+    with pytest.raises(InvalidInputError, match=r"cannot write .*state\.json"):
+        write_atomic(directory, "state.json", b"newer")
+    assert (tmp_path / "d" / "state.json").read_bytes() == b"new"
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["state.json"]

@@ -37,6 +37,7 @@ import errno
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -55,6 +56,8 @@ _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
+# How long a rename over a file another process holds open is tried again (Windows).
+RENAME_PATIENCE_S = 2.0
 # Whether files can be opened relative to a directory descriptor here (not on Windows).
 DIR_FDS = (
     _DIRECTORY != 0
@@ -184,11 +187,25 @@ class Dir:
 
     def rename(self, name: str, new_name: str) -> None:
         """Renames the entry ``name`` to ``new_name`` in this directory, replacing the entry
-        there (never writing through it)."""
+        there (never writing through it).
+
+        Windows refuses to replace a file another process holds open (PermissionError): a
+        reader reading without the lock holds one for microseconds, so the rename is tried
+        again for up to ``RENAME_PATIENCE_S``."""
         if self.fd is not None:
             os.replace(name, new_name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        else:
-            os.replace(self.path / name, self.path / new_name)
+            return
+        deadline = time.monotonic() + RENAME_PATIENCE_S
+        pause = 0.001
+        while True:
+            try:
+                os.replace(self.path / name, self.path / new_name)
+                return
+            except PermissionError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def link(self, name: str, target: Dir, new_name: str) -> None:
         """Hard-links the entry ``name`` (never a symlink's target) as ``new_name`` in
