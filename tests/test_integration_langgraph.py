@@ -410,18 +410,20 @@ def test_abatch_stores_the_value_its_vectors_were_made_from(tmp_path: pathlib.Pa
     other task changes meanwhile must not be stored beside vectors of its earlier text (the
     item would be found by words it no longer holds)."""
     value = {"text": "red apples"}
-    embedded = asyncio.Event()
+    embedded: dict[str, asyncio.Event] = {}  # made in the loop: Python 3.9 binds it to one
 
     async def aembed(texts: Sequence[str]) -> list[list[float]]:
-        embedded.set()
+        embedded["event"].set()
         await asyncio.sleep(0.01)  # an embedding service's round trip
         return hash_embed(list(texts), DIMS).tolist()  # type: ignore[no-any-return]
 
     store = MemstrataStore(SQLiteStore(tmp_path / "a.db"), index={"dims": DIMS, "embed": aembed})
 
     async def scenario() -> None:
+        embedded["event"] = asyncio.Event()
+
         async def meddle() -> None:
-            await embedded.wait()
+            await embedded["event"].wait()
             value["text"] = "blue whales"
 
         await asyncio.gather(store.abatch([PutOp(("e",), "k", value)]), meddle())
