@@ -501,23 +501,44 @@ def entries_from_texts(texts: list[Any]) -> list[MindEntry | None]:
     the shape memstrata writes is read straight into its entry; None in place of any other
     (malformed JSON, a float time, a value that is no entry), for the caller to parse whole and
     give to :func:`entries_from_payloads`, which reads what it can and names what is wrong."""
-    # (ValidationError is a DecodeError; a str with a lone surrogate has no UTF-8 to read; a
-    # value nested deeper than Python's recursion limit is left to the parser of the whole,
-    # which reads it to its own depth of 1,024.)
+    # (ValidationError is a DecodeError; a str with a lone surrogate has no UTF-8 to read.)
     decode, failed = _entry_decoder.decode, (msgspec.DecodeError, UnicodeError, RecursionError)
     try:  # the usual batch: every text in the written shape
-        entries: list[MindEntry | None] = [decode(text) for text in texts]
+        entries: list[MindEntry | None] = [
+            decode(text) if len(text) <= _SURELY_SHALLOW or _shallow(text) else None
+            for text in texts
+        ]
     except failed:
         entries = []
         for text in texts:
             try:
-                entries.append(decode(text))
+                entries.append(
+                    decode(text) if len(text) <= _SURELY_SHALLOW or _shallow(text) else None
+                )
             except failed:
                 entries.append(None)
     for n, entry in enumerate(entries):
         if type(entry) is MindBelief and entry.previous:
             entries[n] = _as_written(entry)
     return entries
+
+
+# The depth to which the parser of the whole value (orjson) reads nesting. msgspec reads as
+# deep as Python's recursion limit allows (1,000 frames) before 3.12 and as the C stack allows
+# since; a text it could read deeper than this is left to the whole parse, which refuses it,
+# so that an entry loads alike on every Python.
+_WHOLE_PARSE_DEPTH = 1024
+# Nesting that deep takes an opening and a closing character per level: a shorter text (a
+# stored entry with its vector cut out is a few hundred) is never that deep.
+_SURELY_SHALLOW = 2 * _WHOLE_PARSE_DEPTH
+
+
+def _shallow(text: bytes | str) -> bool:
+    """Whether ``text`` cannot nest deeper than the whole parse reads: it opens no more arrays
+    and objects than that."""
+    if isinstance(text, bytes):
+        return text.count(b"[") + text.count(b"{") <= _WHOLE_PARSE_DEPTH
+    return text.count("[") + text.count("{") <= _WHOLE_PARSE_DEPTH
 
 
 def _as_written(entry: MindEntry) -> MindEntry | None:
