@@ -652,6 +652,52 @@ def test_a_tool_s_arguments_cannot_name_another_tool(sync: bool) -> None:
     assert store.list(("workflow",)) == []
 
 
+# Names LangChain's tool machinery gives a meaning of its own: as keyword arguments they were
+# swallowed (config, run_manager) or collided with the method (self).
+TOOLING_NAMES = ("config", "run_manager", "callbacks", "self", "args", "kwargs", "tool_call_id")
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+def test_arguments_named_like_langchain_s_own_parameters_reach_the_memory(sync: bool) -> None:
+    from langgraph.prebuilt import create_react_agent
+
+    schema = {"type": "object", "properties": {name: {} for name in TOOLING_NAMES}}
+    stack = MemoryStack([WorkingMemory(schema=schema)], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        [update] = [t for t in memstrata_tools(run) if t.name == "working-memory_update"]
+        for number, name in enumerate(TOOLING_NAMES):
+            call = {"type": "tool_call", "id": f"c{number}", "name": update.name}
+            call["args"] = {name: {"set": name}}
+            answer = update.invoke(call) if sync else asyncio.run(update.ainvoke(call))
+            assert orjson.loads(answer.content) == {"ok": True, "version": number + 1}, name
+        assert run.layer("working-memory").snapshot == {n: {"set": n} for n in TOOLING_NAMES}
+        # Through an agent's graph, as LangGraph runs it.
+        call = {"id": "n1", "name": update.name, "args": {"config": {"set": "graph"}}}
+        model = ToolCallingFake(responses=[AIMessage("", tool_calls=[call]), AIMessage("ok")])
+        agent = create_react_agent(model, [update])
+        state = {"messages": [("user", "hi")]}
+        out = agent.invoke(state) if sync else asyncio.run(agent.ainvoke(state))
+        assert orjson.loads(out["messages"][2].content)["ok"] is True
+        assert run.layer("working-memory").snapshot["config"] == {"set": "graph"}
+
+
+def test_a_tool_takes_the_json_text_a_model_sent() -> None:
+    stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        [update] = [t for t in memstrata_tools(run) if t.name == "working-memory_update"]
+        assert orjson.loads(update.invoke('{"name": "Priya"}')) == {"ok": True, "version": 1}
+        refused = orjson.loads(update.invoke('{"name": '))
+        assert refused["ok"] is False and refused["error"]["code"] == "invalid_arguments"
+        assert run.layer("working-memory").snapshot == {"name": "Priya"}
+
+
+def test_a_tool_over_an_open_schema_lists_its_arguments() -> None:
+    stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        for tool in memstrata_tools(run):
+            assert tool.args == {}, tool.name
+
+
 def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:
     import runpy
 

@@ -924,23 +924,43 @@ class MemstrataStore(BaseStore):
 # The layers as LangChain tools ---------------------------------------------------------------
 
 
+class _MemoryTool(StructuredTool):
+    """A LangChain tool that hands its function the model's arguments whole, as one value.
+
+    ``StructuredTool`` passes them as keyword arguments next to its own parameters, so an
+    argument named ``config`` or ``run_manager`` (a working-memory field, say) was replaced by
+    LangChain's value and never stored, and one named ``self`` raised. JSON text (what a model
+    sends) is passed on too, for ``run.call_tool`` to parse and check.
+    """
+
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (tool_input,), {}
+
+
 def memstrata_tools(run: Run) -> list[BaseTool]:
-    """The run's memory tools as LangChain ``StructuredTool``s, for ``create_react_agent``.
+    """The run's memory tools as LangChain tools, for ``create_react_agent``.
 
     Each tool keeps the wire-safe name and JSON Schema of ``run.tool_specs("openai")`` and
     answers with ``run.call_tool``'s JSON result (an error payload the model can read, never an
-    exception). The run must be open while the agent runs.
+    exception), whatever its arguments are named and whether they come as a dict or as the
+    JSON text the model sent. The run must be open while the agent runs.
     """
     tools: list[BaseTool] = []
     for spec in run.tool_specs("openai"):
         fn = spec["function"]
         name = str(fn["name"])
         call, acall = _callers(run, name)
+        parameters = cast(dict[str, Any], fn.get("parameters") or {"type": "object"})
+        # LangChain reads a JSON-schema tool's ``args`` from its "properties", which an open
+        # schema ({"type": "object"}) need not have; an empty one means the same.
+        parameters.setdefault("properties", {})
         tools.append(
-            StructuredTool(
+            _MemoryTool(
                 name=name,
                 description=str(fn.get("description") or name),
-                args_schema=cast(dict[str, Any], fn.get("parameters") or {"type": "object"}),
+                args_schema=parameters,
                 func=call,
                 coroutine=acall,
             )
@@ -950,14 +970,14 @@ def memstrata_tools(run: Run) -> list[BaseTool]:
 
 def _callers(
     run: Run, name: str
-) -> tuple[Callable[..., str], Callable[..., Coroutine[Any, Any, str]]]:
+) -> tuple[Callable[[Any], str], Callable[[Any], Coroutine[Any, Any, str]]]:
     """The sync and async functions of one tool. The name is closed over, never a parameter:
-    every keyword the model sends is an argument of this tool, none can name another."""
+    no argument the model sends can name another tool."""
 
-    def call(**arguments: Any) -> str:
+    def call(arguments: Any) -> str:
         return orjson.dumps(run.call_tool(name, arguments)).decode()
 
-    async def acall(**arguments: Any) -> str:
+    async def acall(arguments: Any) -> str:
         return orjson.dumps(await run.acall_tool(name, arguments)).decode()
 
     return call, acall
