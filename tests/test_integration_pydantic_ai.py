@@ -25,7 +25,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memstrata import Budget, MemoryStack, RunContext, SQLiteStore, WorkingMemory
+from memstrata import AgentMind, Budget, MemoryStack, RunContext, SQLiteStore, WorkingMemory
+from memstrata.exceptions import InvalidInputError
 from memstrata.integrations.pydantic_ai import MemoryCapability, MemstrataToolset
 
 PROFILE = {
@@ -221,6 +222,16 @@ def test_the_scope_given_wins_over_the_agent_name() -> None:
         MemoryCapability(stack, thread_id="t", agent="planner"), Script([say("ok")])
     ).run_sync("hi")
     assert recorder.events == [("open", "planner"), ("close", None)]
+
+
+def test_an_agent_without_a_name_names_the_option_a_mind_needs() -> None:
+    stack = MemoryStack([WorkingMemory(), AgentMind()], store="memory://")
+    memory = MemoryCapability(stack, thread_id="t")
+    agent = Agent(Script([say("ok")]).model, capabilities=[memory])
+    with pytest.raises(InvalidInputError, match=r"MemoryCapability\(agent=\.\.\.\)"):
+        asyncio.run(agent.run("hi"))  # awaited here: no frame to take a variable's name from
+    named = Agent(Script([say("ok")]).model, name="helper", capabilities=[memory])
+    assert named.run_sync("hi").output == "ok"
 
 
 @pytest.mark.parametrize(

@@ -146,9 +146,19 @@ class MemoryCapability(AbstractCapability[Any]):
     @asynccontextmanager
     async def _open(self, agent: str | None) -> AsyncIterator[Run]:
         scope = self.agent if self.agent is not None else agent
-        async with self.stack.arun(
+        opening = self.stack.arun(
             thread_id=self.thread_id, resource_id=self.resource_id, agent=scope
-        ) as run:
+        )
+        try:
+            await opening.aopen()
+        except InvalidInputError as exc:
+            if scope is not None:
+                raise
+            raise InvalidInputError(
+                f"the Pydantic AI agent has no name to give the scope a layer needs ({exc}): "
+                "give it as MemoryCapability(agent=...) or Agent(name=...)"
+            ) from None
+        async with opening as run:
             if self.strict:
                 run.tool_specs("responses", strict=True)  # null padding is stripped from now
             yield run
