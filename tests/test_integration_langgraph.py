@@ -691,6 +691,26 @@ def test_a_tool_takes_the_json_text_a_model_sent() -> None:
         assert run.layer("working-memory").snapshot == {"name": "Priya"}
 
 
+def test_lone_surrogates_a_model_sends_come_back_as_an_answer_the_host_can_send() -> None:
+    # LangChain parses a model's tool arguments with json.loads, which lets a "\\ud800" escape
+    # through as a lone surrogate; an answer echoing one could not be encoded as JSON.
+    from memstrata import AgentMind, SharedMemory, ToolResults
+
+    lone = "note\ud800"
+    store = InMemoryStore()
+    shared = SharedMemory(store=store, namespace=("workflow", "w1"))
+    layers = [WorkingMemory(tools="voltagent"), AgentMind(), shared, ToolResults()]
+    stack = MemoryStack(layers, store=store)
+    with stack.run(thread_id="t", agent="a") as run:
+        for tool in memstrata_tools(run):
+            properties = tool.args_schema["properties"]  # type: ignore[index]
+            for name, schema in properties.items():
+                sent = [lone] if schema.get("type") == "array" else lone
+                answer = orjson.loads(tool.invoke({name: sent}))
+                assert "ok" not in answer or answer["ok"] is False, (tool.name, name, answer)
+    assert store.list(("workflow",)) == []
+
+
 def test_a_tool_over_an_open_schema_lists_its_arguments() -> None:
     stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=InMemoryStore())
     with stack.run(thread_id="t") as run:
