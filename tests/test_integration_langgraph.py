@@ -36,6 +36,7 @@ from langgraph.store.memory import InMemoryStore as LangGraphInMemoryStore
 from store_checks import ThreadNotingSQLiteStore
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory, hash_embed
+from memstrata.exceptions import InvalidInputError
 from memstrata.integrations.langgraph import (
     MemstrataStore,
     memory_prompt,
@@ -113,6 +114,20 @@ def test_put_get_delete_with_datetime_timestamps(store: BaseStore) -> None:
     store.delete(("users", "1"), "prefs")
     assert store.get(("users", "1"), "prefs") is None
     store.delete(("users", "1"), "never-there")  # deleting nothing is fine
+
+
+def test_a_key_no_store_can_hold_is_refused_and_leaves_the_namespace_searchable(
+    store: BaseStore,
+) -> None:
+    if is_reference(store):
+        pytest.skip("LangGraph's InMemoryStore keeps a lone surrogate in a key")
+    store.put(("memories", "u1"), "m1", {"text": "kept"})
+    with pytest.raises(InvalidInputError, match="not valid Unicode"):
+        store.put(("memories", "u1"), "m\ud800", {"text": "lone surrogate"})
+    with pytest.raises(InvalidInputError, match="not valid Unicode"):
+        store.put(("memories", "u\ud800"), "m1", {"text": "lone surrogate"})
+    assert [i.key for i in store.search(("memories",), query="kept")] == ["m1"]
+    assert store.list_namespaces() == [("memories", "u1")]
 
 
 def test_overwrite_moves_updated_at(store: BaseStore) -> None:

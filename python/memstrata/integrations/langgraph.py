@@ -490,6 +490,9 @@ class MemstrataStore(BaseStore):
                     )
                 if op.value is not None and not isinstance(op.value, Mapping):
                     raise ValueError(f"a PutOp value must be a mapping, got {type(op.value)}")
+                # The store's own checks, before the namespace's registry entry is written.
+                store_base.validate_namespace(op.namespace)
+                store_base.validate_key(op.key)
         return out
 
     def _texts(self, ops: list[Op]) -> list[tuple[str, tuple[int, str]]]:
