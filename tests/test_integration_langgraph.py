@@ -356,6 +356,29 @@ def test_batch_answers_in_order(store: BaseStore) -> None:
         assert results[4].value == {"text": "written in the batch"}  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    "unstorable",
+    [{"n": 1 << 70}, {"n": float("nan")}, {"blob": b"bytes"}, {"text": "x" * (17 << 20)}],
+    ids=["integer past 64 bits", "NaN", "bytes", "past the value limit"],
+)
+def test_a_batch_with_a_value_no_store_can_hold_writes_none_of_its_puts(
+    store: BaseStore, unstorable: dict[str, Any]
+) -> None:
+    if is_reference(store):
+        pytest.skip("LangGraph's InMemoryStore keeps any Python value")
+    ops = [
+        PutOp(("b",), "first", {"text": "fine"}),
+        PutOp(("b",), "bad", unstorable),
+        PutOp(("b",), "third", {"text": "fine"}),
+    ]
+    with pytest.raises((InvalidInputError, TypeError), match="'bad'"):
+        store.batch(ops)
+    with pytest.raises((InvalidInputError, TypeError), match="'bad'"):
+        asyncio.run(store.abatch(ops))
+    assert store.search(("b",)) == []
+    assert store.list_namespaces() == []
+
+
 def test_abatch_and_async_methods(store: BaseStore) -> None:
     async def scenario() -> None:
         await store.aput(("as",), "k", {"text": "async python"})

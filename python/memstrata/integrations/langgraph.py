@@ -80,7 +80,7 @@ from langgraph.store.base import (
 from memstrata._bridge import TaskLock, run_sync, run_whole
 from memstrata._core import VectorSet
 from memstrata.embedders import Embedder, HashingEmbedder
-from memstrata.exceptions import LimitExceededError
+from memstrata.exceptions import LimitExceededError, MemstrataError
 from memstrata.stack import Run
 from memstrata.stores import Store, codec, open_store
 from memstrata.stores import base as store_base
@@ -213,6 +213,20 @@ def _check_vectors_fit(key: str, shadow: dict[str, Any]) -> None:
             size=exc.size,
             limit=exc.limit,
         ) from None
+
+
+def _check_storable(op: PutOp) -> None:
+    """Refuses, before any op of its batch runs, a put whose value or TTL the store would
+    refuse: the ops before it would be written and those after it not. The error is the
+    store's, naming the item."""
+    try:
+        if op.ttl is not None:
+            store_base.validate_ttl(op.ttl)
+        codec.dumps(op.value)
+    except (MemstrataError, TypeError, ValueError) as exc:
+        named = copy.copy(exc)
+        named.args = (f"the put of {op.key!r} in {op.namespace!r}: {exc}; no op of the batch ran",)
+        raise named from None
 
 
 def _texts_at(value: Any, paths: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
@@ -493,6 +507,8 @@ class MemstrataStore(BaseStore):
                 # The store's own checks, before the namespace's registry entry is written.
                 store_base.validate_namespace(op.namespace)
                 store_base.validate_key(op.key)
+                if op.value is not None:
+                    _check_storable(op)
         return out
 
     def _texts(self, ops: list[Op]) -> list[tuple[str, tuple[int, str]]]:
