@@ -142,16 +142,20 @@ def test_a_client_that_hangs_up_mid_call_ends_the_server_quietly(tmp_path: pathl
 
     client = {"name": "test", "version": "1"}
     params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
-    send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
-    assert b'"id":0' in server.stdout.readline()
-    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    for i in range(20):
-        arguments = {"content": f"Belief number {i} is whole."}
-        call = {"name": "mind_believe", "arguments": arguments}
-        send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call})
-    server.stdin.close()
-    server.stdout.close()
-    assert server.wait(timeout=30) == 0
+    try:
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+        assert b'"id":0' in server.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for i in range(20):
+            arguments = {"content": f"Belief number {i} is whole."}
+            call = {"name": "mind_believe", "arguments": arguments}
+            send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call})
+        server.stdin.close()
+        server.stdout.close()
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
     assert server.stderr is not None
     assert b"Traceback" not in server.stderr.read()
 
