@@ -36,6 +36,7 @@ from langgraph.store.memory import InMemoryStore as LangGraphInMemoryStore
 from store_checks import ThreadNotingSQLiteStore
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory, hash_embed
+from memstrata.exceptions import InvalidInputError
 from memstrata.integrations.langgraph import (
     MemstrataStore,
     memory_prompt,
@@ -113,6 +114,20 @@ def test_put_get_delete_with_datetime_timestamps(store: BaseStore) -> None:
     store.delete(("users", "1"), "prefs")
     assert store.get(("users", "1"), "prefs") is None
     store.delete(("users", "1"), "never-there")  # deleting nothing is fine
+
+
+def test_a_key_no_store_can_hold_is_refused_and_leaves_the_namespace_searchable(
+    store: BaseStore,
+) -> None:
+    if is_reference(store):
+        pytest.skip("LangGraph's InMemoryStore keeps a lone surrogate in a key")
+    store.put(("memories", "u1"), "m1", {"text": "kept"})
+    with pytest.raises(InvalidInputError, match="not valid Unicode"):
+        store.put(("memories", "u1"), "m\ud800", {"text": "lone surrogate"})
+    with pytest.raises(InvalidInputError, match="not valid Unicode"):
+        store.put(("memories", "u\ud800"), "m1", {"text": "lone surrogate"})
+    assert [i.key for i in store.search(("memories",), query="kept")] == ["m1"]
+    assert store.list_namespaces() == [("memories", "u1")]
 
 
 def test_overwrite_moves_updated_at(store: BaseStore) -> None:
@@ -339,6 +354,29 @@ def test_batch_answers_in_order(store: BaseStore) -> None:
         # LangGraph's PostgresStore does for puts placed before reads).
         assert keys(results[2]) == ["new", "old"]  # type: ignore[arg-type]
         assert results[4].value == {"text": "written in the batch"}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "unstorable",
+    [{"n": 1 << 70}, {"n": float("nan")}, {"blob": b"bytes"}, {"text": "x" * (17 << 20)}],
+    ids=["integer past 64 bits", "NaN", "bytes", "past the value limit"],
+)
+def test_a_batch_with_a_value_no_store_can_hold_writes_none_of_its_puts(
+    store: BaseStore, unstorable: dict[str, Any]
+) -> None:
+    if is_reference(store):
+        pytest.skip("LangGraph's InMemoryStore keeps any Python value")
+    ops = [
+        PutOp(("b",), "first", {"text": "fine"}),
+        PutOp(("b",), "bad", unstorable),
+        PutOp(("b",), "third", {"text": "fine"}),
+    ]
+    with pytest.raises((InvalidInputError, TypeError), match="'bad'"):
+        store.batch(ops)
+    with pytest.raises((InvalidInputError, TypeError), match="'bad'"):
+        asyncio.run(store.abatch(ops))
+    assert store.search(("b",)) == []
+    assert store.list_namespaces() == []
 
 
 def test_abatch_and_async_methods(store: BaseStore) -> None:
@@ -650,6 +688,72 @@ def test_a_tool_s_arguments_cannot_name_another_tool(sync: bool) -> None:
             payload = orjson.loads(answer)
             assert payload["ok"] is False and payload["tool"] == "memory_read", payload
     assert store.list(("workflow",)) == []
+
+
+# Names LangChain's tool machinery gives a meaning of its own: as keyword arguments they were
+# swallowed (config, run_manager) or collided with the method (self).
+TOOLING_NAMES = ("config", "run_manager", "callbacks", "self", "args", "kwargs", "tool_call_id")
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+def test_arguments_named_like_langchain_s_own_parameters_reach_the_memory(sync: bool) -> None:
+    from langgraph.prebuilt import create_react_agent
+
+    schema = {"type": "object", "properties": {name: {} for name in TOOLING_NAMES}}
+    stack = MemoryStack([WorkingMemory(schema=schema)], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        [update] = [t for t in memstrata_tools(run) if t.name == "working-memory_update"]
+        for number, name in enumerate(TOOLING_NAMES):
+            call = {"type": "tool_call", "id": f"c{number}", "name": update.name}
+            call["args"] = {name: {"set": name}}
+            answer = update.invoke(call) if sync else asyncio.run(update.ainvoke(call))
+            assert orjson.loads(answer.content) == {"ok": True, "version": number + 1}, name
+        assert run.layer("working-memory").snapshot == {n: {"set": n} for n in TOOLING_NAMES}
+        # Through an agent's graph, as LangGraph runs it.
+        call = {"id": "n1", "name": update.name, "args": {"config": {"set": "graph"}}}
+        model = ToolCallingFake(responses=[AIMessage("", tool_calls=[call]), AIMessage("ok")])
+        agent = create_react_agent(model, [update])
+        state = {"messages": [("user", "hi")]}
+        out = agent.invoke(state) if sync else asyncio.run(agent.ainvoke(state))
+        assert orjson.loads(out["messages"][2].content)["ok"] is True
+        assert run.layer("working-memory").snapshot["config"] == {"set": "graph"}
+
+
+def test_a_tool_takes_the_json_text_a_model_sent() -> None:
+    stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        [update] = [t for t in memstrata_tools(run) if t.name == "working-memory_update"]
+        assert orjson.loads(update.invoke('{"name": "Priya"}')) == {"ok": True, "version": 1}
+        refused = orjson.loads(update.invoke('{"name": '))
+        assert refused["ok"] is False and refused["error"]["code"] == "invalid_arguments"
+        assert run.layer("working-memory").snapshot == {"name": "Priya"}
+
+
+def test_lone_surrogates_a_model_sends_come_back_as_an_answer_the_host_can_send() -> None:
+    # LangChain parses a model's tool arguments with json.loads, which lets a "\\ud800" escape
+    # through as a lone surrogate; an answer echoing one could not be encoded as JSON.
+    from memstrata import AgentMind, SharedMemory, ToolResults
+
+    lone = "note\ud800"
+    store = InMemoryStore()
+    shared = SharedMemory(store=store, namespace=("workflow", "w1"))
+    layers = [WorkingMemory(tools="voltagent"), AgentMind(), shared, ToolResults()]
+    stack = MemoryStack(layers, store=store)
+    with stack.run(thread_id="t", agent="a") as run:
+        for tool in memstrata_tools(run):
+            properties = tool.args_schema["properties"]  # type: ignore[index]
+            for name, schema in properties.items():
+                sent = [lone] if schema.get("type") == "array" else lone
+                answer = orjson.loads(tool.invoke({name: sent}))
+                assert "ok" not in answer or answer["ok"] is False, (tool.name, name, answer)
+    assert store.list(("workflow",)) == []
+
+
+def test_a_tool_over_an_open_schema_lists_its_arguments() -> None:
+    stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        for tool in memstrata_tools(run):
+            assert tool.args == {}, tool.name
 
 
 def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:

@@ -33,6 +33,7 @@ from openai.types.responses import (
 from store_checks import ThreadNotingSQLiteStore
 
 from memstrata import (
+    AgentMind,
     Budget,
     ContextGate,
     MemoryStack,
@@ -208,6 +209,16 @@ def test_tools_are_function_tools_strict_where_the_schema_allows(tmp_path: Path)
             assert update.params_json_schema["required"] == ["name", "ship"]
         else:
             assert update.params_json_schema == {"type": "object"}
+
+
+def test_tools_listed_before_the_agent_exists_name_the_option_a_mind_needs() -> None:
+    # The tools are listed for Agent(tools=...), before any agent's name is known: an AgentMind
+    # stores under the agent scope, which then has to come from AgentsMemory(agent=...).
+    stack = MemoryStack([WorkingMemory(), AgentMind()], store="memory://")
+    with pytest.raises(InvalidInputError, match=r"AgentsMemory\(agent=\.\.\.\)"):
+        AgentsMemory(stack, thread_id="t").tools()
+    names = {t.name for t in AgentsMemory(stack, thread_id="t", agent="helper").tools()}
+    assert "mind_believe" in names
 
 
 class Recorder:

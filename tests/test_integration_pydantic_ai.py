@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("pydantic_ai")
@@ -25,7 +26,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memstrata import Budget, MemoryStack, RunContext, SQLiteStore, WorkingMemory
+from memstrata import AgentMind, Budget, MemoryStack, RunContext, SQLiteStore, WorkingMemory
+from memstrata.exceptions import InvalidInputError
 from memstrata.integrations.pydantic_ai import MemoryCapability, MemstrataToolset
 
 PROFILE = {
@@ -153,8 +155,8 @@ def test_strict_schemas_where_the_schema_allows_and_padding_is_stripped() -> Non
         if strict:
             assert update.parameters_json_schema["additionalProperties"] is False
             assert update.parameters_json_schema["required"] == ["name", "ship"]
-        else:
-            assert update.parameters_json_schema == {"type": "object"}
+        else:  # said open, as it is: Pydantic AI's OpenAI profile would close it
+            assert update.parameters_json_schema == {"type": "object", "additionalProperties": True}
 
     # A strict model pads "ship" with null: it is stripped, never stored as null.
     stack = MemoryStack([WorkingMemory(schema=closed)], store="memory://")
@@ -164,6 +166,43 @@ def test_strict_schemas_where_the_schema_allows_and_padding_is_stripped() -> Non
     assert returned(script.calls[1]["messages"])[0]["ok"] is True
     assert '"name": "Priya"' in script.calls[1]["instructions"]
     assert '"ship"' not in script.calls[1]["instructions"]
+
+
+def test_an_open_object_stays_open_in_the_tool_an_openai_model_is_sent() -> None:
+    # Pydantic AI's OpenAI profile closes every object schema that does not say it is open
+    # (strict=None), so {"type": "object"} reached the model as "no fields allowed".
+    httpx = pytest.importorskip("httpx")
+    openai = pytest.importorskip("openai")
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    sent: list[dict[str, Any]] = []
+
+    def answer(request: Any) -> Any:
+        sent.append(orjson.loads(request.content))
+        reply = {"role": "assistant", "content": "ok"}
+        choice = {"index": 0, "finish_reason": "stop", "message": reply}
+        return httpx.Response(
+            200,
+            json={"id": "r", "object": "chat.completion", "created": 0, "model": "gpt-4o"}
+            | {"choices": [choice]},
+        )
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    client = openai.AsyncOpenAI(api_key="recorded", http_client=http)
+    model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(openai_client=client))
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "notes": {"type": "object"}},
+    }
+    for layer in (WorkingMemory(schema={"type": "object"}), WorkingMemory(schema=schema)):
+        stack = MemoryStack([layer], store="memory://")
+        agent = Agent(model, name="bot", capabilities=[MemoryCapability(stack, thread_id="t")])
+        assert agent.run_sync("hi").output == "ok"
+        tools = {tool["function"]["name"]: tool["function"] for tool in sent[-1]["tools"]}
+        parameters = tools["working-memory_update"]["parameters"]
+        open_object = parameters["properties"].get("notes", parameters)
+        assert open_object.get("additionalProperties", True) is not False, parameters
 
 
 class Recorder:
@@ -221,6 +260,16 @@ def test_the_scope_given_wins_over_the_agent_name() -> None:
         MemoryCapability(stack, thread_id="t", agent="planner"), Script([say("ok")])
     ).run_sync("hi")
     assert recorder.events == [("open", "planner"), ("close", None)]
+
+
+def test_an_agent_without_a_name_names_the_option_a_mind_needs() -> None:
+    stack = MemoryStack([WorkingMemory(), AgentMind()], store="memory://")
+    memory = MemoryCapability(stack, thread_id="t")
+    agent = Agent(Script([say("ok")]).model, capabilities=[memory])
+    with pytest.raises(InvalidInputError, match=r"MemoryCapability\(agent=\.\.\.\)"):
+        asyncio.run(agent.run("hi"))  # awaited here: no frame to take a variable's name from
+    named = Agent(Script([say("ok")]).model, name="helper", capabilities=[memory])
+    assert named.run_sync("hi").output == "ok"
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,52 @@ def test_an_unknown_resource_is_an_mcp_error(tmp_path: pathlib.Path) -> None:
     assert "unknown resource" in message and "memstrata://layer/working-memory" in message
 
 
+def test_a_client_that_hangs_up_mid_call_ends_the_server_quietly(tmp_path: pathlib.Path) -> None:
+    """The host closes both pipes while calls are in flight: the server cannot write their
+    answers and ends as for a plain hang-up (exit 0, no traceback); each call's writes are in
+    the store whole or not at all, and the next server on the file works."""
+    import subprocess
+
+    assert MEMSTRATA is not None
+    db = tmp_path / "hangup.db"
+    command = [MEMSTRATA, "mcp", "--store", f"sqlite:///{db}", "--agent", "tester"]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write(json.dumps(message).encode() + b"\n")
+        server.stdin.flush()
+
+    client = {"name": "test", "version": "1"}
+    params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+    try:
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+        assert b'"id":0' in server.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for i in range(20):
+            arguments = {"content": f"Belief number {i} is whole."}
+            call = {"name": "mind_believe", "arguments": arguments}
+            send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call})
+        server.stdin.close()
+        server.stdout.close()
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.stderr is not None
+    assert b"Traceback" not in server.stderr.read()
+
+    async def recall(session: ClientSession) -> Any:
+        found = await session.call_tool("mind_recall", {"query": "belief number", "limit": 50})
+        return found.structured_content
+
+    hits = session_run(db, recall)["result"]
+    assert all(hit["content"].endswith(" is whole.") for hit in hits)
+
+
 def test_tool_calls_run_on_the_event_loop_and_answer_as_the_sync_calls(
     tmp_path: pathlib.Path,
 ) -> None:

@@ -360,6 +360,37 @@ def test_async_twins_serve_one_event_loop_after_another(url: str) -> None:
     assert _backends_settle_to(url, baseline) <= baseline
 
 
+def test_a_store_closed_with_async_calls_in_flight_leaves_no_connection_open(url: str) -> None:
+    # A server shutting down closes its store while requests are still being answered: the
+    # connections those calls hold must be closed when they are given back, not kept idle
+    # for a store no one will close again, and a later call fails as a sync one does.
+    baseline = _backends(url)
+    store = PostgresStore(url, max_size=4)
+    written = 0
+
+    async def scenario() -> list[Any]:
+        async def writes(i: int) -> None:
+            nonlocal written
+            for j in range(50):
+                await store.aput(NS, f"k{i}-{j}", j)
+                written += 1
+
+        tasks = [asyncio.create_task(writes(i)) for i in range(8)]
+        while written < 8:
+            await asyncio.sleep(0.001)
+        store.close()  # the other tasks are waiting for PostgreSQL meanwhile
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    outcomes = asyncio.run(scenario())
+    assert written < 8 * 50 and all(isinstance(o, Exception) for o in outcomes), outcomes
+    assert _backends_settle_to(url, baseline) <= baseline
+    with pytest.raises(Exception) as sync_call:
+        store.put(NS, "late", 1)
+    with pytest.raises(type(sync_call.value)):
+        asyncio.run(store.aput(NS, "late", 1))
+    assert _backends_settle_to(url, baseline) <= baseline
+
+
 def test_async_twins_bound_their_connections_per_loop(url: str) -> None:
     store = PostgresStore(url, max_size=2)
     seen: set[int] = set()

@@ -375,6 +375,9 @@ def test_non_json_values_are_refused_and_nothing_changes(
         (("a",), "", "key is empty"),
         (("a",), "x" * 5000, "limit is 1024"),
         (("a",), "k\x00", "NUL"),
+        # A lone surrogate: no JSON or UTF-8 text holds one, so no backend can keep it.
+        (("a",), "k\ud800", "key is not valid Unicode"),
+        (("a", "b\udc00"), "k", "label 1 is not valid Unicode"),
     ],
 )
 def test_bad_namespaces_and_keys_are_named(
@@ -382,6 +385,7 @@ def test_bad_namespaces_and_keys_are_named(
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         store.put(namespace, key, 1)
+    assert store.list(("a",)) == []
 
 
 def test_bad_ttl_and_paging_are_refused(store: Store) -> None:

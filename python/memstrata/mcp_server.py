@@ -11,8 +11,9 @@ working memory, a mind header, the shared-memory section) is a resource,
 ``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what is
 committed; an unknown resource is an MCP error. Under asyncio (what ``memstrata mcp`` runs
 on) the calls run on the event loop, as the stack's async forms do: no thread hop for a store
-call that need not wait; under another anyio backend they run in a worker thread. Needs the
-``mcp`` extra (``pip install 'memstrata[mcp]'``).
+call that need not wait; under another anyio backend they run in a worker thread. A client
+that closes the pipes with calls in flight ends the server as an end of input does (exit 0).
+Needs the ``mcp`` extra (``pip install 'memstrata[mcp]'``).
 """
 
 from __future__ import annotations
@@ -157,7 +158,22 @@ def serve(stack: MemoryStack, *, thread_id: str, resource_id: str | None, agent:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    except Exception as exc:
+        if not _hung_up(exc):
+            raise
+        # A host that closes the pipes with calls in flight ends the session as a plain EOF
+        # does: those answers have no one to go to, and their writes were done whole or not.
+        logger.info("the client closed the connection before every answer was sent")
+
+
+def _hung_up(exc: BaseException) -> bool:
+    """Whether ``exc`` (or every exception of its group) is the client's pipe being closed."""
+    inner = getattr(exc, "exceptions", None)
+    if isinstance(inner, (list, tuple)) and inner:
+        return all(isinstance(e, BaseException) and _hung_up(e) for e in inner)
+    return isinstance(exc, (BrokenPipeError, ConnectionResetError))
 
 
 __all__ = ["RESOURCE_PREFIX", "build_server", "serve"]

@@ -80,7 +80,7 @@ from langgraph.store.base import (
 from memstrata._bridge import TaskLock, run_sync, run_whole
 from memstrata._core import VectorSet
 from memstrata.embedders import Embedder, HashingEmbedder
-from memstrata.exceptions import LimitExceededError
+from memstrata.exceptions import LimitExceededError, MemstrataError
 from memstrata.stack import Run
 from memstrata.stores import Store, codec, open_store
 from memstrata.stores import base as store_base
@@ -213,6 +213,20 @@ def _check_vectors_fit(key: str, shadow: dict[str, Any]) -> None:
             size=exc.size,
             limit=exc.limit,
         ) from None
+
+
+def _check_storable(op: PutOp) -> None:
+    """Refuses, before any op of its batch runs, a put whose value or TTL the store would
+    refuse: the ops before it would be written and those after it not. The error is the
+    store's, naming the item."""
+    try:
+        if op.ttl is not None:
+            store_base.validate_ttl(op.ttl)
+        codec.dumps(op.value)
+    except (MemstrataError, TypeError, ValueError) as exc:
+        named = copy.copy(exc)
+        named.args = (f"the put of {op.key!r} in {op.namespace!r}: {exc}; no op of the batch ran",)
+        raise named from None
 
 
 def _texts_at(value: Any, paths: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
@@ -490,6 +504,11 @@ class MemstrataStore(BaseStore):
                     )
                 if op.value is not None and not isinstance(op.value, Mapping):
                     raise ValueError(f"a PutOp value must be a mapping, got {type(op.value)}")
+                # The store's own checks, before the namespace's registry entry is written.
+                store_base.validate_namespace(op.namespace)
+                store_base.validate_key(op.key)
+                if op.value is not None:
+                    _check_storable(op)
         return out
 
     def _texts(self, ops: list[Op]) -> list[tuple[str, tuple[int, str]]]:
@@ -924,23 +943,43 @@ class MemstrataStore(BaseStore):
 # The layers as LangChain tools ---------------------------------------------------------------
 
 
+class _MemoryTool(StructuredTool):
+    """A LangChain tool that hands its function the model's arguments whole, as one value.
+
+    ``StructuredTool`` passes them as keyword arguments next to its own parameters, so an
+    argument named ``config`` or ``run_manager`` (a working-memory field, say) was replaced by
+    LangChain's value and never stored, and one named ``self`` raised. JSON text (what a model
+    sends) is passed on too, for ``run.call_tool`` to parse and check.
+    """
+
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (tool_input,), {}
+
+
 def memstrata_tools(run: Run) -> list[BaseTool]:
-    """The run's memory tools as LangChain ``StructuredTool``s, for ``create_react_agent``.
+    """The run's memory tools as LangChain tools, for ``create_react_agent``.
 
     Each tool keeps the wire-safe name and JSON Schema of ``run.tool_specs("openai")`` and
     answers with ``run.call_tool``'s JSON result (an error payload the model can read, never an
-    exception). The run must be open while the agent runs.
+    exception), whatever its arguments are named and whether they come as a dict or as the
+    JSON text the model sent. The run must be open while the agent runs.
     """
     tools: list[BaseTool] = []
     for spec in run.tool_specs("openai"):
         fn = spec["function"]
         name = str(fn["name"])
         call, acall = _callers(run, name)
+        parameters = cast(dict[str, Any], fn.get("parameters") or {"type": "object"})
+        # LangChain reads a JSON-schema tool's ``args`` from its "properties", which an open
+        # schema ({"type": "object"}) need not have; an empty one means the same.
+        parameters.setdefault("properties", {})
         tools.append(
-            StructuredTool(
+            _MemoryTool(
                 name=name,
                 description=str(fn.get("description") or name),
-                args_schema=cast(dict[str, Any], fn.get("parameters") or {"type": "object"}),
+                args_schema=parameters,
                 func=call,
                 coroutine=acall,
             )
@@ -950,14 +989,14 @@ def memstrata_tools(run: Run) -> list[BaseTool]:
 
 def _callers(
     run: Run, name: str
-) -> tuple[Callable[..., str], Callable[..., Coroutine[Any, Any, str]]]:
+) -> tuple[Callable[[Any], str], Callable[[Any], Coroutine[Any, Any, str]]]:
     """The sync and async functions of one tool. The name is closed over, never a parameter:
-    every keyword the model sends is an argument of this tool, none can name another."""
+    no argument the model sends can name another tool."""
 
-    def call(**arguments: Any) -> str:
+    def call(arguments: Any) -> str:
         return orjson.dumps(run.call_tool(name, arguments)).decode()
 
-    async def acall(**arguments: Any) -> str:
+    async def acall(arguments: Any) -> str:
         return orjson.dumps(await run.acall_tool(name, arguments)).decode()
 
     return call, acall

@@ -149,11 +149,23 @@ class AgentsMemory:
     # Tools ------------------------------------------------------------------------------------
 
     def tools(self) -> list[FunctionTool]:
-        """The stack's tools as ``FunctionTool``\\ s (listed from a run of this scope)."""
-        with self.stack.run(
-            thread_id=self.thread_id, resource_id=self.resource_id, agent=self.agent
-        ) as run:
-            specs = run.tool_specs("responses", strict=self.strict)
+        """The stack's tools as ``FunctionTool``\\ s (listed from a run of this scope).
+
+        They are listed before any agent runs, so a layer that stores under the agent scope
+        (an ``AgentMind`` without a ``namespace``) needs ``AgentsMemory(agent=...)``.
+        """
+        try:
+            with self.stack.run(
+                thread_id=self.thread_id, resource_id=self.resource_id, agent=self.agent
+            ) as run:
+                specs = run.tool_specs("responses", strict=self.strict)
+        except InvalidInputError as exc:
+            if self.agent is not None:
+                raise
+            raise InvalidInputError(
+                "the tools are listed before any agent runs, so no agent's name can give the "
+                f"scope a layer needs ({exc}): give it as AgentsMemory(agent=...)"
+            ) from None
         return [
             FunctionTool(
                 name=spec["name"],

@@ -146,9 +146,19 @@ class MemoryCapability(AbstractCapability[Any]):
     @asynccontextmanager
     async def _open(self, agent: str | None) -> AsyncIterator[Run]:
         scope = self.agent if self.agent is not None else agent
-        async with self.stack.arun(
+        opening = self.stack.arun(
             thread_id=self.thread_id, resource_id=self.resource_id, agent=scope
-        ) as run:
+        )
+        try:
+            await opening.aopen()
+        except InvalidInputError as exc:
+            if scope is not None:
+                raise
+            raise InvalidInputError(
+                f"the Pydantic AI agent has no name to give the scope a layer needs ({exc}): "
+                "give it as MemoryCapability(agent=...) or Agent(name=...)"
+            ) from None
+        async with opening as run:
             if self.strict:
                 run.tool_specs("responses", strict=True)  # null padding is stripped from now
             yield run
@@ -198,7 +208,7 @@ class MemstrataToolset(AbstractToolset[Any]):
             definition = ToolDefinition(
                 name=spec["name"],
                 description=spec["description"],
-                parameters_json_schema=spec["parameters"],
+                parameters_json_schema=_open_maps_marked(spec["parameters"]),
                 strict=strict,
             )
             tools[spec["name"]] = ToolsetTool(
@@ -219,6 +229,39 @@ class MemstrataToolset(AbstractToolset[Any]):
             # cannot open, or whose writes cannot be committed, is an error payload.
             return run_failure_payload(name, exc, answered=result is not None)
         return result
+
+
+# Keywords whose values map names to schemas, and keywords whose values are data.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
+_DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
+
+
+def _open_maps_marked(schema: Any) -> Any:
+    """``schema`` with each object of no declared properties saying ``additionalProperties:
+    true``, which JSON Schema already means when it is absent: Pydantic AI's OpenAI profile
+    closes an object that does not say so, and ``{"type": "object"}`` would reach the model as
+    an object with no fields allowed (a working memory it could never write)."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _open_maps_marked(sub) for name, sub in value.items()}
+        elif key in _DATA_KEYWORDS:
+            out[key] = value
+        elif isinstance(value, list):
+            out[key] = [_open_maps_marked(item) for item in value]
+        else:
+            out[key] = _open_maps_marked(value)
+    kind = out.get("type")
+    if (
+        (kind == "object" or (isinstance(kind, list) and "object" in kind))
+        and not out.get("properties")
+        and "additionalProperties" not in out
+        and "patternProperties" not in out
+    ):
+        out["additionalProperties"] = True
+    return out
 
 
 class _Sent(dict[str, Any]):

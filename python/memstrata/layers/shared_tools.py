@@ -98,6 +98,15 @@ def tool_read(
     if not isinstance(keys, (list, tuple)) or not all(isinstance(key, str) for key in keys):
         # A string would be read one key per character.
         raise InvalidInputError(f"memory_read's keys must be a list of str, got {keys!r:.80}")
+    for index, key in enumerate(keys):
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            # No stored key holds one, and echoed back in "missing" it would make the answer
+            # unencodable as JSON for the host sending it to the model.
+            raise InvalidInputError(
+                f"keys[{index}] is not valid Unicode (it holds a lone surrogate)"
+            ) from None
     found: dict[str, Any] = {}
     missing: list[str] = []
     with memory._lock:

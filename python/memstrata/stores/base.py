@@ -235,7 +235,21 @@ def validate_label(label: object, what: str) -> str:
         )
     if NAMESPACE_SEPARATOR in label or "\x00" in label:
         raise InvalidInputError(f"{what} contains a NUL or unit-separator (\\x1f) character")
+    _check_unicode(label, what)
     return label
+
+
+def _check_unicode(text: str, what: str) -> None:
+    """Refuses a lone surrogate, which no JSON or UTF-8 text holds: the in-memory store would
+    keep it where the others fail with an encoding error, and the vector index refuses it."""
+    if text.isascii():  # the common case, without encoding anything
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} is not valid Unicode (it holds a lone surrogate)"
+        ) from None
 
 
 def validate_key(key: str) -> str:
@@ -248,6 +262,7 @@ def validate_key(key: str) -> str:
         raise InvalidInputError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
     if "\x00" in key:
         raise InvalidInputError("key contains a NUL character")
+    _check_unicode(key, "key")
     return key
 
 

@@ -68,6 +68,9 @@ class LoopConnections:
         self._in_use: set[Any] = set()
         self._open = 0
         self._changed = asyncio.Condition()
+        # Set when the store closes or the loop ends: a connection given back is then closed,
+        # never kept idle for calls that will not come.
+        self._retired = False
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
@@ -114,7 +117,7 @@ class LoopConnections:
         self._in_use.discard(conn)
         keep = False
         with contextlib.suppress(Exception):
-            if not conn.closed:
+            if not conn.closed and not self._retired:
                 status = conn.info.transaction_status
                 if ok and status == self._open_status:
                     await conn.commit()
@@ -131,9 +134,10 @@ class LoopConnections:
                 self._open -= 1
             self._changed.notify()
 
-    async def close(self) -> None:
-        """Closes the idle connections (those in use close when they are released); later
-        calls open new ones."""
+    async def close(self, *, retire: bool = False) -> None:
+        """Closes the idle connections; later calls open new ones, unless ``retire``: then
+        those in use are closed too, when they are released."""
+        self._retired = self._retired or retire
         async with self._changed:
             idle, self._idle = self._idle, []
             self._open -= len(idle)
@@ -142,7 +146,9 @@ class LoopConnections:
                 await conn.close()
 
     def close_now(self) -> None:
-        """Closes the idle connections without awaiting, from outside their loop."""
+        """Closes the idle connections without awaiting, from outside their loop, and those
+        in use when they are released."""
+        self._retired = True
         idle, self._idle = self._idle, []
         self._open -= len(idle)
         for conn in idle:
@@ -179,9 +185,15 @@ class ConnectionsByLoop:
         self._by_loop: dict[asyncio.AbstractEventLoop, LoopConnections] = {}
         # Loops in several threads may share a store: each changes the table under this.
         self._guard = threading.Lock()
+        self._closed = False
 
     def current(self) -> LoopConnections:
-        """The running loop's connections (call from inside a coroutine)."""
+        """The running loop's connections (call from inside a coroutine); once the store is
+        closed, the error a sync call gets from the closed pool."""
+        if self._closed:
+            from psycopg_pool import PoolClosed
+
+            raise PoolClosed("the PostgresStore is closed")
         loop = asyncio.get_running_loop()
         connections = self._by_loop.get(loop)
         if connections is not None:
@@ -211,10 +223,13 @@ class ConnectionsByLoop:
         with self._guard:
             connections = self._by_loop.pop(asyncio.get_running_loop(), None)
         if connections is not None:
-            await connections.close()
+            await connections.close(retire=True)
 
     def close_all_now(self) -> None:
+        """Closes every loop's connections, those in use as they are released; the store is
+        closed: later calls are refused."""
         with self._guard:
+            self._closed = True
             every, self._by_loop = list(self._by_loop.items()), {}
         for loop, connections in every:
             if loop.is_closed():
