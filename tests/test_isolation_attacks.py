@@ -3,17 +3,29 @@ threads whose cached views race with each other's writes, on real SQLite and Pos
 
 from __future__ import annotations
 
+import json
 import pathlib
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore
+from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, ToolResults, open_store
 
 AGENT = "isolation-bot"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    """One store two agent servers share."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/shared.db"
+    pg: str = request.getfixturevalue("empty_postgres_url")
+    return pg
 
 
 @pytest.fixture
@@ -80,3 +92,77 @@ def _many_threads_one_mind(path: pathlib.Path) -> None:
                 if _recall_top(run, belief.content) != id_
             ]
         assert not wrong, wrong[:3]
+
+
+# Another agent server's turn: prepares the conversation read as JSON from stdin with its own
+# ToolResults, and prints the tool messages of its prompt.
+_TOOL_RESULTS_SERVER = """
+import json, sys
+from memstrata import MemoryStack, ToolResults, open_store
+url, conversation = sys.argv[1], json.loads(sys.stdin.read())
+with open_store(url) as store, MemoryStack([ToolResults()], store=store).run(thread_id="t") as run:
+    prompt = run.prepare(conversation)
+print(json.dumps([m["content"] for m in prompt if m["role"] == "tool"]))
+"""
+
+
+def _tool_turn(call_id: str, body: str) -> list[dict[str, Any]]:
+    call = {"id": call_id, "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": body},
+    ]
+
+
+def _named_id(notice: str) -> str:
+    assert notice.startswith("[tool result offloaded: call_id="), notice
+    return notice.split("call_id=", 1)[1].split(",", 1)[0]
+
+
+def test_a_notice_names_the_id_holding_its_result_after_another_server_reused_the_call_id(
+    url: str,
+) -> None:
+    """Server B offloads a result under ``call_0``; server A, given the next turn, sees the
+    call_id reused (local model servers send ``call_0`` every turn): the newer result takes
+    ``call_0`` and the older moves to a derived id. B, given the turn after, points each
+    notice at the id that holds its own result, as A's prompt does, never at the other's."""
+    older = "\n".join(f"older result line {i}" for i in range(3000))
+    newer = "\n".join(f"newer result line {i}" for i in range(3000))
+    first = [{"role": "user", "content": "look it up"}, *_tool_turn("call_0", older)]
+    second = [*first, {"role": "user", "content": "and again"}, *_tool_turn("call_0", newer)]
+    with open_store(url) as store:
+        server_b = MemoryStack([ToolResults()], store=store)
+        with server_b.run(thread_id="t") as run:
+            assert _named_id(run.prepare(first)[-1]["content"]) == "call_0"
+        done = subprocess.run(
+            [sys.executable, "-c", _TOOL_RESULTS_SERVER, url],
+            input=json.dumps(second),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        on_a = [_named_id(notice) for notice in json.loads(done.stdout)]
+        assert on_a[0].startswith("call_0:") and on_a[1] == "call_0"
+        with server_b.run(thread_id="t") as run:
+            notices = [m["content"] for m in run.prepare(second) if m["role"] == "tool"]
+            assert [_named_id(notice) for notice in notices] == on_a
+            for notice, body in zip(notices, (older, newer)):
+                read = run.call_tool("read_tool_result", {"call_id": _named_id(notice)})
+                assert read["content"] == body[: len(read["content"])], read
+
+
+def test_a_long_lived_server_stores_a_result_again_before_its_ttl_runs_out(url: str) -> None:
+    """The same conversation prepared again and again by one long-lived server: its result
+    is stored again (renewing its TTL) once half the TTL has passed, so the notice in the
+    prompt never names a result the store has let expire."""
+    body = "\n".join(f"result line {i}" for i in range(3000))
+    conversation = [{"role": "user", "content": "look it up"}, *_tool_turn("call_7", body)]
+    with open_store(url) as store:
+        server = MemoryStack([ToolResults(ttl=1.0)], store=store)
+        for _ in range(4):
+            with server.run(thread_id="t") as run:
+                notice = run.prepare(conversation)[-1]["content"]
+                read = run.call_tool("read_tool_result", {"call_id": _named_id(notice)})
+                assert read.get("ok", True) is not False, read
+                assert read["content"] == body[: len(read["content"])]
+            time.sleep(0.6)
