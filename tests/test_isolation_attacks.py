@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, ToolResults, open_store
+from memstrata.exceptions import InvalidInputError
 
 AGENT = "isolation-bot"
 
@@ -166,3 +167,15 @@ def test_a_long_lived_server_stores_a_result_again_before_its_ttl_runs_out(url: 
                 assert read.get("ok", True) is not False, read
                 assert read["content"] == body[: len(read["content"])]
             time.sleep(0.6)
+
+
+@pytest.mark.parametrize("option", ["thread_id", "resource_id", "agent"])
+def test_a_scope_id_no_store_can_hold_is_refused_by_name(url: str, option: str) -> None:
+    """A lone surrogate (what a JSON request's ``"\\ud800"`` decodes to) cannot be stored as
+    UTF-8: a run given one as a scope id is refused, naming the option, before any layer
+    reads or writes; the same id on every backend."""
+    with open_store(url) as store:
+        stack = MemoryStack([AgentMind(), ToolResults()], store=store)
+        scope = {"thread_id": "t", "resource_id": "r", "agent": "a", option: "user-\ud800"}
+        with pytest.raises(InvalidInputError, match=f"{option} is not valid Unicode"):
+            stack.run(**scope)

@@ -375,6 +375,8 @@ def test_non_json_values_are_refused_and_nothing_changes(
         (("a",), "", "key is empty"),
         (("a",), "x" * 5000, "limit is 1024"),
         (("a",), "k\x00", "NUL"),
+        (("a", "b\ud800"), "k", "label 1 is not valid Unicode"),
+        (("a",), "k\udfff", "key is not valid Unicode"),
     ],
 )
 def test_bad_namespaces_and_keys_are_named(
