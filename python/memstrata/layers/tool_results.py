@@ -366,18 +366,28 @@ class ToolResults:
         renew_before = time.time() - self.ttl / 2 if self.ttl is not None else None
         with self._seen_lock:
             wrote = held[1]
-            stored = {item.key: item.value for item in changes.items}
-            removed = set(changes.removed)
-            stale = {
-                id_
-                for id_, (digest_hex, at) in wrote.items()
-                if (renew_before is not None and at < renew_before)
-                or id_ in removed
-                or (id_ not in stored if changes.complete else False)
-                or (id_ in stored and _stored_hash(stored[id_]) != digest_hex)
-            }
-            for id_ in stale:
-                del wrote[id_]
+            stale: set[str] = set()
+            if changes.complete:
+                stored = {item.key: _stored_hash(item.value) for item in changes.items}
+                stale.update(
+                    i for i, (digest_hex, _) in wrote.items() if stored.get(i) != digest_hex
+                )
+            else:
+                changed = {item.key: _stored_hash(item.value) for item in changes.items}
+                changed.update(dict.fromkeys(changes.removed))
+                # Kept in ``wrote``: what this object stored there is still what a write of
+                # its own in flight meanwhile would make it hold again.
+                stale.update(i for i, h in changed.items() if i in wrote and wrote[i][0] != h)
+            if renew_before is not None:
+                # Oldest first (each write moves its id last): stored again once decided again.
+                expired = []
+                for id_, (_, at) in wrote.items():
+                    if at >= renew_before:
+                        break
+                    expired.append(id_)
+                for id_ in expired:
+                    del wrote[id_]
+                stale.update(expired)
             if self._followed.get(scope) is held:
                 self._followed[scope] = (changes.mark, wrote)
         if stale:
