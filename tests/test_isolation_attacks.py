@@ -179,3 +179,24 @@ def test_a_scope_id_no_store_can_hold_is_refused_by_name(url: str, option: str) 
         scope = {"thread_id": "t", "resource_id": "r", "agent": "a", option: "user-\ud800"}
         with pytest.raises(InvalidInputError, match=f"{option} is not valid Unicode"):
             stack.run(**scope)
+
+
+def test_a_result_another_server_deleted_is_stored_again_when_the_conversation_returns(
+    url: str,
+) -> None:
+    """Another server (or an operator's clean-up) deletes a thread's stored results; the
+    server that offloaded them, given the conversation again, stores them again instead of
+    naming ids that hold nothing."""
+    body = "\n".join(f"result line {i}" for i in range(3000))
+    conversation = [{"role": "user", "content": "look it up"}, *_tool_turn("call_9", body)]
+    with open_store(url) as store, open_store(url) as other:
+        server = MemoryStack([ToolResults()], store=store)
+        with server.run(thread_id="t") as run:
+            run.prepare(conversation)
+        for item in other.list(("tool-results",), limit=1000):
+            other.delete(item.namespace, item.key)
+        with server.run(thread_id="t") as run:
+            notice = run.prepare(conversation)[-1]["content"]
+            read = run.call_tool("read_tool_result", {"call_id": _named_id(notice)})
+            assert read.get("ok", True) is not False, read
+            assert read["content"] == body[: len(read["content"])]
