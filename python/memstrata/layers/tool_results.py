@@ -124,9 +124,6 @@ _SEEN_LIMIT = 50_000  # results whose offload decision is remembered
 # so a long-running server must not keep every large result it ever saw alive.
 _SEEN_MAX_CHARS = 32 << 20
 _LISTS_KEPT = 64  # scopes whose last conversation the offload pass keeps a snapshot of
-# Scopes whose stored call records the layer follows (see ToolResults._catch_up): past this many,
-# the least recently used one's decisions are forgotten with it.
-_FOLLOWED_KEPT = 4096
 _READ_TOOL_NAMES = frozenset({"read_tool_result"})
 _UNSEEN = "\x00unseen"
 # The first line of a notice this layer writes, whole; a summary of at most summary_tokens
@@ -271,6 +268,7 @@ class ToolResults:
         self._followed: OrderedDict[
             tuple[str, str] | None, tuple[ChangeMark, dict[str, tuple[str, float]]]
         ] = OrderedDict()
+        self._followed_ids = [0]  # ids in all of _followed (a list: the runs' copies share it)
 
     @property
     def tool_calls_dir(self) -> Path | None:
@@ -321,30 +319,34 @@ class ToolResults:
     def _follow(self, backend: _Backend, writes: Sequence[tuple[str, str]]) -> None:
         """Notes that this object is about to write ``(id, content hash)`` pairs to the
         store: the scope's mark is taken before its first write, so whatever another server
-        writes from then on shows at a later :meth:`_catch_up`."""
+        writes from then on shows at a later :meth:`_catch_up`. Past ``_SEEN_LIMIT`` ids
+        followed in all, the least recently written scope is let go, with its decisions."""
         if not isinstance(backend, _StoreBackend):
             return
         scope = self._scope
-        with self._seen_lock:
-            held = self._followed.get(scope)
-        if held is None:
-            mark = backend.store.change_mark(backend.calls)
-            dropped = None
+        mark: ChangeMark | None = None
+        dropped: list[tuple[str, str] | None] = []
+        while True:
             with self._seen_lock:
-                held = self._followed.setdefault(scope, (mark, {}))
-                if len(self._followed) > _FOLLOWED_KEPT:
-                    dropped = self._followed.popitem(last=False)[0]
-            if dropped is not None:
-                self._forget(dropped, None)
-        now = time.time()
-        with self._seen_lock:
-            wrote = held[1]
-            for id_, digest_hex in writes:
-                wrote.pop(id_, None)  # the most recent write last, for the bound below
-                wrote[id_] = (digest_hex, now)
-            while len(wrote) > _SEEN_LIMIT:
-                del wrote[next(iter(wrote))]
-            self._followed.move_to_end(scope)
+                held = self._followed.get(scope)
+                if held is None and mark is not None:
+                    held = self._followed[scope] = (mark, {})
+                if held is not None:
+                    wrote, count, now = held[1], self._followed_ids, time.time()
+                    for id_, digest_hex in writes:
+                        # The most recent write last: a catch-up finds the oldest first.
+                        count[0] -= wrote.pop(id_, None) is not None
+                        wrote[id_] = (digest_hex, now)
+                        count[0] += 1
+                    self._followed.move_to_end(scope)
+                    while count[0] > _SEEN_LIMIT and len(self._followed) > 1:
+                        gone, (_, ids) = self._followed.popitem(last=False)
+                        count[0] -= len(ids)
+                        dropped.append(gone)
+                    break
+            mark = backend.store.change_mark(backend.calls)
+        for gone in dropped:
+            self._forget(gone, None)
 
     def _catch_up(self, opened: Mapping[Read, Answer] | None = None) -> None:
         """Forgets the decisions naming an id whose stored text may no longer be the one
@@ -365,6 +367,8 @@ class ToolResults:
         changes = answer if isinstance(answer, Changes) else self._store.changes(calls, held[0])
         renew_before = time.time() - self.ttl / 2 if self.ttl is not None else None
         with self._seen_lock:
+            if self._followed.get(scope) is not held:
+                return  # caught up meanwhile, or let go with its decisions
             wrote = held[1]
             stale: set[str] = set()
             if changes.complete:
@@ -387,9 +391,9 @@ class ToolResults:
                     expired.append(id_)
                 for id_ in expired:
                     del wrote[id_]
+                self._followed_ids[0] -= len(expired)
                 stale.update(expired)
-            if self._followed.get(scope) is held:
-                self._followed[scope] = (changes.mark, wrote)
+            self._followed[scope] = (changes.mark, wrote)
         if stale:
             self._forget(scope, stale)
 
@@ -446,7 +450,7 @@ class ToolResults:
         view.tokens, view._store = tokens, store
         view._seen, view._seen_lock, view._seen_chars = OrderedDict(), threading.Lock(), [0]
         view._lists, view._version = OrderedDict(), [0]
-        view._followed = OrderedDict()
+        view._followed, view._followed_ids = OrderedDict(), [0]
         return view.for_thread(ctx.thread_id, ctx.resource_id)
 
     def recall(self, handle: ToolResults, budget: int) -> list[Message]:
