@@ -200,3 +200,26 @@ def test_a_result_another_server_deleted_is_stored_again_when_the_conversation_r
             read = run.call_tool("read_tool_result", {"call_id": _named_id(notice)})
             assert read.get("ok", True) is not False, read
             assert read["content"] == body[: len(read["content"])]
+
+
+def test_a_child_run_for_another_user_keeps_its_own_tool_results(tmp_path: pathlib.Path) -> None:
+    """A run spawned for another thread and user (a sub-agent serving user B from user A's
+    run) neither reads the parent's offloaded results nor leaves its own in the parent's
+    scope: they are B's, readable by B's later runs and never by A's."""
+    secret = "\n".join(f"user A private record {i}" for i in range(3000))
+    theirs = "\n".join(f"user B record {i}" for i in range(3000))
+    with SQLiteStore(tmp_path / "spawn.db") as store:
+        stack = MemoryStack([ToolResults()], store=store)
+        with stack.run(thread_id="thread-A", resource_id="user-A") as parent:
+            parent.prepare([{"role": "user", "content": "q"}, *_tool_turn("call_a", secret)])
+            with parent.spawn(thread_id="thread-B", resource_id="user-B") as child:
+                read = child.call_tool("read_tool_result", {"call_id": "call_a"})
+                assert read.get("ok") is False and read["error"]["code"] == "not_found", read
+                child.prepare([{"role": "user", "content": "q"}, *_tool_turn("call_b", theirs)])
+            with parent.spawn() as same_scope:  # the parent's thread and user: its results
+                assert same_scope.call_tool("read_tool_result", {"call_id": "call_a"})["content"]
+        with stack.run(thread_id="thread-B", resource_id="user-B") as run:
+            assert run.call_tool("read_tool_result", {"call_id": "call_b"})["content"]
+        with stack.run(thread_id="thread-A", resource_id="user-A") as run:
+            read = run.call_tool("read_tool_result", {"call_id": "call_b"})
+            assert read.get("ok") is False and read["error"]["code"] == "not_found", read

@@ -464,7 +464,14 @@ class ToolResults:
         return [handle.tool()] if handle.enabled else []
 
     def on_spawn(self, handle: ToolResults, child: RunContext) -> ToolResults:
-        return handle
+        """The parent's handle for a child of the same thread and resource; for a child of
+        another, the same layer scoped to the child's: a sub-agent serving another
+        conversation or user reads and keeps only that one's results."""
+        scoped = handle.for_thread(child.thread_id, child.resource_id)
+        if scoped._scope == handle._scope:
+            return handle
+        scoped._catch_up()
+        return scoped
 
     def close(self, handle: ToolResults, error: BaseException | None) -> None:
         """Nothing to flush: every result is stored when ``offload`` returns."""
