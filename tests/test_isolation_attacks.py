@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from memstrata import AgentMind, HashingEmbedder, MemoryStack, SQLiteStore, ToolResults, open_store
+from memstrata import (
+    AgentMind,
+    HashingEmbedder,
+    MemoryStack,
+    SQLiteStore,
+    ToolResults,
+    WorkingMemory,
+    open_store,
+)
 from memstrata.exceptions import InvalidInputError
 
 AGENT = "isolation-bot"
@@ -223,3 +231,39 @@ def test_a_child_run_for_another_user_keeps_its_own_tool_results(tmp_path: pathl
         with stack.run(thread_id="thread-A", resource_id="user-A") as run:
             read = run.call_tool("read_tool_result", {"call_id": "call_b"})
             assert read.get("ok") is False and read["error"]["code"] == "not_found", read
+
+
+@pytest.mark.usefixtures("fast_switching")
+def test_parallel_tool_calls_of_one_run_on_threads_lose_no_working_memory_update(
+    url: str,
+) -> None:
+    """A server running a model's parallel tool calls on threads: eight threads of one run
+    each merge ten keys into the working memory. Every key is stored, and the run's own view
+    (its next prompt) holds what the store holds."""
+    with open_store(url) as store:
+        memory = WorkingMemory(schema={"type": "object"}, scope="resource", budget=(0, 100_000))
+        stack = MemoryStack([memory], store=store, total_budget=200_000)
+        for attempt in range(3):
+            user = f"user-{attempt}"
+            errors: list[BaseException] = []
+            with stack.run(resource_id=user) as run:
+
+                def calls(worker: int, run: Any = run, errors: list[Any] = errors) -> None:
+                    try:
+                        for n in range(10):
+                            result = run.call_tool("working-memory_update", {f"k{worker}_{n}": n})
+                            assert result.get("ok") is True, result
+                    except BaseException as exc:
+                        errors.append(exc)
+
+                threads = [threading.Thread(target=calls, args=(w,)) for w in range(8)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                assert not errors, errors[0]
+                held = run.layer("working-memory").snapshot
+            with stack.run(resource_id=user) as run:
+                stored = run.layer("working-memory").snapshot
+            assert len(stored) == 80, sorted(set(held) ^ set(stored))
+            assert held == stored
