@@ -378,6 +378,8 @@ def test_non_json_values_are_refused_and_nothing_changes(
         # A lone surrogate: no JSON or UTF-8 text holds one, so no backend can keep it.
         (("a",), "k\ud800", "key is not valid Unicode"),
         (("a", "b\udc00"), "k", "label 1 is not valid Unicode"),
+        (("a", "b\ud800"), "k", "label 1 is not valid Unicode"),
+        (("a",), "k\udfff", "key is not valid Unicode"),
     ],
 )
 def test_bad_namespaces_and_keys_are_named(

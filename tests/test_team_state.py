@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -158,7 +159,7 @@ def test_the_item_is_read_again_only_when_the_file_changed(tmp_path: Path) -> No
     theirs.record("first", shipped="a.py")
     (item,) = mine.recall(mine, 1000)
     assert "### first" in item["content"]
-    # Unchanged: the very same text (the context gate reuses its count), without a read.
+    # Unchanged: the very same text (the context gate reuses its count).
     (again,) = mine.recall(mine, 1000)
     assert again["content"] is item["content"]
     theirs.record("second", shipped="b.py")
@@ -506,3 +507,23 @@ def test_two_damaged_files_in_one_second_are_both_kept_aside(tmp_path: Path) -> 
         p for p in tmp_path.iterdir() if p.name.startswith("current_state.json.corrupt-")
     )
     assert [p.read_text() for p in aside] == ["{not json", "[1, 2"]
+
+
+def test_a_rewrite_in_the_same_timestamp_tick_shows_in_the_next_prompt(tmp_path: Path) -> None:
+    """Another process rewrites the state with a document of the same size, within the file
+    system's timestamp granularity (a second on many): the file may come back with the same
+    inode number (freed by the rename), size and mtime, yet the next prompt shows the new
+    document, never the one read before."""
+    writer, reader = TeamState(state_dir=tmp_path), TeamState(state_dir=tmp_path)
+    stack = MemoryStack([reader], store=InMemoryStore())
+    path = tmp_path / "current_state.json"
+    tick = (time.time_ns() // 1_000_000_000) * 1_000_000_000  # a 1-second file system's mtime
+    writer.record("objective A", shipped="x1", verified="ok", verdict="pass")
+    os.utime(path, ns=(tick, tick))
+    with stack.run() as run:
+        assert "objective A" in run.prepare([])[0]["content"]
+    writer.clear()
+    writer.record("objective C", shipped="x1", verified="ok", verdict="pass")
+    os.utime(path, ns=(tick, tick))
+    with stack.run() as run:
+        assert "objective C" in run.prepare([])[0]["content"]

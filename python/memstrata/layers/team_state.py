@@ -112,6 +112,8 @@ MAX_FIELD_CHARS = 4000
 MAX_DIVERGENCES = 200
 # current_state.json is kept near soft_cap_bytes; a file far past that was not written by us.
 MAX_STATE_BYTES = 8 << 20
+# The coarsest mtime granularity of a file system the state may live on (FAT's two seconds).
+_TIMESTAMP_TICK_NS = 2_000_000_000
 
 # The trailer: a "## summary_for_state_doc" heading (any level from 1 to 6, indented by up to
 # three spaces as markdown allows, its line ended by LF or CRLF) and everything after it up to
@@ -226,8 +228,8 @@ class TeamState:
         # The prompt item, by the state file it was read from, (inode, mtime, size), and the
         # token limit it was cut to: every write replaces the file (a new inode), so a prepare
         # whose file is unchanged reuses the item, the same text object, whose token count the
-        # context gate then reuses too.
-        self._item: tuple[tuple[int, int, int, int], str] | None = None
+        # context gate then reuses too. None in place of the key: not to be reused (see recall).
+        self._item: tuple[tuple[int, int, int, int] | None, str] | None = None
         self._json_path = os.fspath(self.state_dir / STATE_JSON)
         self._off: str | None = None
         # flock excludes other open files, not other threads sharing one: threads of this
@@ -513,7 +515,15 @@ class TeamState:
         if item is None or item[0] != key:
             # Read after the stat: a write racing with it changes the file's key, and the next
             # prepare reads again.
-            item = self._item = (key, self._block(limit))
+            read_at = time.time_ns()
+            block = self._block(limit)
+            if item is not None and item[1] == block:
+                block = item[1]  # the same text object: the gate reuses its count
+            # A rename frees the old file's inode number for the next write's file, and a file
+            # system stamps mtimes in ticks (a second on many): a rewrite of the same size in
+            # the tick of the file read would have its key. Keyed only once that tick is past.
+            fresh = read_at - stat.st_mtime_ns < _TIMESTAMP_TICK_NS
+            item = self._item = (None if fresh else key, block)
         return [{"content": item[1]}] if item[1] else []
 
     def observe(self, handle: TeamState, message: Message) -> None:

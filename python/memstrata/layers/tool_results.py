@@ -40,6 +40,12 @@ Decisions where Modulatio is silent:
 * With no summarizer, the summary is a deterministic extractive digest (size, line count, the
   top-level shape of JSON, head and tail lines) within ``summary_tokens``. A summarizer that
   fails or returns something other than text falls back to the digest, with a warning.
+* Each result is decided (counted, stored, its notice written) once per process, and the
+  decision reused while the same conversation is prepared again. With results in a store, a
+  run's opening reads what changed among its scope's call records since (with the other
+  layers' reads): a decision naming an id another server has since stored other text under
+  (the same call_id reused on a server given the conversation's next turn), or deleted, is
+  decided again, and so is one stored half the TTL ago, which storing again renews.
 * A legacy ``role: "function"`` result carries no id: it is stored under ``fn-<hash>`` of its
   name and body (see :func:`memstrata.messages.legacy_call_id`).
 * ``read_tool_result`` pages by characters: ``offset`` is a character offset into the text and
@@ -54,8 +60,9 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +94,7 @@ from memstrata.redaction import redacted_for_log
 from memstrata.safe_files import MAX_FILE_ID, check_file_id
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import InMemoryStore, Store, open_store
-from memstrata.stores.base import validate_ttl
+from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, Read, validate_ttl
 from memstrata.tokens import (
     EstimatingCounter,
     TokenCounter,
@@ -253,6 +260,15 @@ class ToolResults:
             OrderedDict()
         )
         self._version = [0]
+        # Per scope, with results in a store: where the scope's call records stood in the
+        # store's history when this object last looked, and what it wrote under each id since
+        # (content hash, when). A decision in _seen names such an id; another server storing
+        # other text under it (a reused call_id), a deletion or the TTL running out makes the
+        # decision stale, and each run's opening looks for that (see _catch_up).
+        self._followed: OrderedDict[
+            tuple[str, str] | None, tuple[ChangeMark, dict[str, tuple[str, float]]]
+        ] = OrderedDict()
+        self._followed_ids = [0]  # ids in all of _followed (a list: the runs' copies share it)
 
     @property
     def tool_calls_dir(self) -> Path | None:
@@ -296,26 +312,145 @@ class ToolResults:
         scope = self._scope or (_NONE, _NONE)
         return _StoreBackend(self._store, (_NAMESPACE, *scope), self.ttl)
 
+    def _calls_namespace(self) -> tuple[str, ...]:
+        """Where a store keeps this scope's call records (see ``_StoreBackend``)."""
+        return (_NAMESPACE, *(self._scope or (_NONE, _NONE)), "calls")
+
+    def _follow(self, backend: _Backend, writes: Sequence[tuple[str, str]]) -> None:
+        """Notes that this object is about to write ``(id, content hash)`` pairs to the
+        store: the scope's mark is taken before its first write, so whatever another server
+        writes from then on shows at a later :meth:`_catch_up`. Past ``_SEEN_LIMIT`` ids
+        followed in all, the least recently written scope is let go, with its decisions."""
+        if not isinstance(backend, _StoreBackend):
+            return
+        scope = self._scope
+        mark: ChangeMark | None = None
+        dropped: list[tuple[str, str] | None] = []
+        while True:
+            with self._seen_lock:
+                held = self._followed.get(scope)
+                if held is None and mark is not None:
+                    held = self._followed[scope] = (mark, {})
+                if held is not None:
+                    wrote, count, now = held[1], self._followed_ids, time.time()
+                    for id_, digest_hex in writes:
+                        # The most recent write last: a catch-up finds the oldest first.
+                        count[0] -= wrote.pop(id_, None) is not None
+                        wrote[id_] = (digest_hex, now)
+                        count[0] += 1
+                    self._followed.move_to_end(scope)
+                    while count[0] > _SEEN_LIMIT and len(self._followed) > 1:
+                        gone, (_, ids) = self._followed.popitem(last=False)
+                        count[0] -= len(ids)
+                        dropped.append(gone)
+                    break
+            mark = backend.store.change_mark(backend.calls)
+        for gone in dropped:
+            self._forget(gone, None)
+
+    def _catch_up(self, opened: Mapping[Read, Answer] | None = None) -> None:
+        """Forgets the decisions naming an id whose stored text may no longer be the one
+        decided on: since this object last looked, another server stored other text under it
+        (a reused call_id, on another server of the same conversation), it was deleted, or
+        half the TTL passed since this object stored it (storing again renews the TTL, which
+        the store does not report running out). Such results are decided, and stored, again
+        at the next offload. ``opened`` holds the run's opening reads."""
+        if self._dir is not None or self._store is None or not self.enabled:
+            return
+        scope = self._scope
+        with self._seen_lock:
+            held = self._followed.get(scope)
+        if held is None:
+            return  # nothing stored from here in this scope: no decision to check
+        calls = self._calls_namespace()
+        answer = (opened or {}).get(ChangesSince(calls, held[0]))
+        changes = answer if isinstance(answer, Changes) else self._store.changes(calls, held[0])
+        renew_before = time.time() - self.ttl / 2 if self.ttl is not None else None
+        with self._seen_lock:
+            if self._followed.get(scope) is not held:
+                return  # caught up meanwhile, or let go with its decisions
+            wrote = held[1]
+            stale: set[str] = set()
+            if changes.complete:
+                stored = {item.key: _stored_hash(item.value) for item in changes.items}
+                stale.update(
+                    i for i, (digest_hex, _) in wrote.items() if stored.get(i) != digest_hex
+                )
+            else:
+                changed = {item.key: _stored_hash(item.value) for item in changes.items}
+                changed.update(dict.fromkeys(changes.removed))
+                # Kept in ``wrote``: what this object stored there is still what a write of
+                # its own in flight meanwhile would make it hold again.
+                stale.update(i for i, h in changed.items() if i in wrote and wrote[i][0] != h)
+            if renew_before is not None:
+                # Oldest first (each write moves its id last): stored again once decided again.
+                expired = []
+                for id_, (_, at) in wrote.items():
+                    if at >= renew_before:
+                        break
+                    expired.append(id_)
+                for id_ in expired:
+                    del wrote[id_]
+                self._followed_ids[0] -= len(expired)
+                stale.update(expired)
+            self._followed[scope] = (changes.mark, wrote)
+        if stale:
+            self._forget(scope, stale)
+
+    def _forget(self, scope: tuple[str, str] | None, ids: set[str] | None) -> None:
+        """Drops ``scope``'s decisions naming one of ``ids`` (every one of the scope's, for
+        None), and the conversation snapshots whose notices may name them."""
+        # A decision names its call_id, or an id derived from it (derived_id).
+        bases = {id_.rpartition(":")[0] for id_ in ids or () if ":" in id_}
+        cut = MAX_FILE_ID - 13
+        with self._seen_lock:
+            for key in list(self._seen):
+                if key[0] != scope:
+                    continue
+                call_id = key[1]
+                if ids is None or call_id in ids or call_id[:cut] in bases:
+                    self._seen_chars[0] -= len(key[2])
+                    del self._seen[key]
+            self._version[0] += 1  # every kept snapshot's notices are decided again
+
     # Layer protocol ---------------------------------------------------------------------------
 
-    def init(self, ctx: RunContext) -> ToolResults:
+    def opening_reads(self, ctx: RunContext) -> list[Read]:
+        """What changed among the run's scope's call records since this object last looked,
+        read with the other layers' when the run opens (nothing before its first store there,
+        nor with results in files)."""
+        if self._dir is not None or not self.enabled or self._store is not ctx.store:
+            return []
+        unset = ctx.thread_id is None and ctx.resource_id is None
+        scope = None if unset else (_label(ctx.resource_id), _label(ctx.thread_id))
+        with self._seen_lock:
+            held = self._followed.get(scope)
+        if held is None:
+            return []
+        return [ChangesSince((_NAMESPACE, *(scope or (_NONE, _NONE)), "calls"), held[0])]
+
+    def init(self, ctx: RunContext, opened: Mapping[Read, Answer] | None = None) -> ToolResults:
         """The layer as the run's thread sees it (:meth:`for_thread`), counting with the
         stack's token counter and keeping results in the stack's store, unless the caller
-        chose them. The first stack to run the layer binds it to those; a run of a stack
-        that counts or stores otherwise gets a view of its own, with its own decisions, so
-        it never reuses the other stack's decisions nor writes to its store."""
+        chose them, and caught up with what other servers stored in that scope (see
+        :meth:`_catch_up`). The first stack to run the layer binds it to those; a run of a
+        stack that counts or stores otherwise gets a view of its own, with its own
+        decisions, so it never reuses the other stack's decisions nor writes to its store."""
         tokens = self.tokens if self._tokens_given else ctx.tokens
         store = self._store if self._store_given or self._dir is not None else ctx.store
         if not self._bound:
             self._bound = True
             self.tokens, self._store = tokens, store
         if same_counts(tokens, self.tokens) and store is self._store:
-            return self.for_thread(ctx.thread_id, ctx.resource_id)
+            scoped = self.for_thread(ctx.thread_id, ctx.resource_id)
+            scoped._catch_up(opened)
+            return scoped
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view.tokens, view._store = tokens, store
         view._seen, view._seen_lock, view._seen_chars = OrderedDict(), threading.Lock(), [0]
         view._lists, view._version = OrderedDict(), [0]
+        view._followed, view._followed_ids = OrderedDict(), [0]
         return view.for_thread(ctx.thread_id, ctx.resource_id)
 
     def recall(self, handle: ToolResults, budget: int) -> list[Message]:
@@ -329,7 +464,14 @@ class ToolResults:
         return [handle.tool()] if handle.enabled else []
 
     def on_spawn(self, handle: ToolResults, child: RunContext) -> ToolResults:
-        return handle
+        """The parent's handle for a child of the same thread and resource; for a child of
+        another, the same layer scoped to the child's: a sub-agent serving another
+        conversation or user reads and keeps only that one's results."""
+        scoped = handle.for_thread(child.thread_id, child.resource_id)
+        if scoped._scope == handle._scope:
+            return handle
+        scoped._catch_up()
+        return scoped
 
     def close(self, handle: ToolResults, error: BaseException | None) -> None:
         """Nothing to flush: every result is stored when ``offload`` returns."""
@@ -587,13 +729,16 @@ class ToolResults:
         digest_hex = hashlib.sha256(data).hexdigest()
         current = backend.lookup(call_id)
         if current is None or current[0] == digest_hex:
+            self._follow(backend, [(call_id, digest_hex)])
             backend.write(call_id, text, digest_hex, earlier=current[1] if current else [])
             return call_id
         older = derived_id(call_id, current[0])
         if not newer_wins:
             derived = derived_id(call_id, digest_hex)
+            self._follow(backend, [(derived, digest_hex)])
             backend.write(derived, text, digest_hex, earlier=[])
             return derived
+        self._follow(backend, [(older, current[0]), (call_id, digest_hex)])
         backend.alias(older, current[0])
         earlier = [older, *(e for e in current[1] if e != older)][:_EARLIER_KEPT]
         backend.write(call_id, text, digest_hex, earlier=earlier)
@@ -760,6 +905,11 @@ def _label(scope_id: str | None) -> str:
     if scope_id is None:
         return _NONE
     return hashlib.sha256(scope_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _stored_hash(value: Any) -> str | None:
+    """The content hash a stored call record points to (None for a record not of this layer)."""
+    return value.get("sha256") if isinstance(value, dict) else None
 
 
 def _holds_no_result(top: Message) -> bool:

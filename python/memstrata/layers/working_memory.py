@@ -42,6 +42,7 @@ from typing import Any, Literal, Union
 
 import orjson
 
+from memstrata._bridge import TaskLock
 from memstrata._checks import checked_bool, checked_budget
 from memstrata._core import deep_merge, strip_unsafe_keys
 from memstrata.exceptions import (
@@ -281,6 +282,11 @@ class WorkingMemoryHandle:
         self._body: str | None = None  # the state's text in the block, made when first needed
         # Legacy calls applied this run, by their canonical JSON, per path that applied them.
         self._legacy: dict[str, Counter[bytes]] = {"observe": Counter(), "call_tool": Counter()}
+        # The run's writes one at a time: a model's parallel tool calls (a server running them
+        # on threads or tasks) would otherwise each compute from the state one held and write
+        # it at the version another had just written, replacing that write unseen. A TaskLock:
+        # a write holds it across its store calls, which under an event loop suspend.
+        self._writing = TaskLock()
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
@@ -528,16 +534,17 @@ class WorkingMemoryHandle:
             raise InvalidInputError(f"source must be 'observe' or 'call_tool', got {source!r}")
         arguments = _json_object(arguments, f"{LEGACY_TOOL}'s arguments")
         key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
-        other = self._legacy["call_tool" if source == "observe" else "observe"]
-        if other[key]:
-            other[key] -= 1
+        with self._writing:
+            other = self._legacy["call_tool" if source == "observe" else "observe"]
+            if other[key]:
+                other[key] -= 1
+                return self._version
+            if self.layer.structured:
+                self.apply(arguments)
+            else:
+                self.apply(arguments.get("content"), arguments.get("mode", "append"))
+            self._legacy[source][key] += 1
             return self._version
-        if self.layer.structured:
-            self.apply(arguments)
-        else:
-            self.apply(arguments.get("content"), arguments.get("mode", "append"))
-        self._legacy[source][key] += 1
-        return self._version
 
     def _write(self, change: Any, *, whole: bool = False) -> None:
         """Writes ``change(state)``: without reading, if the store still holds the state this
@@ -549,6 +556,11 @@ class WorkingMemoryHandle:
         the stored state for its writer to read and write again."""
         if self.layer.read_only:
             raise ReadOnlyError("working memory is read-only")
+        with self._writing:
+            self._write_held(change, whole)
+
+    def _write_held(self, change: Any, whole: bool) -> None:
+        """:meth:`_write`, holding the run's write lock."""
         new, body = self._changed(self._state, change)
         if not self.saved:
             self._take(new, self._version, body)

@@ -235,21 +235,22 @@ def validate_label(label: object, what: str) -> str:
         )
     if NAMESPACE_SEPARATOR in label or "\x00" in label:
         raise InvalidInputError(f"{what} contains a NUL or unit-separator (\\x1f) character")
-    _check_unicode(label, what)
+    _check_encodable(label, what)
     return label
 
 
-def _check_unicode(text: str, what: str) -> None:
-    """Refuses a lone surrogate, which no JSON or UTF-8 text holds: the in-memory store would
-    keep it where the others fail with an encoding error, and the vector index refuses it."""
-    if text.isascii():  # the common case, without encoding anything
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(
-            f"{what} is not valid Unicode (it holds a lone surrogate)"
-        ) from None
+def _check_encodable(text: str, what: str) -> None:
+    """Refuses a text holding a lone surrogate (which a JSON ``"\\ud800"`` escape decodes to):
+    the SQL stores keep text as UTF-8, which cannot hold one, and every backend refuses the
+    same ids (the in-memory store would keep one, and the vector index refuses it)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(
+                f"{what} is not valid Unicode: a lone surrogate {text[exc.start]!r} at "
+                f"character {exc.start}"
+            ) from None
 
 
 def validate_key(key: str) -> str:
@@ -262,7 +263,7 @@ def validate_key(key: str) -> str:
         raise InvalidInputError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
     if "\x00" in key:
         raise InvalidInputError("key contains a NUL character")
-    _check_unicode(key, "key")
+    _check_encodable(key, "key")
     return key
 
 

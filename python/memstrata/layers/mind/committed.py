@@ -194,13 +194,17 @@ class _Committed:
         ids: list[str] = []
         id_models: list[Any] = []
         texts: list[Any] = []
-        taken = False  # any decoded row: the matrix is appended after the loop
         rows_of: list[int] = decoded[1] if decoded is not None else [-1] * len(entries)
         dim = decoded[0].shape[1] if decoded is not None else 0
-        target = self.rows.get(dim) if dim else None
-        if dim and target is None:
-            target = self.rows[dim] = VectorRows(dim)
-        first = target.size if target is not None else 0
+        first = 0
+        if dim and max(rows_of, default=-1) >= 0:
+            # Every row, those no entry takes too (never referred to, as a replaced entry's row
+            # is not): a full read's batches then land a block each, not copied again. Appended
+            # before the entries refer to the rows: the rows are numbered by the append.
+            assert decoded is not None
+            target = self.rows.setdefault(dim, VectorRows(dim))
+            appended = target.append(decoded[0])
+            first = appended[0] if appended else 0
         # Bound once: the loop runs once per entry, 100,000 times for a full mind.
         add_id, add_model, add_text = ids.append, id_models.append, texts.append
         beliefs, reflections, expiring, vectors = (
@@ -228,16 +232,10 @@ class _Committed:
                 continue
             if rows_of[n] >= 0:
                 vectors[entry.id] = (models[n], dim, first + rows_of[n])
-                taken = True
                 continue
             add_id(entry.id)
             add_model(models[n])
             add_text(vector_texts[n])
-        if taken:
-            assert decoded is not None and target is not None
-            # Every row, those no entry took too (never referred to, as a replaced entry's
-            # row is not): a full read's batches then land a block each, not copied again.
-            target.append(decoded[0])
         dims, rows = append_encoded(self.rows, texts)
         vectors.update(zip(ids, zip(id_models, dims, rows)))
 
@@ -274,11 +272,7 @@ class _Committed:
             for prefix, id_, entry in zip(prefixes, ids, entries):
                 held[prefix][id_] = entry
         dim = matrix.shape[1]
-        target = self.rows.get(dim)
-        if target is None:
-            target = self.rows[dim] = VectorRows(dim)
-        first = target.size
-        target.append(matrix)
+        first = self.rows.setdefault(dim, VectorRows(dim)).append(matrix)[0]
         self.vectors.update(zip(ids, zip(models, repeat(dim), range(first, first + count))))
         return True
 

@@ -175,9 +175,8 @@ def _sync_index(handle: AgentMindHandle) -> _IndexCache:
         and (cache.model, cache.dim) == (model, dim)
     ):
         return cache
-    vectors = committed.rows.get(dim)
-    if vectors is None:
-        vectors = committed.rows[dim] = VectorRows(dim)
+    # setdefault: runs on two threads syncing at once share one set of rows, never each its own.
+    vectors = committed.rows.setdefault(dim, VectorRows(dim))
     cache = _IndexCache(model, dim, vectors)
     # Read from the stored vectors a comprehension at a time: at 100,000 entries a look-up and
     # a branch per entry was most of the first recall.

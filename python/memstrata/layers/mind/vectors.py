@@ -10,6 +10,7 @@ copies the live ones out.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,6 +28,11 @@ class VectorRows:
 
     Rows are appended raw (:meth:`append_encoded`, :meth:`append`) and normalised by
     :meth:`seal`; a row that cannot be normalised (zero, NaN, infinite) is marked unusable.
+
+    One set of rows is shared by the copies of a namespace's committed entries that runs on
+    several threads bring up to date at once: an append (which numbers its rows) and a seal
+    each hold the set's lock, so two appends never number the same rows and a seal never
+    normalises a row still being copied in.
     """
 
     def __init__(self, dim: int) -> None:
@@ -35,6 +41,7 @@ class VectorRows:
         self._blocks: list[npt.NDArray[np.float32]] = []
         self._usable: list[npt.NDArray[np.bool_]] = []
         self._sealed = 0
+        self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
@@ -50,12 +57,18 @@ class VectorRows:
         return row
 
     def append(self, vectors: npt.NDArray[np.float32]) -> list[int]:
-        """Appends the rows of ``vectors`` (shape ``(n, dim)``); normalised by :meth:`seal`.
+        """Appends the rows of ``vectors`` (shape ``(n, dim)``), normalised by :meth:`seal`,
+        and returns their row numbers: read them from here, never from ``size`` around the
+        call, which another thread's append may have moved.
 
         The caller gives ``vectors`` up: a matrix of exactly a block's rows landing at the
         start of a block becomes that block, as it is (a full read decodes its entries a block
         at a time, and copying 150 MB of vectors again cost a tenth of the load).
         """
+        with self._lock:
+            return self._append(vectors)
+
+    def _append(self, vectors: npt.NDArray[np.float32]) -> list[int]:
         if (
             len(vectors) == BLOCK_ROWS
             and not self.size & (BLOCK_ROWS - 1)
@@ -81,6 +94,10 @@ class VectorRows:
 
     def seal(self) -> None:
         """Normalises the rows appended since the last call and marks which are usable."""
+        with self._lock:
+            self._seal()
+
+    def _seal(self) -> None:
         start, end = self._sealed, self.size
         while start < end:
             b, first = start >> _SHIFT, start & (BLOCK_ROWS - 1)
@@ -195,13 +212,10 @@ def append_encoded(
         target = rows.get(dim)
         if target is None:
             target = rows[dim] = VectorRows(dim)
-        first = target.size
         if ok.all():
-            target.append(matrix)
-            dims[where], placed[where] = dim, np.arange(first, target.size)
+            dims[where], placed[where] = dim, target.append(matrix)
             break
-        target.append(matrix[ok])
-        dims[where[ok]], placed[where[ok]] = dim, np.arange(first, target.size)
+        dims[where[ok]], placed[where[ok]] = dim, target.append(matrix[ok])
         # A text of this dimension's length that failed is not a vector; the others may be
         # vectors of another dimension.
         todo = [n for n in where[~ok].tolist() if vector_dim(texts[n]) != dim]
