@@ -28,6 +28,15 @@ from memstrata.exceptions import InvalidInputError
 AGENT = "isolation-bot"
 
 
+def _on_threads(work: Any, count: int) -> None:
+    """Runs ``work(n)`` on ``count`` threads at once (n = 0..count-1) and waits for all."""
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     """One store two agent servers share."""
@@ -86,11 +95,7 @@ def _many_threads_one_mind(path: pathlib.Path) -> None:
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=runs, args=(worker,)) for worker in range(12)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _on_threads(runs, 12)
         assert not errors, errors[0]
         with stack.run(agent=AGENT) as run:
             beliefs = run.layer("agent-mind").beliefs
@@ -256,11 +261,7 @@ def test_parallel_tool_calls_of_one_run_on_threads_lose_no_working_memory_update
                     except BaseException as exc:
                         errors.append(exc)
 
-                threads = [threading.Thread(target=calls, args=(w,)) for w in range(8)]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+                _on_threads(calls, 8)
                 assert not errors, errors[0]
                 held = run.layer("working-memory").snapshot
             with stack.run(resource_id=user) as run:
