@@ -440,3 +440,46 @@ def test_an_async_run_opens_with_one_native_read_on_postgres(postgres_url: str) 
     assert served  # the working memory opens with one read of its state and journal
     assert answers[-1]["tasks"]["t0"] == "step 0"
     store.close()
+
+
+def test_a_call_cancelled_under_anyio_waits_for_its_store_call_without_spinning() -> None:
+    """anyio (Starlette, FastAPI, MCP servers) delivers a cancelled scope's cancellation again
+    at every turn of the loop. A bridged call waits for its store call in flight to finish
+    (its writes whole); it must wait idle, not spin the loop (which also starves the worker
+    thread doing the store call of the GIL)."""
+    import resource
+
+    import anyio
+
+    from memstrata._bridge import await_, in_thread
+
+    def store_call() -> int:
+        time.sleep(0.6)
+        return 1
+
+    outcome: list[str] = []
+    spent: list[float] = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+
+            async def call() -> None:
+                try:
+                    await run_sync(lambda: await_(in_thread(store_call), finish=True))
+                except BaseException as exc:
+                    outcome.append(type(exc).__name__)
+                    raise
+
+            group.start_soon(call)
+            await anyio.sleep(0.1)
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            group.cancel_scope.cancel()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        spent.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+    started = time.perf_counter()
+    anyio.run(main)
+    waited = time.perf_counter() - started
+    assert outcome == ["CancelledError"]  # raised once the store call was done
+    assert waited >= 0.5
+    assert spent[0] < 0.2, f"{spent[0]:.2f} s of CPU while waiting 0.5 s: the loop spun"

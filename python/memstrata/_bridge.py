@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -112,6 +113,13 @@ async def _to_its_end(awaitable: Awaitable[T]) -> T:
             await asyncio.wait((task,))  # unlike a plain await, a cancellation here stays here
         except asyncio.CancelledError as exc:
             cancelled = exc
+            anyio = sys.modules.get("anyio")  # loaded if the host uses its cancel scopes
+            if anyio is not None:
+                # anyio delivers a cancelled scope's cancellation again at every turn of the
+                # loop: waited through unshielded, the loop would spin until the call ends,
+                # starving the worker thread that runs it.
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait((task,))
     if cancelled is not None:
         if not task.cancelled():
             task.exception()  # seen: the caller gets the cancellation, not the call's outcome
