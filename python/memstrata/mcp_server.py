@@ -49,19 +49,11 @@ def build_server(open_run: Callable[[], Run]) -> Any:
         ) from None
 
     async def off_loop(fn: Callable[..., T], *args: Any) -> T:
-        # A call runs to its end once started (its writes are whole or absent either way).
-        # Shielded: when the client hangs up, anyio cancels every call in flight and delivers
-        # the cancellation again at each turn of the loop; a call finishing a store call in a
-        # worker thread waits through it, and the loop would spin against it, starving those
-        # threads, for as long as 30 s before the server could exit.
-        with anyio.CancelScope(shield=True):
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:  # another anyio backend (trio)
-                result = await anyio.to_thread.run_sync(fn, *args)
-            else:
-                result = await run_sync(fn, *args)
-        return result
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend (trio)
+            return await anyio.to_thread.run_sync(fn, *args)
+        return await run_sync(fn, *args)
 
     def specs() -> list[dict[str, Any]]:
         with open_run() as run:

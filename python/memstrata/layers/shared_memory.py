@@ -100,7 +100,14 @@ from memstrata.layers.shared_tools import MEMORY_WRITE_SOURCE as MEMORY_WRITE_SO
 from memstrata.prompts import MEMORY_TOOLS_SECTION, UPSTREAM_HEADER, one_line
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import Item, Namespace, Store, codec
-from memstrata.stores.base import ChangeMark, Changes, EncodedItem, item_of, validate_namespace
+from memstrata.stores.base import (
+    ChangeMark,
+    Changes,
+    EncodedItem,
+    check_encodable,
+    item_of,
+    validate_namespace,
+)
 from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
 from memstrata.tools import Tool
 
@@ -209,7 +216,7 @@ class SharedMemory:
         that version of the entry (0: none stored), else raises :class:`_Conflict`."""
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
-        _check_unicode(key, "key")
+        check_encodable(key, "key")
         if kind not in KINDS:
             raise InvalidInputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         for field_name, field_value in (
@@ -759,15 +766,6 @@ def _texts(values: Any, option: str) -> dict[str, None] | None:
         if not isinstance(value, str):
             raise InvalidInputError(f"{option} must be a list of str, got an item {value!r}")
     return dict.fromkeys(items)
-
-
-def _check_unicode(text: str, option: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(
-            f"{option} is not valid Unicode (it holds a lone surrogate)"
-        ) from None
 
 
 __all__ = ["MemoryEntry", "SharedMemory", "SharedMemoryHandle", "memory_keys"]

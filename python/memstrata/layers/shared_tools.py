@@ -13,6 +13,7 @@ from memstrata.prompts import (
     MEMORY_READ_DESCRIPTION,
     MEMORY_WRITE_DESCRIPTION,
 )
+from memstrata.stores.base import check_encodable
 from memstrata.tools import Tool, frozen
 
 if TYPE_CHECKING:
@@ -99,14 +100,9 @@ def tool_read(
         # A string would be read one key per character.
         raise InvalidInputError(f"memory_read's keys must be a list of str, got {keys!r:.80}")
     for index, key in enumerate(keys):
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            # No stored key holds one, and echoed back in "missing" it would make the answer
-            # unencodable as JSON for the host sending it to the model.
-            raise InvalidInputError(
-                f"keys[{index}] is not valid Unicode (it holds a lone surrogate)"
-            ) from None
+        # No stored key holds a lone surrogate, and echoed back in "missing" it would make the
+        # answer unencodable as JSON for the host sending it to the model.
+        check_encodable(key, f"keys[{index}]")
     found: dict[str, Any] = {}
     missing: list[str] = []
     with memory._lock:

@@ -235,14 +235,15 @@ def validate_label(label: object, what: str) -> str:
         )
     if NAMESPACE_SEPARATOR in label or "\x00" in label:
         raise InvalidInputError(f"{what} contains a NUL or unit-separator (\\x1f) character")
-    _check_encodable(label, what)
+    check_encodable(label, what)
     return label
 
 
-def _check_encodable(text: str, what: str) -> None:
-    """Refuses a text holding a lone surrogate (which a JSON ``"\\ud800"`` escape decodes to):
-    the SQL stores keep text as UTF-8, which cannot hold one, and every backend refuses the
-    same ids (the in-memory store would keep one, and the vector index refuses it)."""
+def check_encodable(text: str, what: str) -> None:
+    """Refuses (InvalidInputError naming ``what``) a text holding a lone surrogate, which a
+    JSON ``"\\ud800"`` escape decodes to: the SQL stores keep text as UTF-8, which cannot hold
+    one, and every backend refuses the same ids (the in-memory store would keep one, and the
+    vector index refuses it)."""
     if not text.isascii():
         try:
             text.encode("utf-8")
@@ -263,7 +264,7 @@ def validate_key(key: str) -> str:
         raise InvalidInputError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
     if "\x00" in key:
         raise InvalidInputError("key contains a NUL character")
-    _check_encodable(key, "key")
+    check_encodable(key, "key")
     return key
 
 
