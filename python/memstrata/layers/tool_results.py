@@ -4,8 +4,17 @@ Implements Layer 1 of Modulatio. A tool result over ``threshold_tokens`` is stor
 replaced in the conversation by a short summary plus the call_id; the model recovers the
 verbatim text with the ``read_tool_result`` tool, page by page.
 :func:`prune_messages_sliding_window` is Modulatio's sliding-window prune (OpenAI chat only; the
-context gate prunes every format). How a result is kept, in a store or as files, is
-``tool_result_storage``'s job; the digest that summarizes one, ``tool_result_digest``'s.
+context gate prunes every format). This module holds the layer: its options, its scopes, the
+layer protocol, and what becomes of one result (offloaded, kept for a gate, stored under which
+id). The other jobs live beside it, one module each:
+
+* ``tool_result_offload``: the pass over a conversation, each result decided once;
+* ``tool_result_decisions``: what was decided for each result, remembered for the next pass;
+* ``tool_result_following``: forgetting the decisions other servers' writes made stale;
+* ``tool_result_notice``: the notice that stands in for a result, and its summary;
+* ``tool_result_digest``: the extractive digest used when no summarizer is given;
+* ``tool_result_storage``: how a result is kept, in a store or as files;
+* ``tool_result_reading``: the ``read_tool_result`` tool and its pages.
 
 In a stack, nothing changes in the tool loop: ``run.prepare()`` offloads every tool result over
 the threshold (OpenAI chat, legacy ``role: "function"``, Responses ``function_call_output``,
@@ -58,11 +67,7 @@ import functools
 import hashlib
 import logging
 import os
-import re
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,72 +76,62 @@ import orjson
 from memstrata._bridge import run_sync
 from memstrata._checks import checked_bool, checked_scope_id
 from memstrata._core import prune_sliding_window
-from memstrata.exceptions import InvalidInputError, ToolError
-from memstrata.layers.tool_result_digest import DEFAULT_SUMMARY_TOKENS, _fit_prefix, digest
+from memstrata.exceptions import InvalidInputError
+from memstrata.layers.tool_result_decisions import (
+    UNSEEN,
+    Decisions,
+    decision_key,
+    derived_id,
+)
+from memstrata.layers.tool_result_digest import DEFAULT_SUMMARY_TOKENS, digest
+from memstrata.layers.tool_result_following import Following
+from memstrata.layers.tool_result_notice import Summarizer, notice, notice_call_id, summary
+from memstrata.layers.tool_result_offload import offload_pass
+from memstrata.layers.tool_result_reading import (
+    DEFAULT_PAGE_TOKENS,
+    MAX_PAGE_TOKENS,
+    read_page,
+    read_tool,
+)
 from memstrata.layers.tool_result_storage import _Backend, _FileBackend, _StoreBackend
-from memstrata.messages import (
-    EMPTY_SNAPSHOT,
-    Snapshot,
-    ToolResult,
-    call_names,
-    compare,
-    tool_results,
-    with_tool_results,
-)
-from memstrata.prompts import (
-    READ_TOOL_RESULT_DESCRIPTION,
-    TOOL_RESULT_GONE,
-    TOOL_RESULT_OFFLOADED,
-    TOOL_RESULT_PRUNED,
-    quote_notices,
-)
-from memstrata.redaction import redacted_for_log
-from memstrata.safe_files import MAX_FILE_ID, check_file_id
+from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_PRUNED
+from memstrata.safe_files import check_file_id
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import InMemoryStore, Store, open_store
-from memstrata.stores.base import Answer, ChangeMark, Changes, ChangesSince, Read, validate_ttl
+from memstrata.stores.base import Answer, Read, validate_ttl
 from memstrata.tokens import (
     EstimatingCounter,
     TokenCounter,
     checked_counter,
-    exact_count,
     exact_count_over,
     same_counts,
 )
 from memstrata.tools import Tool
 
-logger = logging.getLogger("memstrata.tool_results")
+__all__ = [
+    "DEFAULT_KEEP_RECENT",
+    "DEFAULT_PAGE_TOKENS",
+    "DEFAULT_SUMMARY_TOKENS",
+    "DEFAULT_THRESHOLD_TOKENS",
+    "DEFAULT_TTL",
+    "MAX_PAGE_TOKENS",
+    "Summarizer",
+    "ToolResults",
+    "derived_id",
+    "digest",
+    "prune_messages_sliding_window",
+]
 
-Summarizer = Callable[[str], str]
+logger = logging.getLogger("memstrata.tool_results")
 
 DEFAULT_THRESHOLD_TOKENS = 2000
 DEFAULT_KEEP_RECENT = 3
-DEFAULT_PAGE_TOKENS = 4000
-MAX_PAGE_TOKENS = 32_000
 DEFAULT_TTL = 7 * 86_400.0
 _NAMESPACE = "tool-results"
 _NONE = "-"  # the scope label of an unset thread or resource
 _THREADS_DIR = "threads"
 _RESOURCES_DIR = "resources"
 _EARLIER_KEPT = 32  # older ids a reused call_id lists
-_SEEN_LIMIT = 50_000  # results whose offload decision is remembered
-# Characters the remembered results' keys may hold between them: a key holds the result's text,
-# so a long-running server must not keep every large result it ever saw alive.
-_SEEN_MAX_CHARS = 32 << 20
-_LISTS_KEPT = 64  # scopes whose last conversation the offload pass keeps a snapshot of
-_READ_TOOL_NAMES = frozenset({"read_tool_result"})
-_UNSEEN = "\x00unseen"
-# The first line of a notice this layer writes, whole; a summary of at most summary_tokens
-# follows it (plus a few tokens quote_notices may add).
-_NOTICE_HEADER = re.compile(
-    re.escape(TOOL_RESULT_OFFLOADED)
-    .replace(re.escape("{call_id}"), r"(?P<id>[A-Za-z0-9][A-Za-z0-9_.:-]*)", 1)
-    .replace(re.escape("{call_id}"), "(?P=id)", 1)
-    .replace(re.escape("{chars}"), "[0-9]+")
-    .replace(re.escape("{tokens}"), "[0-9]+")
-    + r"(?:\n|\Z)"
-)
-_SUMMARY_SLACK = 16
 
 
 def prune_messages_sliding_window(
@@ -246,29 +241,14 @@ class ToolResults:
         self._bound = False  # whether a stack's run bound the layer to its counter and store
         self.name = name
         self.slot = slot
-        # What offload_messages and keep decided for a (scope, call_id, body), keyed by content:
-        # a conversation is prepared again at every call of a tool loop, and each result is
-        # counted and stored once. Shared by every run of the layer, hence the scope in the key.
-        self._seen: OrderedDict[tuple[Any, ...], str | None] = OrderedDict()
-        self._seen_lock = threading.Lock()
-        # The characters the keys of _seen hold (a list: the runs' copies share it with _seen).
-        self._seen_chars = [0]
-        # Per scope, the last conversation offload_messages saw: its snapshot, the notices
-        # it put at each position (position -> block -> notice) and the version of _seen they
-        # came from. _version[0] grows whenever remembered notices are rewritten (_repoint).
-        self._lists: OrderedDict[Any, tuple[Snapshot, dict[int, dict[int | None, str]], int]] = (
-            OrderedDict()
-        )
-        self._version = [0]
-        # Per scope, with results in a store: where the scope's call records stood in the
-        # store's history when this object last looked, and what it wrote under each id since
-        # (content hash, when). A decision in _seen names such an id; another server storing
-        # other text under it (a reused call_id), a deletion or the TTL running out makes the
-        # decision stale, and each run's opening looks for that (see _catch_up).
-        self._followed: OrderedDict[
-            tuple[str, str] | None, tuple[ChangeMark, dict[str, tuple[str, float]]]
-        ] = OrderedDict()
-        self._followed_ids = [0]  # ids in all of _followed (a list: the runs' copies share it)
+        # What offload_messages and keep decided for each result, and the last conversation
+        # the offload pass saw per scope: a conversation is prepared again at every call of a
+        # tool loop, and each result is counted and stored once. Shared by every run of the
+        # layer (the runs' handles are shallow copies).
+        self._decisions = Decisions()
+        # With results in a store: what other servers wrote since, which makes decisions
+        # stale (see _catch_up).
+        self._following = Following(self._decisions)
 
     @property
     def tool_calls_dir(self) -> Path | None:
@@ -316,102 +296,17 @@ class ToolResults:
         """Where a store keeps this scope's call records (see ``_StoreBackend``)."""
         return (_NAMESPACE, *(self._scope or (_NONE, _NONE)), "calls")
 
-    def _follow(self, backend: _Backend, writes: Sequence[tuple[str, str]]) -> None:
-        """Notes that this object is about to write ``(id, content hash)`` pairs to the
-        store: the scope's mark is taken before its first write, so whatever another server
-        writes from then on shows at a later :meth:`_catch_up`. Past ``_SEEN_LIMIT`` ids
-        followed in all, the least recently written scope is let go, with its decisions."""
-        if not isinstance(backend, _StoreBackend):
-            return
-        scope = self._scope
-        mark: ChangeMark | None = None
-        dropped: list[tuple[str, str] | None] = []
-        while True:
-            with self._seen_lock:
-                held = self._followed.get(scope)
-                if held is None and mark is not None:
-                    held = self._followed[scope] = (mark, {})
-                if held is not None:
-                    wrote, count, now = held[1], self._followed_ids, time.time()
-                    for id_, digest_hex in writes:
-                        # The most recent write last: a catch-up finds the oldest first.
-                        count[0] -= wrote.pop(id_, None) is not None
-                        wrote[id_] = (digest_hex, now)
-                        count[0] += 1
-                    self._followed.move_to_end(scope)
-                    while count[0] > _SEEN_LIMIT and len(self._followed) > 1:
-                        gone, (_, ids) = self._followed.popitem(last=False)
-                        count[0] -= len(ids)
-                        dropped.append(gone)
-                    break
-            mark = backend.store.change_mark(backend.calls)
-        for gone in dropped:
-            self._forget(gone, None)
-
     def _catch_up(self, opened: Mapping[Read, Answer] | None = None) -> None:
-        """Forgets the decisions naming an id whose stored text may no longer be the one
-        decided on: since this object last looked, another server stored other text under it
-        (a reused call_id, on another server of the same conversation), it was deleted, or
-        half the TTL passed since this object stored it (storing again renews the TTL, which
-        the store does not report running out). Such results are decided, and stored, again
-        at the next offload. ``opened`` holds the run's opening reads."""
+        """Forgets the decisions another server's writes, a deletion or the TTL made stale
+        (see :meth:`Following.catch_up
+        <memstrata.layers.tool_result_following.Following.catch_up>`); such results are
+        decided, and stored, again at the next offload. ``opened`` holds the run's opening
+        reads."""
         if self._dir is not None or self._store is None or not self.enabled:
             return
-        scope = self._scope
-        with self._seen_lock:
-            held = self._followed.get(scope)
-        if held is None:
-            return  # nothing stored from here in this scope: no decision to check
-        calls = self._calls_namespace()
-        answer = (opened or {}).get(ChangesSince(calls, held[0]))
-        changes = answer if isinstance(answer, Changes) else self._store.changes(calls, held[0])
-        renew_before = time.time() - self.ttl / 2 if self.ttl is not None else None
-        with self._seen_lock:
-            if self._followed.get(scope) is not held:
-                return  # caught up meanwhile, or let go with its decisions
-            wrote = held[1]
-            stale: set[str] = set()
-            if changes.complete:
-                stored = {item.key: _stored_hash(item.value) for item in changes.items}
-                stale.update(
-                    i for i, (digest_hex, _) in wrote.items() if stored.get(i) != digest_hex
-                )
-            else:
-                changed = {item.key: _stored_hash(item.value) for item in changes.items}
-                changed.update(dict.fromkeys(changes.removed))
-                # Kept in ``wrote``: what this object stored there is still what a write of
-                # its own in flight meanwhile would make it hold again.
-                stale.update(i for i, h in changed.items() if i in wrote and wrote[i][0] != h)
-            if renew_before is not None:
-                # Oldest first (each write moves its id last): stored again once decided again.
-                expired = []
-                for id_, (_, at) in wrote.items():
-                    if at >= renew_before:
-                        break
-                    expired.append(id_)
-                for id_ in expired:
-                    del wrote[id_]
-                self._followed_ids[0] -= len(expired)
-                stale.update(expired)
-            self._followed[scope] = (changes.mark, wrote)
-        if stale:
-            self._forget(scope, stale)
-
-    def _forget(self, scope: tuple[str, str] | None, ids: set[str] | None) -> None:
-        """Drops ``scope``'s decisions naming one of ``ids`` (every one of the scope's, for
-        None), and the conversation snapshots whose notices may name them."""
-        # A decision names its call_id, or an id derived from it (derived_id).
-        bases = {id_.rpartition(":")[0] for id_ in ids or () if ":" in id_}
-        cut = MAX_FILE_ID - 13
-        with self._seen_lock:
-            for key in list(self._seen):
-                if key[0] != scope:
-                    continue
-                call_id = key[1]
-                if ids is None or call_id in ids or call_id[:cut] in bases:
-                    self._seen_chars[0] -= len(key[2])
-                    del self._seen[key]
-            self._version[0] += 1  # every kept snapshot's notices are decided again
+        self._following.catch_up(
+            self._store, self._calls_namespace(), self._scope, self.ttl, opened
+        )
 
     # Layer protocol ---------------------------------------------------------------------------
 
@@ -423,11 +318,10 @@ class ToolResults:
             return []
         unset = ctx.thread_id is None and ctx.resource_id is None
         scope = None if unset else (_label(ctx.resource_id), _label(ctx.thread_id))
-        with self._seen_lock:
-            held = self._followed.get(scope)
-        if held is None:
-            return []
-        return [ChangesSince((_NAMESPACE, *(scope or (_NONE, _NONE)), "calls"), held[0])]
+        read = self._following.opening_read(
+            scope, (_NAMESPACE, *(scope or (_NONE, _NONE)), "calls")
+        )
+        return [] if read is None else [read]
 
     def init(self, ctx: RunContext, opened: Mapping[Read, Answer] | None = None) -> ToolResults:
         """The layer as the run's thread sees it (:meth:`for_thread`), counting with the
@@ -448,9 +342,8 @@ class ToolResults:
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view.tokens, view._store = tokens, store
-        view._seen, view._seen_lock, view._seen_chars = OrderedDict(), threading.Lock(), [0]
-        view._lists, view._version = OrderedDict(), [0]
-        view._followed, view._followed_ids = OrderedDict(), [0]
+        view._decisions = Decisions()
+        view._following = Following(view._decisions)
         return view.for_thread(ctx.thread_id, ctx.resource_id)
 
     def recall(self, handle: ToolResults, budget: int) -> list[Message]:
@@ -532,9 +425,7 @@ class ToolResults:
         return exact_count_over(self.tokens, text, self.threshold_tokens, keep=False)
 
     def _notice(self, call_id: str, text: str, tokens: int) -> str:
-        notice = TOOL_RESULT_OFFLOADED.format(call_id=call_id, chars=len(text), tokens=tokens)
-        # The summary quotes the tool's own text: it may not pass for a notice of ours.
-        return f"{notice}\n{quote_notices(self.summarize(text))}"
+        return notice(call_id, text, tokens, self.summarize(text))
 
     def offload_message(self, message: Message) -> Message:
         """A message with its tool results offloaded when over the threshold (a new dict;
@@ -551,90 +442,7 @@ class ToolResults:
         given = messages if isinstance(messages, list) else _message_list(messages)
         if not self.enabled:
             return given
-        scope = self._scope
-        with self._seen_lock:
-            kept = self._lists.get(scope)
-            version = self._version[0]
-        if kept is not None and kept[2] == version:
-            previous, notices = kept[0], kept[1]
-        else:
-            previous, notices = EMPTY_SNAPSHOT, {}
-        try:
-            snapshot, changed, origin = compare(previous, given, shallow=_holds_no_result)
-        except (TypeError, ValueError):  # an item that is not a dict: the plain pass skips it
-            return self._offload_all(given)
-        if origin is not None and notices:  # a window that slid keeps its notices
-            notices = {p: notices[q] for p, q in enumerate(origin) if q in notices}
-        n = len(given)
-        if any(p >= n for p in notices):  # a shorter list: its positions past the end are gone
-            notices = {p: b for p, b in notices.items() if p < n}
-        if changed:
-            notices = dict(notices)
-            for p in changed:
-                notices.pop(p, None)
-            found = tool_results([given[p] for p in changed])
-            decided = self._decisions(given, found, positions=changed)
-            for (p, block), notice in decided.items():
-                notices.setdefault(p, {})[block] = notice
-            with self._seen_lock:
-                rewritten = self._version[0] != version
-            if rewritten:
-                # The notices kept for unchanged positions may name an id whose text this pass
-                # moved (see _repoint); the next pass starts afresh (the version changed).
-                return self._offload_all(given)
-        with self._seen_lock:
-            self._lists[scope] = (snapshot, notices, version)
-            self._lists.move_to_end(scope)
-            while len(self._lists) > _LISTS_KEPT:
-                self._lists.popitem(last=False)
-        if not notices:
-            return given
-        bodies = {(p, b): notice for p, blocks in notices.items() for b, notice in blocks.items()}
-        return with_tool_results(given, bodies)
-
-    def _offload_all(self, given: list[Message]) -> list[Message]:
-        bodies = self._decisions(given, tool_results(given))
-        return with_tool_results(given, bodies) if bodies else given
-
-    def _decisions(
-        self, given: list[Message], found: list[ToolResult], positions: list[int] | None = None
-    ) -> dict[tuple[int, int | None], str]:
-        """The notice for each result in ``found`` that is to be offloaded, by (position,
-        block); ``positions`` maps the results' positions to ``given``'s."""
-        bodies: dict[tuple[int, int | None], str] = {}
-        names: dict[str, str] | None = None
-        with self._seen_lock:
-            version = self._version[0]
-        keys: list[tuple[tuple[int, int | None], tuple[Any, ...]]] = []
-        for result in found:
-            position = positions[result.position] if positions is not None else result.position
-            key = _seen_key(self._scope, result.call_id, result.body)
-            if key is None:
-                continue
-            keys.append(((position, result.block), key))
-            with self._seen_lock:
-                decided = self._seen.get(key, _UNSEEN)
-            if decided is _UNSEEN:
-                if names is None:
-                    names = call_names(given)
-                if names.get(result.call_id) in _READ_TOOL_NAMES:
-                    # A page the model asked for: offloading it would send the model back to
-                    # read it again, for ever.
-                    decided = None
-                else:
-                    decided = self._decide(position, result.call_id, result.body)
-                self._remember(key, decided)
-            if decided is not None:
-                bodies[(position, result.block)] = decided
-        with self._seen_lock:
-            if self._version[0] != version:
-                # A result stored in this pass moved the older text of its call_id under a new
-                # id (see _repoint): a notice decided before it in the pass named the old one.
-                for place, key in keys:
-                    repointed = self._seen.get(key, _UNSEEN)
-                    if place in bodies and isinstance(repointed, str):
-                        bodies[place] = repointed
-        return bodies
+        return offload_pass(given, self._decisions, self._scope, self._decide)
 
     def _decide(self, index: int, call_id: str, body: Any) -> str | None:
         """The notice replacing ``body``, or None to leave it."""
@@ -660,16 +468,6 @@ class ToolResults:
             ) from None
         return self._notice(call_id, text, tokens)
 
-    def _remember(self, key: tuple[Any, ...], decided: str | None) -> None:
-        with self._seen_lock:
-            seen, chars = self._seen, self._seen_chars
-            if key not in seen:
-                chars[0] += len(key[2])
-            seen[key] = decided
-            seen.move_to_end(key)
-            while len(seen) > 1 and (len(seen) > _SEEN_LIMIT or chars[0] > _SEEN_MAX_CHARS):
-                chars[0] -= len(seen.popitem(last=False)[0][2])
-
     def keep(self, call_id: str, body: Any) -> str | None:
         """Makes ``body`` readable with ``read_tool_result`` before a context gate replaces it
         by a placeholder; returns the id to name in the placeholder, or None when it cannot
@@ -681,11 +479,10 @@ class ToolResults:
         """
         if not self.enabled:
             return None
-        key = _seen_key(self._scope, call_id, body, kept=True)
+        key = decision_key(self._scope, call_id, body, kept=True)
         if key is not None:
-            with self._seen_lock:
-                known = self._seen.get(key, _UNSEEN)
-            if known is not _UNSEEN:
+            known = self._decisions.get(key)
+            if known is not UNSEEN:
                 return known
         try:
             check_file_id(call_id)
@@ -699,21 +496,15 @@ class ToolResults:
         else:
             readable = self._store_text(backend, call_id, text, newer_wins=False)
         if key is not None:
-            self._remember(key, readable)
+            self._decisions.remember(key, readable)
         return readable
 
     def _own_notice(self, text: str) -> str | None:
-        """The call_id ``text`` points to if it is a notice of this layer (its first line
-        whole, then no more than a summary), else None: a tool's output that only opens like
-        a notice (a copy of one, then anything) is a result of its own, offloaded and kept as
-        any other, never taken for the result the copy names."""
-        header = _NOTICE_HEADER.match(text)
-        if header is None:
-            return None
-        rest = text[header.end() :]
-        if self.tokens.count(rest) > self.summary_tokens + _SUMMARY_SLACK:
-            return None
-        return header.group("id")
+        """The call_id ``text`` points to if it is a notice of this layer (see
+        :func:`~memstrata.layers.tool_result_notice.notice_call_id`), else None."""
+        return notice_call_id(text, self.summary_tokens, self.tokens)
+
+    # Storing ----------------------------------------------------------------------------------
 
     def store(self, call_id: str, text: str) -> str:
         """Stores ``text`` under ``call_id`` (deduplicated by content hash); the newer text
@@ -728,73 +519,31 @@ class ToolResults:
         data = text.encode("utf-8", "surrogatepass")
         digest_hex = hashlib.sha256(data).hexdigest()
         current = backend.lookup(call_id)
+        follow, scope = self._following.follow, self._scope
         if current is None or current[0] == digest_hex:
-            self._follow(backend, [(call_id, digest_hex)])
+            follow(backend, scope, [(call_id, digest_hex)])
             backend.write(call_id, text, digest_hex, earlier=current[1] if current else [])
             return call_id
         older = derived_id(call_id, current[0])
         if not newer_wins:
             derived = derived_id(call_id, digest_hex)
-            self._follow(backend, [(derived, digest_hex)])
+            follow(backend, scope, [(derived, digest_hex)])
             backend.write(derived, text, digest_hex, earlier=[])
             return derived
-        self._follow(backend, [(older, current[0]), (call_id, digest_hex)])
+        follow(backend, scope, [(older, current[0]), (call_id, digest_hex)])
         backend.alias(older, current[0])
         earlier = [older, *(e for e in current[1] if e != older)][:_EARLIER_KEPT]
         backend.write(call_id, text, digest_hex, earlier=earlier)
-        self._repoint(call_id, current[0], older)
+        # The remembered decisions for the older text name the id it moved to from now on, so
+        # a conversation holding both results points each message at its own.
+        self._decisions.repoint(self._scope, call_id, current[0], older)
         return call_id
-
-    def _repoint(self, call_id: str, digest_hex: str, older: str) -> None:
-        """After a reused call_id moved its older text to ``older``: the remembered decisions
-        for that text name ``older`` from now on, so a conversation holding both results
-        points each message at its own."""
-        with self._seen_lock:
-            self._version[0] += 1
-            for key, decided in list(self._seen.items()):
-                scope, key_id, body, kept = key
-                if scope != self._scope or key_id != call_id or decided is None:
-                    continue
-                data = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
-                if hashlib.sha256(data).hexdigest() != digest_hex:
-                    continue
-                if kept:
-                    self._seen[key] = older
-                else:
-                    self._seen[key] = decided.replace(
-                        f"call_id={call_id},", f"call_id={older},", 1
-                    ).replace(f'(call_id="{call_id}")', f'(call_id="{older}")', 1)
 
     def summarize(self, text: str) -> str:
         """The summary that stands in for ``text``: the summarizer's, else the digest."""
         if not isinstance(text, str):
             raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
-        if self.summarizer is not None:
-            try:
-                summary = self.summarizer(text)
-                if not isinstance(summary, str):
-                    raise TypeError(f"summarizer returned {type(summary).__name__}, not str")
-                return self._trim(summary.strip())
-            except Exception as exc:
-                logger.warning(
-                    "summarizer failed (%s: %s); using the digest",
-                    type(exc).__name__,
-                    # Its error often quotes its request: a URL with a key in its query.
-                    redacted_for_log(str(exc)),
-                )
-        return digest(text, max_tokens=self.summary_tokens, tokens=self.tokens)
-
-    def _trim(self, text: str) -> str:
-        if exact_count_over(self.tokens, text, self.summary_tokens, keep=False) is None:
-            return text
-        end = _fit_prefix(text, self.summary_tokens - 2, self.tokens)
-        while True:
-            trimmed = text[:end].rstrip() + " …"
-            if exact_count_over(self.tokens, trimmed, self.summary_tokens, keep=False) is None:
-                return trimmed
-            if end == 0:
-                return ""
-            end = end * 9 // 10
+        return summary(text, self.summarizer, self.summary_tokens, self.tokens)
 
     # Reading back -----------------------------------------------------------------------------
 
@@ -813,83 +562,11 @@ class ToolResults:
                 or max_tokens too small for the next character.
             ToolError: No result is stored under this call_id (code ``not_found``).
         """
-        check_file_id(call_id)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidInputError(f"offset must be a non-negative int, got {offset!r}")
-        if (
-            isinstance(max_tokens, bool)
-            or not isinstance(max_tokens, int)
-            or not 1 <= max_tokens <= MAX_PAGE_TOKENS
-        ):
-            raise InvalidInputError(
-                f"max_tokens must be an int from 1 to {MAX_PAGE_TOKENS}, got {max_tokens!r}"
-            )
-        # A page holds at most max_tokens * 16 characters (see _fit_prefix), and one more
-        # tells whether anything follows.
-        found = self._backend().read(call_id, offset, max(max_tokens, 1) * 16 + 1)
-        if found is None:
-            raise ToolError(f"no tool result is stored under call_id {call_id!r}", code="not_found")
-        rest, total, earlier = found
-        if offset > total:
-            raise InvalidInputError(f"offset {offset} is past the end ({total} chars)")
-        end = _fit_prefix(rest, max_tokens, self.tokens)
-        if end == 0 and rest:
-            # An empty page would point back at the same offset: a model paging on would loop.
-            need = exact_count(self.tokens, rest[0], keep=False)
-            raise InvalidInputError(
-                f"max_tokens {max_tokens} is too small for the text at offset {offset}: its "
-                f"next character alone is {need} tokens"
-            )
-        if end < len(rest):
-            # Prefer to end the page at a line break in its last fifth.
-            cut = rest.rfind("\n", end - end // 5, end)
-            if cut > 0:
-                end = cut + 1
-        page_end = offset + end
-        page: dict[str, Any] = {
-            "call_id": call_id,
-            "content": rest[:end],
-            "offset": offset,
-            "next_offset": page_end if page_end < total else None,
-            "total_chars": total,
-        }
-        if earlier:
-            page["earlier"] = list(earlier)
-        return page
+        return read_page(self._backend, self.tokens, call_id, offset, max_tokens)
 
     def tool(self) -> Tool:
         """The ``read_tool_result`` tool for the model."""
-
-        def handler(args: dict[str, Any]) -> dict[str, Any]:
-            try:
-                return self.read_tool_result(
-                    args["call_id"],
-                    args.get("offset", 0),
-                    args.get("max_tokens", DEFAULT_PAGE_TOKENS),
-                )
-            except InvalidInputError as exc:
-                raise ToolError(str(exc), code="invalid_arguments") from None
-
-        return Tool(
-            name="read_tool_result",
-            description=READ_TOOL_RESULT_DESCRIPTION,
-            parameters={
-                "type": "object",
-                "properties": {
-                    "call_id": {"type": "string", "minLength": 1, "maxLength": 128},
-                    "offset": {"type": "integer", "minimum": 0},
-                    "max_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_TOKENS},
-                },
-                "required": ["call_id"],
-                "additionalProperties": False,
-            },
-            handler=handler,
-        )
-
-
-def derived_id(call_id: str, digest_hex: str) -> str:
-    """The id an older result of a reused call_id stays readable under."""
-    return f"{call_id[: MAX_FILE_ID - 13]}:{digest_hex[:12]}"
+        return read_tool(self.read_tool_result)
 
 
 def _message_list(messages: Any) -> list[Message]:
@@ -905,31 +582,6 @@ def _label(scope_id: str | None) -> str:
     if scope_id is None:
         return _NONE
     return hashlib.sha256(scope_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-def _stored_hash(value: Any) -> str | None:
-    """The content hash a stored call record points to (None for a record not of this layer)."""
-    return value.get("sha256") if isinstance(value, dict) else None
-
-
-def _holds_no_result(top: Message) -> bool:
-    """Whether a message holds no tool result whatever its nested values (an assistant or
-    system message): the offload pass compares it by its top level only."""
-    role = top.get("role")
-    return type(role) is str and role in ("assistant", "system")
-
-
-def _seen_key(
-    scope: tuple[str, str] | None, call_id: str, body: Any, *, kept: bool = False
-) -> tuple[Any, ...] | None:
-    """The content key of a decision: the body itself when it is text (its hash is cached on
-    the str), else its JSON text; None when the body is not JSON data."""
-    if type(body) is not str:
-        try:
-            body = orjson.dumps(body)
-        except (TypeError, orjson.JSONEncodeError):
-            return None
-    return (scope, call_id, body, kept)
 
 
 def _as_text(content: Any) -> str:
