@@ -394,6 +394,33 @@ def test_a_reused_call_id_points_each_message_right_in_the_pass_that_stores_it()
             assert run.prepare([user, older, newer]) == out
 
 
+def test_a_pass_whose_decisions_are_let_go_never_writes_a_marker_into_the_conversation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass that moves a reused call_id's older text looks up again the notices it decided
+    before the move. A decision let go meanwhile (past the count or size kept, or forgotten by
+    a catch-up in another run) leaves the result as it was or behind a notice naming its own
+    text, never the lookup's internal "not decided" marker."""
+    import memstrata.layers.tool_result_decisions as module
+
+    monkeypatch.setattr(module, "SEEN_LIMIT", 1)  # every decision lets the one before go
+    old, new = big_log(), big_log(2500)
+    messages = [
+        {"role": "tool", "tool_call_id": "call_0", "content": old},
+        {"role": "tool", "tool_call_id": "call_0", "content": new},
+    ]
+    layer = ToolResults(store=InMemoryStore())
+    for _ in range(2):
+        out = layer.offload_messages(messages)
+        for message, given in zip(out, messages):
+            content = message["content"]
+            assert "\x00" not in content
+            if content != given["content"]:
+                call_id = content.split("call_id=")[1].split(",")[0]
+                page = layer.read_tool_result(call_id, max_tokens=32_000)
+                assert page["total_chars"] == len(given["content"])
+
+
 def test_results_are_kept_per_resource_and_per_thread() -> None:
     store = InMemoryStore()
     stack = MemoryStack([ToolResults()], store=store)

@@ -119,8 +119,15 @@ def _decided(
         # A result stored in this pass moved the older text of its call_id under a new id
         # (see Decisions.repoint): a notice decided before it in the pass named the old one.
         for place, key in keys:
+            if place not in bodies:
+                continue
             repointed = decisions.get(key)
-            if place in bodies and isinstance(repointed, str):
+            if repointed is UNSEEN:
+                # Let go meanwhile (past the count or size kept, or forgotten by a catch-up):
+                # the notice may name the id whose text moved, and only the remembered
+                # decision followed the move. The result stays as it is in this pass.
+                del bodies[place]
+            elif repointed is not None:
                 bodies[place] = repointed
     return bodies
 
