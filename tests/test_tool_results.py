@@ -421,6 +421,24 @@ def test_a_pass_whose_decisions_are_let_go_never_writes_a_marker_into_the_conver
                 assert page["total_chars"] == len(given["content"])
 
 
+def test_results_a_layer_keeps_on_its_own_stay_readable_through_every_handle(caplog) -> None:
+    """With neither a store nor a directory, results live in one private store of the layer:
+    every handle of a thread reads what another stored, and a stack that runs the layer later
+    still reads them (with a warning that they are not in the stack's store)."""
+    text = big_log()
+    layer = ToolResults()
+    layer.for_thread("t").offload("c1", text)
+    assert layer.for_thread("t").read_tool_result("c1")["total_chars"] == len(text)
+    layer.offload("c2", text)
+    stack = MemoryStack([layer], store=InMemoryStore())
+    with stack.run(thread_id="t") as run:
+        assert run.call_tool("read_tool_result", {"call_id": "c1"})["total_chars"] == len(text)
+    with stack.run() as run:
+        assert run.call_tool("read_tool_result", {"call_id": "c2"})["total_chars"] == len(text)
+    assert layer.read_tool_result("c2")["total_chars"] == len(text)
+    assert "private" in caplog.text
+
+
 def test_results_are_kept_per_resource_and_per_thread() -> None:
     store = InMemoryStore()
     stack = MemoryStack([ToolResults()], store=store)

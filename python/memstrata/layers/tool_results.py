@@ -34,7 +34,8 @@ Decisions where Modulatio is silent:
   namespaced per resource and thread (a run with a resource but no thread keeps them per
   resource), stored once per content hash within that scope, and expire ``ttl`` seconds (7
   days by default) after they were last stored. Used on its own without a store or a
-  directory, the layer keeps results in a private in-memory store.
+  directory, the layer keeps results in a private in-memory store, one for all its handles,
+  which it goes on using (with a warning) if a stack runs it after it stored results there.
 * Identical payloads are stored once, unlike Modulatio (which keeps both copies). With files,
   the bytes live in ``by-hash/<sha256>.txt`` and every ``<call_id>.txt`` holding them is a hard
   link to it (a copy where the file system has no hard links).
@@ -176,7 +177,8 @@ class ToolResults:
             of in a store. None: in ``store``.
         store: Where results live when no directory is given: a
             :class:`~memstrata.stores.Store` or a store URL. None: the stack's store when the
-            layer runs in a stack; used on its own, a private in-memory store.
+            layer runs in a stack; used on its own, a private in-memory store (kept if a
+            stack runs the layer after it stored results there).
         ttl: Seconds a stored result stays readable after it was last stored (store only);
             None keeps results until deleted.
         threshold_tokens: Results over this many tokens are offloaded.
@@ -230,6 +232,10 @@ class ToolResults:
         self._dir = Path(tool_calls_dir) if tool_calls_dir is not None else None
         self._store: Store | None = open_store(store) if isinstance(store, str) else store
         self._store_given = store is not None
+        # The private store of a layer used on its own with neither a store nor a directory,
+        # once made: one for the layer and every handle of it (a list they all share), and
+        # kept when a stack runs the layer later, as results already live there.
+        self._own_store: list[Store] = []
         # Set on the per-run copies init() hands to runs: the labels of the run's scope.
         self._scope: tuple[str, str] | None = None
         self.threshold_tokens = threshold_tokens
@@ -288,7 +294,9 @@ class ToolResults:
             return _FileBackend(self.tool_calls_dir or self._dir, self._dir)
         if self._store is None:
             # On its own with neither a directory nor a store: results live with this object.
-            self._store = InMemoryStore()
+            if not self._own_store:
+                self._own_store.append(InMemoryStore())
+            self._store = self._own_store[0]
         scope = self._scope or (_NONE, _NONE)
         return _StoreBackend(self._store, (_NAMESPACE, *scope), self.ttl)
 
@@ -331,9 +339,20 @@ class ToolResults:
         stack that counts or stores otherwise gets a view of its own, with its own
         decisions, so it never reuses the other stack's decisions nor writes to its store."""
         tokens = self.tokens if self._tokens_given else ctx.tokens
-        store = self._store if self._store_given or self._dir is not None else ctx.store
+        if self._store_given or self._dir is not None:
+            store = self._store
+        elif self._own_store:
+            store = self._own_store[0]
+        else:
+            store = ctx.store
         if not self._bound:
             self._bound = True
+            if self._own_store and not self._store_given:
+                logger.warning(
+                    "ToolResults stored results on its own before a stack ran it: they, and "
+                    "those it stores from now on, stay in its private in-memory store, not the "
+                    "stack's; give it store= to choose"
+                )
             self.tokens, self._store = tokens, store
         if same_counts(tokens, self.tokens) and store is self._store:
             scoped = self.for_thread(ctx.thread_id, ctx.resource_id)
