@@ -215,6 +215,17 @@ class Dir:
         else:
             os.link(self.path / name, target.path / new_name)
 
+    def names(self) -> list[str]:
+        """The names of the entries in this directory."""
+        return os.listdir(self.fd if self.fd is not None else self.path)
+
+    def rmdir(self, name: str) -> None:
+        """Removes the empty directory ``name``."""
+        if self.fd is not None:
+            os.rmdir(name, dir_fd=self.fd)
+        else:
+            os.rmdir(self.path / name)
+
     def _open(self, name: str, flags: int, mode: int = 0o777) -> int:
         if self.fd is not None:
             return os.open(name, flags, mode, dir_fd=self.fd)
@@ -287,6 +298,25 @@ def open_subdir(parent: Dir, name: str, *, create: bool = True) -> Dir:
         os.close(fd)
         raise InvalidInputError(f"{path} is not a directory; refusing to use it")
     return Dir(path, fd)
+
+
+def remove_tree(parent: Dir, name: str) -> int:
+    """Deletes ``name`` in ``parent``: a directory with everything below it, each level opened
+    relative to the one above, so a symlink planted anywhere below is removed as the link it
+    is, never followed. Returns how many entries other than directories it removed (0 when
+    nothing is under ``name``)."""
+    info = parent.lstat(name)
+    if info is None:
+        return 0
+    if not stat.S_ISDIR(info.st_mode):
+        parent.unlink(name)
+        return 1
+    removed = 0
+    with open_subdir(parent, name, create=False) as directory:
+        for entry in directory.names():
+            removed += remove_tree(directory, entry)
+    parent.rmdir(name)
+    return removed
 
 
 # Files ----------------------------------------------------------------------------------------

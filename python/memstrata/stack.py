@@ -37,6 +37,10 @@ reads its ``init`` starts with (:class:`~memstrata.stores.GetMany`,
 layer's. A layer looks its read up there when it makes it, so an answer is only used for the
 very read it answers (the mind's, for one, depends on what the layer held when it asked).
 
+A layer that keeps data per conversation or per user may define ``forget(store, *,
+resource_id, thread_id)``, which erases it and returns how many records went:
+:meth:`MemoryStack.forget` calls it.
+
 The async forms (``await run.aprepare(...)``) run a layer's methods on the event loop; a call
 to the store that has to wait suspends them while other tasks run, other runs of the same layer
 included. State a layer guards with a lock across a store call takes a
@@ -374,6 +378,48 @@ class MemoryStack:
         """The same run, for ``async with`` (see :meth:`Run.aprepare` for what the async
         methods do)."""
         return self.run(thread_id=thread_id, resource_id=resource_id, agent=agent)
+
+    def forget(
+        self, *, resource_id: str | None = None, thread_id: str | None = None
+    ) -> dict[str, int]:
+        """Erases what the layers keep for runs with exactly these ids, as a run names them:
+
+        * ``thread_id`` (with the ``resource_id`` its runs named, if any): that conversation:
+          its thread-scoped working memories and the tool results its runs kept;
+        * ``resource_id`` alone: that user: their resource-scoped working memories and the
+          tool results of every run that named them, whatever its thread.
+
+        Thread-scoped data is keyed by the thread alone, so erasing a user means forgetting
+        each of their conversations (``resource_id=..., thread_id=...``), then the user
+        (``resource_id=...``). The agent's mind, shared memory and team state belong to the
+        agent or the workflow, not to a user, and are not touched (docs/privacy.md says where
+        each layer keeps what, and what a deletion leaves in the store's files).
+
+        Expired records (already invisible) are deleted too, everyone's. Safe to call again:
+        a record written under these ids while it ran (a run still going) may stay, and a call
+        that failed part way leaves what it had not reached.
+
+        Returns:
+            How many records (or result files) each layer that keeps data per conversation or
+            per user erased, by layer name.
+        """
+        resource = checked_scope_id("resource_id", resource_id)
+        thread = checked_scope_id("thread_id", thread_id)
+        if resource is None and thread is None:
+            raise InvalidInputError("forget needs a thread_id, a resource_id or both")
+        erased: dict[str, int] = {}
+        for layer in self.layers:
+            forget = getattr(layer, "forget", None)
+            if callable(forget):
+                erased[layer.name] = forget(self.store, resource_id=resource, thread_id=thread)
+        self.store.purge_expired()
+        return erased
+
+    async def aforget(
+        self, *, resource_id: str | None = None, thread_id: str | None = None
+    ) -> dict[str, int]:
+        """:meth:`forget` for a coroutine."""
+        return await run_sync(self.forget, resource_id=resource_id, thread_id=thread_id)
 
     def close(self) -> None:
         """Closes the store if the stack opened it (from a URL or the default); a store passed

@@ -118,6 +118,20 @@ class Decisions:
                         f"call_id={call_id},", f"call_id={older},", 1
                     ).replace(f'(call_id="{call_id}")', f'(call_id="{older}")', 1)
 
+    def forget_scopes(self, labels: tuple[str, ...]) -> None:
+        """Drops the decisions and conversation snapshots of every scope whose labels start
+        with ``labels`` (a user's, or one of their threads'): what was stored for them was
+        erased."""
+        with self._lock:
+            for key in [
+                k for k in self._seen if k[0] is not None and k[0][: len(labels)] == labels
+            ]:
+                self._chars -= len(key[2])
+                del self._seen[key]
+            for scope in [s for s in self._lists if s is not None and s[: len(labels)] == labels]:
+                del self._lists[scope]
+            self._version += 1
+
     def forget(self, scope: Scope, ids: set[str] | None) -> None:
         """Drops ``scope``'s decisions naming one of ``ids`` (every one of the scope's, for
         None), and the conversation snapshots whose notices may name them."""

@@ -43,6 +43,15 @@ class Following:
             held = self._followed.get(scope)
         return None if held is None else ChangesSince(calls, held[0])
 
+    def let_go(self, labels: tuple[str, ...]) -> None:
+        """Stops following every scope whose labels start with ``labels``: what was stored
+        there was erased (the decisions go with :meth:`Decisions.forget_scopes`)."""
+        with self._lock:
+            for scope in [
+                s for s in self._followed if s is not None and s[: len(labels)] == labels
+            ]:
+                self._ids -= len(self._followed.pop(scope)[1])
+
     def follow(self, backend: _Backend, scope: Scope, writes: Sequence[tuple[str, str]]) -> None:
         """Notes that the layer is about to write ``(id, content hash)`` pairs to the store:
         the scope's mark is taken before its first write, so whatever another server writes

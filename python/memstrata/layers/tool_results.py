@@ -96,9 +96,9 @@ from memstrata.layers.tool_result_reading import (
 )
 from memstrata.layers.tool_result_storage import _Backend, _FileBackend, _StoreBackend
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_PRUNED
-from memstrata.safe_files import check_file_id
+from memstrata.safe_files import check_file_id, open_dir, open_subdir, remove_tree
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import InMemoryStore, Store, open_store
+from memstrata.stores import InMemoryStore, Store, erase, open_store
 from memstrata.stores.base import Answer, Read, validate_ttl
 from memstrata.tokens import (
     EstimatingCounter,
@@ -300,6 +300,16 @@ class ToolResults:
         scope = self._scope or (_NONE, _NONE)
         return _StoreBackend(self._store, (_NAMESPACE, *scope), self.ttl)
 
+    def _store_for(self, stack_store: Store) -> Store | None:
+        """Where the layer keeps results when a stack with ``stack_store`` runs it: the store
+        (or directory: None) it was given, else its private store if it made one, else the
+        stack's."""
+        if self._store_given or self._dir is not None:
+            return self._store
+        if self._own_store:
+            return self._own_store[0]
+        return stack_store
+
     def _calls_namespace(self) -> tuple[str, ...]:
         """Where a store keeps this scope's call records (see ``_StoreBackend``)."""
         return (_NAMESPACE, *(self._scope or (_NONE, _NONE)), "calls")
@@ -315,6 +325,34 @@ class ToolResults:
         self._following.catch_up(
             self._store, self._calls_namespace(), self._scope, self.ttl, opened
         )
+
+    def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
+        """Erases the results kept for the runs of ``thread_id`` (with the ``resource_id``
+        they named, None for none), or with ``resource_id`` alone, for every run of that user,
+        whatever its thread; returns how many records (or files) went. What this object
+        decided about them goes too. ``store`` holds the results unless the layer was given a
+        store or a directory of its own."""
+        checked_scope_id("thread_id", thread_id)
+        checked_scope_id("resource_id", resource_id)
+        resource = _label(resource_id)
+        wanted: tuple[str, ...] = (resource,)
+        if thread_id is not None:
+            wanted = (resource, _label(thread_id))
+        try:
+            if self._dir is None:
+                kept = self._store_for(store)
+                return 0 if kept is None else erase(kept, (_NAMESPACE, *wanted))
+            # As tool_calls_dir lays a scope's files out.
+            if thread_id is None:
+                return _remove_below(self._dir, (_RESOURCES_DIR, resource))
+            if resource_id is None:
+                return _remove_below(self._dir, (_THREADS_DIR, wanted[1]))
+            return _remove_below(self._dir, (_RESOURCES_DIR, resource, _THREADS_DIR, wanted[1]))
+        finally:
+            # After the erasure, so a decision a run made meanwhile goes too: the next offload
+            # decides, and stores, such a result again.
+            self._following.let_go(wanted)
+            self._decisions.forget_scopes(wanted)
 
     # Layer protocol ---------------------------------------------------------------------------
 
@@ -339,12 +377,7 @@ class ToolResults:
         stack that counts or stores otherwise gets a view of its own, with its own
         decisions, so it never reuses the other stack's decisions nor writes to its store."""
         tokens = self.tokens if self._tokens_given else ctx.tokens
-        if self._store_given or self._dir is not None:
-            store = self._store
-        elif self._own_store:
-            store = self._own_store[0]
-        else:
-            store = ctx.store
+        store = self._store_for(ctx.store)
         if not self._bound:
             self._bound = True
             if self._own_store and not self._store_given:
@@ -586,6 +619,25 @@ class ToolResults:
     def tool(self) -> Tool:
         """The ``read_tool_result`` tool for the model."""
         return read_tool(self.read_tool_result)
+
+
+def _remove_below(base: Path, parts: tuple[str, ...]) -> int:
+    """Removes ``base/<parts...>`` and everything below it, each level opened relative to the
+    one above (see :func:`~memstrata.safe_files.remove_tree`); 0 when it is not there."""
+    try:
+        directory = open_dir(base)
+    except FileNotFoundError:
+        return 0
+    try:
+        for part in parts[:-1]:
+            below = open_subdir(directory, part, create=False)
+            directory.close()
+            directory = below
+        return remove_tree(directory, parts[-1])
+    except FileNotFoundError:
+        return 0
+    finally:
+        directory.close()
 
 
 def _message_list(messages: Any) -> list[Message]:

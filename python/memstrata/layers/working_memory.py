@@ -69,7 +69,7 @@ from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
 from memstrata.redaction import redacted_for_log
 from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
-from memstrata.stores import GetMany, Item, Namespace, Read, codec
+from memstrata.stores import GetMany, Item, Namespace, Read, Store, codec, erase
 from memstrata.stores.base import Answer, EncodedItem
 from memstrata.tokens import TokenCounter, exact_count, exact_count_over, json_lines
 from memstrata.tools import Tool
@@ -208,6 +208,16 @@ class WorkingMemory:
         rows = (opened or {}).get(GetMany(namespace, wm_stored.OPENING_KEYS))
         handle.load(rows if isinstance(rows, dict) else None)
         return handle
+
+    def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
+        """Erases the stored state of ``thread_id`` (a thread-scoped working memory) or, with
+        ``resource_id`` alone, of that user (a resource-scoped one), with any records put
+        aside; returns how many records went."""
+        if self.scope == "thread":
+            scope_id = thread_id
+        else:
+            scope_id = resource_id if thread_id is None else None
+        return 0 if scope_id is None else erase(store, (self.name, self.scope, scope_id))
 
     def namespace_of(self, ctx: RunContext) -> Namespace:
         scope_id = ctx.thread_id if self.scope == "thread" else ctx.resource_id

@@ -22,6 +22,7 @@ from memstrata.stores.base import (
     Namespace,
     Read,
     Store,
+    erase,
 )
 from memstrata.stores.memory import InMemoryStore
 from memstrata.stores.sqlite import SQLiteStore
@@ -39,6 +40,7 @@ __all__ = [
     "Read",
     "SQLiteStore",
     "Store",
+    "erase",
     "open_store",
 ]
 

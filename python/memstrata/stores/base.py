@@ -805,6 +805,30 @@ IO_METHODS = (
 )
 
 
+def erase(store: Store, namespace_prefix: Namespace) -> int:
+    """Deletes every item whose namespace starts with ``namespace_prefix`` (a whole label at a
+    time: ``("wm", "t1")`` does not reach ``("wm", "t10")``); returns how many live items it
+    deleted. Each deletion leaves a tombstone, as :meth:`Store.delete` does, so other servers'
+    caches see it. Expired items are not listed: :meth:`Store.purge_expired` deletes those
+    (``MemoryStack.forget`` runs it once after its layers erased theirs).
+
+    Not one transaction: an item written under the prefix meanwhile may stay (call it again
+    once the writers stopped); a call that fails part way leaves the items it had not reached.
+    """
+    prefix = validate_namespace(namespace_prefix)
+    erased = 0
+    while True:
+        items = store.list(prefix, limit=_ERASE_PAGE)
+        if not items:
+            break
+        for item in items:
+            erased += store.delete(item.namespace, item.key)
+    return erased
+
+
+_ERASE_PAGE = 500  # items listed at a time: a page's keys in memory, not a whole namespace's
+
+
 def _through_async_twin(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def serve(self: Store, /, *args: Any, **kwargs: Any) -> Any:
