@@ -217,7 +217,9 @@ class Dir:
 
     def names(self) -> list[str]:
         """The names of the entries in this directory."""
-        return os.listdir(self.fd if self.fd is not None else self.path)
+        if self.fd is not None and os.listdir in os.supports_fd:
+            return os.listdir(self.fd)
+        return os.listdir(self.path)  # names only: what is done with them goes through fd
 
     def rmdir(self, name: str) -> None:
         """Removes the empty directory ``name``."""
