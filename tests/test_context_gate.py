@@ -266,17 +266,23 @@ def test_refuse_writes_a_redacted_private_checkpoint(tmp_path: Path) -> None:
     )
 
 
-def test_existing_checkpoint_file_is_repaired_to_0600(tmp_path: Path) -> None:
+def test_an_existing_checkpoint_is_kept_and_the_new_one_is_0600(tmp_path: Path) -> None:
+    """Modulatio rewrites ``<call_id>.json`` in place (and repairs its mode); in a directory
+    shared by every run that would lose another run's checkpoint, so the new one goes beside
+    it, private, and the old one stays as it was."""
     messages = conversation(3, 300)
     gate = gate_for(messages, 2.0, tmp_path)
     (tmp_path / "ckpt").mkdir()
     existing = tmp_path / "ckpt" / "c1.json"
     existing.write_text("old")
     os.chmod(existing, 0o644)
-    with pytest.raises(RecoverableContextError):
+    with pytest.raises(RecoverableContextError) as err:
         gate.check_and_compress(messages, "c1")
-    assert stat.S_IMODE(os.stat(existing).st_mode) == 0o600
-    assert json.loads(existing.read_text())["call_id"] == "c1"
+    written = Path(err.value.checkpoint_path)
+    assert written == tmp_path / "ckpt" / "c1~2.json"
+    assert stat.S_IMODE(os.stat(written).st_mode) == 0o600
+    assert json.loads(written.read_text())["call_id"] == "c1"
+    assert existing.read_text() == "old"
 
 
 def test_no_redaction_when_turned_off(tmp_path: Path) -> None:
@@ -857,3 +863,29 @@ def test_a_sliding_window_keeps_counts_right_through_edits_in_place() -> None:
 def test_options_of_the_wrong_type_are_refused_by_name(options: dict, named: str) -> None:
     with pytest.raises(InvalidInputError, match=named):
         ContextGate(**options)
+
+
+def test_two_conversations_with_one_call_id_keep_their_own_checkpoints(tmp_path: Path) -> None:
+    """The checkpoints directory is shared by every run; a caller numbering its calls per task
+    (``iter-3``, as Modulatio's runs do in a directory of their own) gives two conversations
+    the same call_id. Each refusal keeps its own file, and its error names it: the second
+    never replaces the first, nor does the first task's path show the second's conversation."""
+    gate = ContextGate(max_input_tokens=1_000, checkpoints_dir=tmp_path / "ckpt")
+    stack = MemoryStack([], store=InMemoryStore(), gate=gate)
+    paths = {}
+    for user in ("alice", "bob"):
+        too_big = [{"role": "user", "content": f"{user} says " + "word " * 2_000}]
+        with (
+            stack.run(thread_id=f"chat-{user}") as run,
+            pytest.raises(RecoverableContextError) as err,
+        ):
+            run.prepare(too_big, call_id="iter-3")
+        paths[user] = Path(err.value.checkpoint_path)
+    assert paths == {
+        "alice": tmp_path / "ckpt" / "iter-3.json",
+        "bob": tmp_path / "ckpt" / "iter-3~2.json",
+    }
+    for user, path in paths.items():
+        record = json.loads(path.read_text())
+        assert record["call_id"] == "iter-3"
+        assert record["messages"][0]["content"].startswith(f"{user} says ")

@@ -23,6 +23,7 @@ from memstrata.safe_files import (
     open_subdir,
     read_regular,
     write_atomic,
+    write_new,
 )
 
 OUTSIDE = b"outside bytes"
@@ -128,12 +129,42 @@ def test_write_atomic_replaces_what_is_planted_never_writes_through(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_write_atomic_can_refuse_what_is_planted(directory: Dir, outside: Path, kind: str) -> None:
+def test_write_new_takes_the_next_free_name_never_what_is_planted(
+    directory: Dir, outside: Path, kind: str
+) -> None:
     _plant(directory.path / "f", kind, outside)
-    with pytest.raises(InvalidInputError, match="cannot write"):
-        write_atomic(directory, "f", b"new", refuse_planted=True)
+    assert write_new(directory, ["f", "f~2", "f~3"], b"new", mode=0o600) == "f~2"
     _untouched(outside)
-    assert [p.name for p in directory.path.iterdir()] == ["f"]
+    info = os.lstat(directory.path / "f~2")
+    assert stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+    assert stat.S_IMODE(info.st_mode) == 0o600
+    assert (directory.path / "f~2").read_bytes() == b"new"
+    assert sorted(p.name for p in directory.path.iterdir()) == ["f", "f~2"]  # no temp left
+
+
+def test_write_new_never_replaces_a_file(directory: Dir) -> None:
+    assert write_new(directory, ["f", "f~2"], b"first") == "f"
+    assert write_new(directory, ["f", "f~2"], b"second") == "f~2"
+    with pytest.raises(InvalidInputError, match="every name is taken"):
+        write_new(directory, ["f", "f~2"], b"third")
+    assert (directory.path / "f").read_bytes() == b"first"
+    assert (directory.path / "f~2").read_bytes() == b"second"
+    assert sorted(p.name for p in directory.path.iterdir()) == ["f", "f~2"]
+
+
+def test_write_new_where_the_file_system_has_no_hard_links(
+    directory: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_links(*args: object, **kwargs: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    (directory.path / "f").write_bytes(b"first")
+    assert write_new(directory, ["f", "f~2"], b"second", mode=0o600) == "f~2"
+    assert (directory.path / "f").read_bytes() == b"first"
+    assert (directory.path / "f~2").read_bytes() == b"second"
+    assert stat.S_IMODE(os.lstat(directory.path / "f~2").st_mode) == 0o600
+    assert sorted(p.name for p in directory.path.iterdir()) == ["f", "f~2"]
 
 
 def test_write_atomic_never_truncates_the_old_file(directory: Dir) -> None:

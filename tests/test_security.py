@@ -458,7 +458,7 @@ def test_a_planted_blob_symlink_is_replaced_not_written_through(tmp_path: Path) 
     assert layer.read_tool_result("call_1")["content"] == text
 
 
-def test_checkpoints_refuse_planted_files(tmp_path: Path) -> None:
+def test_checkpoints_never_replace_planted_files(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     victim = tmp_path / "victim.txt"
@@ -470,11 +470,15 @@ def test_checkpoints_refuse_planted_files(tmp_path: Path) -> None:
     (ckpt / "dirlink.json").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     gate = ContextGate(max_input_tokens=10, checkpoints_dir=ckpt)
     for call_id in ("link", "dangling", "adir", "dirlink"):
-        with pytest.raises(InvalidInputError, match="cannot write"):
+        with pytest.raises(RecoverableContextError) as err:
             gate.check_and_compress([{"role": "user", "content": "word " * 100}], call_id)
+        # Written beside what is planted, which stays as it was.
+        assert Path(err.value.checkpoint_path) == ckpt / f"{call_id}~2.json"
+        assert json.loads((ckpt / f"{call_id}~2.json").read_text())["call_id"] == call_id
     assert victim.read_text() == "unchanged"
     assert not (tmp_path / "missing.json").exists()
     assert list((tmp_path / "elsewhere").iterdir()) == []
+    assert (ckpt / "adir.json").is_dir() and (ckpt / "link.json").is_symlink()
 
 
 # 3. Secrets in checkpoints ---------------------------------------------------------------------
@@ -1042,7 +1046,7 @@ def _in_time(call: Any, timeout: float = 10.0) -> Any:
 
 
 @pytest.mark.parametrize("kind", PLANT_KINDS)
-def test_planted_checkpoints_are_refused_and_never_hang(
+def test_planted_checkpoints_are_never_followed_and_never_hang(
     tmp_path: Path, outside: Path, kind: str
 ) -> None:
     ckpt = tmp_path / "ckpt"
@@ -1050,8 +1054,8 @@ def test_planted_checkpoints_are_refused_and_never_hang(
     gate = ContextGate(max_input_tokens=10, checkpoints_dir=ckpt)
     too_big = [{"role": "user", "content": "word " * 100}]
     raised = _in_time(lambda: gate.check_and_compress(too_big, "c1"))
-    assert isinstance(raised, InvalidInputError), raised
-    assert "cannot write" in str(raised) and "c1.json" in str(raised)
+    assert isinstance(raised, RecoverableContextError), raised
+    assert Path(raised.checkpoint_path) == ckpt / "c1~2.json"  # beside what is planted
     _untouched(outside)
     # Another call_id is checkpointed as usual next to the planted name.
     with pytest.raises(RecoverableContextError) as err:

@@ -38,6 +38,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -415,27 +416,89 @@ def write_atomic(
     data: bytes,
     *,
     mode: int = PRIVATE_MODE,
-    refuse_planted: bool = False,
 ) -> None:
     """Writes ``data`` as ``name`` in ``directory``: readers see the old file or the new one,
     never a part.
 
     A new temp file (``O_CREAT | O_EXCL | O_NOFOLLOW``) gets ``mode`` by ``fchmod`` before any
     byte is written, is fsynced, then renamed over ``name``: whatever was there is replaced,
-    never written through nor chmodded. With ``refuse_planted``, anything under ``name`` other
-    than a regular file with one link (a symlink, a hard link, a FIFO, a directory) is refused
-    instead.
+    never written through nor chmodded (:func:`write_new` never replaces).
 
     Raises:
-        InvalidInputError: ``refuse_planted`` and something else is under ``name``; or the
-            rename failed (a directory is there).
+        InvalidInputError: The rename failed (a directory is there).
     """
-    if refuse_planted:
-        info = directory.lstat(name)
-        if info is not None and (not stat.S_ISREG(info.st_mode) or info.st_nlink > 1):
+    tmp = _written_temp(directory, name, data, mode)
+    try:
+        try:
+            directory.rename(tmp, name)
+        except OSError as exc:
             raise InvalidInputError(
-                f"cannot write {directory.path / name}: it is {_kind(info)}; refusing to replace it"
-            )
+                f"cannot write {directory.path / name}: {exc.strerror}"
+            ) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            directory.unlink(tmp)
+        raise
+    if directory.fd is not None:
+        with contextlib.suppress(OSError):
+            os.fsync(directory.fd)
+
+
+def write_new(
+    directory: Dir, names: Iterable[str], data: bytes, *, mode: int = PRIVATE_MODE
+) -> str:
+    """Writes ``data`` under the first of ``names`` that nothing is under, and returns that
+    name: a file already there (another writer's, or anything planted) is never replaced nor
+    written through. Readers see the whole file or none.
+
+    Written whole to a temp file, then hard-linked under the name, which fails if the name is
+    taken; where the file system has no hard links, the name is created with ``O_EXCL`` and
+    written (a crash meanwhile may leave it partly written).
+
+    Raises:
+        InvalidInputError: Every name is taken, or the file cannot be written.
+    """
+    tmp = _written_temp(directory, "new", data, mode)
+    try:
+        for name in names:
+            try:
+                directory.link(tmp, directory, name)
+                return name
+            except FileExistsError:
+                continue
+            except OSError:
+                if _create_new(directory, name, data, mode):
+                    return name
+        raise InvalidInputError(f"cannot write in {directory.path}: every name is taken")
+    finally:
+        with contextlib.suppress(OSError):
+            directory.unlink(tmp)
+        if directory.fd is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(directory.fd)
+
+
+def _create_new(directory: Dir, name: str, data: bytes, mode: int) -> bool:
+    """Creates ``name`` (``O_EXCL``) holding ``data``; False when the name is taken."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY
+    try:
+        fd = directory._open(name, flags, mode)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write {directory.path / name}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as fh:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fh.fileno(), mode)
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True
+
+
+def _written_temp(directory: Dir, name: str, data: bytes, mode: int) -> str:
+    """A new temp file for ``name`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, its mode set before
+    any byte is written) holding ``data``, fsynced; returns its name."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY
     for _ in range(100):
         tmp = f".{name}.{os.urandom(6).hex()}.tmp"
@@ -453,19 +516,11 @@ def write_atomic(
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        try:
-            directory.rename(tmp, name)
-        except OSError as exc:
-            raise InvalidInputError(
-                f"cannot write {directory.path / name}: {exc.strerror}"
-            ) from None
     except BaseException:
         with contextlib.suppress(OSError):
             directory.unlink(tmp)
         raise
-    if directory.fd is not None:
-        with contextlib.suppress(OSError):
-            os.fsync(directory.fd)
+    return tmp
 
 
 def append_regular(directory: Dir, name: str, data: bytes, *, mode: int = PRIVATE_MODE) -> None:

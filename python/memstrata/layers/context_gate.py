@@ -11,9 +11,10 @@ estimates the prompt
   placeholders (the ``keep_recent`` latest stay verbatim) and the prompt is estimated again;
   if it now fits under the window it passes, pruned;
 * still at or over the window: a redacted checkpoint of the conversation as it came (before
-  pruning) is written to ``<checkpoints_dir>/<call_id>.json`` and
-  :class:`RecoverableContextError` is raised with its path, so the caller can decompose the
-  task instead of burning iterations on a sure failure.
+  pruning) is written to ``<checkpoints_dir>/<call_id>.json`` (``<call_id>~2.json`` and so on
+  when the name is taken: never over another run's) and :class:`RecoverableContextError` is
+  raised with its path, so the caller can decompose the task instead of burning iterations on
+  a sure failure.
 
 Every message format is handled alike (:mod:`memstrata.messages` knows them): OpenAI chat
 ``role: "tool"`` and legacy ``role: "function"`` messages, Responses ``function_call_output``
@@ -88,7 +89,7 @@ from memstrata.messages import (
 from memstrata.model_windows import FALLBACK_MAX_INPUT_TOKENS, max_input_tokens_for
 from memstrata.prompts import TOOL_RESULT_GONE, TOOL_RESULT_OFFLOADED, TOOL_RESULT_PRUNED
 from memstrata.redaction import redact_messages
-from memstrata.safe_files import file_name, open_dir, write_atomic
+from memstrata.safe_files import file_name, open_dir, write_new
 from memstrata.tokens import EstimatingCounter, ExactCounter, TokenCounter, checked_counter
 
 logger = logging.getLogger("memstrata.context_gate")
@@ -99,6 +100,8 @@ Keeper = Callable[[str, Any], "str | None"]
 GateState = Literal["pass", "warn", "pruned", "refused", "disabled"]
 
 _WARNED_RUNS_KEPT = 4096
+# Checkpoints one call_id may have in one directory (<call_id>.json, <call_id>~2.json, ...).
+_CHECKPOINTS_PER_CALL_ID = 1000
 # Messages whose counts are cached by content, and the characters their keys may hold between
 # them (a key holds a message's texts, or its JSON): a few conversations' worth, so that a new
 # large layer block every turn cannot pile up.
@@ -510,19 +513,24 @@ class ContextGate:
     # Checkpoints ------------------------------------------------------------------------------
 
     def write_checkpoint(self, messages: Sequence[Message], call_id: str, estimated: int) -> Path:
-        """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in Modulatio's format,
-        atomically.
+        """Writes ``<checkpoints_dir>/<call_id>.json`` (mode 0600) in Modulatio's format, and
+        returns its path.
 
-        The file is written through the directory's descriptor: a temp file, fsync, rename, so
-        a crash leaves the old checkpoint or the new, never a part. Something other than a
-        regular file with one link already under the name (a symlink, a hard link, a FIFO, a
-        directory) is refused, neither replaced nor written through: the name is a call_id a
-        caller chose.
+        A checkpoint never replaces another: the call_id is the caller's, and the directory is
+        shared by every run of every conversation, so two runs may use the same one (Modulatio
+        keeps a directory per run). When the name is taken (by an earlier checkpoint of that
+        call_id, or by anything planted there) the file is ``<call_id>~2.json``, then ``~3``,
+        and so on: the error the gate raises names the file. Written whole through the
+        directory's descriptor (:func:`~memstrata.safe_files.write_new`): a reader sees all of
+        it or nothing.
 
         Raises:
-            InvalidInputError: A bad call_id, or ``cannot write ...`` naming what is planted.
+            InvalidInputError: A bad call_id, or the file cannot be written.
         """
-        name = file_name(call_id, ".json")
+        names = (
+            file_name(call_id, ".json" if k == 1 else f"~{k}.json")
+            for k in range(1, _CHECKPOINTS_PER_CALL_ID + 1)
+        )
         if self.checkpoint_redact_secrets:
             redacted, policy = redact_messages(messages)
         else:
@@ -544,7 +552,7 @@ class ContextGate:
                 f"cannot checkpoint call {call_id!r}: the messages are not JSON text ({exc})"
             ) from None
         with open_dir(self.checkpoints_dir, create=True) as directory:
-            write_atomic(directory, name, data, refuse_planted=True)
+            name = write_new(directory, names, data)
         return self.checkpoints_dir / name
 
 
