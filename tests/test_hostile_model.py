@@ -1,0 +1,95 @@
+"""A hostile or confused model, through ``run.call_tool`` and the adapters: what it sends can be
+refused, but every answer reaches it (an error payload any JSON encoder can write, never an
+exception out of the host), and what it stores is exactly what it sent or nothing."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from memstrata import AgentMind, MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
+from memstrata.layers.tool_results import ToolResults
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "profile": {"type": "object", "properties": {"name": {"type": "string"}}},
+        "age": {"type": "integer", "minimum": 0},
+    },
+}
+SURROGATE = "\ud800"
+
+
+@pytest.fixture
+def run(tmp_path: pathlib.Path) -> Iterator[Any]:
+    """A run offering every tool a stack can: both working-memory flavours over both kinds of
+    state, shared memory, tool results and a mind."""
+    store = SQLiteStore(tmp_path / "hostile.db")
+    layers = [
+        WorkingMemory(schema=SCHEMA, budget=(0, 500)),
+        WorkingMemory(template="# Notes\n", tools="voltagent", scope="user", name="notes"),
+        WorkingMemory(name="text"),
+        WorkingMemory(schema=SCHEMA, tools="voltagent", name="facts"),
+        SharedMemory(store=store, namespace=("shared-memory", "hostile")),
+        ToolResults(tool_calls_dir=tmp_path / "tool_calls"),
+        AgentMind(),
+    ]
+    stack = MemoryStack(layers, store=store)
+    with stack.run(thread_id="t1", resource_id="u1", agent="a") as opened:
+        yield opened
+    store.close()
+
+
+def _tool_names(run: Any) -> list[str]:
+    return [spec["name"] for spec in run.tool_specs("mcp")] + ["updateWorkingMemory"]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {SURROGATE: math.nan},
+        {"nested": {SURROGATE: math.inf}},
+        {SURROGATE: 2**70},
+        {"a" + SURROGATE: [-(2**64)]},
+    ],
+    ids=["nan", "nested-inf", "huge-int", "huge-int-in-array"],
+)
+def test_an_error_naming_a_key_with_a_lone_surrogate_is_encodable(
+    run: Any, arguments: dict[str, Any]
+) -> None:
+    """The path of a number JSON cannot hold names its key; a key holding a lone surrogate
+    (which a host's JSON parser lets through) is shown escaped, so the payload can be written
+    as JSON (orjson, as every adapter does) and the model reads which key it was."""
+    for name in _tool_names(run):
+        result = run.call_tool(name, arguments)
+        assert result["ok"] is False and result["error"]["code"] == "invalid_arguments", result
+        text = orjson.dumps(result).decode()
+        assert "\\\\ud800" in text, (name, text)
+
+
+def test_an_unknown_tool_named_with_a_lone_surrogate_is_an_encodable_error(run: Any) -> None:
+    for name in (SURROGATE, f"memory_read{SURROGATE}", SURROGATE * 500):
+        result = run.call_tool(name, {})
+        assert result["error"]["code"] == "unknown_tool"
+        text = orjson.dumps(result).decode()
+        assert "\\\\ud800" in text and "memory_read" in result["error"]["message"]
+        assert len(text) < 4_000  # still bounded, escapes and all
+
+
+def test_a_langgraph_tool_answers_arguments_with_a_lone_surrogate_key(run: Any) -> None:
+    """LangChain parses a model's arguments with Python's json, which takes NaN and lone
+    surrogates: the tool answers with the error payload instead of raising out of the graph."""
+    pytest.importorskip("langgraph")
+    from memstrata.integrations.langgraph import memstrata_tools
+
+    tools = {tool.name: tool for tool in memstrata_tools(run)}
+    for name, tool in tools.items():
+        call = {"name": name, "args": {SURROGATE: math.nan}, "id": "c1", "type": "tool_call"}
+        message = tool.invoke(call)
+        answer = orjson.loads(message.content)
+        assert answer["ok"] is False and "\\ud800" in answer["error"]["message"], answer
