@@ -93,3 +93,48 @@ def test_a_langgraph_tool_answers_arguments_with_a_lone_surrogate_key(run: Any) 
         message = tool.invoke(call)
         answer = orjson.loads(message.content)
         assert answer["ok"] is False and "\\ud800" in answer["error"]["message"], answer
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"age": 18446744073709551616}',
+        '{"age": 123456789012345678901234567890}',
+        '{"profile": {"name": "n"}, "age": -9223372036854775809}',
+    ],
+)
+def test_json_text_content_with_an_integer_past_64_bits_is_refused_not_rounded(
+    run: Any, text: str
+) -> None:
+    """VoltAgent's update tool takes a structured memory's fields as a JSON string too: an
+    integer no store holds is refused naming its path, as in the call's own arguments, rather
+    than stored as the float orjson rounds it to."""
+    assert run.call_tool("update_facts_memory", {"content": {"age": 7}})["ok"]
+    result = run.call_tool("update_facts_memory", {"content": text})
+    assert result["ok"] is False and result["error"]["code"] == "invalid_arguments", result
+    assert "$.age" in result["error"]["message"] and "64-bit" in result["error"]["message"]
+    assert run.layer("facts").snapshot == {"age": 7}
+    assert run.layer("facts").version == 1
+
+
+def test_an_observed_legacy_call_with_an_integer_past_64_bits_is_dropped_not_rounded(
+    run: Any,
+) -> None:
+    """The legacy ``updateWorkingMemory`` call an observed response holds (its arguments as
+    JSON text) is dropped, naming why, as ``call_tool`` refuses it."""
+    arguments = '{"age": 18446744073709551616}'
+    response = {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "updateWorkingMemory", "arguments": arguments},
+            }
+        ],
+    }
+    diagnostics = run.observe(response)
+    assert len(diagnostics) == 1 and "64-bit" in diagnostics[0], diagnostics
+    assert run.layer("working-memory").snapshot == {}
+    refused = run.call_tool("updateWorkingMemory", arguments)
+    assert refused["error"]["code"] == "invalid_arguments"

@@ -331,7 +331,7 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
             raise ToolError(
                 f"arguments are not valid JSON: {exc}", code="invalid_arguments"
             ) from None
-        _refuse_long_integers(arguments)
+        refuse_long_integers(arguments)
         arguments = parsed
     if not isinstance(arguments, dict):
         raise ToolError(
@@ -346,7 +346,7 @@ _LONG_DIGITS = re.compile(r"[0-9]{19,}")
 _LONG_DIGITS_BYTES = re.compile(rb"[0-9]{19,}")
 
 
-def _refuse_long_integers(text: str | bytes | bytearray) -> None:
+def refuse_long_integers(text: str | bytes | bytearray) -> None:
     """Refuses an integer past the 64-bit range, which orjson would read as a rounded float
     (and no store can hold): the text is parsed again, exactly, only when it has such a run of
     digits (in a string or not)."""

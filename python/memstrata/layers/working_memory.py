@@ -72,7 +72,7 @@ from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import GetMany, Item, Namespace, Read, codec
 from memstrata.stores.base import Answer, EncodedItem
 from memstrata.tokens import TokenCounter, exact_count, exact_count_over, json_lines
-from memstrata.tools import Tool
+from memstrata.tools import Tool, refuse_long_integers
 
 logger = logging.getLogger("memstrata.working_memory")
 
@@ -711,9 +711,13 @@ def _json_object(value: Any, what: str) -> dict[str, Any]:
     """``value`` (a mapping, or its JSON text) as a dict; raises naming ``what`` otherwise."""
     if isinstance(value, (str, bytes)):
         try:
-            value = orjson.loads(value)
+            parsed = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
             raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
+        # orjson reads an integer past 64 bits as a rounded float: refused, as in a call's own
+        # arguments, rather than stored as a number the model never sent.
+        refuse_long_integers(value)
+        value = parsed
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"{what} must be an object, got {type(value).__name__}")
     return dict(value)
