@@ -138,3 +138,28 @@ def test_an_observed_legacy_call_with_an_integer_past_64_bits_is_dropped_not_rou
     assert run.layer("working-memory").snapshot == {}
     refused = run.call_tool("updateWorkingMemory", arguments)
     assert refused["error"]["code"] == "invalid_arguments"
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "named"),
+    [
+        ("working-memory_update", {"profile": {"name": "a" + SURROGATE}}, "$.profile.name"),
+        ("working-memory_replace", {"profile": {"x": {SURROGATE: 1}}}, "the key $.profile.x"),
+        ("update_facts_memory", {"content": {"notes": ["ok", SURROGATE]}}, "$.notes[1]"),
+        ("memory_write", {"key": "k", "value": {"a": [SURROGATE]}}, "$.a[0]"),
+        ("memory_write", {"key": "k", "value": 1, "title": SURROGATE}, "$.title"),
+        ("updateWorkingMemory", {"age": 1, "note": SURROGATE}, "$.note"),
+        ("mind_recall", {"query": "x" + SURROGATE}, "query"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_where_it_is(
+    run: Any, name: str, arguments: dict[str, Any], named: str
+) -> None:
+    """A host's JSON parser lets a lone surrogate through (a ``"\\ud800"`` escape); no store
+    can hold one, and the refusal says where it is, not only that one is somewhere (or an
+    internal name, or a bare TypeError)."""
+    result = run.call_tool(name, arguments)
+    assert result["ok"] is False and result["error"]["code"] == "invalid_arguments", result
+    message = result["error"]["message"]
+    assert named in message and "surrogate" in message and "TypeError" not in message, message
+    assert "texts[0]" not in message

@@ -533,7 +533,11 @@ class WorkingMemoryHandle:
         if source not in self._legacy:
             raise InvalidInputError(f"source must be 'observe' or 'call_tool', got {source!r}")
         arguments = _json_object(arguments, f"{LEGACY_TOOL}'s arguments")
-        key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+        try:
+            key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            codec.dumps(arguments)  # names what no store could hold: a lone surrogate, NaN
+            raise
         with self._writing:
             other = self._legacy["call_tool" if source == "observe" else "observe"]
             if other[key]:
