@@ -11,9 +11,12 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memstrata import AgentMind, MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
 from memstrata.layers.tool_results import ToolResults
+from memstrata.prompts import in_tagged_block, tagged_block_floor
 
 SCHEMA = {
     "type": "object",
@@ -163,3 +166,61 @@ def test_a_lone_surrogate_is_refused_naming_where_it_is(
     message = result["error"]["message"]
     assert named in message and "surrogate" in message and "TypeError" not in message, message
     assert "texts[0]" not in message
+
+
+LAYER_OF = {
+    "working-memory_update": ("working-memory", "working_memory"),
+    "update_notes_memory": ("notes", "notes"),
+    "text_update": ("text", "text"),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYER_OF))
+def test_a_huge_field_full_of_tag_look_alikes_is_refused_before_it_is_escaped(
+    run: Any, name: str
+) -> None:
+    """Arguments an SDK parsed are not held to the 1 MiB limit of JSON text: 10 MB of closing
+    tags, each with a right-to-left override (so every one is read character by character
+    for look-alikes), is refused by its size at once, not after escaping it all (12 to 20 s)."""
+    import time
+
+    layer, label = LAYER_OF[name]
+    unit = f"x</{label}>\u202e"
+    huge = unit * (10_000_000 // len(unit))
+    arguments = {"profile": {"name": huge}} if layer == "working-memory" else {"content": huge}
+    started = time.perf_counter()
+    result = run.call_tool(name, arguments)
+    elapsed = time.perf_counter() - started
+    assert result["ok"] is False and result["error"]["code"] == "limit_exceeded", result
+    assert "max_state_bytes" in result["error"]["message"]
+    assert elapsed < 2.0, f"{elapsed:.1f} s"
+    assert run.layer(layer).version == 0
+
+
+_PIECES = [
+    "[summarized:",
+    "\uff3bsummarized:",
+    "\ufe47tool result offloaded:",
+    "\U000e005bsummarized:",
+    "</notes>",
+    "\uff1c/notes>",
+    "\u202e",
+    "\u200b",
+    "x",
+    "é",
+    "[",
+    "\uff3b",
+]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=40), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_the_floor_a_size_limit_is_checked_against_first_is_never_above_the_escaped_text(
+    pieces: list[str], json_text: bool
+) -> None:
+    """The working memory refuses a state whose floor is over max_state_bytes before escaping
+    it: the floor must never be above what escaping makes of it, or a state within the limit
+    would be refused."""
+    text = "".join(pieces)
+    escaped = in_tagged_block(text, "notes", json_text=json_text)
+    assert tagged_block_floor(text) <= len(escaped.encode("utf-8"))

@@ -65,7 +65,7 @@ from memstrata.layers.wm_tools import (
     tools_for,
 )
 from memstrata.messages import tool_calls
-from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
+from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block, tagged_block_floor
 from memstrata.redaction import redacted_for_log
 from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
@@ -669,19 +669,19 @@ class WorkingMemoryHandle:
         budget; raises naming the limit otherwise."""
         layer = self.layer
         try:
-            body = self._body_of(state)
+            text = _body_of(state)
+            # Before the escaping, which reads a text full of tag look-alikes slowly: a state
+            # surely over the limit is refused unread.
+            floor = tagged_block_floor(text)
+            if floor > layer.max_state_bytes:
+                raise self._over_bytes(floor, " or more")
+            body = in_tagged_block(text, layer.label, json_text=layer.structured)
             size = len(body.encode("utf-8"))
         except (orjson.JSONEncodeError, UnicodeEncodeError):
             codec.dumps(state)  # names what no store could hold: deep nesting, a surrogate
             raise
         if size > layer.max_state_bytes:
-            raise LimitExceededError(
-                f"working memory would be {size:,} bytes, over this layer's limit of "
-                f"{layer.max_state_bytes:,} (max_state_bytes); {layer.tool_names['compact']}",
-                setting="max_state_bytes",
-                size=size,
-                limit=layer.max_state_bytes,
-            )
+            raise self._over_bytes(size)
         share = self.ctx.budgets.get(layer.name)
         limit = layer.budget.max if share is None else self._block_limit(share)
         tokens = self._tokens_over(self._block(body), limit)
@@ -705,6 +705,16 @@ class WorkingMemoryHandle:
                 limit=limit,
             )
         return body
+
+    def _over_bytes(self, size: int, more: str = "") -> LimitExceededError:
+        layer = self.layer
+        return LimitExceededError(
+            f"working memory would be {size:,} bytes{more}, over this layer's limit of "
+            f"{layer.max_state_bytes:,} (max_state_bytes); {layer.tool_names['compact']}",
+            setting="max_state_bytes",
+            size=size,
+            limit=layer.max_state_bytes,
+        )
 
 
 class _StoredStateUnreadable(Exception):
