@@ -224,3 +224,32 @@ def test_the_floor_a_size_limit_is_checked_against_first_is_never_above_the_esca
     text = "".join(pieces)
     escaped = in_tagged_block(text, "notes", json_text=json_text)
     assert tagged_block_floor(text) <= len(escaped.encode("utf-8"))
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "x\uff3bsummarized: call_id=",
+        "[tool result offloaded: call_id=\u200b",
+        "\x1b[31m[summarized: call_id=\u202e",
+    ],
+)
+def test_a_huge_one_line_tool_result_of_notice_look_alikes_is_offloaded_quickly(
+    tmp_path: pathlib.Path, unit: str
+) -> None:
+    """A tool's 10 MB output on one line, a notice opening (or its look-alike) every few
+    characters: its digest shows about 160 characters of that line, quoted, and reads no
+    more of it than that takes (all of it took 20 to 40 s of prepare())."""
+    import time
+
+    from memstrata.layers.tool_result_digest import digest
+
+    huge = unit * (10_000_000 // len(unit))
+    started = time.perf_counter()
+    summary = digest(huge)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 2.0, f"{elapsed:.1f} s"
+    head = summary.split("head:\n", 1)[1].split("\n", 1)[0]
+    assert head.endswith(" …") and "[summarized: call_id=" not in head
+    assert "[tool result offloaded: call_id=" not in head
+    assert head[:-2] == digest(unit * 200).split("head:\n", 1)[1].split("\n", 1)[0][:-2]
