@@ -179,6 +179,7 @@ def serve(stack: MemoryStack, *, thread_id: str, resource_id: str | None, agent:
     lines = _ReadableLines(open_run)
 
     async def main() -> None:
+        lines.ready = anyio.Event()
         async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]
             lines.answers = write
             lines.ready.set()
@@ -210,8 +211,9 @@ class _ReadableLines:
         import anyio
 
         self.open_run = open_run
-        self.ready = anyio.Event()
-        self.answers: Any = None  # the transport's write stream, once it is up
+        # Made in the event loop (see serve): the transport's write stream, once it is up.
+        self.ready: Any = None
+        self.answers: Any = None
         # UTF-8 whatever the platform's default, as the SDK reads it. The SDK points fd 0 at
         # the null device only when it opens standard input itself; no tool reads it.
         self._text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
