@@ -325,6 +325,8 @@ _UNREADABLE_TO_THE_SDK = [
     ("surrogate-key", '{"\\ud800": 1}', "surrogate"),
     ("surrogate-value", '{"goal": "a\\udfffb"}', "surrogate"),
     ("nested", '{"goal": ' + "[" * 220 + "]" * 220 + "}", ""),
+    # Past Python's own recursion limit too: call_tool reads it as the JSON text it is.
+    ("nested-100k", '{"goal": ' + "[" * 100_000 + "]" * 100_000 + "}", "not valid JSON"),
     ("nan", '{"goal": NaN}', "NaN"),
     ("infinity", '{"goal": 1e400}', "Infinity"),
 ]

@@ -203,9 +203,9 @@ class _ReadableLines:
     JavaScript host writes for a string holding one, or arguments nested past its depth limit
     (about 200 levels, within what a store holds). The SDK drops such a line unanswered, and
     its host would wait for the answer forever. A tool call among them is answered here as
-    ``call_tool`` answers its arguments (read by Python's json, which takes both); any other
-    request with an id gets a JSON-RPC parse error. A line with no id to answer goes on to
-    the SDK, which drops it."""
+    ``call_tool`` answers its arguments (read by Python's json, which takes both, or, nested
+    past Python's own limit, as the JSON text they are); any other request with an id gets a
+    JSON-RPC parse error. A line with no id to answer goes on to the SDK, which drops it."""
 
     def __init__(self, open_run: Callable[[], Run]) -> None:
         import anyio
@@ -248,7 +248,11 @@ class _ReadableLines:
 
         try:
             message = json.loads(line)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            # Nested past Python's own limit too: the envelope is read around the arguments,
+            # which call_tool then refuses as the JSON text they are.
+            message = _envelope(line)
+        except ValueError:
             return False
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             return False
@@ -280,6 +284,103 @@ class _ReadableLines:
             reply = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
         await self.answers.send(SessionMessage(reply))
         return True
+
+
+def _envelope(line: str) -> dict[str, Any] | None:
+    """A request too deep for Python's json: its members read as JSON, except ``params``'s
+    ``arguments``, kept as its text; None when the line is no object of members."""
+    members = _members(line, 0)
+    if members is None:
+        return None
+    message: dict[str, Any] = {}
+    for key, text in members.items():
+        if key == "params":
+            params = _members(text, 0)
+            if params is None:
+                return None
+            message[key] = {
+                name: value if name == "arguments" else _loaded(value)
+                for name, value in params.items()
+            }
+        else:
+            message[key] = _loaded(text)
+    return message
+
+
+def _loaded(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _members(text: str, start: int) -> dict[str, str] | None:
+    """The JSON text of each member of the object at ``text[start:]``, by key, read without
+    recursion; None when it is no well-formed object."""
+    i = _blank(text, start)
+    if not text.startswith("{", i):
+        return None
+    out: dict[str, str] = {}
+    i = _blank(text, i + 1)
+    if text.startswith("}", i):
+        return out
+    while True:
+        end = _value_end(text, i)
+        if end is None or text[i] != '"':
+            return None
+        key = _loaded(text[i:end])
+        i = _blank(text, end)
+        if not isinstance(key, str) or not text.startswith(":", i):
+            return None
+        begin = _blank(text, i + 1)
+        end = _value_end(text, begin)
+        if end is None:
+            return None
+        out[key] = text[begin:end]
+        i = _blank(text, end)
+        if text.startswith("}", i):
+            return out
+        if not text.startswith(",", i):
+            return None
+        i = _blank(text, i + 1)
+
+
+def _blank(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _value_end(text: str, i: int) -> int | None:
+    """Where the JSON value starting at ``text[i]`` ends (brackets counted, strings skipped);
+    None when it does not."""
+    if i >= len(text):
+        return None
+    depth, in_string, escaped = 0, False, False
+    for j in range(i, len(text)):
+        c = text[j]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+                if depth == 0:
+                    return j + 1
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            if depth == 0:
+                return j if j > i else None
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        elif depth == 0 and c in ", \t\r\n":
+            return j if j > i else None
+    return None if depth or in_string else len(text)
 
 
 # A surrogate's escape (a pair's half too: the parse decides) in any case of hex digits.
