@@ -314,3 +314,88 @@ def test_a_store_that_fails_to_open_a_run_is_an_error_naming_no_internals(
     read = "the memory could not be read: "
     assert read in read_error and read_error.split(read)[1].isidentifier()
     assert str(tmp_path) not in answer.content[0].text + read_error
+
+
+# Lines JSON allows (RFC 8259) that the MCP SDK's parser refuses: a lone surrogate's escape,
+# which a JavaScript host writes for a string holding one, and arguments nested past its depth
+# limit (about 200 levels, within what memstrata stores). The SDK drops such a line unanswered,
+# so the host would wait forever. NaN and Infinity (Python's json.dumps writes them) get
+# through the SDK; they are here as the same calls must answer alike either way.
+_UNREADABLE_TO_THE_SDK = [
+    ("surrogate-key", '{"\\ud800": 1}', "surrogate"),
+    ("surrogate-value", '{"goal": "a\\udfffb"}', "surrogate"),
+    ("nested", '{"goal": ' + "[" * 220 + "]" * 220 + "}", ""),
+    # Past Python's own recursion limit too: call_tool reads it as the JSON text it is.
+    ("nested-100k", '{"goal": ' + "[" * 100_000 + "]" * 100_000 + "}", "not valid JSON"),
+    ("nan", '{"goal": NaN}', "NaN"),
+    ("infinity", '{"goal": 1e400}', "Infinity"),
+]
+
+
+def test_a_call_the_sdk_cannot_read_is_answered_as_call_tool_answers_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Each such call gets the error payload ``call_tool`` gives its arguments, as an isError
+    result for its id; the server keeps serving, and a refused call wrote nothing."""
+    import subprocess
+
+    assert MEMSTRATA is not None
+    db = tmp_path / "unreadable.db"
+    command = [MEMSTRATA, "mcp", "--store", f"sqlite:///{db}", "--agent", "tester"]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(line: str) -> None:
+        assert server.stdin is not None
+        server.stdin.write(line.encode() + b"\n")
+        server.stdin.flush()
+
+    def answer(timeout: float = 10) -> dict[str, Any]:
+        import selectors
+
+        assert server.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(server.stdout, selectors.EVENT_READ)
+            assert selector.select(timeout), "no answer"
+        answered: dict[str, Any] = json.loads(server.stdout.readline())
+        return answered
+
+    client = {"name": "test", "version": "1"}
+    params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}))
+        assert answer()["id"] == 0
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        for number, (_name, arguments, shown) in enumerate(_UNREADABLE_TO_THE_SDK, 1):
+            send(
+                f'{{"jsonrpc": "2.0", "id": {number}, "method": "tools/call", "params": '
+                f'{{"name": "working-memory_update", "arguments": {arguments}}}}}'
+            )
+            got = answer()
+            assert got["id"] == number, got
+            result = got["result"]
+            assert result["isError"] is True, result
+            payload = result["structuredContent"]
+            assert payload["ok"] is False and payload["tool"] == "working-memory_update"
+            assert shown in payload["error"]["message"], payload
+        # A request that is no tool call gets a JSON-RPC error for its id.
+        uri = '{"uri": "\\uDBFF"}'
+        send(f'{{"jsonrpc": "2.0", "id": "r1", "method": "resources/read", "params": {uri}}}')
+        refused = answer()
+        assert refused["id"] == "r1" and refused["error"]["code"] == -32700, refused
+        # The server still serves, and nothing was written.
+        send(
+            '{"jsonrpc": "2.0", "id": 99, "method": "resources/read", "params": '
+            '{"uri": "memstrata://layer/working-memory"}}'
+        )
+        block = answer()["result"]["contents"][0]["text"]
+        assert block.startswith("<working_memory>\n</working_memory>"), block
+        server.stdin.close()
+        assert server.wait(timeout=15) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.stderr is not None
+    assert b"Traceback" not in server.stderr.read()

@@ -331,7 +331,7 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
             raise ToolError(
                 f"arguments are not valid JSON: {exc}", code="invalid_arguments"
             ) from None
-        _refuse_long_integers(arguments)
+        refuse_long_integers(arguments)
         arguments = parsed
     if not isinstance(arguments, dict):
         raise ToolError(
@@ -346,7 +346,7 @@ _LONG_DIGITS = re.compile(r"[0-9]{19,}")
 _LONG_DIGITS_BYTES = re.compile(rb"[0-9]{19,}")
 
 
-def _refuse_long_integers(text: str | bytes | bytearray) -> None:
+def refuse_long_integers(text: str | bytes | bytearray) -> None:
     """Refuses an integer past the 64-bit range, which orjson would read as a rounded float
     (and no store can hold): the text is parsed again, exactly, only when it has such a run of
     digits (in a string or not)."""
@@ -655,7 +655,8 @@ def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
     It goes back into the model's context, so it is bounded whatever the error says: the
     message is cut to 1,000 characters, the tool name and each detail to 400, and the details
     to the first 20 (then how many more there were). ``Run.call_tool`` cuts an unknown tool's
-    name to :data:`ECHO_LIMIT` characters before it gets here.
+    name to :data:`ECHO_LIMIT` characters before it gets here. Every text in it can be encoded
+    as UTF-8: a lone surrogate it echoes is shown as its escape.
     """
     payload: dict[str, Any] = {"code": error.code, "message": _cut(str(error), _MESSAGE_LIMIT)}
     if error.details:
@@ -670,6 +671,18 @@ def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
             details.append(_more(len(error.details) - len(kept)))
         payload["details"] = details
     return {"ok": False, "tool": _cut(tool_name, _LINE_LIMIT), "error": payload}
+
+
+def _encodable(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\ud800``). A host's JSON
+    parser may let one through in a tool's name or an argument's key, and an error echoing it
+    could not be written as JSON (orjson, ``json.dumps`` to a UTF-8 pipe): the adapters would
+    raise instead of answering."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def run_failure_payload(tool_name: str, exc: Exception, *, answered: bool) -> dict[str, Any]:
@@ -688,7 +701,9 @@ def run_failure_payload(tool_name: str, exc: Exception, *, answered: bool) -> di
 
 def _cut(line: str, limit: int) -> str:
     """A line cut to about ``limit`` characters: its head and its tail (where a problem's
-    description often is), the middle replaced by how much was left out."""
+    description often is), the middle replaced by how much was left out; any lone surrogate
+    in it escaped (see :func:`_encodable`)."""
+    line = _encodable(line)
     if len(line) <= limit:
         return line
     head, tail = limit * 2 // 3, limit // 3

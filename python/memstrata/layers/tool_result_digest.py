@@ -42,8 +42,7 @@ def digest(
     # Alternate two head lines for one tail line: the start usually says what the result is.
     turn = 0
     while lo <= hi:
-        line = one_line(lines[lo] if take_head else lines[hi])
-        shown = line if len(line) <= _LINE_CHARS else line[:_LINE_CHARS] + " …"
+        shown = _shown_line(lines[lo] if take_head else lines[hi])
         cost = exact_count(counter, shown, keep=False) + 1
         if used + cost + 4 > max_tokens:
             break
@@ -73,6 +72,23 @@ def digest(
             return out
         turn -= 1
         (head if turn % 3 != 2 else tail).pop()
+
+
+def _shown_line(line: str) -> str:
+    """``line`` as the digest shows it: one line (:func:`~memstrata.prompts.one_line`), cut to
+    ``_LINE_CHARS`` characters. Only as much of a long line is read as that takes: quoting the
+    notice openings of a line of megabytes, each read character by character, took seconds.
+    ``one_line`` maps a start of a line to a start of its result, so an opening shown whole
+    lies whole in the part read and is quoted as in the whole line; only one the cut leaves
+    unfinished may keep its bracket, and shows no notice."""
+    size = _LINE_CHARS * 4
+    while True:
+        shown = one_line(line[:size])
+        if len(shown) > _LINE_CHARS:
+            return shown[:_LINE_CHARS] + " …"
+        if size >= len(line):
+            return shown
+        size *= 4  # the part read was mostly characters one_line drops
 
 
 def _json_shape(text: str) -> str:

@@ -65,14 +65,14 @@ from memstrata.layers.wm_tools import (
     tools_for,
 )
 from memstrata.messages import tool_calls
-from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block
+from memstrata.prompts import WORKING_MEMORY_TRUNCATED, in_tagged_block, tagged_block_floor
 from memstrata.redaction import redacted_for_log
 from memstrata.schemas import required_fields, state_checker
 from memstrata.stack import Budget, Message, RunContext
 from memstrata.stores import GetMany, Item, Namespace, Read, Store, codec, erase
 from memstrata.stores.base import Answer, EncodedItem
 from memstrata.tokens import TokenCounter, exact_count, exact_count_over, json_lines
-from memstrata.tools import Tool
+from memstrata.tools import Tool, refuse_long_integers
 
 logger = logging.getLogger("memstrata.working_memory")
 
@@ -543,7 +543,11 @@ class WorkingMemoryHandle:
         if source not in self._legacy:
             raise InvalidInputError(f"source must be 'observe' or 'call_tool', got {source!r}")
         arguments = _json_object(arguments, f"{LEGACY_TOOL}'s arguments")
-        key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+        try:
+            key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            codec.dumps(arguments)  # names what no store could hold: a lone surrogate, NaN
+            raise
         with self._writing:
             other = self._legacy["call_tool" if source == "observe" else "observe"]
             if other[key]:
@@ -675,19 +679,19 @@ class WorkingMemoryHandle:
         budget; raises naming the limit otherwise."""
         layer = self.layer
         try:
-            body = self._body_of(state)
+            text = _body_of(state)
+            # Before the escaping, which reads a text full of tag look-alikes slowly: a state
+            # surely over the limit is refused unread.
+            floor = tagged_block_floor(text)
+            if floor > layer.max_state_bytes:
+                raise self._over_bytes(floor, " or more")
+            body = in_tagged_block(text, layer.label, json_text=layer.structured)
             size = len(body.encode("utf-8"))
         except (orjson.JSONEncodeError, UnicodeEncodeError):
             codec.dumps(state)  # names what no store could hold: deep nesting, a surrogate
             raise
         if size > layer.max_state_bytes:
-            raise LimitExceededError(
-                f"working memory would be {size:,} bytes, over this layer's limit of "
-                f"{layer.max_state_bytes:,} (max_state_bytes); {layer.tool_names['compact']}",
-                setting="max_state_bytes",
-                size=size,
-                limit=layer.max_state_bytes,
-            )
+            raise self._over_bytes(size)
         share = self.ctx.budgets.get(layer.name)
         limit = layer.budget.max if share is None else self._block_limit(share)
         tokens = self._tokens_over(self._block(body), limit)
@@ -712,6 +716,16 @@ class WorkingMemoryHandle:
             )
         return body
 
+    def _over_bytes(self, size: int, more: str = "") -> LimitExceededError:
+        layer = self.layer
+        return LimitExceededError(
+            f"working memory would be {size:,} bytes{more}, over this layer's limit of "
+            f"{layer.max_state_bytes:,} (max_state_bytes); {layer.tool_names['compact']}",
+            setting="max_state_bytes",
+            size=size,
+            limit=layer.max_state_bytes,
+        )
+
 
 class _StoredStateUnreadable(Exception):
     """The stored state another writer left fails the kind or schema check."""
@@ -721,9 +735,13 @@ def _json_object(value: Any, what: str) -> dict[str, Any]:
     """``value`` (a mapping, or its JSON text) as a dict; raises naming ``what`` otherwise."""
     if isinstance(value, (str, bytes)):
         try:
-            value = orjson.loads(value)
+            parsed = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
             raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
+        # orjson reads an integer past 64 bits as a rounded float: refused, as in a call's own
+        # arguments, rather than stored as a number the model never sent.
+        refuse_long_integers(value)
+        value = parsed
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"{what} must be an object, got {type(value).__name__}")
     return dict(value)

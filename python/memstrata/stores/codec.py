@@ -52,8 +52,49 @@ def dumps(value: Any, *, validated: bool = False, encoded: bytes | None = None) 
                 path="$",
                 limit=MAX_STORED_DEPTH,
             ) from None
+        where = _lone_surrogate_at(value) if "surrogates" in str(exc) else None
+        if where is not None:
+            raise InvalidInputError(
+                f"value cannot be stored as JSON: {where} holds a lone surrogate, which UTF-8 "
+                "cannot encode"
+            ) from None
         raise InvalidInputError(f"value cannot be stored as JSON: {exc}") from None
     return _within_limit(data)
+
+
+def _lone_surrogate_at(value: Any) -> str | None:
+    """Where in ``value`` a text holds a lone surrogate (``$.profile.name``, ``the key
+    $.notes['\\ud800']``), for the error naming it: orjson only says that one does."""
+    pending: list[tuple[str, Any]] = [("$", value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, str):
+            if not _encodes(item):
+                return path
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                # repr shows a lone surrogate as its escape, so the message naming it encodes.
+                child = (
+                    path
+                    if not isinstance(key, str)
+                    else f"{path}.{key}"
+                    if key.isidentifier()
+                    else f"{path}[{key!r}]"
+                )
+                if isinstance(key, str) and not _encodes(key):
+                    return f"the key {child}"
+                pending.append((child, sub))
+        elif isinstance(item, (list, tuple)):
+            pending.extend((f"{path}[{index}]", sub) for index, sub in enumerate(item))
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _within_limit(data: bytes) -> bytes:

@@ -14,7 +14,7 @@ from memstrata.stores import Namespace
 def check_content(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise ToolError(f"{what} must be a string", code="invalid_arguments")
-    _require_unicode(value, what)
+    require_unicode(value, what)
     text = value.strip()
     if not text:
         raise ToolError(f"{what} is empty", code="invalid_arguments")
@@ -39,11 +39,11 @@ def check_tags(tags: Any) -> list[str]:
                 f"got {tag!r}",
                 code="invalid_arguments",
             )
-        _require_unicode(tag, "a tag")
+        require_unicode(tag, "a tag")
     return list(dict.fromkeys(out))
 
 
-def _require_unicode(text: str, what: str) -> None:
+def require_unicode(text: str, what: str) -> None:
     """Refuses a lone surrogate now: a draft holding one could not be stored, and the flush
     at the end of the run would then fail as a whole."""
     try:

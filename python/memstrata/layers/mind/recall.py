@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from memstrata.embedders import embed_texts
 from memstrata.exceptions import ToolError
-from memstrata.layers.mind.checks import check_tags
+from memstrata.layers.mind.checks import check_tags, require_unicode
 from memstrata.layers.mind.entries import (
     GOAL_STATUSES,
     GoalStatus,
@@ -76,6 +76,7 @@ def recall(
         )
     if not isinstance(query, str):
         raise ToolError("query must be a string", code="invalid_arguments")
+    require_unicode(query, "query")
     if threshold is None:
         threshold = handle.layer.retrieval_threshold
     vector = handle.embed_one(query)
