@@ -9,10 +9,18 @@ store works again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import pathlib
 import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import postgres_cluster
 import psycopg
 import pytest
 
@@ -139,3 +147,135 @@ def _end_backends(url: str) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+# PostgreSQL: connections ended, the server restarted ----------------------------------------
+
+
+def _end_the_waiting_backend(url: str) -> None:
+    """Ends the connection waiting for a lock (a store call in flight), as an administrator's
+    ``pg_terminate_backend`` or a failover does."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        deadline = time.monotonic() + 10
+        while True:
+            waiting = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"
+            ).fetchall()
+            if waiting:
+                break
+            assert time.monotonic() < deadline, "no store call waited for the lock"
+            time.sleep(0.01)
+        ((pid,),) = waiting
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+
+
+@contextlib.contextmanager
+def _state_row_locked(url: str) -> Iterator[None]:
+    """Another session holding the working memory's row (as a server mid-update does)."""
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("BEGIN")
+        holder.execute("SELECT 1 FROM memstrata_items WHERE key = 'state' FOR UPDATE")
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+
+
+def _ended_midway(result: dict[str, Any]) -> None:
+    message = _unavailable(result, retry=True)
+    assert "connection failed" in message and "is not known" in message, message
+    assert "Read the memory before writing it again" in message, message
+
+
+def test_a_write_whose_postgres_connection_ends_midway_is_memory_unavailable(pg_url: str) -> None:
+    """The backend of a tool call's write is ended while the write waits for a record: the
+    model reads that the memory failed and that the write's fate is unknown (it was not saved:
+    nothing commits on an ended connection), and the next call on the same run writes."""
+    with PostgresStore(pg_url) as store, _wm_stack(store).run(thread_id="t", agent="a") as run:
+        assert run.call_tool("working-memory/update", {"content": "one"})["ok"] is True
+        answers: list[dict[str, Any]] = []
+        with _state_row_locked(pg_url):
+            writer = threading.Thread(
+                target=lambda: answers.append(
+                    run.call_tool("working-memory/update", {"content": "two"})
+                )
+            )
+            writer.start()
+            _end_the_waiting_backend(pg_url)
+            writer.join(10)
+        _ended_midway(answers[0])
+        assert run.call_tool("working-memory/update", {"content": "three"})["ok"] is True
+    with PostgresStore(pg_url) as store, _wm_stack(store).run(thread_id="t", agent="a") as run:
+        assert run.layer("working-memory").snapshot == "one\n\nthree"
+
+
+def test_an_async_write_whose_postgres_connection_ends_midway_is_memory_unavailable(
+    pg_url: str,
+) -> None:
+    """As above, through ``acall_tool`` and the store's async connections."""
+
+    async def turn() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with _wm_stack(store).arun(thread_id="t", agent="a") as run:
+            assert (await run.acall_tool("working-memory/update", {"content": "one"}))["ok"]
+            with _state_row_locked(pg_url):
+                ender = asyncio.create_task(asyncio.to_thread(_end_the_waiting_backend, pg_url))
+                ended = await run.acall_tool("working-memory/update", {"content": "two"})
+                await ender
+            after = await run.acall_tool("working-memory/update", {"content": "three"})
+            return ended, after
+
+    with PostgresStore(pg_url) as store:
+        ended, after = asyncio.run(turn())
+        _ended_midway(ended)
+        assert after["ok"] is True, after
+        with _wm_stack(store).run(thread_id="t", agent="a") as run:
+            assert run.layer("working-memory").snapshot == "one\n\nthree"
+
+
+def _restart(url: str) -> None:
+    """``pg_ctl restart`` (fast: the server ends every connection) of a throwaway cluster."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute("SHOW data_directory").fetchone()
+    assert row is not None
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    log = os.path.join(os.path.dirname(row[0]), "server.log")
+    subprocess.run(
+        [*as_user, postgres_cluster._bin("pg_ctl"), "-D", row[0], "-m", "fast", "-w", "-l", log,
+         "restart"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+    )  # fmt: skip
+
+
+def test_a_stack_open_across_a_server_restart_writes_on(tmp_path: pathlib.Path) -> None:
+    """The server restarts under an open stack (a sync run and an async one): every later call
+    gets a fresh connection and writes, with no call failing and no restart of the process."""
+    if os.environ.get("MEMSTRATA_TEST_POSTGRES_URL"):
+        pytest.skip("restarts a server of its own; MEMSTRATA_TEST_POSTGRES_URL names a shared one")
+    with postgres_cluster.throwaway_cluster() as url, PostgresStore(url, max_size=4) as store:
+        stack = _wm_stack(store)
+        with stack.run(thread_id="t", agent="a") as run:
+            assert run.call_tool("working-memory/update", {"content": "one"})["ok"] is True
+            _restart(url)
+            for n in range(3):
+                result = run.call_tool("working-memory/update", {"content": f"sync {n}"})
+                assert result["ok"] is True, result
+            assert run.call_tool("mind_believe", {"content": "Restarts pass."})["status"] == "ok"
+
+        async def turn() -> list[dict[str, Any]]:
+            async with stack.arun(thread_id="t", agent="a") as run:
+                await run.acall_tool("working-memory/update", {"content": "async"})
+                await asyncio.to_thread(_restart, url)
+                return [
+                    await run.acall_tool("working-memory/update", {"content": f"async {n}"})
+                    for n in range(3)
+                ]
+
+        assert all(result["ok"] is True for result in asyncio.run(turn()))
+        with stack.run(thread_id="t", agent="a") as run:
+            text = run.layer("working-memory").snapshot
+            assert text.split("\n\n") == ["one", "sync 0", "sync 1", "sync 2", "async"] + [
+                f"async {n}" for n in range(3)
+            ]
+            found = run.call_tool("mind_recall", {"query": "restarts"})
+            assert "Restarts pass." in str(found), found
