@@ -279,3 +279,71 @@ def test_a_stack_open_across_a_server_restart_writes_on(tmp_path: pathlib.Path) 
             ]
             found = run.call_tool("mind_recall", {"query": "restarts"})
             assert "Restarts pass." in str(found), found
+
+
+# SQLite: the file deleted or replaced under an open store -----------------------------------
+
+
+def _remove_database(path: pathlib.Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}{suffix}")
+
+
+def test_a_write_after_the_sqlite_file_was_deleted_is_refused_then_goes_to_the_new_file(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database file is deleted under an open store: a write must not land in the unlinked
+    file, where no other process (nor this one, restarted) would ever read it. It is refused,
+    naming the file, and the store reopens the path: the next write goes where the next
+    process looks."""
+    path = tmp_path / "m.db"
+    store = SQLiteStore(path)
+    with _wm_stack(store).run(thread_id="t", agent="a") as run:
+        assert run.call_tool("working-memory/update", {"content": "one"})["ok"] is True
+        _remove_database(path)
+        message = _unavailable(
+            run.call_tool("working-memory/update", {"content": "two"}), retry=True
+        )
+        assert "nothing was written" in message and str(tmp_path) not in message, message
+        assert f"{path} was deleted or replaced" in caplog.text
+        assert run.call_tool("working-memory/update", {"content": "three"})["ok"] is True
+    with pytest.raises(sqlite3.OperationalError, match="deleted or replaced"):
+        _remove_database(path)
+        store.put(("notes",), "k", 1)
+    store.put(("notes",), "k", 2)
+    store.close()
+    reopened = SQLiteStore(path)
+    item = reopened.get(("notes",), "k")
+    assert item is not None and item.value == 2
+    rows = reopened.get_many(("working-memory", "thread", "t"), ["state"])
+    assert rows == {}  # the file holding "three" was deleted with the notes' first write
+    reopened.close()
+
+
+def test_a_write_after_the_sqlite_file_was_replaced_goes_to_the_file_now_there(
+    tmp_path: pathlib.Path,
+) -> None:
+    """An operator restores a copy over the open file (a rename onto its path): writes go to
+    the restored file, the first one refused so that the caller knows its reads came from the
+    file that was replaced."""
+    path, copy = tmp_path / "m.db", tmp_path / "copy.db"
+    store = SQLiteStore(path)
+    store.put(("notes",), "k", "before the copy")
+    backup = sqlite3.connect(copy)
+    store._conn.backup(backup)
+    backup.close()
+    store.put(("notes",), "k", "after the copy")
+    os.replace(copy, path)
+    with pytest.raises(sqlite3.OperationalError, match="deleted or replaced"):
+        store.put(("notes",), "other", 1)
+    item = store.get(("notes",), "k")
+    assert item is not None and item.value == "before the copy"
+    store.put(("notes",), "k", "after the restore")
+    store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    with SQLiteStore(path) as reopened:
+        item = reopened.get(("notes",), "k")
+        assert item is not None and item.value == "after the restore"
+        assert reopened.get(("notes",), "other") is None
