@@ -15,6 +15,7 @@ import os
 import pathlib
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -347,3 +348,70 @@ def test_a_write_after_the_sqlite_file_was_replaced_goes_to_the_file_now_there(
         item = reopened.get(("notes",), "k")
         assert item is not None and item.value == "after the restore"
         assert reopened.get(("notes",), "other") is None
+
+
+# Files (team state, checkpoints, kept tool results): a writer killed midway -----------------
+
+
+def _write_until_killed(directory: pathlib.Path, ready: int) -> None:
+    """The forked writer: rewrites ``state.json`` whole, generation after generation."""
+    from memstrata.safe_files import open_dir, write_atomic
+
+    opened = open_dir(directory)
+    generation = 0
+    while True:
+        generation += 1
+        body = b'{"generation": %d, "pad": "%s"}' % (generation, b"p" * 400_000)
+        write_atomic(opened, "state.json", body, mode=0o644)
+        if generation == 1:
+            os.write(ready, b"r")
+
+
+def test_a_file_writer_killed_midway_leaves_the_old_or_new_file_and_its_temp_is_swept(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A process writing a file (as the team state, a checkpoint or a kept tool result is
+    written) is killed at random moments, 12 times: the file always holds one whole version.
+    A write killed between creating its temp file and renaming it leaves that temp file
+    behind (most kills here do); once it is older than any write in progress
+    (``STALE_TEMP_S``), the next process writing into the directory removes it. A younger one
+    (another writer's, in progress) is left alone."""
+    import json
+    import random
+    import signal
+
+    from memstrata import safe_files
+
+    rng = random.Random(20261129)
+    for _ in range(12):
+        ready, told = os.pipe()
+        pid = os.fork()  # the child has memstrata imported already: no interpreter to start
+        if pid == 0:
+            try:
+                _write_until_killed(tmp_path, told)
+            finally:
+                os._exit(1)
+        os.close(told)
+        assert os.read(ready, 1) == b"r"
+        os.close(ready)
+        time.sleep(rng.uniform(0, 0.01))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        value = json.loads((tmp_path / "state.json").read_bytes())
+        assert value["generation"] >= 1 and len(value["pad"]) == 400_000
+    left = [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    # A temp file as a killed write leaves it, for sure, besides any the kills left.
+    (tmp_path / ".state.json.0123456789ab.tmp").write_bytes(b'{"generation": ')
+    old = time.time() - safe_files.STALE_TEMP_S - 60
+    for name in os.listdir(tmp_path):
+        if name.endswith(".tmp"):
+            os.utime(tmp_path / name, (old, old))
+    (tmp_path / ".state.json.ba9876543210.tmp").write_bytes(b"in progress")
+    subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from memstrata.safe_files import open_dir, write_atomic;"
+         "write_atomic(open_dir(sys.argv[1]), 'other.json', b'{}')", str(tmp_path)],
+        check=True, timeout=30,
+    )  # fmt: skip
+    temps = sorted(name for name in os.listdir(tmp_path) if name.endswith(".tmp"))
+    assert temps == [".state.json.ba9876543210.tmp"], f"{left} were left by the kills"
