@@ -415,3 +415,39 @@ def test_a_file_writer_killed_midway_leaves_the_old_or_new_file_and_its_temp_is_
     )  # fmt: skip
     temps = sorted(name for name in os.listdir(tmp_path) if name.endswith(".tmp"))
     assert temps == [".state.json.ba9876543210.tmp"], f"{left} were left by the kills"
+
+
+@pytest.mark.parametrize("kind", ["directory", "not a database"])
+def test_an_sqlite_file_that_cannot_be_opened_is_named(tmp_path: pathlib.Path, kind: str) -> None:
+    """SQLite's own message ("unable to open database file", "file is not a database") does not
+    say which file: the store's does, and keeps SQLite's error type and codes."""
+    path = tmp_path / "m.db"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"not a database, " * 512)
+    with pytest.raises(sqlite3.DatabaseError) as info:
+        SQLiteStore(path)
+    assert str(info.value).startswith(f"cannot open the SQLite database {path}: "), info.value
+    assert getattr(info.value, "sqlite_errorname", "SQLITE_")[:7] == "SQLITE_"
+
+
+def test_a_store_whose_file_cannot_be_opened_again_tries_at_each_write(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The file is deleted and, for a while, its path cannot be opened (here a directory holds
+    it): each write fails naming the file; once the path can be opened, the next one writes."""
+    path = tmp_path / "m.db"
+    store = SQLiteStore(path)
+    store.put(("notes",), "k", 1)
+    _remove_database(path)
+    path.mkdir()
+    for _ in range(2):
+        with pytest.raises(sqlite3.OperationalError, match=f"database {path}"):
+            store.put(("notes",), "k", 2)
+    path.rmdir()
+    store.put(("notes",), "k", 3)
+    store.close()
+    with SQLiteStore(path) as reopened:
+        item = reopened.get(("notes",), "k")
+        assert item is not None and item.value == 3

@@ -286,18 +286,27 @@ class SQLiteStore(Store):
             os.makedirs(parent, exist_ok=True)
         # One connection per store, used under a lock: sqlite3 objects are not thread-safe, and
         # the async twins call in from worker threads.
-        self._conn = sqlite3.connect(
-            self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
-        )
-        self._conn.execute(self._busy_timeout)
-        # Set before the first table, so only a new database takes it: 8 KiB pages hold three
-        # mind entries (~2.3 KB each, most of it the vector) where 4 KiB pages hold one, so a
-        # mind's file is a third smaller and a full read of it a quarter faster.
-        self._conn.execute("PRAGMA page_size = 8192")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise _naming(exc, f"cannot open the SQLite database {self.path}") from exc
         self._file: tuple[int, int] | None = None  # unchecked while migrating
-        self._migrate()
+        try:
+            self._conn.execute(self._busy_timeout)
+            # Set before the first table, so only a new database takes it: 8 KiB pages hold
+            # three mind entries (~2.3 KB each, most of it the vector) where 4 KiB pages hold
+            # one, so a mind's file is a third smaller and a full read of it a quarter faster.
+            self._conn.execute("PRAGMA page_size = 8192")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise _naming(exc, f"cannot open the SQLite database {self.path}") from exc
+            raise
         # Which file the connection has open (the statements above created it): _check_file.
         self._file = _identity(self.path) if on_disk else None
 
@@ -319,7 +328,14 @@ class SQLiteStore(Store):
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
-        self._connect()
+        told = self._file == _REOPEN_FAILED
+        try:
+            self._connect()
+        except BaseException:
+            self._file = _REOPEN_FAILED  # no file's: the next write tries again
+            raise
+        if told:
+            return  # the writes that failed to open it again told the caller already
         raise sqlite3.OperationalError(
             f"{self.path} was deleted or replaced while this store had it open: nothing was "
             "written; the store has opened the file now at that path, for the next call"
@@ -843,6 +859,20 @@ def _slow(name: str, args: tuple[Any, ...], kwargs: Any) -> bool:
         reads = args[0] if args else kwargs.get("reads", ())
         return any(isinstance(read, ChangesSince) and read.since is None for read in reads)
     return False
+
+
+# What _check_file notes when the path could not be opened again: no file's identity.
+_REOPEN_FAILED = (-1, -1)
+
+
+def _naming(exc: sqlite3.Error, what: str) -> sqlite3.Error:
+    """``exc`` again, its message led by ``what``: SQLite's messages name no file. Of the same
+    type, with SQLite's codes kept."""
+    named = type(exc)(f"{what}: {exc}")
+    for code in ("sqlite_errorcode", "sqlite_errorname"):
+        if hasattr(exc, code):
+            setattr(named, code, getattr(exc, code))
+    return named
 
 
 def _identity(path: str) -> tuple[int, int] | None:
