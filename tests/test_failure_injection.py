@@ -451,3 +451,35 @@ def test_a_store_whose_file_cannot_be_opened_again_tries_at_each_write(
     with SQLiteStore(path) as reopened:
         item = reopened.get(("notes",), "k")
         assert item is not None and item.value == 3
+
+
+def test_an_sqlite_lock_held_past_the_busy_timeout_is_named(tmp_path: pathlib.Path) -> None:
+    """Another process holds the write lock past the busy timeout: each kind of write fails in
+    about that time, naming the file and the timeout (SQLite says only "database is locked"),
+    with SQLite's error type and code; once the lock is released, the same store writes."""
+    path = tmp_path / "m.db"
+    store = SQLiteStore(path, busy_timeout=0.05)
+    store.put(("notes",), "k", 1)
+    other = _held_write_lock(path)
+    writes = {
+        "put": lambda: store.put(("notes",), "k", 2),
+        "put_if_version": lambda: store.put_if_version(("notes",), "k", 2, expected_version=1),
+        "update": lambda: store.update(("notes",), "k", lambda v: v + 1),
+        "delete": lambda: store.delete(("notes",), "k"),
+    }
+    try:
+        for name, write in writes.items():
+            began = time.monotonic()
+            with pytest.raises(sqlite3.OperationalError) as info:
+                write()
+            assert time.monotonic() - began < 5, name
+            assert str(info.value).startswith(
+                f"{path} is locked: another connection held its write lock past this store's"
+                " busy_timeout of 0.05 s; nothing was written"
+            ), (name, info.value)
+            assert getattr(info.value, "sqlite_errorname", "SQLITE_BUSY") == "SQLITE_BUSY"
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.update(("notes",), "k", lambda v: v + 1).value == 2
+    store.close()

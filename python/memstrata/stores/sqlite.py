@@ -382,9 +382,25 @@ class SQLiteStore(Store):
         with self._lock:
             self._check_file()
             with self._conn:
-                self._conn.execute("BEGIN IMMEDIATE")
+                with self._busy_named():
+                    self._conn.execute("BEGIN IMMEDIATE")
                 yield self._conn
                 self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _busy_named(self) -> Iterator[None]:
+        """SQLITE_BUSY raised inside (a write waited for the lock past the busy timeout) as the
+        same error naming the file and the timeout: SQLite's says only "database is locked"."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            raise _naming(
+                exc,
+                f"{self.path} is locked: another connection held its write lock past this "
+                f"store's busy_timeout of {self._timeout:g} s; nothing was written",
+            ) from None
 
     @staticmethod
     def _item(row: _Row) -> Item:
@@ -469,7 +485,7 @@ class SQLiteStore(Store):
         ttl = validate_ttl(ttl)
         data = codec.dumps(value)  # bad data is refused before the write lock is taken
         # One statement, its own transaction (see _UPDATE_IF_VERSION).
-        with self._lock:
+        with self._lock, self._busy_named():
             self._check_file()
             return self._write(self._conn, namespace, key, value, data, ttl, time.time())
 
@@ -556,7 +572,7 @@ class SQLiteStore(Store):
         expected_version = validate_version(expected_version)
         # Bad data is refused before the write lock is taken.
         data = codec.dumps(value, validated=validated, encoded=encoded)
-        with self._lock:
+        with self._lock, self._busy_named():
             self._check_file()
             return self._write_if_version(
                 self._conn, namespace, ns, key, value, data, ttl, expected_version, time.time()
