@@ -483,3 +483,38 @@ def test_an_sqlite_lock_held_past_the_busy_timeout_is_named(tmp_path: pathlib.Pa
         other.close()
     assert store.update(("notes",), "k", lambda v: v + 1).value == 2
     store.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_connections_ended_between_a_runs_steps_cost_no_call(pg_url: str, mode: str) -> None:
+    """The server ends every connection of the store between a run's opening read and its tool
+    call's write, and again before its close flushes the mind's draft: both go through on
+    fresh connections (the server's goodbye reached the idle ones first), nothing twice."""
+
+    def ended() -> None:
+        assert _end_backends(pg_url) >= 1
+        time.sleep(0.2)  # the goodbye reaches the idle connections' sockets
+
+    async def arun(stack: MemoryStack) -> None:
+        async with stack.arun(thread_id="t", agent="a") as run:
+            await asyncio.to_thread(ended)
+            assert (await run.acall_tool("working-memory/update", {"content": "one"}))["ok"]
+            belief = {"content": "The cache is warm."}
+            assert (await run.acall_tool("mind_believe", belief))["status"] == "ok"
+            await asyncio.to_thread(ended)
+
+    with PostgresStore(pg_url) as store:
+        stack = _wm_stack(store)
+        if mode == "async":
+            asyncio.run(arun(stack))
+        else:
+            with stack.run(thread_id="t", agent="a") as run:
+                ended()
+                assert run.call_tool("working-memory/update", {"content": "one"})["ok"] is True
+                belief = {"content": "The cache is warm."}
+                assert run.call_tool("mind_believe", belief)["status"] == "ok"
+                ended()
+        with stack.run(thread_id="t", agent="a") as run:
+            assert run.layer("working-memory").snapshot == "one"
+            found = run.call_tool("mind_recall", {"query": "cache"})
+            assert str(found).count("The cache is warm.") == 1, found
