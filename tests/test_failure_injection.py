@@ -13,6 +13,9 @@ import asyncio
 import contextlib
 import os
 import pathlib
+import re
+import select
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -518,3 +521,91 @@ def test_connections_ended_between_a_runs_steps_cost_no_call(pg_url: str, mode: 
             assert run.layer("working-memory").snapshot == "one"
             found = run.call_tool("mind_recall", {"query": "cache"})
             assert str(found).count("The cache is warm.") == 1, found
+
+
+# A statement's CommandComplete, then ReadyForQuery with the session idle: done and committed.
+_COMMITTED_ANSWER = re.compile(rb"C\x00\x00\x00.[A-Z]+[^\x00]*\x00.*Z\x00\x00\x00\x05I", re.S)
+
+
+class _AnswerDroppingProxy:
+    """A TCP proxy to a PostgreSQL server that, once armed, drops the server's answer to the
+    next statement that completed and committed, and closes that connection: the write is in
+    the database, and the client only knows that its connection failed."""
+
+    def __init__(self, url: str) -> None:
+        host_port = url.split("@", 1)[1].split("/", 1)[0]
+        host, port = host_port.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = url.replace(host_port, f"127.0.0.1:{self._listener.getsockname()[1]}")
+        self.armed, self.dropped = threading.Event(), threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        with client, server, contextlib.suppress(OSError):
+            while True:
+                ready, _, _ = select.select([client, server], [], [])
+                for source in ready:
+                    data = source.recv(1 << 16)
+                    if not data:
+                        return
+                    armed = source is server and self.armed.is_set()
+                    if armed and _COMMITTED_ANSWER.search(data):
+                        self.armed.clear()
+                        self.dropped.set()
+                        return
+                    (server if source is client else client).sendall(data)
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_write_saved_but_answered_by_a_dead_connection_shows_in_the_next_prompt(
+    pg_url: str, mode: str
+) -> None:
+    """A working-memory write reaches the database but its answer does not (the connection
+    ends first): the model is told the write's fate is unknown and to look before writing
+    again. The next prompt must show what is stored, the write included, so that the model
+    does not send it again; it showed the run's state from before the write, and the model's
+    second try stored the text twice."""
+    user = [{"role": "user", "content": "go on"}]
+
+    async def arun(stack: MemoryStack) -> tuple[dict[str, Any], str, Any]:
+        async with stack.arun(thread_id="t", agent="a") as run:
+            assert (await run.acall_tool("working-memory/update", {"content": "one"}))["ok"]
+            proxy.armed.set()
+            ended = await run.acall_tool("working-memory/update", {"content": "two"})
+            prompt = str(await run.aprepare(user))
+            assert (await run.acall_tool("working-memory/update", {"content": "three"}))["ok"]
+            return ended, prompt, run.layer("working-memory").snapshot
+
+    proxy = _AnswerDroppingProxy(pg_url)
+    try:
+        with PostgresStore(proxy.url) as store:
+            stack = _wm_stack(store)
+            if mode == "async":
+                ended, prompt, snapshot = asyncio.run(arun(stack))
+            else:
+                with stack.run(thread_id="t", agent="a") as run:
+                    assert run.call_tool("working-memory/update", {"content": "one"})["ok"]
+                    proxy.armed.set()
+                    ended = run.call_tool("working-memory/update", {"content": "two"})
+                    prompt = str(run.prepare(user))
+                    assert run.call_tool("working-memory/update", {"content": "three"})["ok"]
+                    snapshot = run.layer("working-memory").snapshot
+        assert proxy.dropped.is_set()
+        _ended_midway(ended)
+        assert "one\\n\\ntwo" in prompt, prompt
+        assert snapshot == "one\n\ntwo\n\nthree"
+    finally:
+        proxy.close()
