@@ -609,3 +609,26 @@ def test_a_write_saved_but_answered_by_a_dead_connection_shows_in_the_next_promp
         assert snapshot == "one\n\ntwo\n\nthree"
     finally:
         proxy.close()
+
+
+def test_a_goal_completion_saved_but_answered_by_a_dead_connection_stays_completed(
+    pg_url: str,
+) -> None:
+    """A goal set in this run is completed (written at once), the write reaches the database
+    but its answer does not: the run still holds the goal in its draft, and its close flushed
+    that draft's "active" goal over the stored completion, losing it without a trace."""
+    proxy = _AnswerDroppingProxy(pg_url)
+    try:
+        with PostgresStore(proxy.url) as store:
+            stack = _wm_stack(store)
+            with stack.run(thread_id="t", agent="a") as run:
+                goal = run.call_tool("mind_set_goal", {"description": "Ship the report"})
+                proxy.armed.set()
+                _ended_midway(run.call_tool("mind_complete_goal", {"id": goal["id"]}))
+                assert proxy.dropped.is_set()
+            with stack.run(thread_id="t", agent="a") as run:
+                handle = run.layer("agent-mind")
+                stored = handle._goals[goal["id"]]
+                assert stored.status == "completed", stored
+    finally:
+        proxy.close()
