@@ -632,3 +632,51 @@ def test_a_goal_completion_saved_but_answered_by_a_dead_connection_stays_complet
                 assert stored.status == "completed", stored
     finally:
         proxy.close()
+
+
+_FULL_DISK = r"""
+import json, os, resource, signal, sys
+from memstrata import MemoryStack, WorkingMemory
+from memstrata.stores import SQLiteStore
+path = sys.argv[1]
+store = SQLiteStore(path)
+stack = MemoryStack([WorkingMemory(budget=(0, 50_000))], store=store, total_budget=100_000)
+answers = []
+with stack.run(thread_id="t") as run:
+    answers.append(run.call_tool("working-memory/update", {"content": "one"}))
+    # The files may not grow: a write past their size fails (EFBIG, as ENOSPC would).
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    largest = max(os.path.getsize(path + suffix) for suffix in ("", "-wal"))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (largest, hard))
+    answers.append(run.call_tool("working-memory/update", {"content": "many words " * 3000}))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    answers.append(run.call_tool("working-memory/update", {"content": "two"}))
+print(json.dumps(answers))
+"""
+
+
+def test_a_write_the_file_system_refuses_is_memory_unavailable_then_writes_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The file system refuses to grow the database (RLIMIT_FSIZE in a child process, as a full
+    disk does): the tool call answers memory_unavailable naming SQLite's I/O error, nothing is
+    written, and once the files may grow the same store writes; the file is intact."""
+    import json
+
+    path = tmp_path / "m.db"
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(path)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    first, refused, after = json.loads(done.stdout)
+    assert first["ok"] is True and after["ok"] is True, (first, after)
+    message = _unavailable(refused, retry=True)
+    assert "SQLITE_IOERR" in message and "nothing was written" in message, message
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    with (
+        SQLiteStore(path) as store,
+        MemoryStack([WorkingMemory()], store=store).run(thread_id="t") as run,
+    ):
+        assert run.layer("working-memory").snapshot == "one\n\ntwo"
