@@ -680,3 +680,20 @@ def test_a_write_the_file_system_refuses_is_memory_unavailable_then_writes_again
         MemoryStack([WorkingMemory()], store=store).run(thread_id="t") as run,
     ):
         assert run.layer("working-memory").snapshot == "one\n\ntwo"
+
+
+def test_a_statement_sqlite_refuses_is_a_bug_not_the_memory_failing(
+    tmp_path: pathlib.Path,
+) -> None:
+    """SQLITE_ERROR (bad SQL, a missing table) is no failure of the memory that calling again
+    could get past: it stays internal_error, logged with its traceback."""
+    store = SQLiteStore(tmp_path / "m.db")
+
+    def broken(_args: dict[str, Any]) -> Any:
+        return store._conn.execute("SELECT * FROM no_such_table").fetchall()
+
+    with MemoryStack([WorkingMemory()], store=store).run(thread_id="t") as run:
+        run._tools["wm/broken"] = ("working-memory", Tool("wm/broken", "x", {}, broken))
+        result = run.call_tool("wm/broken", {})
+    assert result["error"]["code"] == "internal_error", result
+    store.close()

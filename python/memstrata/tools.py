@@ -738,7 +738,7 @@ class StoreFailure:
 _NOTHING_WRITTEN = "nothing was written"
 _NOT_KNOWN = "whether this call's write was saved is not known"
 # SQLite's primary result codes (sqlite3 names them from Python 3.11).
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 5, 6
 # The database refuses writes, or is not a database (SQLITE_READONLY, SQLITE_CORRUPT,
 # SQLITE_NOTADB): only its operator can change that.
 _SQLITE_LASTING = frozenset({8, 11, 26})
@@ -775,6 +775,8 @@ def store_failure(exc: BaseException) -> StoreFailure | None:
                 _NOTHING_WRITTEN,
                 retry=True,
             )
+        if code is not None and code & 0xFF == _SQLITE_ERROR:
+            return None  # a statement SQLite refused (a missing table, bad SQL): a bug's
         lasting = code is not None and code & 0xFF in _SQLITE_LASTING
         return StoreFailure(f"its database failed ({name})", _NOTHING_WRITTEN, retry=not lasting)
     return _postgres_failure(exc)
