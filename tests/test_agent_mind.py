@@ -1308,7 +1308,8 @@ def test_a_completion_the_store_refused_loses_neither_the_goal_nor_its_updates(
         other.execute("BEGIN IMMEDIATE")
         for goal in (fresh, committed):
             failed = run.call_tool("mind_complete_goal", {"id": goal})
-            assert failed["ok"] is False and failed["error"]["code"] == "internal_error", failed
+            assert failed["ok"] is False and failed["error"]["code"] == "memory_unavailable", failed
+            assert failed["error"]["retry"] is True, failed
         other.execute("ROLLBACK")
         other.close()
         ok(run.call_tool("mind_complete_goal", {"id": fresh}))

@@ -265,8 +265,8 @@ def test_read_commands_refuse_a_missing_sqlite_file(tmp_path: pathlib.Path) -> N
     not_sqlite.write_text("not a database")
     wrong = run_cli("inspect", "--store", f"sqlite:///{not_sqlite}")
     assert wrong.returncode == 2, wrong.stderr
-    assert (
-        wrong.stderr == f"memstrata: cannot open sqlite:///{not_sqlite}: file is not a database\n"
+    assert wrong.stderr == (
+        f"memstrata: cannot open the SQLite database {not_sqlite}: file is not a database\n"
     )
 
 

@@ -510,6 +510,8 @@ async def test_a_short_run_whose_writes_cannot_be_committed_is_an_error_payload(
     assert result.final_output == "noted"
     output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
     payload = json.loads(output["output"])
-    assert payload["ok"] is False and payload["error"]["code"] == "internal_error"
-    assert "not committed: OperationalError" in payload["error"]["message"]
+    assert payload["ok"] is False and payload["error"]["code"] == "memory_unavailable"
+    assert payload["error"]["retry"] is True
+    assert "busy" in payload["error"]["message"]
+    assert "the call's writes were not committed" in payload["error"]["message"]
     stack.store.close()

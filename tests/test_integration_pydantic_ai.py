@@ -378,5 +378,7 @@ def test_a_short_run_whose_writes_cannot_be_committed_is_an_error_payload(tmp_pa
         other.close()
     assert result.output == "noted"
     (payload,) = returned(script.calls[1]["messages"])
-    assert payload["ok"] is False and payload["error"]["code"] == "internal_error"
-    assert "not committed: OperationalError" in payload["error"]["message"]
+    assert payload["ok"] is False and payload["error"]["code"] == "memory_unavailable"
+    assert payload["error"]["retry"] is True
+    assert "busy" in payload["error"]["message"]
+    assert "the call's writes were not committed" in payload["error"]["message"]

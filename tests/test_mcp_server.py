@@ -265,8 +265,8 @@ def test_a_call_whose_writes_cannot_be_committed_is_an_error_payload(
     assert answer.is_error
     payload = json.loads(answer.content[0].text)
     assert payload["ok"] is False and payload["tool"] == "mind_believe"
-    assert payload["error"]["code"] == "internal_error"
-    assert "not committed" in payload["error"]["message"]
+    assert payload["error"]["code"] == "memory_unavailable" and payload["error"]["retry"] is True
+    assert "the call's writes were not committed" in payload["error"]["message"]
     assert str(tmp_path) not in answer.content[0].text
 
 
@@ -307,10 +307,13 @@ def test_a_store_that_fails_to_open_a_run_is_an_error_naming_no_internals(
     answer, read_error = asyncio.run(steps())
     store.close()
     payload = json.loads(answer.content[0].text)
-    assert answer.is_error and payload["error"]["code"] == "internal_error"
-    opened = "the memory could not be opened: "
-    assert payload["error"]["message"].startswith(opened)
-    assert payload["error"]["message"].removeprefix(opened).isidentifier()  # a type's name
+    # The file is no database: no call will do better until its operator restores it.
+    assert answer.is_error and payload["error"]["code"] == "memory_unavailable"
+    assert payload["error"]["retry"] is False
+    assert payload["error"]["message"].startswith(
+        "the memory is unavailable: its database failed (SQLITE_NOTADB); nothing was written"
+    )
+    assert str(tmp_path) not in answer.content[0].text
     read = "the memory could not be read: "
     assert read in read_error and read_error.split(read)[1].isidentifier()
     assert str(tmp_path) not in answer.content[0].text + read_error

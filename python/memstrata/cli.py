@@ -390,8 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemstrataError as exc:
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
-    except sqlite3.Error as exc:  # e.g. a file that is not a SQLite database
-        print(f"memstrata: cannot open {shown_text(args.store)}: {exc}", file=sys.stderr)
+    except sqlite3.Error as exc:  # e.g. a file that is not a SQLite database; names the file
+        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
     if args.command == "mcp":
         return _serve_mcp(store, args)

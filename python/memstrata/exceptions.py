@@ -137,14 +137,25 @@ class ToolError(MemstrataError):
     Attributes:
         code: A stable machine-readable reason (``unknown_tool``, ``invalid_arguments``,
             ``schema_violation``, ``budget_exceeded``, ``limit_exceeded``, ``read_only``,
-            ``internal_error``; a layer may add its own, such as ``not_found``).
+            ``memory_unavailable``, ``internal_error``; a layer may add its own, such as
+            ``not_found``).
         details: Specific problems, one readable line each (e.g. each schema violation).
+        retry: For a failure of the store rather than of the call (``memory_unavailable``):
+            whether the same call may succeed later; None for the others.
     """
 
-    def __init__(self, message: str, *, code: str = "tool_error", details: list[str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "tool_error",
+        details: list[str] | None = None,
+        retry: bool | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.details = list(details or [])
+        self.retry = retry
 
 
 class ReadOnlyError(MemstrataError):

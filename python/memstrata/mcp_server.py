@@ -4,10 +4,10 @@ Tools are served under their wire-safe names (``working-memory_update``): SEP-98
 ``[A-Za-z0-9._-]``, and hosts forward MCP tools to APIs that refuse ``/``. Each tool call is its
 own run: MCP has no notion of an agent turn, so a call's writes are committed (and a mind's
 drafts flushed) when it returns, and the next call sees them; a call whose run cannot open, or
-whose writes cannot be committed when it closes, answers with an ``internal_error`` payload
-naming the failure's type (a driver's message may name hosts, users or paths), never with the
-tool's answer. Each layer's prompt block (the
-working memory, a mind header, the shared-memory section) is a resource,
+whose writes cannot be committed when it closes, answers with an error payload naming the
+failure's type (a driver's message may name hosts, users or paths), never with the tool's
+answer: ``memory_unavailable`` when the store failed, else ``internal_error``. Each layer's
+prompt block (the working memory, a mind header, the shared-memory section) is a resource,
 ``memstrata://layer/<layer name>``, read through a fresh run, so it always shows what is
 committed; an unknown resource is an MCP error. Under asyncio (what ``memstrata mcp`` runs
 on) the calls run on the event loop, as the stack's async forms do: no thread hop for a store

@@ -18,7 +18,9 @@ the same way:
 * Writes go to a new temp file (``O_CREAT | O_EXCL``, its mode set with ``fchmod`` on the
   descriptor), fsynced, then renamed over the name: never ``O_TRUNC`` on an existing path, never
   ``chmod`` by path. A rename replaces the directory entry, so whatever was planted under the
-  name (a symlink, a hard link) is replaced, never written through.
+  name (a symlink, a hard link) is replaced, never written through. A write killed before its
+  rename leaves its temp file (a dot-file); each process's first write into a directory
+  removes those over an hour old.
 
 :func:`check_file_id` refuses any id that could leave its directory.
 
@@ -59,6 +61,13 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
 # How long a rename over a file another process holds open is tried again (Windows).
 RENAME_PATIENCE_S = 2.0
+# A write killed between creating its temp file and renaming it (SIGKILL, a power cut) leaves
+# the temp file behind. One older than this is no write in progress: the first write of each
+# process into its directory removes it (see _sweep_stale_temps).
+STALE_TEMP_S = 3600.0
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+# The directories this process has swept, by device and inode.
+_swept: set[tuple[int, int]] = set()
 # Whether files can be opened relative to a directory descriptor here (not on Windows).
 DIR_FDS = (
     _DIRECTORY != 0
@@ -442,6 +451,8 @@ def write_atomic(
     if directory.fd is not None:
         with contextlib.suppress(OSError):
             os.fsync(directory.fd)
+    with contextlib.suppress(OSError):
+        _sweep_stale_temps(directory)
 
 
 def write_new(
@@ -476,6 +487,8 @@ def write_new(
         if directory.fd is not None:
             with contextlib.suppress(OSError):
                 os.fsync(directory.fd)
+        with contextlib.suppress(OSError):
+            _sweep_stale_temps(directory)
 
 
 def _create_new(directory: Dir, name: str, data: bytes, mode: int) -> bool:
@@ -521,6 +534,25 @@ def _written_temp(directory: Dir, name: str, data: bytes, mode: int) -> str:
             directory.unlink(tmp)
         raise
     return tmp
+
+
+def _sweep_stale_temps(directory: Dir) -> None:
+    """Removes the temp files killed writes left in ``directory`` (named as the writes here
+    name them, regular files, last changed over STALE_TEMP_S ago), once per directory per
+    process: one listing, so a directory of many files costs it once."""
+    info = os.stat(directory.fd if directory.fd is not None else directory.path)
+    key = (info.st_dev, info.st_ino)
+    if key in _swept:
+        return
+    _swept.add(key)
+    cutoff = time.time() - STALE_TEMP_S
+    for name in directory.names():
+        if not _TEMP_NAME.fullmatch(name):
+            continue
+        found = directory.lstat(name)
+        if found is not None and stat.S_ISREG(found.st_mode) and found.st_mtime < cutoff:
+            with contextlib.suppress(OSError):
+                directory.unlink(name)
 
 
 def append_regular(directory: Dir, name: str, data: bytes, *, mode: int = PRIVATE_MODE) -> None:

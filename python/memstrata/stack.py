@@ -78,6 +78,7 @@ from memstrata.tools import (
     parse_arguments,
     raise_problems,
     shown_value,
+    store_failure,
     strip_null_padding,
     tool_spec,
 )
@@ -704,13 +705,22 @@ class Run:
             return error_payload(shown, exc)
         except LimitExceededError as exc:
             return error_payload(shown, ToolError(str(exc), code="limit_exceeded"))
-        except MemstrataError as exc:
-            return error_payload(shown, ToolError(str(exc), code="invalid_arguments"))
-        except (ValueError, TypeError, RecursionError) as exc:
-            return error_payload(
-                shown, ToolError(f"{type(exc).__name__}: {exc}", code="invalid_arguments")
-            )
         except Exception as exc:
+            # The store failing (locked, unreachable, full) is the memory's failure, not a
+            # mistake in the model's arguments nor a bug: told so, and whether to call again.
+            failure = store_failure(exc)
+            if failure is not None:
+                logger.warning(
+                    "tool %s: the store failed: %s",
+                    shown,
+                    redacted_for_log(f"{type(exc).__name__}: {exc}"),
+                )
+                return error_payload(shown, failure.tool_error())
+            if isinstance(exc, (MemstrataError, ValueError, TypeError, RecursionError)):
+                text = (
+                    str(exc) if isinstance(exc, MemstrataError) else f"{type(exc).__name__}: {exc}"
+                )
+                return error_payload(shown, ToolError(text, code="invalid_arguments"))
             logger.exception("tool %s failed", shown)
             return error_payload(
                 shown, ToolError(f"the tool failed: {type(exc).__name__}", code="internal_error")

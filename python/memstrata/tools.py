@@ -17,6 +17,8 @@ import hashlib
 import json
 import math
 import re
+import sqlite3
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,7 +26,13 @@ from typing import Any, Literal
 import orjson
 
 from memstrata._core import MAX_DEPTH
-from memstrata.exceptions import InvalidOptionError, MemstrataError, ToolError
+from memstrata.exceptions import (
+    InvalidOptionError,
+    LockTimeoutError,
+    MemstrataError,
+    StorageRaceError,
+    ToolError,
+)
 
 ToolFormat = Literal["openai", "responses", "anthropic", "mcp"]
 
@@ -659,6 +667,8 @@ def error_payload(tool_name: str, error: ToolError) -> dict[str, Any]:
     as UTF-8: a lone surrogate it echoes is shown as its escape.
     """
     payload: dict[str, Any] = {"code": error.code, "message": _cut(str(error), _MESSAGE_LIMIT)}
+    if error.retry is not None:
+        payload["retry"] = error.retry
     if error.details:
         # A 21st line may be the count of the rest (raise_problems adds it); more are cut.
         kept = (
@@ -690,13 +700,122 @@ def run_failure_payload(tool_name: str, exc: Exception, *, answered: bool) -> di
     could not open (``answered`` False), or its writes (a mind's draft) could not be committed
     when it closed, after the tool answered, so that answer must not reach the model. The
     message names memstrata's own error, else only the exception's type: a driver's message
-    may name hosts, users or paths."""
+    may name hosts, users or paths. A store's failure is ``memory_unavailable``, as in
+    ``Run.call_tool``."""
+    shown = clip_text(tool_name)
+    failure = store_failure(exc)
+    if failure is not None:
+        if answered and failure.written == _NOTHING_WRITTEN:
+            failure.written = "the call's writes were not committed"
+        elif answered:
+            failure.written = "whether the call's writes were committed is not known"
+        return error_payload(shown, failure.tool_error())
     reason = str(exc) if isinstance(exc, MemstrataError) else type(exc).__name__
     if answered:
         message = f"the call's writes were not committed: {reason}"
     else:
         message = f"the memory could not be opened: {reason}"
-    return error_payload(clip_text(tool_name), ToolError(message, code="internal_error"))
+    return error_payload(shown, ToolError(message, code="internal_error"))
+
+
+@dataclass
+class StoreFailure:
+    """A store that failed a call (locked, unreachable, full), as the model reads it: the
+    memory is unavailable, not the call wrong.
+
+    Attributes:
+        why: What failed, naming no host, path or SQL: a driver's message may.
+        written: Whether the call's write reached the store, as far as the client knows.
+        retry: Whether the same call may succeed later.
+    """
+
+    why: str
+    written: str
+    retry: bool
+
+    def tool_error(self) -> ToolError:
+        advice = (
+            "Call the tool again in a moment."
+            if self.retry
+            else "Calling it again will not help until the memory's operator fixes it."
+        )
+        if self.retry and self.written.startswith("whether"):
+            advice = "Read the memory before writing it again."
+        return ToolError(
+            f"the memory is unavailable: {self.why}; {self.written}. {advice}",
+            code="memory_unavailable",
+            retry=self.retry,
+        )
+
+
+_NOTHING_WRITTEN = "nothing was written"
+_NOT_KNOWN = "whether this call's write was saved is not known"
+# SQLite's primary result codes (sqlite3 names them from Python 3.11).
+_SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 5, 6
+# The database refuses writes, or is not a database (SQLITE_READONLY, SQLITE_CORRUPT,
+# SQLITE_NOTADB): only its operator can change that.
+_SQLITE_LASTING = frozenset({8, 11, 26})
+
+
+def store_failure(exc: BaseException) -> StoreFailure | None:
+    """``exc`` as a store's failure, or None for anything else (a bug, bad input).
+
+    A store's failure: its lock held past the timeout (:class:`LockTimeoutError`), other
+    writers racing it past every retry (:class:`StorageRaceError`), SQLite's operational errors
+    (a locked file, a full disk, an I/O error, a read-only file) and PostgreSQL's (the
+    connection ended, the server restarting or out of room, no pooled connection free in
+    time). A failed SQLite statement wrote nothing (each store call is one transaction); a
+    PostgreSQL connection that ended mid-call leaves unknown whether its COMMIT got there."""
+    if isinstance(exc, LockTimeoutError):
+        return StoreFailure(
+            "it is busy (another connection held a lock past the store's lock timeout)",
+            _NOTHING_WRITTEN,
+            retry=True,
+        )
+    if isinstance(exc, StorageRaceError):
+        return StoreFailure(
+            "it is busy (other writers kept changing it)", _NOTHING_WRITTEN, retry=True
+        )
+    if isinstance(exc, sqlite3.OperationalError) or (
+        isinstance(exc, sqlite3.DatabaseError) and type(exc) is sqlite3.DatabaseError
+    ):
+        code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+        busy = code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) if code is not None else False
+        if busy or (code is None and "database is locked" in str(exc)):
+            return StoreFailure(
+                "it is busy (another process held its database past the store's busy timeout)",
+                _NOTHING_WRITTEN,
+                retry=True,
+            )
+        if code is not None and code & 0xFF == _SQLITE_ERROR:
+            return None  # a statement SQLite refused (a missing table, bad SQL): a bug's
+        lasting = code is not None and code & 0xFF in _SQLITE_LASTING
+        return StoreFailure(f"its database failed ({name})", _NOTHING_WRITTEN, retry=not lasting)
+    return _postgres_failure(exc)
+
+
+def _postgres_failure(exc: BaseException) -> StoreFailure | None:
+    psycopg = sys.modules.get("psycopg")  # an optional dependency: loaded if a store uses it
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return None
+    pool = sys.modules.get("psycopg_pool")
+    name = type(exc).__name__
+    if pool is not None and isinstance(exc, pool.PoolClosed):
+        return StoreFailure("its store is closed", _NOTHING_WRITTEN, retry=False)
+    if pool is not None and isinstance(exc, pool.PoolTimeout):
+        return StoreFailure(
+            "no connection to its database was free in time (PoolTimeout)",
+            _NOTHING_WRITTEN,
+            retry=True,
+        )
+    errors = psycopg.errors
+    if isinstance(exc, (errors.QueryCanceled, errors.LockNotAvailable, errors.DeadlockDetected)):
+        # The server ended the statement and rolled its transaction back.
+        return StoreFailure(f"its database cancelled the call ({name})", _NOTHING_WRITTEN, True)
+    if isinstance(exc, (psycopg.OperationalError, errors.ReadOnlySqlTransaction)):
+        return StoreFailure(f"its database connection failed ({name})", _NOT_KNOWN, retry=True)
+    return None
 
 
 def _cut(line: str, limit: int) -> str:

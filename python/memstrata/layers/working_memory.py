@@ -297,6 +297,9 @@ class WorkingMemoryHandle:
         # it at the version another had just written, replacing that write unseen. A TaskLock:
         # a write holds it across its store calls, which under an event loop suspend.
         self._writing = TaskLock()
+        # A write's store call failed (a connection that ended mid-call): it may have been saved
+        # all the same. The stored state is read again before the next prompt and write.
+        self._unsure = False
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
@@ -432,6 +435,9 @@ class WorkingMemoryHandle:
         with the guidelines, unless it is read-only."""
         if isinstance(budget, bool) or not isinstance(budget, int):
             raise InvalidInputError(f"budget must be an int, got {budget!r}")
+        if self._unsure:
+            with self._writing:
+                self._read_again_if_unsure()
         layer = self.layer
         body = self._rendered()
         if not body and layer.read_only:
@@ -571,7 +577,27 @@ class WorkingMemoryHandle:
         if self.layer.read_only:
             raise ReadOnlyError("working memory is read-only")
         with self._writing:
-            self._write_held(change, whole)
+            self._read_again_if_unsure()
+            try:
+                self._write_held(change, whole)
+            except (InvalidInputError, WriteConflictError):
+                raise  # refused: nothing was sent, or the stored state was read again
+            except Exception:
+                self._unsure = True
+                raise
+
+    def _read_again_if_unsure(self) -> None:
+        """Reads the stored state again after a write that may have been saved (see
+        ``_unsure``), so that the model sees whether it was; while the store still fails, the
+        run keeps the state it holds."""
+        if not self._unsure:
+            return
+        try:
+            self.load()
+        except Exception as exc:
+            logger.debug("working memory %s not read again: %r", "/".join(self.namespace), exc)
+            return
+        self._unsure = False
 
     def _write_held(self, change: Any, whole: bool) -> None:
         """:meth:`_write`, holding the run's write lock."""

@@ -25,6 +25,7 @@ number it dropped in ``tombstone_floor``: a mark below it is answered in full.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import os
 import sqlite3
@@ -272,24 +273,73 @@ class SQLiteStore(Store):
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = os.fspath(path)
-        if self.path != ":memory:":
+        self._timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._busy_timeout = f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"
+        self._connect()
+
+    def _connect(self) -> None:
+        """Opens (or opens again) the file at ``path``, migrated, and notes which file it is."""
+        on_disk = self.path not in (":memory:", "")
+        if on_disk:
             parent = os.path.dirname(os.path.abspath(self.path))
             os.makedirs(parent, exist_ok=True)
         # One connection per store, used under a lock: sqlite3 objects are not thread-safe, and
         # the async twins call in from worker threads.
-        self._conn = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise _naming(exc, f"cannot open the SQLite database {self.path}") from exc
+        self._file: tuple[int, int] | None = None  # unchecked while migrating
+        try:
+            self._conn.execute(self._busy_timeout)
+            # Set before the first table, so only a new database takes it: 8 KiB pages hold
+            # three mind entries (~2.3 KB each, most of it the vector) where 4 KiB pages hold
+            # one, so a mind's file is a third smaller and a full read of it a quarter faster.
+            self._conn.execute("PRAGMA page_size = 8192")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise _naming(exc, f"cannot open the SQLite database {self.path}") from exc
+            raise
+        # Which file the connection has open (the statements above created it): _check_file.
+        self._file = _identity(self.path) if on_disk else None
+
+    def _check_file(self) -> None:
+        """Refuses a write when the path no longer names the file the connection has open (it
+        was deleted, or another file renamed onto it, such as a restored copy): SQLite would
+        write on into the unlinked file, which no other process, nor this one started again,
+        ever reads, and report success. The path is opened again, so the next call goes to
+        the file now there (a new empty database, if none is). One ``stat``, about a
+        microsecond, per write; reads meanwhile come from the file still open."""
+        if self._file is None or _identity(self.path) == self._file:
+            return
+        logger.warning(
+            "%s was deleted or replaced while this store had it open; opening it again", self.path
         )
-        self._lock = threading.RLock()
-        self._busy_timeout = f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"
-        self._conn.execute(self._busy_timeout)
-        # Set before the first table, so only a new database takes it: 8 KiB pages hold three
-        # mind entries (~2.3 KB each, most of it the vector) where 4 KiB pages hold one, so a
-        # mind's file is a third smaller and a full read of it a quarter faster.
-        self._conn.execute("PRAGMA page_size = 8192")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._migrate()
+        # The log at ``<path>-wal`` is still this file's: emptied into it first, so that the
+        # file now at the path is not read through another database's pages.
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        told = self._file == _REOPEN_FAILED
+        try:
+            self._connect()
+        except BaseException:
+            self._file = _REOPEN_FAILED  # no file's: the next write tries again
+            raise
+        if told:
+            return  # the writes that failed to open it again told the caller already
+        raise sqlite3.OperationalError(
+            f"{self.path} was deleted or replaced while this store had it open: nothing was "
+            "written; the store has opened the file now at that path, for the next call"
+        )
 
     def _migrate(self) -> None:
         with self._transaction():
@@ -329,10 +379,28 @@ class SQLiteStore(Store):
         # However the block ends (an error, a COMMIT that fails, an interruption at any line),
         # no transaction stays open: the writes made in it later would never be committed, and
         # its lock would shut other processes out (see _TRANSACTION_END).
-        with self._lock, self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
-            yield self._conn
-            self._conn.execute("COMMIT")
+        with self._lock:
+            self._check_file()
+            with self._conn:
+                with self._busy_named():
+                    self._conn.execute("BEGIN IMMEDIATE")
+                yield self._conn
+                self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _busy_named(self) -> Iterator[None]:
+        """SQLITE_BUSY raised inside (a write waited for the lock past the busy timeout) as the
+        same error naming the file and the timeout: SQLite's says only "database is locked"."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            raise _naming(
+                exc,
+                f"{self.path} is locked: another connection held its write lock past this "
+                f"store's busy_timeout of {self._timeout:g} s; nothing was written",
+            ) from None
 
     @staticmethod
     def _item(row: _Row) -> Item:
@@ -417,7 +485,8 @@ class SQLiteStore(Store):
         ttl = validate_ttl(ttl)
         data = codec.dumps(value)  # bad data is refused before the write lock is taken
         # One statement, its own transaction (see _UPDATE_IF_VERSION).
-        with self._lock:
+        with self._lock, self._busy_named():
+            self._check_file()
             return self._write(self._conn, namespace, key, value, data, ttl, time.time())
 
     def delete(self, namespace: Namespace, key: str) -> bool:
@@ -503,7 +572,8 @@ class SQLiteStore(Store):
         expected_version = validate_version(expected_version)
         # Bad data is refused before the write lock is taken.
         data = codec.dumps(value, validated=validated, encoded=encoded)
-        with self._lock:
+        with self._lock, self._busy_named():
+            self._check_file()
             return self._write_if_version(
                 self._conn, namespace, ns, key, value, data, ttl, expected_version, time.time()
             )
@@ -805,6 +875,29 @@ def _slow(name: str, args: tuple[Any, ...], kwargs: Any) -> bool:
         reads = args[0] if args else kwargs.get("reads", ())
         return any(isinstance(read, ChangesSince) and read.since is None for read in reads)
     return False
+
+
+# What _check_file notes when the path could not be opened again: no file's identity.
+_REOPEN_FAILED = (-1, -1)
+
+
+def _naming(exc: sqlite3.Error, what: str) -> sqlite3.Error:
+    """``exc`` again, its message led by ``what``: SQLite's messages name no file. Of the same
+    type, with SQLite's codes kept."""
+    named = type(exc)(f"{what}: {exc}")
+    for code in ("sqlite_errorcode", "sqlite_errorname"):
+        if hasattr(exc, code):
+            setattr(named, code, getattr(exc, code))
+    return named
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file at ``path`` (device and inode), or None if there is none."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -75,7 +75,7 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         updates[entry_key(reflection)] = _constant(stored_payload(reflection, vector, model))
     if not error:
         for goal in draft.goals.values():
-            updates[entry_key(goal)] = _constant(goal.to_payload())
+            updates[entry_key(goal)] = _new_goal_writer(goal.to_payload())
         now = now_ms()
         goals, reflections = handle._goals, handle._reflections
         for goal_id, patch in draft.goal_patches.items():
@@ -254,6 +254,20 @@ def _duplicates_committed_since_load(
 
 def _constant(value: Any) -> Callable[[Any], Any]:
     return lambda _current: value
+
+
+def _new_goal_writer(payload: dict[str, Any]) -> Callable[[Any], Any]:
+    """A goal set in this run. Its key is new, so a completed goal stored under it is this
+    run's own completion, which ``complete_goal`` writes at once: one whose answer was lost
+    (the connection ended after the write) left the goal in the draft. Kept, never written
+    over with the draft's active goal."""
+
+    def write(current: Any) -> Any:
+        if isinstance(current, dict) and current.get("status") == "completed":
+            return current
+        return payload
+
+    return write
 
 
 def _belief_writer(
