@@ -278,3 +278,17 @@ def test_path_mode_write_waits_out_a_reader_holding_the_old_file(
         write_atomic(directory, "state.json", b"newer")
     assert (tmp_path / "d" / "state.json").read_bytes() == b"new"
     assert [p.name for p in (tmp_path / "d").iterdir()] == ["state.json"]
+
+
+def test_the_directories_swept_are_not_all_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server writing into a directory per thread, for ever more threads, must not keep one
+    entry per directory it ever swept."""
+    monkeypatch.setattr(safe_files, "_swept", set())
+    monkeypatch.setattr(safe_files, "_SWEPT_KEPT", 3)
+    for i in range(10):
+        (tmp_path / f"d{i}").mkdir()
+        with open_dir(tmp_path / f"d{i}") as directory:
+            write_atomic(directory, "f", b"x")
+        assert len(safe_files._swept) <= 3

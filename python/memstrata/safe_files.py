@@ -68,6 +68,7 @@ STALE_TEMP_S = 3600.0
 _TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
 # The directories this process has swept, by device and inode.
 _swept: set[tuple[int, int]] = set()
+_SWEPT_KEPT = 10_000
 # Whether files can be opened relative to a directory descriptor here (not on Windows).
 DIR_FDS = (
     _DIRECTORY != 0
@@ -544,6 +545,10 @@ def _sweep_stale_temps(directory: Dir) -> None:
     key = (info.st_dev, info.st_ino)
     if key in _swept:
         return
+    if len(_swept) >= _SWEPT_KEPT:
+        # A server writing results for ever more threads must not remember every directory:
+        # forgetting costs the next write into each one listing more.
+        _swept.clear()
     _swept.add(key)
     cutoff = time.time() - STALE_TEMP_S
     for name in directory.names():
