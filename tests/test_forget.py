@@ -315,3 +315,61 @@ def test_erase_takes_whole_labels(store: Store) -> None:
     assert stored(store) == {(("wm", "t10"), "c")}
     with pytest.raises(InvalidInputError):
         erase(store, ("wm", 5))  # type: ignore[arg-type]
+
+
+class FailsToForget:
+    """A layer of the caller's whose forget fails (its own database is down)."""
+
+    name, slot = "fails", 1
+    budget = WorkingMemory().budget
+
+    def init(self, ctx: Any) -> None:
+        return None
+
+    def recall(self, handle: Any, budget: int) -> list[Any]:
+        return []
+
+    def observe(self, handle: Any, message: Any) -> None:
+        pass
+
+    def tools(self, handle: Any) -> list[Any]:
+        return []
+
+    def on_spawn(self, handle: Any, child: Any) -> None:
+        return None
+
+    def close(self, handle: Any, error: Any) -> None:
+        pass
+
+    def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
+        raise RuntimeError("the layer's own database is down")
+
+
+def test_a_layer_failing_to_forget_does_not_keep_the_others_from_erasing(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Every layer gets its turn and expired records are purged; the failure is raised after,
+    so the caller knows to call again."""
+    path = tmp_path / "fails.db"
+    store = SQLiteStore(path)
+    stack = MemoryStack(
+        [FailsToForget(), *make_stack(store, ToolResults(threshold_tokens=20, ttl=0.2)).layers],
+        store=store,
+    )
+    assert stack.layers[0].name == "fails"  # the failing layer comes first
+    turn(stack, "u1", "t1")
+    turn(stack, "u2", "t2")
+    time.sleep(0.3)
+
+    with pytest.raises(RuntimeError, match="database is down"):
+        stack.forget(resource_id="u1")
+
+    assert {ns for ns, _ in stored(store)} == {
+        ("notes", "thread", "t1"),
+        ("notes", "thread", "t2"),
+        ("working-memory", "resource", "u2"),
+    }
+    with sqlite3.connect(path) as db:
+        left = db.execute("SELECT count(*) FROM items WHERE namespace LIKE ?", ("tool-results%",))
+        assert left.fetchone()[0] == 0  # purged, expired or not
+    store.close()

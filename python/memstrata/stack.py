@@ -398,7 +398,9 @@ class MemoryStack:
 
         Expired records (already invisible) are deleted too, everyone's. Safe to call again:
         a record written under these ids while it ran (a run still going) may stay, and a call
-        that failed part way leaves what it had not reached.
+        that failed part way leaves what it had not reached. A layer whose ``forget`` fails
+        does not keep the others from erasing theirs: its error is raised once every layer
+        had its turn.
 
         Returns:
             How many records (or result files) each layer that keeps data per conversation or
@@ -409,11 +411,26 @@ class MemoryStack:
         if resource is None and thread is None:
             raise InvalidInputError("forget needs a thread_id, a resource_id or both")
         erased: dict[str, int] = {}
+        failures: list[Exception] = []
         for layer in self.layers:
             forget = getattr(layer, "forget", None)
-            if callable(forget):
+            if not callable(forget):
+                continue
+            try:
                 erased[layer.name] = forget(self.store, resource_id=resource, thread_id=thread)
-        self.store.purge_expired()
+            except Exception as exc:
+                # The other layers still erase theirs: a user's data must not stay in one
+                # layer because another (the caller's own, say) failed.
+                logger.exception("layer %r failed to forget", layer.name)
+                failures.append(exc)
+        try:
+            self.store.purge_expired()
+        except Exception:
+            if not failures:
+                raise
+            logger.exception("purging expired records failed")
+        if failures:
+            raise failures[0]
         return erased
 
     async def aforget(
