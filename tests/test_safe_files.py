@@ -292,3 +292,63 @@ def test_the_directories_swept_are_not_all_remembered(
         with open_dir(tmp_path / f"d{i}") as directory:
             write_atomic(directory, "f", b"x")
         assert len(safe_files._swept) <= 3
+
+
+def test_remove_tree_takes_what_changes_while_it_removes(
+    directory: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another server erasing the same user removes entries after they were listed, and a run
+    still writing adds some: neither stops the removal nor raises (ENOENT, ENOTEMPTY)."""
+    tree = directory.path / "user"
+    (tree / "a").mkdir(parents=True)
+    for name in ("x", "y", "z"):
+        (tree / "a" / name).write_text(name)
+    (tree / "b").write_text("b")
+    listed = Dir.names
+    raced = []
+
+    def racing(self: Dir) -> list[str]:
+        names = listed(self)
+        if self.path == tree / "a" and not raced:
+            raced.append(True)
+            (self.path / "x").unlink()  # erased by the other server once listed
+            (self.path / "new").write_text("written by a run meanwhile")
+            (tree / "late").write_text("written by a run meanwhile")
+        return names
+
+    monkeypatch.setattr(Dir, "names", racing)
+
+    assert safe_files.remove_tree(directory, "user") == 5  # y, z, new, b, late
+    assert not tree.exists()
+    assert safe_files.remove_tree(directory, "user") == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+def test_remove_tree_removes_a_junction_without_entering_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Windows, lstat shows a directory junction (which needs no privilege to create) as a
+    directory, with its reparse tag: the path-only removal must remove the junction, never what
+    it points to. Simulated with a symlink that lstat reports as Windows does."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the library's")
+    (tmp_path / "d" / "user").mkdir(parents=True)
+    (tmp_path / "d" / "user" / "junction").symlink_to(outside, target_is_directory=True)
+    real_lstat = Dir.lstat
+
+    class AsWindowsShowsAJunction:
+        st_mode = stat.S_IFDIR | 0o777
+        st_reparse_tag = 0xA0000003  # IO_REPARSE_TAG_MOUNT_POINT
+
+    def lstat(self: Dir, name: str) -> Any:
+        info = real_lstat(self, name)
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            return AsWindowsShowsAJunction()
+        return info
+
+    monkeypatch.setattr(Dir, "lstat", lstat)
+
+    assert safe_files.remove_tree(Dir(tmp_path / "d", None), "user") == 1
+    assert (outside / "keep.txt").read_text() == "not the library's"
+    assert not (tmp_path / "d" / "user").exists()

@@ -316,20 +316,55 @@ def open_subdir(parent: Dir, name: str, *, create: bool = True) -> Dir:
 def remove_tree(parent: Dir, name: str) -> int:
     """Deletes ``name`` in ``parent``: a directory with everything below it, each level opened
     relative to the one above, so a symlink planted anywhere below is removed as the link it
-    is, never followed. Returns how many entries other than directories it removed (0 when
-    nothing is under ``name``)."""
+    is, never followed (so is a Windows directory junction, which ``lstat`` shows as a
+    directory). Returns how many entries other than directories it removed (0 when nothing is
+    under ``name``).
+
+    What changes meanwhile does not stop it: an entry another remover took first is passed
+    over, and a directory a writer added to is listed again, up to ``_REMOVE_PASSES`` times;
+    what is still being written after that stays (the caller removes it again later)."""
     info = parent.lstat(name)
     if info is None:
         return 0
-    if not stat.S_ISDIR(info.st_mode):
-        parent.unlink(name)
+    if not stat.S_ISDIR(info.st_mode) or _is_junction(info):
+        try:
+            parent.unlink(name)  # a junction too: Python removes the link, not its target
+        except FileNotFoundError:
+            return 0
         return 1
     removed = 0
-    with open_subdir(parent, name, create=False) as directory:
-        for entry in directory.names():
-            removed += remove_tree(directory, entry)
-    parent.rmdir(name)
+    for _ in range(_REMOVE_PASSES):
+        try:
+            directory = open_subdir(parent, name, create=False)
+        except FileNotFoundError:
+            return removed
+        with directory:
+            try:
+                names = directory.names()
+            except FileNotFoundError:  # path-only: removed since it was opened
+                names = []
+            for entry in names:
+                removed += remove_tree(directory, entry)
+        try:
+            parent.rmdir(name)
+        except FileNotFoundError:
+            return removed
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            continue  # written to since it was listed
+        return removed
     return removed
+
+
+# Listings of one directory remove_tree makes while writers keep adding to it.
+_REMOVE_PASSES = 3
+# What Windows' lstat reports as a directory junction's reparse tag.
+_JUNCTION_TAG = getattr(stat, "IO_REPARSE_TAG_MOUNT_POINT", 0xA0000003)
+
+
+def _is_junction(info: os.stat_result) -> bool:
+    return getattr(info, "st_reparse_tag", 0) == _JUNCTION_TAG
 
 
 # Files ----------------------------------------------------------------------------------------
