@@ -373,3 +373,32 @@ def test_a_layer_failing_to_forget_does_not_keep_the_others_from_erasing(
         left = db.execute("SELECT count(*) FROM items WHERE namespace LIKE ?", ("tool-results%",))
         assert left.fetchone()[0] == 0  # purged, expired or not
     store.close()
+
+
+def test_a_run_writing_files_while_its_user_is_erased_stores_its_result(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """forget removing the directory a run is writing a result into (between the run opening
+    it and writing) does not fail the run's prepare: the result is written again, as a record
+    stored after an erasure is in a store."""
+    from memstrata.layers import tool_result_storage
+
+    results_dir = tmp_path / "calls"
+    stack = make_stack(
+        InMemoryStore(), ToolResults(tool_calls_dir=results_dir, threshold_tokens=20)
+    )
+    turn(stack, "u1", "t0")  # the user's directory exists
+    written = tool_result_storage.write_atomic
+    erased: list[dict[str, int]] = []
+
+    def erased_first(*args: Any, **kwargs: Any) -> None:
+        if not erased:
+            erased.append(stack.forget(resource_id="u1"))
+        written(*args, **kwargs)
+
+    monkeypatch.setattr(tool_result_storage, "write_atomic", erased_first)
+
+    turn(stack, "u1", "t1")
+
+    assert erased and erased[0]["tool-results"] == 2
+    assert read_back(stack, "u1", "t1")["content"].startswith("report of")

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -177,6 +178,9 @@ class _FileBackend:
         return []
 
     def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
+        _again_if_erased(lambda: self._write(call_id, text, digest_hex, earlier=earlier))
+
+    def _write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
         name = file_name(call_id, ".txt")
         data = text.encode("utf-8", "surrogatepass")
         with self._writable() as directory, open_subdir(directory, _HASH_DIR) as blobs:
@@ -198,6 +202,9 @@ class _FileBackend:
             _link_or_copy(blobs, blob, directory, name)
 
     def alias(self, call_id: str, digest_hex: str) -> None:
+        _again_if_erased(lambda: self._alias(call_id, digest_hex))
+
+    def _alias(self, call_id: str, digest_hex: str) -> None:
         name = file_name(call_id, ".txt")
         with self._writable() as directory, open_subdir(directory, _HASH_DIR) as blobs:
             _link_or_copy(blobs, f"{digest_hex}.txt", directory, name)
@@ -213,6 +220,17 @@ class _FileBackend:
                 return None
             text = data.decode("utf-8", "surrogatepass")
             return text[offset : offset + chars], len(text), self._earlier(directory, call_id)
+
+
+def _again_if_erased(write: Callable[[], None]) -> None:
+    """Runs ``write``, once more if it failed as a directory it had opened went away: the
+    scope's results were erased (``ToolResults.forget``) while a run of it wrote, and the
+    run's result is stored after the erasure, as a record put after one is in a store. A
+    failure of another kind fails the second try the same way."""
+    try:
+        write()
+    except (FileNotFoundError, InvalidInputError):
+        write()
 
 
 def _same_file(a: os.stat_result | None, b: os.stat_result) -> bool:
