@@ -889,3 +889,19 @@ def test_two_conversations_with_one_call_id_keep_their_own_checkpoints(tmp_path:
         record = json.loads(path.read_text())
         assert record["call_id"] == "iter-3"
         assert record["messages"][0]["content"].startswith(f"{user} says ")
+
+
+def test_a_call_id_with_every_checkpoint_name_taken_is_refused_naming_it(tmp_path: Path) -> None:
+    """A thousand checkpoints of one call_id (a caller refused again and again, no retention):
+    the error names the call_id, the directory and what to do, and nothing is replaced."""
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    for k in range(1, 1001):
+        (directory / ("c1.json" if k == 1 else f"c1~{k}.json")).write_text("old")
+    messages = conversation(2, 300)
+    gate = gate_for(messages, 2.0, tmp_path)
+    with pytest.raises(InvalidInputError, match=r"call 'c1'.*ckpt.*c1~1000\.json") as err:
+        gate.check_and_compress(messages, "c1")
+    assert "move" in str(err.value)
+    assert {p.read_text() for p in directory.iterdir()} == {"old"}
+    assert len(list(directory.iterdir())) == 1000  # and no temp file left

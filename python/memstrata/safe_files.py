@@ -493,17 +493,18 @@ def write_atomic(
 
 def write_new(
     directory: Dir, names: Iterable[str], data: bytes, *, mode: int = PRIVATE_MODE
-) -> str:
+) -> str | None:
     """Writes ``data`` under the first of ``names`` that nothing is under, and returns that
-    name: a file already there (another writer's, or anything planted) is never replaced nor
-    written through. Readers see the whole file or none.
+    name (None when every one is taken, for the caller to say which names those were): a
+    file already there (another writer's, or anything planted) is never replaced nor written
+    through. Readers see the whole file or none.
 
     Written whole to a temp file, then hard-linked under the name, which fails if the name is
     taken; where the file system has no hard links, the name is created with ``O_EXCL`` and
     written (a crash meanwhile may leave it partly written).
 
     Raises:
-        InvalidInputError: Every name is taken, or the file cannot be written.
+        InvalidInputError: The file cannot be written.
     """
     tmp = _written_temp(directory, "new", data, mode)
     try:
@@ -516,7 +517,7 @@ def write_new(
             except OSError:
                 if _create_new(directory, name, data, mode):
                     return name
-        raise InvalidInputError(f"cannot write in {directory.path}: every name is taken")
+        return None
     finally:
         with contextlib.suppress(OSError):
             directory.unlink(tmp)

@@ -553,6 +553,12 @@ class ContextGate:
             ) from None
         with open_dir(self.checkpoints_dir, create=True) as directory:
             name = write_new(directory, names, data)
+        if name is None:
+            last = file_name(call_id, f"~{_CHECKPOINTS_PER_CALL_ID}.json")
+            raise InvalidInputError(
+                f"cannot checkpoint call {call_id!r}: {self.checkpoints_dir} already holds "
+                f"{file_name(call_id, '.json')} to {last}; move old checkpoints out of it"
+            )
         return self.checkpoints_dir / name
 
 
