@@ -351,3 +351,32 @@ def test_remove_tree_removes_a_junction_without_entering_it(
     assert safe_files.remove_tree(Dir(tmp_path / "d", None), "user") == 1
     assert (outside / "keep.txt").read_text() == "not the library's"
     assert not (tmp_path / "d" / "user").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+def test_remove_tree_never_follows_a_directory_swapped_for_a_symlink(
+    directory: Dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory below swapped for a symlink to elsewhere after it was looked at: what the
+    link points to is untouched (in the path-only mode too, where names are joined to paths),
+    the link is removed, and the removal does not raise."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the library's")
+    tree = directory.path / "user"
+    (tree / "a").mkdir(parents=True)
+    (tree / "a" / "f").write_text("the user's")
+    listed = Dir.names
+
+    def swapped_first(self: Dir) -> list[str]:
+        if self.path == tree / "a" and not (tmp_path / "moved").exists():
+            os.rename(tree / "a", tmp_path / "moved")
+            (tree / "a").symlink_to(outside, target_is_directory=True)
+        return listed(self)
+
+    monkeypatch.setattr(Dir, "names", swapped_first)
+
+    safe_files.remove_tree(directory, "user")
+
+    assert (outside / "keep.txt").read_text() == "not the library's"
+    assert not tree.exists()

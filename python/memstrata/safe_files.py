@@ -344,11 +344,16 @@ def remove_tree(parent: Dir, name: str) -> int:
             except FileNotFoundError:  # path-only: removed since it was opened
                 names = []
             for entry in names:
+                if not _still_there(directory, info):
+                    break
                 removed += remove_tree(directory, entry)
         try:
             parent.rmdir(name)
         except FileNotFoundError:
             return removed
+        except NotADirectoryError:
+            # Swapped for a symlink (or a file) since it was looked at: removed as what it is.
+            return removed + remove_tree(parent, name)
         except OSError as exc:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
@@ -365,6 +370,24 @@ _JUNCTION_TAG = getattr(stat, "IO_REPARSE_TAG_MOUNT_POINT", 0xA0000003)
 
 def _is_junction(info: os.stat_result) -> bool:
     return getattr(info, "st_reparse_tag", 0) == _JUNCTION_TAG
+
+
+def _still_there(directory: Dir, info: os.stat_result) -> bool:
+    """Whether the path-only ``directory`` is still the directory ``info`` described, not a
+    symlink or junction swapped in since (whose target the names joined to its path would
+    reach). Narrows that window, cannot close it: the check and each use are two steps. A
+    directory opened by descriptor is always the one that was opened."""
+    if directory.fd is not None:
+        return True
+    try:
+        now = os.lstat(directory.path)
+    except FileNotFoundError:
+        return False
+    return (
+        stat.S_ISDIR(now.st_mode)
+        and not _is_junction(now)
+        and (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino)
+    )
 
 
 # Files ----------------------------------------------------------------------------------------
