@@ -273,54 +273,10 @@ def test_bad_ids_are_refused_naming_them(arguments: dict[str, Any], named: str) 
     assert stored(store) == before
 
 
-def test_a_custom_layer_forgets_through_the_protocol() -> None:
-    calls: list[tuple[str | None, str | None]] = []
+class CallersLayer:
+    """A layer of the caller's, doing nothing but what a test gives its forget."""
 
-    class Remembers:
-        name, slot = "remembers", 50
-        budget = make_stack(InMemoryStore()).layers[0].budget
-
-        def init(self, ctx: Any) -> None:
-            return None
-
-        def recall(self, handle: Any, budget: int) -> list[Any]:
-            return []
-
-        def observe(self, handle: Any, message: Any) -> None:
-            pass
-
-        def tools(self, handle: Any) -> list[Any]:
-            return []
-
-        def on_spawn(self, handle: Any, child: Any) -> None:
-            return None
-
-        def close(self, handle: Any, error: Any) -> None:
-            pass
-
-        def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
-            calls.append((resource_id, thread_id))
-            return 7
-
-    stack = MemoryStack([Remembers()], store=InMemoryStore())
-    assert stack.forget(thread_id="t1") == {"remembers": 7}
-    assert calls == [(None, "t1")]
-
-
-def test_erase_takes_whole_labels(store: Store) -> None:
-    store.put(("wm", "t1"), "a", 1)
-    store.put(("wm", "t1", "sub"), "b", 2)
-    store.put(("wm", "t10"), "c", 3)
-    assert erase(store, ("wm", "t1")) == 2
-    assert stored(store) == {(("wm", "t10"), "c")}
-    with pytest.raises(InvalidInputError):
-        erase(store, ("wm", 5))  # type: ignore[arg-type]
-
-
-class FailsToForget:
-    """A layer of the caller's whose forget fails (its own database is down)."""
-
-    name, slot = "fails", 1
+    name, slot = "remembers", 50
     budget = WorkingMemory().budget
 
     def init(self, ctx: Any) -> None:
@@ -340,6 +296,35 @@ class FailsToForget:
 
     def close(self, handle: Any, error: Any) -> None:
         pass
+
+
+def test_a_custom_layer_forgets_through_the_protocol() -> None:
+    calls: list[tuple[str | None, str | None]] = []
+
+    class Remembers(CallersLayer):
+        def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
+            calls.append((resource_id, thread_id))
+            return 7
+
+    stack = MemoryStack([Remembers()], store=InMemoryStore())
+    assert stack.forget(thread_id="t1") == {"remembers": 7}
+    assert calls == [(None, "t1")]
+
+
+def test_erase_takes_whole_labels(store: Store) -> None:
+    store.put(("wm", "t1"), "a", 1)
+    store.put(("wm", "t1", "sub"), "b", 2)
+    store.put(("wm", "t10"), "c", 3)
+    assert erase(store, ("wm", "t1")) == 2
+    assert stored(store) == {(("wm", "t10"), "c")}
+    with pytest.raises(InvalidInputError):
+        erase(store, ("wm", 5))  # type: ignore[arg-type]
+
+
+class FailsToForget(CallersLayer):
+    """A layer of the caller's whose forget fails (its own database is down)."""
+
+    name, slot = "fails", 1
 
     def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
         raise RuntimeError("the layer's own database is down")

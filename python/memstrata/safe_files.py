@@ -560,13 +560,19 @@ def _create_new(directory: Dir, name: str, data: bytes, mode: int) -> bool:
         return False
     except OSError as exc:
         raise InvalidInputError(f"cannot write {directory.path / name}: {exc.strerror}") from None
+    _fill(fd, data, mode)
+    return True
+
+
+def _fill(fd: int, data: bytes, mode: int) -> None:
+    """Gives the new file ``fd`` its ``mode`` before any byte is written, writes ``data``,
+    fsyncs and closes it."""
     with os.fdopen(fd, "wb") as fh:
         if hasattr(os, "fchmod"):
             os.fchmod(fh.fileno(), mode)
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    return True
 
 
 def _written_temp(directory: Dir, name: str, data: bytes, mode: int) -> str:
@@ -583,12 +589,7 @@ def _written_temp(directory: Dir, name: str, data: bytes, mode: int) -> str:
     else:  # pragma: no cover - 100 collisions of 48 random bits
         raise InvalidInputError(f"cannot create a temp file in {directory.path}")
     try:
-        with os.fdopen(fd, "wb") as fh:
-            if hasattr(os, "fchmod"):
-                os.fchmod(fh.fileno(), mode)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _fill(fd, data, mode)
     except BaseException:
         with contextlib.suppress(OSError):
             directory.unlink(tmp)
