@@ -66,8 +66,8 @@ RENAME_PATIENCE_S = 2.0
 # process into its directory removes it (see _sweep_stale_temps).
 STALE_TEMP_S = 3600.0
 _TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
-# The directories this process has swept, by device and inode.
-_swept: set[tuple[int, int]] = set()
+# The directories this process has swept, by path.
+_swept: set[str] = set()
 _SWEPT_KEPT = 10_000
 # Whether files can be opened relative to a directory descriptor here (not on Windows).
 DIR_FDS = (
@@ -601,8 +601,9 @@ def _sweep_stale_temps(directory: Dir) -> None:
     """Removes the temp files killed writes left in ``directory`` (named as the writes here
     name them, regular files, last changed over STALE_TEMP_S ago), once per directory per
     process: one listing, so a directory of many files costs it once."""
-    info = os.stat(directory.fd if directory.fd is not None else directory.path)
-    key = (info.st_dev, info.st_ino)
+    # By path, not by the directory's inode: a stat for every write would cost more than the
+    # sweep saves, and a directory made again under the path has no old temp files.
+    key = os.path.abspath(directory.path)
     if key in _swept:
         return
     if len(_swept) >= _SWEPT_KEPT:
