@@ -47,6 +47,19 @@ def drop_postgres_tables(url: str) -> None:
         conn.execute(f"DROP TABLE IF EXISTS {POSTGRES_DATA_TABLES}, memstrata_schema")
 
 
+def end_other_backends(url: str) -> int:
+    """Ends every connection to the database but this one, waiting up to 5 s for each to go
+    (what a server restart or a failover does to a pool's connections); returns how many."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000))"
+            " FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended is not None
+    return int(ended[0])
+
+
 def empty_postgres_tables(url: str) -> None:
     """Deletes every row a PostgresStore wrote, tombstones too, keeping the schema."""
     with psycopg.connect(url, autocommit=True) as conn:

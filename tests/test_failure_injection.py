@@ -27,6 +27,7 @@ from typing import Any
 import postgres_cluster
 import psycopg
 import pytest
+from store_checks import end_other_backends
 
 from memstrata import AgentMind, MemoryStack, WorkingMemory
 from memstrata.exceptions import StorageRaceError
@@ -139,18 +140,6 @@ def test_a_postgres_lock_timeout_is_memory_unavailable_naming_no_sql(pg_url: str
         assert "memstrata_items" not in message and "LINE" not in message, message
         assert run.call_tool("working-memory/update", {"content": "three"})["ok"] is True
         assert run.layer("working-memory").snapshot == "one\n\nthree"
-
-
-def _end_backends(url: str) -> int:
-    """Ends every other connection to the database (as a failover or an administrator does)."""
-    with psycopg.connect(url, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000))"
-            " FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 # PostgreSQL: connections ended, the server restarted ----------------------------------------
@@ -495,7 +484,7 @@ def test_connections_ended_between_a_runs_steps_cost_no_call(pg_url: str, mode: 
     fresh connections (the server's goodbye reached the idle ones first), nothing twice."""
 
     def ended() -> None:
-        assert _end_backends(pg_url) >= 1
+        assert end_other_backends(pg_url) >= 1
         time.sleep(0.2)  # the goodbye reaches the idle connections' sockets
 
     async def arun(stack: MemoryStack) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -15,6 +18,39 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.tool_name_validation import validate_tool_name
 
 MEMSTRATA = shutil.which("memstrata", path=str(pathlib.Path(sys.executable).parent))
+
+
+@contextlib.contextmanager
+def raw_server(db: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``memstrata mcp`` on ``db``, spoken to a line at a time over its pipes as a host does,
+    past the MCP handshake; killed if it still runs at the end, where its stderr must hold no
+    traceback."""
+    assert MEMSTRATA is not None
+    command = [MEMSTRATA, "mcp", "--store", f"sqlite:///{db}", "--agent", "tester"]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdout is not None and server.stderr is not None
+    try:
+        client = {"name": "test", "version": "1"}
+        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+        send_line(
+            server,
+            json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}),
+        )
+        assert b'"id":0' in server.stdout.readline()
+        send_line(server, json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        yield server
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert b"Traceback" not in server.stderr.read()
+
+
+def send_line(server: subprocess.Popen[bytes], line: str) -> None:
+    assert server.stdin is not None
+    server.stdin.write(line.encode() + b"\n")
+    server.stdin.flush()
 
 
 def session_run(db: pathlib.Path, steps: Any, *extra: str) -> Any:
@@ -125,40 +161,20 @@ def test_a_client_that_hangs_up_mid_call_ends_the_server_quietly(tmp_path: pathl
     """The host closes both pipes while calls are in flight: the server cannot write their
     answers and ends as for a plain hang-up (exit 0, no traceback); each call's writes are in
     the store whole or not at all, and the next server on the file works."""
-    import subprocess
-
-    assert MEMSTRATA is not None
     db = tmp_path / "hangup.db"
-    command = [MEMSTRATA, "mcp", "--store", f"sqlite:///{db}", "--agent", "tester"]
-    server = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert server.stdin is not None and server.stdout is not None
-
-    def send(message: dict[str, Any]) -> None:
-        assert server.stdin is not None
-        server.stdin.write(json.dumps(message).encode() + b"\n")
-        server.stdin.flush()
-
-    client = {"name": "test", "version": "1"}
-    params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
-    try:
-        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
-        assert b'"id":0' in server.stdout.readline()
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    with raw_server(db) as server:
         for i in range(20):
             arguments = {"content": f"Belief number {i} is whole."}
             call = {"name": "mind_believe", "arguments": arguments}
-            send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call})
+            send_line(
+                server,
+                json.dumps({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call}),
+            )
+        assert server.stdin is not None and server.stdout is not None
         server.stdin.close()
         server.stdout.close()
         # A few seconds here; a loop spinning against the calls it cancelled took about 30.
         assert server.wait(timeout=15) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-    assert server.stderr is not None
-    assert b"Traceback" not in server.stderr.read()
 
     async def recall(session: ClientSession) -> Any:
         found = await session.call_tool("mind_recall", {"query": "belief number", "limit": 50})
@@ -340,24 +356,9 @@ def test_a_call_the_sdk_cannot_read_is_answered_as_call_tool_answers_it(
 ) -> None:
     """Each such call gets the error payload ``call_tool`` gives its arguments, as an isError
     result for its id; the server keeps serving, and a refused call wrote nothing."""
-    import subprocess
-
-    assert MEMSTRATA is not None
-    db = tmp_path / "unreadable.db"
-    command = [MEMSTRATA, "mcp", "--store", f"sqlite:///{db}", "--agent", "tester"]
-    server = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert server.stdin is not None and server.stdout is not None
-
-    def send(line: str) -> None:
-        assert server.stdin is not None
-        server.stdin.write(line.encode() + b"\n")
-        server.stdin.flush()
+    import selectors
 
     def answer(timeout: float = 10) -> dict[str, Any]:
-        import selectors
-
         assert server.stdout is not None
         with selectors.DefaultSelector() as selector:
             selector.register(server.stdout, selectors.EVENT_READ)
@@ -365,16 +366,12 @@ def test_a_call_the_sdk_cannot_read_is_answered_as_call_tool_answers_it(
         answered: dict[str, Any] = json.loads(server.stdout.readline())
         return answered
 
-    client = {"name": "test", "version": "1"}
-    params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
-    try:
-        send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}))
-        assert answer()["id"] == 0
-        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    with raw_server(tmp_path / "unreadable.db") as server:
         for number, (_name, arguments, shown) in enumerate(_UNREADABLE_TO_THE_SDK, 1):
-            send(
+            send_line(
+                server,
                 f'{{"jsonrpc": "2.0", "id": {number}, "method": "tools/call", "params": '
-                f'{{"name": "working-memory_update", "arguments": {arguments}}}}}'
+                f'{{"name": "working-memory_update", "arguments": {arguments}}}}}',
             )
             got = answer()
             assert got["id"] == number, got
@@ -385,20 +382,19 @@ def test_a_call_the_sdk_cannot_read_is_answered_as_call_tool_answers_it(
             assert shown in payload["error"]["message"], payload
         # A request that is no tool call gets a JSON-RPC error for its id.
         uri = '{"uri": "\\uDBFF"}'
-        send(f'{{"jsonrpc": "2.0", "id": "r1", "method": "resources/read", "params": {uri}}}')
+        send_line(
+            server, f'{{"jsonrpc": "2.0", "id": "r1", "method": "resources/read", "params": {uri}}}'
+        )
         refused = answer()
         assert refused["id"] == "r1" and refused["error"]["code"] == -32700, refused
         # The server still serves, and nothing was written.
-        send(
+        send_line(
+            server,
             '{"jsonrpc": "2.0", "id": 99, "method": "resources/read", "params": '
-            '{"uri": "memstrata://layer/working-memory"}}'
+            '{"uri": "memstrata://layer/working-memory"}}',
         )
         block = answer()["result"]["contents"][0]["text"]
         assert block.startswith("<working_memory>\n</working_memory>"), block
+        assert server.stdin is not None
         server.stdin.close()
         assert server.wait(timeout=15) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-    assert server.stderr is not None
-    assert b"Traceback" not in server.stderr.read()

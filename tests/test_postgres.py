@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from pg_round_trips import RoundTripCounter
-from store_checks import HeldRecord, changed_keys
+from store_checks import HeldRecord, changed_keys, end_other_backends
 
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
@@ -902,18 +902,6 @@ def test_a_cancelled_async_call_waits_for_a_held_lock_no_longer_than_lock_timeou
     store.close()
 
 
-def _terminate_other_backends(url: str) -> int:
-    """Ends every connection to the database but this one (what a server restart or a failover
-    does to a pool's idle connections); returns how many."""
-    with psycopg.connect(url, autocommit=True) as admin:
-        ended = admin.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchone()
-    assert ended is not None
-    return int(ended[0])
-
-
 def test_connections_ended_by_the_server_fail_one_call_not_one_each(url: str) -> None:
     """After the server ends the pool's connections (a restart, a failover), the one call that
     meets a dead connection fails and the pool drops the other dead ones, instead of handing
@@ -924,7 +912,7 @@ def test_connections_ended_by_the_server_fail_one_call_not_one_each(url: str) ->
         while store._pool.get_stats().get("pool_available", 0) < 4:  # the pool fills itself
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert _terminate_other_backends(url) >= 4
+        assert end_other_backends(url) >= 4
         failures = 0
         for n in range(8):
             try:
@@ -934,7 +922,7 @@ def test_connections_ended_by_the_server_fail_one_call_not_one_each(url: str) ->
         assert failures <= 1
         item = store.get(NS, "k")
         assert item is not None and item.value == {"v": 7}
-        assert _terminate_other_backends(url) >= 1
+        assert end_other_backends(url) >= 1
         found, failures = [], 0
         for _ in range(8):
             try:
@@ -951,7 +939,7 @@ async def _async_calls_after_termination(url: str) -> int:
     store = PostgresStore(url, max_size=4)
     try:
         await asyncio.gather(*(store.aput(NS, f"k{n}", n) for n in range(8)))  # 4 opened
-        assert _terminate_other_backends(url) >= 4
+        assert end_other_backends(url) >= 4
         for n in range(8):
             try:
                 await store.aput(NS, "k", n)
@@ -972,7 +960,7 @@ async def _concurrent_async_calls_after_termination(url: str) -> list[BaseExcept
     store = PostgresStore(url, max_size=4)
     try:
         await asyncio.gather(*(store.aput(NS, f"k{n}", n) for n in range(8)))  # 4 opened
-        assert _terminate_other_backends(url) >= 4
+        assert end_other_backends(url) >= 4
         await asyncio.sleep(0.2)  # the server's goodbye reaches each idle connection
         done = await asyncio.gather(
             *(store.aput(NS, f"k{n}", n + 10) for n in range(8)), return_exceptions=True
@@ -1011,7 +999,7 @@ def test_concurrent_sync_calls_after_the_server_ended_the_connections_all_succee
     connection (4 pooled ones were ended), instead of those taking a dead one failing."""
     with PostgresStore(url, min_size=4, max_size=4) as store:
         _wait_for_idle_connections(store, 4)
-        assert _terminate_other_backends(url) >= 4
+        assert end_other_backends(url) >= 4
         time.sleep(0.2)  # the server's goodbye reaches each idle connection
         start = threading.Barrier(8)
         failed: list[BaseException] = []
@@ -1039,7 +1027,7 @@ def test_a_sync_call_passes_over_every_ended_connection_without_waiting(url: str
     pool's own ``check`` callback would wait between dead connections (1 s, 2 s, 4 s...)."""
     with PostgresStore(url, min_size=8, max_size=8) as store:
         _wait_for_idle_connections(store, 8)
-        assert _terminate_other_backends(url) >= 8
+        assert end_other_backends(url) >= 8
         time.sleep(0.2)  # the server's goodbye reaches each idle connection
         began = time.monotonic()
         store.put(NS, "k", 1)
