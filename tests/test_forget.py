@@ -96,7 +96,7 @@ def test_forgets_one_conversation_and_nothing_else(store: Store) -> None:
     assert erased == {"working-memory": 0, "notes": 1, "tool-results": 3}
     gone = before - stored(store)
     assert gone == {
-        (("notes", "thread", "t1"), "state"),
+        (("notes", "user-thread", "u1", "t1"), "state"),
         *((ns, key) for ns, key in before if ns[:3] == ("tool-results", label("u1"), label("t1"))),
     }
     assert stored(store) <= before
@@ -108,36 +108,31 @@ def test_forgets_one_conversation_and_nothing_else(store: Store) -> None:
     assert read_back(stack, "u2", "t3")["content"].startswith("report of")
 
 
-def test_forgets_a_user_after_their_conversations(store: Store) -> None:
+def test_forgets_a_user_with_every_conversation_that_named_them(store: Store) -> None:
     stack = make_stack(store)
-    for user, thread in [("u1", "t1"), ("u1", "t2"), ("u2", "t3")]:
+    for user, thread in [("u1", "t1"), ("u1", "t2"), ("u2", "t3"), ("u2", "t1")]:
         turn(stack, user, thread)
-    others = {(ns, key) for ns, key in stored(store) if "u2" in ns or "t3" in ns}
-    others |= {(ns, key) for ns, key in stored(store) if label("u2") in ns}
-
-    for thread in ("t1", "t2"):
-        stack.forget(resource_id="u1", thread_id=thread)
-    assert stack.forget(resource_id="u1") == {"working-memory": 1, "notes": 0, "tool-results": 0}
-
-    left = stored(store)
-    assert left == others
-    for namespace, _ in left:
-        assert not {"u1", "t1", "t2", label("u1"), label("t1"), label("t2")} & set(namespace)
-
-
-def test_a_user_alone_takes_the_tool_results_of_all_their_threads(store: Store) -> None:
-    stack = make_stack(store)
-    for user, thread in [("u1", "t1"), ("u1", "t2"), ("u2", "t3")]:
-        turn(stack, user, thread)
+    notes_alone = MemoryStack([WorkingMemory(schema=OBJECT, name="notes")], store=store)
+    with notes_alone.run(thread_id="t1") as run:  # a conversation that named no user
+        run.layer("notes").update({"thread": "t1, no user"})
+    others = {(ns, key) for ns, key in stored(store) if "u1" not in ns and label("u1") not in ns}
 
     erased = stack.forget(resource_id="u1")
 
-    assert erased == {"working-memory": 1, "notes": 0, "tool-results": 6}
+    # Their own state, each conversation's notes, each conversation's three result records.
+    assert erased == {"working-memory": 1, "notes": 2, "tool-results": 6}
+    assert stored(store) == others
     assert read_back(stack, "u1", "t1")["error"]["code"] == "not_found"
     assert read_back(stack, "u1", "t2")["error"]["code"] == "not_found"
-    assert read_back(stack, "u2", "t3")["content"].startswith("report of")
-    with stack.run(thread_id="t1", resource_id="u1") as run:
-        assert run.layer("notes").snapshot == {"thread": "t1"}  # keyed by the thread alone
+    assert read_back(stack, "u2", "t1")["content"].startswith("report of u2/t1")
+    with stack.run(thread_id="t1", resource_id="u2") as run:
+        assert run.layer("notes").snapshot == {"thread": "t1"}
+    with notes_alone.run(thread_id="t1") as run:
+        assert run.layer("notes").snapshot == {"thread": "t1, no user"}
+    # Forgetting a conversation that named no user leaves the users' of the same id.
+    assert stack.forget(thread_id="t1")["notes"] == 1
+    with stack.run(thread_id="t1", resource_id="u2") as run:
+        assert run.layer("notes").snapshot == {"thread": "t1"}
 
 
 def test_a_conversation_prepared_again_after_forget_stores_its_results_again(
@@ -350,8 +345,7 @@ def test_a_layer_failing_to_forget_does_not_keep_the_others_from_erasing(
         stack.forget(resource_id="u1")
 
     assert {ns for ns, _ in stored(store)} == {
-        ("notes", "thread", "t1"),
-        ("notes", "thread", "t2"),
+        ("notes", "user-thread", "u2", "t2"),
         ("working-memory", "resource", "u2"),
     }
     with sqlite3.connect(path) as db:

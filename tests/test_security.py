@@ -763,7 +763,7 @@ def test_a_runs_writes_land_in_its_own_scope_only(isolation: tuple[Any, Store, A
     run.call_tool("memory_write", {"key": "../../workflow-B/shared:plan", "value": "x"})
     namespaces = {r[0] for r in rows(store)} - {r[0] for r in b_rows}
     a_namespaces = {
-        ("working-memory", "thread", "thread-A"),
+        ("working-memory", "user-thread", "user-A", "thread-A"),
         ("profile", "resource", "user-A"),
         ("shared-memory", "workflow-A"),
     }
@@ -892,7 +892,8 @@ def test_sql_looking_scope_ids_are_plain_data(sql_store: Store) -> None:
             assert run.call_tool("memory_write", {"key": text, "value": text})["ok"] is True
             assert run.call_tool("mind_believe", {"content": f"The name is {text} indeed"})["id"]
     for text in SQL_STRINGS:
-        assert read_state(sql_store, ("working-memory", "thread", text)) == ({"who": text}, 1)
+        namespace = ("working-memory", "user-thread", text, text)
+        assert read_state(sql_store, namespace) == ({"who": text}, 1)
         assert sql_store.get(("shared-memory", text), f"shared:{text}") is not None
         assert len(sql_store.list(("mind", text))) == 1
     # One record per working memory (a state this small has no journal).
@@ -1203,3 +1204,23 @@ def test_offloaded_results_of_two_users_sharing_a_thread_id_stay_apart(
     with stack.run(thread_id="t-1", resource_id="user-A") as run:
         assert MARKER in run.call_tool("read_tool_result", {"call_id": "call_1"})["content"]
     stack.close()
+
+
+def test_two_users_sharing_a_thread_id_keep_their_own_conversation_memory(
+    tmp_path: Path,
+) -> None:
+    # Thread ids are the caller's (LangGraph's examples use "1"); two users' conversations that
+    # share one must not share a thread-scoped working memory, as they share no tool results.
+    layer = WorkingMemory(schema={"type": "object"}, scope="thread")
+    stack = MemoryStack([layer], store=SQLiteStore(tmp_path / "t.db"))
+    with stack.run(thread_id="1", resource_id="user-B") as run:
+        assert run.call_tool("working-memory/update", {"secret": MARKER})["ok"]
+    with stack.run(thread_id="1", resource_id="user-A") as run:
+        assert run.layer("working-memory").snapshot == {}
+        assert MARKER not in json.dumps(run.prepare([{"role": "user", "content": "hi"}]))
+        assert run.call_tool("working-memory/update", {"mine": "A"})["ok"]
+    with stack.run(thread_id="1", resource_id="user-B") as run:
+        assert run.layer("working-memory").snapshot == {"secret": MARKER}
+    # A run naming no user is a third conversation.
+    with stack.run(thread_id="1") as run:
+        assert run.layer("working-memory").snapshot == {}

@@ -387,14 +387,15 @@ class MemoryStack:
 
         * ``thread_id`` (with the ``resource_id`` its runs named, if any): that conversation:
           its thread-scoped working memories and the tool results its runs kept;
-        * ``resource_id`` alone: that user: their resource-scoped working memories and the
-          tool results of every run that named them, whatever its thread.
+        * ``resource_id`` alone: that user: their resource-scoped working memories, and the
+          thread-scoped working memories and tool results of every run that named them,
+          whatever its thread.
 
-        Thread-scoped data is keyed by the thread alone, so erasing a user means forgetting
-        each of their conversations (``resource_id=..., thread_id=...``), then the user
-        (``resource_id=...``). The agent's mind, shared memory and team state belong to the
-        agent or the workflow, not to a user, and are not touched (docs/privacy.md says where
-        each layer keeps what, and what a deletion leaves in the store's files).
+        A conversation whose runs named a user is theirs: ``thread_id`` alone erases only
+        what runs naming no user kept under that thread. The agent's mind, shared memory and
+        team state belong to the agent or the workflow, not to a user, and are not touched
+        (docs/privacy.md says where each layer keeps what, and what a deletion leaves in the
+        store's files).
 
         Expired records (already invisible) are deleted too, everyone's. Safe to call again:
         a record written under these ids while it ran (a run still going) may stay, and a call

@@ -86,6 +86,10 @@ DEFAULT_MAX_STATE_BYTES = 1 << 20
 # Reads that race a write, and stored states moved aside, are tried again this many times; plain
 # contention never needs more than one.
 MAX_WRITE_ATTEMPTS = 100
+# The namespace label of a thread-scoped state whose runs name a user: (name, label, user,
+# thread), apart from (name, "thread", thread) so that erasing a conversation that named no
+# user never takes a user's conversation of the same id.
+_USER_THREAD = "user-thread"
 _SCOPES = {"thread": "thread", "conversation": "thread", "resource": "resource", "user": "resource"}
 
 
@@ -210,23 +214,40 @@ class WorkingMemory:
         return handle
 
     def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
-        """Erases the stored state of ``thread_id`` (a thread-scoped working memory) or, with
-        ``resource_id`` alone, of that user (a resource-scoped one), with any records put
-        aside; returns how many records went."""
-        if self.scope == "thread":
-            scope_id = thread_id
-        else:
-            scope_id = resource_id if thread_id is None else None
-        return 0 if scope_id is None else erase(store, (self.name, self.scope, scope_id))
+        """Erases what runs with these ids keep: for a thread-scoped working memory, that
+        conversation's state, or with ``resource_id`` alone every conversation of that user;
+        for a resource-scoped one, with ``resource_id`` alone, the user's state. Records put
+        aside go too; returns how many records went."""
+        prefix: Namespace | None = None
+        if self.scope == "resource":
+            if resource_id is not None and thread_id is None:
+                prefix = self._user(resource_id)
+        elif resource_id is not None:
+            user_threads = (self.name, _USER_THREAD, resource_id)
+            prefix = user_threads if thread_id is None else (*user_threads, thread_id)
+        elif thread_id is not None:
+            prefix = (self.name, "thread", thread_id)
+        return 0 if prefix is None else erase(store, prefix)
 
     def namespace_of(self, ctx: RunContext) -> Namespace:
-        scope_id = ctx.thread_id if self.scope == "thread" else ctx.resource_id
-        if not scope_id:
-            needed = "thread_id" if self.scope == "thread" else "resource_id"
+        if self.scope == "resource":
+            if not ctx.resource_id:
+                raise InvalidInputError(
+                    "working memory with scope 'resource' needs stack.run(resource_id=...)"
+                )
+            return self._user(ctx.resource_id)
+        if not ctx.thread_id:
             raise InvalidInputError(
-                f"working memory with scope {self.scope!r} needs stack.run({needed}=...)"
+                "working memory with scope 'thread' needs stack.run(thread_id=...)"
             )
-        return (self.name, self.scope, scope_id)
+        if ctx.resource_id:
+            # Thread ids are the caller's and often short ("1"): two users' conversations that
+            # share one keep their own state, as they keep their own tool results.
+            return (self.name, _USER_THREAD, ctx.resource_id, ctx.thread_id)
+        return (self.name, "thread", ctx.thread_id)
+
+    def _user(self, resource_id: str) -> Namespace:
+        return (self.name, "resource", resource_id)
 
     def recall(self, handle: WorkingMemoryHandle, budget: int) -> list[Message]:
         return handle.prompt_items(budget)
