@@ -839,13 +839,29 @@ def test_lock_timeout_keeps_the_options_of_the_environment(
     timeout's own must not silently drop the deployment's."""
     monkeypatch.setenv("PGOPTIONS", "-c application_name=from-env")
     found = []
-    for store in (PostgresStore(url, lock_timeout=1.5), PostgresStore(url)):
+    for store in (PostgresStore(url, lock_timeout=1.5), PostgresStore(url, lock_timeout=None)):
         with store._connection() as conn:
             found += conn.execute(
                 "SELECT current_setting('lock_timeout'), current_setting('application_name')"
             ).fetchall()
         store.close()
     assert found == [("1500ms", "from-env"), ("0", "from-env")]
+
+
+def test_a_store_waits_for_a_lock_no_longer_than_sqlite_does_by_default(url: str) -> None:
+    """A latency-sensitive server's turn must not wait for ever behind a lock another server
+    or an administrator holds: by default the wait is bounded as SQLite's busy timeout bounds
+    it; ``lock_timeout=None`` leaves it to the server's setting."""
+    for store, expected in (
+        (PostgresStore(url), "30s"),
+        (PostgresStore(url, lock_timeout=None), "0"),
+    ):
+        assert store.lock_timeout == (30.0 if expected == "30s" else None)
+        with store._connection() as conn:
+            assert conn.execute("SELECT current_setting('lock_timeout')").fetchone() == (expected,)
+        store.close()
+    with open_store(url) as opened:
+        assert isinstance(opened, PostgresStore) and opened.lock_timeout == 30.0
 
 
 @pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), "2", True])

@@ -140,6 +140,11 @@ def _require_psycopg() -> Any:
     return psycopg_pool
 
 
+# How long a statement waits for a lock by default: as long as SQLiteStore's busy_timeout lets
+# a writer wait, so a turn behind a lock held elsewhere fails clearly on either store instead
+# of waiting for as long as the lock is held.
+DEFAULT_LOCK_TIMEOUT = 30.0
+
 # PostgreSQL's lock_timeout is an int of milliseconds: a session asking for more fails to start.
 _MAX_LOCK_TIMEOUT_MS = 2**31 - 1
 
@@ -203,8 +208,9 @@ class PostgresStore(PostgresAsyncTwins):
         lock_timeout: Seconds a statement may wait for a lock another connection holds (a
             record another server is updating, a table an administrator locked) before the
             call fails with :class:`~memstrata.exceptions.LockTimeoutError`, its transaction
-            rolled back. None waits as the server's ``lock_timeout`` setting says (by default,
-            as long as the lock is held). It also bounds how long a cancelled async call waits
+            rolled back; by default 30 s, as SQLiteStore's ``busy_timeout``. None waits as
+            the server's ``lock_timeout`` setting says (PostgreSQL's default: as long as the
+            lock is held). It also bounds how long a cancelled async call waits
             for its store call to finish.
 
     Raises:
@@ -218,7 +224,7 @@ class PostgresStore(PostgresAsyncTwins):
         *,
         min_size: int = 1,
         max_size: int = 10,
-        lock_timeout: float | None = None,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     ) -> None:
         pool_module = _require_psycopg()
         import psycopg
