@@ -154,6 +154,10 @@ def test_read_tool_result_handles_non_ascii_exactly(tmp_path: Path) -> None:
         ("", "empty"),
         (".hidden", "start"),
         ("x" * 129, "limit is 128"),
+        # Each ':' is written as '%3A': 127 of them make a name past 255 bytes, refused at
+        # once rather than failing in the file system ("File name too long").
+        ("a" + ":" * 127, "as a file name"),
+        ("functions.search" + ":0" * 56, "as a file name"),
         ("call id", "characters outside"),
         ("c%2e%2e", "characters outside"),
         # Windows opens these names (with any extension) as devices: a result written to
@@ -201,6 +205,28 @@ def test_a_result_stored_under_the_name_with_the_colon_stays_readable(tmp_path: 
     assert layer.read_tool_result("functions.search:0", max_tokens=32_000)["content"] == (
         text + "\nnewer"
     )
+
+
+def test_a_conversation_with_a_call_id_too_long_as_a_file_name_still_prepares(
+    tmp_path: Path,
+) -> None:
+    """The id comes from the conversation (some hosts let the model write it): a result that
+    cannot be named on disk stays in the conversation, with a warning, and the turn goes on."""
+    call_id = "a" + ":" * 127
+    stack = MemoryStack([ToolResults(tool_calls_dir=tmp_path, threshold_tokens=1)])
+    call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    conversation = [
+        {"role": "user", "content": "Fetch it."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "rows " * 300},
+    ]
+    with stack.run(thread_id="t") as run:
+        prepared = run.prepare(conversation)
+        assert prepared[-1]["content"] == "rows " * 300
+        refused = run.call_tool("read_tool_result", {"call_id": call_id})
+        assert refused["error"]["code"] == "invalid_arguments"
+        assert "as a file name" in refused["error"]["message"]
+    assert list(tmp_path.rglob("*.txt")) == []
 
 
 def test_call_id_must_be_a_string(tmp_path: Path) -> None:

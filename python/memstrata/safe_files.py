@@ -47,6 +47,10 @@ from types import TracebackType
 from memstrata.exceptions import InvalidInputError
 
 MAX_FILE_ID = 128
+# The longest stem an id may make once each ':' is written as '%3A' (file_name): a file name
+# holds 255 bytes, and the stem gets a suffix ('~1000.json') and, for its temp file, a dot in
+# front and '.<12 hex>.tmp' behind.
+MAX_FILE_STEM = 200
 _FILE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 _WINDOWS_DEVICES = frozenset(
     ["CON", "PRN", "AUX", "NUL"] + [f"{port}{n}" for port in ("COM", "LPT") for n in range(1, 10)]
@@ -80,7 +84,8 @@ def check_file_id(file_id: object, *, what: str = "call_id") -> str:
     """Returns ``file_id`` if it is safe as a file name stem, else raises.
 
     Allowed: 1 to 128 characters of ``A-Z a-z 0-9 _ . : -``, starting with a letter or digit,
-    without ``..``, and not a Windows device name (``NUL``, ``con.log``). Separators, NUL,
+    without ``..``, at most 200 once each ``:`` counts three (its file name writes ``%3A``),
+    and not a Windows device name (``NUL``, ``con.log``). Separators, NUL,
     whitespace and anything else are refused, so the name can never leave its directory nor
     hide as a dot-file.
 
@@ -103,6 +108,13 @@ def check_file_id(file_id: object, *, what: str = "call_id") -> str:
         raise InvalidInputError(
             f"{what} {file_id!r} has characters outside A-Z a-z 0-9 _ . : - "
             "or does not start with a letter or digit"
+        )
+    stem = len(file_id) + 2 * file_id.count(":")
+    if stem > MAX_FILE_STEM:
+        # Refused whether or not the id goes to a file, so an id is valid in every mode.
+        raise InvalidInputError(
+            f"{what} {file_id[:40]!r}... is {stem} characters as a file name (each ':' is "
+            f"written as '%3A'); the limit is {MAX_FILE_STEM}"
         )
     if re.split(r"[.:]", file_id, maxsplit=1)[0].upper() in _WINDOWS_DEVICES:
         # Refused everywhere, so an id valid on one system is valid on all.
