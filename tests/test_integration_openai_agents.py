@@ -368,6 +368,28 @@ async def test_session_protocol(tmp_path: Path) -> None:
     memory.stack.store.close()
 
 
+@synchronously
+async def test_two_users_who_share_a_thread_id_never_share_a_session(tmp_path: Path) -> None:
+    """Thread ids are the caller's and often short ("1"): the session of a conversation whose
+    runs name a user is that user's, as the working memory and the tool results are."""
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store=SQLiteStore(str(tmp_path / "u.db")))
+    alice = AgentsMemory(stack, thread_id="1", resource_id="alice").session()
+    bob = AgentsMemory(stack, thread_id="1", resource_id="bob").session()
+    nobody = AgentsMemory(stack, thread_id="1").session()
+    await alice.add_items([{"role": "user", "content": "my PIN is 4321"}])
+    assert await bob.get_items() == []
+    assert await nobody.get_items() == []
+    await bob.add_items([{"role": "user", "content": "hello"}])
+    await bob.clear_session()
+    assert await bob.pop_item() is None
+    assert [i["content"] for i in await alice.get_items()] == ["my PIN is 4321"]
+    assert bob.session_id == alice.session_id == "1"  # the SDK's id stays the thread
+    for bad in ("", 42, "x" * 300):
+        with pytest.raises(InvalidInputError, match="resource_id"):
+            AgentsMemory(stack, thread_id="1", resource_id=bad)  # type: ignore[arg-type]
+    stack.store.close()
+
+
 @pytest.mark.parametrize("head", [b'{"next": 0}', b'{"next": "two"}', b"[3]", b'{"next": -1}'])
 @synchronously
 async def test_a_session_head_rewritten_by_another_program_overwrites_no_history(

@@ -67,7 +67,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError
-from memstrata.stack import MemoryStack, Message, ResultKeeper, Run
+from memstrata.stack import MemoryStack, Message, ResultKeeper, Run, checked_scope_id
 from memstrata.tools import run_failure_payload
 
 __all__ = ["AgentsMemory", "MemstrataSession"]
@@ -77,6 +77,9 @@ Instructions = Union[
 ]
 
 SESSION_NAMESPACE = "openai-agents-session"
+# The label of a session whose runs name a user: (SESSION_NAMESPACE, label, user, thread), apart
+# from (SESSION_NAMESPACE, thread), as a thread-scoped working memory keeps them apart.
+_USER_THREAD = "user-thread"
 _HEAD = "head"
 _ITEM = "item-"
 
@@ -105,9 +108,10 @@ class AgentsMemory:
         if not isinstance(thread_id, str) or not thread_id:
             raise InvalidInputError(f"thread_id must be a non-empty str, got {thread_id!r}")
         self.stack = stack
-        self.thread_id = thread_id
-        self.resource_id = resource_id
-        self.agent = agent
+        # Checked here: the session names its records by them without opening a run.
+        self.thread_id: str = checked_scope_id("thread_id", thread_id)  # type: ignore[assignment]
+        self.resource_id = checked_scope_id("resource_id", resource_id)
+        self.agent = checked_scope_id("agent", agent)
         self.strict = strict
         self._current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
             f"memstrata_openai_agents_run_{thread_id}", default=None
@@ -221,8 +225,11 @@ class AgentsMemory:
 class MemstrataSession:
     """The Agents SDK's ``Session`` protocol on a memstrata store.
 
-    Items are stored one record each under ``("openai-agents-session", session_id)``, in the
-    order they were added; a new store object on the same database reads the same history.
+    Items are stored one record each under ``("openai-agents-session", session_id)``, or
+    ``("openai-agents-session", "user-thread", resource_id, session_id)`` when the memory names
+    a user (thread ids are the caller's and often short, so two users' conversations that share
+    one keep their own history), in the order they were added; a new store object on the same
+    database reads the same history.
 
     Its methods run on the event loop, as the stack's async forms do (see
     :meth:`~memstrata.stack.Run.aprepare`): no thread hop for a store call that need not wait,
@@ -234,7 +241,11 @@ class MemstrataSession:
     def __init__(self, memory: AgentsMemory) -> None:
         self.memory = memory
         self.session_id = memory.thread_id
-        self._namespace = (SESSION_NAMESPACE, memory.thread_id)
+        self._namespace: tuple[str, ...] = (
+            (SESSION_NAMESPACE, memory.thread_id)
+            if memory.resource_id is None
+            else (SESSION_NAMESPACE, _USER_THREAD, memory.resource_id, memory.thread_id)
+        )
         self._reads = itertools.count(1)
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
