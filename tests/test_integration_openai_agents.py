@@ -285,6 +285,34 @@ async def test_a_bad_tool_call_is_an_error_payload_the_model_reads() -> None:
 
 
 @synchronously
+async def test_a_call_to_a_tool_the_agent_lacks_is_an_error_the_model_reads() -> None:
+    """The SDK raises ModelBehaviorError out of Runner.run by default for a tool it was not
+    given (the legacy ``updateWorkingMemory`` a model may still know): one made-up name must
+    not end the turn."""
+    from agents import RunConfig
+    from agents.exceptions import ModelBehaviorError
+
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store="memory://")
+    memory = AgentsMemory(stack, thread_id="t", resource_id="u")
+    model = FakeModel(
+        [
+            [call("updateWorkingMemory", {"name": "Priya"}, "c1")],
+            [call("working-memory_update", {"name": "Priya"}, "c2")],
+            [say("noted")],
+        ]
+    )
+    result = await memory.run(make_agent(memory, model), "hi")
+    assert result.final_output == "noted"
+    output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
+    assert "updateWorkingMemory" in output["output"]
+    assert '"name": "Priya"' in model.calls[2]["instructions"]
+    # A run_config the caller gives keeps its own choice.
+    model = FakeModel([[call("updateWorkingMemory", {"name": "Ana"}, "c1")], [say("x")]])
+    with pytest.raises(ModelBehaviorError):
+        await memory.run(make_agent(memory, model), "hi", run_config=RunConfig())
+
+
+@synchronously
 async def test_session_history_is_offloaded_and_pruned_to_recoverable_placeholders(
     tmp_path: Path,
 ) -> None:

@@ -42,7 +42,10 @@ Decisions where the SDK leaves a choice:
   store's value limit); offloading and pruning happen when the history is read, so the stored
   history keeps every body, and what the model sees never grows past the window.
 * The legacy ``updateWorkingMemory`` call, which ``run.observe`` applies in a chat tool loop,
-  never reaches the stack: the SDK refuses a call to a tool it was not given.
+  never reaches the stack: the SDK refuses a call to a tool it was not given. ``memory.run``
+  has it answered to the model as an error (``RunConfig(tool_not_found_behavior=
+  "return_error_to_model")``) unless the caller gives a ``run_config``; the SDK's default
+  raises ``ModelBehaviorError`` out of the run.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from typing import Any, Union
 import orjson
 
 try:
-    from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult
+    from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, RunResult
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -136,7 +139,14 @@ class AgentsMemory:
                 self._current.reset(token)
 
     async def run(self, agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
-        """``Runner.run(agent, input, **kwargs)`` inside one memstrata run."""
+        """``Runner.run(agent, input, **kwargs)`` inside one memstrata run.
+
+        Without a ``run_config``, a call to a tool the agent was not given is answered to the
+        model as an error (the SDK's ``tool_not_found_behavior="return_error_to_model"``)
+        rather than raised out of the run: the SDK's default would let one made-up tool name
+        end the turn. A ``run_config`` given keeps its own choice."""
+        if "run_config" not in kwargs:
+            kwargs["run_config"] = RunConfig(tool_not_found_behavior="return_error_to_model")
         async with self.turn(agent.name):
             return await Runner.run(agent, input, **kwargs)
 
