@@ -26,6 +26,8 @@ from agents import (
 )
 from agents.models.interface import Model
 from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
@@ -121,6 +123,30 @@ class FakeModel(Model):
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the fake model does not stream")
+
+
+class StreamingFakeModel(FakeModel):
+    """FakeModel that streams: each recorded output comes as one completed response."""
+
+    async def stream_response(  # type: ignore[override]
+        self, system_instructions: str | None, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        self.calls.append({"instructions": system_instructions, "input": input})
+        output = self.outputs.pop(0)
+        await asyncio.sleep(0.01)  # a provider's latency: the stream's task yields here
+        response = Response(
+            id="resp_1",
+            created_at=0,
+            model="fake",
+            object="response",
+            output=output,
+            parallel_tool_calls=True,
+            tool_choice="auto",
+            tools=[],
+        )
+        yield ResponseCompletedEvent(
+            type="response.completed", response=response, sequence_number=0
+        )
 
 
 def make_memory(path: Path, **kwargs: Any) -> AgentsMemory:
@@ -270,6 +296,46 @@ async def test_one_run_per_turn_closed_with_the_error_when_the_agent_raises() ->
     with pytest.raises(RuntimeError, match="provider is down"):
         await memory.run(agent, "again")
     assert recorder.events[2:] == [("open", "assistant"), ("close", "RuntimeError")]
+
+
+@synchronously
+async def test_a_streamed_run_inside_a_turn_and_a_call_after_it_closed() -> None:
+    """``Runner.run_streamed`` runs the agent in a task of its own: consumed inside ``turn()``
+    it is one memstrata run; a tool call the SDK still makes after the block (a client that
+    went away) is answered ``run_closed`` and writes nothing, as docs/integrations.md says."""
+    from agents import Runner
+
+    recorder = Recorder()
+    stack = MemoryStack([recorder, WorkingMemory(schema=PROFILE)], store="memory://")
+    memory = AgentsMemory(stack, thread_id="t", resource_id="u")
+    tools = memory.tools()
+    recorder.events.clear()
+
+    model = StreamingFakeModel(
+        [[call("working-memory_update", {"name": "Ana"}, "c1")], [say("ok")]]
+    )
+    agent = Agent(name="assistant", instructions=memory.instructions(), tools=tools, model=model)
+    async with memory.turn(agent.name):
+        result = Runner.run_streamed(agent, "I'm Ana.")
+        async for _ in result.stream_events():
+            pass
+    assert result.final_output == "ok"
+    assert recorder.events == [("open", "assistant"), ("close", None)]
+    assert '"name": "Ana"' in model.calls[1]["instructions"]
+
+    calls = [call("working-memory_update", {"ship": "v2"}, "c2")]
+    model = StreamingFakeModel([calls, [say("ok")]])
+    agent = Agent(name="assistant", tools=tools, model=model)
+    async with memory.turn(agent.name):
+        result = Runner.run_streamed(agent, "Ship v2.")
+        async for _ in result.stream_events():
+            break  # the client went away before the tool call
+    async for _ in result.stream_events():
+        pass
+    output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
+    assert json.loads(output["output"])["error"]["code"] == "run_closed"
+    with stack.run(thread_id="t", resource_id="u") as run:
+        assert run.layer("working-memory").snapshot == {"name": "Ana"}
 
 
 @synchronously

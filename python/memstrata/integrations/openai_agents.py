@@ -30,7 +30,8 @@ Decisions where the SDK leaves a choice:
   calls no hook when an agent raises (``on_agent_end`` is for a final output only), so a run
   opened in ``on_agent_start`` could never be closed with the error; and hooks run in tasks of
   their own, so they cannot hand the run to the tools. ``async with memory.turn():`` is the
-  same run for ``Runner.run_streamed`` or any other entry point.
+  same run for ``Runner.run_streamed`` or any other entry point; a streamed run's events are
+  consumed inside the block, since its agent runs in a task of its own that outlives it.
 * The run is found through a context variable set by ``run``/``turn``: the SDK's tools, the
   instructions callable and the session run in the caller's task or tasks copied from it, so
   concurrent turns never see each other's run. Called outside a turn (``Runner.run`` used
