@@ -20,7 +20,8 @@
     result = await agent.run("I'm Priya.")
 
 An agent shared by many conversations takes the capability per run instead:
-``agent.run(text, capabilities=[MemoryCapability(stack, thread_id=conversation)])``.
+``agent.run(text, capabilities=[MemoryCapability(stack, thread_id=conversation,
+resource_id=user)])`` (a conversation whose runs name no user is keyed by its thread id alone).
 
 Decisions where the framework leaves a choice:
 
