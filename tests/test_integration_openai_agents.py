@@ -247,6 +247,22 @@ def test_tools_listed_before_the_agent_exists_name_the_option_a_mind_needs() -> 
     assert "mind_believe" in names
 
 
+@synchronously
+async def test_a_scope_a_layer_lacks_is_named_as_the_option_that_gives_it() -> None:
+    # A user-scoped working memory needs the user: the error names AgentsMemory's option, not
+    # the agent's (giving agent= would not help) nor stack.run's (the caller never calls it).
+    stack = MemoryStack([WorkingMemory(scope="resource")], store="memory://")
+    for memory in (
+        AgentsMemory(stack, thread_id="t"),
+        AgentsMemory(stack, thread_id="t", agent="a"),
+    ):
+        with pytest.raises(InvalidInputError, match=r"needs AgentsMemory\(resource_id=\.\.\.\)$"):
+            memory.tools()
+        agent = Agent(name="assistant", model=FakeModel([[say("hi")]]))
+        with pytest.raises(InvalidInputError, match=r"needs AgentsMemory\(resource_id=\.\.\.\)$"):
+            await memory.run(agent, "hi")
+
+
 class Recorder:
     """A layer that records its runs' lifecycle."""
 

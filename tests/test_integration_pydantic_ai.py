@@ -272,6 +272,19 @@ def test_an_agent_without_a_name_names_the_option_a_mind_needs() -> None:
     assert named.run_sync("hi").output == "ok"
 
 
+def test_a_scope_a_layer_lacks_is_named_as_the_option_that_gives_it() -> None:
+    # A user-scoped working memory needs the user: the error names the capability's option, not
+    # the agent's name (naming the agent would not help).
+    stack = MemoryStack([WorkingMemory(scope="resource")], store="memory://")
+    for name in (None, "assistant"):
+        agent = Agent(Script([say("hi")]).model, name=name)
+        memory = MemoryCapability(stack, thread_id="t")
+        with pytest.raises(
+            InvalidInputError, match=r"needs MemoryCapability\(resource_id=\.\.\.\)$"
+        ):
+            agent.run_sync("hi", capabilities=[memory])
+
+
 @pytest.mark.parametrize(
     ("args", "code"),
     [

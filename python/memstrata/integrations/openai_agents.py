@@ -71,6 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError
+from memstrata.integrations import scope_error
 from memstrata.stack import MemoryStack, Message, ResultKeeper, Run, checked_scope_id
 from memstrata.tools import run_failure_payload
 
@@ -128,9 +129,14 @@ class AgentsMemory:
         """One memstrata run around whatever runs the agent inside the block; closed with the
         error when the block raises."""
         scope = self.agent if self.agent is not None else agent
-        async with self.stack.arun(
+        opening = self.stack.arun(
             thread_id=self.thread_id, resource_id=self.resource_id, agent=scope
-        ) as run:
+        )
+        try:
+            await opening.aopen()
+        except InvalidInputError as exc:
+            raise scope_error(exc, "AgentsMemory", None) from None
+        async with opening as run:
             if self.strict:
                 run.tool_specs("responses", strict=True)  # null padding is stripped from now
             token = self._current.set(run)
@@ -175,12 +181,13 @@ class AgentsMemory:
             ) as run:
                 specs = run.tool_specs("responses", strict=self.strict)
         except InvalidInputError as exc:
-            if self.agent is not None:
-                raise
-            raise InvalidInputError(
-                "the tools are listed before any agent runs, so no agent's name can give the "
-                f"scope a layer needs ({exc}): give it as AgentsMemory(agent=...)"
-            ) from None
+            hint = (
+                None
+                if self.agent is not None
+                else "the tools are listed before any agent runs, so no agent's name can give "
+                "the scope a layer needs ({exc}): give it as AgentsMemory(agent=...)"
+            )
+            raise scope_error(exc, "AgentsMemory", hint) from None
         return [
             FunctionTool(
                 name=spec["name"],
