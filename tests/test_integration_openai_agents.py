@@ -263,6 +263,39 @@ async def test_a_scope_a_layer_lacks_is_named_as_the_option_that_gives_it() -> N
             await memory.run(agent, "hi")
 
 
+@synchronously
+async def test_an_agent_built_from_another_conversations_memory_is_refused() -> None:
+    """The SDK's idiom is an Agent built once: one built from a module-level AgentsMemory and
+    run by each request's own would answer every user from the module-level conversation."""
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store="memory://")
+    shared = AgentsMemory(stack, thread_id="default")
+    model = FakeModel([[call("working-memory_update", {"name": "Ana"}, "c1")], [say("hi")]])
+    agent = make_agent(shared, model)
+    mine = AgentsMemory(stack, thread_id="t2", resource_id="ana")
+    with pytest.raises(InvalidInputError, match="another AgentsMemory"):
+        await mine.run(agent, "I'm Ana.")
+    with pytest.raises(InvalidInputError, match="another AgentsMemory"):
+        await mine.run(make_agent(mine, model), "I'm Ana.", session=shared.session())
+    with stack.run(thread_id="default") as run:
+        assert run.layer("working-memory").snapshot == {}
+    # An agent used as a tool inside the turn keeps its own memory's short runs.
+    inner_memory = AgentsMemory(stack, thread_id="inner")
+    inner = make_agent(
+        inner_memory,
+        FakeModel([[call("working-memory_update", {"name": "Bo"}, "i1")], [say("inner")]]),
+    )
+    outer_model = FakeModel([[call("helper", {"input": "go"}, "o1")], [say("outer")]])
+    outer = Agent(
+        name="outer",
+        instructions=mine.instructions(),
+        tools=[inner.as_tool(tool_name="helper", tool_description="helps"), *mine.tools()],
+        model=outer_model,
+    )
+    assert (await mine.run(outer, "go")).final_output == "outer"
+    with stack.run(thread_id="inner") as run:
+        assert run.layer("working-memory").snapshot == {"name": "Bo"}
+
+
 class Recorder:
     """A layer that records its runs' lifecycle."""
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Union
@@ -81,12 +82,27 @@ Instructions = Union[
     str, Callable[[RunContextWrapper[Any], Agent[Any]], Union[str, Awaitable[str]]], None
 ]
 
+logger = logging.getLogger("memstrata.openai_agents")
+
+_ANOTHER_MEMORY = (
+    "the agent's memory tools, instructions or session come from another AgentsMemory than "
+    "the one running this turn: build them from the AgentsMemory whose run() runs the agent"
+)
+
 SESSION_NAMESPACE = "openai-agents-session"
 # The label of a session whose runs name a user: (SESSION_NAMESPACE, label, user, thread), apart
 # from (SESSION_NAMESPACE, thread), as a thread-scoped working memory keeps them apart.
 _USER_THREAD = "user-thread"
 _HEAD = "head"
 _ITEM = "item-"
+
+
+# The AgentsMemory whose ``run`` runs the current task, and its starting agent: a tool or an
+# instructions callable of another memory called by that very agent was built from the wrong
+# conversation (see AgentsMemory._using_run).
+_RUNNING: contextvars.ContextVar[tuple[AgentsMemory, Any] | None] = contextvars.ContextVar(
+    "memstrata_openai_agents_running", default=None
+)
 
 
 class AgentsMemory:
@@ -154,18 +170,32 @@ class AgentsMemory:
         end the turn. A ``run_config`` given keeps its own choice."""
         if "run_config" not in kwargs:
             kwargs["run_config"] = RunConfig(tool_not_found_behavior="return_error_to_model")
+        session = kwargs.get("session")
+        if isinstance(session, MemstrataSession) and session.memory is not self:
+            raise InvalidInputError(_ANOTHER_MEMORY)
         async with self.turn(agent.name):
-            return await Runner.run(agent, input, **kwargs)
+            token = _RUNNING.set((self, agent))
+            try:
+                return await Runner.run(agent, input, **kwargs)
+            finally:
+                _RUNNING.reset(token)
 
     @asynccontextmanager
     async def _using_run(self, agent: Any = None) -> AsyncIterator[Run]:
-        """The turn's run, or a short one of the same scope outside a turn."""
+        """The turn's run, or a short one of the same scope outside a turn; refused for the
+        agent another memory's ``run`` started."""
         current = self._current.get()
         if current is not None:
             yield current
-        else:
-            async with self.turn(getattr(agent, "name", None)) as run:
-                yield run
+            return
+        running = _RUNNING.get()
+        if running is not None and running[0] is not self and running[1] is agent:
+            # The agent another memory runs was built from this one: its writes would land in
+            # this memory's conversation, whoever the user is.
+            logger.error(_ANOTHER_MEMORY)
+            raise InvalidInputError(_ANOTHER_MEMORY)
+        async with self.turn(getattr(agent, "name", None)) as run:
+            yield run
 
     # Tools ------------------------------------------------------------------------------------
 
