@@ -512,7 +512,9 @@ async def test_session_protocol(tmp_path: Path) -> None:
 
 
 @synchronously
-async def test_two_users_who_share_a_thread_id_never_share_a_session(tmp_path: Path) -> None:
+async def test_two_users_who_share_a_thread_id_never_share_a_session_or_memory(
+    tmp_path: Path,
+) -> None:
     """Thread ids are the caller's and often short ("1"): the session of a conversation whose
     runs name a user is that user's, as the working memory and the tool results are."""
     stack = MemoryStack([WorkingMemory(schema=PROFILE)], store=SQLiteStore(str(tmp_path / "u.db")))
@@ -527,6 +529,14 @@ async def test_two_users_who_share_a_thread_id_never_share_a_session(tmp_path: P
     assert await bob.pop_item() is None
     assert [i["content"] for i in await alice.get_items()] == ["my PIN is 4321"]
     assert bob.session_id == alice.session_id == "1"  # the SDK's id stays the thread
+    # Nor their working memory, through the tools and the instructions.
+    ana = AgentsMemory(stack, thread_id="1", resource_id="alice")
+    write = FakeModel([[call("working-memory_update", {"name": "Alice"}, "c1")], [say("ok")]])
+    await ana.run(make_agent(ana, write), "I'm Alice.")
+    bo = AgentsMemory(stack, thread_id="1", resource_id="bob")
+    read = FakeModel([[say("hi")]])
+    await bo.run(make_agent(bo, read), "Who am I?")
+    assert "Alice" not in str(read.calls[0]["instructions"])
     for bad in ("", 42, "x" * 300):
         with pytest.raises(InvalidInputError, match="resource_id"):
             AgentsMemory(stack, thread_id="1", resource_id=bad)  # type: ignore[arg-type]
