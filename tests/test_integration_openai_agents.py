@@ -276,6 +276,15 @@ async def test_an_agent_built_from_another_conversations_memory_is_refused() -> 
         await mine.run(agent, "I'm Ana.")
     with pytest.raises(InvalidInputError, match="another AgentsMemory"):
         await mine.run(make_agent(mine, model), "I'm Ana.", session=shared.session())
+    # So is an agent it hands off to.
+    billing = Agent(name="billing", tools=shared.tools(), model=model)
+    handoff_model = FakeModel([[call("transfer_to_billing", {}, "h1")]])
+    front = Agent(name="front", tools=mine.tools(), handoffs=[billing], model=handoff_model)
+    model.outputs = [[call("working-memory_update", {"name": "Ana"}, "c1")], [say("hi")]]
+    await mine.run(front, "I'm Ana.")
+    sent = model.calls[-1]["input"]
+    output = next(i for i in sent if i.get("call_id") == "c1" and "output" in i)
+    assert "another AgentsMemory" in output["output"]
     with stack.run(thread_id="default") as run:
         assert run.layer("working-memory").snapshot == {}
     # An agent used as a tool inside the turn keeps its own memory's short runs.

@@ -97,11 +97,12 @@ _HEAD = "head"
 _ITEM = "item-"
 
 
-# The AgentsMemory whose ``run`` runs the current task, and its starting agent: a tool or an
-# instructions callable of another memory called by that very agent was built from the wrong
-# conversation (see AgentsMemory._using_run).
-_RUNNING: contextvars.ContextVar[tuple[AgentsMemory, Any] | None] = contextvars.ContextVar(
-    "memstrata_openai_agents_running", default=None
+# The AgentsMemory whose ``run`` runs the current task, and the ids of its starting agent and
+# of the agents it hands off to: a tool or an instructions callable of another memory called
+# by one of them was built from the wrong conversation (see AgentsMemory._using_run). An agent
+# run as a tool is not among them: it keeps its own memory.
+_RUNNING: contextvars.ContextVar[tuple[AgentsMemory, frozenset[int]] | None] = (
+    contextvars.ContextVar("memstrata_openai_agents_running", default=None)
 )
 
 
@@ -174,7 +175,7 @@ class AgentsMemory:
         if isinstance(session, MemstrataSession) and session.memory is not self:
             raise InvalidInputError(_ANOTHER_MEMORY)
         async with self.turn(agent.name):
-            token = _RUNNING.set((self, agent))
+            token = _RUNNING.set((self, _handed_off(agent)))
             try:
                 return await Runner.run(agent, input, **kwargs)
             finally:
@@ -189,7 +190,7 @@ class AgentsMemory:
             yield current
             return
         running = _RUNNING.get()
-        if running is not None and running[0] is not self and running[1] is agent:
+        if running is not None and running[0] is not self and id(agent) in running[1]:
             # The agent another memory runs was built from this one: its writes would land in
             # this memory's conversation, whoever the user is.
             logger.error(_ANOTHER_MEMORY)
@@ -366,6 +367,20 @@ class MemstrataSession:
                 items, call_id, run_id=run.run_id, keep=keeper.keep
             )
         return gate.check_and_compress(items, call_id, run_id=run.run_id)
+
+
+def _handed_off(agent: Agent[Any]) -> frozenset[int]:
+    """The ids of ``agent`` and of every agent its handoffs reach (given as agents; a
+    ``Handoff`` object names its agent only when it is invoked)."""
+    seen: dict[int, Agent[Any]] = {}
+    todo = [agent]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen[id(current)] = current
+        todo.extend(h for h in getattr(current, "handoffs", ()) if isinstance(h, Agent))
+    return frozenset(seen)
 
 
 def _keeper(run: Run) -> ResultKeeper | None:
