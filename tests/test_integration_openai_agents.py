@@ -26,6 +26,8 @@ from agents import (
 )
 from agents.models.interface import Model
 from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
@@ -121,6 +123,30 @@ class FakeModel(Model):
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the fake model does not stream")
+
+
+class StreamingFakeModel(FakeModel):
+    """FakeModel that streams: each recorded output comes as one completed response."""
+
+    async def stream_response(  # type: ignore[override]
+        self, system_instructions: str | None, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        self.calls.append({"instructions": system_instructions, "input": input})
+        output = self.outputs.pop(0)
+        await asyncio.sleep(0.01)  # a provider's latency: the stream's task yields here
+        response = Response(
+            id="resp_1",
+            created_at=0,
+            model="fake",
+            object="response",
+            output=output,
+            parallel_tool_calls=True,
+            tool_choice="auto",
+            tools=[],
+        )
+        yield ResponseCompletedEvent(
+            type="response.completed", response=response, sequence_number=0
+        )
 
 
 def make_memory(path: Path, **kwargs: Any) -> AgentsMemory:
@@ -221,6 +247,64 @@ def test_tools_listed_before_the_agent_exists_name_the_option_a_mind_needs() -> 
     assert "mind_believe" in names
 
 
+@synchronously
+async def test_a_scope_a_layer_lacks_is_named_as_the_option_that_gives_it() -> None:
+    # A user-scoped working memory needs the user: the error names AgentsMemory's option, not
+    # the agent's (giving agent= would not help) nor stack.run's (the caller never calls it).
+    stack = MemoryStack([WorkingMemory(scope="resource")], store="memory://")
+    for memory in (
+        AgentsMemory(stack, thread_id="t"),
+        AgentsMemory(stack, thread_id="t", agent="a"),
+    ):
+        with pytest.raises(InvalidInputError, match=r"needs AgentsMemory\(resource_id=\.\.\.\)$"):
+            memory.tools()
+        agent = Agent(name="assistant", model=FakeModel([[say("hi")]]))
+        with pytest.raises(InvalidInputError, match=r"needs AgentsMemory\(resource_id=\.\.\.\)$"):
+            await memory.run(agent, "hi")
+
+
+@synchronously
+async def test_an_agent_built_from_another_conversations_memory_is_refused() -> None:
+    """The SDK's idiom is an Agent built once: one built from a module-level AgentsMemory and
+    run by each request's own would answer every user from the module-level conversation."""
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store="memory://")
+    shared = AgentsMemory(stack, thread_id="default")
+    model = FakeModel([[call("working-memory_update", {"name": "Ana"}, "c1")], [say("hi")]])
+    agent = make_agent(shared, model)
+    mine = AgentsMemory(stack, thread_id="t2", resource_id="ana")
+    with pytest.raises(InvalidInputError, match="another AgentsMemory"):
+        await mine.run(agent, "I'm Ana.")
+    with pytest.raises(InvalidInputError, match="another AgentsMemory"):
+        await mine.run(make_agent(mine, model), "I'm Ana.", session=shared.session())
+    # So is an agent it hands off to.
+    billing = Agent(name="billing", tools=shared.tools(), model=model)
+    handoff_model = FakeModel([[call("transfer_to_billing", {}, "h1")]])
+    front = Agent(name="front", tools=mine.tools(), handoffs=[billing], model=handoff_model)
+    model.outputs = [[call("working-memory_update", {"name": "Ana"}, "c1")], [say("hi")]]
+    await mine.run(front, "I'm Ana.")
+    sent = model.calls[-1]["input"]
+    output = next(i for i in sent if i.get("call_id") == "c1" and "output" in i)
+    assert "another AgentsMemory" in output["output"]
+    with stack.run(thread_id="default") as run:
+        assert run.layer("working-memory").snapshot == {}
+    # An agent used as a tool inside the turn keeps its own memory's short runs.
+    inner_memory = AgentsMemory(stack, thread_id="inner")
+    inner = make_agent(
+        inner_memory,
+        FakeModel([[call("working-memory_update", {"name": "Bo"}, "i1")], [say("inner")]]),
+    )
+    outer_model = FakeModel([[call("helper", {"input": "go"}, "o1")], [say("outer")]])
+    outer = Agent(
+        name="outer",
+        instructions=mine.instructions(),
+        tools=[inner.as_tool(tool_name="helper", tool_description="helps"), *mine.tools()],
+        model=outer_model,
+    )
+    assert (await mine.run(outer, "go")).final_output == "outer"
+    with stack.run(thread_id="inner") as run:
+        assert run.layer("working-memory").snapshot == {"name": "Bo"}
+
+
 class Recorder:
     """A layer that records its runs' lifecycle."""
 
@@ -273,6 +357,46 @@ async def test_one_run_per_turn_closed_with_the_error_when_the_agent_raises() ->
 
 
 @synchronously
+async def test_a_streamed_run_inside_a_turn_and_a_call_after_it_closed() -> None:
+    """``Runner.run_streamed`` runs the agent in a task of its own: consumed inside ``turn()``
+    it is one memstrata run; a tool call the SDK still makes after the block (a client that
+    went away) is answered ``run_closed`` and writes nothing, as docs/integrations.md says."""
+    from agents import Runner
+
+    recorder = Recorder()
+    stack = MemoryStack([recorder, WorkingMemory(schema=PROFILE)], store="memory://")
+    memory = AgentsMemory(stack, thread_id="t", resource_id="u")
+    tools = memory.tools()
+    recorder.events.clear()
+
+    model = StreamingFakeModel(
+        [[call("working-memory_update", {"name": "Ana"}, "c1")], [say("ok")]]
+    )
+    agent = Agent(name="assistant", instructions=memory.instructions(), tools=tools, model=model)
+    async with memory.turn(agent.name):
+        result = Runner.run_streamed(agent, "I'm Ana.")
+        async for _ in result.stream_events():
+            pass
+    assert result.final_output == "ok"
+    assert recorder.events == [("open", "assistant"), ("close", None)]
+    assert '"name": "Ana"' in model.calls[1]["instructions"]
+
+    calls = [call("working-memory_update", {"ship": "v2"}, "c2")]
+    model = StreamingFakeModel([calls, [say("ok")]])
+    agent = Agent(name="assistant", tools=tools, model=model)
+    async with memory.turn(agent.name):
+        result = Runner.run_streamed(agent, "Ship v2.")
+        async for _ in result.stream_events():
+            break  # the client went away before the tool call
+    async for _ in result.stream_events():
+        pass
+    output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
+    assert json.loads(output["output"])["error"]["code"] == "run_closed"
+    with stack.run(thread_id="t", resource_id="u") as run:
+        assert run.layer("working-memory").snapshot == {"name": "Ana"}
+
+
+@synchronously
 async def test_a_bad_tool_call_is_an_error_payload_the_model_reads() -> None:
     stack = MemoryStack([WorkingMemory(schema=PROFILE)], store="memory://")
     memory = AgentsMemory(stack, thread_id="t", strict=False)
@@ -282,6 +406,34 @@ async def test_a_bad_tool_call_is_an_error_payload_the_model_reads() -> None:
     output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
     payload = json.loads(output["output"])
     assert payload["ok"] is False and payload["error"]["code"] == "schema_violation"
+
+
+@synchronously
+async def test_a_call_to_a_tool_the_agent_lacks_is_an_error_the_model_reads() -> None:
+    """The SDK raises ModelBehaviorError out of Runner.run by default for a tool it was not
+    given (the legacy ``updateWorkingMemory`` a model may still know): one made-up name must
+    not end the turn."""
+    from agents import RunConfig
+    from agents.exceptions import ModelBehaviorError
+
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store="memory://")
+    memory = AgentsMemory(stack, thread_id="t", resource_id="u")
+    model = FakeModel(
+        [
+            [call("updateWorkingMemory", {"name": "Priya"}, "c1")],
+            [call("working-memory_update", {"name": "Priya"}, "c2")],
+            [say("noted")],
+        ]
+    )
+    result = await memory.run(make_agent(memory, model), "hi")
+    assert result.final_output == "noted"
+    output = next(i for i in model.calls[1]["input"] if i.get("type") == "function_call_output")
+    assert "updateWorkingMemory" in output["output"]
+    assert '"name": "Priya"' in model.calls[2]["instructions"]
+    # A run_config the caller gives keeps its own choice.
+    model = FakeModel([[call("updateWorkingMemory", {"name": "Ana"}, "c1")], [say("x")]])
+    with pytest.raises(ModelBehaviorError):
+        await memory.run(make_agent(memory, model), "hi", run_config=RunConfig())
 
 
 @synchronously
@@ -366,6 +518,38 @@ async def test_session_protocol(tmp_path: Path) -> None:
     await other.add_items([{"role": "user", "content": "elsewhere"}])
     assert await session.get_items() == []
     memory.stack.store.close()
+
+
+@synchronously
+async def test_two_users_who_share_a_thread_id_never_share_a_session_or_memory(
+    tmp_path: Path,
+) -> None:
+    """Thread ids are the caller's and often short ("1"): the session of a conversation whose
+    runs name a user is that user's, as the working memory and the tool results are."""
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store=SQLiteStore(str(tmp_path / "u.db")))
+    alice = AgentsMemory(stack, thread_id="1", resource_id="alice").session()
+    bob = AgentsMemory(stack, thread_id="1", resource_id="bob").session()
+    nobody = AgentsMemory(stack, thread_id="1").session()
+    await alice.add_items([{"role": "user", "content": "my PIN is 4321"}])
+    assert await bob.get_items() == []
+    assert await nobody.get_items() == []
+    await bob.add_items([{"role": "user", "content": "hello"}])
+    await bob.clear_session()
+    assert await bob.pop_item() is None
+    assert [i["content"] for i in await alice.get_items()] == ["my PIN is 4321"]
+    assert bob.session_id == alice.session_id == "1"  # the SDK's id stays the thread
+    # Nor their working memory, through the tools and the instructions.
+    ana = AgentsMemory(stack, thread_id="1", resource_id="alice")
+    write = FakeModel([[call("working-memory_update", {"name": "Alice"}, "c1")], [say("ok")]])
+    await ana.run(make_agent(ana, write), "I'm Alice.")
+    bo = AgentsMemory(stack, thread_id="1", resource_id="bob")
+    read = FakeModel([[say("hi")]])
+    await bo.run(make_agent(bo, read), "Who am I?")
+    assert "Alice" not in str(read.calls[0]["instructions"])
+    for bad in ("", 42, "x" * 300):
+        with pytest.raises(InvalidInputError, match="resource_id"):
+            AgentsMemory(stack, thread_id="1", resource_id=bad)  # type: ignore[arg-type]
+    stack.store.close()
 
 
 @pytest.mark.parametrize("head", [b'{"next": 0}', b'{"next": "two"}', b"[3]", b'{"next": -1}'])

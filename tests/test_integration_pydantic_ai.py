@@ -272,6 +272,31 @@ def test_an_agent_without_a_name_names_the_option_a_mind_needs() -> None:
     assert named.run_sync("hi").output == "ok"
 
 
+def test_two_users_who_share_a_thread_id_never_share_memory() -> None:
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store="memory://")
+    agent = Agent(Script([call("working-memory_update", {"name": "Ana"}), say("ok")]).model)
+    agent.run_sync("hi", capabilities=[MemoryCapability(stack, thread_id="1", resource_id="ana")])
+    script = Script([say("ok")])
+    bo = MemoryCapability(stack, thread_id="1", resource_id="bo")
+    Agent(script.model).run_sync("hi", capabilities=[bo])
+    assert "Ana" not in str(script.calls[0]["instructions"])
+    with stack.run(thread_id="1", resource_id="ana") as run:
+        assert run.layer("working-memory").snapshot == {"name": "Ana"}
+
+
+def test_a_scope_a_layer_lacks_is_named_as_the_option_that_gives_it() -> None:
+    # A user-scoped working memory needs the user: the error names the capability's option, not
+    # the agent's name (naming the agent would not help).
+    stack = MemoryStack([WorkingMemory(scope="resource")], store="memory://")
+    for name in (None, "assistant"):
+        agent = Agent(Script([say("hi")]).model, name=name)
+        memory = MemoryCapability(stack, thread_id="t")
+        with pytest.raises(
+            InvalidInputError, match=r"needs MemoryCapability\(resource_id=\.\.\.\)$"
+        ):
+            agent.run_sync("hi", capabilities=[memory])
+
+
 @pytest.mark.parametrize(
     ("args", "code"),
     [

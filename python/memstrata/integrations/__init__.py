@@ -11,3 +11,18 @@
 Each adapter is thin: it maps the stack and the stores onto the framework's interfaces and holds
 no memory logic of its own. Importing this package imports no framework.
 """
+
+from __future__ import annotations
+
+from memstrata.exceptions import InvalidInputError
+
+
+def scope_error(exc: InvalidInputError, owner: str, agent_hint: str | None) -> InvalidInputError:
+    """A run's missing scope, named as the adapter's option that gives it: the layers name
+    ``stack.run(<option>=...)``, which the adapter's caller never calls. ``agent_hint``, when
+    the adapter had no agent name to give, replaces an error about the agent scope (``{exc}``
+    is the layer's message)."""
+    text = str(exc)
+    if agent_hint is not None and "stack.run(agent=" in text:
+        return InvalidInputError(agent_hint.format(exc=text))
+    return InvalidInputError(text.replace("stack.run(", f"{owner}("))

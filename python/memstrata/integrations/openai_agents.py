@@ -30,7 +30,8 @@ Decisions where the SDK leaves a choice:
   calls no hook when an agent raises (``on_agent_end`` is for a final output only), so a run
   opened in ``on_agent_start`` could never be closed with the error; and hooks run in tasks of
   their own, so they cannot hand the run to the tools. ``async with memory.turn():`` is the
-  same run for ``Runner.run_streamed`` or any other entry point.
+  same run for ``Runner.run_streamed`` or any other entry point; a streamed run's events are
+  consumed inside the block, since its agent runs in a task of its own that outlives it.
 * The run is found through a context variable set by ``run``/``turn``: the SDK's tools, the
   instructions callable and the session run in the caller's task or tasks copied from it, so
   concurrent turns never see each other's run. Called outside a turn (``Runner.run`` used
@@ -42,7 +43,10 @@ Decisions where the SDK leaves a choice:
   store's value limit); offloading and pruning happen when the history is read, so the stored
   history keeps every body, and what the model sees never grows past the window.
 * The legacy ``updateWorkingMemory`` call, which ``run.observe`` applies in a chat tool loop,
-  never reaches the stack: the SDK refuses a call to a tool it was not given.
+  never reaches the stack: the SDK refuses a call to a tool it was not given. ``memory.run``
+  has it answered to the model as an error (``RunConfig(tool_not_found_behavior=
+  "return_error_to_model")``) unless the caller gives a ``run_config``; the SDK's default
+  raises ``ModelBehaviorError`` out of the run.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Union
@@ -57,7 +62,7 @@ from typing import Any, Union
 import orjson
 
 try:
-    from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult
+    from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, RunResult
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -67,7 +72,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError
-from memstrata.stack import MemoryStack, Message, ResultKeeper, Run
+from memstrata.integrations import scope_error
+from memstrata.stack import MemoryStack, Message, ResultKeeper, Run, checked_scope_id
 from memstrata.tools import run_failure_payload
 
 __all__ = ["AgentsMemory", "MemstrataSession"]
@@ -76,9 +82,28 @@ Instructions = Union[
     str, Callable[[RunContextWrapper[Any], Agent[Any]], Union[str, Awaitable[str]]], None
 ]
 
+logger = logging.getLogger("memstrata.openai_agents")
+
+_ANOTHER_MEMORY = (
+    "the agent's memory tools, instructions or session come from another AgentsMemory than "
+    "the one running this turn: build them from the AgentsMemory whose run() runs the agent"
+)
+
 SESSION_NAMESPACE = "openai-agents-session"
+# The label of a session whose runs name a user: (SESSION_NAMESPACE, label, user, thread), apart
+# from (SESSION_NAMESPACE, thread), as a thread-scoped working memory keeps them apart.
+_USER_THREAD = "user-thread"
 _HEAD = "head"
 _ITEM = "item-"
+
+
+# The AgentsMemory whose ``run`` runs the current task, and the ids of its starting agent and
+# of the agents it hands off to: a tool or an instructions callable of another memory called
+# by one of them was built from the wrong conversation (see AgentsMemory._using_run). An agent
+# run as a tool is not among them: it keeps its own memory.
+_RUNNING: contextvars.ContextVar[tuple[AgentsMemory, frozenset[int]] | None] = (
+    contextvars.ContextVar("memstrata_openai_agents_running", default=None)
+)
 
 
 class AgentsMemory:
@@ -105,9 +130,10 @@ class AgentsMemory:
         if not isinstance(thread_id, str) or not thread_id:
             raise InvalidInputError(f"thread_id must be a non-empty str, got {thread_id!r}")
         self.stack = stack
-        self.thread_id = thread_id
-        self.resource_id = resource_id
-        self.agent = agent
+        # Checked here: the session names its records by them without opening a run.
+        self.thread_id: str = checked_scope_id("thread_id", thread_id)  # type: ignore[assignment]
+        self.resource_id = checked_scope_id("resource_id", resource_id)
+        self.agent = checked_scope_id("agent", agent)
         self.strict = strict
         self._current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
             f"memstrata_openai_agents_run_{thread_id}", default=None
@@ -120,9 +146,14 @@ class AgentsMemory:
         """One memstrata run around whatever runs the agent inside the block; closed with the
         error when the block raises."""
         scope = self.agent if self.agent is not None else agent
-        async with self.stack.arun(
+        opening = self.stack.arun(
             thread_id=self.thread_id, resource_id=self.resource_id, agent=scope
-        ) as run:
+        )
+        try:
+            await opening.aopen()
+        except InvalidInputError as exc:
+            raise scope_error(exc, "AgentsMemory", None) from None
+        async with opening as run:
             if self.strict:
                 run.tool_specs("responses", strict=True)  # null padding is stripped from now
             token = self._current.set(run)
@@ -132,19 +163,40 @@ class AgentsMemory:
                 self._current.reset(token)
 
     async def run(self, agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
-        """``Runner.run(agent, input, **kwargs)`` inside one memstrata run."""
+        """``Runner.run(agent, input, **kwargs)`` inside one memstrata run.
+
+        Without a ``run_config``, a call to a tool the agent was not given is answered to the
+        model as an error (the SDK's ``tool_not_found_behavior="return_error_to_model"``)
+        rather than raised out of the run: the SDK's default would let one made-up tool name
+        end the turn. A ``run_config`` given keeps its own choice."""
+        if "run_config" not in kwargs:
+            kwargs["run_config"] = RunConfig(tool_not_found_behavior="return_error_to_model")
+        session = kwargs.get("session")
+        if isinstance(session, MemstrataSession) and session.memory is not self:
+            raise InvalidInputError(_ANOTHER_MEMORY)
         async with self.turn(agent.name):
-            return await Runner.run(agent, input, **kwargs)
+            token = _RUNNING.set((self, _handed_off(agent)))
+            try:
+                return await Runner.run(agent, input, **kwargs)
+            finally:
+                _RUNNING.reset(token)
 
     @asynccontextmanager
     async def _using_run(self, agent: Any = None) -> AsyncIterator[Run]:
-        """The turn's run, or a short one of the same scope outside a turn."""
+        """The turn's run, or a short one of the same scope outside a turn; refused for the
+        agent another memory's ``run`` started."""
         current = self._current.get()
         if current is not None:
             yield current
-        else:
-            async with self.turn(getattr(agent, "name", None)) as run:
-                yield run
+            return
+        running = _RUNNING.get()
+        if running is not None and running[0] is not self and id(agent) in running[1]:
+            # The agent another memory runs was built from this one: its writes would land in
+            # this memory's conversation, whoever the user is.
+            logger.error(_ANOTHER_MEMORY)
+            raise InvalidInputError(_ANOTHER_MEMORY)
+        async with self.turn(getattr(agent, "name", None)) as run:
+            yield run
 
     # Tools ------------------------------------------------------------------------------------
 
@@ -160,12 +212,13 @@ class AgentsMemory:
             ) as run:
                 specs = run.tool_specs("responses", strict=self.strict)
         except InvalidInputError as exc:
-            if self.agent is not None:
-                raise
-            raise InvalidInputError(
-                "the tools are listed before any agent runs, so no agent's name can give the "
-                f"scope a layer needs ({exc}): give it as AgentsMemory(agent=...)"
-            ) from None
+            hint = (
+                None
+                if self.agent is not None
+                else "the tools are listed before any agent runs, so no agent's name can give "
+                "the scope a layer needs ({exc}): give it as AgentsMemory(agent=...)"
+            )
+            raise scope_error(exc, "AgentsMemory", hint) from None
         return [
             FunctionTool(
                 name=spec["name"],
@@ -221,8 +274,11 @@ class AgentsMemory:
 class MemstrataSession:
     """The Agents SDK's ``Session`` protocol on a memstrata store.
 
-    Items are stored one record each under ``("openai-agents-session", session_id)``, in the
-    order they were added; a new store object on the same database reads the same history.
+    Items are stored one record each under ``("openai-agents-session", session_id)``, or
+    ``("openai-agents-session", "user-thread", resource_id, session_id)`` when the memory names
+    a user (thread ids are the caller's and often short, so two users' conversations that share
+    one keep their own history), in the order they were added; a new store object on the same
+    database reads the same history.
 
     Its methods run on the event loop, as the stack's async forms do (see
     :meth:`~memstrata.stack.Run.aprepare`): no thread hop for a store call that need not wait,
@@ -234,7 +290,11 @@ class MemstrataSession:
     def __init__(self, memory: AgentsMemory) -> None:
         self.memory = memory
         self.session_id = memory.thread_id
-        self._namespace = (SESSION_NAMESPACE, memory.thread_id)
+        self._namespace: tuple[str, ...] = (
+            (SESSION_NAMESPACE, memory.thread_id)
+            if memory.resource_id is None
+            else (SESSION_NAMESPACE, _USER_THREAD, memory.resource_id, memory.thread_id)
+        )
         self._reads = itertools.count(1)
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
@@ -307,6 +367,20 @@ class MemstrataSession:
                 items, call_id, run_id=run.run_id, keep=keeper.keep
             )
         return gate.check_and_compress(items, call_id, run_id=run.run_id)
+
+
+def _handed_off(agent: Agent[Any]) -> frozenset[int]:
+    """The ids of ``agent`` and of every agent its handoffs reach (given as agents; a
+    ``Handoff`` object names its agent only when it is invoked)."""
+    seen: dict[int, Agent[Any]] = {}
+    todo = [agent]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen[id(current)] = current
+        todo.extend(h for h in getattr(current, "handoffs", ()) if isinstance(h, Agent))
+    return frozenset(seen)
 
 
 def _keeper(run: Run) -> ResultKeeper | None:

@@ -20,7 +20,8 @@
     result = await agent.run("I'm Priya.")
 
 An agent shared by many conversations takes the capability per run instead:
-``agent.run(text, capabilities=[MemoryCapability(stack, thread_id=conversation)])``.
+``agent.run(text, capabilities=[MemoryCapability(stack, thread_id=conversation,
+resource_id=user)])`` (a conversation whose runs name no user is keyed by its thread id alone).
 
 Decisions where the framework leaves a choice:
 
@@ -65,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from memstrata.exceptions import InvalidInputError
+from memstrata.integrations import scope_error
 from memstrata.stack import MemoryStack, Message, Run
 from memstrata.tools import MAX_ARGUMENT_BYTES, run_failure_payload
 
@@ -152,12 +154,13 @@ class MemoryCapability(AbstractCapability[Any]):
         try:
             await opening.aopen()
         except InvalidInputError as exc:
-            if scope is not None:
-                raise
-            raise InvalidInputError(
-                f"the Pydantic AI agent has no name to give the scope a layer needs ({exc}): "
+            hint = (
+                None
+                if scope is not None
+                else "the Pydantic AI agent has no name to give the scope a layer needs ({exc}): "
                 "give it as MemoryCapability(agent=...) or Agent(name=...)"
-            ) from None
+            )
+            raise scope_error(exc, "MemoryCapability", hint) from None
         async with opening as run:
             if self.strict:
                 run.tool_specs("responses", strict=True)  # null padding is stripped from now
