@@ -5,6 +5,8 @@ connection that lost its prepared statements prepares them again."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -182,3 +184,31 @@ def test_text_is_stored_as_itself_in_a_database_of_another_encoding(latin1_url: 
             '{"v":"è"}',
         )
     store.close()
+
+
+def test_the_store_modules_import_without_psycopg_and_the_store_names_the_extra() -> None:
+    # psycopg is an optional extra: the PostgreSQL modules (which import it once, at the top,
+    # not in each statement's path) still import without it, and PostgresStore then says what
+    # to install rather than failing on a missing name.
+    code = """
+import sys
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("psycopg", "psycopg_pool", "psycopg_binary", "psycopg_c"):
+            raise ImportError(f"no module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, Blocked())
+from memstrata.exceptions import InvalidInputError
+from memstrata.stores import pg_prepared, postgres
+try:
+    postgres.PostgresStore("postgresql://nobody@127.0.0.1:1/none")
+except InvalidInputError as exc:
+    print(exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "memstrata[postgres]" in done.stdout

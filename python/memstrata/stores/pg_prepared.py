@@ -25,6 +25,17 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+try:
+    # Imported once here, not in each function: a function-level ``from psycopg import pq``
+    # costs a microsecond or more at every call (importlib's fromlist handling), and a turn
+    # sends several statements. psycopg is optional: PostgresStore refuses to open without it
+    # (``_require_psycopg``), so nothing here runs when the import failed.
+    import psycopg
+    from psycopg import errors, generators, pq
+    from psycopg.adapt import Transformer
+except ImportError:  # pragma: no cover - exercised only without the postgres extra
+    pass
+
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 _UNDEFINED_PREPARED_STATEMENT = b"26000"
 _FEATURE_NOT_SUPPORTED = b"0A000"
@@ -104,8 +115,6 @@ def _as_text(value: Any) -> bytes | None:
 
 
 def _data_error(message: str) -> Exception:
-    import psycopg
-
     return psycopg.DataError(message)
 
 
@@ -117,8 +126,6 @@ def _utf8(conn: Any) -> bool:
 
 def _undefined(result: Any) -> bool:
     """Whether ``result`` says the connection has no prepared statement by that name."""
-    from psycopg import pq
-
     if result.status != pq.ExecStatus.FATAL_ERROR:
         return False
     return bool(result.error_field(pq.DiagnosticField.SQLSTATE) == _UNDEFINED_PREPARED_STATEMENT)
@@ -129,8 +136,6 @@ def _outdated(result: Any) -> bool:
     other types than its tables now have ("cached plan must not change result type": a
     migration changed a column's type). The server refuses it before running anything; named
     by the error's code and the server function raising it, since its message is translated."""
-    from psycopg import pq
-
     if result.status != pq.ExecStatus.FATAL_ERROR:
         return False
     code = result.error_field(pq.DiagnosticField.SQLSTATE) or b""
@@ -142,8 +147,6 @@ def _answer(pgconn: Any, send: Any, *args: Any) -> Any:
     """psycopg's kind of generator (for ``Connection.wait``): the last result of one command,
     sent by ``send`` (a method of ``pgconn``) inside it, so that an interruption while it is
     on its way is one psycopg's ``wait`` handles (it cancels the command and reads its end)."""
-    from psycopg import generators
-
     send(*args)
     return (yield from generators.execute(pgconn))[-1]
 
@@ -157,8 +160,6 @@ def _steps(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | No
     Each command is waited for on its own: a call interrupted (Ctrl-C, a task's cancellation)
     during one ends with that command, psycopg having cancelled it; it does not go on to
     prepare and send the statement, which would then run with nobody waiting for it."""
-    from psycopg import pq
-
     result = yield _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
     outdated = _outdated(result)
     if outdated:
@@ -174,9 +175,6 @@ def _steps(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | No
 
 
 def _rows(conn: Any, result: Any) -> list[tuple[Any, ...]]:
-    from psycopg import errors, pq
-    from psycopg.adapt import Transformer
-
     if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
         raise errors.error_from_result(result, encoding=conn.info.encoding)
     loader = Transformer(conn)
