@@ -46,6 +46,7 @@ from memstrata import (
 )
 from memstrata.exceptions import InvalidInputError
 from memstrata.integrations.openai_agents import AgentsMemory, MemstrataSession
+from memstrata.stores import erase
 
 
 def synchronously(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -549,6 +550,27 @@ async def test_two_users_who_share_a_thread_id_never_share_a_session_or_memory(
     for bad in ("", 42, "x" * 300):
         with pytest.raises(InvalidInputError, match="resource_id"):
             AgentsMemory(stack, thread_id="1", resource_id=bad)  # type: ignore[arg-type]
+    stack.store.close()
+
+
+@synchronously
+async def test_a_users_sessions_are_erased_by_their_namespace(tmp_path: Path) -> None:
+    """What docs/privacy.md says to run when a user asks to be forgotten: every session of the
+    user goes, whatever the thread; another user's of the same thread ids stays."""
+    stack = MemoryStack([WorkingMemory(schema=PROFILE)], store=SQLiteStore(str(tmp_path / "u.db")))
+    sessions = {
+        (user, thread): AgentsMemory(stack, thread_id=thread, resource_id=user).session()
+        for user in ("alice", "bob")
+        for thread in ("1", "2")
+    }
+    for (user, thread), session in sessions.items():
+        await session.add_items([{"role": "user", "content": f"{user} in {thread}"}])
+
+    assert erase(stack.store, ("openai-agents-session", "user-thread", "alice")) > 0
+
+    for (user, thread), session in sessions.items():
+        kept = [item["content"] for item in await session.get_items()]
+        assert kept == ([] if user == "alice" else [f"{user} in {thread}"])
     stack.store.close()
 
 
