@@ -48,6 +48,7 @@ import orjson
 
 from memstrata._bridge import await_, bridged, in_thread, pinned
 from memstrata.exceptions import InvalidInputError
+from memstrata.stores import codec
 
 Namespace = tuple[str, ...]
 JSONValue = Any
@@ -341,6 +342,41 @@ def validate_writes(writes: Any) -> builtins.list[str]:
     return keys
 
 
+def validate_restored(items: Any) -> builtins.list[tuple[Item, bytes]]:
+    """The items of a ``restore_items``, each checked, with its value encoded; or
+    InvalidInputError naming the first bad one."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise InvalidInputError(f"items must be a list of Item, got {type(items).__name__}")
+    seen: set[tuple[Namespace, str]] = set()
+    checked = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Item):
+            raise InvalidInputError(f"items[{i}] must be an Item, got {type(item).__name__}")
+        record = (validate_namespace(item.namespace), validate_key(item.key))
+        if record in seen:
+            raise InvalidInputError(
+                f"items[{i}] names namespace {item.namespace!r} key {item.key!r} again"
+            )
+        seen.add(record)
+        version = item.version
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 < version < 2**63:
+            raise InvalidInputError(
+                f"items[{i}] has version {version!r}; a version is an int from 1 to 2**63 - 1"
+            )
+        for name in ("created_at", "updated_at", "expires_at"):
+            when = getattr(item, name)
+            if when is None and name == "expires_at":
+                continue
+            if isinstance(when, bool) or not isinstance(when, (int, float)):
+                raise InvalidInputError(
+                    f"items[{i}].{name} must be Unix seconds, got {type(when).__name__}"
+                )
+            if not math.isfinite(when):
+                raise InvalidInputError(f"items[{i}].{name} is {when!r}, not a finite time")
+        checked.append((item, codec.dumps(item.value)))
+    return checked
+
+
 def validate_keys(keys: Any) -> builtins.list[str]:
     """The keys of a ``get_many``, each checked, duplicates dropped (first kept), or
     InvalidInputError."""
@@ -610,6 +646,26 @@ class Store(ABC):
         Raises:
             InvalidInputError: ``since`` is not a mark of this backend for ``namespace``, or
                 ``plan`` returned a bad key or a non-callable.
+        """
+
+    @abstractmethod
+    def restore_items(self, items: Sequence[Item]) -> builtins.list[Item]:
+        """Writes ``items`` as they are, in one transaction: each with its own value, version,
+        ``created_at``, ``updated_at`` and ``expires_at``, and only where its key holds no live
+        item (an expired row there is replaced). A key holding a live item is left as it is.
+        Returns the items written, in the order given.
+
+        What ``memstrata copy`` writes a store's records into another with
+        (:func:`memstrata.stores.copy.copy_store`): a layer's records keep the versions its
+        conditional writes and journals compare. Each item written is a write like any other
+        for :meth:`changes` and :meth:`update_many_since`, so a server following the namespace
+        sees it. An item whose ``expires_at`` has passed is not written. The version is kept
+        even where the key's tombstone remembers a higher one: the copy is the record.
+
+        Raises:
+            InvalidInputError: An item is not an :class:`Item`, has a bad namespace, key,
+                version or time, holds a value that cannot be stored, or names the same
+                record as another item; nothing is written.
         """
 
     @abstractmethod

@@ -84,9 +84,11 @@ from memstrata.stores.base import (
     Planner,
     Read,
     Updater,
+    encode_namespace,
     validate_keys,
     validate_namespace,
     validate_reads,
+    validate_restored,
     validate_ttl,
     validate_version,
 )
@@ -101,6 +103,7 @@ from memstrata.stores.pg_sql import (
     _GET,
     _GET_MANY,
     _LIST,
+    _LOCK_GIVEN,
     _LOCK_KEY,
     _LOCK_NAMESPACE,
     _MARK,
@@ -108,6 +111,7 @@ from memstrata.stores.pg_sql import (
     _MIGRATIONS,
     _PRUNE,
     _PURGE,
+    _RESTORE,
     _SINCE,
     _STAMP,
     _UPSERT,
@@ -593,6 +597,33 @@ class PostgresStore(PostgresAsyncTwins):
             pipeline.sync()
             written = self._queue_writes(conn, updates, all_params, read.fetchall(), ttl)
         return [self._written(namespace, key, value, cur.fetchone()) for key, value, cur in written]
+
+    def restore_items(self, items: Sequence[Item]) -> builtins.list[Item]:
+        checked = validate_restored(items)
+        if not checked:
+            return []
+        ordered = sorted(checked, key=lambda pair: (pair[0].namespace, pair[0].key))
+        params: dict[str, Any] = {
+            "ns": [encode_namespace(item.namespace) for item, _ in ordered],
+            "key": [item.key for item, _ in ordered],
+            "data": [data.decode() for _, data in ordered],
+            "version": [item.version for item, _ in ordered],
+            "created_at": [float(item.created_at) for item, _ in ordered],
+            "updated_at": [float(item.updated_at) for item, _ in ordered],
+            "expires_at": [
+                None if item.expires_at is None else float(item.expires_at) for item, _ in ordered
+            ],
+            "now": None,
+        }
+        # Two statements in one round trip: the records' locks (an update() of one of them
+        # elsewhere finishes first), then the write, whose snapshot holds what it committed.
+        with self._connection() as conn, _transaction(conn):
+            conn.execute(_LOCK_GIVEN, params)
+            cursor = conn.execute(_RESTORE, params)
+        written = {(ns, key) for ns, key in cursor.fetchall()}
+        return [
+            item for item, _ in checked if (encode_namespace(item.namespace), item.key) in written
+        ]
 
     def purge_expired(self) -> int:
         with self._connection() as conn, conn.transaction():

@@ -60,6 +60,7 @@ from memstrata.stores.base import (
     validate_keys,
     validate_namespace,
     validate_page,
+    validate_restored,
     validate_ttl,
     validate_updates,
     validate_version,
@@ -218,6 +219,16 @@ _INSERT_IF_ABSENT = f"""INSERT INTO items ({_COLUMNS}, seq)
         expires_at = excluded.expires_at
     WHERE NOT {_LIVE_OLD}
     RETURNING version, created_at, updated_at"""
+# restore_items: an item as it is, where its key holds no live row (an expired one is
+# replaced), taking the namespace's next number as any write does.
+_RESTORE = f"""INSERT INTO items ({_COLUMNS}, seq)
+    VALUES (:ns, :key, :data, :version, :created_at, :updated_at, :expires_at, {_LAST_SEQ} + 1)
+    ON CONFLICT (namespace, key) DO UPDATE SET
+        value = excluded.value, seq = excluded.seq, version = excluded.version,
+        created_at = excluded.created_at, updated_at = excluded.updated_at,
+        expires_at = excluded.expires_at
+    WHERE NOT {_LIVE_OLD}
+    RETURNING 1"""
 _REBURY = """ON CONFLICT (namespace, key) DO UPDATE
     SET seq = excluded.seq, deleted_at = :now, version = excluded.version"""
 _BURY_DELETED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at, version)
@@ -791,6 +802,29 @@ class SQLiteStore(Store):
             updates = plan([self._item(row) for row in live])
             keys = validate_updates(updates)
             return self._update_many(conn, namespace, keys, updates, ttl, now)
+
+    def restore_items(self, items: Sequence[Item]) -> builtins.list[Item]:
+        checked = validate_restored(items)  # bad data is refused before the write lock
+        written = []
+        with self._transaction() as conn:
+            now = time.time()
+            for item, data in checked:
+                expires_at = item.expires_at
+                if expires_at is not None and expires_at <= now:
+                    continue
+                params = {
+                    "ns": encode_namespace(item.namespace),
+                    "key": item.key,
+                    "data": data,
+                    "version": item.version,
+                    "created_at": float(item.created_at),
+                    "updated_at": float(item.updated_at),
+                    "expires_at": None if expires_at is None else float(expires_at),
+                    "now": now,
+                }
+                if conn.execute(_RESTORE, params).fetchall():
+                    written.append(item)
+        return written
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
