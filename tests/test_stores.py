@@ -1094,3 +1094,40 @@ def test_restore_items_keeps_the_values_text_and_key_order(store: Store) -> None
     store.restore_items([Item(NS, "k", value, 1, now, now)])
     got = store.get(NS, "k")
     assert got is not None and json.dumps(got.value) == json.dumps(value)
+
+
+def test_list_after_walks_the_store_page_by_page_in_lists_order(store: Store) -> None:
+    for ns in [("a",), ("a", "b"), ("a-b",), ("a\x01",), ("b",)]:
+        for key in ["k2", "k1", "k10", "é", "z"]:
+            store.put(ns, key, 1)
+    store.put(("a",), "gone", 1, ttl=0.05)
+    time.sleep(0.1)
+    everything = store.list((), limit=100)
+    for prefix in [(), ("a",)]:
+        walked: list[Item] = []
+        after = None
+        while page := store.list_after(prefix, after, limit=3):
+            walked.extend(page)
+            after = (page[-1].namespace, page[-1].key)
+        assert walked == store.list(prefix, limit=100)
+    assert len(everything) == 25
+    assert store.list_after((), None, limit=0) == []
+    with pytest.raises(InvalidInputError, match="namespace must be a tuple of str"):
+        store.list_after((), ("a", "k1"), limit=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="key is empty"):
+        store.list_after((), (("a",), ""), limit=3)
+
+
+def test_list_after_default_pages_through_list() -> None:
+    class ListOnly(InMemoryStore):
+        list_after = Store.list_after
+
+    store = ListOnly()
+    for i in range(1200):
+        store.put(("n", str(i % 3)), f"k{i:05}", i)
+    walked: list[Item] = []
+    after = None
+    while page := store.list_after(("n",), after, limit=500):
+        walked.extend(page)
+        after = (page[-1].namespace, page[-1].key)
+    assert walked == store.list(("n",), limit=2000)

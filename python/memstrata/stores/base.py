@@ -342,6 +342,15 @@ def validate_writes(writes: Any) -> builtins.list[str]:
     return keys
 
 
+def validate_after(after: Any) -> tuple[Namespace, str] | None:
+    """A ``list_after`` position: None, or a ``(namespace, key)`` pair, each checked."""
+    if after is None:
+        return None
+    if not isinstance(after, (tuple, builtins.list)) or len(after) != 2:
+        raise InvalidInputError(f"after must be None or a (namespace, key) pair, got {after!r}")
+    return validate_namespace(after[0]), validate_key(after[1])
+
+
 def validate_restored(items: Any) -> builtins.list[tuple[Item, bytes]]:
     """The items of a ``restore_items``, each checked, with its value encoded; or
     InvalidInputError naming the first bad one."""
@@ -497,6 +506,37 @@ class Store(ABC):
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> list[Item]:
         """Live items whose namespace starts with the prefix, ordered by namespace then key."""
+
+    def list_after(
+        self,
+        namespace_prefix: Namespace,
+        after: tuple[Namespace, str] | None,
+        *,
+        limit: int = 100,
+    ) -> builtins.list[Item]:
+        """Live items whose namespace starts with the prefix and that come after ``after`` (the
+        ``(namespace, key)`` a previous page ended with; None: from the first), in
+        :meth:`list`'s order, at most ``limit``: a walk through a whole store (a copy of it)
+        whose every page costs its own items, where ``list``'s ``offset`` reads past all
+        the items before it. Only this store's own order means anything: another backend
+        orders namespaces differently.
+
+        The SQL stores read from their primary key; this default pages through ``list``,
+        taken to order by the namespace tuple, then the key, as the in-memory store does."""
+        prefix = validate_namespace(namespace_prefix, allow_empty=True)
+        validate_page(limit, 0)
+        after = validate_after(after)
+        page, offset = max(limit, 500), 0
+        found: builtins.list[Item] = []
+        while len(found) < limit:
+            items = self.list(prefix, limit=page, offset=offset)
+            found.extend(
+                item for item in items if after is None or (item.namespace, item.key) > after
+            )
+            if len(items) < page:
+                break
+            offset += page
+        return found[:limit]
 
     @abstractmethod
     def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:

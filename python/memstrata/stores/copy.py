@@ -174,14 +174,14 @@ def _postgres_identity(store: Any) -> tuple[Any, ...]:
 def _pages(store: Store, prefixes: list[Namespace], page: int) -> Iterator[list[Item]]:
     """The live records under the prefixes, a page at a time, ordered by namespace and key."""
     for prefix in prefixes:
-        offset = 0
+        after = None
         while True:
-            items = store.list(prefix, limit=page, offset=offset)
+            items = store.list_after(prefix, after, limit=page)
             if items:
                 yield items
             if len(items) < page:
                 break
-            offset += page
+            after = (items[-1].namespace, items[-1].key)
 
 
 def _by_namespace(items: list[Item]) -> dict[Namespace, list[Item]]:

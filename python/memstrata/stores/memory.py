@@ -29,6 +29,7 @@ from memstrata.stores.base import (
     Store,
     Updater,
     sequence_position,
+    validate_after,
     validate_key,
     validate_namespace,
     validate_page,
@@ -188,6 +189,28 @@ class InMemoryStore(Store):
                 if ns[: len(prefix)] == prefix and row.live(now)
             )
             page = matches[offset : offset + limit]
+            return [self._item(ns, key, self._rows[(ns, key)]) for ns, key in page]
+
+    def list_after(
+        self,
+        namespace_prefix: Namespace,
+        after: tuple[Namespace, str] | None,
+        *,
+        limit: int = 100,
+    ) -> builtins.list[Item]:
+        prefix = validate_namespace(namespace_prefix, allow_empty=True)
+        validate_page(limit, 0)
+        after = validate_after(after)
+        now = time.time()
+        with self._lock:
+            matches = sorted(
+                (ns, key)
+                for (ns, key), row in self._rows.items()
+                if ns[: len(prefix)] == prefix
+                and row.live(now)
+                and (after is None or (ns, key) > after)
+            )
+            page = matches[:limit]
             return [self._item(ns, key, self._rows[(ns, key)]) for ns, key in page]
 
     def update(

@@ -85,6 +85,12 @@ _LIST = (
     f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
 )
+# list_after: a range of the primary key from a (namespace, key) on.
+_LIST_AFTER = (
+    f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s"
+    f" AND (namespace, key) > (%(after_ns)s, %(after_key)s) AND {_LIVE}"
+    " ORDER BY namespace, key LIMIT %(limit)s"
+)
 # A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
 # expired row written over numbers on too (a new record all the same: a new created_at).
 _FIRST_VERSION = """COALESCE((SELECT version FROM memstrata_tombstones

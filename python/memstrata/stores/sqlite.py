@@ -56,6 +56,7 @@ from memstrata.stores.base import (
     item_of,
     prefix_upper_bound,
     sequence_position,
+    validate_after,
     validate_key,
     validate_keys,
     validate_namespace,
@@ -144,6 +145,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? AND {_LIVE}
     ORDER BY namespace, key LIMIT ? OFFSET ?"""
+# list_after: a range of the primary key from a (namespace, key) on.
+_LIST_AFTER = f"""SELECT {_COLUMNS} FROM items
+    WHERE namespace >= ? AND namespace < ? AND (namespace, key) > (?, ?) AND {_LIVE}
+    ORDER BY namespace, key LIMIT ?"""
 _NAMESPACE = f"SELECT {_COLUMNS} FROM items WHERE namespace = ? AND {_LIVE} ORDER BY key"
 _NAMESPACE_ENCODED = (
     f"SELECT key, value, expires_at FROM items WHERE namespace = ? AND {_LIVE} ORDER BY key"
@@ -545,6 +550,23 @@ class SQLiteStore(Store):
             rows = self._conn.execute(
                 _LIST, (prefix, prefix_upper_bound(prefix), time.time(), limit, offset)
             ).fetchall()
+        return [self._item(row) for row in rows]
+
+    def list_after(
+        self,
+        namespace_prefix: Namespace,
+        after: tuple[Namespace, str] | None,
+        *,
+        limit: int = 100,
+    ) -> builtins.list[Item]:
+        prefix = encode_namespace(validate_namespace(namespace_prefix, allow_empty=True))
+        validate_page(limit, 0)
+        checked = validate_after(after)
+        # Every stored namespace is longer than "": ("", "") comes before every item.
+        ns, key = ("", "") if checked is None else (encode_namespace(checked[0]), checked[1])
+        params = (prefix, prefix_upper_bound(prefix), ns, key, time.time(), limit)
+        with self._lock:
+            rows = self._conn.execute(_LIST_AFTER, params).fetchall()
         return [self._item(row) for row in rows]
 
     def update(
