@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -342,3 +343,56 @@ def test_the_command_refuses_clearly(
         _out, err = capsys.readouterr()
         assert named in err and "Traceback" not in err, (arguments, err)
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_an_openai_agents_session_is_copied(two_stores: tuple[Store, Store]) -> None:
+    pytest.importorskip("agents")
+    import asyncio
+
+    from memstrata.integrations.openai_agents import AgentsMemory
+
+    source, target = two_stores
+    said = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, Priya."}]
+
+    async def items(store: Store, add: list[Any]) -> list[Any]:
+        stack = MemoryStack([WorkingMemory()], store=store)
+        session = AgentsMemory(stack, thread_id="chat-7", resource_id="user-42").session()
+        if add:
+            await session.add_items(add)
+        return await session.get_items()
+
+    assert asyncio.run(items(source, said)) == said
+    copy_store(source, target)
+    assert asyncio.run(items(target, [])) == said
+
+
+def test_the_command_reports_a_failure_mid_copy_on_a_line_of_its_own(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with SQLiteStore(tmp_path / "agent.db") as source:
+        source.restore_items(_records(1200))
+    real = SQLiteStore.restore_items
+    calls = 0
+
+    def failing_second_page(self: SQLiteStore, items: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, items)
+
+    monkeypatch.setattr(SQLiteStore, "restore_items", failing_second_page)
+    copy = [
+        "copy",
+        "--from",
+        f"sqlite:///{tmp_path}/agent.db",
+        "--to",
+        f"sqlite:///{tmp_path}/t.db",
+    ]
+    assert main(copy) == 2
+    _out, err = capsys.readouterr()
+    assert "500/1200\nmemstrata: database or disk is full" in err
+    monkeypatch.setattr(SQLiteStore, "restore_items", real)
+    assert main(copy) == 0  # run again: finishes
+    out, _err = capsys.readouterr()
+    assert "copied 700 record(s)" in out

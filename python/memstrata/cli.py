@@ -529,6 +529,7 @@ def _copy(args: argparse.Namespace) -> int:
     from memstrata.stores import copy_store
 
     stores: list[Store] = []
+    drawn = _Bars()
     try:
         if _same_url(args.source, args.target):
             raise InvalidInputError(
@@ -539,13 +540,13 @@ def _copy(args: argparse.Namespace) -> int:
         stores.append(open_store(args.source))
         stores.append(open_store(args.target))
         bars = {stage: ProgressBar(stage) for stage in ("copying", "verifying")}
-        result = copy_store(
-            stores[0], stores[1], prefixes, progress=lambda stage, d, t: bars[stage](d, t)
-        )
+        result = copy_store(stores[0], stores[1], prefixes, progress=drawn.draw(bars))
     except CopyConflictError as exc:
+        drawn.end_line()
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 1 if exc.copied else 2
     except _store_errors() as exc:
+        drawn.end_line()
         print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
         return 2
     finally:
@@ -568,6 +569,26 @@ def _copy(args: argparse.Namespace) -> int:
     if result.target_only:
         print(f"{result.target_only} record(s) of the target's own were left as they are")
     return 0
+
+
+class _Bars:
+    """The copy's progress bars, and whether one was left part drawn (an error then starts
+    on a line of its own)."""
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def draw(self, bars: dict[str, ProgressBar]) -> Any:
+        def progress(stage: str, done: int, total: int) -> None:
+            bars[stage](done, total)
+            self.open = done < total
+
+        return progress
+
+    def end_line(self) -> None:
+        if self.open:
+            print(file=sys.stderr)
+            self.open = False
 
 
 def _prefix(text: str) -> tuple[str, ...]:
