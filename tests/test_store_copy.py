@@ -396,3 +396,21 @@ def test_the_command_reports_a_failure_mid_copy_on_a_line_of_its_own(
     assert main(copy) == 0  # run again: finishes
     out, _err = capsys.readouterr()
     assert "copied 700 record(s)" in out
+
+
+def test_a_record_written_to_the_target_during_the_copy_is_left_and_reported(
+    tmp_path: pathlib.Path,
+) -> None:
+    source, target = InMemoryStore(), SQLiteStore(tmp_path / "target.db")
+    source.restore_items(_records(10))
+    real = target.restore_items
+
+    def a_server_writes_first(items: Any) -> Any:
+        target.put(("notes", "a"), "k0001", "a server's")
+        return real(items)
+
+    target.restore_items = a_server_writes_first  # type: ignore[method-assign]
+    with pytest.raises(CopyConflictError, match="1 records were written to the target") as race:
+        copy_store(source, target)
+    assert race.value.records == [(("notes", "a"), "k0001")] and race.value.copied == 9
+    assert target.get(("notes", "a"), "k0001").value == "a server's"  # type: ignore[union-attr]

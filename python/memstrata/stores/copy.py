@@ -117,8 +117,8 @@ def copy_store(
     if _same_store(source, target):
         raise InvalidInputError("the target is the source store itself: copy into another store")
     result = CopyResult()
-    total = _check(source, target, wanted, page)
-    _write(source, target, wanted, page, total, result, progress)
+    total, there = _check(source, target, wanted, page)
+    _write(source, target, wanted, page, total, there, result, progress)
     _verify(source, target, wanted, page, total, result, progress)
     result.seconds = time.perf_counter() - started
     return result
@@ -222,10 +222,11 @@ def _named(records: list[tuple[Namespace, str]], count: int) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _check(source: Store, target: Store, prefixes: list[Namespace], page: int) -> int:
-    """How many records the source holds under the prefixes; CopyConflictError, before
-    anything is written, if the target holds another record at any of their keys."""
-    total, conflicts = 0, 0
+def _check(source: Store, target: Store, prefixes: list[Namespace], page: int) -> tuple[int, int]:
+    """How many records the source holds under the prefixes, and how many of them the target
+    holds already; CopyConflictError, before anything is written, if the target holds another
+    record at any of their keys."""
+    total, conflicts, there_already = 0, 0, 0
     named: list[tuple[Namespace, str]] = []
     for items in _pages(source, prefixes, page):
         total += len(items)
@@ -236,6 +237,8 @@ def _check(source: Store, target: Store, prefixes: list[Namespace], page: int) -
                 conflicts += 1
                 if len(named) < NAMED:
                     named.append((item.namespace, item.key))
+            elif there is not None:
+                there_already += 1
     if conflicts:
         raise CopyConflictError(
             f"the target already holds other records under {conflicts} of the {total} keys "
@@ -244,7 +247,7 @@ def _check(source: Store, target: Store, prefixes: list[Namespace], page: int) -
             records=named,
             count=conflicts,
         )
-    return total
+    return total, there_already
 
 
 def _write(
@@ -253,32 +256,46 @@ def _write(
     prefixes: list[Namespace],
     page: int,
     total: int,
+    there_already: int,
     result: CopyResult,
     progress: Progress | None,
 ) -> None:
     """Writes each page in one transaction; a record the target held already must be the
-    same one (another writer may have written it since the check)."""
+    same one (another writer may have written it since the check). When the check found
+    records there already (a copy run again), each page's are looked up first and only the
+    others sent: a copy that had all but the last page done sends only that one."""
     done, conflicts = 0, 0
     named: list[tuple[Namespace, str]] = []
+
+    def held_already(items: list[Item]) -> list[Item]:
+        """Counts the items the target holds, the same or not; returns the others."""
+        nonlocal conflicts
+        held = _held(target, items)
+        absent = []
+        for item in items:
+            there = held.get((item.namespace, item.key))
+            if there is None:
+                absent.append(item)
+            elif _same(item, there):
+                label = item.namespace[0]
+                result.already[label] = result.already.get(label, 0) + 1
+            else:
+                conflicts += 1
+                if len(named) < NAMED:
+                    named.append((item.namespace, item.key))
+        return absent
+
     for items in _pages(source, prefixes, page):
-        written = target.restore_items(items)
+        to_write = held_already(items) if there_already else items
+        written = target.restore_items(to_write) if to_write else []
         for item in written:
             label = item.namespace[0]
             result.copied[label] = result.copied.get(label, 0) + 1
-        if len(written) < len(items):
+        if len(written) < len(to_write):
             kept = {(item.namespace, item.key) for item in written}
-            left = [item for item in items if (item.namespace, item.key) not in kept]
-            held = _held(target, left)
-            for item in left:
-                there = held.get((item.namespace, item.key))
-                if there is not None and _same(item, there):
-                    label = item.namespace[0]
-                    result.already[label] = result.already.get(label, 0) + 1
-                elif there is not None:
-                    conflicts += 1
-                    if len(named) < NAMED:
-                        named.append((item.namespace, item.key))
-                # Not there: it expired on its way (restore_items does not write those).
+            # Not written: written by someone else meanwhile, or expired on its way (neither
+            # held nor counted).
+            held_already([item for item in to_write if (item.namespace, item.key) not in kept])
         done += len(items)
         if progress is not None:
             progress("copying", min(done, total), total)
