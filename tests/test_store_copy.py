@@ -414,3 +414,41 @@ def test_a_record_written_to_the_target_during_the_copy_is_left_and_reported(
         copy_store(source, target)
     assert race.value.records == [(("notes", "a"), "k0001")] and race.value.copied == 9
     assert target.get(("notes", "a"), "k0001").value == "a server's"  # type: ignore[union-attr]
+
+
+def test_postgres_restore_waits_for_an_update_in_progress(empty_postgres_url: str) -> None:
+    """A server creating the record meanwhile finishes first, and the copy then leaves its
+    record: without the record's lock, the copy's row would be written under the update, which
+    would then write over it as if it had been absent."""
+    import threading
+
+    from memstrata.stores import PostgresStore
+
+    namespace = ("working-memory", "thread", "chat-1")
+    with PostgresStore(empty_postgres_url) as server, PostgresStore(empty_postgres_url) as copier:
+        locked, released = threading.Event(), threading.Event()
+
+        def hold(old: Any) -> Any:
+            locked.set()
+            released.wait(30)
+            return {"by": "server", "saw": old}
+
+        updating = threading.Thread(target=server.update, args=(namespace, "state", hold))
+        updating.start()
+        assert locked.wait(10)
+        now = time.time()
+        copied: list[Any] = []
+        copying = threading.Thread(
+            target=lambda: copied.append(
+                copier.restore_items([Item(namespace, "state", "copied", 5, now, now)])
+            )
+        )
+        copying.start()
+        time.sleep(0.3)
+        assert copied == []  # waiting for the record's lock
+        released.set()
+        updating.join(10)
+        copying.join(10)
+        assert copied == [[]]
+        got = copier.get(namespace, "state")
+        assert got is not None and got.value == {"by": "server", "saw": None}
