@@ -32,6 +32,9 @@ Semantics every backend guarantees:
   ``tombstone_retention``; a mark from before a pruned tombstone is answered with the whole
   namespace (``complete=True``) rather than with changes that might miss a deletion.
 * ``stamp(namespace, key)`` is a live item's ``(version, created_at)``, read without its value.
+* A copy between stores (``memstrata.stores.copy``) reads with ``list_after`` (``list``'s order,
+  a page from a position) and writes with ``restore_items`` (items as another store held them,
+  versions and times kept, only where a key holds no live item).
 """
 
 from __future__ import annotations
