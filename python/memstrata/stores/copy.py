@@ -30,12 +30,15 @@ from typing import Any
 import orjson
 
 from memstrata.exceptions import CopyConflictError, InvalidInputError
-from memstrata.stores.base import Item, Namespace, Store, validate_namespace
+from memstrata.stores.base import GetMany, Item, Namespace, Store, validate_namespace
 from memstrata.stores.memory import InMemoryStore
 from memstrata.stores.sqlite import SQLiteStore
 
 # Records read from the source, and written to the target in one transaction, at a time.
 PAGE = 500
+# A page's write holds a lock per record on PostgreSQL, in a lock table all sessions share
+# (max_locks_per_transaction x max_connections: 6,400 by default).
+MAX_PAGE = 2_000
 # Records a refusal or a verification failure names (and counts the rest).
 NAMED = 5
 # A record expiring this close to the verification may be gone from one store and not yet
@@ -111,8 +114,8 @@ def copy_store(
             source's.
     """
     started = time.perf_counter()
-    if isinstance(page, bool) or not isinstance(page, int) or not 0 < page <= 10_000:
-        raise InvalidInputError(f"page must be an int from 1 to 10000, got {page!r}")
+    if isinstance(page, bool) or not isinstance(page, int) or not 0 < page <= MAX_PAGE:
+        raise InvalidInputError(f"page must be an int from 1 to {MAX_PAGE}, got {page!r}")
     wanted = _prefixes(prefixes)
     if _same_store(source, target):
         raise InvalidInputError("the target is the source store itself: copy into another store")
@@ -193,10 +196,16 @@ def _by_namespace(items: list[Item]) -> dict[Namespace, list[Item]]:
 
 def _held(target: Store, items: list[Item]) -> dict[tuple[Namespace, str], Item]:
     """The target's live records at the keys of ``items``."""
+    # One read per namespace, sent together: a page of working memories spans a namespace per
+    # user, which would be a round trip each on PostgreSQL.
+    reads = [
+        GetMany(namespace, tuple(item.key for item in group))
+        for namespace, group in _by_namespace(items).items()
+    ]
     held: dict[tuple[Namespace, str], Item] = {}
-    for namespace, group in _by_namespace(items).items():
-        found = target.get_many(namespace, [item.key for item in group])
-        held.update(((namespace, key), item) for key, item in found.items())
+    for read, found in zip(reads, target.read_many(reads)):
+        assert isinstance(found, dict)  # a GetMany's answer
+        held.update(((read.namespace, key), item) for key, item in found.items())
     return held
 
 
