@@ -452,3 +452,13 @@ def test_postgres_restore_waits_for_an_update_in_progress(empty_postgres_url: st
         assert copied == [[]]
         got = copier.get(namespace, "state")
         assert got is not None and got.value == {"by": "server", "saw": None}
+
+
+def test_a_store_of_your_own_without_restore_items_is_refused_by_name() -> None:
+    class Mine(InMemoryStore):
+        restore_items = Store.restore_items
+
+    source = InMemoryStore()
+    source.put(("a",), "k", 1)
+    with pytest.raises(NotImplementedError, match="Mine does not provide restore_items"):
+        copy_store(source, Mine())

@@ -691,7 +691,6 @@ class Store(ABC):
                 ``plan`` returned a bad key or a non-callable.
         """
 
-    @abstractmethod
     def restore_items(self, items: Sequence[Item]) -> builtins.list[Item]:
         """Writes ``items`` as they are, in one transaction: each with its own value, version,
         ``created_at``, ``updated_at`` and ``expires_at``, and only where its key holds no live
@@ -709,7 +708,13 @@ class Store(ABC):
             InvalidInputError: An item is not an :class:`Item`, has a bad namespace, key,
                 version or time, holds a value that cannot be stored, or names the same
                 record as another item; nothing is written.
+            NotImplementedError: The store cannot write a record at a version it did not
+                number itself (a ``Store`` of your own that does not provide this); every
+                memstrata store does.
         """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not provide restore_items: it cannot be copied into"
+        )
 
     @abstractmethod
     def purge_expired(self) -> int:
