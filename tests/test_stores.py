@@ -1019,3 +1019,115 @@ def test_changes_each_streams_items_equal_to_changes(store: Store) -> None:
     store.changes_each(NS, None, seen.append)
     assert seen == store.changes(NS).items
     assert all(type(i.namespace) is tuple and i.namespace == NS for i in seen)
+
+
+def test_restore_items_writes_records_as_they_are_where_absent(store: Store) -> None:
+    now = time.time()
+    given = [
+        Item(NS, "a", {"x": 1}, 7, now - 100.0, now - 50.0, None),
+        Item(("other", "ns"), "b", [1, 2], 3, now - 10.0, now - 5.0, now + 3600.0),
+        Item(NS, "gone", "expired", 2, now - 100.0, now - 90.0, now - 1.0),
+    ]
+    mark = store.change_mark(NS)
+    written = store.restore_items(given)
+    assert written == given[:2]  # an item already expired is not written
+    assert store.get(NS, "a") == given[0]
+    assert store.get(("other", "ns"), "b") == given[1]
+    assert store.get(NS, "gone") is None
+    # A write like any other for a reader following the namespace, and versions go on from it.
+    assert [item.key for item in store.changes(NS, mark).items] == ["a"]
+    assert changed_keys(store, NS, mark) == ["a"]
+    assert store.put_if_version(NS, "a", {"x": 2}, expected_version=7) is not None
+    assert store.get(NS, "a").version == 8  # type: ignore[union-attr]
+
+
+def test_restore_items_leaves_a_live_record_and_replaces_an_expired_one(store: Store) -> None:
+    there = store.put(NS, "live", "mine")
+    store.put(NS, "old", "stale", ttl=0.05)
+    time.sleep(0.1)
+    now = time.time()
+    given = [
+        Item(NS, "live", "theirs", 5, now, now, None),
+        Item(NS, "old", "fresh", 4, now - 1.0, now, None),
+    ]
+    assert store.restore_items(given) == [given[1]]
+    assert store.get(NS, "live") == there
+    assert store.get(NS, "old") == given[1]
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        ("not items", "items must be a list"),
+        ([{"key": "k"}], "items[1] must be an Item"),
+        ([Item(NS, "k", 1, 0, 1.0, 1.0)], "version 0"),
+        ([Item(NS, "k", 1, True, 1.0, 1.0)], "version True"),
+        ([Item(NS, "k", 1, 2**63, 1.0, 1.0)], "version"),
+        ([Item(NS, "k", 1, 1, math.nan, 1.0)], "created_at is nan"),
+        ([Item(NS, "k", 1, 1, 1.0, "now")], "updated_at must be Unix seconds"),
+        ([Item(NS, "k", 1, 1, 1.0, 1.0, math.inf)], "expires_at is inf"),
+        ([Item(NS, "", 1, 1, 1.0, 1.0)], "key is empty"),
+        ([Item(NS, "k", 1, 1, 1.0, 1.0), Item(NS, "k", 2, 1, 1.0, 1.0)], "again"),
+    ],
+)
+def test_restore_items_refuses_bad_items_writing_nothing(
+    store: Store, bad: Any, named: str
+) -> None:
+    good = Item(NS, "good", 1, 1, time.time(), time.time())
+    with pytest.raises(InvalidInputError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        store.restore_items([good, *bad] if isinstance(bad, list) else bad)
+    assert store.get(NS, "good") is None
+
+
+def test_restore_items_refuses_a_value_that_cannot_be_stored(store: Store) -> None:
+    now = time.time()
+    with pytest.raises(NonFiniteNumberError):
+        store.restore_items(
+            [Item(NS, "a", 1, 1, now, now), Item(NS, "b", {"x": math.nan}, 1, now, now)]
+        )
+    assert store.get(NS, "a") is None
+
+
+def test_restore_items_keeps_the_values_text_and_key_order(store: Store) -> None:
+    now = time.time()
+    value = {"z": 1, "a": [1.5, "日本", None], "m": {"y": True, "b": False}}
+    store.restore_items([Item(NS, "k", value, 1, now, now)])
+    got = store.get(NS, "k")
+    assert got is not None and json.dumps(got.value) == json.dumps(value)
+
+
+def test_list_after_walks_the_store_page_by_page_in_lists_order(store: Store) -> None:
+    for ns in [("a",), ("a", "b"), ("a-b",), ("a\x01",), ("b",)]:
+        for key in ["k2", "k1", "k10", "é", "z"]:
+            store.put(ns, key, 1)
+    store.put(("a",), "gone", 1, ttl=0.05)
+    time.sleep(0.1)
+    everything = store.list((), limit=100)
+    for prefix in [(), ("a",)]:
+        walked: list[Item] = []
+        after = None
+        while page := store.list_after(prefix, after, limit=3):
+            walked.extend(page)
+            after = (page[-1].namespace, page[-1].key)
+        assert walked == store.list(prefix, limit=100)
+    assert len(everything) == 25
+    assert store.list_after((), None, limit=0) == []
+    with pytest.raises(InvalidInputError, match="namespace must be a tuple of str"):
+        store.list_after((), ("a", "k1"), limit=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="key is empty"):
+        store.list_after((), (("a",), ""), limit=3)
+
+
+def test_list_after_default_pages_through_list() -> None:
+    class ListOnly(InMemoryStore):
+        list_after = Store.list_after
+
+    store = ListOnly()
+    for i in range(1200):
+        store.put(("n", str(i % 3)), f"k{i:05}", i)
+    walked: list[Item] = []
+    after = None
+    while page := store.list_after(("n",), after, limit=500):
+        walked.extend(page)
+        after = (page[-1].namespace, page[-1].key)
+    assert walked == store.list(("n",), limit=2000)

@@ -7,6 +7,9 @@
                                                       the stack's tools over MCP (stdio)
     memstrata reindex --store URL --agent NAME [--embedder hashing|openai] [--model M] [--dim N]
                                                       re-embed a mind with a progress bar
+    memstrata copy --from URL --to URL [--json] [NAMESPACE ...]
+                                                      copy a memory into another store (SQLite
+                                                      to PostgreSQL, say), overwriting nothing
 
 A NAMESPACE is a prefix written with slashes: ``working-memory/thread``, ``mind/my-agent``.
 """
@@ -29,11 +32,12 @@ from urllib.parse import unquote, urlsplit
 from memstrata._console import escape_what_output_cannot_encode, writes_unicode
 from memstrata._core import __version__
 from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
-from memstrata.exceptions import InvalidInputError, MemstrataError
+from memstrata.exceptions import CopyConflictError, InvalidInputError, MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
 from memstrata.layers.wm_stored import ARCHIVE_KEY, JOURNAL_KEY, STATE_KEY, read_state
 from memstrata.stack import MemoryStack
 from memstrata.stores import Item, Store, open_store
+from memstrata.stores.base import validate_namespace
 
 PAGE = 1000
 
@@ -377,12 +381,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="vector dimension (default: 384 for hashing, the model's own for openai)",
     )
+    copy = commands.add_parser(
+        "copy",
+        help="copy a memory into another store (e.g. SQLite to PostgreSQL)",
+        description="Copies every record (or those under the NAMESPACE prefixes) into another "
+        "store exactly: values, versions, times and expiry. Overwrites nothing: refuses, "
+        "writing nothing, if the target holds other records under the same keys; a copy "
+        "stopped part way can be run again to finish. Checks the target against the source "
+        "at the end. Stop the servers using the source first.",
+    )
+    copy.add_argument(
+        "--from", dest="source", required=True, metavar="URL", help="the store to copy from"
+    )
+    copy.add_argument(
+        "--to",
+        dest="target",
+        required=True,
+        metavar="URL",
+        help="the store to copy into (a SQLite file is created if missing)",
+    )
+    copy.add_argument(
+        "namespace",
+        nargs="*",
+        help="copy only these namespaces, e.g. mind/my-agent or working-memory",
+    )
+    copy.add_argument(
+        "--json", action="store_true", help="print a JSON summary (per top-level namespace)"
+    )
     args = parser.parse_args(argv)
 
     if args.command == "demo":
         from memstrata import demo as demo_module
 
         return demo_module.main([] if args.db is None else ["--db", args.db])
+    if args.command == "copy":
+        return _copy(args)
     try:
         if args.command != "mcp":
             _require_sqlite_file(args.store)
@@ -478,6 +511,106 @@ def _reindex(store: Store, args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """The errors a store raises that the command reports in a line: memstrata's, SQLite's
+    (a file that is not a database) and psycopg's (a server that cannot be reached)."""
+    errors: tuple[type[BaseException], ...] = (MemstrataError, sqlite3.Error)
+    if "psycopg" in sys.modules:
+        errors += (sys.modules["psycopg"].Error,)
+    return errors
+
+
+def _copy(args: argparse.Namespace) -> int:
+    """``memstrata copy``: progress on stderr, the summary (or ``--json``) on stdout; exit 2
+    when nothing could be done (a bad URL or namespace, a refusal), 1 when the copy wrote but
+    the target differs from the source at the end."""
+    from memstrata.stores import copy_store
+
+    stores: list[Store] = []
+    drawn = _Bars()
+    try:
+        if _same_url(args.source, args.target):
+            raise InvalidInputError(
+                f"--from and --to name the same store ({args.source}): copy into another store"
+            )
+        _require_sqlite_file(args.source)
+        prefixes = [_prefix(p) for p in args.namespace]
+        stores.append(open_store(args.source))
+        stores.append(open_store(args.target))
+        bars = {stage: ProgressBar(stage) for stage in ("copying", "verifying")}
+        result = copy_store(stores[0], stores[1], prefixes, progress=drawn.draw(bars))
+    except CopyConflictError as exc:
+        drawn.end_line()
+        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
+        return 1 if exc.copied else 2
+    except _store_errors() as exc:
+        drawn.end_line()
+        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
+        return 2
+    finally:
+        for store in stores:
+            store.close()
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+        return 0
+    labels = sorted(set(result.copied) | set(result.already))
+    rows = [
+        [label, str(result.copied.get(label, 0)), str(result.already.get(label, 0))]
+        for label in labels
+    ]
+    print(
+        f"copied {sum(result.copied.values())} record(s) in {result.seconds:.1f} s; the target "
+        f"holds all {result.records} of the source's, checked"
+    )
+    if rows:
+        print(_table(rows, ["namespace", "copied", "already there"], terminal_width()))
+    if result.target_only:
+        print(f"{result.target_only} record(s) of the target's own were left as they are")
+    return 0
+
+
+class _Bars:
+    """The copy's progress bars, and whether one was left part drawn (an error then starts
+    on a line of its own)."""
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def draw(self, bars: dict[str, ProgressBar]) -> Any:
+        def progress(stage: str, done: int, total: int) -> None:
+            bars[stage](done, total)
+            self.open = done < total
+
+        return progress
+
+    def end_line(self) -> None:
+        if self.open:
+            print(file=sys.stderr)
+            self.open = False
+
+
+def _prefix(text: str) -> tuple[str, ...]:
+    """A NAMESPACE argument (``mind/my-agent``) as a prefix, or InvalidInputError naming it."""
+    prefix = tuple(text.strip("/").split("/"))
+    try:
+        return validate_namespace(prefix)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"namespace {text!r}: {exc}") from None
+
+
+def _same_url(a: str, b: str) -> bool:
+    """Two URLs naming one store as written: the same SQLite file (resolved), or the same
+    URL. (copy_store also compares the stores it opened: another spelling of one database.)"""
+    if a == b:
+        return not a.startswith("memory:")
+    pa, pb = urlsplit(a), urlsplit(b)
+    if pa.scheme == pb.scheme == "sqlite" and not pa.netloc and not pb.netloc:
+        path_a = unquote(pa.path[1:] if pa.path.startswith("/") else pa.path)
+        path_b = unquote(pb.path[1:] if pb.path.startswith("/") else pb.path)
+        return bool(path_a) and os.path.realpath(path_a) == os.path.realpath(path_b)
+    return False
 
 
 def _schema_file(path: str) -> dict[str, Any]:

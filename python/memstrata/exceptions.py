@@ -22,6 +22,8 @@ keeps working::
     │                                         retry (a working memory's state and journal)
     ├── WriteConflictError                    a rewrite of a state another writer changed since
     │                                         it was read; nothing written
+    ├── CopyConflictError                     a store copy that would overwrite a record the
+    │                                         target holds, or that found the source changed
     ├── LockTimeoutError (TimeoutError)       a store call gave up waiting for a lock another
     │                                         connection held (PostgreSQL's lock_timeout)
     ├── RecoverableContextError               a prompt that cannot fit the model's window even
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetExceededError",
+    "CopyConflictError",
     "DimensionMismatchError",
     "InvalidInputError",
     "InvalidJSONError",
@@ -218,6 +221,32 @@ class LimitExceededError(InvalidInputError):
 class StorageRaceError(MemstrataError):
     """Other writers kept changing a record a read or a write depends on past every retry: a
     working memory's state and journal, written by many processes at once."""
+
+
+class CopyConflictError(MemstrataError):
+    """A store copy (``memstrata copy``, :func:`memstrata.stores.copy.copy_store`) that found
+    the target holding other records under keys it copies, and so wrote nothing; or that
+    finished writing and found the target's records differing from the source's (a server
+    still writing to either store meanwhile).
+
+    Attributes:
+        records: ``(namespace, key)`` of the first records concerned (at most a few).
+        count: How many records are concerned in all.
+        copied: Records written before the difference was found (0 for a refusal).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        records: list[tuple[tuple[str, ...], str]] | None = None,
+        count: int = 0,
+        copied: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.records = records or []
+        self.count = count
+        self.copied = copied
 
 
 class WriteConflictError(MemstrataError):

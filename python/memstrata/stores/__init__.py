@@ -24,6 +24,7 @@ from memstrata.stores.base import (
     Store,
     erase,
 )
+from memstrata.stores.copy import CopyResult, copy_store
 from memstrata.stores.memory import InMemoryStore
 from memstrata.stores.sqlite import SQLiteStore
 
@@ -32,6 +33,7 @@ __all__ = [
     "Changes",
     "ChangesSince",
     "ConditionalWrite",
+    "CopyResult",
     "GetMany",
     "InMemoryStore",
     "Item",
@@ -40,6 +42,7 @@ __all__ = [
     "Read",
     "SQLiteStore",
     "Store",
+    "copy_store",
     "erase",
     "open_store",
 ]

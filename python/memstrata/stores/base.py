@@ -32,6 +32,9 @@ Semantics every backend guarantees:
   ``tombstone_retention``; a mark from before a pruned tombstone is answered with the whole
   namespace (``complete=True``) rather than with changes that might miss a deletion.
 * ``stamp(namespace, key)`` is a live item's ``(version, created_at)``, read without its value.
+* A copy between stores (``memstrata.stores.copy``) reads with ``list_after`` (``list``'s order,
+  a page from a position) and writes with ``restore_items`` (items as another store held them,
+  versions and times kept, only where a key holds no live item).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import orjson
 
 from memstrata._bridge import await_, bridged, in_thread, pinned
 from memstrata.exceptions import InvalidInputError
+from memstrata.stores import codec
 
 Namespace = tuple[str, ...]
 JSONValue = Any
@@ -341,6 +345,50 @@ def validate_writes(writes: Any) -> builtins.list[str]:
     return keys
 
 
+def validate_after(after: Any) -> tuple[Namespace, str] | None:
+    """A ``list_after`` position: None, or a ``(namespace, key)`` pair, each checked."""
+    if after is None:
+        return None
+    if not isinstance(after, (tuple, builtins.list)) or len(after) != 2:
+        raise InvalidInputError(f"after must be None or a (namespace, key) pair, got {after!r}")
+    return validate_namespace(after[0]), validate_key(after[1])
+
+
+def validate_restored(items: Any) -> builtins.list[tuple[Item, bytes]]:
+    """The items of a ``restore_items``, each checked, with its value encoded; or
+    InvalidInputError naming the first bad one."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise InvalidInputError(f"items must be a list of Item, got {type(items).__name__}")
+    seen: set[tuple[Namespace, str]] = set()
+    checked = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Item):
+            raise InvalidInputError(f"items[{i}] must be an Item, got {type(item).__name__}")
+        record = (validate_namespace(item.namespace), validate_key(item.key))
+        if record in seen:
+            raise InvalidInputError(
+                f"items[{i}] names namespace {item.namespace!r} key {item.key!r} again"
+            )
+        seen.add(record)
+        version = item.version
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 < version < 2**63:
+            raise InvalidInputError(
+                f"items[{i}] has version {version!r}; a version is an int from 1 to 2**63 - 1"
+            )
+        for name in ("created_at", "updated_at", "expires_at"):
+            when = getattr(item, name)
+            if when is None and name == "expires_at":
+                continue
+            if isinstance(when, bool) or not isinstance(when, (int, float)):
+                raise InvalidInputError(
+                    f"items[{i}].{name} must be Unix seconds, got {type(when).__name__}"
+                )
+            if not math.isfinite(when):
+                raise InvalidInputError(f"items[{i}].{name} is {when!r}, not a finite time")
+        checked.append((item, codec.dumps(item.value)))
+    return checked
+
+
 def validate_keys(keys: Any) -> builtins.list[str]:
     """The keys of a ``get_many``, each checked, duplicates dropped (first kept), or
     InvalidInputError."""
@@ -461,6 +509,37 @@ class Store(ABC):
         self, namespace_prefix: Namespace = (), *, limit: int = 100, offset: int = 0
     ) -> list[Item]:
         """Live items whose namespace starts with the prefix, ordered by namespace then key."""
+
+    def list_after(
+        self,
+        namespace_prefix: Namespace,
+        after: tuple[Namespace, str] | None,
+        *,
+        limit: int = 100,
+    ) -> builtins.list[Item]:
+        """Live items whose namespace starts with the prefix and that come after ``after`` (the
+        ``(namespace, key)`` a previous page ended with; None: from the first), in
+        :meth:`list`'s order, at most ``limit``: a walk through a whole store (a copy of it)
+        whose every page costs its own items, where ``list``'s ``offset`` reads past all
+        the items before it. Only this store's own order means anything: another backend
+        orders namespaces differently.
+
+        The SQL stores read from their primary key; this default pages through ``list``,
+        taken to order by the namespace tuple, then the key, as the in-memory store does."""
+        prefix = validate_namespace(namespace_prefix, allow_empty=True)
+        validate_page(limit, 0)
+        after = validate_after(after)
+        page, offset = max(limit, 500), 0
+        found: builtins.list[Item] = []
+        while len(found) < limit:
+            items = self.list(prefix, limit=page, offset=offset)
+            found.extend(
+                item for item in items if after is None or (item.namespace, item.key) > after
+            )
+            if len(items) < page:
+                break
+            offset += page
+        return found[:limit]
 
     @abstractmethod
     def changes(self, namespace: Namespace, since: ChangeMark | None = None) -> Changes:
@@ -611,6 +690,31 @@ class Store(ABC):
             InvalidInputError: ``since`` is not a mark of this backend for ``namespace``, or
                 ``plan`` returned a bad key or a non-callable.
         """
+
+    def restore_items(self, items: Sequence[Item]) -> builtins.list[Item]:
+        """Writes ``items`` as they are, in one transaction: each with its own value, version,
+        ``created_at``, ``updated_at`` and ``expires_at``, and only where its key holds no live
+        item (an expired row there is replaced). A key holding a live item is left as it is.
+        Returns the items written, in the order given.
+
+        What ``memstrata copy`` writes a store's records into another with
+        (:func:`memstrata.stores.copy.copy_store`): a layer's records keep the versions its
+        conditional writes and journals compare. Each item written is a write like any other
+        for :meth:`changes` and :meth:`update_many_since`, so a server following the namespace
+        sees it. An item whose ``expires_at`` has passed is not written. The version is kept
+        even where the key's tombstone remembers a higher one: the copy is the record.
+
+        Raises:
+            InvalidInputError: An item is not an :class:`Item`, has a bad namespace, key,
+                version or time, holds a value that cannot be stored, or names the same
+                record as another item; nothing is written.
+            NotImplementedError: The store cannot write a record at a version it did not
+                number itself (a ``Store`` of your own that does not provide this); every
+                memstrata store does.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not provide restore_items: it cannot be copied into"
+        )
 
     @abstractmethod
     def purge_expired(self) -> int:

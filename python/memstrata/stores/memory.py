@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memstrata.stores import codec
@@ -29,9 +29,11 @@ from memstrata.stores.base import (
     Store,
     Updater,
     sequence_position,
+    validate_after,
     validate_key,
     validate_namespace,
     validate_page,
+    validate_restored,
     validate_ttl,
     validate_updates,
     validate_version,
@@ -187,6 +189,28 @@ class InMemoryStore(Store):
                 if ns[: len(prefix)] == prefix and row.live(now)
             )
             page = matches[offset : offset + limit]
+            return [self._item(ns, key, self._rows[(ns, key)]) for ns, key in page]
+
+    def list_after(
+        self,
+        namespace_prefix: Namespace,
+        after: tuple[Namespace, str] | None,
+        *,
+        limit: int = 100,
+    ) -> builtins.list[Item]:
+        prefix = validate_namespace(namespace_prefix, allow_empty=True)
+        validate_page(limit, 0)
+        after = validate_after(after)
+        now = time.time()
+        with self._lock:
+            matches = sorted(
+                (ns, key)
+                for (ns, key), row in self._rows.items()
+                if ns[: len(prefix)] == prefix
+                and row.live(now)
+                and (after is None or (ns, key) > after)
+            )
+            page = matches[:limit]
             return [self._item(ns, key, self._rows[(ns, key)]) for ns, key in page]
 
     def update(
@@ -347,6 +371,33 @@ class InMemoryStore(Store):
             updates = plan(changed)
             keys = validate_updates(updates)
             return self._update_many(namespace, keys, updates, ttl, now)
+
+    def restore_items(self, items: Sequence[Item]) -> builtins.list[Item]:
+        checked = validate_restored(items)
+        with self._lock:
+            now = time.time()
+            seq = self._tick()
+            written = []
+            for item, data in checked:
+                if item.expires_at is not None and item.expires_at <= now:
+                    continue
+                record = (tuple(item.namespace), item.key)
+                old = self._rows.get(record)
+                if old is not None and old.live(now):
+                    continue
+                # Popped, then inserted: the row goes to the end, as a write's does.
+                self._rows.pop(record, None)
+                expires_at = None if item.expires_at is None else float(item.expires_at)
+                self._rows[record] = _Row(
+                    data,
+                    item.version,
+                    float(item.created_at),
+                    float(item.updated_at),
+                    expires_at,
+                    seq,
+                )
+                written.append(item)
+            return written
 
     def purge_expired(self) -> int:
         with self._lock:

@@ -85,6 +85,12 @@ _LIST = (
     f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_LIVE}"
     " ORDER BY namespace, key LIMIT %(limit)s OFFSET %(offset)s"
 )
+# list_after: a range of the primary key from a (namespace, key) on.
+_LIST_AFTER = (
+    f"{_SELECT} WHERE namespace >= %(lo)s AND namespace < %(hi)s"
+    f" AND (namespace, key) > (%(after_ns)s, %(after_key)s) AND {_LIVE}"
+    " ORDER BY namespace, key LIMIT %(limit)s"
+)
 # A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
 # expired row written over numbers on too (a new record all the same: a new created_at).
 _FIRST_VERSION = """COALESCE((SELECT version FROM memstrata_tombstones
@@ -183,6 +189,30 @@ _PUT_OVER_VERSION = f"""WITH locked AS MATERIALIZED ({_KEY_LOCK_ROW})
     WHERE items.namespace = %(ns)s AND items.key = %(key)s AND items.version = %(expected)s
         AND (items.expires_at IS NULL OR items.expires_at > {_NOW})
     RETURNING items.version, items.created_at, items.updated_at, items.expires_at"""
+# restore_items: the given records' locks, in the order given (sorted by namespace and key,
+# as update_many sorts its keys), then each record as it is, where its key holds no live row
+# (an expired one is replaced): a write like any other for changes (written_by).
+_GIVEN = """unnest(%(ns)s::text[], %(key)s::text[], %(data)s::text[], %(version)s::bigint[],
+        %(created_at)s::float8[], %(updated_at)s::float8[], %(expires_at)s::float8[])
+    WITH ORDINALITY AS given(ns, key, data, version, created_at, updated_at, expires_at, n)"""
+_LOCK_GIVEN = f"""SELECT count(*) FROM (
+    SELECT pg_advisory_xact_lock(hashtextextended(ns || key, 0)) FROM {_GIVEN}
+    ORDER BY n OFFSET 0) AS locked"""
+_RESTORE = f"""INSERT INTO memstrata_items AS items
+        (namespace, key, value, version, created_at, updated_at, expires_at, written_by)
+    SELECT ns, key, data::json, version, created_at, updated_at, expires_at,
+            pg_current_xact_id()
+        FROM {_GIVEN}
+        WHERE expires_at IS NULL OR expires_at > {_NOW}
+    ON CONFLICT (namespace, key) DO UPDATE SET
+        value = excluded.value,
+        written_by = excluded.written_by,
+        version = excluded.version,
+        created_at = excluded.created_at,
+        updated_at = excluded.updated_at,
+        expires_at = excluded.expires_at
+    WHERE items.expires_at IS NOT NULL AND items.expires_at <= {_NOW}
+    RETURNING namespace, key"""
 _MARK = "SELECT pg_current_snapshot()::text"
 _LOCK_NAMESPACE = _locked(
     f"SELECT pg_advisory_xact_lock({_NAMESPACE_LOCK_CLASS}, hashtext(%(ns)s))"

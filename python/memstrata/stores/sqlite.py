@@ -56,10 +56,12 @@ from memstrata.stores.base import (
     item_of,
     prefix_upper_bound,
     sequence_position,
+    validate_after,
     validate_key,
     validate_keys,
     validate_namespace,
     validate_page,
+    validate_restored,
     validate_ttl,
     validate_updates,
     validate_version,
@@ -143,6 +145,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _LIST = f"""SELECT {_COLUMNS} FROM items WHERE namespace >= ? AND namespace < ? AND {_LIVE}
     ORDER BY namespace, key LIMIT ? OFFSET ?"""
+# list_after: a range of the primary key from a (namespace, key) on.
+_LIST_AFTER = f"""SELECT {_COLUMNS} FROM items
+    WHERE namespace >= ? AND namespace < ? AND (namespace, key) > (?, ?) AND {_LIVE}
+    ORDER BY namespace, key LIMIT ?"""
 _NAMESPACE = f"SELECT {_COLUMNS} FROM items WHERE namespace = ? AND {_LIVE} ORDER BY key"
 _NAMESPACE_ENCODED = (
     f"SELECT key, value, expires_at FROM items WHERE namespace = ? AND {_LIVE} ORDER BY key"
@@ -218,6 +224,16 @@ _INSERT_IF_ABSENT = f"""INSERT INTO items ({_COLUMNS}, seq)
         expires_at = excluded.expires_at
     WHERE NOT {_LIVE_OLD}
     RETURNING version, created_at, updated_at"""
+# restore_items: an item as it is, where its key holds no live row (an expired one is
+# replaced), taking the namespace's next number as any write does.
+_RESTORE = f"""INSERT INTO items ({_COLUMNS}, seq)
+    VALUES (:ns, :key, :data, :version, :created_at, :updated_at, :expires_at, {_LAST_SEQ} + 1)
+    ON CONFLICT (namespace, key) DO UPDATE SET
+        value = excluded.value, seq = excluded.seq, version = excluded.version,
+        created_at = excluded.created_at, updated_at = excluded.updated_at,
+        expires_at = excluded.expires_at
+    WHERE NOT {_LIVE_OLD}
+    RETURNING 1"""
 _REBURY = """ON CONFLICT (namespace, key) DO UPDATE
     SET seq = excluded.seq, deleted_at = :now, version = excluded.version"""
 _BURY_DELETED = f"""INSERT INTO tombstones (namespace, key, seq, deleted_at, version)
@@ -536,6 +552,23 @@ class SQLiteStore(Store):
             ).fetchall()
         return [self._item(row) for row in rows]
 
+    def list_after(
+        self,
+        namespace_prefix: Namespace,
+        after: tuple[Namespace, str] | None,
+        *,
+        limit: int = 100,
+    ) -> builtins.list[Item]:
+        prefix = encode_namespace(validate_namespace(namespace_prefix, allow_empty=True))
+        validate_page(limit, 0)
+        checked = validate_after(after)
+        # Every stored namespace is longer than "": ("", "") comes before every item.
+        ns, key = ("", "") if checked is None else (encode_namespace(checked[0]), checked[1])
+        params = (prefix, prefix_upper_bound(prefix), ns, key, time.time(), limit)
+        with self._lock:
+            rows = self._conn.execute(_LIST_AFTER, params).fetchall()
+        return [self._item(row) for row in rows]
+
     def update(
         self, namespace: Namespace, key: str, fn: Updater, *, ttl: float | None = None
     ) -> Item:
@@ -791,6 +824,29 @@ class SQLiteStore(Store):
             updates = plan([self._item(row) for row in live])
             keys = validate_updates(updates)
             return self._update_many(conn, namespace, keys, updates, ttl, now)
+
+    def restore_items(self, items: Sequence[Item]) -> builtins.list[Item]:
+        checked = validate_restored(items)  # bad data is refused before the write lock
+        written = []
+        with self._transaction() as conn:
+            now = time.time()
+            for item, data in checked:
+                expires_at = item.expires_at
+                if expires_at is not None and expires_at <= now:
+                    continue
+                params = {
+                    "ns": encode_namespace(item.namespace),
+                    "key": item.key,
+                    "data": data,
+                    "version": item.version,
+                    "created_at": float(item.created_at),
+                    "updated_at": float(item.updated_at),
+                    "expires_at": None if expires_at is None else float(expires_at),
+                    "now": now,
+                }
+                if conn.execute(_RESTORE, params).fetchall():
+                    written.append(item)
+        return written
 
     def purge_expired(self) -> int:
         with self._transaction() as conn:
