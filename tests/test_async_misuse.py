@@ -548,3 +548,35 @@ def test_tool_calls_of_runs_in_flight_when_the_store_closes_say_it_is_closed(
         assert answer["error"]["code"] == "memory_unavailable", answer
         assert "store is closed" in answer["error"]["message"], answer
         assert answer["error"]["retry"] is False, answer
+
+
+def test_a_run_another_task_is_opening_is_whole_when_used(tmp_path: pathlib.Path) -> None:
+    """A run used by several tasks before it is open (a model's parallel tool calls on a run
+    opened by its first call, or ``aopen`` in one task and a call in another): the agent
+    mind's first load waits in a worker thread, and the other tasks wait for the open to end;
+    none finds a run without its layers (told "unknown tool", or a KeyError from prepare)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    stack = MemoryStack(
+        [AgentMind(), SharedMemory(store=store, namespace=("shared-memory", "open"))],
+        store=store,
+    )
+
+    async def main() -> list[Any]:
+        run = stack.arun(agent="a")
+        answers = await asyncio.gather(
+            run.acall_tool("mind_set_goal", {"description": "the first call opens the run"}),
+            run.acall_tool("memory_write", {"key": "k", "value": 1}),
+            run.aprepare([{"role": "user", "content": "hi"}]),
+        )
+        await run.aclose()
+        run = stack.arun(agent="a")
+        opened = await asyncio.gather(run.aopen(), run.aprepare([]))
+        await run.aclose()
+        return [*answers, opened[1]]
+
+    goal, written, prepared, prepared_after_open = asyncio.run(main())
+    assert goal.get("status") == "ok", goal
+    assert written["ok"], written
+    assert any("first call opens" in str(m["content"]) for m in prepared_after_open)
+    assert prepared and prepared[-1] == {"role": "user", "content": "hi"}
+    store.close()
