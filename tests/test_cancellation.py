@@ -6,14 +6,16 @@ holds; the next call of the same run, and the next turn, work on a whole state."
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import pathlib
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from memstrata import MemoryStack, SQLiteStore, WorkingMemory
+from memstrata import MemoryStack, SQLiteStore, ToolResults, WorkingMemory
 from memstrata._bridge import await_, in_thread
 
 SCHEMA = {
@@ -35,25 +37,41 @@ class CancellingStore(SQLiteStore):
     at = 0
     calls = 0
     cancelled_in: str | None = None
+    when: Callable[[str, tuple[Any, ...]], bool] | None = None
 
-    def cancel_at(self, victim: asyncio.Task[Any], at: int = 1) -> None:
+    def cancel_at(
+        self,
+        victim: asyncio.Task[Any],
+        at: int = 1,
+        when: Callable[[str, tuple[Any, ...]], bool] | None = None,
+    ) -> None:
+        """Cancels ``victim`` at its ``at``-th store call, or at the first for which
+        ``when(method name, arguments)`` holds."""
         self.victim, self.at, self.calls, self.cancelled_in = victim, at, 0, None
+        self.when = when
 
     def _serve_bridged(
         self, name: str, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
     ) -> Any:
         self.calls += 1
-        if self.victim is not None and self.calls == self.at:
+        chosen = self.when(name, args) if self.when is not None else self.calls == self.at
+        if self.victim is not None and chosen:
             self.victim.cancel()
             self.victim, self.cancelled_in = None, name
         return await_(in_thread(method, *args, **kwargs), finish=True)
 
 
-async def cancelled_call(store: CancellingStore, call: Any, at: int = 1) -> str | None:
-    """Runs ``call`` (a coroutine) as a task cancelled at its ``at``-th store call; returns
-    the call it was cancelled in, after checking that the cancellation reached the caller."""
+async def cancelled_call(
+    store: CancellingStore,
+    call: Any,
+    at: int = 1,
+    when: Callable[[str, tuple[Any, ...]], bool] | None = None,
+) -> str | None:
+    """Runs ``call`` (a coroutine) as a task cancelled at a store call (see
+    :meth:`CancellingStore.cancel_at`); returns the call it was cancelled in, after checking
+    that the cancellation reached the caller."""
     task = asyncio.ensure_future(call)
-    store.cancel_at(task, at)
+    store.cancel_at(task, at, when)
     with pytest.raises(asyncio.CancelledError):
         await task
     return store.cancelled_in
@@ -88,4 +106,51 @@ def test_a_run_shows_the_working_memory_a_cancelled_update_stored(
     assert replaced["ok"], replaced
     with stack.run(thread_id="t", resource_id="u") as run:
         assert run.layer("working-memory").snapshot == {"owner": "third", "tasks": {}}
+    store.close()
+
+
+def tool_turn(results: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """A conversation whose tool calls, with these (call_id, result) pairs, came back."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "look it up"}]
+    for call_id, result in results:
+        call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+    return messages
+
+
+def test_a_reused_call_id_cancelled_as_its_newer_result_is_stored_keeps_each_notice_right(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A server that reuses call ids (``call_0`` at every turn) offloads a newer result under
+    one that holds an older: the older moves to an id of its own, and the notice already made
+    for it must name that id. Cancelled as the newer result's record is written, the next
+    prompt still points each notice at its own result, never the older at the newer."""
+    store = CancellingStore(tmp_path / "s.db")
+    stack = MemoryStack([ToolResults(threshold_tokens=50)], store=store)
+    older = "\n".join(f"older row {i}: eu-{i % 5}" for i in range(200))
+    newer = "\n".join(f"newer row {i}: us-{i % 7}" for i in range(200))
+    newer_hash = hashlib.sha256(newer.encode()).hexdigest()
+
+    def newer_pointer(name: str, args: tuple[Any, ...]) -> bool:
+        return name == "put" and args[1] == "call_0" and newer_hash in str(args[2])
+
+    async def main() -> list[dict[str, Any]]:
+        async with stack.arun(thread_id="t", resource_id="u") as run:
+            await run.aprepare(tool_turn([("call_0", older)]))
+            both = tool_turn([("call_0", older), ("call_0", newer)])
+            prepared = run.aprepare(both)
+            assert await cancelled_call(store, prepared, when=newer_pointer) == "put"
+            prompt = await run.aprepare(both)
+            pages = []
+            for message in prompt:
+                if message["role"] == "tool":
+                    named = re.search(r'call_id="([^"]+)"', message["content"])
+                    assert named, message["content"]
+                    reading = run.acall_tool("read_tool_result", {"call_id": named.group(1)})
+                    pages.append(await reading)
+            return pages
+
+    pages = asyncio.run(main())
+    assert [page["content"].split(":")[0] for page in pages] == ["older row 0", "newer row 0"]
     store.close()
