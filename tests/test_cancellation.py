@@ -13,10 +13,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
+from store_checks import empty_postgres_tables
 
 from memstrata import MemoryStack, SQLiteStore, ToolResults, WorkingMemory
 from memstrata._bridge import await_, in_thread
+from memstrata.stores import PostgresStore
 
 SCHEMA = {
     "type": "object",
@@ -153,4 +156,50 @@ def test_a_reused_call_id_cancelled_as_its_newer_result_is_stored_keeps_each_not
 
     pages = asyncio.run(main())
     assert [page["content"].split(":")[0] for page in pages] == ["older row 0", "newer row 0"]
+    store.close()
+
+
+def test_a_postgres_connection_whose_release_is_interrupted_is_closed_and_counted_out(
+    postgres_url: str,
+) -> None:
+    """A store call failing inside its transaction gives its connection back rolling the
+    transaction back; a second cancellation during that rollback (a server's shutdown and a
+    timeout both cancelling, anyio delivering a cancellation at every await) must not lose
+    the connection: it is closed, so the server ends the transaction and its locks, and its
+    place in the loop's connections is given back. Else, ``max_size`` such calls later, every
+    call on the loop waits for ever."""
+    store = PostgresStore(postgres_url, max_size=2)
+    empty_postgres_tables(postgres_url)
+
+    async def interrupted() -> None:
+        async with store._aconnection() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT pg_advisory_xact_lock(42)")
+            rollback = conn.rollback
+
+            async def cancelled_rollback() -> None:
+                asyncio.current_task().cancel()  # type: ignore[union-attr]
+                await rollback()
+
+            conn.rollback = cancelled_rollback
+            raise RuntimeError("a call failing in its transaction")
+
+    async def ended(call: Any) -> asyncio.Future[Any]:
+        """``call`` run as a task, once done; a hang (the connections lost) fails the test
+        instead of stalling it."""
+        task = asyncio.ensure_future(call)
+        await asyncio.wait((task,), timeout=10)
+        assert task.done(), "the call waits for a connection that never comes back"
+        return task
+
+    async def main() -> Any:
+        for _ in range(3):
+            with pytest.raises(asyncio.CancelledError):
+                (await ended(interrupted())).result()
+        return (await ended(store.aget(("k",), "k"))).result()
+
+    assert asyncio.run(main()) is None
+    with psycopg.connect(postgres_url, autocommit=True) as other:
+        # The transactions were ended with their connections: the lock is free.
+        assert other.execute("SELECT pg_try_advisory_lock(42)").fetchone() == (True,)
     store.close()
