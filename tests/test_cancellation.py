@@ -17,7 +17,14 @@ import psycopg
 import pytest
 from store_checks import empty_postgres_tables
 
-from memstrata import MemoryStack, SQLiteStore, ToolResults, WorkingMemory
+from memstrata import (
+    AgentMind,
+    MemoryStack,
+    SharedMemory,
+    SQLiteStore,
+    ToolResults,
+    WorkingMemory,
+)
 from memstrata._bridge import await_, in_thread
 from memstrata.stores import PostgresStore
 
@@ -203,3 +210,68 @@ def test_a_postgres_connection_whose_release_is_interrupted_is_closed_and_counte
         # The transactions were ended with their connections: the lock is free.
         assert other.execute("SELECT pg_try_advisory_lock(42)").fetchone() == (True,)
     store.close()
+
+
+def test_a_turn_cancelled_at_each_of_its_store_calls_leaves_a_whole_state(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A whole turn (open, prepare offloading a result, a working-memory update, mind tools,
+    a shared-memory write, the close flushing the mind's draft) cancelled at its first store
+    call, then its second, and so on to the last: each time the cancellation reaches the
+    caller, the working memory holds both fields of the update or neither, the goal set in
+    the turn is stored once (flushed as the run closed) or not at all, and the next turn works
+    on what is there."""
+    big = "\n".join(f"row {i}: region eu-{i % 5}" for i in range(400))
+
+    async def turn(stack: MemoryStack, i: int) -> None:
+        async with stack.arun(thread_id="t", resource_id="u", agent="a") as run:
+            await run.aprepare(tool_turn([(f"call_{i}", f"{big}\nturn {i}")]))
+            patch = {"owner": f"o{i}", "tasks": {f"t{i}": f"step {i}"}}
+            assert (await run.acall_tool("working-memory/update", patch))["ok"]
+            goal = await run.acall_tool("mind_set_goal", {"description": f"finish task {i}"})
+            assert goal["status"] == "ok", goal
+            written = await run.acall_tool("memory_write", {"key": f"k{i}", "value": i})
+            assert written["ok"], written
+
+    cuts = 0
+    for at in range(1, 40):
+        store = CancellingStore(tmp_path / f"s{at}.db")
+        layers = [
+            WorkingMemory(schema=SCHEMA),
+            AgentMind(),
+            SharedMemory(store=store, namespace=("shared-memory", "turns")),
+            ToolResults(threshold_tokens=50),
+        ]
+        stack = MemoryStack(layers, store=store)
+        asyncio.run(turn(stack, 0))
+
+        async def cut(store: CancellingStore, stack: MemoryStack, at: int) -> str | None:
+            task = asyncio.ensure_future(turn(stack, 1))
+            store.cancel_at(task, at)
+            try:
+                await task
+            except asyncio.CancelledError:
+                assert store.cancelled_in is not None
+                return store.cancelled_in
+            assert store.cancelled_in is None  # a cancellation never ends as a result
+            return None
+
+        if asyncio.run(cut(store, stack, at)) is None:
+            break  # the turn makes fewer store calls: every one was cut
+        cuts += 1
+        with stack.run(thread_id="t", resource_id="u", agent="a") as run:
+            state = run.layer("working-memory").snapshot
+            goals = run.call_tool("mind_recall", {"type": "goal", "query": "finish task"})
+            # The next turn works on it.
+            assert run.call_tool("working-memory/update", {"owner": "next"})["ok"]
+            assert run.call_tool("memory_write", {"key": "k1", "value": "next"})["ok"]
+        whole = {"owner": "o1", "tasks": {"t0": "step 0", "t1": "step 1"}}
+        assert state in (whole, {"owner": "o0", "tasks": {"t0": "step 0"}}), (at, state)
+        descriptions = sorted(g["content"] for g in goals["result"])
+        assert descriptions in (["finish task 0"], ["finish task 0", "finish task 1"]), (
+            at,
+            store.cancelled_in,
+            descriptions,
+        )
+        store.close()
+    assert cuts >= 8, cuts
