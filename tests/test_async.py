@@ -323,10 +323,12 @@ def test_a_cancelled_write_leaves_the_state_whole(tmp_path: pathlib.Path) -> Non
             call = asyncio.create_task(run.acall_tool("working-memory/update", json.dumps(patch)))
             await asyncio.sleep(0.05)
             call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
+            # The other connection lets go while the cancelled call still waits in its worker
+            # thread; awaited first, the call would wait out the busy timeout (30 s).
             other.execute("COMMIT")
             other.close()
+            with pytest.raises(asyncio.CancelledError):
+                await call
 
     asyncio.run(main())
     with stack.run(thread_id="t1", resource_id="u1", agent="a") as run:
