@@ -10,9 +10,11 @@ import json
 import pathlib
 import re
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -259,6 +261,54 @@ def test_a_locked_sqlite_file_does_not_block_the_event_loop(tmp_path: pathlib.Pa
     store.close()
 
 
+def log_frames(path: pathlib.Path) -> tuple[int, int]:
+    """(frames in the SQLite database's write-ahead log, frames of it copied into the
+    database), from the WAL-index header of ``<path>-shm`` (https://www.sqlite.org/walformat.html:
+    mxFrame at byte 16, nBackfill at byte 96, native byte order)."""
+    header = pathlib.Path(f"{path}-shm").read_bytes()[:100]
+    return struct.unpack_from("=I", header, 16)[0], struct.unpack_from("=I", header, 96)[0]
+
+
+def test_an_sqlite_checkpoint_never_runs_on_the_event_loop(tmp_path: pathlib.Path) -> None:
+    """A write that fills the log past SQLite's checkpoint threshold (1000 frames): the
+    checkpoint copies the log into the database and syncs it to disk, tens of milliseconds of
+    I/O (~90 ms measured, more on a slow disk). Run inline with the write, it would block the
+    loop: it runs in a worker thread, which the write waits for."""
+    store = SQLiteStore(tmp_path / "s.db")
+    value = {"text": "x" * 20_000}  # three 8 KiB pages a write
+
+    async def main() -> tuple[int, tuple[int, int], tuple[int, int]]:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+        busy, free = threading.Event(), threading.Event()
+
+        def occupy() -> None:
+            busy.set()
+            free.wait(10)
+
+        occupied = asyncio.ensure_future(asyncio.to_thread(occupy))
+        while not busy.is_set():
+            await asyncio.sleep(0)
+        for i in range(1000):
+            # Layer code's path (run_sync): inline, as nothing waits for the file.
+            write = asyncio.ensure_future(run_sync(store.put, ("log",), f"k{i}", value))
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if not write.done():
+                break  # waiting for the worker thread: the checkpoint's
+        waiting = log_frames(tmp_path / "s.db")
+        free.set()
+        await occupied
+        await write
+        return i, waiting, log_frames(tmp_path / "s.db")
+
+    writes, waiting, after = asyncio.run(main())
+    assert writes < 999, "no write waited for a checkpoint in a worker thread"
+    assert waiting[0] >= 1000 and waiting[1] == 0, waiting  # not checkpointed inline
+    assert after[1] == after[0], after  # checkpointed in the thread
+    assert store.get(("log",), f"k{writes}") is not None
+    store.close()
+
+
 def test_a_cancelled_write_leaves_the_state_whole(tmp_path: pathlib.Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
     stack = stack_on(store)
@@ -273,10 +323,12 @@ def test_a_cancelled_write_leaves_the_state_whole(tmp_path: pathlib.Path) -> Non
             call = asyncio.create_task(run.acall_tool("working-memory/update", json.dumps(patch)))
             await asyncio.sleep(0.05)
             call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
+            # The other connection lets go while the cancelled call still waits in its worker
+            # thread; awaited first, the call would wait out the busy timeout (30 s).
             other.execute("COMMIT")
             other.close()
+            with pytest.raises(asyncio.CancelledError):
+                await call
 
     asyncio.run(main())
     with stack.run(thread_id="t1", resource_id="u1", agent="a") as run:

@@ -515,3 +515,68 @@ def test_a_postgres_record_an_abandoned_update_locked_is_freed_for_the_calls_tha
         running.close()
     del first, second
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_tool_calls_of_runs_in_flight_when_the_store_closes_say_it_is_closed(
+    backend: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    """A server shutting down closes the store while turns are still running: their tool
+    calls answer that the memory's store is closed (nothing written, no use calling again),
+    on SQLite as on PostgreSQL; not an internal error logged as a bug."""
+    store: SQLiteStore | PostgresStore
+    if backend == "sqlite":
+        store = SQLiteStore(tmp_path / "s.db")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        store = PostgresStore(url)
+        empty_postgres_tables(url)
+    memory = SharedMemory(store=store, namespace=("shared-memory", "closing"))
+    stack = MemoryStack([memory], store=store)
+
+    async def main() -> list[Any]:
+        async with stack.arun(agent="a") as run:
+            ok = await run.acall_tool("memory_write", {"key": "k", "value": 1})
+            assert ok["ok"], ok
+            await store.aclose()
+            return [
+                await run.acall_tool("memory_write", {"key": "k", "value": 2}),
+                await run.acall_tool("memory_list", {}),
+            ]
+
+    for answer in asyncio.run(main()):
+        assert answer["error"]["code"] == "memory_unavailable", answer
+        assert "store is closed" in answer["error"]["message"], answer
+        assert answer["error"]["retry"] is False, answer
+
+
+def test_a_run_another_task_is_opening_is_whole_when_used(tmp_path: pathlib.Path) -> None:
+    """A run used by several tasks before it is open (a model's parallel tool calls on a run
+    opened by its first call, or ``aopen`` in one task and a call in another): the agent
+    mind's first load waits in a worker thread, and the other tasks wait for the open to end;
+    none finds a run without its layers (told "unknown tool", or a KeyError from prepare)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    stack = MemoryStack(
+        [AgentMind(), SharedMemory(store=store, namespace=("shared-memory", "open"))],
+        store=store,
+    )
+
+    async def main() -> list[Any]:
+        run = stack.arun(agent="a")
+        answers = await asyncio.gather(
+            run.acall_tool("mind_set_goal", {"description": "the first call opens the run"}),
+            run.acall_tool("memory_write", {"key": "k", "value": 1}),
+            run.aprepare([{"role": "user", "content": "hi"}]),
+        )
+        await run.aclose()
+        run = stack.arun(agent="a")
+        opened = await asyncio.gather(run.aopen(), run.aprepare([]))
+        await run.aclose()
+        return [*answers, opened[1]]
+
+    goal, written, prepared, prepared_after_open = asyncio.run(main())
+    assert goal.get("status") == "ok", goal
+    assert written["ok"], written
+    assert any("first call opens" in str(m["content"]) for m in prepared_after_open)
+    assert prepared and prepared[-1] == {"role": "user", "content": "hi"}
+    store.close()

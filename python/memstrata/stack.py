@@ -58,7 +58,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from memstrata._bridge import run_sync
+from memstrata._bridge import TaskLock, run_sync
 from memstrata.exceptions import (
     InvalidInputError,
     InvalidJSONError,
@@ -478,6 +478,11 @@ class Run:
         self._tools: dict[str, tuple[str, Tool]] = {}
         self._opened = False
         self._closed = False
+        # Held while the run opens, and while it closes: another task or thread using the run
+        # meanwhile (a model's parallel tool calls, the first of which opens it) waits for the
+        # layers, instead of finding some missing. A TaskLock: the open may suspend.
+        self._opening = TaskLock()
+        self._in_open = False
         self._strip_null_padding = False
         # Names this run's call boundaries for the gate (checkpoint files, the once-per-run
         # warning).
@@ -490,7 +495,20 @@ class Run:
         """Initialises every layer (done by ``with``); a layer failing closes those before it."""
         if self._opened:
             return self
-        self._opened = True
+        with self._opening:
+            # Opened by another task or thread meanwhile, or by this one further up the stack;
+            # or closed before it opened: nothing would close the layers.
+            if self._opened or self._in_open or self._closed:
+                return self
+            self._in_open = True
+            try:
+                self._open_layers()
+            finally:
+                self._in_open = False
+                self._opened = True
+        return self
+
+    def _open_layers(self) -> None:
         try:
             opened = self._opening_answers() if self._parent is None else {}
             for layer in self.stack.layers:
@@ -514,7 +532,6 @@ class Run:
         except BaseException as exc:
             self.close(exc)
             raise
-        return self
 
     def _opening_answers(self) -> dict[str, dict[Read, Answer]]:
         """Every layer's ``opening_reads``, asked of the store together: by layer name, that
@@ -553,7 +570,17 @@ class Run:
         still flush, and it is raised at the end whatever the run's error."""
         if self._closed:
             return
-        self._closed = True
+        if self._opened and not self._in_open:
+            self._closed = True  # the open is over: no lock to wait for
+            self._close_layers(error)
+            return
+        with self._opening:  # an open under way ends first: every layer it opens is closed
+            if self._closed:
+                return
+            self._closed = True
+            self._close_layers(error)
+
+    def _close_layers(self, error: BaseException | None) -> None:
         failures: list[BaseException] = []
         interrupted: BaseException | None = None
         for layer in reversed(self.stack.layers):

@@ -755,6 +755,8 @@ _SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 5, 6
 # The database refuses writes, or is not a database (SQLITE_READONLY, SQLITE_CORRUPT,
 # SQLITE_NOTADB): only its operator can change that.
 _SQLITE_LASTING = frozenset({8, 11, 26})
+# What sqlite3 raises (ProgrammingError) for a call on a connection that was closed.
+_SQLITE_CLOSED = "Cannot operate on a closed database."
 
 
 def store_failure(exc: BaseException) -> StoreFailure | None:
@@ -764,8 +766,9 @@ def store_failure(exc: BaseException) -> StoreFailure | None:
     writers racing it past every retry (:class:`StorageRaceError`), SQLite's operational errors
     (a locked file, a full disk, an I/O error, a read-only file) and PostgreSQL's (the
     connection ended, the server restarting or out of room, no pooled connection free in
-    time). A failed SQLite statement wrote nothing (each store call is one transaction); a
-    PostgreSQL connection that ended mid-call leaves unknown whether its COMMIT got there."""
+    time), and a store that was closed. A failed SQLite statement wrote nothing (each store
+    call is one transaction); a PostgreSQL connection that ended mid-call leaves unknown
+    whether its COMMIT got there."""
     if isinstance(exc, LockTimeoutError):
         return StoreFailure(
             "it is busy (another connection held a lock past the store's lock timeout)",
@@ -776,6 +779,9 @@ def store_failure(exc: BaseException) -> StoreFailure | None:
         return StoreFailure(
             "it is busy (other writers kept changing it)", _NOTHING_WRITTEN, retry=True
         )
+    if isinstance(exc, sqlite3.ProgrammingError) and str(exc) == _SQLITE_CLOSED:
+        # SQLiteStore.close ran (a server shutting down with runs in flight), as PoolClosed.
+        return StoreFailure("its store is closed", _NOTHING_WRITTEN, retry=False)
     if isinstance(exc, sqlite3.OperationalError) or (
         isinstance(exc, sqlite3.DatabaseError) and type(exc) is sqlite3.DatabaseError
     ):

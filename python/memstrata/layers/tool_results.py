@@ -584,11 +584,13 @@ class ToolResults:
             return derived
         follow(backend, scope, [(older, current[0]), (call_id, digest_hex)])
         backend.alias(older, current[0])
+        # The remembered decisions for the older text name the id it moved to from now on, so
+        # a conversation holding both results points each message at its own. Before the
+        # write that replaces it: the older text is readable there already, and that write
+        # may be stored and still not return (a cancelled task, a connection lost after it).
+        self._decisions.repoint(self._scope, call_id, current[0], older)
         earlier = [older, *(e for e in current[1] if e != older)][:_EARLIER_KEPT]
         backend.write(call_id, text, digest_hex, earlier=earlier)
-        # The remembered decisions for the older text name the id it moved to from now on, so
-        # a conversation holding both results points each message at its own.
-        self._decisions.repoint(self._scope, call_id, current[0], older)
         return call_id
 
     def summarize(self, text: str) -> str:

@@ -318,8 +318,9 @@ class WorkingMemoryHandle:
         # it at the version another had just written, replacing that write unseen. A TaskLock:
         # a write holds it across its store calls, which under an event loop suspend.
         self._writing = TaskLock()
-        # A write's store call failed (a connection that ended mid-call): it may have been saved
-        # all the same. The stored state is read again before the next prompt and write.
+        # A write's store call failed (a connection that ended mid-call) or was interrupted (a
+        # cancelled task): it may have been saved all the same. The stored state is read again
+        # before the next prompt and write.
         self._unsure = False
 
     @property
@@ -603,7 +604,9 @@ class WorkingMemoryHandle:
                 self._write_held(change, whole)
             except (InvalidInputError, WriteConflictError):
                 raise  # refused: nothing was sent, or the stored state was read again
-            except Exception:
+            except BaseException:
+                # A cancelled task or Ctrl-C too: raised once the store call ended, which may
+                # have stored the write this run does not hold yet.
                 self._unsure = True
                 raise
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import select
 import threading
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -48,7 +49,11 @@ class LoopConnections:
 
     A block that ends normally has its open transaction committed, one that raises has it
     rolled back (as a psycopg pool does); a connection that is broken or cannot be brought back
-    to idle is closed instead of kept.
+    to idle is closed instead of kept, and so is one whose commit or rollback is interrupted
+    (a second cancellation): its place is given back all the same.
+
+    The bookkeeping never waits (no lock to take, only this loop changes it), so no
+    cancellation can come between a connection leaving and its place being given back.
     """
 
     def __init__(self, url: str, max_size: int, setup: str) -> None:
@@ -67,7 +72,9 @@ class LoopConnections:
         # call never releases its connection (see close_abandoned).
         self._in_use: set[Any] = set()
         self._open = 0
-        self._changed = asyncio.Condition()
+        # Tasks waiting for a connection while max_size are open, each woken in turn by a
+        # connection given back (or a place freed).
+        self._waiters: deque[asyncio.Future[None]] = deque()
         # Set when the store closes or the loop ends: a connection given back is then closed,
         # never kept idle for calls that will not come.
         self._retired = False
@@ -83,21 +90,30 @@ class LoopConnections:
             await self._release(conn, ok)
 
     async def _acquire(self) -> Any:
-        async with self._changed:
-            while not self._idle and self._open >= self.max_size:
-                await self._changed.wait()
-            while self._idle:
-                conn = self._idle.pop()
-                if ended_by_server(conn):
-                    # Closed in place of a call failing on it: the server restarted, failed
-                    # over or ended it, and every call taking one at once would fail.
-                    self._open -= 1
-                    with contextlib.suppress(Exception):
-                        conn.pgconn.finish()
-                    continue
-                self._in_use.add(conn)
-                return conn
-            self._open += 1
+        while not self._idle and self._open >= self.max_size:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, and leaving: the next waiter takes the turn
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                raise
+        while self._idle:
+            conn = self._idle.pop()
+            if ended_by_server(conn):
+                # Closed in place of a call failing on it: the server restarted, failed over
+                # or ended it, and every call taking one at once would fail.
+                self._open -= 1
+                with contextlib.suppress(Exception):
+                    conn.pgconn.finish()
+                continue
+            self._in_use.add(conn)
+            return conn
+        self._open += 1
         conn = None
         try:
             conn = await self._connect(self.url, autocommit=True)
@@ -105,42 +121,54 @@ class LoopConnections:
         except BaseException:
             if conn is not None:
                 with contextlib.suppress(Exception):
-                    await conn.close()
-            async with self._changed:
-                self._open -= 1
-                self._changed.notify()
+                    conn.pgconn.finish()
+            self._open -= 1
+            self._wake()
             raise
         self._in_use.add(conn)
         return conn
 
+    def _wake(self) -> None:
+        """Wakes the longest waiting task, if any: a connection was given back or a place
+        freed."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
     async def _release(self, conn: Any, ok: bool) -> None:
         self._in_use.discard(conn)
         keep = False
-        with contextlib.suppress(Exception):
-            if not conn.closed and not self._retired:
-                status = conn.info.transaction_status
-                if ok and status == self._open_status:
-                    await conn.commit()
-                elif status != self._idle_status:
-                    await conn.rollback()
-                keep = conn.info.transaction_status == self._idle_status
-        if not keep:
+        try:
             with contextlib.suppress(Exception):
-                await conn.close()
-        async with self._changed:
-            if keep:
-                self._idle.append(conn)
-            else:
+                if not conn.closed and not self._retired:
+                    status = conn.info.transaction_status
+                    if ok and status == self._open_status:
+                        await conn.commit()
+                    elif status != self._idle_status:
+                        await conn.rollback()
+                    keep = conn.info.transaction_status == self._idle_status
+        finally:
+            # Also when the commit or rollback is interrupted: the connection is closed, which
+            # ends its transaction on the server (and the locks it holds), and its place is
+            # given back; else it would stay open, in its transaction, and counted for ever.
+            if not keep:
+                with contextlib.suppress(Exception):
+                    conn.pgconn.finish()  # at once: an await here could be interrupted too
                 self._open -= 1
-            self._changed.notify()
+            else:
+                self._idle.append(conn)
+            self._wake()
 
     async def close(self, *, retire: bool = False) -> None:
         """Closes the idle connections; later calls open new ones, unless ``retire``: then
         those in use are closed too, when they are released."""
         self._retired = self._retired or retire
-        async with self._changed:
-            idle, self._idle = self._idle, []
-            self._open -= len(idle)
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        for _ in idle:
+            self._wake()  # a place freed: a waiter may open a connection of its own
         for conn in idle:
             with contextlib.suppress(Exception):
                 await conn.close()
@@ -173,7 +201,7 @@ class ConnectionsByLoop:
 
     The connections of a loop that has closed are closed at the store's next call, sync or on
     any loop, or at :meth:`close_all_now`: a loop has no close hook to do it sooner, and a weak
-    reference would not do (each entry's condition variable refers to its loop). Those a
+    reference would not do (the futures of an entry's waiting tasks refer to its loop). Those a
     closed loop's task still had in use are closed too (see
     :meth:`LoopConnections.close_abandoned`).
     """

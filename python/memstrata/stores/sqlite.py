@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -74,6 +75,28 @@ _REBUILDS_ITEMS = 3
 _BACKEND = "sqlite"
 _T = TypeVar("_T")
 _SQLITE_BUSY = 5  # the primary result code; sqlite3 names it from Python 3.11
+# SQLite's auto-checkpoint threshold (frames of the log), which the async path's own
+# checkpoints keep too (see SQLiteStore._checkpoint).
+_CHECKPOINT_FRAMES = 1000
+_AUTO_CHECKPOINT = f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_FRAMES}"
+# The WAL-index header at the start of ``<path>-shm`` (https://www.sqlite.org/walformat.html),
+# in native byte order: the log's last valid frame (mxFrame) at byte 16, the last frame copied
+# into the database (nBackfill) at byte 96.
+_FRAME_NUMBER = struct.Struct("=I")
+_MX_FRAME, _BACKFILLED, _LOG_INDEX_BYTES = 16, 96, 100
+# The methods that write (purge_expired always runs in a worker thread: see _slow).
+_WRITES = frozenset(
+    {
+        "put",
+        "put_if_version",
+        "put_many_if_versions",
+        "update",
+        "update_many",
+        "update_many_since",
+        "delete",
+        "delete_if_version",
+    }
+)
 logger = logging.getLogger(__name__)
 
 _COLUMNS = "namespace, key, value, version, created_at, updated_at, expires_at"
@@ -325,6 +348,56 @@ class SQLiteStore(Store):
             raise
         # Which file the connection has open (the statements above created it): _check_file.
         self._file = _identity(self.path) if on_disk else None
+        self._open_log_index(on_disk)
+
+    def _open_log_index(self, on_disk: bool) -> None:
+        """Opens the log's WAL-index, which tells how many frames wait for a checkpoint (see
+        _checkpoint); None for a private database, or one whose index cannot be read: its
+        checkpoints are then SQLite's own, after the commit, wherever that runs."""
+        self._close_log_index()
+        self._checkpoint_due = False
+        self._log_index: int | None = None
+        if on_disk and hasattr(os, "pread"):
+            with contextlib.suppress(OSError):
+                self._log_index = os.open(f"{self.path}-shm", os.O_RDONLY)
+
+    def _close_log_index(self) -> None:
+        index: int | None = getattr(self, "_log_index", None)
+        self._log_index = None
+        if index is not None:
+            with contextlib.suppress(OSError):
+                os.close(index)
+
+    def _frames_waiting(self) -> int:
+        """Frames of the log not yet copied into the database; 0 if the index cannot be read
+        (it is then let go: SQLite checkpoints on its own from the next call on)."""
+        assert self._log_index is not None
+        try:
+            header = os.pread(self._log_index, _LOG_INDEX_BYTES, 0)
+        except OSError:
+            header = b""
+        if len(header) < _LOG_INDEX_BYTES:
+            self._close_log_index()
+            return 0
+        last = _FRAME_NUMBER.unpack_from(header, _MX_FRAME)[0]
+        return int(last - _FRAME_NUMBER.unpack_from(header, _BACKFILLED)[0])
+
+    def _checkpoint(self) -> None:
+        """Copies the log into the database, as SQLite does after a commit that leaves
+        ``_CHECKPOINT_FRAMES`` frames or more in it: for a write made inline on an event loop,
+        run afterwards in a worker thread. A checkpoint syncs the database file to disk, tens
+        of milliseconds that would block the loop. PASSIVE, as SQLite's own: it waits for no
+        other connection, and copies what their readers let it."""
+        with self._lock:
+            if not self._checkpoint_due:
+                return  # another call ran it
+            self._checkpoint_due = False
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                # The write it follows is committed; the next write past the threshold tries
+                # again.
+                logger.debug("%s: checkpoint failed: %s", self.path, exc)
 
     def _check_file(self) -> None:
         """Refuses a write when the path no longer names the file the connection has open (it
@@ -861,10 +934,11 @@ class SQLiteStore(Store):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._close_log_index()
 
     # Async twins: a statement that need not wait runs inline, on the event loop; one that would
-    # wait for another connection's lock, and reads of a whole namespace, run in a worker
-    # thread, so a locked file never blocks the loop.
+    # wait for another connection's lock, reads of a whole namespace, and the checkpoint a write
+    # made due (a sync to disk), run in a worker thread, so neither blocks the loop.
 
     def _inline(
         self, method: Callable[..., _T], args: tuple[Any, ...], kwargs: Any
@@ -878,6 +952,13 @@ class SQLiteStore(Store):
             return False, None
         try:
             self._conn.execute("PRAGMA busy_timeout = 0")
+            # A commit past the threshold would checkpoint here, on the event loop: the caller
+            # runs the checkpoint in a worker thread instead (see _checkpoint). Only around a
+            # write (a read commits nothing): the two statements cost ~5 us.
+            deferred = self._log_index is not None and method.__name__ in _WRITES
+            if deferred:
+                self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+                changes = self._conn.total_changes
             try:
                 with pinned():  # a callback (an update's fn) may not let another task in
                     return True, method(*args, **kwargs)
@@ -887,6 +968,12 @@ class SQLiteStore(Store):
                 return False, None
             finally:
                 self._conn.execute(self._busy_timeout)
+                if deferred:
+                    self._conn.execute(_AUTO_CHECKPOINT)
+                    # After a commit only, as SQLite's own (a read adds no frame).
+                    if self._conn.total_changes != changes and self._log_index is not None:
+                        due = self._frames_waiting() >= _CHECKPOINT_FRAMES
+                        self._checkpoint_due = self._checkpoint_due or due
         finally:
             self._lock.release()
 
@@ -896,6 +983,8 @@ class SQLiteStore(Store):
         if not _slow(method.__name__, args, kwargs):
             done, result = self._inline(method, args, kwargs)
             if done:
+                if self._checkpoint_due:
+                    await in_thread(self._checkpoint)
                 return result  # type: ignore[return-value]
         return await in_thread(method, *args, **kwargs)
 
@@ -906,6 +995,8 @@ class SQLiteStore(Store):
         if not _slow(name, args, kwargs):
             done, result = self._inline(method, args, kwargs)
             if done:
+                if self._checkpoint_due:
+                    await_(in_thread(self._checkpoint), finish=True)
                 return result  # type: ignore[return-value]
         return await_(in_thread(method, *args, **kwargs), finish=True)
 
