@@ -213,7 +213,9 @@ def test_a_conversation_with_a_call_id_too_long_as_a_file_name_still_prepares(
     """The id comes from the conversation (some hosts let the model write it): a result that
     cannot be named on disk stays in the conversation, with a warning, and the turn goes on."""
     call_id = "a" + ":" * 127
-    stack = MemoryStack([ToolResults(tool_calls_dir=tmp_path, threshold_tokens=1)])
+    stack = MemoryStack(
+        [ToolResults(tool_calls_dir=tmp_path, threshold_tokens=1)], store="memory://"
+    )
     call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
     conversation = [
         {"role": "user", "content": "Fetch it."},
