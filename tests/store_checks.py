@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -58,6 +59,25 @@ def end_other_backends(url: str) -> int:
         ).fetchone()
     assert ended is not None
     return int(ended[0])
+
+
+def end_the_backend_waiting_for_a_lock(url: str) -> None:
+    """Ends the one connection of the database waiting for a lock (a store call in flight), as
+    an administrator's ``pg_terminate_backend`` or a failover does; fails if none waits within
+    10 s."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        deadline = time.monotonic() + 10
+        while True:
+            waiting = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"
+            ).fetchall()
+            if waiting:
+                break
+            assert time.monotonic() < deadline, "no store call waited for the lock"
+            time.sleep(0.01)
+        ((pid,),) = waiting
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
 
 
 def empty_postgres_tables(url: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import postgres_cluster
 import psycopg
 import pytest
-from store_checks import end_other_backends
+from store_checks import end_other_backends, end_the_backend_waiting_for_a_lock
 
 from memstrata import AgentMind, MemoryStack, WorkingMemory
 from memstrata.exceptions import StorageRaceError
@@ -145,24 +145,6 @@ def test_a_postgres_lock_timeout_is_memory_unavailable_naming_no_sql(pg_url: str
 # PostgreSQL: connections ended, the server restarted ----------------------------------------
 
 
-def _end_the_waiting_backend(url: str) -> None:
-    """Ends the connection waiting for a lock (a store call in flight), as an administrator's
-    ``pg_terminate_backend`` or a failover does."""
-    with psycopg.connect(url, autocommit=True) as admin:
-        deadline = time.monotonic() + 10
-        while True:
-            waiting = admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()"
-            ).fetchall()
-            if waiting:
-                break
-            assert time.monotonic() < deadline, "no store call waited for the lock"
-            time.sleep(0.01)
-        ((pid,),) = waiting
-        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
-
-
 @contextlib.contextmanager
 def _state_row_locked(url: str) -> Iterator[None]:
     """Another session holding the working memory's row (as a server mid-update does)."""
@@ -195,7 +177,7 @@ def test_a_write_whose_postgres_connection_ends_midway_is_memory_unavailable(pg_
                 )
             )
             writer.start()
-            _end_the_waiting_backend(pg_url)
+            end_the_backend_waiting_for_a_lock(pg_url)
             writer.join(10)
         _ended_midway(answers[0])
         assert run.call_tool("working-memory/update", {"content": "three"})["ok"] is True
@@ -212,7 +194,9 @@ def test_an_async_write_whose_postgres_connection_ends_midway_is_memory_unavaila
         async with _wm_stack(store).arun(thread_id="t", agent="a") as run:
             assert (await run.acall_tool("working-memory/update", {"content": "one"}))["ok"]
             with _state_row_locked(pg_url):
-                ender = asyncio.create_task(asyncio.to_thread(_end_the_waiting_backend, pg_url))
+                ender = asyncio.create_task(
+                    asyncio.to_thread(end_the_backend_waiting_for_a_lock, pg_url)
+                )
                 ended = await run.acall_tool("working-memory/update", {"content": "two"})
                 await ender
             after = await run.acall_tool("working-memory/update", {"content": "three"})

@@ -19,7 +19,12 @@ from typing import Any
 import psycopg
 import pytest
 from pg_round_trips import RoundTripCounter
-from store_checks import HeldRecord, changed_keys, end_other_backends
+from store_checks import (
+    HeldRecord,
+    changed_keys,
+    end_other_backends,
+    end_the_backend_waiting_for_a_lock,
+)
 
 from memstrata._bridge import run_sync
 from memstrata.exceptions import InvalidInputError, LockTimeoutError, StoreVersionError
@@ -1071,19 +1076,7 @@ def test_a_write_whose_connection_the_server_ends_midway_fails_and_is_not_tried_
 
             writer = threading.Thread(target=put)
             writer.start()
-            with psycopg.connect(url, autocommit=True) as admin:
-                deadline = time.monotonic() + 10
-                while True:
-                    waiting = admin.execute(
-                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND datname = current_database()"
-                    ).fetchall()
-                    if waiting:
-                        break
-                    assert time.monotonic() < deadline
-                    time.sleep(0.02)
-                (pid,) = waiting
-                admin.execute("SELECT pg_terminate_backend(%s)", pid)
+            end_the_backend_waiting_for_a_lock(url)
             writer.join(10)
             held.release()
             assert len(failed) == 1
