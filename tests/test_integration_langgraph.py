@@ -863,7 +863,7 @@ def test_an_item_whose_vectors_a_crash_lost_is_found_by_the_next_search(
     process or a new one, embeds it again and finds it by meaning."""
     import sys
 
-    import memstrata.integrations.langgraph as lg
+    import memstrata.integrations.langgraph_store as lg
 
     index = {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
     first = make_store(kind, request, tmp_path, index=index)
