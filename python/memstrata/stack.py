@@ -50,6 +50,7 @@ second in, or block the loop).
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import itertools
 import logging
@@ -92,6 +93,12 @@ DEFAULT_STORE_URL = "sqlite:///memstrata.db"
 DEFAULT_TOTAL_BUDGET = 4000
 # Roles the stack injects prompt items as: instructions, never words put in a user's mouth.
 PROMPT_ROLES = ("system", "developer")
+# The runs entered with ``with``/``async with`` in this context (a thread, a task, and what it
+# starts with the context copied), innermost last: how a graph compiled once finds the run of
+# the request it serves (MemoryStack.current_run). A tuple: each context changes its own.
+_ENTERED: contextvars.ContextVar[tuple[Run, ...]] = contextvars.ContextVar(
+    "memstrata_entered_runs", default=()
+)
 _PLAIN_DICT = frozenset({dict})
 
 
@@ -463,6 +470,20 @@ class MemoryStack:
         if self._owns_store:
             await self.store.aclose()
 
+    def current_run(self) -> Run | None:
+        """The innermost run of this stack entered with ``with`` or ``async with`` in the
+        calling context and not closed: in the thread or task that entered it, and in what it
+        starts with its context (a LangGraph node, an executor of ``asyncio.to_thread``).
+
+        For code built once and serving every request, such as a LangGraph agent compiled at
+        start-up (``memstrata_tools(stack)``): the server opens each request's run around
+        the call, and nothing the request sends chooses the user. A run opened with ``open()``
+        instead of ``with`` is not found."""
+        for run in reversed(_ENTERED.get()):
+            if run.stack is self and not run._closed:
+                return run
+        return None
+
 
 class Run:
     """One agent turn or task. Create it with :meth:`MemoryStack.run`."""
@@ -599,10 +620,20 @@ class Run:
             raise failures[0]
 
     def __enter__(self) -> Run:
-        return self.open()
+        self.open()
+        _ENTERED.set((*_ENTERED.get(), self))
+        return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self._leave()
         self.close(exc)
+
+    def _leave(self) -> None:
+        # Only this context's record changes: a run left in another context (a fixture ended
+        # by another task) stays in the first one's, where current_run skips it once closed.
+        entered = _ENTERED.get()
+        if self in entered:
+            _ENTERED.set(tuple(run for run in entered if run is not self))
 
     async def aopen(self) -> Run:
         """:meth:`open` for a coroutine (done by ``async with``)."""
@@ -613,9 +644,12 @@ class Run:
         await run_sync(self.close, error)
 
     async def __aenter__(self) -> Run:
-        return await self.aopen()
+        await self.aopen()
+        _ENTERED.set((*_ENTERED.get(), self))
+        return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self._leave()
         await self.aclose(exc)
 
     def _require_open(self) -> None:
