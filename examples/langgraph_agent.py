@@ -26,13 +26,16 @@ def main(text: str, *, model: Any = None, path: str = "langgraph-memory.db") -> 
         model = ChatOpenAI(model="gpt-4o-mini")
     store = SQLiteStore(path)
     stack = MemoryStack([WorkingMemory(schema={"type": "object"})], store=store)
-    with stack.run(thread_id="cli", resource_id="me") as run:
-        agent = create_react_agent(
-            model,
-            memstrata_tools(run),
-            prompt=react_prompt(run, system="Keep your working memory current."),
-            store=MemstrataStore(store),
-        )
+    # Compiled once (a server does this at start-up): the tools and the prompt use whichever
+    # run of the stack is open around the call.
+    agent = create_react_agent(
+        model,
+        memstrata_tools(stack),
+        prompt=react_prompt(stack, system="Keep your working memory current."),
+        store=MemstrataStore(store),
+    )
+    # One run per request, for its conversation and user.
+    with stack.run(thread_id="cli", resource_id="me"):
         answer = agent.invoke({"messages": [("user", text)]})["messages"][-1].content
     store.close()
     return str(answer)
