@@ -186,11 +186,22 @@ def test_the_innermost_open_run_answers() -> None:
 
 
 def test_learning_the_tools_shapes_writes_nothing(tmp_path: pathlib.Path) -> None:
+    from memstrata import AgentMind, HashingEmbedder, SharedMemory, TeamState, ToolResults
+
     store = SQLiteStore(tmp_path / "m.db")
-    stack = user_scoped_stack(store)
+    layers = [
+        WorkingMemory(schema={"type": "object"}, scope="resource"),
+        AgentMind(embedder=HashingEmbedder()),
+        ToolResults(tool_calls_dir=tmp_path / "results"),
+        SharedMemory(store=store, namespace=("workflow", "w")),
+        TeamState(state_dir=tmp_path / "team"),
+    ]
+    stack = MemoryStack(layers, store=store)
     tools = memstrata_tools(stack)
-    assert {t.name for t in tools} == {"working-memory_update", "working-memory_replace"}
+    assert {"working-memory_update", "mind_recall", "memory_write"} <= {t.name for t in tools}
     assert store.list_after((), None) == []
+    written = [f for f in tmp_path.rglob("*") if f.is_file() and not f.name.startswith("m.db")]
+    assert written == []  # no result file, no team-state document
     assert stack.current_run() is None
     store.close()
 
