@@ -448,3 +448,11 @@ t.join()
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done"
+
+
+def test_configured_unsafe_keys_replace_the_defaults_as_documented() -> None:
+    # The stub says so and how to add to them: a caller passing its own keys chose the set.
+    patch = {"__proto__": 1, "constructor": 2, "zz": 3, "ok": 4}
+    assert deep_merge({}, patch, unsafe_keys=("zz",)) == {"__proto__": 1, "constructor": 2, "ok": 4}
+    assert deep_merge({}, patch, unsafe_keys=(*DEFAULT_UNSAFE_KEYS, "zz")) == {"ok": 4}
+    assert strip_unsafe_keys(patch, (*DEFAULT_UNSAFE_KEYS, "zz")) == {"ok": 4}

@@ -58,7 +58,8 @@ def deep_merge(
             OpenAI strict-mode tools that pad optional fields with null). An array is a value
             stored verbatim: ``None`` inside it, even under a key of an object in it, is kept
             in every mode.
-        unsafe_keys: Keys removed at every depth of what the merge produces.
+        unsafe_keys: Keys removed at every depth of what the merge produces. They replace
+            the defaults: to remove more keys, pass ``(*DEFAULT_UNSAFE_KEYS, "extra")``.
         allow_nan: Accept NaN and ±Infinity floats in the patch.
 
     Returns:
@@ -97,7 +98,8 @@ def merge_json(
 def strip_unsafe_keys(
     value: _T, keys: Iterable[str] = DEFAULT_UNSAFE_KEYS, *, allow_nan: bool = False
 ) -> _T:
-    """Returns ``value`` without ``keys`` at any depth; ``value`` is not mutated.
+    """Returns ``value`` without ``keys`` at any depth; ``value`` is not mutated. ``keys``
+    replace the defaults: to remove more keys, pass ``(*DEFAULT_UNSAFE_KEYS, "extra")``.
 
     Containers in which nothing had to change are shared with the result (the very same
     object when nothing changed at all); dict subclasses become plain dicts and tuples lists.
