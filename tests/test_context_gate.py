@@ -159,6 +159,13 @@ def test_soft_warn_logs_once_per_run(tmp_path: Path, caplog: pytest.LogCaptureFi
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1
         assert "iter-0" in warnings[0].getMessage()
+        # Modulatio's warning is a structured log: its figures are fields of the record.
+        record = warnings[0].__dict__
+        assert record["memstrata_event"] == "context_soft_warning"
+        assert (record["run_id"], record["call_id"]) == ("run-a", "iter-0")
+        assert record["max_input_tokens"] == gate.max_input_tokens
+        assert 0.75 * gate.max_input_tokens <= record["input_tokens"] < gate.max_input_tokens
+        assert (record["soft_warn_at_pct"], record["prune_at_pct"]) == (0.70, 0.80)
         gate.check_and_compress(messages, "iter-0", run_id="run-b")
         assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
         # Without run ids the gate is the run until new_run().

@@ -508,6 +508,17 @@ class ContextGate:
             100 * estimate / self.max_input_tokens,
             100 * self.soft_warn_at_pct,
             100 * self.prune_at_pct,
+            # The same figures as fields of the record, for log pipelines that filter on them
+            # (a JSON formatter writes them as keys) rather than parse the message.
+            extra={
+                "memstrata_event": "context_soft_warning",
+                "run_id": run_id,
+                "call_id": call_id,
+                "input_tokens": estimate,
+                "max_input_tokens": self.max_input_tokens,
+                "soft_warn_at_pct": self.soft_warn_at_pct,
+                "prune_at_pct": self.prune_at_pct,
+            },
         )
 
     # Checkpoints ------------------------------------------------------------------------------
