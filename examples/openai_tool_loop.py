@@ -22,8 +22,11 @@ MODEL = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
 
 def make_stack(path: str = "agent-memory.db") -> MemoryStack:
     store = SQLiteStore(path)
+    # scope="thread": each conversation gets its own shared memory, so one user's writes never
+    # reach another's when a server runs this turn for many users.
     return MemoryStack(
-        [WorkingMemory(schema={"type": "object"}), SharedMemory(store=store)], store=store
+        [WorkingMemory(schema={"type": "object"}), SharedMemory(store=store, scope="thread")],
+        store=store,
     )
 
 

@@ -52,6 +52,13 @@ Decisions where NodeTool is silent or its code disagrees with its text:
   tracking. A new instance resumes a crashed workflow, and several instances on one store (two
   agent servers) see each other's writes and deletions. Without a store the memory lives in the
   process.
+* Beyond NodeTool, where one server's stack serves many conversations: ``scope="thread"``
+  gives each conversation (a run's ``thread_id``, and its user when the run names one, as a
+  thread-scoped working memory keys it) a memory of its own in the store, under
+  ``(*namespace, "thread", thread)`` or ``(*namespace, "user-thread", user, thread)``;
+  :meth:`SharedMemory.for_thread` is that memory for executors, and ``stack.forget`` erases
+  it. The default, ``"workflow"``, is one memory for every run of the stack: NodeTool's, where
+  each workflow run builds its own.
 * As a stack layer it injects the "Memory Tools (progressive disclosure)" section and, when a
   run declares upstream keys (``run.layer("shared-memory").require([...])``), the
   "Required upstream memory" hint: keys and titles, never values. NodeTool puts the hint in
@@ -65,9 +72,10 @@ import builtins
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -98,13 +106,15 @@ from memstrata.layers.shared_tools import LIST_CAP as LIST_CAP
 from memstrata.layers.shared_tools import MAX_SHARED_KEY_LENGTH as MAX_SHARED_KEY_LENGTH
 from memstrata.layers.shared_tools import MEMORY_WRITE_SOURCE as MEMORY_WRITE_SOURCE
 from memstrata.prompts import MEMORY_TOOLS_SECTION, UPSTREAM_HEADER, one_line
-from memstrata.stack import Budget, Message, RunContext
+from memstrata.stack import Budget, Message, RunContext, checked_scope_id
 from memstrata.stores import Item, Namespace, Store, codec
 from memstrata.stores.base import (
+    MAX_NAMESPACE_DEPTH,
     ChangeMark,
     Changes,
     EncodedItem,
     check_encodable,
+    erase,
     item_of,
     validate_namespace,
 )
@@ -119,6 +129,10 @@ DEFAULT_MAX_RUN_BYTES = 16 << 20
 DEFAULT_MAX_VALUE_BYTES = 1 << 20
 DEFAULT_MAX_ENTRIES = 100_000
 HINT_TITLE_CHARS = 120
+SCOPES = ("workflow", "thread")
+_USER_THREAD = "user-thread"
+# Conversations' memories (scope "thread") held in a process; more are read again from the store.
+CONVERSATIONS_KEPT = 256
 
 Listener = Callable[[MemoryEntry], None]
 
@@ -136,6 +150,11 @@ class SharedMemory:
         budget: Token budget of the prompt section.
         max_value_bytes: Largest value, in bytes of its compact JSON.
         max_entries: Most entries the memory holds.
+        max_run_writes: Most ``memory_write`` calls one run's model makes that store something.
+        max_run_bytes: Most bytes of JSON values one run's model writes through ``memory_write``.
+        scope: ``"workflow"``: every run of a stack shares this memory (build one per workflow
+            run). ``"thread"``: each run's conversation gets its own, kept in ``store``
+            (required) under ``namespace``; see :meth:`for_thread`.
     """
 
     def __init__(
@@ -150,6 +169,7 @@ class SharedMemory:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_run_writes: int = DEFAULT_MAX_RUN_WRITES,
         max_run_bytes: int = DEFAULT_MAX_RUN_BYTES,
+        scope: Literal["workflow", "thread"] = "workflow",
     ) -> None:
         for option, limit in (
             ("max_value_bytes", max_value_bytes),
@@ -168,6 +188,23 @@ class SharedMemory:
         self.budget = checked_budget(budget)
         self._store = checked_store(store) if store is not None else None
         self._namespace = validate_namespace(namespace)
+        if scope not in SCOPES:
+            raise InvalidInputError(f"scope must be 'workflow' or 'thread', got {scope!r}")
+        if scope == "thread" and self._store is None:
+            raise InvalidInputError(
+                "SharedMemory(scope='thread') keeps each conversation's memory in a store: "
+                "give store=..."
+            )
+        if scope == "thread" and len(self._namespace) > MAX_NAMESPACE_DEPTH - 4:
+            raise InvalidInputError(
+                f"namespace {self._namespace!r} is too deep for scope 'thread', which adds up"
+                f" to 4 labels: at most {MAX_NAMESPACE_DEPTH - 4}"
+            )
+        self.scope = scope
+        # The conversations' memories this process used last (scope "thread"): rebuilt from
+        # the store when needed again, so the bound costs a read, never an entry.
+        self._conversations: OrderedDict[Namespace, SharedMemory] = OrderedDict()
+        self._conversations_lock = threading.Lock()
         # Held across store calls, which in an async run suspend the task holding it: a lock
         # that tells tasks on one event loop apart, as a threading.RLock does not.
         self._lock = TaskLock()
@@ -503,6 +540,70 @@ class SharedMemory:
                 clone._expiring = self._expiring
         return clone
 
+    # One memory per conversation (scope "thread") ---------------------------------------------
+
+    def for_thread(self, thread_id: str, resource_id: str | None = None) -> SharedMemory:
+        """The memory of one conversation of a ``scope="thread"`` memory: what runs with this
+        ``thread_id`` (and this ``resource_id``, the user, if their runs name one) read and
+        write, for executors to write results into. A plain ``"workflow"`` memory with the
+        same limits, kept in the same store."""
+        if self.scope != "thread":
+            raise InvalidInputError("for_thread is for SharedMemory(scope='thread')")
+        thread = checked_scope_id("thread_id", thread_id)
+        if thread is None:
+            raise InvalidInputError("for_thread needs a thread_id")
+        namespace = self._conversation(thread, checked_scope_id("resource_id", resource_id))
+        with self._conversations_lock:
+            memory = self._conversations.get(namespace)
+            if memory is not None:
+                self._conversations.move_to_end(namespace)
+                return memory
+        memory = SharedMemory(
+            store=self._store,
+            namespace=namespace,
+            name=self.name,
+            slot=self.slot,
+            budget=self.budget,
+            max_value_bytes=self.max_value_bytes,
+            max_entries=self.max_entries,
+            max_run_writes=self.max_run_writes,
+            max_run_bytes=self.max_run_bytes,
+        )
+        with self._conversations_lock:
+            memory = self._conversations.setdefault(namespace, memory)
+            self._conversations.move_to_end(namespace)
+            while len(self._conversations) > CONVERSATIONS_KEPT:
+                self._conversations.popitem(last=False)
+        return memory
+
+    def _conversation(self, thread: str, user: str | None) -> Namespace:
+        # Thread ids are the caller's and often short ("1"): two users' conversations that
+        # share one keep their own memory.
+        if user is not None:
+            return (*self._namespace, _USER_THREAD, user, thread)
+        return (*self._namespace, "thread", thread)
+
+    def forget(self, store: Store, *, resource_id: str | None, thread_id: str | None) -> int:
+        """Erases what runs with these ids keep (``stack.forget``): with ``scope="thread"``,
+        that conversation's memory, or with ``resource_id`` alone every conversation of that
+        user, from this memory's store. A ``"workflow"`` memory belongs to the workflow, not
+        to a user: nothing is erased. Returns how many entries went."""
+        if self.scope != "thread":
+            return 0
+        assert self._store is not None
+        if resource_id is not None:
+            prefix = (*self._namespace, _USER_THREAD, resource_id)
+            if thread_id is not None:
+                prefix = (*prefix, thread_id)
+        elif thread_id is not None:
+            prefix = (*self._namespace, "thread", thread_id)
+        else:
+            return 0
+        with self._conversations_lock:
+            for namespace in [n for n in self._conversations if n[: len(prefix)] == prefix]:
+                del self._conversations[namespace]
+        return erase(self._store, prefix)
+
     # Following the store ----------------------------------------------------------------------
 
     def _refresh(self) -> None:
@@ -622,7 +723,13 @@ class SharedMemory:
     # Layer protocol -------------------------------------------------------------------------
 
     def init(self, ctx: RunContext) -> SharedMemoryHandle:
-        return SharedMemoryHandle(self, ctx.tokens)
+        if self.scope == "workflow":
+            return SharedMemoryHandle(self, ctx.tokens)
+        if not ctx.thread_id:
+            raise InvalidInputError(
+                "shared memory with scope 'thread' needs stack.run(thread_id=...)"
+            )
+        return SharedMemoryHandle(self.for_thread(ctx.thread_id, ctx.resource_id), ctx.tokens)
 
     def recall(self, handle: SharedMemoryHandle, budget: int) -> builtins.list[Message]:
         """The "Memory Tools" section, and the upstream hint within what is left of
