@@ -527,3 +527,89 @@ def test_a_rewrite_in_the_same_timestamp_tick_shows_in_the_next_prompt(tmp_path:
     os.utime(path, ns=(tick, tick))
     with stack.run() as run:
         assert "objective C" in run.prepare([])[0]["content"]
+
+
+# Leader-reflect's write-back: the next state document, whole -----------------------------
+
+
+def audit_lines(team: TeamState) -> list[dict[str, object]]:
+    if not team.audit_path.exists():
+        return []
+    return [json.loads(line) for line in team.audit_path.read_text().splitlines()]
+
+
+def test_the_leader_writes_the_next_document_and_every_replaced_entry_is_audited(
+    tmp_path: Path,
+) -> None:
+    from memstrata.layers.team_state import StateEntry
+
+    team = TeamState(state_dir=tmp_path)
+    team.record("parse config", shipped="config.py", verified="3 of 3", verdict="pass")
+    team.record("write loader", shipped="loader.py", claim="loads all", verdict="fail")
+    first, second = team.entries()
+    condensed = StateEntry("parse config and loader", shipped="config.py, loader.py (2 bugs)")
+    flagged = StateEntry("next: fix loader", divergences=["loader claim unverified"])
+    saved = team.rewrite([condensed, flagged])
+    assert [e.objective for e in team.entries()] == [e.objective for e in saved]
+    assert [e.objective for e in saved] == ["parse config and loader", "next: fix loader"]
+    assert saved[0].at  # stamped now
+    text = team.md_path.read_text()
+    assert "parse config and loader" in text and "### write loader" not in text
+    events = audit_lines(team)
+    # record audited the failing claim; the rewrite audited both replaced entries, whole,
+    # then the new entry's own flag.
+    assert [(e["event"], e["objective"]) for e in events] == [
+        ("divergence", "write loader"),
+        ("replaced", "parse config"),
+        ("replaced", "write loader"),
+        ("divergence", "next: fix loader"),
+    ]
+    assert events[1]["shipped"] == first.shipped and events[2]["claim"] == second.claim
+
+
+def test_entries_kept_as_they_were_are_neither_audited_nor_flagged_twice(tmp_path: Path) -> None:
+    team = TeamState(state_dir=tmp_path)
+    team.record("a", shipped="x")
+    team.record("b", shipped="y", claim="all done", verdict="fail")
+    kept = team.entries()
+    before = audit_lines(team)
+    assert team.rewrite(kept) == kept
+    assert team.entries() == kept
+    assert audit_lines(team) == before
+    assert kept[1].divergences == ["producer claimed success; QC verdict is fail"]
+
+
+def test_a_bad_rewrite_writes_nothing_and_names_what_was_wrong(tmp_path: Path) -> None:
+    from memstrata.layers.team_state import StateEntry
+
+    team = TeamState(state_dir=tmp_path)
+    team.record("a", shipped="x")
+    document = team.md_path.read_text()
+    bad: list[tuple[object, str]] = [
+        ("a text", "entries must be a list of StateEntry, got str"),
+        ([{"objective": "a"}], r"entries\[0\] must be a StateEntry, got dict"),
+        ([StateEntry("ok"), StateEntry("")], "objective is empty"),
+        ([StateEntry("ok", verdict="maybe")], "verdict must be"),  # type: ignore[arg-type]
+        ([StateEntry("ok", shipped="x" * 4001)], "shipped is 4,001 characters"),
+        ([StateEntry("ok", divergences="one flag")], "divergences must be a list"),  # type: ignore[arg-type]
+        ([StateEntry("ok")] * 1001, "entries holds more than 1000"),
+    ]
+    for entries, message in bad:
+        with pytest.raises(InvalidInputError, match=message):
+            team.rewrite(entries)  # type: ignore[arg-type]
+    assert team.md_path.read_text() == document
+    assert audit_lines(team) == []
+
+
+def test_a_rewrite_past_the_soft_cap_keeps_the_newest_and_audits_the_rest_of_the_prior(
+    tmp_path: Path,
+) -> None:
+    from memstrata.layers.team_state import StateEntry
+
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=300)
+    team.record("old", shipped="a")
+    saved = team.rewrite([StateEntry(f"step {i}", shipped="s" * 60) for i in range(10)])
+    assert len(saved) == 10
+    assert [e.objective for e in team.entries()][-1] == "step 9"
+    assert len(team.md_path.read_bytes()) <= 300 + 1
+    assert [e["objective"] for e in audit_lines(team)] == ["old"]

@@ -11,7 +11,7 @@ from memstrata.layers.shared_memory import (
     SharedMemoryHandle,
     memory_keys,
 )
-from memstrata.layers.team_state import TeamState, extract_claim
+from memstrata.layers.team_state import StateEntry, TeamState, extract_claim
 from memstrata.layers.tool_results import ToolResults, prune_messages_sliding_window
 from memstrata.layers.working_memory import WorkingMemory, WorkingMemoryHandle
 
@@ -25,6 +25,7 @@ __all__ = [
     "ScoreWeights",
     "SharedMemory",
     "SharedMemoryHandle",
+    "StateEntry",
     "TeamState",
     "ToolResults",
     "WorkingMemory",

@@ -27,6 +27,9 @@ Decisions where Modulatio is silent:
   (to its objective alone under a cap too small for its other lines cut to a character).
 * A divergence is flagged automatically when a producer claimed something and QC's verdict is
   ``fail``; callers add their own flags (e.g. Leader-reflect's) with ``divergences=[...]``.
+* Leader-reflect's write-back emits the next document whole: :meth:`TeamState.rewrite` takes
+  its entries, and the prior document's entries it drops go to the audit log first (event
+  ``replaced``): the FIFO of the soft cap is the only way an entry leaves untraced.
 * An entry cut to fit (the soft cap, or the prompt's token budget) is cut by characters, every
   text field to the same length, longest fields first, each cut field ending in `` …``: a field
   with content never comes out empty and no UTF-8 sequence is split. The audit log gets the
@@ -110,6 +113,10 @@ DEFAULT_SOFT_CAP_BYTES = 2048
 MAX_FIELD_CHARS = 4000
 # Most divergence flags one entry takes.
 MAX_DIVERGENCES = 200
+# The flag a producer's claim meeting a failing QC verdict raises by itself.
+CLAIM_FAILED = "producer claimed success; QC verdict is fail"
+# Most entries one rewrite takes: the document keeps about 2 KB of them.
+MAX_REWRITTEN_ENTRIES = 1_000
 # current_state.json is kept near soft_cap_bytes; a file far past that was not written by us.
 MAX_STATE_BYTES = 8 << 20
 # The coarsest mtime granularity of a file system the state may live on (FAT's two seconds).
@@ -372,34 +379,7 @@ class TeamState:
             InvalidInputError: A field of the wrong type, over 4,000 characters or not valid
                 Unicode, or an unknown verdict.
         """
-        if verdict not in (None, "pass", "fail"):
-            raise InvalidInputError(f"verdict must be 'pass', 'fail' or None, got {verdict!r}")
-        if isinstance(divergences, (str, bytes, bytearray, Mapping)) or not isinstance(
-            divergences, Iterable
-        ):
-            # A text would be taken one character per flag.
-            raise InvalidInputError(
-                f"divergences must be a list of strings, got {type(divergences).__name__}"
-            )
-        flags = [_text("divergence", d) for d in itertools.islice(divergences, MAX_DIVERGENCES + 1)]
-        if len(flags) > MAX_DIVERGENCES:
-            # Each is kept whole in the audit log, and cutting the entry to the soft cap tries
-            # one count of flags after another: a list without bound would take hours.
-            raise InvalidInputError(
-                f"divergences holds more than {MAX_DIVERGENCES} flags; the limit is "
-                f"{MAX_DIVERGENCES}: merge related ones"
-            )
-        if claim and verdict == "fail":
-            flags.insert(0, "producer claimed success; QC verdict is fail")
-        entry = StateEntry(
-            objective=_text("objective", objective, required=True),
-            shipped=_text("shipped", shipped),
-            claim=_text("claim", claim) or None,
-            verified=_text("verified", verified) or None,
-            verdict=verdict,
-            divergences=flags,
-            at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        )
+        entry = _checked_entry(objective, shipped, claim, verified, verdict, divergences)
         if not self._active():
             return entry
         try:
@@ -410,11 +390,78 @@ class TeamState:
                 )
                 write_atomic(directory, STATE_JSON, data, mode=0o644)
                 write_atomic(directory, STATE_MD, (_render(entries) + "\n").encode(), mode=0o644)
-                if flags:
+                if entry.divergences:
                     self._audit(directory, entry)
         except (OSError, ValueError) as exc:
             self._switch_off(exc)
         return entry
+
+    def rewrite(self, entries: Iterable[StateEntry]) -> list[StateEntry]:
+        """Leader-reflect's write-back between sub-objectives: the next state document whole,
+        as the Leader wrote it from the prior state, the producers' claims and QC's verdicts
+        (older sub-objectives condensed into one entry, a claim corrected, divergences the
+        Leader caught flagged). ``entries`` replace the document's, oldest first, and are cut
+        to the soft cap as :meth:`record` cuts; their fields are checked as ``record``'s are
+        (an entry's ``at`` is kept when given, else now). Each entry of the prior document not
+        among them is first appended to ``audit.jsonl`` (``"event": "replaced"``), so nothing
+        leaves the document without a trace, and each new entry with divergence flags is
+        audited as ``record`` audits it.
+
+        Returns:
+            The entries as checked (saved unless the layer is off, as for ``record``).
+
+        Raises:
+            InvalidInputError: An item that is not a :class:`StateEntry`, or a field as for
+                ``record``; nothing is written then.
+        """
+        if isinstance(entries, (str, bytes, bytearray, Mapping)) or not isinstance(
+            entries, Iterable
+        ):
+            raise InvalidInputError(
+                f"entries must be a list of StateEntry, got {type(entries).__name__}"
+            )
+        given = list(itertools.islice(entries, MAX_REWRITTEN_ENTRIES + 1))
+        if len(given) > MAX_REWRITTEN_ENTRIES:
+            raise InvalidInputError(
+                f"entries holds more than {MAX_REWRITTEN_ENTRIES}; the document keeps about 2 KB"
+            )
+        checked = []
+        for i, item in enumerate(given):
+            if not isinstance(item, StateEntry):
+                raise InvalidInputError(
+                    f"entries[{i}] must be a StateEntry, got {type(item).__name__}"
+                )
+            checked.append(
+                _checked_entry(
+                    item.objective,
+                    item.shipped,
+                    item.claim,
+                    item.verified,
+                    item.verdict,
+                    item.divergences,
+                    at=_text("at", item.at) or None,
+                )
+            )
+        if not self._active():
+            return checked
+        try:
+            with self._lock() as directory:
+                prior = self._read(directory)
+                kept = self._within_cap(checked)
+                for old in prior:
+                    if old not in kept:
+                        self._audit(directory, old, event="replaced")
+                data = orjson.dumps(
+                    {"entries": [asdict(e) for e in kept]}, option=orjson.OPT_INDENT_2
+                )
+                write_atomic(directory, STATE_JSON, data, mode=0o644)
+                write_atomic(directory, STATE_MD, (_render(kept) + "\n").encode(), mode=0o644)
+                for new in checked:
+                    if new.divergences and new not in prior:
+                        self._audit(directory, new)
+        except (OSError, ValueError) as exc:
+            self._switch_off(exc)
+        return checked
 
     def clear(self) -> None:
         """Starts a new plan: an empty document (the audit log is kept)."""
@@ -464,12 +511,13 @@ class TeamState:
             entries = [only]
         return entries
 
-    def _audit(self, directory: Dir, entry: StateEntry) -> None:
+    def _audit(self, directory: Dir, entry: StateEntry, event: str = "divergence") -> None:
         line = orjson.dumps(
             {
                 "at": entry.at,
-                "event": "divergence",
+                "event": event,
                 "objective": entry.objective,
+                **({"shipped": entry.shipped} if event == "replaced" else {}),
                 "claim": entry.claim,
                 "verified": entry.verified,
                 "verdict": entry.verdict,
@@ -668,6 +716,48 @@ def _shrink(entry: StateEntry, fits: Callable[[StateEntry], bool]) -> StateEntry
         else:
             high = middle - 1
     return _cut_to(entry, low, flags)
+
+
+def _checked_entry(
+    objective: Any,
+    shipped: Any,
+    claim: Any,
+    verified: Any,
+    verdict: Any,
+    divergences: Any,
+    *,
+    at: str | None = None,
+) -> StateEntry:
+    """An entry of these fields, each checked (types, lengths, Unicode, the verdict, the
+    number of flags), with the automatic flag when a claim met a failing verdict."""
+    if verdict not in (None, "pass", "fail"):
+        raise InvalidInputError(f"verdict must be 'pass', 'fail' or None, got {verdict!r}")
+    if isinstance(divergences, (str, bytes, bytearray, Mapping)) or not isinstance(
+        divergences, Iterable
+    ):
+        # A text would be taken one character per flag.
+        raise InvalidInputError(
+            f"divergences must be a list of strings, got {type(divergences).__name__}"
+        )
+    flags = [_text("divergence", d) for d in itertools.islice(divergences, MAX_DIVERGENCES + 1)]
+    if len(flags) > MAX_DIVERGENCES:
+        # Each is kept whole in the audit log, and cutting the entry to the soft cap tries
+        # one count of flags after another: a list without bound would take hours.
+        raise InvalidInputError(
+            f"divergences holds more than {MAX_DIVERGENCES} flags; the limit is "
+            f"{MAX_DIVERGENCES}: merge related ones"
+        )
+    if claim and verdict == "fail" and CLAIM_FAILED not in flags:
+        flags.insert(0, CLAIM_FAILED)
+    return StateEntry(
+        objective=_text("objective", objective, required=True),
+        shipped=_text("shipped", shipped),
+        claim=_text("claim", claim) or None,
+        verified=_text("verified", verified) or None,
+        verdict=verdict,
+        divergences=flags,
+        at=at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
 
 
 def _text(what: str, value: Any, *, required: bool = False) -> str:
