@@ -134,7 +134,7 @@ def test_a_call_with_no_run_open_writes_nothing_and_says_why(
     store = InMemoryStore()
     stack = user_scoped_stack(store)
     [update] = [t for t in memstrata_tools(stack) if t.name == "working-memory_update"]
-    with caplog.at_level(logging.ERROR, logger="memstrata.langgraph"):
+    with caplog.at_level(logging.ERROR, logger="memstrata.langchain"):
         answer = orjson.loads(update.invoke({"fact": "lost"}))
         assert orjson.loads(asyncio.run(update.ainvoke({"fact": "lost"}))) == answer
     assert answer["ok"] is False and answer["error"]["code"] == "no_run", answer
