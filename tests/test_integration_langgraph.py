@@ -21,7 +21,6 @@ import pytest
 pytest.importorskip("langgraph.store.base")
 
 from langchain_core.embeddings import Embeddings
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 from langgraph.store.base import (
     BaseStore,
@@ -33,6 +32,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 from langgraph.store.memory import InMemoryStore as LangGraphInMemoryStore
+from scripted_chat_models import ToolCallingFake
 from store_checks import ThreadNotingSQLiteStore
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory, hash_embed
@@ -613,13 +613,6 @@ def test_compiled_graph_uses_the_store(tmp_path: pathlib.Path) -> None:
     app = graph.compile(store=store)
     assert app.invoke({"query": "deploy key", "found": []})["found"] == ["n1"]
     store.close()
-
-
-class ToolCallingFake(FakeMessagesListChatModel):
-    """LangChain's scripted chat model, accepting bound tools (create_react_agent binds them)."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:  # type: ignore[override]
-        return self
 
 
 def test_react_agent_writes_working_memory_that_survives_a_restart(
