@@ -749,10 +749,13 @@ def test_a_tool_over_an_open_schema_lists_its_arguments() -> None:
             assert tool.args == {}, tool.name
 
 
-def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("name", ["langgraph_agent.py", "langchain_agent.py"])
+def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path, name: str) -> None:
     import runpy
 
-    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "langgraph_agent.py"
+    if name == "langchain_agent.py":
+        pytest.importorskip("langchain.agents.middleware")
+    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / name
     main = runpy.run_path(str(example))["main"]
     call = {"name": "working-memory_update", "args": {"name": "Priya"}, "id": "c1"}
     path = str(tmp_path / "example.db")
