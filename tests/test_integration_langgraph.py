@@ -21,7 +21,6 @@ import pytest
 pytest.importorskip("langgraph.store.base")
 
 from langchain_core.embeddings import Embeddings
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 from langgraph.store.base import (
     BaseStore,
@@ -33,6 +32,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 from langgraph.store.memory import InMemoryStore as LangGraphInMemoryStore
+from scripted_chat_models import ToolCallingFake
 from store_checks import ThreadNotingSQLiteStore
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory, hash_embed
@@ -615,13 +615,6 @@ def test_compiled_graph_uses_the_store(tmp_path: pathlib.Path) -> None:
     store.close()
 
 
-class ToolCallingFake(FakeMessagesListChatModel):
-    """LangChain's scripted chat model, accepting bound tools (create_react_agent binds them)."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:  # type: ignore[override]
-        return self
-
-
 def test_react_agent_writes_working_memory_that_survives_a_restart(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -756,10 +749,13 @@ def test_a_tool_over_an_open_schema_lists_its_arguments() -> None:
             assert tool.args == {}, tool.name
 
 
-def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("name", ["langgraph_agent.py", "langchain_agent.py"])
+def test_the_example_runs_with_a_fake_model(tmp_path: pathlib.Path, name: str) -> None:
     import runpy
 
-    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "langgraph_agent.py"
+    if name == "langchain_agent.py":
+        pytest.importorskip("langchain.agents.middleware")
+    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / name
     main = runpy.run_path(str(example))["main"]
     call = {"name": "working-memory_update", "args": {"name": "Priya"}, "id": "c1"}
     path = str(tmp_path / "example.db")

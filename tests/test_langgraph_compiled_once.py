@@ -1,5 +1,7 @@
-"""A LangGraph agent compiled once serving every request: ``memstrata_tools(stack)`` and
-``react_prompt(stack)`` take the run the server opened around the call, and nothing else.
+"""An agent compiled once serving every request, built with LangGraph's ``create_react_agent``
+(``memstrata_tools(stack)`` and ``react_prompt(stack)``) or LangChain's ``create_agent``
+(``MemstrataMiddleware(stack)``): the tools and the prompt take the run the server opened around
+the call, and nothing else.
 
 The model is scripted from what it is sent (the user's line and the system prompt), so
 concurrent requests through one compiled graph each get their own answers, and the prompt
@@ -12,7 +14,7 @@ import asyncio
 import logging
 import pathlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -20,11 +22,8 @@ import pytest
 
 pytest.importorskip("langgraph.prebuilt")
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.prebuilt import create_react_agent
+from scripted_chat_models import PerUserModel
 
 from memstrata import MemoryStack, SQLiteStore, WorkingMemory
 from memstrata.exceptions import InvalidInputError
@@ -32,52 +31,40 @@ from memstrata.integrations.langgraph import memory_prompt, memstrata_tools, rea
 from memstrata.stores import InMemoryStore
 
 
-class PerUserModel(BaseChatModel):
-    """Answers "remember <x>" with a working-memory update of ``{"fact": x}``, and a tool's
-    answer with "done"; records every system prompt it is sent, by the fact it was asked."""
-
-    prompts: dict[str, list[str]] = {}  # noqa: RUF012 - pydantic copies the default per model
-
-    @property
-    def _llm_type(self) -> str:
-        return "per-user-fake"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> PerUserModel:  # type: ignore[override]
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        asked = next(str(m.content) for m in messages if m.type == "human")
-        fact = asked.removeprefix("remember ")
-        self.prompts.setdefault(fact, []).append(str(messages[0].content))
-        if messages[-1].type == "tool":
-            answer = AIMessage(content="done")
-        else:
-            call = {"name": "working-memory_update", "args": {"fact": fact}, "id": f"c-{fact}"}
-            answer = AIMessage(content="", tool_calls=[call])
-        return ChatResult(generations=[ChatGeneration(message=answer)])
-
-
 def user_scoped_stack(store: Any) -> MemoryStack:
     return MemoryStack([WorkingMemory(schema={"type": "object"}, scope="resource")], store=store)
 
 
-def compiled(stack: MemoryStack, model: PerUserModel) -> Any:
+def react_agent(stack: MemoryStack, model: PerUserModel) -> Any:
     return create_react_agent(
         model, memstrata_tools(stack), prompt=react_prompt(stack, system="Be brief.")
     )
+
+
+def middleware_agent(stack: MemoryStack, model: PerUserModel) -> Any:
+    from langchain.agents import create_agent
+
+    from memstrata.integrations.langchain_agents import MemstrataMiddleware
+
+    return create_agent(model, middleware=[MemstrataMiddleware(stack, system="Be brief.")])
+
+
+Build = Callable[[MemoryStack, PerUserModel], Any]
+
+
+@pytest.fixture(params=[react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def compiled(request: pytest.FixtureRequest) -> Build:
+    """How the one agent of a server is built."""
+    if request.param is middleware_agent:
+        pytest.importorskip("langchain.agents.middleware")
+    return request.param
 
 
 USERS = [f"user-{i}" for i in range(8)]
 
 
 def test_one_graph_serves_users_on_threads_each_with_their_own_memory(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, compiled: Build
 ) -> None:
     stack = user_scoped_stack(SQLiteStore(tmp_path / "m.db"))
     model = PerUserModel(prompts={})
@@ -107,8 +94,12 @@ def test_one_graph_serves_users_on_threads_each_with_their_own_memory(
     stack.store.close()
 
 
-def test_one_graph_serves_concurrent_async_requests_each_with_their_own_memory() -> None:
-    stack = user_scoped_stack(InMemoryStore())
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_one_graph_serves_concurrent_async_requests_each_with_their_own_memory(
+    tmp_path: pathlib.Path, compiled: Build, backend: str
+) -> None:
+    store = SQLiteStore(tmp_path / "m.db") if backend == "sqlite" else InMemoryStore()
+    stack = user_scoped_stack(store)
     model = PerUserModel(prompts={})
     agent = compiled(stack, model)
 
@@ -126,15 +117,16 @@ def test_one_graph_serves_concurrent_async_requests_each_with_their_own_memory()
             assert run.layer("working-memory").snapshot == {"fact": f"{user}-secret"}
         after = model.prompts[f"{user}-secret"][-1]
         assert [u for u in USERS if f"{u}-secret" in after] == [user]
+    store.close()
 
 
 def test_a_call_with_no_run_open_writes_nothing_and_says_why(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, compiled: Build
 ) -> None:
     store = InMemoryStore()
     stack = user_scoped_stack(store)
     [update] = [t for t in memstrata_tools(stack) if t.name == "working-memory_update"]
-    with caplog.at_level(logging.ERROR, logger="memstrata.langgraph"):
+    with caplog.at_level(logging.ERROR, logger="memstrata.langchain"):
         answer = orjson.loads(update.invoke({"fact": "lost"}))
         assert orjson.loads(asyncio.run(update.ainvoke({"fact": "lost"}))) == answer
     assert answer["ok"] is False and answer["error"]["code"] == "no_run", answer
@@ -144,8 +136,11 @@ def test_a_call_with_no_run_open_writes_nothing_and_says_why(
     with pytest.raises(InvalidInputError, match="no memory run is open"):
         memory_prompt(stack)
     agent = compiled(stack, PerUserModel(prompts={}))
+    state = {"messages": [("user", "remember x")]}
     with pytest.raises(InvalidInputError, match="no memory run is open"):
-        agent.invoke({"messages": [("user", "remember x")]})
+        agent.invoke(state)
+    with pytest.raises(InvalidInputError, match="no memory run is open"):
+        asyncio.run(agent.ainvoke(state))
     assert store.list(("working-memory",)) == []
 
 
@@ -213,7 +208,7 @@ def test_anything_but_a_run_or_a_stack_is_refused_by_name(function: Any) -> None
 
 
 def test_sequence_of_prompts_is_the_requests_own_after_each_write(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, compiled: Build
 ) -> None:
     # Two requests of the same user, one after the other, through the same compiled graph:
     # the second request's first prompt already shows what the first one wrote.

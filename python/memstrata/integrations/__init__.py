@@ -3,6 +3,8 @@
 * :mod:`memstrata.integrations.langgraph` (``memstrata[langgraph]``): ``MemstrataStore``, a
   LangGraph ``BaseStore`` over any memstrata store, and the layers' tools and prompt for
   ``create_react_agent``.
+* :mod:`memstrata.integrations.langchain_agents` (``memstrata[langchain]``):
+  ``MemstrataMiddleware``, the layers' tools and prompt for LangChain's ``create_agent``.
 * :mod:`memstrata.integrations.openai_agents` (``memstrata[openai-agents]``): ``AgentsMemory``,
   the OpenAI Agents SDK's tools, dynamic instructions, a run per turn and a ``Session``.
 * :mod:`memstrata.integrations.pydantic_ai` (``memstrata[pydantic-ai]``): ``MemoryCapability``,
