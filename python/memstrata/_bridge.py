@@ -12,6 +12,8 @@ statement that need not wait, the Rust kernels) runs inline: no thread, no loop 
   end even when cancelled);
 * :func:`bridged` tells sync code it runs under :func:`run_sync`, and :func:`await_` awaits an
   awaitable from there; :func:`pinned` marks code that must not suspend;
+* :func:`blocking` runs blocking file I/O (a write and its fsync) from such code in a worker
+  thread;
 * :class:`TaskLock` is a lock for state that such code and threads share.
 
 ``asyncio`` and ``greenlet`` are imported when an async method is first awaited, not with
@@ -204,6 +206,19 @@ def await_(awaitable: Awaitable[T], *, finish: bool = False) -> T:
     assert _getcurrent is not None
     result: T = _getcurrent().parent.switch((_FINISH if finish else _AWAIT, awaitable))
     return result
+
+
+def blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, for sync code that blocks on the file system (writes a file and
+    fsyncs it, renames, removes): under :func:`run_sync`, in a worker thread, awaited to its
+    end even when the caller is cancelled meanwhile, as a store call is (the cancellation is
+    raised once the files are whole); elsewhere (a sync caller, a :func:`pinned` block), in
+    place. An fsync takes milliseconds, for which the event loop would serve no other task;
+    a thread hop costs tens of microseconds, so ``fn`` should be the whole of one write, not
+    each of its calls."""
+    if bridged():
+        return await_(in_thread(fn, *args, **kwargs), finish=True)
+    return fn(*args, **kwargs)
 
 
 def _holder() -> object:
