@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import re
 import sqlite3
@@ -306,6 +307,42 @@ def test_an_sqlite_checkpoint_never_runs_on_the_event_loop(tmp_path: pathlib.Pat
     assert waiting[0] >= 1000 and waiting[1] == 0, waiting  # not checkpointed inline
     assert after[1] == after[0], after  # checkpointed in the thread
     assert store.get(("log",), f"k{writes}") is not None
+    store.close()
+
+
+def test_a_replaced_sqlite_file_is_opened_again_off_the_loop(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that finds the database file replaced (a restored copy renamed onto it) opens
+    the file now at the path: the old log emptied into its file (a checkpoint, synced to disk)
+    and the new file opened and migrated, in a worker thread. The write itself is refused,
+    as the sync form refuses it."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    stack = MemoryStack([WorkingMemory(schema=SCHEMA)], store=store)
+    with stack.run(thread_id="t") as run:
+        assert run.call_tool("working-memory/update", {"owner": "first"})["ok"]
+    sqlite3.connect(tmp_path / "copy.db").close()
+    os.replace(tmp_path / "copy.db", path)
+    opened_on: list[int] = []
+    real_connect = SQLiteStore._connect
+
+    def noting_connect(self: SQLiteStore) -> None:
+        opened_on.append(threading.get_ident())
+        real_connect(self)
+
+    monkeypatch.setattr(SQLiteStore, "_connect", noting_connect)
+
+    async def main() -> tuple[int, dict[str, Any], dict[str, Any]]:
+        async with stack.arun(thread_id="t") as run:
+            refused = await run.acall_tool("working-memory/update", {"owner": "second"})
+            again = await run.acall_tool("working-memory/update", {"owner": "third"})
+        return threading.get_ident(), refused, again
+
+    loop, refused, again = asyncio.run(main())
+    assert opened_on and loop not in opened_on
+    assert refused["error"]["code"] == "memory_unavailable", refused
+    assert again["ok"], again
     store.close()
 
 
