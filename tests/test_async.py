@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from loop_timing import loop_lag
-from store_checks import empty_postgres_tables
+from store_checks import ThreadNotingSQLiteStore, empty_postgres_tables
 
 from memstrata import (
     InMemoryStore,
@@ -307,6 +307,39 @@ def test_an_sqlite_checkpoint_never_runs_on_the_event_loop(tmp_path: pathlib.Pat
     assert waiting[0] >= 1000 and waiting[1] == 0, waiting  # not checkpointed inline
     assert after[1] == after[0], after  # checkpointed in the thread
     assert store.get(("log",), f"k{writes}") is not None
+    store.close()
+
+
+def test_an_sqlite_write_that_starts_the_log_again_runs_off_the_loop(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Once a checkpoint (here another connection's) copied the whole log into the database,
+    the next write starts the log again from its first frame, and SQLite syncs the log's new
+    header to disk before it writes (synchronous=NORMAL syncs then): that write runs in a
+    worker thread; the write after it, which appends to the log, inline."""
+    path = tmp_path / "s.db"
+    store = ThreadNotingSQLiteStore(path)
+    for i in range(10):
+        store.put(("log",), f"k{i}", {"text": "x" * 20_000})
+    other = sqlite3.connect(path)
+    other.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    other.close()
+    written, copied = log_frames(path)
+    assert written == copied > 20
+
+    async def main() -> tuple[int, set[int], tuple[int, int], set[int]]:
+        store.threads.clear()
+        await run_sync(store.put, ("log",), "again", {"n": 1})
+        restarted, first = log_frames(path), set(store.threads)
+        store.threads.clear()
+        await run_sync(store.put, ("log",), "after", {"n": 2})
+        return threading.get_ident(), first, restarted, set(store.threads)
+
+    loop, first, restarted, second = asyncio.run(main())
+    assert restarted[0] < 10, restarted  # the log started again
+    assert first and loop not in first
+    assert second == {loop}
+    assert store.get(("log",), "again") is not None
     store.close()
 
 

@@ -956,18 +956,25 @@ class SQLiteStore(Store):
     ) -> tuple[bool, _T | None]:
         """``(True, method(...))`` run with the busy timeout at 0, so that it fails at once
         rather than wait, if the connection is free; ``(False, None)`` if the connection is in
-        use or the database locked (SQLITE_BUSY), and for a write that finds the file
-        replaced (opening it again syncs to disk: see _check_file). A method that failed so
-        wrote nothing: SQLite takes its write lock at the first writing statement, and each
-        method is one transaction."""
+        use or the database locked (SQLITE_BUSY), and for a write that would sync to disk
+        (one that starts the log again, or finds the file replaced: see _check_file), before
+        it writes anything. A method that failed so wrote nothing: SQLite takes its write
+        lock at the first writing statement, and each method is one transaction."""
         if not self._lock.acquire(blocking=False):
             return False, None
         try:
+            deferred = self._log_index is not None and method.__name__ in _WRITES
+            if deferred and self._frames_waiting() == 0:
+                # The log is empty or wholly copied into the database (a checkpoint, this
+                # connection's or another's): this write starts it again from its first frame,
+                # and SQLite syncs the log's new header to disk first (synchronous=NORMAL does
+                # at a restart), milliseconds the loop would be held for. Once a checkpoint:
+                # in a worker thread. The read of the index costs ~1 us.
+                return False, None
             self._conn.execute("PRAGMA busy_timeout = 0")
             # A commit past the threshold would checkpoint here, on the event loop: the caller
             # runs the checkpoint in a worker thread instead (see _checkpoint). Only around a
             # write (a read commits nothing): the two statements cost ~5 us.
-            deferred = self._log_index is not None and method.__name__ in _WRITES
             if deferred:
                 self._conn.execute("PRAGMA wal_autocheckpoint = 0")
                 changes = self._conn.total_changes
