@@ -2,11 +2,12 @@
 
 Layers are written once, as sync code that calls the store. An async method (``await
 run.aprepare(...)``) runs that code on the event loop's thread, in a greenlet. When the code
-reaches I/O that has to wait (a PostgreSQL round trip, an HTTP embedder, a locked SQLite file),
-the greenlet is suspended and the coroutine that started it awaits the store's async method
-instead, so the loop serves other tasks meanwhile; the answer is handed back to the sync code,
-which goes on where it stopped. Work that takes microseconds (an in-memory store, an SQLite
-statement that need not wait, the Rust kernels) runs inline: no thread, no loop iteration.
+reaches I/O that has to wait (a PostgreSQL round trip, an HTTP embedder, a locked SQLite file,
+a file written and synced to disk), the greenlet is suspended and the coroutine that started it
+awaits the store's async method (or a worker thread) instead, so the loop serves other tasks
+meanwhile; the answer is handed back to the sync code, which goes on where it stopped. Work
+that takes microseconds (an in-memory store, an SQLite statement that need not wait, the Rust
+kernels) runs inline: no thread, no loop iteration.
 
 * :func:`run_sync` is the coroutine that runs sync code this way (:func:`run_whole`, to its
   end even when cancelled);

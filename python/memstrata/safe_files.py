@@ -13,8 +13,9 @@ the same way:
   ``fstat``: a regular file, with one link unless the caller accepts more (a hard link planted
   to a file elsewhere has two). As a link count read from the descriptor can drop after the
   open (the planted link removed again), an ``lstat`` of the name must then show the same inode
-  with one link: one system call sees both, so a file linked from elsewhere never passes. What
-  is read or appended is what was checked.
+  with one link: one system call sees both, so a file linked from elsewhere never passes (a
+  name a writer renamed another file over meanwhile is opened and checked again). What is read
+  or appended is what was checked.
 * Writes go to a new temp file (``O_CREAT | O_EXCL``, its mode set with ``fchmod`` on the
   descriptor), fsynced, then renamed over the name: never ``O_TRUNC`` on an existing path, never
   ``chmod`` by path. A rename replaces the directory entry, so whatever was planted under the

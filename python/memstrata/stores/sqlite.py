@@ -948,8 +948,9 @@ class SQLiteStore(Store):
             self._close_log_index()
 
     # Async twins: a statement that need not wait runs inline, on the event loop; one that would
-    # wait for another connection's lock, reads of a whole namespace, and the checkpoint a write
-    # made due (a sync to disk), run in a worker thread, so neither blocks the loop.
+    # wait for another connection's lock, reads of a whole namespace, the checkpoint a write made
+    # due and the writes that sync to disk (see _inline), run in a worker thread, so none blocks
+    # the loop.
 
     def _inline(
         self, method: Callable[..., _T], args: tuple[Any, ...], kwargs: Any
