@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import re
 import sqlite3
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from loop_timing import loop_lag
-from store_checks import empty_postgres_tables
+from store_checks import ThreadNotingSQLiteStore, empty_postgres_tables
 
 from memstrata import (
     InMemoryStore,
@@ -306,6 +307,75 @@ def test_an_sqlite_checkpoint_never_runs_on_the_event_loop(tmp_path: pathlib.Pat
     assert waiting[0] >= 1000 and waiting[1] == 0, waiting  # not checkpointed inline
     assert after[1] == after[0], after  # checkpointed in the thread
     assert store.get(("log",), f"k{writes}") is not None
+    store.close()
+
+
+def test_an_sqlite_write_that_starts_the_log_again_runs_off_the_loop(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Once a checkpoint (here another connection's) copied the whole log into the database,
+    the next write starts the log again from its first frame, and SQLite syncs the log's new
+    header to disk before it writes (synchronous=NORMAL syncs then): that write runs in a
+    worker thread; the write after it, which appends to the log, inline."""
+    path = tmp_path / "s.db"
+    store = ThreadNotingSQLiteStore(path)
+    for i in range(10):
+        store.put(("log",), f"k{i}", {"text": "x" * 20_000})
+    other = sqlite3.connect(path)
+    other.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    other.close()
+    written, copied = log_frames(path)
+    assert written == copied > 20
+
+    async def main() -> tuple[int, set[int], tuple[int, int], set[int]]:
+        store.threads.clear()
+        await run_sync(store.put, ("log",), "again", {"n": 1})
+        restarted, first = log_frames(path), set(store.threads)
+        store.threads.clear()
+        await run_sync(store.put, ("log",), "after", {"n": 2})
+        return threading.get_ident(), first, restarted, set(store.threads)
+
+    loop, first, restarted, second = asyncio.run(main())
+    assert restarted[0] < 10, restarted  # the log started again
+    assert first and loop not in first
+    assert second == {loop}
+    assert store.get(("log",), "again") is not None
+    store.close()
+
+
+def test_a_replaced_sqlite_file_is_opened_again_off_the_loop(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that finds the database file replaced (a restored copy renamed onto it) opens
+    the file now at the path: the old log emptied into its file (a checkpoint, synced to disk)
+    and the new file opened and migrated, in a worker thread. The write itself is refused,
+    as the sync form refuses it."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    stack = MemoryStack([WorkingMemory(schema=SCHEMA)], store=store)
+    with stack.run(thread_id="t") as run:
+        assert run.call_tool("working-memory/update", {"owner": "first"})["ok"]
+    sqlite3.connect(tmp_path / "copy.db").close()
+    os.replace(tmp_path / "copy.db", path)
+    opened_on: list[int] = []
+    real_connect = SQLiteStore._connect
+
+    def noting_connect(self: SQLiteStore) -> None:
+        opened_on.append(threading.get_ident())
+        real_connect(self)
+
+    monkeypatch.setattr(SQLiteStore, "_connect", noting_connect)
+
+    async def main() -> tuple[int, dict[str, Any], dict[str, Any]]:
+        async with stack.arun(thread_id="t") as run:
+            refused = await run.acall_tool("working-memory/update", {"owner": "second"})
+            again = await run.acall_tool("working-memory/update", {"owner": "third"})
+        return threading.get_ident(), refused, again
+
+    loop, refused, again = asyncio.run(main())
+    assert opened_on and loop not in opened_on
+    assert refused["error"]["code"] == "memory_unavailable", refused
+    assert again["ok"], again
     store.close()
 
 

@@ -100,6 +100,46 @@ def test_read_regular_reads_a_regular_file(directory: Dir) -> None:
         read_regular(directory, "f", 2)
 
 
+def replacing_at_fstat(
+    monkeypatch: pytest.MonkeyPatch, directory: Dir, name: str, times: int
+) -> list[bytes]:
+    """Makes the next ``times`` opens of ``name`` see it replaced between the open and the
+    check (a writer renaming a new file over it, as another process or thread does); returns
+    what each replacement wrote."""
+    real_fstat = os.fstat
+    written: list[bytes] = []
+
+    def fstat(fd: int) -> os.stat_result:
+        info = real_fstat(fd)
+        current = directory.lstat(name)
+        if len(written) < times and current is not None and current.st_ino == info.st_ino:
+            written.append(f"version {len(written) + 2}".encode())
+            write_atomic(directory, name, written[-1])
+        return info
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    return written
+
+
+def test_read_regular_reads_the_file_a_writer_renamed_over_it_while_it_opened(
+    directory: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not refused as planted: opened again, and read whole."""
+    write_atomic(directory, "f", b"version 1")
+    written = replacing_at_fstat(monkeypatch, directory, "f", times=2)
+    assert read_regular(directory, "f")[0] == b"version 3"
+    assert written == [b"version 2", b"version 3"]
+
+
+def test_read_regular_gives_up_on_a_name_replaced_at_every_open(
+    directory: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_atomic(directory, "f", b"version 1")
+    replacing_at_fstat(monkeypatch, directory, "f", times=100)
+    with pytest.raises(InvalidInputError, match="replaced while being opened"):
+        read_regular(directory, "f")
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_read_regular_refuses_what_is_planted(directory: Dir, outside: Path, kind: str) -> None:
     _plant(directory.path / "f", kind, outside)

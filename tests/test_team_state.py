@@ -214,6 +214,31 @@ def test_an_unusable_state_dir_switches_the_layer_off(tmp_path: Path, caplog) ->
     assert (tmp_path / "a-file").read_text() == "not a directory"
 
 
+def test_a_state_file_another_writer_replaces_while_it_is_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader (a prepare, which reads without the lock) whose state file a writer renames a
+    new one over between its open and its check (another process, or this process's async
+    record writing in a worker thread): it reads the new file; the layer stays on."""
+    team = TeamState(state_dir=tmp_path)
+    team.record("first")
+    other = TeamState(state_dir=tmp_path)
+    real_fstat = os.fstat
+    replaced: list[bool] = []
+
+    def fstat(fd: int) -> os.stat_result:
+        info = real_fstat(fd)
+        state = tmp_path / "current_state.json"
+        if not replaced and state.exists() and state.stat().st_ino == info.st_ino:
+            replaced.append(True)
+            other.record("second")
+        return info
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    assert [entry.objective for entry in team.entries()] == ["first", "second"]
+    assert replaced and team.off_reason is None
+
+
 def test_bad_input_still_raises_when_the_layer_is_off(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     team = TeamState(state_dir=tmp_path / "a-file")

@@ -2,16 +2,19 @@
 
 Layers are written once, as sync code that calls the store. An async method (``await
 run.aprepare(...)``) runs that code on the event loop's thread, in a greenlet. When the code
-reaches I/O that has to wait (a PostgreSQL round trip, an HTTP embedder, a locked SQLite file),
-the greenlet is suspended and the coroutine that started it awaits the store's async method
-instead, so the loop serves other tasks meanwhile; the answer is handed back to the sync code,
-which goes on where it stopped. Work that takes microseconds (an in-memory store, an SQLite
-statement that need not wait, the Rust kernels) runs inline: no thread, no loop iteration.
+reaches I/O that has to wait (a PostgreSQL round trip, an HTTP embedder, a locked SQLite file,
+a file written and synced to disk), the greenlet is suspended and the coroutine that started it
+awaits the store's async method (or a worker thread) instead, so the loop serves other tasks
+meanwhile; the answer is handed back to the sync code, which goes on where it stopped. Work
+that takes microseconds (an in-memory store, an SQLite statement that need not wait, the Rust
+kernels) runs inline: no thread, no loop iteration.
 
 * :func:`run_sync` is the coroutine that runs sync code this way (:func:`run_whole`, to its
   end even when cancelled);
 * :func:`bridged` tells sync code it runs under :func:`run_sync`, and :func:`await_` awaits an
   awaitable from there; :func:`pinned` marks code that must not suspend;
+* :func:`blocking` runs blocking file I/O (a write and its fsync) from such code in a worker
+  thread;
 * :class:`TaskLock` is a lock for state that such code and threads share.
 
 ``asyncio`` and ``greenlet`` are imported when an async method is first awaited, not with
@@ -204,6 +207,19 @@ def await_(awaitable: Awaitable[T], *, finish: bool = False) -> T:
     assert _getcurrent is not None
     result: T = _getcurrent().parent.switch((_FINISH if finish else _AWAIT, awaitable))
     return result
+
+
+def blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, for sync code that blocks on the file system (writes a file and
+    fsyncs it, renames, removes): under :func:`run_sync`, in a worker thread, awaited to its
+    end even when the caller is cancelled meanwhile, as a store call is (the cancellation is
+    raised once the files are whole); elsewhere (a sync caller, a :func:`pinned` block), in
+    place. An fsync takes milliseconds, for which the event loop would serve no other task;
+    a thread hop costs tens of microseconds, so ``fn`` should be the whole of one write, not
+    each of its calls."""
+    if bridged():
+        return await_(in_thread(fn, *args, **kwargs), finish=True)
+    return fn(*args, **kwargs)
 
 
 def _holder() -> object:

@@ -13,8 +13,9 @@ the same way:
   ``fstat``: a regular file, with one link unless the caller accepts more (a hard link planted
   to a file elsewhere has two). As a link count read from the descriptor can drop after the
   open (the planted link removed again), an ``lstat`` of the name must then show the same inode
-  with one link: one system call sees both, so a file linked from elsewhere never passes. What
-  is read or appended is what was checked.
+  with one link: one system call sees both, so a file linked from elsewhere never passes (a
+  name a writer renamed another file over meanwhile is opened and checked again). What is read
+  or appended is what was checked.
 * Writes go to a new temp file (``O_CREAT | O_EXCL``, its mode set with ``fchmod`` on the
   descriptor), fsynced, then renamed over the name: never ``O_TRUNC`` on an existing path, never
   ``chmod`` by path. A rename replaces the directory entry, so whatever was planted under the
@@ -428,9 +429,28 @@ def _refused(name: str, info: os.stat_result) -> InvalidInputError:
     return InvalidInputError(f"{name} {what}; refusing to use it")
 
 
+class _Replaced(InvalidInputError):
+    """The name was given another file (or removed) between its open and its check."""
+
+
+# Opens of a name that a writer's rename keeps replacing between the open and the check.
+_OPENS = 3
+
+
 def _checked_fd(directory: Dir, name: str, flags: int, mode: int, *, links: bool) -> int:
     """``name`` opened with ``flags | O_NOFOLLOW | O_NONBLOCK``, its descriptor checked to be a
-    regular file (with one link unless ``links``)."""
+    regular file (with one link unless ``links``).
+
+    A name replaced between the open and the check is opened (and checked) again, up to
+    ``_OPENS`` times: a writer renaming a new file over it (another process's, or a worker
+    thread's in this one) is no planted file, and the reader gets the new one."""
+    for _ in range(_OPENS - 1):
+        with contextlib.suppress(_Replaced):
+            return _checked_fd_once(directory, name, flags, mode, links=links)
+    return _checked_fd_once(directory, name, flags, mode, links=links)
+
+
+def _checked_fd_once(directory: Dir, name: str, flags: int, mode: int, *, links: bool) -> int:
     if directory.fd is None:
         # No O_NOFOLLOW here: refuse a symlink (or anything not regular) by lstat first.
         info = directory.lstat(name)
@@ -457,7 +477,7 @@ def _checked_fd(directory: Dir, name: str, flags: int, mode: int, *, links: bool
             # The name must still be this file, and its one link.
             now = directory.lstat(name)
             if now is None or (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
-                raise InvalidInputError(f"{name} was replaced while being opened; refusing it")
+                raise _Replaced(f"{name} was replaced while being opened; refusing it")
             if now.st_nlink > 1:
                 raise _refused(name, now)
         if _NONBLOCK:

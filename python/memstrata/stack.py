@@ -828,9 +828,9 @@ class Run:
     # Async forms. Each runs its sync form on the event loop's thread (memstrata._bridge):
     # work that takes microseconds (an in-memory store, an SQLite statement that need not
     # wait, the Rust kernels) runs inline, with no thread hop, and only a wait (a PostgreSQL
-    # round trip, an HTTP embedder, a locked SQLite file) is awaited, through the store's or
-    # the embedder's async method, so other tasks run meanwhile. Same results, same stored
-    # state as the sync forms.
+    # round trip, an HTTP embedder, a locked SQLite file, a file written and synced to disk)
+    # is awaited, through the store's or the embedder's async method or a worker thread, so
+    # other tasks run meanwhile. Same results, same stored state as the sync forms.
 
     async def aprepare(
         self, messages: Sequence[Message], *, call_id: str | None = None

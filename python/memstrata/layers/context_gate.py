@@ -66,7 +66,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -74,6 +74,7 @@ from typing import Any, Literal
 
 import orjson
 
+from memstrata._bridge import blocking
 from memstrata._checks import checked_bool
 from memstrata.exceptions import InvalidInputError, MemstrataError, RecoverableContextError
 from memstrata.messages import (
@@ -562,8 +563,8 @@ class ContextGate:
             raise InvalidInputError(
                 f"cannot checkpoint call {call_id!r}: the messages are not JSON text ({exc})"
             ) from None
-        with open_dir(self.checkpoints_dir, create=True) as directory:
-            name = write_new(directory, names, data)
+        # Written and fsynced: from an async prepare, in a worker thread.
+        name = blocking(_write_checkpoint, self.checkpoints_dir, names, data)
         if name is None:
             last = file_name(call_id, f"~{_CHECKPOINTS_PER_CALL_ID}.json")
             raise InvalidInputError(
@@ -571,6 +572,13 @@ class ContextGate:
                 f"{file_name(call_id, '.json')} to {last}; move old checkpoints out of it"
             )
         return self.checkpoints_dir / name
+
+
+def _write_checkpoint(directory: Path, names: Iterable[str], data: bytes) -> str | None:
+    """Writes ``data`` in ``directory`` under the first of ``names`` nothing is under; its
+    name, or None when every one is taken."""
+    with open_dir(directory, create=True) as opened:
+        return write_new(opened, names, data)
 
 
 def _at_index(exc: MemstrataError, index: int) -> MemstrataError:

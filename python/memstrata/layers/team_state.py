@@ -72,7 +72,7 @@ from typing import Any, Literal
 
 import orjson
 
-from memstrata._bridge import TaskLock, await_, bridged
+from memstrata._bridge import TaskLock, await_, blocking, bridged
 from memstrata._checks import checked_bool, checked_budget
 from memstrata.exceptions import InvalidInputError
 from memstrata.prompts import TEAM_STATE_HEADER, one_line
@@ -384,14 +384,8 @@ class TeamState:
             return entry
         try:
             with self._lock() as directory:
-                entries = self._within_cap([*self._read(directory), entry])
-                data = orjson.dumps(
-                    {"entries": [asdict(e) for e in entries]}, option=orjson.OPT_INDENT_2
-                )
-                write_atomic(directory, STATE_JSON, data, mode=0o644)
-                write_atomic(directory, STATE_MD, (_render(entries) + "\n").encode(), mode=0o644)
-                if entry.divergences:
-                    self._audit(directory, entry)
+                # Two fsynced writes and an append: from an async call, in a worker thread.
+                blocking(self._add, directory, entry)
         except (OSError, ValueError) as exc:
             self._switch_off(exc)
         return entry
@@ -446,22 +440,36 @@ class TeamState:
             return checked
         try:
             with self._lock() as directory:
-                prior = self._read(directory)
-                kept = self._within_cap(checked)
-                for old in prior:
-                    if old not in kept:
-                        self._audit(directory, old, event="replaced")
-                data = orjson.dumps(
-                    {"entries": [asdict(e) for e in kept]}, option=orjson.OPT_INDENT_2
-                )
-                write_atomic(directory, STATE_JSON, data, mode=0o644)
-                write_atomic(directory, STATE_MD, (_render(kept) + "\n").encode(), mode=0o644)
-                for new in checked:
-                    if new.divergences and new not in prior:
-                        self._audit(directory, new)
+                # As record's writes: from an async call, in a worker thread.
+                blocking(self._replace, directory, checked)
         except (OSError, ValueError) as exc:
             self._switch_off(exc)
         return checked
+
+    def _add(self, directory: Dir, entry: StateEntry) -> None:
+        """Writes the entries with ``entry`` added, in the state directory the caller holds
+        the lock in."""
+        entries = self._within_cap([*self._read(directory), entry])
+        data = orjson.dumps({"entries": [asdict(e) for e in entries]}, option=orjson.OPT_INDENT_2)
+        write_atomic(directory, STATE_JSON, data, mode=0o644)
+        write_atomic(directory, STATE_MD, (_render(entries) + "\n").encode(), mode=0o644)
+        if entry.divergences:
+            self._audit(directory, entry)
+
+    def _replace(self, directory: Dir, checked: list[StateEntry]) -> None:
+        """Writes ``checked`` as the document (see :meth:`rewrite`), in the state directory
+        the caller holds the lock in."""
+        prior = self._read(directory)
+        kept = self._within_cap(checked)
+        for old in prior:
+            if old not in kept:
+                self._audit(directory, old, event="replaced")
+        data = orjson.dumps({"entries": [asdict(e) for e in kept]}, option=orjson.OPT_INDENT_2)
+        write_atomic(directory, STATE_JSON, data, mode=0o644)
+        write_atomic(directory, STATE_MD, (_render(kept) + "\n").encode(), mode=0o644)
+        for new in checked:
+            if new.divergences and new not in prior:
+                self._audit(directory, new)
 
     def clear(self) -> None:
         """Starts a new plan: an empty document (the audit log is kept)."""
@@ -469,9 +477,7 @@ class TeamState:
             return
         try:
             with self._lock() as directory:
-                for name in (STATE_JSON, STATE_MD):
-                    with contextlib.suppress(FileNotFoundError):
-                        directory.unlink(name)
+                blocking(_remove_documents, directory)
         except (OSError, ValueError) as exc:
             self._switch_off(exc)
 
@@ -585,6 +591,12 @@ class TeamState:
 
     def close(self, handle: TeamState, error: BaseException | None) -> None:
         """Nothing to flush: ``record`` writes through."""
+
+
+def _remove_documents(directory: Dir) -> None:
+    for name in (STATE_JSON, STATE_MD):
+        with contextlib.suppress(FileNotFoundError):
+            directory.unlink(name)
 
 
 def _lock_fd(fd: int) -> None:

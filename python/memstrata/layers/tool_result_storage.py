@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from memstrata._bridge import blocking
 from memstrata.exceptions import InvalidInputError
 from memstrata.safe_files import (
     Dir,
@@ -177,8 +178,10 @@ class _FileBackend:
             return [line for line in data.decode().splitlines() if line]
         return []
 
+    # A write fsyncs its files and their directories: from an async run, in a worker thread.
+
     def write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
-        _again_if_erased(lambda: self._write(call_id, text, digest_hex, earlier=earlier))
+        blocking(_again_if_erased, lambda: self._write(call_id, text, digest_hex, earlier=earlier))
 
     def _write(self, call_id: str, text: str, digest_hex: str, *, earlier: list[str]) -> None:
         name = file_name(call_id, ".txt")
@@ -202,7 +205,7 @@ class _FileBackend:
             _link_or_copy(blobs, blob, directory, name)
 
     def alias(self, call_id: str, digest_hex: str) -> None:
-        _again_if_erased(lambda: self._alias(call_id, digest_hex))
+        blocking(_again_if_erased, lambda: self._alias(call_id, digest_hex))
 
     def _alias(self, call_id: str, digest_hex: str) -> None:
         name = file_name(call_id, ".txt")

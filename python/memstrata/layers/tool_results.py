@@ -74,7 +74,7 @@ from typing import Any
 
 import orjson
 
-from memstrata._bridge import run_sync
+from memstrata._bridge import blocking, run_sync
 from memstrata._checks import checked_bool, checked_scope_id
 from memstrata._core import prune_sliding_window
 from memstrata.exceptions import InvalidInputError
@@ -342,12 +342,14 @@ class ToolResults:
             if self._dir is None:
                 kept = self._store_for(store)
                 return 0 if kept is None else erase(kept, (_NAMESPACE, *wanted))
-            # As tool_calls_dir lays a scope's files out.
+            # As tool_calls_dir lays a scope's files out. An unlink per file: from an async
+            # forget, in a worker thread.
             if thread_id is None:
-                return _remove_below(self._dir, (_RESOURCES_DIR, resource))
+                return blocking(_remove_below, self._dir, (_RESOURCES_DIR, resource))
             if resource_id is None:
-                return _remove_below(self._dir, (_THREADS_DIR, wanted[1]))
-            return _remove_below(self._dir, (_RESOURCES_DIR, resource, _THREADS_DIR, wanted[1]))
+                return blocking(_remove_below, self._dir, (_THREADS_DIR, wanted[1]))
+            parts = (_RESOURCES_DIR, resource, _THREADS_DIR, wanted[1])
+            return blocking(_remove_below, self._dir, parts)
         finally:
             # After the erasure, so a decision a run made meanwhile goes too: the next offload
             # decides, and stores, such a result again.

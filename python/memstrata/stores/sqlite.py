@@ -287,6 +287,11 @@ class _StaleWrite(Exception):
     """A conditional write found its key at another version: the transaction rolls back."""
 
 
+class _OpenAgainOffLoop(Exception):
+    """A write run inline on an event loop found the file replaced: nothing written, the call
+    goes to a worker thread, which opens the file again (see SQLiteStore._check_file)."""
+
+
 def _split_live(
     rows: builtins.list[_Row], now: float
 ) -> tuple[builtins.list[_Row], builtins.list[str]]:
@@ -315,6 +320,7 @@ class SQLiteStore(Store):
         self._timeout = busy_timeout
         self._lock = threading.RLock()
         self._busy_timeout = f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"
+        self._inlined = False  # whether the call under the lock runs inline on an event loop
         self._connect()
 
     def _connect(self) -> None:
@@ -408,6 +414,11 @@ class SQLiteStore(Store):
         microsecond, per write; reads meanwhile come from the file still open."""
         if self._file is None or _identity(self.path) == self._file:
             return
+        if self._inlined:
+            # Opening it again empties the old log into its file (a checkpoint, synced to
+            # disk) and opens and migrates the new one: milliseconds the event loop would be
+            # held for. The async path runs the call again in a worker thread.
+            raise _OpenAgainOffLoop
         logger.warning(
             "%s was deleted or replaced while this store had it open; opening it again", self.path
         )
@@ -937,28 +948,38 @@ class SQLiteStore(Store):
             self._close_log_index()
 
     # Async twins: a statement that need not wait runs inline, on the event loop; one that would
-    # wait for another connection's lock, reads of a whole namespace, and the checkpoint a write
-    # made due (a sync to disk), run in a worker thread, so neither blocks the loop.
+    # wait for another connection's lock, reads of a whole namespace, the checkpoint a write made
+    # due and the writes that sync to disk (see _inline), run in a worker thread, so none blocks
+    # the loop.
 
     def _inline(
         self, method: Callable[..., _T], args: tuple[Any, ...], kwargs: Any
     ) -> tuple[bool, _T | None]:
         """``(True, method(...))`` run with the busy timeout at 0, so that it fails at once
         rather than wait, if the connection is free; ``(False, None)`` if the connection is in
-        use or the database locked (SQLITE_BUSY). A method that failed so wrote nothing:
-        SQLite takes its write lock at the first writing statement, and each method is one
-        transaction."""
+        use or the database locked (SQLITE_BUSY), and for a write that would sync to disk
+        (one that starts the log again, or finds the file replaced: see _check_file), before
+        it writes anything. A method that failed so wrote nothing: SQLite takes its write
+        lock at the first writing statement, and each method is one transaction."""
         if not self._lock.acquire(blocking=False):
             return False, None
         try:
+            deferred = self._log_index is not None and method.__name__ in _WRITES
+            if deferred and self._frames_waiting() == 0:
+                # The log is empty or wholly copied into the database (a checkpoint, this
+                # connection's or another's): this write starts it again from its first frame,
+                # and SQLite syncs the log's new header to disk first (synchronous=NORMAL does
+                # at a restart), milliseconds the loop would be held for. Once a checkpoint:
+                # in a worker thread. The read of the index costs ~1 us.
+                return False, None
             self._conn.execute("PRAGMA busy_timeout = 0")
             # A commit past the threshold would checkpoint here, on the event loop: the caller
             # runs the checkpoint in a worker thread instead (see _checkpoint). Only around a
             # write (a read commits nothing): the two statements cost ~5 us.
-            deferred = self._log_index is not None and method.__name__ in _WRITES
             if deferred:
                 self._conn.execute("PRAGMA wal_autocheckpoint = 0")
                 changes = self._conn.total_changes
+            self._inlined = True
             try:
                 with pinned():  # a callback (an update's fn) may not let another task in
                     return True, method(*args, **kwargs)
@@ -966,7 +987,10 @@ class SQLiteStore(Store):
                 if not _is_busy(exc):
                     raise
                 return False, None
+            except _OpenAgainOffLoop:
+                return False, None
             finally:
+                self._inlined = False
                 self._conn.execute(self._busy_timeout)
                 if deferred:
                     self._conn.execute(_AUTO_CHECKPOINT)
