@@ -522,15 +522,7 @@ class SharedMemory:
     def copy(self, *, entries: bool = False) -> SharedMemory:
         """An isolated memory for a sub-run: empty unless ``entries=True`` copies them on
         purpose. Never shares a store: the copy lives in memory."""
-        clone = SharedMemory(
-            name=self.name,
-            slot=self.slot,
-            budget=self.budget,
-            max_value_bytes=self.max_value_bytes,
-            max_entries=self.max_entries,
-            max_run_writes=self.max_run_writes,
-            max_run_bytes=self.max_run_bytes,
-        )
+        clone = self._alike(None, self._namespace)
         if entries:
             with self._lock:
                 self._refresh()
@@ -539,6 +531,21 @@ class SharedMemory:
                 clone._clock = max((r.version for r in clone._entries.values()), default=0)
                 clone._expiring = self._expiring
         return clone
+
+    def _alike(self, store: Store | None, namespace: Namespace) -> SharedMemory:
+        """A memory of this one's name, slot, budget and limits, in ``store`` (None: in the
+        process) under ``namespace``."""
+        return SharedMemory(
+            store=store,
+            namespace=namespace,
+            name=self.name,
+            slot=self.slot,
+            budget=self.budget,
+            max_value_bytes=self.max_value_bytes,
+            max_entries=self.max_entries,
+            max_run_writes=self.max_run_writes,
+            max_run_bytes=self.max_run_bytes,
+        )
 
     # One memory per conversation (scope "thread") ---------------------------------------------
 
@@ -558,17 +565,7 @@ class SharedMemory:
             if memory is not None:
                 self._conversations.move_to_end(namespace)
                 return memory
-        memory = SharedMemory(
-            store=self._store,
-            namespace=namespace,
-            name=self.name,
-            slot=self.slot,
-            budget=self.budget,
-            max_value_bytes=self.max_value_bytes,
-            max_entries=self.max_entries,
-            max_run_writes=self.max_run_writes,
-            max_run_bytes=self.max_run_bytes,
-        )
+        memory = self._alike(self._store, namespace)
         with self._conversations_lock:
             memory = self._conversations.setdefault(namespace, memory)
             self._conversations.move_to_end(namespace)
