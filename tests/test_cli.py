@@ -9,6 +9,9 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
+
+import pytest
 
 from memstrata import MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
 
@@ -331,3 +334,46 @@ def test_mcp_refuses_a_schema_file_nested_too_deeply_with_a_clear_error(
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert f"--schema {deep} nests too deeply" in result.stderr
+
+
+SECRET = "s3cr%zzet-XYZ"  # a password, with a "%" escape libpq cannot read
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        # The same URL twice: refused before connecting.
+        (
+            ["copy", "--from", "postgresql://u:S3CRET@127.0.0.1:1/db", "--to",
+             "postgresql://u:S3CRET@127.0.0.1:1/db"],
+            "name the same store (postgresql://u:***@127.0.0.1:1/db)",
+        ),
+        # A mistyped scheme, a libpq key/value string: the URL is quoted in the refusal.
+        (["inspect", "--store", "postgresq://u:S3CRET@127.0.0.1:1/db"], "unknown store URL scheme"),
+        (["inspect", "--store", "host=127.0.0.1 password=S3CRET"], "password=***"),
+        (["copy", "--from", "memory://", "--to", "postgres://u@h/db?password=S3CRET&x"], "x"),
+        # A password libpq cannot read: its error quotes the token.
+        (["inspect", "--store", f"postgresql://u:{SECRET}@127.0.0.1:1/db"], "cannot be read"),
+        (["copy", "--from", "memory://", "--to", f"postgresql://u:{SECRET}@127.0.0.1:1/db"],
+         "cannot be read"),
+        (["mcp", "--agent", "a", "--store", "host=127.0.0.1 port=1 password=S3C RET"],
+         "password=***"),
+        # No server there: one line at once, not a traceback after the pool's 30 s.
+        (["inspect", "--store", "postgresql://u:S3CRET@127.0.0.1:1/db"], "Connection refused"),
+        (["reindex", "--agent", "a", "--store", "postgresql://u:S3CRET@127.0.0.1:1/db"],
+         "Connection refused"),
+        (["copy", "--from", "postgresql://u:S3CRET@127.0.0.1:1/db", "--to", "memory://"],
+         "Connection refused"),
+    ],
+)  # fmt: skip
+def test_no_command_prints_a_store_password(args: list[str], named: str) -> None:
+    started = time.monotonic()
+    result = run_cli(*args)
+    took = time.monotonic() - started
+    shown = result.stdout + result.stderr
+    assert result.returncode == 2, shown
+    for secret in ("S3CRET", "S3C", "RET", SECRET, "zzet", "XYZ"):
+        assert secret not in shown, shown
+    assert "Traceback" not in shown and named in shown, shown
+    assert result.stderr.count("\n") == 1, shown  # one line
+    assert took < 15

@@ -17,6 +17,7 @@ A NAMESPACE is a prefix written with slashes: ``working-memory/thread``, ``mind/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -38,6 +39,7 @@ from memstrata.layers.wm_stored import ARCHIVE_KEY, JOURNAL_KEY, STATE_KEY, read
 from memstrata.stack import MemoryStack
 from memstrata.stores import Item, Store, open_store
 from memstrata.stores.base import validate_namespace
+from memstrata.stores.urls import redacted_url, without_secrets
 
 PAGE = 1000
 
@@ -419,13 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command != "mcp":
             _require_sqlite_file(args.store)
-        store = open_store(args.store)
-    except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
-    except sqlite3.Error as exc:  # e.g. a file that is not a SQLite database; names the file
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+        store = _open(args.store)
+    except _store_errors() as exc:  # a file that is not a SQLite database, a server down
+        return _failed(exc, args.store)
     if args.command == "mcp":
         return _serve_mcp(store, args)
     if args.command == "reindex":
@@ -434,9 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
         ascii_json = not writes_unicode(sys.stdout)
         print(inspect(store, prefixes, args.json, terminal_width(), ascii_json=ascii_json))
-    except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+    except _store_errors() as exc:
+        return _failed(exc, args.store)
     finally:
         store.close()
     return 0
@@ -505,12 +502,42 @@ def _reindex(store: Store, args: argparse.Namespace) -> int:
             index = handle.index()
             count = len(index.beliefs) + len(index.reflections)
         print(f"{count} mind entries indexed with {embedder.model} (dim {embedder.dim})")
-    except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+    except _store_errors() as exc:
+        return _failed(exc, args.store)
     finally:
         store.close()
     return 0
+
+
+def _failed(exc: BaseException, *urls: str) -> int:
+    """Reports ``exc`` on one line of stderr, without the passwords of the store ``urls`` (a
+    driver's message may quote them), its control characters escaped; returns exit code 2."""
+    text = str(exc) or type(exc).__name__
+    for url in urls:
+        text = without_secrets(text, url)
+    text = " ".join(text.split())
+    print(f"memstrata: {shown_text(text)}", file=sys.stderr)
+    return 2
+
+
+# How long the first connection to a PostgreSQL store may take (libpq's connect_timeout).
+_CONNECT_TIMEOUT = 10
+
+
+def _open(url: str) -> Store:
+    """``open_store(url)``; for a PostgreSQL URL, after one connection made directly, so that
+    a server that is down or refuses the login is reported at once, by libpq's own reason: the
+    store's pool would try again for 30 s, logging each try, and then time out without one."""
+    if url.partition("://")[0] in ("postgresql", "postgres"):
+        try:
+            import psycopg
+        except ImportError:
+            pass  # open_store says what to install
+        else:
+            # A URL libpq cannot read is left to open_store, which says so, its password hidden.
+            with contextlib.suppress(psycopg.ProgrammingError):
+                psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT).close()
+    return open_store(url)
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
@@ -533,22 +560,22 @@ def _copy(args: argparse.Namespace) -> int:
     try:
         if _same_url(args.source, args.target):
             raise InvalidInputError(
-                f"--from and --to name the same store ({args.source}): copy into another store"
+                f"--from and --to name the same store ({redacted_url(args.source)}): copy into "
+                "another store"
             )
         _require_sqlite_file(args.source)
         prefixes = [_prefix(p) for p in args.namespace]
-        stores.append(open_store(args.source))
-        stores.append(open_store(args.target))
+        stores.append(_open(args.source))
+        stores.append(_open(args.target))
         bars = {stage: ProgressBar(stage) for stage in ("copying", "verifying")}
         result = copy_store(stores[0], stores[1], prefixes, progress=drawn.draw(bars))
     except CopyConflictError as exc:
         drawn.end_line()
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
+        _failed(exc, args.source, args.target)
         return 1 if exc.copied else 2
     except _store_errors() as exc:
         drawn.end_line()
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+        return _failed(exc, args.source, args.target)
     finally:
         for store in stores:
             store.close()
@@ -643,8 +670,7 @@ def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
             agent=args.agent,
         )
     except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+        return _failed(exc, args.store)
     finally:
         store.close()
     return 0
