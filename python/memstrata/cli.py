@@ -509,14 +509,15 @@ def _reindex(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
-def _failed(exc: BaseException, *urls: str) -> int:
-    """Reports ``exc`` on one line of stderr, without the passwords of the store ``urls`` (a
-    driver's message may quote them), its control characters escaped; returns exit code 2."""
+def _failed(exc: BaseException, *urls: str, then: str = "") -> int:
+    """Reports ``exc`` on one line of stderr (``then`` added after it), without the passwords
+    of the store ``urls`` (a driver's message may quote them), its control characters escaped;
+    returns exit code 2."""
     text = str(exc) or type(exc).__name__
     for url in urls:
         text = without_secrets(text, url)
     text = " ".join(text.split())
-    print(f"memstrata: {shown_text(text)}", file=sys.stderr)
+    print(f"memstrata: {shown_text(text)}{f' ({then})' if then else ''}", file=sys.stderr)
     return 2
 
 
@@ -540,10 +541,11 @@ def _open(url: str) -> Store:
     return open_store(url)
 
 
-def _store_errors() -> tuple[type[BaseException], ...]:
+def _store_errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
     """The errors a store raises that the command reports in a line: memstrata's, SQLite's
-    (a file that is not a database) and psycopg's (a server that cannot be reached)."""
-    errors: tuple[type[BaseException], ...] = (MemstrataError, sqlite3.Error)
+    (a file that is not a database) and psycopg's (a server that cannot be reached); and
+    ``more``."""
+    errors: tuple[type[BaseException], ...] = (MemstrataError, sqlite3.Error, *more)
     if "psycopg" in sys.modules:
         errors += (sys.modules["psycopg"].Error,)
     return errors
@@ -573,9 +575,14 @@ def _copy(args: argparse.Namespace) -> int:
         drawn.end_line()
         _failed(exc, args.source, args.target)
         return 1 if exc.copied else 2
-    except _store_errors() as exc:
+    except _store_errors(OSError) as exc:  # OSError: a full disk, a file's permissions
         drawn.end_line()
-        return _failed(exc, args.source, args.target)
+        return _failed(exc, args.source, args.target, then=drawn.where())
+    except KeyboardInterrupt:
+        drawn.end_line()
+        where = drawn.where() or "before the first page of records was done"
+        print(f"memstrata: interrupted: {where}", file=sys.stderr)
+        return 130
     finally:
         for store in stores:
             store.close()
@@ -599,18 +606,37 @@ def _copy(args: argparse.Namespace) -> int:
 
 
 class _Bars:
-    """The copy's progress bars, and whether one was left part drawn (an error then starts
-    on a line of its own)."""
+    """The copy's progress bars, whether one was left part drawn (an error then starts on a
+    line of its own), and how far the copy got."""
 
     def __init__(self) -> None:
         self.open = False
+        self.stage: str | None = None
+        self.done = self.total = 0
 
     def draw(self, bars: dict[str, ProgressBar]) -> Any:
         def progress(stage: str, done: int, total: int) -> None:
             bars[stage](done, total)
             self.open = done < total
+            self.stage, self.done, self.total = stage, done, total
 
         return progress
+
+    def where(self) -> str:
+        """What the target holds, for a copy stopped part way ("" before any page was done):
+        each page is written in one transaction, so the page being written when it stopped is
+        there whole or not at all, and running the copy again finishes it."""
+        if self.stage == "copying":
+            return (
+                f"the target holds at least {self.done} of the {self.total} records, in whole "
+                "pages; run the same command again to finish"
+            )
+        if self.stage == "verifying":
+            return (
+                f"every record was written, the check against the source stopped at {self.done}"
+                f" of {self.total}; run the same command again to check"
+            )
+        return ""
 
     def end_line(self) -> None:
         if self.open:
