@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -377,3 +378,39 @@ def test_no_command_prints_a_store_password(args: list[str], named: str) -> None
     assert "Traceback" not in shown and named in shown, shown
     assert result.stderr.count("\n") == 1, shown  # one line
     assert took < 15
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: pathlib.Path) -> None:
+    """``memstrata inspect | head``: the reader goes away; the command stops without a
+    BrokenPipeError traceback, with the exit code of a process SIGPIPE ended (141)."""
+    assert MEMSTRATA is not None
+    populate(tmp_path / "m.db")
+    with SQLiteStore(tmp_path / "big.db") as big:  # more than a pipe's buffer holds
+        for i in range(200):
+            big.put(("notes",), f"k{i}", "x" * 1000)
+    for db, args in (("m.db", []), ("big.db", ["--json"]), ("big.db", [])):
+        command = [MEMSTRATA, "inspect", "--store", f"sqlite:///{tmp_path}/{db}", *args]
+        reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.close()  # before the command writes: as head that has read its lines
+        err = reader.stderr.read().decode()
+        assert reader.wait(timeout=60) == 141, (db, args, err)
+        assert err == "", (db, args, err)
+
+
+def test_ctrl_c_ends_a_command_with_a_line_not_a_traceback(tmp_path: pathlib.Path) -> None:
+    assert MEMSTRATA is not None
+    command = [MEMSTRATA, "mcp", "--store", f"sqlite:///{tmp_path}/m.db", "--agent", "a"]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
+    request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+    server.stdin.write(json.dumps(request).encode() + b"\n")
+    server.stdin.flush()
+    assert b'"id":0' in server.stdout.readline()  # serving
+    server.send_signal(signal.SIGINT)
+    _out, err = server.communicate(timeout=30)
+    assert server.returncode == 130, err
+    assert err.decode() == "memstrata: interrupted\n"

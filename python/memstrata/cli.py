@@ -290,6 +290,25 @@ def inspect(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; its exit code. Ctrl-C ends any command with a line saying so (130,
+    as a shell reports SIGINT; ``copy`` says what the target holds), and a reader that goes
+    away (``memstrata inspect | head``) ends it quietly (141, as SIGPIPE would)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # output that fit the pipe's buffer meets a reader gone only here
+    except KeyboardInterrupt:
+        print("memstrata: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The rest of the output has no reader: standard output goes to the null device, so
+        # that the interpreter's own flush at exit does not fail on it again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     escape_what_output_cannot_encode()
     parser = argparse.ArgumentParser(
         prog="memstrata",
