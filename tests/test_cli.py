@@ -359,6 +359,10 @@ SECRET = "s3cr%zzet-XYZ"  # a password, with a "%" escape libpq cannot read
          "cannot be read"),
         (["mcp", "--agent", "a", "--store", "host=127.0.0.1 port=1 password=S3C RET"],
          "password=***"),
+        # A URL urlsplit cannot read (an unclosed IPv6 bracket).
+        (["inspect", "--store", "postgresql://u:S3CRET@[::1/db"], "cannot be read"),
+        (["copy", "--from", "memory://", "--to", "postgresql://u:S3CRET@[::1/db"],
+         "cannot be read"),
         # No server there: one line at once, not a traceback after the pool's 30 s.
         (["inspect", "--store", "postgresql://u:S3CRET@127.0.0.1:1/db"], "Connection refused"),
         (["reindex", "--agent", "a", "--store", "postgresql://u:S3CRET@127.0.0.1:1/db"],

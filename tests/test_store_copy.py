@@ -505,3 +505,20 @@ def test_a_copy_stopped_mid_way_says_what_the_target_holds_and_a_rerun_finishes(
     assert main(copy) == 0
     out, _err = capsys.readouterr()
     assert "copied 200 record(s)" in out
+
+
+@pytest.mark.parametrize("target", ["memory://", "sqlite:///:memory:"])
+def test_the_command_refuses_a_target_gone_when_it_ends(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    """A store in the command's own memory: the copy would report every record copied and
+    checked, and be gone a moment later."""
+    with SQLiteStore(tmp_path / "agent.db") as source:
+        source.restore_items(_records(3))
+    assert main(["copy", "--from", f"sqlite:///{tmp_path}/agent.db", "--to", target]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "copied" not in err
+    assert err == (
+        f"memstrata: --to {target} is a store in this command's own memory, gone when it "
+        "ends: copy into a SQLite file or a PostgreSQL database\n"
+    )

@@ -28,7 +28,7 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from memstrata._console import escape_what_output_cannot_encode, writes_unicode
 from memstrata._core import __version__
@@ -461,8 +461,8 @@ def _main(argv: Sequence[str] | None) -> int:
 def _require_sqlite_file(url: str) -> None:
     """Commands that read a store never create one: opening a mistyped ``sqlite:///`` path
     would create an empty database (and its directories) and report nothing stored."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc:
+    parts = _split(url)
+    if parts is None or parts.scheme != "sqlite" or parts.netloc:
         return  # other schemes, and a malformed sqlite URL, get open_store's own error
     # Read the way open_store reads it: sqlite:///x.db relative, sqlite:////x.db absolute.
     path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
@@ -587,6 +587,11 @@ def _copy(args: argparse.Namespace) -> int:
         _require_sqlite_file(args.source)
         prefixes = [_prefix(p) for p in args.namespace]
         stores.append(_open(args.source))
+        if _in_process(args.target):
+            raise InvalidInputError(
+                f"--to {args.target} is a store in this command's own memory, gone when it "
+                "ends: copy into a SQLite file or a PostgreSQL database"
+            )
         stores.append(_open(args.target))
         bars = {stage: ProgressBar(stage) for stage in ("copying", "verifying")}
         result = copy_store(stores[0], stores[1], prefixes, progress=drawn.draw(bars))
@@ -672,12 +677,35 @@ def _prefix(text: str) -> tuple[str, ...]:
         raise InvalidInputError(f"namespace {text!r}: {exc}") from None
 
 
+def _split(url: str) -> SplitResult | None:
+    """``url``'s parts; None for a URL urlsplit cannot read (an unclosed IPv6 bracket), which
+    open_store then refuses, saying so."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return None
+
+
+def _in_process(url: str) -> bool:
+    """Whether ``url`` names a store that lives in this process only: ``memory://``, or
+    SQLite's ``:memory:``."""
+    parts = _split(url)
+    if parts is None:
+        return False
+    if parts.scheme == "memory":
+        return True
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    return parts.scheme == "sqlite" and not parts.netloc and unquote(path) == ":memory:"
+
+
 def _same_url(a: str, b: str) -> bool:
     """Two URLs naming one store as written: the same SQLite file (resolved), or the same
     URL. (copy_store also compares the stores it opened: another spelling of one database.)"""
     if a == b:
         return not a.startswith("memory:")
-    pa, pb = urlsplit(a), urlsplit(b)
+    pa, pb = _split(a), _split(b)
+    if pa is None or pb is None:
+        return False
     if pa.scheme == pb.scheme == "sqlite" and not pa.netloc and not pb.netloc:
         path_a = unquote(pa.path[1:] if pa.path.startswith("/") else pa.path)
         path_b = unquote(pb.path[1:] if pb.path.startswith("/") else pb.path)
