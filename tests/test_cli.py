@@ -418,3 +418,34 @@ def test_ctrl_c_ends_a_command_with_a_line_not_a_traceback(tmp_path: pathlib.Pat
     _out, err = server.communicate(timeout=30)
     assert server.returncode == 130, err
     assert err.decode() == "memstrata: interrupted\n"
+
+
+def test_read_commands_refuse_a_postgres_database_without_a_store(postgres_url: str) -> None:
+    """As for a missing SQLite file: a mistyped database name must not get memstrata's tables
+    created in it and be reported as holding nothing."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS not_a_store")
+        admin.execute("CREATE DATABASE not_a_store")
+    url = postgres_url.rsplit("/", 1)[0] + "/not_a_store"
+    try:
+        for args in (
+            ["inspect", "--store", url],
+            ["reindex", "--agent", "a", "--store", url],
+            ["copy", "--from", url, "--to", "memory://"],
+        ):
+            result = run_cli(*args)
+            assert result.returncode == 2, (args, result.stdout, result.stderr)
+            assert result.stderr == (
+                f"memstrata: no memstrata store in the PostgreSQL database {url}; check the URL: "
+                "this command reads an existing store and does not create one\n"
+            )
+        with psycopg.connect(url) as conn:
+            tables = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'memstrata%'"
+            ).fetchone()
+        assert tables == (0,)
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("DROP DATABASE not_a_store")

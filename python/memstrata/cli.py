@@ -332,7 +332,8 @@ def _main(argv: Sequence[str] | None) -> int:
         "inspect",
         help="show what a store holds",
         description="Prints what a store holds, as tables that fit the terminal, or in full "
-        "as JSON. Only reads: a SQLite file that does not exist is an error.",
+        "as JSON. Only reads: a SQLite file that does not exist, or a PostgreSQL database "
+        "without memstrata's tables, is an error.",
     )
     look.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
     look.add_argument(
@@ -440,7 +441,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.command != "mcp":
             _require_sqlite_file(args.store)
-        store = _open(args.store)
+        store = _open(args.store, existing=args.command != "mcp")
     except _store_errors() as exc:  # a file that is not a SQLite database, a server down
         return _failed(exc, args.store)
     if args.command == "mcp":
@@ -544,10 +545,12 @@ def _failed(exc: BaseException, *urls: str, then: str = "") -> int:
 _CONNECT_TIMEOUT = 10
 
 
-def _open(url: str) -> Store:
+def _open(url: str, *, existing: bool = False) -> Store:
     """``open_store(url)``; for a PostgreSQL URL, after one connection made directly, so that
     a server that is down or refuses the login is reported at once, by libpq's own reason: the
-    store's pool would try again for 30 s, logging each try, and then time out without one."""
+    store's pool would try again for 30 s, logging each try, and then time out without one.
+    ``existing``: a database without memstrata's tables is refused, not given them (as
+    :func:`_require_sqlite_file` refuses a missing file)."""
     if url.partition("://")[0] in ("postgresql", "postgres"):
         try:
             import psycopg
@@ -556,7 +559,14 @@ def _open(url: str) -> Store:
         else:
             # A URL libpq cannot read is left to open_store, which says so, its password hidden.
             with contextlib.suppress(psycopg.ProgrammingError):
-                psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT).close()
+                with psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT) as conn:
+                    found = conn.execute("SELECT to_regclass('memstrata_schema')").fetchone()
+                if existing and found == (None,):
+                    raise InvalidInputError(
+                        f"no memstrata store in the PostgreSQL database {redacted_url(url)}; "
+                        "check the URL: this command reads an existing store and does not "
+                        "create one"
+                    )
     return open_store(url)
 
 
@@ -586,7 +596,7 @@ def _copy(args: argparse.Namespace) -> int:
             )
         _require_sqlite_file(args.source)
         prefixes = [_prefix(p) for p in args.namespace]
-        stores.append(_open(args.source))
+        stores.append(_open(args.source, existing=True))
         if _in_process(args.target):
             raise InvalidInputError(
                 f"--to {args.target} is a store in this command's own memory, gone when it "
