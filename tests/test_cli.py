@@ -449,3 +449,24 @@ def test_read_commands_refuse_a_postgres_database_without_a_store(postgres_url: 
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute("DROP DATABASE not_a_store")
+
+
+def test_mcp_refuses_a_schema_file_that_is_no_regular_file_or_too_large(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A FIFO no one writes to would block the server before it starts, forever; a device
+    such as /dev/zero, or a huge file, would be read until memory runs out."""
+    fifo = tmp_path / "schema.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as file:
+        file.truncate(64 * 1024 * 1024)  # sparse: takes no disk
+    for path, named in (
+        (fifo, f"--schema {fifo} is not a regular file"),
+        (pathlib.Path("/dev/zero"), "--schema /dev/zero is not a regular file"),
+        (huge, f"--schema {huge} is larger than"),
+    ):
+        result = run_cli("mcp", "--store", "memory://", "--agent", "a", "--schema", str(path))
+        assert result.returncode == 2, (path, result.stderr)
+        assert result.stderr.startswith(f"memstrata: {named}"), result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr

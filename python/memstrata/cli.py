@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import sys
 import time
 import unicodedata
@@ -723,12 +724,27 @@ def _same_url(a: str, b: str) -> bool:
     return False
 
 
+# The largest --schema file read: a JSON Schema of a working memory is a few kilobytes.
+MAX_SCHEMA_BYTES = 4 * 1024 * 1024
+
+
 def _schema_file(path: str) -> dict[str, Any]:
     try:
-        with open(path, "rb") as file:
-            schema = json.load(file)
+        # Non-blocking, then checked: opening a FIFO no one writes to would wait forever, and
+        # a device (/dev/zero) or a huge file would be read until memory runs out.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InvalidInputError(f"--schema {path} is not a regular file")
+            text = file.read(MAX_SCHEMA_BYTES + 1)
     except OSError as exc:
         raise InvalidInputError(f"--schema {path}: {exc.strerror or exc}") from None
+    if len(text) > MAX_SCHEMA_BYTES:
+        raise InvalidInputError(
+            f"--schema {path} is larger than {MAX_SCHEMA_BYTES:,} bytes: not a JSON Schema"
+        )
+    try:
+        schema = json.loads(text)
     except ValueError as exc:
         raise InvalidInputError(f"--schema {path} is not JSON: {exc}") from None
     except RecursionError:
