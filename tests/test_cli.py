@@ -470,3 +470,29 @@ def test_mcp_refuses_a_schema_file_that_is_no_regular_file_or_too_large(
         assert result.returncode == 2, (path, result.stderr)
         assert result.stderr.startswith(f"memstrata: {named}"), result.stderr
         assert result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["mcp", "--agent", ""], "memstrata: --agent is empty: give it a name"),
+        (["mcp", "--agent", "a", "--thread", ""], "memstrata: --thread is empty: give it a name"),
+        (["mcp", "--agent", "a", "--resource", ""],
+         "memstrata: --resource is empty: give it a name"),
+        (["mcp", "--agent", "a", "--resource", "\udcff"],
+         "memstrata: --resource is not valid Unicode: a lone surrogate"),
+        (["reindex", "--agent", ""], "memstrata: --agent is empty: give it a name"),
+        (["reindex", "--agent", "a", "--dim", "0"],
+         "memstrata: dim must be an int between 1 and 65536, got 0"),
+    ],
+)  # fmt: skip
+def test_a_careless_scope_or_dimension_is_refused_before_serving(
+    tmp_path: pathlib.Path, args: list[str], said: str
+) -> None:
+    """An empty --thread served the default thread's memory, an empty --resource or --agent
+    served every call an internal error (or a namespace error naming no option), and --dim 0
+    re-embedded with the default dimension."""
+    populate(tmp_path / "m.db")
+    result = run_cli(*args, "--store", f"sqlite:///{tmp_path}/m.db")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(said) and result.stderr.count("\n") == 1, result.stderr

@@ -37,7 +37,7 @@ from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import CopyConflictError, InvalidInputError, MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
 from memstrata.layers.wm_stored import ARCHIVE_KEY, JOURNAL_KEY, STATE_KEY, read_state
-from memstrata.stack import MemoryStack
+from memstrata.stack import MemoryStack, checked_scope_id
 from memstrata.stores import Item, Store, open_store
 from memstrata.stores.base import validate_namespace
 from memstrata.stores.urls import redacted_url, without_secrets
@@ -509,8 +509,9 @@ class ProgressBar:
 def _reindex(store: Store, args: argparse.Namespace) -> int:
     """Re-embeds every entry of a mind whose stored vector is not from the chosen embedder."""
     try:
+        _scope("--agent", args.agent)
         if args.embedder == "hashing":
-            embedder: Embedder = HashingEmbedder(dim=args.dim or 384)
+            embedder: Embedder = HashingEmbedder(dim=384 if args.dim is None else args.dim)
         else:
             embedder = OpenAIEmbedder(
                 model=args.model,
@@ -756,10 +757,21 @@ def _schema_file(path: str) -> dict[str, Any]:
     return schema
 
 
+def _scope(flag: str, value: str | None) -> str | None:
+    """An --agent, --thread or --resource value checked as a run checks it, the error naming
+    the option: checked before serving, or every call would fail (or an empty --thread serve
+    the default thread)."""
+    if value == "":
+        raise InvalidInputError(f"{flag} is empty: give it a name")
+    return checked_scope_id(flag, value)
+
+
 def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
     from memstrata.mcp_server import serve
 
     try:
+        for flag in ("agent", "thread", "resource"):
+            _scope(f"--{flag}", getattr(args, flag))
         schema = None if args.schema is None else _schema_file(args.schema)
         stack = mcp_stack(store, args.agent, per_user=args.resource is not None, schema=schema)
         serve(
