@@ -496,3 +496,25 @@ def test_a_careless_scope_or_dimension_is_refused_before_serving(
     result = run_cli(*args, "--store", f"sqlite:///{tmp_path}/m.db")
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(said) and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_demo_keeps_to_its_own_files_and_refuses_a_db_it_cannot_open(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``--db`` next to a project's own files: the demo's file-backed layers wrote into
+    ``context/`` beside it (a TeamState's ``context/team/current_state.md`` overwritten); a
+    ``--db`` that is a directory or not SQLite ended in a traceback."""
+    mine = tmp_path / "context" / "team" / "current_state.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("the project's own team state\n")
+    result = run_cli("demo", "--db", str(tmp_path / "agent.db"))
+    assert result.returncode == 0, result.stderr
+    assert mine.read_text() == "the project's own team state\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-files", "agent.db", "context"]
+    not_sqlite = tmp_path / "notes.txt"
+    not_sqlite.write_text("not a database")
+    for db in (tmp_path / "context", not_sqlite):
+        refused = run_cli("demo", "--db", str(db))
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.startswith(f"memstrata: cannot open the SQLite database {db}")
+        assert refused.stderr.count("\n") == 1, refused.stderr
