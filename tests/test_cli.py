@@ -518,3 +518,32 @@ def test_demo_keeps_to_its_own_files_and_refuses_a_db_it_cannot_open(
         assert refused.returncode == 2, refused.stderr
         assert refused.stderr.startswith(f"memstrata: cannot open the SQLite database {db}")
         assert refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_read_commands_leave_another_programs_sqlite_database_alone(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A SQLite file that is not a memstrata store (another program's, or empty): inspect,
+    reindex and copy's source created memstrata's tables in it, switched it to WAL mode for
+    good, and reported nothing stored."""
+    other = tmp_path / "crm.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    (tmp_path / "empty.db").touch()
+    for db in (other, tmp_path / "empty.db"):
+        for args in (
+            ["inspect", "--store", f"sqlite:///{db}"],
+            ["reindex", "--agent", "a", "--store", f"sqlite:///{db}"],
+            ["copy", "--from", f"sqlite:///{db}", "--to", f"sqlite:///{tmp_path}/t.db"],
+        ):
+            result = run_cli(*args)
+            assert result.returncode == 2, (args, result.stdout, result.stderr)
+            assert result.stderr.startswith(f"memstrata: no memstrata store in {db} "), (
+                result.stderr
+            )
+    with sqlite3.connect(other) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+        assert tables == ["customers"]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert (tmp_path / "empty.db").stat().st_size == 0
+    assert not (tmp_path / "t.db").exists()

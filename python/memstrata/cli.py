@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import pathlib
 import shutil
 import sqlite3
 import stat
@@ -462,17 +463,42 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _require_sqlite_file(url: str) -> None:
     """Commands that read a store never create one: opening a mistyped ``sqlite:///`` path
-    would create an empty database (and its directories) and report nothing stored."""
+    would create an empty database (and its directories) and report nothing stored; opening
+    another program's SQLite database would add memstrata's tables to it (and switch it to
+    WAL mode for good)."""
     parts = _split(url)
     if parts is None or parts.scheme != "sqlite" or parts.netloc:
         return  # other schemes, and a malformed sqlite URL, get open_store's own error
     # Read the way open_store reads it: sqlite:///x.db relative, sqlite:////x.db absolute.
     path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-    if path and path != ":memory:" and not os.path.isfile(path):
+    if not path or path == ":memory:":
+        return
+    if not os.path.isfile(path):
         raise InvalidInputError(
             f"no SQLite database at {os.path.abspath(path)} (from {url}); check the path:"
             " this command reads an existing store and does not create one"
         )
+    if not _holds_memstrata_tables(path):
+        raise InvalidInputError(
+            f"no memstrata store in {os.path.abspath(path)} (from {url}): a SQLite database "
+            "without memstrata's tables; check the path: this command reads an existing "
+            "store and does not create one"
+        )
+
+
+def _holds_memstrata_tables(path: str) -> bool:
+    """Whether the SQLite file has memstrata's schema table (every version of the store
+    creates it first), read without writing; True when it cannot be read so (not a
+    database, locked): the store then says what is wrong."""
+    try:
+        uri = pathlib.Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memstrata_schema'"
+            ).fetchone()
+    except sqlite3.Error:
+        return True
+    return found is not None
 
 
 def mcp_stack(
