@@ -587,7 +587,12 @@ def _open(url: str, *, existing: bool = False) -> Store:
         else:
             # A URL libpq cannot read is left to open_store, which says so, its password hidden.
             with contextlib.suppress(psycopg.ProgrammingError):
-                with psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT) as conn:
+                # The URL's own connect_timeout, if it has one, is kept.
+                given = psycopg.conninfo.conninfo_to_dict(url).get("connect_timeout")
+                conninfo = psycopg.conninfo.make_conninfo(
+                    url, connect_timeout=_CONNECT_TIMEOUT if given is None else given
+                )
+                with psycopg.connect(conninfo) as conn:
                     found = conn.execute("SELECT to_regclass('memstrata_schema')").fetchone()
                 if existing and found == (None,):
                     raise InvalidInputError(
