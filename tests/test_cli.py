@@ -6,9 +6,13 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
+
+import pytest
 
 from memstrata import MemoryStack, SharedMemory, SQLiteStore, WorkingMemory
 
@@ -331,3 +335,215 @@ def test_mcp_refuses_a_schema_file_nested_too_deeply_with_a_clear_error(
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert f"--schema {deep} nests too deeply" in result.stderr
+
+
+SECRET = "s3cr%zzet-XYZ"  # a password, with a "%" escape libpq cannot read
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        # The same URL twice: refused before connecting.
+        (
+            ["copy", "--from", "postgresql://u:S3CRET@127.0.0.1:1/db", "--to",
+             "postgresql://u:S3CRET@127.0.0.1:1/db"],
+            "name the same store (postgresql://u:***@127.0.0.1:1/db)",
+        ),
+        # A mistyped scheme, a libpq key/value string: the URL is quoted in the refusal.
+        (["inspect", "--store", "postgresq://u:S3CRET@127.0.0.1:1/db"], "unknown store URL scheme"),
+        (["inspect", "--store", "host=127.0.0.1 password=S3CRET"], "password=***"),
+        (["copy", "--from", "memory://", "--to", "postgres://u@h/db?password=S3CRET&x"], "x"),
+        # A password libpq cannot read: its error quotes the token.
+        (["inspect", "--store", f"postgresql://u:{SECRET}@127.0.0.1:1/db"], "cannot be read"),
+        (["copy", "--from", "memory://", "--to", f"postgresql://u:{SECRET}@127.0.0.1:1/db"],
+         "cannot be read"),
+        (["mcp", "--agent", "a", "--store", "host=127.0.0.1 port=1 password=S3C RET"],
+         "password=***"),
+        # A URL urlsplit cannot read (an unclosed IPv6 bracket).
+        (["inspect", "--store", "postgresql://u:S3CRET@[::1/db"], "cannot be read"),
+        (["copy", "--from", "memory://", "--to", "postgresql://u:S3CRET@[::1/db"],
+         "cannot be read"),
+        # No server there: one line at once, not a traceback after the pool's 30 s.
+        (["inspect", "--store", "postgresql://u:S3CRET@127.0.0.1:1/db"], "Connection refused"),
+        (["reindex", "--agent", "a", "--store", "postgresql://u:S3CRET@127.0.0.1:1/db"],
+         "Connection refused"),
+        (["copy", "--from", "postgresql://u:S3CRET@127.0.0.1:1/db", "--to", "memory://"],
+         "Connection refused"),
+    ],
+)  # fmt: skip
+def test_no_command_prints_a_store_password(args: list[str], named: str) -> None:
+    started = time.monotonic()
+    result = run_cli(*args)
+    took = time.monotonic() - started
+    shown = result.stdout + result.stderr
+    assert result.returncode == 2, shown
+    for secret in ("S3CRET", "S3C", "RET", SECRET, "zzet", "XYZ"):
+        assert secret not in shown, shown
+    assert "Traceback" not in shown and named in shown, shown
+    assert result.stderr.count("\n") == 1, shown  # one line
+    assert took < 15
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: pathlib.Path) -> None:
+    """``memstrata inspect | head``: the reader goes away; the command stops without a
+    BrokenPipeError traceback, with the exit code of a process SIGPIPE ended (141)."""
+    assert MEMSTRATA is not None
+    populate(tmp_path / "m.db")
+    with SQLiteStore(tmp_path / "big.db") as big:  # more than a pipe's buffer holds
+        for i in range(200):
+            big.put(("notes",), f"k{i}", "x" * 1000)
+    for db, args in (("m.db", []), ("big.db", ["--json"]), ("big.db", [])):
+        command = [MEMSTRATA, "inspect", "--store", f"sqlite:///{tmp_path}/{db}", *args]
+        reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.close()  # before the command writes: as head that has read its lines
+        err = reader.stderr.read().decode()
+        assert reader.wait(timeout=60) == 141, (db, args, err)
+        assert err == "", (db, args, err)
+
+
+def test_ctrl_c_ends_a_command_with_a_line_not_a_traceback(tmp_path: pathlib.Path) -> None:
+    assert MEMSTRATA is not None
+    command = [MEMSTRATA, "mcp", "--store", f"sqlite:///{tmp_path}/m.db", "--agent", "a"]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
+    request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+    server.stdin.write(json.dumps(request).encode() + b"\n")
+    server.stdin.flush()
+    assert b'"id":0' in server.stdout.readline()  # serving
+    server.send_signal(signal.SIGINT)
+    _out, err = server.communicate(timeout=30)
+    assert server.returncode == 130, err
+    assert err.decode() == "memstrata: interrupted\n"
+
+
+def test_read_commands_refuse_a_postgres_database_without_a_store(postgres_url: str) -> None:
+    """As for a missing SQLite file: a mistyped database name must not get memstrata's tables
+    created in it and be reported as holding nothing."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS not_a_store")
+        admin.execute("CREATE DATABASE not_a_store")
+    url = postgres_url.rsplit("/", 1)[0] + "/not_a_store"
+    try:
+        for args in (
+            ["inspect", "--store", url],
+            ["reindex", "--agent", "a", "--store", url],
+            ["copy", "--from", url, "--to", "memory://"],
+        ):
+            result = run_cli(*args)
+            assert result.returncode == 2, (args, result.stdout, result.stderr)
+            assert result.stderr == (
+                f"memstrata: no memstrata store in the PostgreSQL database {url}; check the URL: "
+                "this command reads an existing store and does not create one\n"
+            )
+        with psycopg.connect(url) as conn:
+            tables = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'memstrata%'"
+            ).fetchone()
+        assert tables == (0,)
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("DROP DATABASE not_a_store")
+
+
+def test_mcp_refuses_a_schema_file_that_is_no_regular_file_or_too_large(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A FIFO no one writes to would block the server before it starts, forever; a device
+    such as /dev/zero, or a huge file, would be read until memory runs out."""
+    fifo = tmp_path / "schema.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as file:
+        file.truncate(64 * 1024 * 1024)  # sparse: takes no disk
+    for path, named in (
+        (fifo, f"--schema {fifo} is not a regular file"),
+        (pathlib.Path("/dev/zero"), "--schema /dev/zero is not a regular file"),
+        (huge, f"--schema {huge} is larger than"),
+    ):
+        result = run_cli("mcp", "--store", "memory://", "--agent", "a", "--schema", str(path))
+        assert result.returncode == 2, (path, result.stderr)
+        assert result.stderr.startswith(f"memstrata: {named}"), result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["mcp", "--agent", ""], "memstrata: --agent is empty: give it a name"),
+        (["mcp", "--agent", "a", "--thread", ""], "memstrata: --thread is empty: give it a name"),
+        (["mcp", "--agent", "a", "--resource", ""],
+         "memstrata: --resource is empty: give it a name"),
+        (["mcp", "--agent", "a", "--resource", "\udcff"],
+         "memstrata: --resource is not valid Unicode: a lone surrogate"),
+        (["reindex", "--agent", ""], "memstrata: --agent is empty: give it a name"),
+        (["reindex", "--agent", "a", "--dim", "0"],
+         "memstrata: dim must be an int between 1 and 65536, got 0"),
+    ],
+)  # fmt: skip
+def test_a_careless_scope_or_dimension_is_refused_before_serving(
+    tmp_path: pathlib.Path, args: list[str], said: str
+) -> None:
+    """An empty --thread served the default thread's memory, an empty --resource or --agent
+    served every call an internal error (or a namespace error naming no option), and --dim 0
+    re-embedded with the default dimension."""
+    populate(tmp_path / "m.db")
+    result = run_cli(*args, "--store", f"sqlite:///{tmp_path}/m.db")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(said) and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_demo_keeps_to_its_own_files_and_refuses_a_db_it_cannot_open(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``--db`` next to a project's own files: the demo's file-backed layers wrote into
+    ``context/`` beside it (a TeamState's ``context/team/current_state.md`` overwritten); a
+    ``--db`` that is a directory or not SQLite ended in a traceback."""
+    mine = tmp_path / "context" / "team" / "current_state.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("the project's own team state\n")
+    result = run_cli("demo", "--db", str(tmp_path / "agent.db"))
+    assert result.returncode == 0, result.stderr
+    assert mine.read_text() == "the project's own team state\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-files", "agent.db", "context"]
+    not_sqlite = tmp_path / "notes.txt"
+    not_sqlite.write_text("not a database")
+    for db in (tmp_path / "context", not_sqlite):
+        refused = run_cli("demo", "--db", str(db))
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.startswith(f"memstrata: cannot open the SQLite database {db}")
+        assert refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_read_commands_leave_another_programs_sqlite_database_alone(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A SQLite file that is not a memstrata store (another program's, or empty): inspect,
+    reindex and copy's source created memstrata's tables in it, switched it to WAL mode for
+    good, and reported nothing stored."""
+    other = tmp_path / "crm.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    (tmp_path / "empty.db").touch()
+    for db in (other, tmp_path / "empty.db"):
+        for args in (
+            ["inspect", "--store", f"sqlite:///{db}"],
+            ["reindex", "--agent", "a", "--store", f"sqlite:///{db}"],
+            ["copy", "--from", f"sqlite:///{db}", "--to", f"sqlite:///{tmp_path}/t.db"],
+        ):
+            result = run_cli(*args)
+            assert result.returncode == 2, (args, result.stdout, result.stderr)
+            assert result.stderr.startswith(f"memstrata: no memstrata store in {db} "), (
+                result.stderr
+            )
+    with sqlite3.connect(other) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+        assert tables == ["customers"]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert (tmp_path / "empty.db").stat().st_size == 0
+    assert not (tmp_path / "t.db").exists()

@@ -462,3 +462,63 @@ def test_a_store_of_your_own_without_restore_items_is_refused_by_name() -> None:
     source.put(("a",), "k", 1)
     with pytest.raises(NotImplementedError, match="Mine does not provide restore_items"):
         copy_store(source, Mine())
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "failure"])
+def test_a_copy_stopped_mid_way_says_what_the_target_holds_and_a_rerun_finishes(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stop: str,
+) -> None:
+    """Ctrl-C (or a failing disk) on the third page: two whole pages written, the third not;
+    the message says so and how to finish, not a traceback."""
+    with SQLiteStore(tmp_path / "agent.db") as source:
+        source.restore_items(_records(1200))
+    real = SQLiteStore.restore_items
+    calls = 0
+
+    def stopped_on_the_third_page(self: SQLiteStore, items: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise KeyboardInterrupt if stop == "interrupt" else OSError("disk unplugged")
+        return real(self, items)
+
+    monkeypatch.setattr(SQLiteStore, "restore_items", stopped_on_the_third_page)
+    copy = [
+        "copy",
+        "--from",
+        f"sqlite:///{tmp_path}/agent.db",
+        "--to",
+        f"sqlite:///{tmp_path}/t.db",
+    ]
+    assert main(copy) == (130 if stop == "interrupt" else 2)
+    _out, err = capsys.readouterr()
+    said = err.splitlines()[-1]
+    assert "Traceback" not in err and said.startswith("memstrata: "), err
+    assert ("interrupted" if stop == "interrupt" else "disk unplugged") in said, said
+    assert "1000 of the 1200 records" in said and "run the same command again" in said, said
+    with SQLiteStore(tmp_path / "t.db") as target:
+        assert len(_everything(target)) == 1000  # two whole pages
+    monkeypatch.setattr(SQLiteStore, "restore_items", real)
+    assert main(copy) == 0
+    out, _err = capsys.readouterr()
+    assert "copied 200 record(s)" in out
+
+
+@pytest.mark.parametrize("target", ["memory://", "sqlite:///:memory:"])
+def test_the_command_refuses_a_target_gone_when_it_ends(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    """A store in the command's own memory: the copy would report every record copied and
+    checked, and be gone a moment later."""
+    with SQLiteStore(tmp_path / "agent.db") as source:
+        source.restore_items(_records(3))
+    assert main(["copy", "--from", f"sqlite:///{tmp_path}/agent.db", "--to", target]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "copied" not in err
+    assert err == (
+        f"memstrata: --to {target} is a store in this command's own memory, gone when it "
+        "ends: copy into a SQLite file or a PostgreSQL database\n"
+    )

@@ -17,17 +17,20 @@ A NAMESPACE is a prefix written with slashes: ``working-memory/thread``, ``mind/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import pathlib
 import shutil
 import sqlite3
+import stat
 import sys
 import time
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from memstrata._console import escape_what_output_cannot_encode, writes_unicode
 from memstrata._core import __version__
@@ -35,9 +38,10 @@ from memstrata.embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from memstrata.exceptions import CopyConflictError, InvalidInputError, MemstrataError
 from memstrata.layers import AgentMind, SharedMemory, WorkingMemory
 from memstrata.layers.wm_stored import ARCHIVE_KEY, JOURNAL_KEY, STATE_KEY, read_state
-from memstrata.stack import MemoryStack
+from memstrata.stack import MemoryStack, checked_scope_id
 from memstrata.stores import Item, Store, open_store
 from memstrata.stores.base import validate_namespace
+from memstrata.stores.urls import redacted_url, without_secrets
 
 PAGE = 1000
 
@@ -288,6 +292,25 @@ def inspect(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; its exit code. Ctrl-C ends any command with a line saying so (130,
+    as a shell reports SIGINT; ``copy`` says what the target holds), and a reader that goes
+    away (``memstrata inspect | head``) ends it quietly (141, as SIGPIPE would)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # output that fit the pipe's buffer meets a reader gone only here
+    except KeyboardInterrupt:
+        print("memstrata: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The rest of the output has no reader: standard output goes to the null device, so
+        # that the interpreter's own flush at exit does not fail on it again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     escape_what_output_cannot_encode()
     parser = argparse.ArgumentParser(
         prog="memstrata",
@@ -311,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "inspect",
         help="show what a store holds",
         description="Prints what a store holds, as tables that fit the terminal, or in full "
-        "as JSON. Only reads: a SQLite file that does not exist is an error.",
+        "as JSON. Only reads: a SQLite file that does not exist, or a PostgreSQL database "
+        "without memstrata's tables, is an error.",
     )
     look.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
     look.add_argument(
@@ -419,13 +443,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command != "mcp":
             _require_sqlite_file(args.store)
-        store = open_store(args.store)
-    except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
-    except sqlite3.Error as exc:  # e.g. a file that is not a SQLite database; names the file
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+        store = _open(args.store, existing=args.command != "mcp")
+    except _store_errors() as exc:  # a file that is not a SQLite database, a server down
+        return _failed(exc, args.store)
     if args.command == "mcp":
         return _serve_mcp(store, args)
     if args.command == "reindex":
@@ -434,9 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prefixes = [tuple(p.strip("/").split("/")) for p in args.namespace]
         ascii_json = not writes_unicode(sys.stdout)
         print(inspect(store, prefixes, args.json, terminal_width(), ascii_json=ascii_json))
-    except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+    except _store_errors() as exc:
+        return _failed(exc, args.store)
     finally:
         store.close()
     return 0
@@ -444,17 +463,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _require_sqlite_file(url: str) -> None:
     """Commands that read a store never create one: opening a mistyped ``sqlite:///`` path
-    would create an empty database (and its directories) and report nothing stored."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc:
+    would create an empty database (and its directories) and report nothing stored; opening
+    another program's SQLite database would add memstrata's tables to it (and switch it to
+    WAL mode for good)."""
+    parts = _split(url)
+    if parts is None or parts.scheme != "sqlite" or parts.netloc:
         return  # other schemes, and a malformed sqlite URL, get open_store's own error
     # Read the way open_store reads it: sqlite:///x.db relative, sqlite:////x.db absolute.
     path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-    if path and path != ":memory:" and not os.path.isfile(path):
+    if not path or path == ":memory:":
+        return
+    if not os.path.isfile(path):
         raise InvalidInputError(
             f"no SQLite database at {os.path.abspath(path)} (from {url}); check the path:"
             " this command reads an existing store and does not create one"
         )
+    if not _holds_memstrata_tables(path):
+        raise InvalidInputError(
+            f"no memstrata store in {os.path.abspath(path)} (from {url}): a SQLite database "
+            "without memstrata's tables; check the path: this command reads an existing "
+            "store and does not create one"
+        )
+
+
+def _holds_memstrata_tables(path: str) -> bool:
+    """Whether the SQLite file has memstrata's schema table (every version of the store
+    creates it first), read without writing; True when it cannot be read so (not a
+    database, locked): the store then says what is wrong."""
+    try:
+        uri = pathlib.Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memstrata_schema'"
+            ).fetchone()
+    except sqlite3.Error:
+        return True
+    return found is not None
 
 
 def mcp_stack(
@@ -491,8 +535,9 @@ class ProgressBar:
 def _reindex(store: Store, args: argparse.Namespace) -> int:
     """Re-embeds every entry of a mind whose stored vector is not from the chosen embedder."""
     try:
+        _scope("--agent", args.agent)
         if args.embedder == "hashing":
-            embedder: Embedder = HashingEmbedder(dim=args.dim or 384)
+            embedder: Embedder = HashingEmbedder(dim=384 if args.dim is None else args.dim)
         else:
             embedder = OpenAIEmbedder(
                 model=args.model,
@@ -505,18 +550,64 @@ def _reindex(store: Store, args: argparse.Namespace) -> int:
             index = handle.index()
             count = len(index.beliefs) + len(index.reflections)
         print(f"{count} mind entries indexed with {embedder.model} (dim {embedder.dim})")
-    except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+    except _store_errors() as exc:
+        return _failed(exc, args.store)
     finally:
         store.close()
     return 0
 
 
-def _store_errors() -> tuple[type[BaseException], ...]:
+def _failed(exc: BaseException, *urls: str, then: str = "") -> int:
+    """Reports ``exc`` on one line of stderr (``then`` added after it), without the passwords
+    of the store ``urls`` (a driver's message may quote them), its control characters escaped;
+    returns exit code 2."""
+    text = str(exc) or type(exc).__name__
+    for url in urls:
+        text = without_secrets(text, url)
+    text = " ".join(text.split())
+    print(f"memstrata: {shown_text(text)}{f' ({then})' if then else ''}", file=sys.stderr)
+    return 2
+
+
+# How long the first connection to a PostgreSQL store may take (libpq's connect_timeout).
+_CONNECT_TIMEOUT = 10
+
+
+def _open(url: str, *, existing: bool = False) -> Store:
+    """``open_store(url)``; for a PostgreSQL URL, after one connection made directly, so that
+    a server that is down or refuses the login is reported at once, by libpq's own reason: the
+    store's pool would try again for 30 s, logging each try, and then time out without one.
+    ``existing``: a database without memstrata's tables is refused, not given them (as
+    :func:`_require_sqlite_file` refuses a missing file)."""
+    if url.partition("://")[0] in ("postgresql", "postgres"):
+        try:
+            import psycopg
+        except ImportError:
+            pass  # open_store says what to install
+        else:
+            # A URL libpq cannot read is left to open_store, which says so, its password hidden.
+            with contextlib.suppress(psycopg.ProgrammingError):
+                # The URL's own connect_timeout, if it has one, is kept.
+                given = psycopg.conninfo.conninfo_to_dict(url).get("connect_timeout")
+                conninfo = psycopg.conninfo.make_conninfo(
+                    url, connect_timeout=_CONNECT_TIMEOUT if given is None else given
+                )
+                with psycopg.connect(conninfo) as conn:
+                    found = conn.execute("SELECT to_regclass('memstrata_schema')").fetchone()
+                if existing and found == (None,):
+                    raise InvalidInputError(
+                        f"no memstrata store in the PostgreSQL database {redacted_url(url)}; "
+                        "check the URL: this command reads an existing store and does not "
+                        "create one"
+                    )
+    return open_store(url)
+
+
+def _store_errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
     """The errors a store raises that the command reports in a line: memstrata's, SQLite's
-    (a file that is not a database) and psycopg's (a server that cannot be reached)."""
-    errors: tuple[type[BaseException], ...] = (MemstrataError, sqlite3.Error)
+    (a file that is not a database) and psycopg's (a server that cannot be reached); and
+    ``more``."""
+    errors: tuple[type[BaseException], ...] = (MemstrataError, sqlite3.Error, *more)
     if "psycopg" in sys.modules:
         errors += (sys.modules["psycopg"].Error,)
     return errors
@@ -533,22 +624,32 @@ def _copy(args: argparse.Namespace) -> int:
     try:
         if _same_url(args.source, args.target):
             raise InvalidInputError(
-                f"--from and --to name the same store ({args.source}): copy into another store"
+                f"--from and --to name the same store ({redacted_url(args.source)}): copy into "
+                "another store"
             )
         _require_sqlite_file(args.source)
         prefixes = [_prefix(p) for p in args.namespace]
-        stores.append(open_store(args.source))
-        stores.append(open_store(args.target))
+        stores.append(_open(args.source, existing=True))
+        if _in_process(args.target):
+            raise InvalidInputError(
+                f"--to {args.target} is a store in this command's own memory, gone when it "
+                "ends: copy into a SQLite file or a PostgreSQL database"
+            )
+        stores.append(_open(args.target))
         bars = {stage: ProgressBar(stage) for stage in ("copying", "verifying")}
         result = copy_store(stores[0], stores[1], prefixes, progress=drawn.draw(bars))
     except CopyConflictError as exc:
         drawn.end_line()
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
+        _failed(exc, args.source, args.target)
         return 1 if exc.copied else 2
-    except _store_errors() as exc:
+    except _store_errors(OSError) as exc:  # OSError: a full disk, a file's permissions
         drawn.end_line()
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+        return _failed(exc, args.source, args.target, then=drawn.where())
+    except KeyboardInterrupt:
+        drawn.end_line()
+        where = drawn.where() or "before the first page of records was done"
+        print(f"memstrata: interrupted: {where}", file=sys.stderr)
+        return 130
     finally:
         for store in stores:
             store.close()
@@ -572,18 +673,37 @@ def _copy(args: argparse.Namespace) -> int:
 
 
 class _Bars:
-    """The copy's progress bars, and whether one was left part drawn (an error then starts
-    on a line of its own)."""
+    """The copy's progress bars, whether one was left part drawn (an error then starts on a
+    line of its own), and how far the copy got."""
 
     def __init__(self) -> None:
         self.open = False
+        self.stage: str | None = None
+        self.done = self.total = 0
 
     def draw(self, bars: dict[str, ProgressBar]) -> Any:
         def progress(stage: str, done: int, total: int) -> None:
             bars[stage](done, total)
             self.open = done < total
+            self.stage, self.done, self.total = stage, done, total
 
         return progress
+
+    def where(self) -> str:
+        """What the target holds, for a copy stopped part way ("" before any page was done):
+        each page is written in one transaction, so the page being written when it stopped is
+        there whole or not at all, and running the copy again finishes it."""
+        if self.stage == "copying":
+            return (
+                f"the target holds at least {self.done} of the {self.total} records, in whole "
+                "pages; run the same command again to finish"
+            )
+        if self.stage == "verifying":
+            return (
+                f"every record was written, the check against the source stopped at {self.done}"
+                f" of {self.total}; run the same command again to check"
+            )
+        return ""
 
     def end_line(self) -> None:
         if self.open:
@@ -600,12 +720,35 @@ def _prefix(text: str) -> tuple[str, ...]:
         raise InvalidInputError(f"namespace {text!r}: {exc}") from None
 
 
+def _split(url: str) -> SplitResult | None:
+    """``url``'s parts; None for a URL urlsplit cannot read (an unclosed IPv6 bracket), which
+    open_store then refuses, saying so."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return None
+
+
+def _in_process(url: str) -> bool:
+    """Whether ``url`` names a store that lives in this process only: ``memory://``, or
+    SQLite's ``:memory:``."""
+    parts = _split(url)
+    if parts is None:
+        return False
+    if parts.scheme == "memory":
+        return True
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    return parts.scheme == "sqlite" and not parts.netloc and unquote(path) == ":memory:"
+
+
 def _same_url(a: str, b: str) -> bool:
     """Two URLs naming one store as written: the same SQLite file (resolved), or the same
     URL. (copy_store also compares the stores it opened: another spelling of one database.)"""
     if a == b:
         return not a.startswith("memory:")
-    pa, pb = urlsplit(a), urlsplit(b)
+    pa, pb = _split(a), _split(b)
+    if pa is None or pb is None:
+        return False
     if pa.scheme == pb.scheme == "sqlite" and not pa.netloc and not pb.netloc:
         path_a = unquote(pa.path[1:] if pa.path.startswith("/") else pa.path)
         path_b = unquote(pb.path[1:] if pb.path.startswith("/") else pb.path)
@@ -613,12 +756,27 @@ def _same_url(a: str, b: str) -> bool:
     return False
 
 
+# The largest --schema file read: a JSON Schema of a working memory is a few kilobytes.
+MAX_SCHEMA_BYTES = 4 * 1024 * 1024
+
+
 def _schema_file(path: str) -> dict[str, Any]:
     try:
-        with open(path, "rb") as file:
-            schema = json.load(file)
+        # Non-blocking, then checked: opening a FIFO no one writes to would wait forever, and
+        # a device (/dev/zero) or a huge file would be read until memory runs out.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InvalidInputError(f"--schema {path} is not a regular file")
+            text = file.read(MAX_SCHEMA_BYTES + 1)
     except OSError as exc:
         raise InvalidInputError(f"--schema {path}: {exc.strerror or exc}") from None
+    if len(text) > MAX_SCHEMA_BYTES:
+        raise InvalidInputError(
+            f"--schema {path} is larger than {MAX_SCHEMA_BYTES:,} bytes: not a JSON Schema"
+        )
+    try:
+        schema = json.loads(text)
     except ValueError as exc:
         raise InvalidInputError(f"--schema {path} is not JSON: {exc}") from None
     except RecursionError:
@@ -630,10 +788,21 @@ def _schema_file(path: str) -> dict[str, Any]:
     return schema
 
 
+def _scope(flag: str, value: str | None) -> str | None:
+    """An --agent, --thread or --resource value checked as a run checks it, the error naming
+    the option: checked before serving, or every call would fail (or an empty --thread serve
+    the default thread)."""
+    if value == "":
+        raise InvalidInputError(f"{flag} is empty: give it a name")
+    return checked_scope_id(flag, value)
+
+
 def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
     from memstrata.mcp_server import serve
 
     try:
+        for flag in ("agent", "thread", "resource"):
+            _scope(f"--{flag}", getattr(args, flag))
         schema = None if args.schema is None else _schema_file(args.schema)
         stack = mcp_stack(store, args.agent, per_user=args.resource is not None, schema=schema)
         serve(
@@ -643,8 +812,7 @@ def _serve_mcp(store: Store, args: argparse.Namespace) -> int:
             agent=args.agent,
         )
     except MemstrataError as exc:
-        print(f"memstrata: {shown_text(str(exc))}", file=sys.stderr)
-        return 2
+        return _failed(exc, args.store)
     finally:
         store.close()
     return 0

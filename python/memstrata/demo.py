@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import subprocess
 import sys
 from importlib import resources
@@ -30,6 +31,7 @@ from memstrata import (
 from memstrata._console import escape_what_output_cannot_encode
 from memstrata.demos import agent_mind as mind_demo
 from memstrata.demos import context as context_demo
+from memstrata.exceptions import MemstrataError
 from memstrata.layers import memory_keys
 from memstrata.stores import SQLiteStore
 
@@ -189,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     escape_what_output_cannot_encode()  # run as ``python -m memstrata.demo`` after a restart
     script = load_script()
     half = len(script["turns"]) // 2
+    # The file-backed layers' files go in a directory of the demo's own beside the database
+    # (agent.db: agent-files/), never into directories a project beside it may use.
+    files = args.db.parent / f"{args.db.stem}-files"
 
     if args.resume:
         print(RULE)
@@ -204,16 +209,21 @@ def main(argv: list[str] | None = None) -> int:
                 show(f"final working memory (v{final.version})", final.render(), max_lines=40)
             print(RULE)
             print("AgentMind: what one run records, the next run's header shows")
-            mind_demo.run_demo(store, args.db.parent / "mind")
+            mind_demo.run_demo(store, files / "mind")
             shared_memory_workflow(store, script)
             print(RULE)
             print(
                 "Context engineering: a long tool loop through offloading, the gate and team state"
             )
-            context_demo.run_demo(store, args.db.parent / "context")
+            context_demo.run_demo(store, files / "context")
         return 0
 
-    with SQLiteStore(args.db) as store:
+    try:
+        store = SQLiteStore(args.db)
+    except (sqlite3.Error, MemstrataError) as exc:  # a directory, a file that is not SQLite
+        print(f"memstrata: {exc}", file=sys.stderr)
+        return 2
+    with store:
         with make_stack(store).run(thread_id=THREAD) as run:
             run.layer("working-memory").clear()  # each demo starts a fresh conversation
         run_turns(store, script, range(half))

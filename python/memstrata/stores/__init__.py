@@ -27,6 +27,7 @@ from memstrata.stores.base import (
 from memstrata.stores.copy import CopyResult, copy_store
 from memstrata.stores.memory import InMemoryStore
 from memstrata.stores.sqlite import SQLiteStore
+from memstrata.stores.urls import redacted_url
 
 __all__ = [
     "ChangeMark",
@@ -65,16 +66,21 @@ def open_store(url: str) -> Store:
 
     Raises:
         InvalidInputError: The URL's scheme is not one memstrata knows, or it has no path.
+            The message quotes the URL with its password hidden (:func:`redacted_url`).
     """
     if not isinstance(url, str):
         raise InvalidInputError(f"store URL must be str, got {type(url).__name__}")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket, a bad port
+        raise InvalidInputError(f"store URL {redacted_url(url)!r} cannot be read: {exc}") from None
     if parts.scheme == "memory":
         return InMemoryStore()
     if parts.scheme == "sqlite":
         if parts.netloc:
             raise InvalidInputError(
-                f"sqlite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////abs.db"
+                f"sqlite URL {redacted_url(url)!r} has a host; use sqlite:///relative.db or "
+                "sqlite:////abs.db"
             )
         path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
         if not path:
@@ -85,6 +91,6 @@ def open_store(url: str) -> Store:
 
         return PostgresStore(url)
     raise InvalidInputError(
-        f"unknown store URL scheme {parts.scheme!r} in {url!r}; expected memory://, sqlite:/// "
-        "or postgresql://"
+        f"unknown store URL scheme {parts.scheme!r} in {redacted_url(url)!r}; expected "
+        "memory://, sqlite:/// or postgresql://"
     )

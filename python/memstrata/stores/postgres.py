@@ -135,6 +135,7 @@ from memstrata.stores.pg_transactions import (
     _Rollback,
     _transaction,
 )
+from memstrata.stores.urls import redacted_url, without_secrets
 
 
 def _require_psycopg() -> Any:
@@ -228,7 +229,8 @@ class PostgresStore(PostgresAsyncTwins):
 
     Raises:
         InvalidInputError: ``lock_timeout`` is not a positive number of seconds up to
-            2147483.647 (PostgreSQL takes at most 2**31 - 1 ms).
+            2147483.647 (PostgreSQL takes at most 2**31 - 1 ms); or ``url`` is no connection
+            string libpq can read (the message quotes it with its password hidden).
     """
 
     def __init__(
@@ -248,9 +250,16 @@ class PostgresStore(PostgresAsyncTwins):
         self.lock_timeout = _checked_lock_timeout(lock_timeout)
         # Text goes out and comes back as UTF-8 whatever the database's encoding (the server
         # converts): pg_prepared sends parameters as UTF-8 bytes.
-        conninfo = psycopg.conninfo.make_conninfo(
-            _with_lock_timeout(url, self.lock_timeout), client_encoding="UTF8"
-        )
+        try:
+            conninfo = psycopg.conninfo.make_conninfo(
+                _with_lock_timeout(url, self.lock_timeout), client_encoding="UTF8"
+            )
+        except psycopg.ProgrammingError as exc:
+            # libpq quotes the token it could not read, which may be (part of) the password.
+            raise InvalidInputError(
+                f"the PostgreSQL URL {redacted_url(url)!r} cannot be read: "
+                f"{without_secrets(str(exc).strip(), url)}"
+            ) from None
         self._max_size = max_size
         # Autocommit: a read or a one-statement write is one round trip, with no BEGIN/COMMIT
         # around it; the methods that need a transaction open one explicitly.
