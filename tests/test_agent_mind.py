@@ -131,6 +131,22 @@ def test_due_by_accepts_iso_dates_and_durations() -> None:
         parse_due_by("next week", now=0)
 
 
+@pytest.mark.parametrize(
+    "text", ["June 1 2026", "2026-06", "20260601", "next week", "2026-13-45", "30 days"]
+)
+def test_a_refused_due_by_names_both_accepted_forms(store: Store, text: str) -> None:
+    """A model that meant a date must learn that dates are accepted, and in which form."""
+    with pytest.raises(InvalidInputError) as refused:
+        parse_due_by(text, now=0)
+    for form in ("ISO 8601 date", "2026-06-01", "duration", "30d"):
+        assert form in str(refused.value)
+    with make_stack(store).run(agent=AGENT) as run:
+        result = run.call_tool("mind_set_goal", {"description": "Ship it", "dueBy": text})
+    assert result["error"]["code"] == "invalid_arguments"
+    assert "2026-06-01" in result["error"]["message"] and "30d" in result["error"]["message"]
+    assert stored_entries(store) == []
+
+
 def test_a_run_needs_an_agent_name_or_a_namespace(store: Store) -> None:
     stack = make_stack(store)
     with pytest.raises(InvalidInputError, match="agent"), stack.run():
