@@ -207,26 +207,82 @@ def test_the_header_has_the_seed_sections_in_order(store: Store) -> None:
         "- Always confirm destructive ops.\n"
         "## Beliefs\n"
         "- Staging uses its own key. (high confidence)\n"
+        "- Payments API allows 100 req/min. (medium confidence)\n"
         "## Recent Reflections\n"
         f"- [{today}] The user prefers bullet points.\n"
         "---"
     )
 
 
-def test_header_beliefs_skip_low_error_and_expired(store: Store) -> None:
+def test_header_beliefs_show_high_then_medium_and_skip_low_error_and_expired(
+    store: Store,
+) -> None:
     now = now_ms()
     base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
     put_raw(store, {**base, "id": "b1", "content": "Kept high belief", "confidence": "high"})
-    put_raw(store, {**base, "id": "b2", "content": "Medium belief", "confidence": "medium"})
+    # Newer than the high one, yet shown after it.
+    newer = {"createdAt": now + 5, "updatedAt": now + 5}
+    put_raw(
+        store,
+        {**base, **newer, "id": "b2", "content": "Medium belief", "confidence": "medium"},
+    )
     put_raw(store, {**base, "id": "b3", "content": "Crashed", "confidence": "high", "error": True})
     put_raw(
         store,
         {**base, "id": "b4", "content": "Old news", "confidence": "high", "expiresAt": now - 1},
     )
+    put_raw(store, {**base, "id": "b5", "content": "Hunch", "confidence": "low"})
     block = header_of(make_stack(store))
-    assert "Kept high belief" in block
-    for hidden in ("Medium belief", "Crashed", "Old news"):
+    assert (
+        "## Beliefs\n- Kept high belief (high confidence)\n- Medium belief (medium confidence)\n"
+        in block
+    )
+    for hidden in ("Crashed", "Old news", "Hunch"):
         assert hidden not in block
+
+
+def test_a_belief_believed_at_the_default_confidence_shows_in_the_next_header(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "The build cache lives in S3."}))
+    assert "- The build cache lives in S3. (medium confidence)" in header_of(stack)
+
+
+def test_the_belief_budget_goes_to_high_confidence_before_medium(store: Store) -> None:
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "confidence": "medium"}
+    for i in range(40):  # medium beliefs, all newer than the high ones
+        at = now - i
+        put_raw(
+            store,
+            {
+                **base,
+                "id": f"m{i:02d}",
+                "content": f"Medium fact {i} " + "word " * 10,
+                "createdAt": at,
+                "updatedAt": at,
+            },
+        )
+    for i in range(3):
+        at = now - DAY_MS - i
+        put_raw(
+            store,
+            {
+                **base,
+                "id": f"h{i}",
+                "content": f"High fact {i}",
+                "confidence": "high",
+                "createdAt": at,
+                "updatedAt": at,
+            },
+        )
+    block = header_of(make_stack(store, token_budget=60))
+    lines = block.split("## Beliefs\n")[1].split("\n---")[0].splitlines()
+    assert lines[:3] == [f"- High fact {i} (high confidence)" for i in range(3)]
+    assert 0 < len(lines) - 3 < 40  # the medium ones fill what is left, newest first
+    assert lines[3].startswith("- Medium fact 0 ")
 
 
 def test_recent_reflections_respect_the_window_and_pins_always_show(store: Store) -> None:
@@ -1210,7 +1266,7 @@ def test_an_error_flush_keeps_beliefs_and_reflections_flagged_and_drops_the_rest
             )
         )
         assert found[0]["error"] is True
-    # Error-flagged beliefs stay out of the header even at high confidence.
+    # Error-flagged beliefs stay out of the header, whatever their confidence.
     assert "Learned before the crash" not in header_of(stack)
 
 

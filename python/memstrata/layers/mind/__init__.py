@@ -57,7 +57,11 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
   exemption of ``mind_complete_goal`` implies.
 * The header's beliefs and reflections share ``token_budget``, further capped by the stack's
   budget for the layer minus the goals and standing rules (which are always shown). Beliefs
-  are listed newest first, reflections newest first.
+  come first: high confidence, then medium, each newest first and labelled; low-confidence
+  ones are left to recall. toolpack Agent Mind's text says "high-confidence beliefs", but its
+  own example header lists a medium one, and ``mind_believe`` believes at medium by default:
+  high only would keep out of the header everything the model believes unless it says "high".
+  Reflections follow, newest first.
 * A namespace holds at most ``max_entries`` goals, beliefs and reflections together (100,000
   by default; archived ones count, as they are kept). A write that would add one past it is
   refused with :class:`~memstrata.exceptions.LimitExceededError`; updating a belief never
