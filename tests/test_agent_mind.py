@@ -1857,6 +1857,73 @@ def test_goals_match_by_meaning_not_by_a_shared_stop_word() -> None:
         assert ok(run.call_tool("mind_recall", {"query": query, "type": "goal"})) == []
 
 
+LONG_GOAL = (
+    "Migrate all production databases to PostgreSQL, coordinating with the SRE team, "
+    "scheduling maintenance windows and finishing before the Q3 change freeze, updating the "
+    "runbooks"
+)
+
+
+def test_a_goal_is_found_by_any_of_its_words_or_tags_however_long_its_text(
+    store: Store,
+) -> None:
+    """A single word is little similar to a long goal (under the similarity floor with the
+    HashingEmbedder), so recall by meaning alone lost the goal, and with it its id: the
+    model could not complete a goal the header showed it."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        goal = ok(
+            run.call_tool(
+                "mind_set_goal", {"description": LONG_GOAL, "tags": ["db"], "priority": "high"}
+            )
+        )
+        ok(run.call_tool("mind_set_goal", {"description": "Ship the onboarding guide"}))
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "schema copied"}))
+    with stack.run(agent=AGENT) as run:
+        for query in (
+            "runbooks",
+            "freeze",
+            "db",
+            "database migration",
+            "RUNBOOK",
+            "Schema",
+            "postgresql sre",
+        ):
+            found = ok(run.call_tool("mind_recall", {"query": query, "type": "goal"}))
+            assert [f["id"] for f in found] == [goal["id"]], query
+        # Every word of the query, not any: words shared with another goal name no goal.
+        found = ok(
+            run.call_tool(
+                "mind_recall", {"query": "runbooks for the onboarding guide", "type": "goal"}
+            )
+        )
+        assert goal["id"] not in [f["id"] for f in found]
+        ok(run.call_tool("mind_complete_goal", {"id": goal["id"], "outcome": "done"}))
+    assert "Migrate all production" not in header_of(stack)
+
+
+def test_every_goal_the_header_shows_can_be_found_by_a_word_of_it_and_completed(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    topics = ["billing", "search", "payroll", "auth", "backups", "metrics", "docs", "queue"]
+    with stack.run(agent=AGENT) as run:
+        for topic in topics:
+            ok(run.call_tool("mind_set_goal", {"description": f"{LONG_GOAL} for {topic}"}))
+        # Goals similar to "runbooks" by their text, yet not naming it: they come after.
+        for i in range(2):
+            ok(run.call_tool("mind_set_goal", {"description": f"Run books {i} again"}))
+    for topic in topics:
+        with stack.run(agent=AGENT) as run:
+            header = run.prepare([])[0]["content"]
+            assert f"for {topic}" in header
+            found = ok(run.call_tool("mind_recall", {"query": f"{topic} runbooks", "type": "goal"}))
+            assert found[0]["content"].endswith(f"for {topic}")
+            ok(run.call_tool("mind_complete_goal", {"id": found[0]["id"]}))
+    assert LONG_GOAL not in header_of(stack)
+
+
 def test_the_threshold_never_filters_goals(store: Store) -> None:
     """toolpack Agent Mind ignores ``threshold`` for goals: a goal the query matches (here:
     similar enough to pass the similarity floor) is a hit however old or low its priority,

@@ -46,12 +46,18 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
   search is exact: at the sizes a mind holds (up to ``max_entries``, 100,000 by default) the
   exact scan answers the dedup check faster than an hnswlib graph does
   (``benches/test_vectors.py``), with no graph to build or store.
-* Goals are matched by meaning rather than by keyword (a keyword match takes a shared stop
-  word for a hit): a goal matches when its description, progress notes and tags are at least
-  ``similarity_floor`` similar to the query. Every hit has a score, goals' included (toolpack
-  Agent Mind gives goals none), and ``type: 'all'`` ranks the three kinds together by it,
-  ``limit`` in total. ``threshold`` filters beliefs and reflections only: toolpack Agent Mind
-  ignores it for goals.
+* Goals are matched by meaning and by keyword: a goal matches when its description, progress
+  notes and tags are at least ``similarity_floor`` similar to the query, or hold every word of
+  the query (toolpack Agent Mind's keyword matching on goals; every word, so that a shared stop
+  word alone makes no hit). Words are compared case-folded, with a few English endings folded
+  (``databases``, ``database``; ``migrate``, ``migration``). The keyword match is what lets the
+  model find, and so update or complete, any goal the header shows it, by a word of that goal
+  or a tag, however long the goal's text (a single word is little similar to a long text). Ids
+  stay out of the header: it keeps toolpack Agent Mind's format and spends no tokens on them.
+  Among the goals, those matched by keyword come first for ``limit``. Every hit has a score,
+  goals' included (toolpack Agent Mind gives goals none), and ``type: 'all'`` ranks the three
+  kinds together by it, ``limit`` in total. ``threshold`` filters beliefs and reflections
+  only: toolpack Agent Mind ignores it for goals.
 * Completing a goal folds in this run's pending updates to it; completing a goal created in
   this run writes it (completed) at once. Both survive an error flush, as toolpack Agent Mind's
   exemption of ``mind_complete_goal`` implies.
@@ -249,6 +255,8 @@ class AgentMind:
         self._committed: dict[Namespace, _Committed] = {}
         # Goals' unit vectors by (embedder model, goal text): goals have no stored vector.
         self._goal_vectors: dict[tuple[str, str], npt.NDArray[np.float64]] = {}
+        # Goals' words (folded, see recall.keywords) by goal text.
+        self._goal_words: dict[str, frozenset[str]] = {}
         # Header lines and their token counts by (counter encoding, kind), then by content:
         # content -> (confidence or creation time, line, tokens). See the header module.
         self._header_lines: dict[tuple[str | None, str], dict[str, tuple[Any, str, int]]] = {}

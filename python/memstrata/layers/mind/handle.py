@@ -160,8 +160,9 @@ class AgentMindHandle:
 
         Goals, beliefs and reflections are ranked together by one score (similarity, recency,
         and confidence or a goal's priority); a hit is at least ``similarity_floor`` similar to
-        the query, and a belief or reflection scores at least ``threshold`` (as in toolpack
-        Agent Mind, the threshold does not apply to goals). ``pinned=True`` without a query
+        the query (a goal also matches when its text and tags hold every word of the query), and
+        a belief or reflection scores at least ``threshold`` (as in toolpack Agent Mind, the
+        threshold does not apply to goals). ``pinned=True`` without a query
         lists every pinned reflection (the standing rules), oldest first.
 
         Raises:
