@@ -1270,6 +1270,100 @@ def test_an_error_flush_keeps_beliefs_and_reflections_flagged_and_drops_the_rest
     assert "Learned before the crash" not in header_of(stack)
 
 
+def test_a_failed_run_restating_a_belief_leaves_the_stored_one_as_it_was(store: Store) -> None:
+    """A failed run's restatement is recorded (flagged error) beside a good stored belief,
+    never over it: the stored belief keeps its content, confidence and place in the header."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        good = ok(
+            run.call_tool(
+                "mind_believe",
+                {"content": "The staging API key differs from production.", "confidence": "high"},
+            )
+        )
+    (before,) = stored_entries(store, "belief")
+    with pytest.raises(RuntimeError, match="model crashed"), stack.run(agent=AGENT) as run:
+        restated = ok(
+            run.call_tool(
+                "mind_believe",
+                {
+                    "content": "The staging API key differs from production!",
+                    "confidence": "low",
+                    "tags": ["keys"],
+                },
+            )
+        )
+        assert restated == {"status": "ok", "action": "updated_store", "id": good["id"]}
+        raise RuntimeError("model crashed")
+    beliefs = {b["id"]: b for b in stored_entries(store, "belief")}
+    assert beliefs.pop(good["id"]) == before
+    (recorded,) = beliefs.values()
+    assert recorded["content"] == "The staging API key differs from production!"
+    assert (recorded["error"], recorded["confidence"], recorded["tags"]) == (True, "low", ["keys"])
+    assert "- The staging API key differs from production. (high confidence)" in header_of(stack)
+    # A clean run restating it again updates the good belief (the closer of the two).
+    with stack.run(agent=AGENT) as run:
+        again = ok(
+            run.call_tool(
+                "mind_believe", {"content": "The staging API key differs from production."}
+            )
+        )
+    assert again["id"] == good["id"]
+
+
+def test_a_failed_run_restating_a_failed_runs_belief_updates_it_in_place(store: Store) -> None:
+    stack = make_stack(store)
+    for text in ("The nightly backup job is flaky.", "The nightly backup job is flaky!"):
+        with pytest.raises(RuntimeError), stack.run(agent=AGENT) as run:
+            ok(run.call_tool("mind_believe", {"content": text}))
+            raise RuntimeError("model crashed")
+    (belief,) = stored_entries(store, "belief")
+    assert (belief["content"], belief["error"]) == ("The nightly backup job is flaky!", True)
+    assert [p["content"] for p in belief["previous"]] == ["The nightly backup job is flaky."]
+
+
+def test_a_failed_run_never_folds_its_belief_into_a_good_one_committed_meanwhile(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    failing, clean = stack.run(agent=AGENT).open(), stack.run(agent=AGENT).open()
+    ok(failing.call_tool("mind_believe", {"content": "Deploys freeze on Fridays!"}))
+    ok(
+        clean.call_tool(
+            "mind_believe", {"content": "Deploys freeze on Fridays.", "confidence": "high"}
+        )
+    )
+    clean.close()
+    (good,) = stored_entries(store, "belief")
+    with pytest.raises(RuntimeError), failing:
+        raise RuntimeError("model crashed")
+    beliefs = {b["id"]: b for b in stored_entries(store, "belief")}
+    assert beliefs.pop(good["id"]) == good
+    assert [(b["content"], b["error"]) for b in beliefs.values()] == [
+        ("Deploys freeze on Fridays!", True)
+    ]
+
+
+def test_a_failed_runs_restatements_stay_within_max_entries(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    stack = make_stack(store, max_entries=2)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Alpha service runs on port 8080."}))
+        ok(run.call_tool("mind_believe", {"content": "Beta queue drains every hour."}))
+    before = sorted(json.dumps(b, sort_keys=True) for b in stored_entries(store, "belief"))
+    with (
+        caplog.at_level(logging.WARNING, logger="memstrata.agent_mind"),
+        pytest.raises(RuntimeError),
+        stack.run(agent=AGENT) as run,
+    ):
+        ok(run.call_tool("mind_believe", {"content": "Alpha service runs on port 8080!"}))
+        raise RuntimeError("model crashed")
+    after = sorted(json.dumps(b, sort_keys=True) for b in stored_entries(store, "belief"))
+    assert after == before
+    assert "no room left for the restatement" in caplog.text
+
+
 def test_a_goal_completed_in_a_run_leaves_that_runs_header_only(store: Store) -> None:
     """A completed goal is committed at once and leaves the run's view of the goals: the
     run's next prompt must not show it as active, whether or not the run showed the block
@@ -1688,15 +1782,36 @@ def test_a_belief_two_overlapping_runs_create_is_stored_once(shared_store: Store
         assert (hit.id, hit.content) == (kept["id"], "TSMC Q2 capacity is fully booked!")
 
 
-def test_a_fold_follows_allow_downgrade_and_flags_an_error_flush(shared_store: Store) -> None:
+def test_a_fold_follows_allow_downgrade(shared_store: Store) -> None:
     mind = AgentMind()
     first, second = mind.open(shared_store, agent=AGENT), mind.open(shared_store, agent=AGENT)
     first.believe("The staging database runs Postgres 16.", confidence="high")
     first.flush()
     second.believe("The staging database runs Postgres 16", confidence="low", allow_downgrade=True)
-    second.flush(error=True)
+    second.flush()
     (belief,) = stored_entries(shared_store, "belief")
-    assert (belief["confidence"], belief["error"]) == ("low", True)
+    assert (belief["confidence"], belief.get("error", False)) == ("low", False)
+
+
+def test_an_error_flush_folds_only_into_a_failed_runs_belief(shared_store: Store) -> None:
+    """A good belief committed meanwhile is left as it was by a failed run (its belief is kept
+    apart, flagged); one a failed run committed meanwhile takes the fold, flagged."""
+    mind = AgentMind()
+    good, failed, also_failed = (mind.open(shared_store, agent=AGENT) for _ in range(3))
+    good.believe("The staging database runs Postgres 16.", confidence="high")
+    good.flush()
+    failed.believe("The staging database runs Postgres 16", confidence="low", allow_downgrade=True)
+    failed.flush(error=True)
+    also_failed.believe("The staging database runs Postgres 16!", confidence="medium")
+    also_failed.flush(error=True)
+    beliefs = sorted(
+        (b["content"], b["confidence"], b.get("error", False))
+        for b in stored_entries(shared_store, "belief")
+    )
+    assert beliefs == [
+        ("The staging database runs Postgres 16!", "medium", True),
+        ("The staging database runs Postgres 16.", "high", False),
+    ]
 
 
 def test_folding_starts_at_the_dedup_threshold(shared_store: Store) -> None:

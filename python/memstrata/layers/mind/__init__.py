@@ -34,10 +34,10 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
   belief this run *created* that is at least ``deduplication_threshold`` similar to a live
   belief committed since the run loaded is folded into it by the same merge rules (content and
   expiry replaced, confidence only rises unless ``allowDowngrade``, tags united, ``createdAt``
-  kept, error flag on an error flush). Only what changed since the load is read, however big
-  the mind. What ``mind_believe`` reported stays as reported; the ``id`` it returned for a
-  folded belief is then never stored: the belief lives on under the other run's id, which
-  ``handle.folded`` maps it to (also logged at INFO).
+  kept; on an error flush, only into a belief itself from a failed run, see below). Only what
+  changed since the load is read, however big the mind. What ``mind_believe`` reported stays
+  as reported; the ``id`` it returned for a folded belief is then never stored: the belief
+  lives on under the other run's id, which ``handle.folded`` maps it to (also logged at INFO).
 * ``pinned: true`` in ``mind_recall`` returns pinned reflections only (no goals, no beliefs);
   ``pinned: false`` excludes pinned reflections; absent means no filter.
 * Recall ranks exactly by the composite score in one pass over the vectors
@@ -58,6 +58,14 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
   goals' included (toolpack Agent Mind gives goals none), and ``type: 'all'`` ranks the three
   kinds together by it, ``limit`` in total. ``threshold`` filters beliefs and reflections
   only: toolpack Agent Mind ignores it for goals.
+* An error flush never changes a good stored belief (one not itself from a failed run): a
+  restatement of it is written as a belief of its own, flagged ``error: true``, with what the
+  failed run said (content, confidence, tags), and the stored belief keeps its content and its
+  place in the header, as toolpack Agent Mind keeps a pin a failed run dropped ("the safe
+  default"). Past ``max_entries`` or ``max_run_entries`` the restatement is dropped, with a
+  warning. A restatement of a belief itself from a failed run updates it in place, still
+  flagged. Dedup prefers a good belief to a failed run's, so a clean restatement confirms the
+  good one rather than clearing the flag of the copy.
 * Completing a goal folds in this run's pending updates to it; completing a goal created in
   this run writes it (completed) at once. Both survive an error flush, as toolpack Agent Mind's
   exemption of ``mind_complete_goal`` implies.
