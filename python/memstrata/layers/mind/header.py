@@ -111,19 +111,15 @@ def _select(handle: AgentMindHandle) -> _Selection:
         (r for r in handle._reflections.values() if r.pinned and not r.expired(now)),
         key=lambda r: (r.created_at, r.id),
     )
-    high: list[MindBelief] = []
-    medium: list[MindBelief] = []
-    for b in handle._beliefs.values():
-        if b.error or (b.expires_at is not None and b.expires_at <= now):
-            continue
-        if b.confidence == "high":
-            high.append(b)
-        elif b.confidence == "medium":
-            medium.append(b)
+    live = [
+        b
+        for b in handle._beliefs.values()
+        if b.confidence != "low" and not b.error and (b.expires_at is None or b.expires_at > now)
+    ]
+    live.sort(key=_BY_UPDATED, reverse=True)
     # High before medium, each newest first: the budget goes to what the agent is surest of.
-    high.sort(key=_BY_UPDATED, reverse=True)
-    medium.sort(key=_BY_UPDATED, reverse=True)
-    beliefs = high + medium
+    beliefs = [b for b in live if b.confidence == "high"]
+    beliefs += [b for b in live if b.confidence != "high"]
     window_start = now - handle.layer.recency_window_days * DAY_MS
     recent = [
         r
