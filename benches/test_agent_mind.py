@@ -86,13 +86,14 @@ def plain_header(handle: AgentMindHandle, counter: EstimatingCounter, budget: in
         (g for g in handle.goals.values() if g.status == "active"), key=lambda g: g.created_at
     )
     rules = [r for r in handle.reflections.values() if r.pinned and not r.expired(now)]
+    rank = {"high": 0, "medium": 1}
     beliefs = sorted(
         (
             b
             for b in handle.beliefs.values()
-            if b.confidence == "high" and not b.error and not b.expired(now)
+            if b.confidence in rank and not b.error and not b.expired(now)
         ),
-        key=lambda b: -b.updated_at,
+        key=lambda b: (rank[b.confidence], -b.updated_at),
     )
     recent = sorted(
         (

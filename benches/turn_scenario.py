@@ -289,20 +289,21 @@ class PlainTurn:
         self.turns = itertools.count()
 
     def header(self) -> str:
+        rank = {"high": 0, "medium": 1}
         beliefs = sorted(
             (
                 e
                 for e in self.entries
                 if e["type"] == "belief"
-                and e["confidence"] == "high"
+                and e["confidence"] in rank
                 and not e.get("error")
                 and (e.get("expiresAt") is None or e["expiresAt"] > self.now)
             ),
-            key=lambda e: -e["updatedAt"],
+            key=lambda e: (rank[e["confidence"]], -e["updatedAt"]),
         )
         lines, left = ["--- AGENT MIND ---", "## Beliefs"], 300
         for e in beliefs:
-            line = f"- {e['content']} (high confidence)"
+            line = f"- {e['content']} ({e['confidence']} confidence)"
             cost = len(line) // 4
             if cost > left:
                 break

@@ -131,6 +131,22 @@ def test_due_by_accepts_iso_dates_and_durations() -> None:
         parse_due_by("next week", now=0)
 
 
+@pytest.mark.parametrize(
+    "text", ["June 1 2026", "2026-06", "20260601", "next week", "2026-13-45", "30 days"]
+)
+def test_a_refused_due_by_names_both_accepted_forms(store: Store, text: str) -> None:
+    """A model that meant a date must learn that dates are accepted, and in which form."""
+    with pytest.raises(InvalidInputError) as refused:
+        parse_due_by(text, now=0)
+    for form in ("ISO 8601 date", "2026-06-01", "duration", "30d"):
+        assert form in str(refused.value)
+    with make_stack(store).run(agent=AGENT) as run:
+        result = run.call_tool("mind_set_goal", {"description": "Ship it", "dueBy": text})
+    assert result["error"]["code"] == "invalid_arguments"
+    assert "2026-06-01" in result["error"]["message"] and "30d" in result["error"]["message"]
+    assert stored_entries(store) == []
+
+
 def test_a_run_needs_an_agent_name_or_a_namespace(store: Store) -> None:
     stack = make_stack(store)
     with pytest.raises(InvalidInputError, match="agent"), stack.run():
@@ -191,26 +207,82 @@ def test_the_header_has_the_seed_sections_in_order(store: Store) -> None:
         "- Always confirm destructive ops.\n"
         "## Beliefs\n"
         "- Staging uses its own key. (high confidence)\n"
+        "- Payments API allows 100 req/min. (medium confidence)\n"
         "## Recent Reflections\n"
         f"- [{today}] The user prefers bullet points.\n"
         "---"
     )
 
 
-def test_header_beliefs_skip_low_error_and_expired(store: Store) -> None:
+def test_header_beliefs_show_high_then_medium_and_skip_low_error_and_expired(
+    store: Store,
+) -> None:
     now = now_ms()
     base = {"type": "belief", "tags": [], "createdAt": now, "updatedAt": now}
     put_raw(store, {**base, "id": "b1", "content": "Kept high belief", "confidence": "high"})
-    put_raw(store, {**base, "id": "b2", "content": "Medium belief", "confidence": "medium"})
+    # Newer than the high one, yet shown after it.
+    newer = {"createdAt": now + 5, "updatedAt": now + 5}
+    put_raw(
+        store,
+        {**base, **newer, "id": "b2", "content": "Medium belief", "confidence": "medium"},
+    )
     put_raw(store, {**base, "id": "b3", "content": "Crashed", "confidence": "high", "error": True})
     put_raw(
         store,
         {**base, "id": "b4", "content": "Old news", "confidence": "high", "expiresAt": now - 1},
     )
+    put_raw(store, {**base, "id": "b5", "content": "Hunch", "confidence": "low"})
     block = header_of(make_stack(store))
-    assert "Kept high belief" in block
-    for hidden in ("Medium belief", "Crashed", "Old news"):
+    assert (
+        "## Beliefs\n- Kept high belief (high confidence)\n- Medium belief (medium confidence)\n"
+        in block
+    )
+    for hidden in ("Crashed", "Old news", "Hunch"):
         assert hidden not in block
+
+
+def test_a_belief_believed_at_the_default_confidence_shows_in_the_next_header(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "The build cache lives in S3."}))
+    assert "- The build cache lives in S3. (medium confidence)" in header_of(stack)
+
+
+def test_the_belief_budget_goes_to_high_confidence_before_medium(store: Store) -> None:
+    now = now_ms()
+    base = {"type": "belief", "tags": [], "confidence": "medium"}
+    for i in range(40):  # medium beliefs, all newer than the high ones
+        at = now - i
+        put_raw(
+            store,
+            {
+                **base,
+                "id": f"m{i:02d}",
+                "content": f"Medium fact {i} " + "word " * 10,
+                "createdAt": at,
+                "updatedAt": at,
+            },
+        )
+    for i in range(3):
+        at = now - DAY_MS - i
+        put_raw(
+            store,
+            {
+                **base,
+                "id": f"h{i}",
+                "content": f"High fact {i}",
+                "confidence": "high",
+                "createdAt": at,
+                "updatedAt": at,
+            },
+        )
+    block = header_of(make_stack(store, token_budget=60))
+    lines = block.split("## Beliefs\n")[1].split("\n---")[0].splitlines()
+    assert lines[:3] == [f"- High fact {i} (high confidence)" for i in range(3)]
+    assert 0 < len(lines) - 3 < 40  # the medium ones fill what is left, newest first
+    assert lines[3].startswith("- Medium fact 0 ")
 
 
 def test_recent_reflections_respect_the_window_and_pins_always_show(store: Store) -> None:
@@ -1194,8 +1266,102 @@ def test_an_error_flush_keeps_beliefs_and_reflections_flagged_and_drops_the_rest
             )
         )
         assert found[0]["error"] is True
-    # Error-flagged beliefs stay out of the header even at high confidence.
+    # Error-flagged beliefs stay out of the header, whatever their confidence.
     assert "Learned before the crash" not in header_of(stack)
+
+
+def test_a_failed_run_restating_a_belief_leaves_the_stored_one_as_it_was(store: Store) -> None:
+    """A failed run's restatement is recorded (flagged error) beside a good stored belief,
+    never over it: the stored belief keeps its content, confidence and place in the header."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        good = ok(
+            run.call_tool(
+                "mind_believe",
+                {"content": "The staging API key differs from production.", "confidence": "high"},
+            )
+        )
+    (before,) = stored_entries(store, "belief")
+    with pytest.raises(RuntimeError, match="model crashed"), stack.run(agent=AGENT) as run:
+        restated = ok(
+            run.call_tool(
+                "mind_believe",
+                {
+                    "content": "The staging API key differs from production!",
+                    "confidence": "low",
+                    "tags": ["keys"],
+                },
+            )
+        )
+        assert restated == {"status": "ok", "action": "updated_store", "id": good["id"]}
+        raise RuntimeError("model crashed")
+    beliefs = {b["id"]: b for b in stored_entries(store, "belief")}
+    assert beliefs.pop(good["id"]) == before
+    (recorded,) = beliefs.values()
+    assert recorded["content"] == "The staging API key differs from production!"
+    assert (recorded["error"], recorded["confidence"], recorded["tags"]) == (True, "low", ["keys"])
+    assert "- The staging API key differs from production. (high confidence)" in header_of(stack)
+    # A clean run restating it again updates the good belief (the closer of the two).
+    with stack.run(agent=AGENT) as run:
+        again = ok(
+            run.call_tool(
+                "mind_believe", {"content": "The staging API key differs from production."}
+            )
+        )
+    assert again["id"] == good["id"]
+
+
+def test_a_failed_run_restating_a_failed_runs_belief_updates_it_in_place(store: Store) -> None:
+    stack = make_stack(store)
+    for text in ("The nightly backup job is flaky.", "The nightly backup job is flaky!"):
+        with pytest.raises(RuntimeError), stack.run(agent=AGENT) as run:
+            ok(run.call_tool("mind_believe", {"content": text}))
+            raise RuntimeError("model crashed")
+    (belief,) = stored_entries(store, "belief")
+    assert (belief["content"], belief["error"]) == ("The nightly backup job is flaky!", True)
+    assert [p["content"] for p in belief["previous"]] == ["The nightly backup job is flaky."]
+
+
+def test_a_failed_run_never_folds_its_belief_into_a_good_one_committed_meanwhile(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    failing, clean = stack.run(agent=AGENT).open(), stack.run(agent=AGENT).open()
+    ok(failing.call_tool("mind_believe", {"content": "Deploys freeze on Fridays!"}))
+    ok(
+        clean.call_tool(
+            "mind_believe", {"content": "Deploys freeze on Fridays.", "confidence": "high"}
+        )
+    )
+    clean.close()
+    (good,) = stored_entries(store, "belief")
+    with pytest.raises(RuntimeError), failing:
+        raise RuntimeError("model crashed")
+    beliefs = {b["id"]: b for b in stored_entries(store, "belief")}
+    assert beliefs.pop(good["id"]) == good
+    assert [(b["content"], b["error"]) for b in beliefs.values()] == [
+        ("Deploys freeze on Fridays!", True)
+    ]
+
+
+def test_a_failed_runs_restatements_stay_within_max_entries(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    stack = make_stack(store, max_entries=2)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_believe", {"content": "Alpha service runs on port 8080."}))
+        ok(run.call_tool("mind_believe", {"content": "Beta queue drains every hour."}))
+    before = sorted(json.dumps(b, sort_keys=True) for b in stored_entries(store, "belief"))
+    with (
+        caplog.at_level(logging.WARNING, logger="memstrata.agent_mind"),
+        pytest.raises(RuntimeError),
+        stack.run(agent=AGENT) as run,
+    ):
+        ok(run.call_tool("mind_believe", {"content": "Alpha service runs on port 8080!"}))
+        raise RuntimeError("model crashed")
+    after = sorted(json.dumps(b, sort_keys=True) for b in stored_entries(store, "belief"))
+    assert after == before
+    assert "no room left for the restatement" in caplog.text
 
 
 def test_a_goal_completed_in_a_run_leaves_that_runs_header_only(store: Store) -> None:
@@ -1616,15 +1782,36 @@ def test_a_belief_two_overlapping_runs_create_is_stored_once(shared_store: Store
         assert (hit.id, hit.content) == (kept["id"], "TSMC Q2 capacity is fully booked!")
 
 
-def test_a_fold_follows_allow_downgrade_and_flags_an_error_flush(shared_store: Store) -> None:
+def test_a_fold_follows_allow_downgrade(shared_store: Store) -> None:
     mind = AgentMind()
     first, second = mind.open(shared_store, agent=AGENT), mind.open(shared_store, agent=AGENT)
     first.believe("The staging database runs Postgres 16.", confidence="high")
     first.flush()
     second.believe("The staging database runs Postgres 16", confidence="low", allow_downgrade=True)
-    second.flush(error=True)
+    second.flush()
     (belief,) = stored_entries(shared_store, "belief")
-    assert (belief["confidence"], belief["error"]) == ("low", True)
+    assert (belief["confidence"], belief.get("error", False)) == ("low", False)
+
+
+def test_an_error_flush_folds_only_into_a_failed_runs_belief(shared_store: Store) -> None:
+    """A good belief committed meanwhile is left as it was by a failed run (its belief is kept
+    apart, flagged); one a failed run committed meanwhile takes the fold, flagged."""
+    mind = AgentMind()
+    good, failed, also_failed = (mind.open(shared_store, agent=AGENT) for _ in range(3))
+    good.believe("The staging database runs Postgres 16.", confidence="high")
+    good.flush()
+    failed.believe("The staging database runs Postgres 16", confidence="low", allow_downgrade=True)
+    failed.flush(error=True)
+    also_failed.believe("The staging database runs Postgres 16!", confidence="medium")
+    also_failed.flush(error=True)
+    beliefs = sorted(
+        (b["content"], b["confidence"], b.get("error", False))
+        for b in stored_entries(shared_store, "belief")
+    )
+    assert beliefs == [
+        ("The staging database runs Postgres 16!", "medium", True),
+        ("The staging database runs Postgres 16.", "high", False),
+    ]
 
 
 def test_folding_starts_at_the_dedup_threshold(shared_store: Store) -> None:
@@ -1783,6 +1970,73 @@ def test_goals_match_by_meaning_not_by_a_shared_stop_word() -> None:
         )
         query = "What is the weather for the weekend?"
         assert ok(run.call_tool("mind_recall", {"query": query, "type": "goal"})) == []
+
+
+LONG_GOAL = (
+    "Migrate all production databases to PostgreSQL, coordinating with the SRE team, "
+    "scheduling maintenance windows and finishing before the Q3 change freeze, updating the "
+    "runbooks"
+)
+
+
+def test_a_goal_is_found_by_any_of_its_words_or_tags_however_long_its_text(
+    store: Store,
+) -> None:
+    """A single word is little similar to a long goal (under the similarity floor with the
+    HashingEmbedder), so recall by meaning alone lost the goal, and with it its id: the
+    model could not complete a goal the header showed it."""
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        goal = ok(
+            run.call_tool(
+                "mind_set_goal", {"description": LONG_GOAL, "tags": ["db"], "priority": "high"}
+            )
+        )
+        ok(run.call_tool("mind_set_goal", {"description": "Ship the onboarding guide"}))
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_update_goal", {"id": goal["id"], "progress": "schema copied"}))
+    with stack.run(agent=AGENT) as run:
+        for query in (
+            "runbooks",
+            "freeze",
+            "db",
+            "database migration",
+            "RUNBOOK",
+            "Schema",
+            "postgresql sre",
+        ):
+            found = ok(run.call_tool("mind_recall", {"query": query, "type": "goal"}))
+            assert [f["id"] for f in found] == [goal["id"]], query
+        # Every word of the query, not any: words shared with another goal name no goal.
+        found = ok(
+            run.call_tool(
+                "mind_recall", {"query": "runbooks for the onboarding guide", "type": "goal"}
+            )
+        )
+        assert goal["id"] not in [f["id"] for f in found]
+        ok(run.call_tool("mind_complete_goal", {"id": goal["id"], "outcome": "done"}))
+    assert "Migrate all production" not in header_of(stack)
+
+
+def test_every_goal_the_header_shows_can_be_found_by_a_word_of_it_and_completed(
+    store: Store,
+) -> None:
+    stack = make_stack(store)
+    topics = ["billing", "search", "payroll", "auth", "backups", "metrics", "docs", "queue"]
+    with stack.run(agent=AGENT) as run:
+        for topic in topics:
+            ok(run.call_tool("mind_set_goal", {"description": f"{LONG_GOAL} for {topic}"}))
+        # Goals similar to "runbooks" by their text, yet not naming it: they come after.
+        for i in range(2):
+            ok(run.call_tool("mind_set_goal", {"description": f"Run books {i} again"}))
+    for topic in topics:
+        with stack.run(agent=AGENT) as run:
+            header = run.prepare([])[0]["content"]
+            assert f"for {topic}" in header
+            found = ok(run.call_tool("mind_recall", {"query": f"{topic} runbooks", "type": "goal"}))
+            assert found[0]["content"].endswith(f"for {topic}")
+            ok(run.call_tool("mind_complete_goal", {"id": found[0]["id"]}))
+    assert LONG_GOAL not in header_of(stack)
 
 
 def test_the_threshold_never_filters_goals(store: Store) -> None:

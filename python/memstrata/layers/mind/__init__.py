@@ -34,10 +34,10 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
   belief this run *created* that is at least ``deduplication_threshold`` similar to a live
   belief committed since the run loaded is folded into it by the same merge rules (content and
   expiry replaced, confidence only rises unless ``allowDowngrade``, tags united, ``createdAt``
-  kept, error flag on an error flush). Only what changed since the load is read, however big
-  the mind. What ``mind_believe`` reported stays as reported; the ``id`` it returned for a
-  folded belief is then never stored: the belief lives on under the other run's id, which
-  ``handle.folded`` maps it to (also logged at INFO).
+  kept; on an error flush, only into a belief itself from a failed run, see below). Only what
+  changed since the load is read, however big the mind. What ``mind_believe`` reported stays
+  as reported; the ``id`` it returned for a folded belief is then never stored: the belief
+  lives on under the other run's id, which ``handle.folded`` maps it to (also logged at INFO).
 * ``pinned: true`` in ``mind_recall`` returns pinned reflections only (no goals, no beliefs);
   ``pinned: false`` excludes pinned reflections; absent means no filter.
 * Recall ranks exactly by the composite score in one pass over the vectors
@@ -46,18 +46,36 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
   search is exact: at the sizes a mind holds (up to ``max_entries``, 100,000 by default) the
   exact scan answers the dedup check faster than an hnswlib graph does
   (``benches/test_vectors.py``), with no graph to build or store.
-* Goals are matched by meaning rather than by keyword (a keyword match takes a shared stop
-  word for a hit): a goal matches when its description, progress notes and tags are at least
-  ``similarity_floor`` similar to the query. Every hit has a score, goals' included (toolpack
-  Agent Mind gives goals none), and ``type: 'all'`` ranks the three kinds together by it,
-  ``limit`` in total. ``threshold`` filters beliefs and reflections only: toolpack Agent Mind
-  ignores it for goals.
+* Goals are matched by meaning and by keyword: a goal matches when its description, progress
+  notes and tags are at least ``similarity_floor`` similar to the query, or hold every word of
+  the query (toolpack Agent Mind's keyword matching on goals; every word, so that a shared stop
+  word alone makes no hit). Words are compared case-folded, with a few English endings folded
+  (``databases``, ``database``; ``migrate``, ``migration``). The keyword match is what lets the
+  model find, and so update or complete, any goal the header shows it, by a word of that goal
+  or a tag, however long the goal's text (a single word is little similar to a long text). Ids
+  stay out of the header: it keeps toolpack Agent Mind's format and spends no tokens on them.
+  Among the goals, those matched by keyword come first for ``limit``. Every hit has a score,
+  goals' included (toolpack Agent Mind gives goals none), and ``type: 'all'`` ranks the three
+  kinds together by it, ``limit`` in total. ``threshold`` filters beliefs and reflections
+  only: toolpack Agent Mind ignores it for goals.
+* An error flush never changes a good stored belief (one not itself from a failed run): a
+  restatement of it is written as a belief of its own, flagged ``error: true``, with what the
+  failed run said (content, confidence, tags), and the stored belief keeps its content and its
+  place in the header, as toolpack Agent Mind keeps a pin a failed run dropped ("the safe
+  default"). Past ``max_entries`` or ``max_run_entries`` the restatement is dropped, with a
+  warning. A restatement of a belief itself from a failed run updates it in place, still
+  flagged. Dedup prefers a good belief to a failed run's, so a clean restatement confirms the
+  good one rather than clearing the flag of the copy.
 * Completing a goal folds in this run's pending updates to it; completing a goal created in
   this run writes it (completed) at once. Both survive an error flush, as toolpack Agent Mind's
   exemption of ``mind_complete_goal`` implies.
 * The header's beliefs and reflections share ``token_budget``, further capped by the stack's
   budget for the layer minus the goals and standing rules (which are always shown). Beliefs
-  are listed newest first, reflections newest first.
+  come first: high confidence, then medium, each newest first and labelled; low-confidence
+  ones are left to recall. toolpack Agent Mind's text says "high-confidence beliefs", but its
+  own example header lists a medium one, and ``mind_believe`` believes at medium by default:
+  high only would keep out of the header everything the model believes unless it says "high".
+  Reflections follow, newest first.
 * A namespace holds at most ``max_entries`` goals, beliefs and reflections together (100,000
   by default; archived ones count, as they are kept). A write that would add one past it is
   refused with :class:`~memstrata.exceptions.LimitExceededError`; updating a belief never
@@ -245,6 +263,8 @@ class AgentMind:
         self._committed: dict[Namespace, _Committed] = {}
         # Goals' unit vectors by (embedder model, goal text): goals have no stored vector.
         self._goal_vectors: dict[tuple[str, str], npt.NDArray[np.float64]] = {}
+        # Goals' words (folded, see recall.keywords) by goal text.
+        self._goal_words: dict[str, frozenset[str]] = {}
         # Header lines and their token counts by (counter encoding, kind), then by content:
         # content -> (confidence or creation time, line, tokens). See the header module.
         self._header_lines: dict[tuple[str | None, str], dict[str, tuple[Any, str, int]]] = {}

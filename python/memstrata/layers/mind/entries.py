@@ -45,6 +45,10 @@ _OptionalMillis = Optional[Millis]
 _DURATION = re.compile(r"^\s*(\d{1,9})\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+_DUE_BY_FORMS = (
+    "an ISO 8601 date such as 2026-06-01 (or a date and time such as 2026-06-01T17:00:00Z), or "
+    "a duration from now such as 30d (a positive whole number of d, h, m or s)"
+)
 # The longest time to live a duration can name: 999,999,999 days.
 MAX_TTL_MS = 999_999_999 * _UNIT_SECONDS["d"] * 1000
 
@@ -83,7 +87,9 @@ def parse_due_by(text: str, *, now: int) -> str:
     """A goal deadline: an ISO 8601 date/time, or a duration from now; returns ISO 8601 text
     (a date stays a date; a duration gives the UTC date it lands on)."""
     if not isinstance(text, str):
-        raise InvalidInputError(f"dueBy must be a string, got {type(text).__name__}")
+        raise InvalidInputError(
+            f"dueBy must be a string ({_DUE_BY_FORMS}), got {type(text).__name__}"
+        )
     if _ISO_DATE.match(text.strip()):
         value = text.strip()
         try:
@@ -92,9 +98,18 @@ def parse_due_by(text: str, *, now: int) -> str:
             else:
                 datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidInputError(f"dueBy {text!r} is not a valid ISO 8601 date") from None
+            raise InvalidInputError(
+                f"dueBy {text!r} is not a valid ISO 8601 date: use {_DUE_BY_FORMS}"
+            ) from None
         return value
-    ms = parse_duration(text, what="dueBy")
+    try:
+        ms = parse_duration(text, what="dueBy")
+    except InvalidInputError:
+        # Either form is accepted: a refusal naming only durations would steer a model that
+        # meant a date ("June 1 2026", "2026-06") away from the form it wanted.
+        raise InvalidInputError(
+            f"dueBy {text!r} is neither a date nor a duration: use {_DUE_BY_FORMS}"
+        ) from None
     due = datetime.fromtimestamp(now / 1000, tz=timezone.utc) + timedelta(milliseconds=ms)
     return due.date().isoformat()
 

@@ -34,12 +34,13 @@ from memstrata.layers.mind.records import (
     copy_goal,
     entry_key,
     merge_confidence,
+    new_id,
     previous_after,
     set_aside_key,
     stored_payload,
     union,
 )
-from memstrata.layers.mind.writes import _Draft, _GoalPatch
+from memstrata.layers.mind.writes import _Draft, _GoalPatch, entry_count
 from memstrata.stores import Item
 from memstrata.stores.base import Updater
 
@@ -63,8 +64,14 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
     downgrades = draft.downgrades
     updates: dict[str, Updater] = {}
     created: list[tuple[MindBelief, npt.NDArray[np.float32], bool]] = []
+    # Stored beliefs this failed run restated, each with the id its restatement is recorded
+    # under if the stored one is good (decided in the flush transaction, see _restated).
+    restated: list[tuple[MindBelief, npt.NDArray[np.float32], str]] = []
     for belief, vector, stored_before in draft.beliefs.values():
         belief.error = error  # a clean restatement clears a crashed run's flag
+        if stored_before and error:
+            restated.append((belief, vector, new_id("b")))
+            continue
         if not stored_before:
             created.append((belief, vector, belief.id in downgrades))
         updates[entry_key(belief)] = _belief_writer(
@@ -84,16 +91,24 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
             updates[entry_key(reflections[reflection_id])] = _unpin_writer(
                 reflections[reflection_id], now
             )
-    if not updates:
+    if not updates and not restated:
         return 0
     folds: dict[str, str] = {}
+    kept_apart: list[tuple[str, str | None]] = []
 
     def plan(changed: list[Item]) -> dict[str, Updater]:
         folds.clear()
+        kept_apart.clear()
         planned = dict(updates)
+        if restated:
+            kept_apart.extend(_restated(handle, draft, restated, changed, planned))
         _set_aside_malformed(changed, planned)
         _hold_caps(handle, draft, changed, planned, error=error)
-        targets = _duplicates_committed_since_load(handle, created, changed) if created else {}
+        targets = (
+            _duplicates_committed_since_load(handle, created, changed, error=error)
+            if created
+            else {}
+        )
         for belief, vector, allow_downgrade in created:
             target = targets.get(belief.id)
             if target is None:
@@ -115,8 +130,78 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         raise
     for created_id, target_id in folds.items():
         logger.info("belief %s duplicated %s, committed meanwhile: folded", created_id, target_id)
+    for stored_id, aside_id in kept_apart:
+        if aside_id is None:
+            logger.warning(
+                "belief %s was restated in a failed run with no room left for the restatement "
+                "(max_entries or max_run_entries): dropped, the stored belief kept",
+                stored_id,
+            )
+        else:
+            logger.info(
+                "belief %s was restated in a failed run: recorded as %s, flagged error; the "
+                "stored belief kept as it was",
+                stored_id,
+                aside_id,
+            )
     handle.folded.update(folds)
     return len(written)
+
+
+def _restated(
+    handle: AgentMindHandle,
+    draft: _Draft,
+    restated: list[tuple[MindBelief, npt.NDArray[np.float32], str]],
+    changed: list[Item],
+    planned: dict[str, Updater],
+) -> list[tuple[str, str | None]]:
+    """Plans the writes of stored beliefs a failed run restated. A good stored belief (not
+    itself from a failed run) is never replaced by a failed run's word: the restatement is
+    recorded beside it as a belief of its own, flagged error, with what the run said (its
+    content, confidence and tags), within ``max_entries`` and ``max_run_entries`` (past them
+    it is dropped: the stored belief stays, the safe default, as for a failed run's unpins).
+    A stored belief that is itself from a failed run is updated in place, still flagged. Runs
+    inside the flush transaction: ``changed`` holds what other runs wrote since the load.
+    Returns, for each restatement recorded apart or dropped, the stored id and the new one
+    (None: dropped)."""
+    layer = handle.layer
+    model = layer.embedder.model
+    now_stored: dict[str, MindBelief] = {}
+    for item in changed:
+        with suppress(InvalidInputError):
+            entry = entry_from_payload(item.value)
+            if isinstance(entry, MindBelief) and item.key == entry_key(entry):
+                now_stored[entry.id] = entry
+    room = min(
+        layer.max_entries - entry_count(handle),
+        layer.max_run_entries - draft.created_entries(),
+    )
+    apart: list[tuple[str, str | None]] = []
+    for belief, vector, aside_id in restated:
+        stored = now_stored.get(belief.id, handle._beliefs.get(belief.id))
+        if stored is not None and stored.error:
+            planned[entry_key(belief)] = _belief_writer(
+                belief, vector, model, True, belief.id in draft.downgrades
+            )
+            continue
+        if room <= 0:
+            apart.append((belief.id, None))
+            continue
+        room -= 1
+        confidence, tags = draft.said.get(belief.id, (belief.confidence, belief.tags))
+        record = MindBelief(
+            id=aside_id,
+            content=belief.content,
+            confidence=confidence,
+            tags=list(tags),
+            expires_at=belief.expires_at,
+            created_at=belief.updated_at,
+            updated_at=belief.updated_at,
+            error=True,
+        )
+        planned[entry_key(record)] = _constant(stored_payload(record, vector, model))
+        apart.append((belief.id, aside_id))
+    return apart
 
 
 def _set_aside_malformed(changed: list[Item], planned: dict[str, Updater]) -> None:
@@ -197,10 +282,15 @@ def _duplicates_committed_since_load(
     handle: AgentMindHandle,
     created: list[tuple[MindBelief, npt.NDArray[np.float32], bool]],
     changed: list[Item],
+    *,
+    error: bool,
 ) -> dict[str, MindBelief]:
     """For each belief this run created, the live belief it duplicates (at least
     ``deduplication_threshold`` similar, the most similar) among those other runs committed
-    since this one loaded. Runs inside the flush transaction."""
+    since this one loaded: a good one before one from a failed run, as ``mind_believe``
+    chooses. On an error flush, only one from a failed run: folding into a good one would
+    replace what it says and take it out of the header with the error flag. Runs inside the
+    flush transaction."""
     layer = handle.layer
     now = now_ms()
     model, dim = layer.embedder.model, layer.embedder.dim
@@ -212,6 +302,8 @@ def _duplicates_committed_since_load(
         except InvalidInputError:
             continue
         if not isinstance(entry, MindBelief) or item.key != entry_key(entry) or entry.expired(now):
+            continue
+        if error and not entry.error:
             continue
         stored = item.value
         vector = decode_vector(stored.get("embedding"))
@@ -241,9 +333,10 @@ def _duplicates_committed_since_load(
     for belief, vector, _ in created:
         # The most similar one that does not say another fact (a number, a date, a negation).
         similar = index.top_k(vector, len(placeable), threshold=threshold)
-        found = next(
-            (i for i, _ in similar if not facts_disagree(belief.content, by_id[i].content)), None
-        )
+        agreeing = [i for i, _ in similar if not facts_disagree(belief.content, by_id[i].content)]
+        found = next((i for i in agreeing if not by_id[i].error), None)
+        if found is None and agreeing:
+            found = agreeing[0]
         if found is not None:
             out[belief.id] = by_id[found]
     return out

@@ -160,8 +160,9 @@ class AgentMindHandle:
 
         Goals, beliefs and reflections are ranked together by one score (similarity, recency,
         and confidence or a goal's priority); a hit is at least ``similarity_floor`` similar to
-        the query, and a belief or reflection scores at least ``threshold`` (as in toolpack
-        Agent Mind, the threshold does not apply to goals). ``pinned=True`` without a query
+        the query (a goal also matches when its text and tags hold every word of the query), and
+        a belief or reflection scores at least ``threshold`` (as in toolpack Agent Mind, the
+        threshold does not apply to goals). ``pinned=True`` without a query
         lists every pinned reflection (the standing rules), oldest first.
 
         Raises:
@@ -352,10 +353,13 @@ class AgentMindHandle:
         Clean flush: beliefs, reflections, goal creations and updates, unpins. Error flush
         (``error=True``): beliefs and reflections only, flagged ``error: true``; goal changes
         and unpins are dropped, and a pinned reflection that would take the standing rules
-        past the cap without those unpins is written unpinned. Flushing twice writes nothing
-        the second time. A belief this run created is folded into an equal one committed by
-        another run since this one loaded (see :attr:`folded`), so overlapping runs in other
-        processes never store it twice.
+        past the cap without those unpins is written unpinned. A good stored belief the failed
+        run restated is left as it was: the restatement is written beside it as a belief of
+        its own, flagged (or dropped, with a warning, past ``max_entries`` or
+        ``max_run_entries``). Flushing twice writes nothing the second time. A belief this run
+        created is folded into an equal one committed by another run since this one loaded
+        (see :attr:`folded`; on an error flush, only into one itself from a failed run), so
+        overlapping runs in other processes never store it twice.
         """
         with self._writing:
             return _flush.flush(self, error=error)

@@ -1,9 +1,10 @@
 """The ``--- AGENT MIND ---`` block: the run's standing context within its token budget.
 
 Goals and standing rules (pinned reflections) are always shown, each line cut short enough for
-the block's frame to fit the stack's budget; high-confidence beliefs (newest first) and recent
-reflections (newest first) share ``token_budget`` in what is left, the two sections counted as
-the block shows them (headings and line breaks included). Stored text is rendered with
+the block's frame to fit the stack's budget; beliefs (high confidence, then medium, each newest
+first and labelled with their confidence; low-confidence ones never) and recent reflections
+(newest first) share ``token_budget`` in what is left, beliefs first, the two sections counted
+as the block shows them (headings and line breaks included). Stored text is rendered with
 :func:`~memstrata.prompts.one_line`, so it cannot forge a line of the block's own.
 
 Rendered lines and their token counts are kept by the layer, keyed by what they are made of
@@ -110,12 +111,15 @@ def _select(handle: AgentMindHandle) -> _Selection:
         (r for r in handle._reflections.values() if r.pinned and not r.expired(now)),
         key=lambda r: (r.created_at, r.id),
     )
-    beliefs = [
+    live = [
         b
         for b in handle._beliefs.values()
-        if b.confidence == "high" and not b.error and (b.expires_at is None or b.expires_at > now)
+        if b.confidence != "low" and not b.error and (b.expires_at is None or b.expires_at > now)
     ]
-    beliefs.sort(key=_BY_UPDATED, reverse=True)
+    live.sort(key=_BY_UPDATED, reverse=True)
+    # High before medium, each newest first: the budget goes to what the agent is surest of.
+    beliefs = [b for b in live if b.confidence == "high"]
+    beliefs += [b for b in live if b.confidence != "high"]
     window_start = now - handle.layer.recency_window_days * DAY_MS
     recent = [
         r

@@ -1,17 +1,19 @@
 """Relevance: ``mind_recall``'s ranking of goals, beliefs and reflections for a query.
 
 One composite score ranks every kind: ``similarity·s + recency·r + confidence·c`` (a goal's
-priority stands in for confidence). A hit is at least ``similarity_floor`` similar to the query;
-a belief or reflection also scores at least the threshold, which, as in toolpack Agent Mind,
-does not apply to goals: a goal is matched to the query, not measured against it. Beliefs
-and reflections are ranked exactly in one pass over the vectors
-(:class:`~memstrata.layers.mind.ranking.CompositeRanker`); a ranker built by one run serves the
-runs after it over the same committed version for ``RANKING_REUSE_MS``.
+priority stands in for confidence). A hit is at least ``similarity_floor`` similar to the query,
+or, for a goal, holds every word of it; a belief or reflection also scores at least the
+threshold, which, as in toolpack Agent Mind, does not apply to goals: a goal is matched to the
+query, not measured against it. Beliefs and reflections are ranked exactly in one pass over the
+vectors (:class:`~memstrata.layers.mind.ranking.CompositeRanker`); a ranker built by one run
+serves the runs after it over the same committed version for ``RANKING_REUSE_MS``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -40,6 +42,9 @@ PRIORITY_SCORES: dict[str, float] = {"low": 0.3, "normal": 0.6, "high": 1.0}
 RECENCY_DECAY_DAYS = 30.0
 DEFAULT_SIMILARITY_FLOOR = 0.25
 GOAL_VECTORS_KEPT = 4096
+_WORD = re.compile(r"\w+")
+# Endings folded before words are compared, longest first; a word keeps three letters.
+_ENDINGS = ("ions", "ion", "ings", "ing", "es", "ed", "s", "e")
 # A ranking built by one run serves later runs this long (while no entry changed or expired):
 # recency moves scores by at most 0.2 * (1 - exp(-1 min / 30 d)), under 5e-6, in that time.
 RANKING_REUSE_MS = 60_000
@@ -82,7 +87,7 @@ def recall(
     vector = handle.embed_one(query)
     scored: list[MindRecallResult] = []
     if type in ("goal", "all") and not pinned:
-        scored += _recall_goals(handle, vector, status, wanted, limit)
+        scored += _recall_goals(handle, query, vector, status, wanted, limit)
     if type != "goal":
         scored += search(
             handle,
@@ -94,6 +99,8 @@ def recall(
             threshold=threshold,
             limit=limit,
         )
+    if type == "goal":
+        return scored  # in _recall_goals' order: the goals the query names first
     scored.sort(key=lambda r: (-(r.score or 0.0), r.created_at, r.id))
     return scored[:limit]
 
@@ -126,45 +133,87 @@ def _pinned(
 
 def _recall_goals(
     handle: AgentMindHandle,
+    query_text: str,
     vector: npt.NDArray[np.float32],
     status: str,
     tags: set[str],
     limit: int,
 ) -> list[MindRecallResult]:
-    """The goals at least ``similarity_floor`` similar to the query, scored like beliefs
-    (similarity of their text to the query, recency, and priority in place of confidence) for
-    the ranking only: the threshold is not applied to goals, whose age or low priority must
-    not hide one the query names."""
+    """The goals at least ``similarity_floor`` similar to the query, or holding every word of
+    it (:func:`keywords`), scored like beliefs (similarity of their text to the query, recency,
+    and priority in place of confidence) for the ranking only: the threshold is not applied to
+    goals, whose age or low priority must not hide one the query names. Goals the query names
+    by keyword come first for ``limit``: a goal the model read in the header and names by one
+    of its words is found, however little a long text is similar to one word."""
     goals = [g for g in handle._goals.values() if g.status == status and tags.issubset(g.tags)]
     if not goals:
         return []
     query = np.asarray(vector, dtype=np.float64)
     query = query / np.linalg.norm(query)
-    units = _goal_units(handle, goals)
+    texts = [_goal_text(g) for g in goals]
+    units = _goal_units(handle, texts)
+    named = _goal_keyword_hits(handle, query_text, texts)
     layer = handle.layer
     w, now, floor = layer.score_weights, handle.started_at, layer.similarity_floor
     scored = []
-    for goal, unit in zip(goals, units):
+    for goal, unit, by_keyword in zip(goals, units, named):
         similarity = float(unit @ query)
         score = (
             w.similarity * similarity
             + w.recency * _recency(goal.updated_at, now)
             + w.confidence * PRIORITY_SCORES[goal.priority]
         )
-        if similarity >= floor:
-            scored.append((score, goal))
-    scored.sort(key=lambda t: -t[0])
+        if by_keyword or similarity >= floor:
+            scored.append((by_keyword, score, goal))
+    scored.sort(key=lambda t: (not t[0], -t[1], t[2].created_at, t[2].id))
     return [
-        MindRecallResult.of(goal, score=max(0.0, min(1.0, score))) for score, goal in scored[:limit]
+        MindRecallResult.of(goal, score=max(0.0, min(1.0, score)))
+        for _, score, goal in scored[:limit]
     ]
 
 
-def _goal_units(handle: AgentMindHandle, goals: list[MindGoal]) -> list[npt.NDArray[np.float64]]:
-    """The goals' unit vectors, kept by the layer by their text and embedder model."""
+def _goal_text(goal: MindGoal) -> str:
+    """What a goal is matched by: its description, progress notes and tags."""
+    return " ".join([goal.description, *goal.progress, *goal.tags])
+
+
+def keywords(text: str) -> frozenset[str]:
+    """``text``'s words, case-folded, each with the first of ``_ENDINGS`` it ends in folded
+    (if three letters are left): "Databases" and "database" give "databas", "migrate" and
+    "migration" give "migrat"."""
+    return frozenset(map(_folded, _WORD.findall(text.casefold())))
+
+
+# Every recall folds its query's words: most recur, so their folded forms are kept.
+@functools.lru_cache(maxsize=65_536)
+def _folded(word: str) -> str:
+    for ending in _ENDINGS:
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[: -len(ending)]
+    return word
+
+
+def _goal_keyword_hits(handle: AgentMindHandle, query: str, texts: list[str]) -> list[bool]:
+    """For each goal text, whether it holds every word of ``query``; the texts' words are kept
+    by the layer."""
+    wanted = keywords(query)
+    if not wanted:
+        return [False] * len(texts)
+    kept = handle.layer._goal_words
+    missing = [t for t in texts if t not in kept]
+    if missing and len(kept) + len(missing) > GOAL_VECTORS_KEPT:
+        kept.clear()
+    for text in missing:
+        kept[text] = keywords(text)
+    return [wanted <= kept[t] for t in texts]
+
+
+def _goal_units(handle: AgentMindHandle, texts: list[str]) -> list[npt.NDArray[np.float64]]:
+    """The goals' unit vectors (by their texts, :func:`_goal_text`), kept by the layer by
+    text and embedder model."""
     layer = handle.layer
     kept = layer._goal_vectors
     model = layer.embedder.model
-    texts = [" ".join([g.description, *g.progress, *g.tags]) for g in goals]
     missing = sorted({t for t in texts if (model, t) not in kept})
     if missing:
         if len(kept) + len(missing) > GOAL_VECTORS_KEPT:

@@ -82,6 +82,9 @@ class _Draft:
     new_beliefs: int = 0  # beliefs among ``beliefs`` that are not stored yet
     pins: int = 0  # what the draft changes the number of live pinned reflections by
     downgrades: set[str] = field(default_factory=set)  # beliefs written with allowDowngrade
+    # What this run itself said of each belief it restated: the confidence and tags of its own
+    # restatements, merged (an error flush records a stored belief's restatement by itself).
+    said: dict[str, tuple[ConfidenceLevel, list[str]]] = field(default_factory=dict)
 
     def created_entries(self) -> int:
         """New goals, beliefs and reflections in the draft (updates of stored ones aside)."""
@@ -181,17 +184,20 @@ def find_duplicate_belief(
     if best is None:
         return match
     stored = beliefs.get(best[0])
-    if stored is None or stored.expired(now) or not agrees(stored.content):
-        # The best is archived or says another fact: look among the other similar ones.
+    if stored is None or stored.expired(now) or not agrees(stored.content) or stored.error:
+        # The best is archived, says another fact, or was written by a failed run: look among
+        # the other similar ones. A good one comes before a failed run's: a failed run's
+        # restatement is kept beside the belief it restated (see flush), and a clean
+        # restatement confirms that belief rather than clearing the flag of the copy.
         candidates = index.top_k(vector, max(16, len(index)), threshold=threshold)
-        best = next(
-            (
-                (i, sim)
-                for i, sim in candidates
-                if i in beliefs and not beliefs[i].expired(now) and agrees(beliefs[i].content)
-            ),
-            None,
-        )
+        usable = [
+            (i, sim)
+            for i, sim in candidates
+            if i in beliefs and not beliefs[i].expired(now) and agrees(beliefs[i].content)
+        ]
+        best = next((c for c in usable if not beliefs[c[0]].error), None)
+        if best is None and usable:
+            best = usable[0]
     if best is not None and (match is None or best[1] > match[1]):
         action = "updated_draft" if best[0] in draft.beliefs else "updated_store"
         match = (best[0], best[1], action)
@@ -226,6 +232,12 @@ def _believe(
         _draft_belief(handle, belief, vector, stored_before=False, allow_downgrade=allow_downgrade)
         return {"status": "ok", "action": "created", "id": belief.id}
     id_, _similarity, action = match
+    said = handle.draft.said.get(id_)
+    handle.draft.said[id_] = (
+        (confidence, list(tags))
+        if said is None
+        else (merge_confidence(said[0], confidence, allow_downgrade), union(said[1], tags))
+    )
     if id_ in handle.draft.beliefs:
         base, _old, stored_before = handle.draft.beliefs[id_]
     else:
