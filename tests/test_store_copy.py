@@ -211,25 +211,15 @@ def test_a_copy_stopped_part_way_finishes_when_run_again(tmp_path: pathlib.Path)
 
 
 def test_a_failure_mid_copy_leaves_whole_pages_and_a_rerun_finishes(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source, target = InMemoryStore(), SQLiteStore(tmp_path / "target.db")
     source.restore_items(_records(250))
-    real = target.restore_items
-    calls = 0
-
-    def failing_third_page(items: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 3:
-            raise OSError("disk unplugged")
-        return real(items)
-
-    target.restore_items = failing_third_page  # type: ignore[method-assign]
+    stop_writing_on_page(monkeypatch, 3, OSError("disk unplugged"))
     with pytest.raises(OSError, match="disk unplugged"):
         copy_store(source, target, page=100)
     assert len(_everything(target)) == 200  # two whole pages
-    target.restore_items = real  # type: ignore[method-assign]
+    monkeypatch.undo()  # the disk is back
     assert copy_store(source, target, page=100).already == {"notes": 200}
     assert _everything(target) == _everything(source)
 
@@ -366,22 +356,28 @@ def test_an_openai_agents_session_is_copied(two_stores: tuple[Store, Store]) -> 
     assert asyncio.run(items(target, [])) == said
 
 
+def stop_writing_on_page(monkeypatch: pytest.MonkeyPatch, page: int, error: BaseException) -> None:
+    """SQLiteStore.restore_items (a copy writes a page of records per call) raises ``error`` at
+    its ``page``-th call, as a full disk or Ctrl-C would there; the calls before it write."""
+    real = SQLiteStore.restore_items
+    calls = 0
+
+    def restore_items(self: SQLiteStore, items: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == page:
+            raise error
+        return real(self, items)
+
+    monkeypatch.setattr(SQLiteStore, "restore_items", restore_items)
+
+
 def test_the_command_reports_a_failure_mid_copy_on_a_line_of_its_own(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with SQLiteStore(tmp_path / "agent.db") as source:
         source.restore_items(_records(1200))
-    real = SQLiteStore.restore_items
-    calls = 0
-
-    def failing_second_page(self: SQLiteStore, items: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            raise sqlite3.OperationalError("database or disk is full")
-        return real(self, items)
-
-    monkeypatch.setattr(SQLiteStore, "restore_items", failing_second_page)
+    stop_writing_on_page(monkeypatch, 2, sqlite3.OperationalError("database or disk is full"))
     copy = [
         "copy",
         "--from",
@@ -392,7 +388,7 @@ def test_the_command_reports_a_failure_mid_copy_on_a_line_of_its_own(
     assert main(copy) == 2
     _out, err = capsys.readouterr()
     assert "500/1200\nmemstrata: database or disk is full" in err
-    monkeypatch.setattr(SQLiteStore, "restore_items", real)
+    monkeypatch.undo()  # the disk is back
     assert main(copy) == 0  # run again: finishes
     out, _err = capsys.readouterr()
     assert "copied 700 record(s)" in out
@@ -475,17 +471,8 @@ def test_a_copy_stopped_mid_way_says_what_the_target_holds_and_a_rerun_finishes(
     the message says so and how to finish, not a traceback."""
     with SQLiteStore(tmp_path / "agent.db") as source:
         source.restore_items(_records(1200))
-    real = SQLiteStore.restore_items
-    calls = 0
-
-    def stopped_on_the_third_page(self: SQLiteStore, items: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 3:
-            raise KeyboardInterrupt if stop == "interrupt" else OSError("disk unplugged")
-        return real(self, items)
-
-    monkeypatch.setattr(SQLiteStore, "restore_items", stopped_on_the_third_page)
+    error = KeyboardInterrupt() if stop == "interrupt" else OSError("disk unplugged")
+    stop_writing_on_page(monkeypatch, 3, error)
     copy = [
         "copy",
         "--from",
@@ -501,7 +488,7 @@ def test_a_copy_stopped_mid_way_says_what_the_target_holds_and_a_rerun_finishes(
     assert "1000 of the 1200 records" in said and "run the same command again" in said, said
     with SQLiteStore(tmp_path / "t.db") as target:
         assert len(_everything(target)) == 1000  # two whole pages
-    monkeypatch.setattr(SQLiteStore, "restore_items", real)
+    monkeypatch.undo()  # the disk is back
     assert main(copy) == 0
     out, _err = capsys.readouterr()
     assert "copied 200 record(s)" in out
