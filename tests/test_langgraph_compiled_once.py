@@ -169,15 +169,49 @@ def test_a_run_of_another_stack_or_another_thread_is_not_used() -> None:
 
 def test_the_innermost_open_run_answers() -> None:
     stack = user_scoped_stack(InMemoryStore())
-    with stack.run(resource_id="outer") as outer:
-        with stack.run(resource_id="inner") as inner:
+    with stack.run(thread_id="t", resource_id="u") as outer:
+        with stack.run(thread_id="t", resource_id="u") as inner:  # the same scope again
             assert stack.current_run() is inner
             inner.close()  # closed inside its block: the next one out answers
             assert stack.current_run() is outer
+        with outer.spawn(thread_id="sub-task") as child:  # a sub-agent of the request
+            assert stack.current_run() is child
         assert stack.current_run() is outer
     opened = stack.run(resource_id="plain").open()  # not entered with `with`: not found
     assert stack.current_run() is None
     opened.close()
+
+
+def test_two_requests_runs_open_in_one_context_give_neither(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Requests streamed by sync generators, each holding its run open across a yield, stepped
+    on one thread (a pooled worker's context is the thread's own): bob's run, entered last,
+    was found by alice's tool call, which wrote alice's note into bob's memory."""
+    store = InMemoryStore()
+    stack = user_scoped_stack(store)
+    [update] = [t for t in memstrata_tools(stack) if t.name == "working-memory_update"]
+
+    def request(user: str) -> Any:
+        with stack.run(thread_id="t", resource_id=user):
+            yield "started"
+            yield orjson.loads(update.invoke({"fact": f"{user}-secret"}))
+
+    alice, bob = request("alice"), request("bob")
+    next(alice), next(bob)
+    with caplog.at_level(logging.ERROR, logger="memstrata"):
+        assert next(alice)["error"]["code"] == "no_run"
+        assert next(bob)["error"]["code"] == "no_run"
+    assert "different conversations, users or agents are open in one context" in caplog.text
+    for user in ("alice", "bob"):
+        with stack.run(resource_id=user) as run:
+            assert run.layer("working-memory").snapshot == {}
+    with (
+        stack.run(resource_id="alice"),
+        stack.run(resource_id="bob"),
+        pytest.raises(InvalidInputError, match="no memory run is open"),
+    ):
+        memory_prompt(stack)
 
 
 def test_learning_the_tools_shapes_writes_nothing(tmp_path: pathlib.Path) -> None:

@@ -478,11 +478,32 @@ class MemoryStack:
         For code built once and serving every request, such as a LangGraph agent compiled at
         start-up (``memstrata_tools(stack)``): the server opens each request's run around
         the call, and nothing the request sends chooses the user. A run opened with ``open()``
-        instead of ``with`` is not found."""
-        for run in reversed(_ENTERED.get()):
-            if run.stack is self and not run._closed:
-                return run
-        return None
+        instead of ``with`` is not found.
+
+        None, with an error logged, when the context holds open runs of this stack of other
+        scopes (thread, user or agent) than the innermost and not its parents: two requests'
+        runs, say, each held open across a ``yield`` by generators stepped on one pooled
+        thread, whose context is the thread's own. Which request the call serves cannot be
+        told then, so it gets no run rather than another user's."""
+        entered = [run for run in _ENTERED.get() if run.stack is self and not run._closed]
+        if not entered:
+            return None
+        innermost = entered[-1]
+        ancestors = set()
+        context: RunContext | None = innermost.context
+        while context is not None:
+            ancestors.add((context.thread_id, context.resource_id, context.agent))
+            context = context.parent
+        for run in entered[:-1]:
+            ctx = run.context
+            if (ctx.thread_id, ctx.resource_id, ctx.agent) not in ancestors:
+                logger.error(
+                    "runs of one stack for different conversations, users or agents are open "
+                    "in one context (a run held open across a yield on a shared thread?): "
+                    "no run is used"
+                )
+                return None
+        return innermost
 
 
 class Run:
