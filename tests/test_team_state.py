@@ -638,3 +638,53 @@ def test_a_rewrite_past_the_soft_cap_keeps_the_newest_and_audits_the_rest_of_the
     assert [e.objective for e in team.entries()][-1] == "step 9"
     assert len(team.md_path.read_bytes()) <= 300 + 1
     assert [e["objective"] for e in audit_lines(team)] == ["old"]
+
+
+def test_rewriting_an_entry_the_soft_cap_cut_leaves_it_and_the_audit_log_as_they_were(
+    tmp_path: Path,
+) -> None:
+    # The cap cut the stored flag; the rewrite took the cut flag for a missing one, added the
+    # automatic flag again and audited the entry as replaced and as a new divergence, on every
+    # rewrite.
+    team = TeamState(state_dir=tmp_path, soft_cap_bytes=200)
+    team.record("parse " * 20, shipped="x " * 40, claim="all done " * 10, verdict="fail")
+    document, before = team.md_path.read_text(), audit_lines(team)
+    for _ in range(3):
+        kept = team.entries()
+        assert team.rewrite(kept) == kept
+    assert team.md_path.read_text() == document
+    assert audit_lines(team) == before
+
+
+def test_equal_entries_replaced_by_one_are_each_audited(tmp_path: Path) -> None:
+    import dataclasses
+
+    team = TeamState(state_dir=tmp_path)
+    first = team.record("step", shipped="x")
+    team.rewrite([first, dataclasses.replace(first)])  # as two records in one second give
+    team.rewrite([first])
+    assert [e["event"] for e in audit_lines(team)] == ["replaced"]
+    assert team.entries() == [first]
+
+
+def test_a_long_rewrite_renders_each_entry_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each entry dropped for the soft cap rendered all the others again: 1,000 entries of
+    # 4,000 characters took two minutes, holding the state directory's lock.
+    from memstrata.layers.team_state import StateEntry
+
+    renders = 0
+    real = StateEntry.render
+
+    def counted(self: StateEntry) -> str:
+        nonlocal renders
+        renders += 1
+        return real(self)
+
+    monkeypatch.setattr(StateEntry, "render", counted)
+    team = TeamState(state_dir=tmp_path)
+    entries = [StateEntry(f"step {i}", shipped="s" * 400) for i in range(300)]
+    saved = team.rewrite(entries)
+    assert len(saved) == 300 and team.entries()[-1].objective == "step 299"
+    assert renders < 4 * len(entries), renders

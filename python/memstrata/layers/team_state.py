@@ -434,6 +434,7 @@ class TeamState:
                     item.verdict,
                     item.divergences,
                     at=_text("at", item.at) or None,
+                    flag_claim=False,  # the Leader's flags are the document's, as written
                 )
             )
         if not self._active():
@@ -461,8 +462,11 @@ class TeamState:
         the caller holds the lock in."""
         prior = self._read(directory)
         kept = self._within_cap(checked)
+        unmatched = list(kept)  # each kept entry stands for one prior entry, however alike
         for old in prior:
-            if old not in kept:
+            if old in unmatched:
+                unmatched.remove(old)
+            else:
                 self._audit(directory, old, event="replaced")
         data = orjson.dumps({"entries": [asdict(e) for e in kept]}, option=orjson.OPT_INDENT_2)
         write_atomic(directory, STATE_JSON, data, mode=0o644)
@@ -502,8 +506,16 @@ class TeamState:
         def fits(kept: list[StateEntry]) -> bool:
             return len(_render(kept).encode()) <= self.soft_cap_bytes
 
-        while len(entries) > 1 and not fits(entries):
-            entries = entries[1:]
+        # The rendered document is the entries' renderings joined by blank lines: each is
+        # rendered once and the oldest dropped while the sum is over, in one pass (dropping
+        # and rendering the rest again each time took minutes for a long rewrite).
+        sizes = [len(e.render().encode()) for e in entries]
+        total = sum(sizes) + 2 * (len(entries) - 1)
+        oldest = 0
+        while len(entries) - oldest > 1 and total > self.soft_cap_bytes:
+            total -= sizes[oldest] + 2
+            oldest += 1
+        entries = entries[oldest:]
         if not fits(entries):
             newest = entries[0]
             only = _shrink(newest, lambda e: fits([e]))
@@ -739,9 +751,11 @@ def _checked_entry(
     divergences: Any,
     *,
     at: str | None = None,
+    flag_claim: bool = True,
 ) -> StateEntry:
     """An entry of these fields, each checked (types, lengths, Unicode, the verdict, the
-    number of flags), with the automatic flag when a claim met a failing verdict."""
+    number of flags), with the automatic flag when a claim met a failing verdict
+    (``flag_claim``)."""
     if verdict not in (None, "pass", "fail"):
         raise InvalidInputError(f"verdict must be 'pass', 'fail' or None, got {verdict!r}")
     if isinstance(divergences, (str, bytes, bytearray, Mapping)) or not isinstance(
@@ -759,7 +773,7 @@ def _checked_entry(
             f"divergences holds more than {MAX_DIVERGENCES} flags; the limit is "
             f"{MAX_DIVERGENCES}: merge related ones"
         )
-    if claim and verdict == "fail" and CLAIM_FAILED not in flags:
+    if flag_claim and claim and verdict == "fail":
         flags.insert(0, CLAIM_FAILED)
     return StateEntry(
         objective=_text("objective", objective, required=True),
