@@ -147,6 +147,10 @@ def test_bad_settings_and_calls_are_refused_by_name(tmp_path: pathlib.Path) -> N
             memory.for_thread(bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="resource_id"):
         memory.for_thread("t", resource_id="")
+    # Its own entries would be read by no run and erased by no forget.
+    with pytest.raises(InvalidInputError, match=re.escape("memory.for_thread(thread_id")):
+        memory.set(key=memory_keys.input("topic"), kind="input", value="x")
+    assert len(memory) == 0
     stack = MemoryStack([memory], store=InMemoryStore())
     with pytest.raises(InvalidInputError, match=re.escape("needs stack.run(thread_id=...)")):
         stack.run(resource_id="u").open()

@@ -133,6 +133,10 @@ SCOPES = ("workflow", "thread")
 _USER_THREAD = "user-thread"
 # Conversations' memories (scope "thread") held in a process; more are read again from the store.
 CONVERSATIONS_KEPT = 256
+_NOT_A_CONVERSATION = (
+    "a SharedMemory(scope='thread') keeps no entries of its own, which no run would read: "
+    "write into a conversation's with memory.for_thread(thread_id, resource_id).set(...)"
+)
 
 Listener = Callable[[MemoryEntry], None]
 
@@ -231,11 +235,15 @@ class SharedMemory:
         """Writes an entry and returns it; an existing key keeps its ``created_at`` and place.
 
         Raises:
-            InvalidInputError: Bad key or kind, or metadata that is not a string.
+            InvalidInputError: Bad key or kind, or metadata that is not a string; or this is a
+                ``scope="thread"`` memory, which keeps no entries of its own (write into a
+                conversation's: :meth:`for_thread`).
             UnsupportedTypeError / NonFiniteNumberError: ``value`` is not JSON data.
             LimitExceededError: The value is over ``max_value_bytes``, or the key is new and
                 the memory already holds ``max_entries`` entries.
         """
+        if self.scope == "thread":
+            raise InvalidInputError(_NOT_A_CONVERSATION)
         return self._put(key, kind, value, source, title, description)[0].entry()
 
     def _put(
