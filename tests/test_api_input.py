@@ -164,6 +164,7 @@ def test_memory_injected_as_a_user_turn_is_refused_so_stored_text_never_speaks_a
         (None, "layers must be a list of layer objects, got NoneType"),
         ({"wm": WorkingMemory()}, "layers must be a list of layer objects, got dict"),
         ([WorkingMemory(), "x"], "'x' does not implement the Layer protocol"),
+        ([WorkingMemory], r"WorkingMemory is a class, not a layer: .* e\.g\. WorkingMemory\(\)"),
     ],
 )
 def test_a_stack_refuses_layers_that_are_not_a_list_of_layers(

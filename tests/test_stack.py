@@ -281,6 +281,13 @@ def test_the_stack_is_a_context_manager_that_closes_what_it_opened(tmp_path: Any
         assert mine.get(("still",), "usable") is not None
 
 
+def test_a_model_name_given_as_the_gate_is_told_to_wrap_it_in_a_context_gate() -> None:
+    with pytest.raises(InvalidInputError, match=r"e\.g\. gate=ContextGate\(model='gpt-4o'\)"):
+        MemoryStack([RecordingLayer("a", 1)], store=InMemoryStore(), gate="gpt-4o")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"gate must be a ContextGate .*got 5$"):
+        MemoryStack([RecordingLayer("a", 1)], store=InMemoryStore(), gate=5)  # type: ignore[arg-type]
+
+
 def test_a_gate_among_the_layers_is_told_to_go_to_gate() -> None:
     from memstrata.layers import ContextGate
 

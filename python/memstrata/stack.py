@@ -211,6 +211,11 @@ def _checked_layer(layer: object) -> Layer:
         raise InvalidInputError(
             f"{layer!r} is a gate, not a layer: pass it as MemoryStack(..., gate=...)"
         )
+    if isinstance(layer, type):
+        name = layer.__name__
+        raise InvalidInputError(
+            f"{name} is a class, not a layer: pass a layer object, e.g. {name}()"
+        )
     if not isinstance(layer, Layer):
         raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
     if not isinstance(layer.name, str) or not layer.name:
@@ -352,7 +357,11 @@ class MemoryStack:
         self.total_budget = total_budget
         self.prompt_role = prompt_role
         if gate is not None and not isinstance(gate, Gate):
-            raise InvalidInputError(f"{gate!r} has no check_and_compress method")
+            hint = f", e.g. gate=ContextGate(model={gate!r:.80})" if isinstance(gate, str) else ""
+            raise InvalidInputError(
+                "gate must be a ContextGate (or any object with a check_and_compress method) "
+                f"or None, got {gate!r:.80}{hint}"
+            )
         self.gate = gate
         self._gate_keeps = gate is not None and "keep" in _parameters(gate.check_and_compress)
 
