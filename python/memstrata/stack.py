@@ -516,7 +516,11 @@ class MemoryStack:
 
 
 class Run:
-    """One agent turn or task. Create it with :meth:`MemoryStack.run`."""
+    """One agent turn or task. Create it with :meth:`MemoryStack.run` and use it in a ``with``
+    block (``async with`` for :meth:`MemoryStack.arun`), or call :meth:`close`: what the layers
+    write when the run closes (the agent mind's draft) is written only then. A run used
+    without either opens at its first call and is never closed; it logs a warning when it is
+    collected."""
 
     def __init__(
         self, stack: MemoryStack, ctx: RunContext, parent: tuple[Run, dict[str, Any]] | None = None
@@ -657,6 +661,25 @@ class Run:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self._leave()
         self.close(exc)
+
+    def __del__(self) -> None:
+        # A run used without ``with`` opens on its first call and is never closed: what its
+        # layers keep until the close (the mind's draft) is silently never written.
+        if self._opened and not self._closed:
+            ctx = self.context
+            # Not contextlib.suppress: at interpreter exit, module globals may be gone.
+            try:  # noqa: SIM105
+                logger.warning(
+                    "a run (thread_id=%r, resource_id=%r, agent=%r) was opened and never "
+                    "closed: what its layers write at the close (the agent mind's draft) was "
+                    "not written; use `with stack.run(...) as run:` (`async with stack.arun"
+                    "(...)` in a coroutine), or call run.close()",
+                    ctx.thread_id,
+                    ctx.resource_id,
+                    ctx.agent,
+                )
+            except Exception:
+                pass
 
     def _leave(self) -> None:
         # Only this context's record changes: a run left in another context (a fixture ended
