@@ -783,7 +783,8 @@ class Run:
     def tool_specs(
         self, fmt: ToolFormat = "openai", *, strict: bool = False
     ) -> list[dict[str, Any]]:
-        """Every layer's tools as JSON Schema, for ``openai``, ``anthropic`` or ``mcp``.
+        """Every layer's tools as JSON Schema, for ``openai`` (chat completions),
+        ``responses`` (OpenAI's Responses API), ``anthropic`` or ``mcp``.
 
         ``strict=True`` gives OpenAI's strict form (all properties required, optional ones
         nullable); the run remembers it and removes that null padding from later tool calls,
@@ -812,6 +813,9 @@ class Run:
         Returns:
             The tool's JSON result, or ``{"ok": False, "tool": name, "error": {...}}`` naming
             what was wrong (unknown tool, malformed JSON, wrong types, schema violation...).
+            Results keep their system's shape: most are ``{"ok": True, ...}``, the mind's
+            writes ``{"status": "ok", ...}`` (docs/tools.md); ``result.get("ok") is False``
+            tells a failure of any tool.
         """
         shown = clip_text(name) if isinstance(name, str) else shown_value(name)
         try:
