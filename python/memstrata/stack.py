@@ -305,7 +305,7 @@ class MemoryStack:
         store: A :class:`~memstrata.stores.Store`, a store URL, or None for the embedded default
             (``$MEMSTRATA_STORE``, else ``sqlite:///memstrata.db`` in the working directory).
         tokens: The counter layers use to stay within budget; the native estimator by default.
-        total_budget: Tokens for all layers' prompt items together.
+        total_budget: Tokens for all layers' prompt items together (4,000 by default).
         prompt_role: Role of injected prompt items (``"system"``, or ``"developer"`` for models
             that use it).
         gate: Checks every prepared prompt against the model's window (a ContextGate); None
