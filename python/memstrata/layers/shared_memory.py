@@ -197,7 +197,8 @@ class SharedMemory:
         if scope == "thread" and self._store is None:
             raise InvalidInputError(
                 "SharedMemory(scope='thread') keeps each conversation's memory in a store: "
-                "give store=..."
+                "give store=..., the stack's own (store = open_store(url), then "
+                "SharedMemory(store=store, ...) and MemoryStack(..., store=store))"
             )
         if scope == "thread" and len(self._namespace) > MAX_NAMESPACE_DEPTH - 4:
             raise InvalidInputError(
