@@ -888,6 +888,14 @@ def test_a_server_that_cannot_be_reached_is_named_at_once() -> None:
     assert "Connection refused" in message and "S3CRET" not in message
 
 
+def test_a_url_whose_scheme_is_capitalised_opens_the_store(url: str) -> None:
+    """URL schemes are case-insensitive; libpq reads only a lower-case one, and refused
+    ``PostgreSQL://...`` as a connection string missing an "="."""
+    with open_store("PostgreSQL" + url[len("postgresql") :]) as store:
+        store.put(("ns",), "k", 1)
+        assert store.get(("ns",), "k") is not None
+
+
 def test_a_database_that_does_not_exist_is_named_at_once(url: str) -> None:
     start = time.perf_counter()
     missing = url.rsplit("/", 1)[0] + "/no_such_database"

@@ -96,7 +96,8 @@ def open_store(url: str) -> Store:
     if parts.scheme in ("postgresql", "postgres"):
         from memstrata.stores.postgres import PostgresStore
 
-        return PostgresStore(url)
+        # libpq reads a URL only by a lower-case scheme; urlsplit lower-cases it for us.
+        return PostgresStore(parts.scheme + url[len(parts.scheme) :])
     raise InvalidInputError(
         f"unknown store URL scheme {parts.scheme!r} in {redacted_url(url)!r}; expected "
         "memory://, sqlite:/// or postgresql://"
