@@ -231,6 +231,14 @@ def _checked_layer(layer: object) -> Layer:
     return layer
 
 
+def _as_dict_hint(message: object) -> str:
+    """How to pass an SDK's message object (a pydantic model, e.g. the OpenAI SDK's
+    ``ChatCompletionMessage``) as the dict it stands for; "" for anything else."""
+    if callable(getattr(message, "model_dump", None)):
+        return ": pass message.model_dump(exclude_none=True)"
+    return ""
+
+
 def _parameters(fn: Any) -> Mapping[str, inspect.Parameter]:
     try:
         return inspect.signature(fn).parameters
@@ -736,6 +744,7 @@ class Run:
                 if not isinstance(message, dict):
                     raise InvalidInputError(
                         f"message {index} must be a dict, got {type(message).__name__}"
+                        f"{_as_dict_hint(message)}"
                     )
         if call_id is not None and not isinstance(call_id, str):
             raise InvalidInputError(f"call_id must be a str or None, got {type(call_id).__name__}")
@@ -870,6 +879,7 @@ class Run:
         if not isinstance(message, dict):
             raise InvalidInputError(
                 f"message must be a dict (one model response), got {type(message).__name__}"
+                f"{_as_dict_hint(message)}"
             )
         diagnostics: list[str] = []
         for layer in self.stack.layers:
