@@ -333,14 +333,18 @@ class WorkingMemoryHandle:
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
+        """``"json"`` with a schema, ``"markdown"`` with a template, None for free-form text."""
         return self.layer.format
 
     @property
     def template(self) -> str | None:
+        """The markdown the state started from, or None."""
         return self.layer.template
 
     @property
     def schema(self) -> Any:
+        """The pydantic model class or JSON Schema dict the state is checked against, or
+        None."""
         return self.layer.schema
 
     @property
