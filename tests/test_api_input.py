@@ -88,7 +88,7 @@ def test_prepare_refuses_what_is_not_a_list_of_messages(
 
 def test_an_sdk_message_object_is_refused_saying_how_to_pass_it(stack: MemoryStack) -> None:
     """The OpenAI SDK's ``response.choices[0].message`` is a pydantic model, not the dict it
-    stands for: appending it as it is was refused without saying how to pass it."""
+    stands for: the refusal says how to pass it."""
     from openai.types.chat import ChatCompletionMessage
 
     reply = ChatCompletionMessage(role="assistant", content="Noted.")

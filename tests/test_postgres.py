@@ -889,7 +889,7 @@ def test_a_server_that_cannot_be_reached_is_named_at_once() -> None:
 
 
 def test_a_url_whose_scheme_is_capitalised_opens_the_store(url: str) -> None:
-    """URL schemes are case-insensitive; libpq reads only a lower-case one, and refused
+    """URL schemes are case-insensitive; libpq reads only a lower-case one, and would refuse
     ``PostgreSQL://...`` as a connection string missing an "="."""
     with open_store("PostgreSQL" + url[len("postgresql") :]) as store:
         store.put(("ns",), "k", 1)

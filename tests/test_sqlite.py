@@ -382,9 +382,9 @@ def test_a_value_another_program_made_unreadable_is_named_and_nothing_else_chang
 def test_a_store_dropped_without_close_leaves_no_file_descriptor_open(
     tmp_path: pathlib.Path,
 ) -> None:
-    """The store reads the WAL-index through a descriptor of its own; a store dropped without
-    ``close()`` (a stack built per request, say) kept it open for the life of the process,
-    one more each time, until the process ran out of descriptors."""
+    """The store reads the WAL-index through a descriptor of its own: a store dropped without
+    ``close()`` (a stack built per request, say) must not keep it open for the life of the
+    process, one more each time, until the process runs out of descriptors."""
     import contextlib
     import gc
     import os

@@ -391,7 +391,7 @@ def test_a_run_dropped_without_being_closed_says_its_writes_were_lost(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A run used without ``with`` opens on its first call and is never closed: the mind's
-    draft is never flushed. That was silent; the run now logs it when it is collected."""
+    draft is never flushed, and the run logs so when it is collected."""
     import gc
 
     from memstrata import AgentMind

@@ -78,8 +78,8 @@ def test_a_connection_string_libpq_cannot_read_is_refused_without_its_password(u
 def test_a_sqlite_url_without_its_slashes_is_refused_not_read_as_a_relative_path(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, url: str
 ) -> None:
-    """``sqlite:/var/lib/agent/memory.db`` looks absolute; it was opened as the relative
-    ``var/lib/agent/memory.db``, its directories created under the working directory."""
+    """``sqlite:/var/lib/agent/memory.db`` looks absolute; read as the relative
+    ``var/lib/agent/memory.db`` it would create its directories under the working directory."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidInputError, match=r"use sqlite:///relative\.db or sqlite:////abs"):
         open_store(url)
