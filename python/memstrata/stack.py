@@ -673,7 +673,7 @@ class Run:
     def __del__(self) -> None:
         # A run used without ``with`` opens on its first call and is never closed: what its
         # layers keep until the close (the mind's draft) is never written: say so.
-        if self._opened and not self._closed:
+        if getattr(self, "_opened", False) and not self._closed:
             ctx = self.context
             # Not contextlib.suppress: at interpreter exit, module globals may be gone.
             try:  # noqa: SIM105
