@@ -86,6 +86,21 @@ def test_prepare_refuses_what_is_not_a_list_of_messages(
             run.prepare_anthropic(messages)
 
 
+def test_an_sdk_message_object_is_refused_saying_how_to_pass_it(stack: MemoryStack) -> None:
+    """The OpenAI SDK's ``response.choices[0].message`` is a pydantic model, not the dict it
+    stands for: the refusal says how to pass it."""
+    from openai.types.chat import ChatCompletionMessage
+
+    reply = ChatCompletionMessage(role="assistant", content="Noted.")
+    hint = r"got ChatCompletionMessage: pass message\.model_dump\(exclude_none=True\)"
+    with stack.run(thread_id="t1") as run:
+        with pytest.raises(InvalidInputError, match=hint):
+            run.observe(reply)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match=hint):
+            run.prepare([{"role": "user", "content": "hi"}, reply])  # type: ignore[list-item]
+        run.observe(reply.model_dump(exclude_none=True))
+
+
 def test_prepare_refuses_a_call_id_or_system_prompt_that_is_not_text(stack: MemoryStack) -> None:
     with stack.run(thread_id="t1") as run:
         with pytest.raises(InvalidInputError, match="call_id must be a str or None, got int"):
@@ -164,6 +179,7 @@ def test_memory_injected_as_a_user_turn_is_refused_so_stored_text_never_speaks_a
         (None, "layers must be a list of layer objects, got NoneType"),
         ({"wm": WorkingMemory()}, "layers must be a list of layer objects, got dict"),
         ([WorkingMemory(), "x"], "'x' does not implement the Layer protocol"),
+        ([WorkingMemory], r"WorkingMemory is a class, not a layer: .* e\.g\. WorkingMemory\(\)"),
     ],
 )
 def test_a_stack_refuses_layers_that_are_not_a_list_of_layers(

@@ -71,6 +71,21 @@ def gate_for(
     )
 
 
+def test_a_window_the_gate_has_to_guess_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A model the table lacks (a fine-tune, a local server's name) gets 8,192 tokens: a server
+    whose model has a larger window would have its long prompts pruned and refused, so the
+    gate says so, and how to give the window."""
+    with caplog.at_level(logging.WARNING, logger="memstrata.context_gate"):
+        assert ContextGate(model="acme-chat-large").max_input_tokens == 8192
+    assert "the window of model 'acme-chat-large' is not known" in caplog.text
+    assert "max_input_tokens=" in caplog.text and "register_model_window" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memstrata.context_gate"):
+        ContextGate(model="gpt-4o")
+        ContextGate(model="acme-chat-large", max_input_tokens=32_000)
+    assert caplog.text == ""
+
+
 def test_defaults_follow_modulatio() -> None:
     gate = ContextGate()
     assert gate.enabled is True

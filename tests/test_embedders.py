@@ -60,6 +60,9 @@ class FakeEmbeddingsAPI(BaseHTTPRequestHandler):
         if self.mode == "fail":
             self._send(500, {"error": {"message": "model overloaded"}})
             return
+        if self.mode == "unauthorized" and not self.headers.get("Authorization"):
+            self._send(401, {"error": {"message": "You didn't provide an API key."}})
+            return
         if self.mode == "garbage":
             self._send(200, {"data": [{"index": 0, "embedding": "nope"}]})
             return
@@ -140,6 +143,15 @@ def test_openai_embedder_errors_are_clear(api: str) -> None:
         OpenAIEmbedder(base_url="http://127.0.0.1:9/v1", timeout=2).embed(["x"])
     with pytest.raises(InvalidInputError, match="base_url"):
         OpenAIEmbedder(base_url="ftp://example")
+
+
+def test_an_endpoint_refusing_an_embedder_given_no_api_key_is_told_to_give_one(api: str) -> None:
+    """OpenAI's own SDK reads OPENAI_API_KEY; this embedder sends only the key it is given,
+    so a refusal for want of one says where the key goes."""
+    FakeEmbeddingsAPI.mode = "unauthorized"
+    with pytest.raises(EmbedderError, match=r"HTTP 401.*no api_key was given.*OpenAIEmbedder"):
+        OpenAIEmbedder(base_url=api).embed(["x"])
+    assert OpenAIEmbedder(base_url=api, api_key="sk-test").embed(["x"]).shape == (1, 16)
 
 
 def test_agent_mind_works_over_the_openai_embedder(api: str, tmp_path: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from anthropic import Anthropic
 from fastapi.testclient import TestClient
-from openai import OpenAI
+from openai import AsyncOpenAI, OpenAI
 
 from memstrata import Embedder, MemoryStack, SQLiteStore, WorkingMemory, hash_embed
 
@@ -194,13 +194,26 @@ def test_fastapi_agent_endpoint(replay: Any, tmp_path: pathlib.Path) -> None:
             chat_completion({"role": "assistant", "content": "Tracking OPS-42."}),
         ]
     )
-    client = OpenAI(api_key="test", base_url=f"{server.url}/v1")
+    client = AsyncOpenAI(api_key="test", base_url=f"{server.url}/v1")
     app = example.create_app(client=client, db_path=str(tmp_path / "api.db"))
-    response = TestClient(app).post("/chat", json={"thread_id": "u1", "message": "Track OPS-42"})
-    assert response.status_code == 200
-    assert response.json() == {"reply": "Tracking OPS-42.", "memory": {"ticket": "OPS-42"}}
-    bad = TestClient(app).post("/chat", json={"thread_id": 5})
-    assert bad.status_code == 422
+    with TestClient(app) as http:
+        ana = {"X-User": "ana"}
+        response = http.post(
+            "/chat", json={"thread_id": "1", "message": "Track OPS-42"}, headers=ana
+        )
+        assert response.status_code == 200
+        assert response.json() == {"reply": "Tracking OPS-42.", "memory": {"ticket": "OPS-42"}}
+        bad = http.post("/chat", json={"thread_id": 5}, headers=ana)
+        assert bad.status_code == 422
+        assert http.post("/chat", json={"thread_id": "1", "message": "hi"}).status_code == 401
+    # The turn ran through the async forms; its memory is ana's conversation "1", which
+    # another user's conversation of the same id does not see.
+    stack = example.make_stack(str(tmp_path / "api.db"))
+    with stack.run(thread_id="1", resource_id="ana") as run:
+        assert run.layer("working-memory").snapshot == {"ticket": "OPS-42"}
+    with stack.run(thread_id="1", resource_id="bo") as run:
+        assert run.layer("working-memory").snapshot == {}
+    stack.close()
 
 
 def embeddings_answer(body: Any) -> dict[str, Any]:

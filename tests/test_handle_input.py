@@ -93,6 +93,19 @@ def test_shared_memory_refuses_a_store_that_is_not_a_store(bad: Any) -> None:
         SharedMemory(store=bad)
 
 
+def test_a_thread_scoped_shared_memory_without_a_store_says_to_share_the_stacks() -> None:
+    with pytest.raises(InvalidInputError, match=r"give store=\.\.\., the stack's own .*open_store"):
+        SharedMemory(scope="thread")
+
+
+def test_shared_memory_given_a_store_url_says_how_to_open_it() -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        SharedMemory(store="postgresql://agent:S3CRET@db/memory", scope="thread")
+    message = str(refused.value)
+    assert "got the str 'postgresql://agent:***@db/memory'" in message
+    assert "open_store(url)" in message and "S3CRET" not in message
+
+
 def test_tool_results_refuses_a_store_that_is_not_a_store_or_url() -> None:
     # Was taken, to fail with an AttributeError at the first offload.
     with pytest.raises(InvalidInputError, match="store must be a Store, a store URL or None"):

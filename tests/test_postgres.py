@@ -875,6 +875,35 @@ def test_a_bad_lock_timeout_is_refused(url: str, seconds: Any) -> None:
         PostgresStore(url, lock_timeout=seconds)
 
 
+def test_a_server_that_cannot_be_reached_is_named_at_once() -> None:
+    """A URL naming no running server: the constructor says so by libpq's reason and the URL,
+    its password hidden, instead of the pool retrying for 30 s, logging each try, and then
+    raising a PoolTimeout that names neither."""
+    start = time.perf_counter()
+    with pytest.raises(psycopg.OperationalError) as raised:
+        PostgresStore("postgresql://agent:S3CRET@127.0.0.1:1/memory")
+    assert time.perf_counter() - start < 10
+    message = str(raised.value)
+    assert "postgresql://agent:***@127.0.0.1:1/memory" in message
+    assert "Connection refused" in message and "S3CRET" not in message
+
+
+def test_a_url_whose_scheme_is_capitalised_opens_the_store(url: str) -> None:
+    """URL schemes are case-insensitive; libpq reads only a lower-case one, and would refuse
+    ``PostgreSQL://...`` as a connection string missing an "="."""
+    with open_store("PostgreSQL" + url[len("postgresql") :]) as store:
+        store.put(("ns",), "k", 1)
+        assert store.get(("ns",), "k") is not None
+
+
+def test_a_database_that_does_not_exist_is_named_at_once(url: str) -> None:
+    start = time.perf_counter()
+    missing = url.rsplit("/", 1)[0] + "/no_such_database"
+    with pytest.raises(psycopg.OperationalError, match='database "no_such_database" does not'):
+        PostgresStore(missing)
+    assert time.perf_counter() - start < 10
+
+
 @pytest.mark.parametrize("seconds", [2147483.648, 3e6, 1e300])
 def test_a_lock_timeout_past_postgresqls_range_is_refused_at_once(url: str, seconds: Any) -> None:
     """The server takes at most 2147483647 ms: a longer timeout would make every connection

@@ -376,3 +376,31 @@ def test_a_value_another_program_made_unreadable_is_named_and_nothing_else_chang
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT value FROM items WHERE key = 'bad'").fetchone() == (b'{"n": 2',)
     store.close()
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/fd").is_dir(), reason="lists /proc/self/fd")
+def test_a_store_dropped_without_close_leaves_no_file_descriptor_open(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The store reads the WAL-index through a descriptor of its own: a store dropped without
+    ``close()`` (a stack built per request, say) must not keep it open for the life of the
+    process, one more each time, until the process runs out of descriptors."""
+    import contextlib
+    import gc
+    import os
+
+    index = f"{tmp_path / 'dropped.db'}-shm"
+
+    def open_on_index() -> int:
+        count = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
+                count += os.readlink(f"/proc/self/fd/{fd}").startswith(index)
+        return count
+
+    for _ in range(5):
+        store = SQLiteStore(tmp_path / "dropped.db")
+        store.put(("ns",), "k", {"v": 1})
+        del store
+    gc.collect()
+    assert open_on_index() == 0

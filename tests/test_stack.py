@@ -281,6 +281,13 @@ def test_the_stack_is_a_context_manager_that_closes_what_it_opened(tmp_path: Any
         assert mine.get(("still",), "usable") is not None
 
 
+def test_a_model_name_given_as_the_gate_is_told_to_wrap_it_in_a_context_gate() -> None:
+    with pytest.raises(InvalidInputError, match=r"e\.g\. gate=ContextGate\(model='gpt-4o'\)"):
+        MemoryStack([RecordingLayer("a", 1)], store=InMemoryStore(), gate="gpt-4o")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"gate must be a ContextGate .*got 5$"):
+        MemoryStack([RecordingLayer("a", 1)], store=InMemoryStore(), gate=5)  # type: ignore[arg-type]
+
+
 def test_a_gate_among_the_layers_is_told_to_go_to_gate() -> None:
     from memstrata.layers import ContextGate
 
@@ -378,3 +385,34 @@ def test_a_layers_prompt_overhead_may_be_counted_with_the_stacks_counter() -> No
     layer.prompt_overhead = lambda tokens: -1  # type: ignore[attr-defined]
     with pytest.raises(InvalidInputError, match=r"text.*prompt_overhead.*-1"):
         MemoryStack([layer], store=InMemoryStore())
+
+
+def test_a_run_dropped_without_being_closed_says_its_writes_were_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run used without ``with`` opens on its first call and is never closed: the mind's
+    draft is never flushed, and the run logs so when it is collected."""
+    import gc
+
+    from memstrata import AgentMind
+
+    stack = MemoryStack([AgentMind()], store=InMemoryStore())
+
+    def handler_without_with() -> None:
+        run = stack.run(thread_id="t-1", agent="bot")
+        assert run.call_tool("mind_believe", {"content": "Deploys are on Tuesdays."})["id"]
+
+    handler_without_with()
+    gc.collect()
+    assert "was opened and never closed" in caplog.text
+    assert "with stack.run(" in caplog.text and "'bot'" in caplog.text
+    with stack.run(thread_id="t-1", agent="bot") as run:  # the belief was indeed never written
+        assert run.call_tool("mind_recall", {"query": "deploys"})["result"] == []
+
+    caplog.clear()
+    with stack.run(thread_id="t-2", agent="bot") as closed:
+        closed.call_tool("mind_believe", {"content": "Builds run at night."})
+    never_opened = stack.run(thread_id="t-3", agent="bot")
+    del closed, never_opened
+    gc.collect()
+    assert "never closed" not in caplog.text

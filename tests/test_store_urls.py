@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from memstrata.exceptions import InvalidInputError
@@ -70,3 +72,15 @@ def test_a_connection_string_libpq_cannot_read_is_refused_without_its_password(u
         PostgresStore(url)
     for part in ("S3", "CRET", "RET"):
         assert part not in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["sqlite:/var/lib/agent/memory.db", "sqlite:memory.db"])
+def test_a_sqlite_url_without_its_slashes_is_refused_not_read_as_a_relative_path(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    """``sqlite:/var/lib/agent/memory.db`` looks absolute; read as the relative
+    ``var/lib/agent/memory.db`` it would create its directories under the working directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInputError, match=r"use sqlite:///relative\.db or sqlite:////abs"):
+        open_store(url)
+    assert list(tmp_path.iterdir()) == []

@@ -9,6 +9,7 @@ from typing import Any
 from memstrata.exceptions import InvalidInputError
 from memstrata.stack import Budget, checked_scope_id
 from memstrata.stores import Store
+from memstrata.stores.urls import redacted_url
 
 __all__ = ["checked_bool", "checked_budget", "checked_scope_id", "checked_store", "checked_text"]
 
@@ -33,6 +34,13 @@ def checked_budget(value: Any, option: str = "budget") -> Budget:
 
 
 def checked_store(value: Any, option: str = "store") -> Store:
+    """``value`` if it is a :class:`~memstrata.stores.Store`. A URL is refused with the way to
+    open it: the caller that opened a store is the one to close it."""
+    if isinstance(value, str):
+        raise InvalidInputError(
+            f"{option} must be a Store, got the str {redacted_url(value)!r:.120}: open it with "
+            "open_store(url) and pass the store (in a stack, stack.store is the stack's)"
+        )
     if not isinstance(value, Store):
         raise InvalidInputError(f"{option} must be a Store, got {type(value).__name__}")
     return value

@@ -95,16 +95,20 @@ class HashingEmbedder:
 
     @property
     def model(self) -> str:
+        """``memstrata-hash-v2-<dim>``: the vector space, as the layers record it."""
         return f"memstrata-hash-v2-{self._dim}"
 
     @property
     def dim(self) -> int:
+        """The vectors' dimension."""
         return self._dim
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        """A float32 array of shape ``(len(texts), dim)``, computed in Rust."""
         return hash_embed(_check_texts(texts), self._dim)
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
+        """:meth:`embed`, inline: it only computes (microseconds a text)."""
         return self.embed(texts)
 
     def __repr__(self) -> str:
@@ -155,16 +159,26 @@ class OpenAIEmbedder:
 
     @property
     def model(self) -> str:
+        """``openai-compatible:<base_url>:<model>``: the vector space, as the layers record
+        it. The endpoint is part of it, so vectors stored through another ``base_url`` (even
+        the same server under another name) are embedded again on first use."""
         return f"openai-compatible:{self.base_url}:{self._model}"
 
     @property
     def dim(self) -> int:
+        """The vectors' dimension; when not given, learned from the first response (read
+        first, it costs a one-word request)."""
         if self._dim is None:
             self.embed(["dimension probe"])
         assert self._dim is not None
         return self._dim
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        """A float32 array of shape ``(len(texts), dim)``, in ``batch_size`` requests.
+
+        Raises:
+            EmbedderError: A request failed or the answer held no embeddings of ``dim``.
+        """
         texts = _check_texts(texts)
         if not texts:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
@@ -175,6 +189,7 @@ class OpenAIEmbedder:
         return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
+        """:meth:`embed` in a worker thread, so the requests never block the event loop."""
         import asyncio  # here, like urllib below: most programs never create this embedder
 
         return await asyncio.to_thread(self.embed, texts)
@@ -202,8 +217,15 @@ class OpenAIEmbedder:
                 payload = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:500].decode("utf-8", "replace")
+            hint = ""
+            if exc.code in (401, 403) and not self._api_key:
+                # OpenAI's SDK reads OPENAI_API_KEY by itself; this embedder does not.
+                hint = (
+                    "; no api_key was given: OpenAIEmbedder(api_key=...), e.g. "
+                    'os.environ["OPENAI_API_KEY"]'
+                )
             raise EmbedderError(
-                f"embedding request to {self.base_url} failed: HTTP {exc.code}: {detail}"
+                f"embedding request to {self.base_url} failed: HTTP {exc.code}: {detail}{hint}"
             ) from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise EmbedderError(f"embedding request to {self.base_url} failed: {exc}") from None

@@ -211,6 +211,11 @@ def _checked_layer(layer: object) -> Layer:
         raise InvalidInputError(
             f"{layer!r} is a gate, not a layer: pass it as MemoryStack(..., gate=...)"
         )
+    if isinstance(layer, type):
+        name = layer.__name__
+        raise InvalidInputError(
+            f"{name} is a class, not a layer: pass a layer object, e.g. {name}()"
+        )
     if not isinstance(layer, Layer):
         raise InvalidInputError(f"{layer!r} does not implement the Layer protocol")
     if not isinstance(layer.name, str) or not layer.name:
@@ -224,6 +229,14 @@ def _checked_layer(layer: object) -> Layer:
             f"layer {layer.name!r} has budget {layer.budget!r}; a budget is a Budget(min, max)"
         )
     return layer
+
+
+def _as_dict_hint(message: object) -> str:
+    """How to pass an SDK's message object (a pydantic model, e.g. the OpenAI SDK's
+    ``ChatCompletionMessage``) as the dict it stands for; "" for anything else."""
+    if callable(getattr(message, "model_dump", None)):
+        return ": pass message.model_dump(exclude_none=True)"
+    return ""
 
 
 def _parameters(fn: Any) -> Mapping[str, inspect.Parameter]:
@@ -300,7 +313,7 @@ class MemoryStack:
         store: A :class:`~memstrata.stores.Store`, a store URL, or None for the embedded default
             (``$MEMSTRATA_STORE``, else ``sqlite:///memstrata.db`` in the working directory).
         tokens: The counter layers use to stay within budget; the native estimator by default.
-        total_budget: Tokens for all layers' prompt items together.
+        total_budget: Tokens for all layers' prompt items together (4,000 by default).
         prompt_role: Role of injected prompt items (``"system"``, or ``"developer"`` for models
             that use it).
         gate: Checks every prepared prompt against the model's window (a ContextGate); None
@@ -352,7 +365,11 @@ class MemoryStack:
         self.total_budget = total_budget
         self.prompt_role = prompt_role
         if gate is not None and not isinstance(gate, Gate):
-            raise InvalidInputError(f"{gate!r} has no check_and_compress method")
+            hint = f", e.g. gate=ContextGate(model={gate!r:.80})" if isinstance(gate, str) else ""
+            raise InvalidInputError(
+                "gate must be a ContextGate (or any object with a check_and_compress method) "
+                f"or None, got {gate!r:.80}{hint}"
+            )
         self.gate = gate
         self._gate_keeps = gate is not None and "keep" in _parameters(gate.check_and_compress)
 
@@ -507,7 +524,11 @@ class MemoryStack:
 
 
 class Run:
-    """One agent turn or task. Create it with :meth:`MemoryStack.run`."""
+    """One agent turn or task. Create it with :meth:`MemoryStack.run` and use it in a ``with``
+    block (``async with`` for :meth:`MemoryStack.arun`), or call :meth:`close`: what the layers
+    write when the run closes (the agent mind's draft) is written only then. A run used
+    without either opens at its first call and is never closed; it logs a warning when it is
+    collected."""
 
     def __init__(
         self, stack: MemoryStack, ctx: RunContext, parent: tuple[Run, dict[str, Any]] | None = None
@@ -649,6 +670,25 @@ class Run:
         self._leave()
         self.close(exc)
 
+    def __del__(self) -> None:
+        # A run used without ``with`` opens on its first call and is never closed: what its
+        # layers keep until the close (the mind's draft) is never written: say so.
+        if getattr(self, "_opened", False) and not self._closed:
+            ctx = self.context
+            # Not contextlib.suppress: at interpreter exit, module globals may be gone.
+            try:  # noqa: SIM105
+                logger.warning(
+                    "a run (thread_id=%r, resource_id=%r, agent=%r) was opened and never "
+                    "closed: what its layers write at the close (the agent mind's draft) was "
+                    "not written; use `with stack.run(...) as run:` (`async with stack.arun"
+                    "(...)` in a coroutine), or call run.close()",
+                    ctx.thread_id,
+                    ctx.resource_id,
+                    ctx.agent,
+                )
+            except Exception:
+                pass
+
     def _leave(self) -> None:
         # Only this context's record changes: a run left in another context (a fixture ended
         # by another task) stays in the first one's, where current_run skips it once closed.
@@ -704,6 +744,7 @@ class Run:
                 if not isinstance(message, dict):
                     raise InvalidInputError(
                         f"message {index} must be a dict, got {type(message).__name__}"
+                        f"{_as_dict_hint(message)}"
                     )
         if call_id is not None and not isinstance(call_id, str):
             raise InvalidInputError(f"call_id must be a str or None, got {type(call_id).__name__}")
@@ -751,7 +792,8 @@ class Run:
     def tool_specs(
         self, fmt: ToolFormat = "openai", *, strict: bool = False
     ) -> list[dict[str, Any]]:
-        """Every layer's tools as JSON Schema, for ``openai``, ``anthropic`` or ``mcp``.
+        """Every layer's tools as JSON Schema, for ``openai`` (chat completions),
+        ``responses`` (OpenAI's Responses API), ``anthropic`` or ``mcp``.
 
         ``strict=True`` gives OpenAI's strict form (all properties required, optional ones
         nullable); the run remembers it and removes that null padding from later tool calls,
@@ -780,6 +822,9 @@ class Run:
         Returns:
             The tool's JSON result, or ``{"ok": False, "tool": name, "error": {...}}`` naming
             what was wrong (unknown tool, malformed JSON, wrong types, schema violation...).
+            Results keep their system's shape: most are ``{"ok": True, ...}``, the mind's
+            writes ``{"status": "ok", ...}`` (docs/tools.md); ``result.get("ok") is False``
+            tells a failure of any tool.
         """
         shown = clip_text(name) if isinstance(name, str) else shown_value(name)
         try:
@@ -834,6 +879,7 @@ class Run:
         if not isinstance(message, dict):
             raise InvalidInputError(
                 f"message must be a dict (one model response), got {type(message).__name__}"
+                f"{_as_dict_hint(message)}"
             )
         diagnostics: list[str] = []
         for layer in self.stack.layers:

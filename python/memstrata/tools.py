@@ -76,6 +76,8 @@ class Tool:
 
     @property
     def wire_name(self) -> str:
+        """The name as tool specs list it, in the characters OpenAI and Anthropic accept
+        (``working-memory/update`` is ``working-memory_update``)."""
         return wire_name(self.name)
 
     @property

@@ -153,7 +153,8 @@ class ContextGate:
     Args:
         model: Model name: picks the window from the table in :mod:`memstrata.model_windows`
             when ``max_input_tokens`` is None, and goes into checkpoints.
-        max_input_tokens: The window in tokens; None: from the model table, else 8192.
+        max_input_tokens: The window in tokens; None: from the model table, else 8192 (with a
+            logged warning: a guessed window).
         soft_warn_at_pct: Fraction of the window from which a WARNING is logged (once per run).
         prune_at_pct: Fraction of the window from which old tool results are pruned.
         pad_pct: Padding added to every estimate (tokenizers differ across providers).
@@ -218,11 +219,22 @@ class ContextGate:
         if tokens is not None:
             checked_counter(tokens)
         self.model = model
-        self.max_input_tokens = (
-            max_input_tokens
-            if max_input_tokens is not None
-            else max_input_tokens_for(model, fallback=FALLBACK_MAX_INPUT_TOKENS)
-        )
+        if max_input_tokens is None:
+            max_input_tokens = max_input_tokens_for(model, fallback=0)
+            if not max_input_tokens:
+                # A guessed window: a model with a larger one would have every long prompt
+                # pruned and refused, one with a smaller one rejected by its provider.
+                max_input_tokens = FALLBACK_MAX_INPUT_TOKENS
+                logger.warning(
+                    "ContextGate: %s, so it takes a window of %d tokens; give "
+                    "max_input_tokens=, or register the model's window once with "
+                    "memstrata.model_windows.register_model_window(name, tokens)",
+                    f"the window of model {model!r} is not known"
+                    if model
+                    else "neither model nor max_input_tokens was given",
+                    max_input_tokens,
+                )
+        self.max_input_tokens = max_input_tokens
         self.soft_warn_at_pct = float(soft_warn_at_pct)
         self.prune_at_pct = float(prune_at_pct)
         self.pad_pct = float(pad_pct)

@@ -197,7 +197,8 @@ class SharedMemory:
         if scope == "thread" and self._store is None:
             raise InvalidInputError(
                 "SharedMemory(scope='thread') keeps each conversation's memory in a store: "
-                "give store=..."
+                "give store=..., the stack's own (store = open_store(url), then "
+                "SharedMemory(store=store, ...) and MemoryStack(..., store=store))"
             )
         if scope == "thread" and len(self._namespace) > MAX_NAMESPACE_DEPTH - 4:
             raise InvalidInputError(
@@ -464,14 +465,20 @@ class SharedMemory:
     # Reading --------------------------------------------------------------------------------
 
     def get(self, key: str) -> MemoryEntry | None:
+        """The entry under ``key`` (the full key, e.g. ``"task:research"``), with its kind,
+        title, source and version, or None; what other writers stored is caught up with first.
+        """
         record = self._find(key)
         return None if record is None else record.entry()
 
     def get_value(self, key: str) -> Any:
+        """The value under ``key``, the caller's own copy; None when the key holds nothing
+        (or holds a JSON null: :meth:`has` tells the two apart)."""
         record = self._find(key)
         return None if record is None else orjson.loads(record.encoded)
 
     def has(self, key: str) -> bool:
+        """Whether ``key`` holds an entry."""
         return self._find(key) is not None
 
     def __len__(self) -> int:

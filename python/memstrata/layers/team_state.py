@@ -246,10 +246,12 @@ class TeamState:
 
     @property
     def md_path(self) -> Path:
+        """The rendered document, ``<state_dir>/current_state.md``."""
         return self.state_dir / STATE_MD
 
     @property
     def audit_path(self) -> Path:
+        """The append-only log of divergences and replaced entries, ``<state_dir>/audit.jsonl``."""
         return self.state_dir / AUDIT_LOG
 
     @property

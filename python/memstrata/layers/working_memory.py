@@ -184,9 +184,11 @@ class WorkingMemory:
 
     @property
     def structured(self) -> bool:
+        """Whether the state is a JSON object checked against ``schema`` (else text)."""
         return self._schema is not None
 
     def empty_state(self) -> State:
+        """What ``clear()`` leaves: ``{}`` for structured state, ``""`` for text."""
         return {} if self.structured else ""
 
     def prompt_overhead(self, tokens: TokenCounter) -> int:
@@ -196,6 +198,7 @@ class WorkingMemory:
         return exact_count(tokens, f"\n{self.tool_names['guidelines']}")
 
     def initial_state(self) -> State:
+        """The state before the first write: the ``template``, else :meth:`empty_state`."""
         return self.template if self.template is not None else self.empty_state()
 
     # Layer protocol ---------------------------------------------------------------------------
@@ -230,6 +233,11 @@ class WorkingMemory:
         return 0 if prefix is None else erase(store, prefix)
 
     def namespace_of(self, ctx: RunContext) -> Namespace:
+        """Where a run's state is stored: per user under resource scope, per conversation
+        (and its user, when the run names one) under thread scope (docs/working-memory.md).
+
+        Raises:
+            InvalidInputError: The run lacks the id the scope needs."""
         if self.scope == "resource":
             if not ctx.resource_id:
                 raise InvalidInputError(
@@ -325,14 +333,18 @@ class WorkingMemoryHandle:
 
     @property
     def format(self) -> Literal["markdown", "json"] | None:
+        """``"json"`` with a schema, ``"markdown"`` with a template, None for free-form text."""
         return self.layer.format
 
     @property
     def template(self) -> str | None:
+        """The markdown the state started from, or None."""
         return self.layer.template
 
     @property
     def schema(self) -> Any:
+        """The pydantic model class or JSON Schema dict the state is checked against, or
+        None."""
         return self.layer.schema
 
     @property

@@ -65,7 +65,8 @@ def open_store(url: str) -> Store:
     as in SQLAlchemy.
 
     Raises:
-        InvalidInputError: The URL's scheme is not one memstrata knows, or it has no path.
+        InvalidInputError: The URL's scheme is not one memstrata knows, or it has no path;
+            or a sqlite URL lacks its ``//`` or has a host.
             The message quotes the URL with its password hidden (:func:`redacted_url`).
     """
     if not isinstance(url, str):
@@ -77,6 +78,12 @@ def open_store(url: str) -> Store:
     if parts.scheme == "memory":
         return InMemoryStore()
     if parts.scheme == "sqlite":
+        if not url.partition(":")[2].startswith("//"):
+            # sqlite:/var/x.db looks absolute, and would be read as the relative var/x.db.
+            raise InvalidInputError(
+                f"sqlite URL {url!r} lacks the // after sqlite:; use sqlite:///relative.db or "
+                "sqlite:////abs.db"
+            )
         if parts.netloc:
             raise InvalidInputError(
                 f"sqlite URL {redacted_url(url)!r} has a host; use sqlite:///relative.db or "
@@ -89,7 +96,8 @@ def open_store(url: str) -> Store:
     if parts.scheme in ("postgresql", "postgres"):
         from memstrata.stores.postgres import PostgresStore
 
-        return PostgresStore(url)
+        # libpq reads a URL only by a lower-case scheme; urlsplit lower-cases it for us.
+        return PostgresStore(parts.scheme + url[len(parts.scheme) :])
     raise InvalidInputError(
         f"unknown store URL scheme {parts.scheme!r} in {redacted_url(url)!r}; expected "
         "memory://, sqlite:/// or postgresql://"

@@ -206,6 +206,31 @@ def _number_array(numbers: list[Any]) -> str:
     return "{" + ",".join("NULL" if n is None else repr(n) for n in numbers) + "}"
 
 
+# How long the first connection may take when the URL sets no connect_timeout: as long as the
+# pool would wait for one.
+_CONNECT_TIMEOUT = 30
+
+
+def _check_connection(psycopg: Any, conninfo: str, url: str) -> None:
+    """Connects once, directly: a server that is down, a wrong port, password or database name
+    is reported at once, by libpq's reason and the URL (its password hidden). Through the pool
+    the constructor would try again for 30 s, logging each try, and then raise a PoolTimeout
+    that names neither.
+
+    Raises:
+        psycopg.OperationalError: The connection failed.
+    """
+    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("connect_timeout")
+    timeout = _CONNECT_TIMEOUT if given is None else given
+    try:
+        psycopg.connect(psycopg.conninfo.make_conninfo(conninfo, connect_timeout=timeout)).close()
+    except psycopg.OperationalError as exc:
+        reason = " ".join(without_secrets(str(exc), url).split())
+        raise psycopg.OperationalError(
+            f"cannot connect to the PostgreSQL store {redacted_url(url)}: {reason}"
+        ) from None
+
+
 def _set_up(conn: Any) -> None:
     """Sets up a connection the pool opened (``SESSION_SETUP``)."""
     conn.execute(SESSION_SETUP)
@@ -231,6 +256,10 @@ class PostgresStore(PostgresAsyncTwins):
         InvalidInputError: ``lock_timeout`` is not a positive number of seconds up to
             2147483.647 (PostgreSQL takes at most 2**31 - 1 ms); or ``url`` is no connection
             string libpq can read (the message quotes it with its password hidden).
+        psycopg.OperationalError: No connection could be made (a server that is down, a
+            wrong port, user, password or database name): the message names the URL, its
+            password hidden, and libpq's reason. The URL's ``connect_timeout`` bounds the
+            attempt, else 30 s.
     """
 
     def __init__(
@@ -261,6 +290,7 @@ class PostgresStore(PostgresAsyncTwins):
                 f"{without_secrets(str(exc).strip(), url)}"
             ) from None
         self._max_size = max_size
+        _check_connection(psycopg, conninfo, url)
         # Autocommit: a read or a one-statement write is one round trip, with no BEGIN/COMMIT
         # around it; the methods that need a transaction open one explicitly.
         self._pool = pool_module.ConnectionPool(

@@ -367,6 +367,16 @@ class SQLiteStore(Store):
             with contextlib.suppress(OSError):
                 self._log_index = os.open(f"{self.path}-shm", os.O_RDONLY)
 
+    def __del__(self) -> None:
+        # The WAL-index descriptor is the store's own, not SQLite's (the connection closes
+        # itself when collected): a store dropped without close() would keep it open for the
+        # life of the process. Not contextlib.suppress: at interpreter exit, globals may be
+        # gone.
+        try:  # noqa: SIM105
+            self._close_log_index()
+        except Exception:
+            pass
+
     def _close_log_index(self) -> None:
         index: int | None = getattr(self, "_log_index", None)
         self._log_index = None

@@ -291,6 +291,11 @@ class AgentMind:
         return embedder
 
     def namespace_for(self, agent: str | None) -> Namespace:
+        """Where the mind of ``agent`` is stored: ``namespace`` if given, else
+        ``("mind", agent)``.
+
+        Raises:
+            InvalidInputError: No ``namespace`` was given and ``agent`` is empty."""
         if self.namespace is not None:
             return self.namespace
         if not agent:

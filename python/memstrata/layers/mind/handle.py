@@ -133,6 +133,10 @@ class AgentMindHandle:
         return self._header[1]
 
     def embed_one(self, text: str) -> npt.NDArray[np.float32]:
+        """``text``'s vector under the mind's embedder.
+
+        Raises:
+            ToolError: The embedder cannot place the text (it has no words)."""
         return embed_one(self.layer.embedder, text)
 
     def index(self) -> _Index:
@@ -309,6 +313,8 @@ class AgentMindHandle:
         return _writes.purge_expired(self)
 
     def active_goal_count(self) -> int:
+        """Active goals: those committed and this run's new ones (checked against
+        ``max_goals``)."""
         return _goal_writes.active_goal_count(self)
 
     def set_goal(
