@@ -2495,3 +2495,26 @@ def test_a_flush_over_a_malformed_entry_with_a_long_id_copies_it_aside_under_a_d
     assert kept.key == f"unreadable/sha256:{digest}@{kept.value['setAsideAt']}"
     rewritten = store.get(NS, long_key)
     assert rewritten is not None and rewritten.value["content"] == "The backup job runs nightly."
+
+
+def test_a_server_with_a_mind_per_user_keeps_only_the_recent_minds(store: Store) -> None:
+    from memstrata.layers.mind.committed import MINDS_KEPT
+
+    mind = AgentMind()
+    stack = MemoryStack([mind], store=store)
+    users = [f"u{n}" for n in range(MINDS_KEPT + 20)]
+    for user in users:
+        with stack.run(agent=f"support/{user}") as run:
+            ok(run.call_tool("mind_believe", {"content": f"{user} prefers short answers"}))
+            ok(run.call_tool("mind_recall", {"query": "short answers"}))  # builds its index
+    assert len(mind._committed) <= MINDS_KEPT
+    assert len(mind._indexes) <= MINDS_KEPT
+    # The first user's mind was let go; another server writes to it meanwhile.
+    with AgentMind().session(store, agent="support/u0") as other:
+        other.believe("u0 works in Lisbon", confidence="high")
+    with stack.run(agent="support/u0") as run:
+        found = ok(run.call_tool("mind_recall", {"query": "u0", "threshold": 0}))
+    assert sorted(hit["content"] for hit in found) == [
+        "u0 prefers short answers",
+        "u0 works in Lisbon",
+    ]

@@ -967,3 +967,29 @@ def test_a_refresh_racing_a_delete_leaves_no_vectors_behind(tmp_path: pathlib.Pa
     assert after.expires_at > before.expires_at  # type: ignore[operator]
     assert after.value["version"] == backend.get(("docs",), "ts").version  # type: ignore[index, union-attr]
     backend.close()
+
+
+def test_a_namespace_per_user_keeps_only_the_recent_namespaces_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memstrata.integrations import langgraph_store
+
+    kept = 16  # the bound's own value (1,024) takes seconds of namespaces to pass
+    monkeypatch.setattr(langgraph_store, "SPACES_KEPT", kept)
+    backend = InMemoryStore()
+    index = {"dims": DIMS, "embed": CountingEmbed(), "fields": ["text"]}
+    store = MemstrataStore(backend, index=index)  # type: ignore[arg-type]
+    for n in range(kept + 10):
+        store.put(("memories", f"u{n}"), "m", {"text": f"u{n} prefers dark mode"})
+        assert store.search(("memories", f"u{n}"), query="dark mode", limit=2)
+    assert len(store._spaces) <= kept
+    # The first user's copy was let go; another server writes to that namespace meanwhile.
+    MemstrataStore(backend, index=index).put(  # type: ignore[arg-type]
+        ("memories", "u0"), "m2", {"text": "u0 works in Lisbon"}
+    )
+    found = store.search(("memories", "u0"), query="u0", limit=5)
+    assert sorted(item.value["text"] for item in found) == [
+        "u0 prefers dark mode",
+        "u0 works in Lisbon",
+    ]
+    assert store.search(("memories", "u0"), query="Lisbon", limit=1)[0].key == "m2"

@@ -147,6 +147,27 @@ def test_append_crosses_blocks_in_order() -> None:
     assert all(rows.usable(r) for r in range(rows.size))
 
 
+def test_a_few_rows_take_a_few_rows_of_room_and_grow_in_place_of_a_whole_block() -> None:
+    # A server keeps hundreds of small minds (one per user): each must not hold a block of
+    # 8,192 rows (12 MB at dim 384) for its few vectors.
+    rows = VectorRows(384)
+    rows.append(np.ones((3, 384), dtype=np.float32))
+    assert rows.nbytes <= 16 * 384 * 4
+    rows.seal()
+    held = rows.blocks()  # a reader (a ranker being built) keeps the blocks it was given
+    matrix = np.arange(384 * 40, dtype=np.float32).reshape(-1, 384) + 1
+    assert rows.append(matrix) == list(range(3, 43))
+    assert rows.nbytes <= 64 * 384 * 4
+    rows.seal()
+    assert np.allclose(held[0][:3], rows.gather(range(3)))  # what it could see is still there
+    assert np.allclose(rows.gather(range(3, 43)), matrix / np.linalg.norm(matrix, axis=1)[:, None])
+    assert np.allclose(rows.dots(np.ones(384, dtype=np.float32))[:3], np.sqrt(384))
+    rows.append(np.ones((BLOCK_ROWS, 384), dtype=np.float32))  # fills the block, then a next
+    assert len(rows.blocks()[0]) == BLOCK_ROWS and rows.size == BLOCK_ROWS + 43
+    rows.seal()
+    assert all(rows.usable(r) for r in range(rows.size))
+
+
 def test_a_block_sized_matrix_at_a_block_start_becomes_the_block() -> None:
     rows = VectorRows(4)
     block = np.arange(4 * BLOCK_ROWS, dtype=np.float32).reshape(-1, 4) + 1

@@ -27,6 +27,8 @@ and history live in the store; vectors are scored by the Rust ``VectorSet``):
   index's fields and stores the vectors (``asearch`` through the embedder's async form).
 * Search reads an in-process copy of the namespaces under the prefix, brought up to date by
   the store's change tracking before every search, so writes from other processes are seen.
+  The copies of the 1,024 namespaces last searched are kept (``SPACES_KEPT``): a server with a
+  namespace per user holds the recent users', and a search of any other reads it whole again.
   Namespaces written without the adapter are found once, when the adapter first reads.
 * ``abatch`` runs the ops on the event loop, as the stack's async forms do: no thread hop for a
   store call that need not wait, and a PostgreSQL store answers through its async connections.
@@ -44,6 +46,7 @@ import copy
 import hashlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -94,6 +97,9 @@ DEFAULT_DIMS = 384
 # A namespace's vectors live under ("langgraph", *namespace), which the store must take too.
 MAX_DEPTH = store_base.MAX_NAMESPACE_DEPTH - 1
 _PAGE = 1000
+# Namespaces whose in-process copy (items, vectors) is kept between searches, the least
+# recently searched dropped first: one per user must not pile up for the life of a server.
+SPACES_KEPT = 1024
 
 try:  # langgraph >= 0.6: labels of ops handed to batch() directly are checked too
     from langgraph.store.base import validate_op_namespace as _validate_op_namespace
@@ -370,7 +376,7 @@ class MemstrataStore(BaseStore):
         # Held across store calls, which under abatch may suspend the ops while other tasks on
         # the loop's thread run: a TaskLock tells those tasks apart, as it does threads.
         self._lock = TaskLock()
-        self._spaces: dict[tuple[str, ...], _Space] = {}
+        self._spaces: OrderedDict[tuple[str, ...], _Space] = OrderedDict()
         self._known: set[tuple[str, ...]] = set()
         # Namespaces listed at REGISTRY: written through an adapter, so each live item there
         # has vectors of its version, or lost them to a put cut off between its writes.
@@ -676,6 +682,12 @@ class MemstrataStore(BaseStore):
         space = self._spaces.get(namespace)
         if space is None:
             space = self._spaces[namespace] = _Space()
+            # A namespace dropped here is read whole by its next search (no mark): a caller
+            # still holding its copy uses it to the end of the op, as it would any other.
+            while len(self._spaces) > SPACES_KEPT:
+                self._spaces.popitem(last=False)
+        else:
+            self._spaces.move_to_end(namespace)
         changed: set[str] = set()
         items = self.store.changes(namespace, space.item_mark)
         if items.complete:

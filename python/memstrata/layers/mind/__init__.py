@@ -87,6 +87,9 @@ Decisions where toolpack Agent Mind is silent (or its code differs from its text
 * The layer keeps each namespace's committed entries between runs, with the store's
   :class:`~memstrata.stores.ChangeMark` they stand at: a run reads only what was written or
   deleted since (``Store.changes``), and that answer's mark is the one its flush reconciles from.
+  It keeps them, and their vector index, for the 256 namespaces last run (``MINDS_KEPT``): a
+  server with a mind per user holds the recent users' minds, and the next run of any other
+  reads its mind whole from the store.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ from memstrata._checks import checked_budget, checked_scope_id, checked_store
 from memstrata.embedders import Embedder, HashingEmbedder
 from memstrata.exceptions import InvalidInputError
 from memstrata.layers.mind.checks import check_int, check_number, parse_namespace
-from memstrata.layers.mind.committed import _Committed, opening_read
+from memstrata.layers.mind.committed import Kept, _Committed, opening_read
 from memstrata.layers.mind.entries import parse_duration
 from memstrata.layers.mind.handle import AgentMindHandle
 from memstrata.layers.mind.index import _IndexCache
@@ -258,9 +261,10 @@ class AgentMind:
         self.name = name
         self._embedder_spec = embedder
         self._embedder: Embedder | None = None
-        self._indexes: dict[Namespace, _IndexCache] = {}
-        # Each namespace's committed entries, brought up to date by each run (see load).
-        self._committed: dict[Namespace, _Committed] = {}
+        self._indexes: Kept[_IndexCache] = Kept()
+        # Each namespace's committed entries, brought up to date by each run (see load), for
+        # the MINDS_KEPT namespaces last run.
+        self._committed: Kept[_Committed] = Kept()
         # Goals' unit vectors by (embedder model, goal text): goals have no stored vector.
         self._goal_vectors: dict[tuple[str, str], npt.NDArray[np.float64]] = {}
         # Goals' words (folded, see recall.keywords) by goal text.

@@ -13,12 +13,14 @@ from __future__ import annotations
 import gc
 import itertools
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
 import msgspec
 import numpy as np
@@ -47,6 +49,47 @@ _versions = itertools.count(1)
 # Entries are built, and their vectors decoded, this many at a time as a full read streams in:
 # a block of the vector rows, so that each batch's matrix becomes a block as it is.
 LOAD_BATCH = BLOCK_ROWS
+# Namespaces whose committed entries (and vector index) the layer keeps between runs: a server
+# running one mind per user (``agent=f"support/{user}"``) must not hold every user's mind it
+# ever served. The least recently run goes first; its next run reads it whole again.
+MINDS_KEPT = 256
+
+V = TypeVar("V")
+
+
+class Kept(Generic[V]):
+    """Values by namespace, the ``limit`` most recently used; shared by the layer's runs on
+    any thread. A namespace dropped is read again from the store by its next run, so nothing
+    here is ever the only copy of anything."""
+
+    def __init__(self, limit: int = MINDS_KEPT) -> None:
+        self.limit = limit
+        self._held: OrderedDict[Namespace, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, namespace: Namespace) -> V | None:
+        with self._lock:
+            value = self._held.get(namespace)
+            if value is not None:
+                self._held.move_to_end(namespace)
+            return value
+
+    def __getitem__(self, namespace: Namespace) -> V:
+        value = self.get(namespace)
+        if value is None:
+            raise KeyError(namespace)
+        return value
+
+    def __setitem__(self, namespace: Namespace, value: V) -> None:
+        with self._lock:
+            self._held[namespace] = value
+            self._held.move_to_end(namespace)
+            while len(self._held) > self.limit:
+                self._held.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
 
 
 @dataclass(eq=False)

@@ -21,6 +21,10 @@ from memstrata._core import decode_vectors_b64
 
 _SHIFT = 13
 BLOCK_ROWS = 1 << _SHIFT  # 8,192 rows: 12 MB a block at dim 384
+# The rows a block is made with; it doubles as rows come, up to BLOCK_ROWS. A mind of a few
+# entries (one per user, the layer keeping hundreds) holds a few rows' room, not 12 MB each,
+# which the allocator then hands out again in pieces it cannot give back.
+FIRST_BLOCK_ROWS = 16
 
 
 class VectorRows:
@@ -48,11 +52,23 @@ class VectorRows:
         """Bytes of vector storage allocated."""
         return sum(b.nbytes for b in self._blocks)
 
-    def _next_row(self) -> int:
+    def _next_rows(self, count: int) -> int:
+        """Makes room for up to ``count`` rows in the block the next row goes to (as many as
+        fit there) and counts the first; returns its number."""
         row = self.size
-        if row >> _SHIFT == len(self._blocks):
-            self._blocks.append(np.empty((BLOCK_ROWS, self.dim), dtype=np.float32))
+        b, offset = row >> _SHIFT, row & (BLOCK_ROWS - 1)
+        if b == len(self._blocks):
+            self._blocks.append(np.empty((0, self.dim), dtype=np.float32))
             self._usable.append(np.zeros(BLOCK_ROWS, dtype=np.bool_))
+        block = self._blocks[b]
+        need = min(BLOCK_ROWS, offset + count)
+        if len(block) < need:
+            # Grown into a new array: a reader holding the old one still finds every row it
+            # could see there (rows are only appended, and a sealed row is never written again).
+            rows = max(FIRST_BLOCK_ROWS, 1 << (need - 1).bit_length())
+            grown = np.empty((min(BLOCK_ROWS, rows), self.dim), dtype=np.float32)
+            grown[:offset] = block[:offset]
+            self._blocks[b] = grown
         self.size += 1
         return row
 
@@ -84,7 +100,7 @@ class VectorRows:
             return list(range(first, self.size))
         first, done = self.size, 0
         while done < len(vectors):
-            row = self._next_row()  # opens the block the next rows go to
+            row = self._next_rows(len(vectors) - done)  # the block the next rows go to
             offset = row & (BLOCK_ROWS - 1)
             take = min(len(vectors) - done, BLOCK_ROWS - offset)
             self._blocks[row >> _SHIFT][offset : offset + take] = vectors[done : done + take]
@@ -112,9 +128,10 @@ class VectorRows:
         self._sealed = end
 
     def blocks(self) -> list[npt.NDArray[np.float32]]:
-        """The blocks holding the rows, ``BLOCK_ROWS`` rows each: row ``r`` is row
-        ``r % BLOCK_ROWS`` of block ``r // BLOCK_ROWS``. A sealed row is never written again,
-        so a reader may keep the blocks and read sealed rows in place."""
+        """The blocks holding the rows, ``BLOCK_ROWS`` rows each but the last, which may hold
+        fewer (room for the rows appended so far): row ``r`` is row ``r % BLOCK_ROWS`` of
+        block ``r // BLOCK_ROWS``. A sealed row is never written again, so a reader may keep
+        the blocks and read sealed rows in place."""
         return list(self._blocks)
 
     def usable(self, row: int) -> bool:
