@@ -1,6 +1,11 @@
 """Tool results through the stack: what automatic offloading adds to ``run.prepare``, and
 reading a result back from the store against reading the file.
 
+The paging case reads the first page (the default 4,000 tokens) of results of 4 KB, 27 KB and
+200 KB: the page is fit to its budget by one pass of the estimator over the text, against the
+same fit by bisection (what any other counter takes: one estimate per probed prefix) and against
+tiktoken cutting the text at its 4,000th token.
+
 The prepare case is the whole-turn conversation (``turn_scenario.conversation``: 200 messages,
 every large result already offloaded), so the offload pass finds nothing to do: it is the
 cost every turn pays. The peer is the same stack and gate without the ToolResults layer, so
@@ -14,11 +19,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import reference_tokens as ref
 from benchkit import compare, fmt_seconds, record, timed
 from postgres_cluster import throwaway_cluster
 from turn_scenario import WINDOW_TOKENS, conversation
 
-from memstrata import ContextGate, MemoryStack, ToolResults
+from memstrata import ContextGate, EstimatingCounter, MemoryStack, ToolResults
 from memstrata.stores import PostgresStore, SQLiteStore, Store
 
 RESULT = "\n".join(f"row {k}: region eu-{k % 5} latency {k * 7 % 300} ms" for k in range(4000))
@@ -84,4 +90,38 @@ def test_read_tool_result_store_vs_file(
     print(f"  with a new layer object each call: {fmt_seconds(cold.median)}")
     record(
         {"title": f"read_tool_result from {backend}, new layer", "ours": {"median": cold.median}}
+    )
+
+
+class _Bisecting(EstimatingCounter):
+    """The library's estimator under another type, so a page is fit by the generic bisection."""
+
+
+@pytest.mark.parametrize("size", [4_096, 27_000, 200_000])
+def test_read_tool_result_page_fit(benchmark: Any, size: int, tmp_path: pathlib.Path) -> None:
+    text = "\n".join(f"row {k}: region eu-{k % 5} latency {k * 7 % 300} ms" for k in range(6000))
+    text = text[:size]
+    ours = ToolResults(tool_calls_dir=tmp_path / "ours", threshold_tokens=100).for_thread("t")
+    generic = ToolResults(
+        tool_calls_dir=tmp_path / "generic", threshold_tokens=100, tokens=_Bisecting()
+    ).for_thread("t")
+    ours.offload("call_1", text)
+    generic.offload("call_1", text)
+    page = ours.read_tool_result("call_1")
+    assert page == generic.read_tool_result("call_1")
+    o200k = ref.tiktoken_encoding("o200k_base")
+    compare(
+        benchmark,
+        f"read_tool_result, first 4,000-token page ({len(page['content']):,} chars) of a "
+        f"{size:,}-char result: the page fit in one pass",
+        lambda: ours.read_tool_result("call_1"),
+        {
+            "the same page fit by bisection (an estimate per probed prefix)": lambda: (
+                generic.read_tool_result("call_1")
+            ),
+            "tiktoken: encode the text, decode its first 4,000 tokens": lambda: o200k.decode(
+                o200k.encode_ordinary(text)[:4_000]
+            ),
+        },
+        target=">= 2x the bisection from 27 KB on (a 4 KB result fits whole: both count it once)",
     )

@@ -698,6 +698,62 @@ def test_counters_satisfy_the_protocol() -> None:
     assert memstrata.count_tokens is count_tokens
 
 
+# --- the estimate's budgeted prefix ------------------------------------------------------------
+
+
+def _bisected_prefix(text: str, max_tokens: int, model: str) -> int:
+    """The prefix bisecting the estimates of ``text``'s prefixes finds, one estimate a probe."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_tokens(text[:mid], model=model) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# Pieces repeated past several of the estimate's 1,024-code-point chunks.
+PREFIX_PIECES = [
+    "The agent keeps goals, beliefs and reflections between turns. ",
+    '{"id": 17, "name": "item-17", "tags": ["a", "b"], "price": 21.25},\n',
+    "def fit(text):\n    return text[:k]  # code\n",
+    "東京は日本の首都です。人口は多い。",
+    "한국어 문장입니다. ",
+    "emoji 😀🚀 and astral \U0001d518\U0001d52b\U0001d526 \U00020000 text ",
+    "word   \n\n\t  ",
+    "naïve café — déjà vu, Ελληνικά, русский текст. ",
+    "a\ud800b ",  # a lone surrogate, read as a code point
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(PREFIX_PIECES), st.integers(1, 120)), max_size=4),
+    TEXTS,
+    st.floats(0, 1.2),
+    st.sampled_from(ENCODINGS),
+)
+def test_estimate_prefix_is_the_bisection_of_the_prefixes_estimates(
+    pieces: list[tuple[str, int]], extra: str, share: float, encoding: str
+) -> None:
+    text = "".join(piece * n for piece, n in pieces) + extra
+    max_tokens = int(estimate_tokens(text, model=encoding) * share)
+    cut = _core.estimate_prefix(text, max_tokens, model=encoding)
+    assert cut == _bisected_prefix(text, max_tokens, encoding)
+    # The prefix is never estimated over the budget; one code point more is.
+    assert estimate_tokens(text[:cut], model=encoding) <= max_tokens
+    if cut < len(text):
+        assert estimate_tokens(text[: cut + 1], model=encoding) > max_tokens
+
+
+def test_estimate_prefix_of_the_empty_text_and_budgets_of_nothing_or_everything() -> None:
+    assert _core.estimate_prefix("", 0) == 0
+    assert _core.estimate_prefix("", 10) == 0
+    assert _core.estimate_prefix("hello world", 0) == 0
+    assert _core.estimate_prefix("hello world", 10**30) == len("hello world")
+
+
 # --- bad input -------------------------------------------------------------------------------
 
 
@@ -710,6 +766,9 @@ def test_counters_satisfy_the_protocol() -> None:
         lambda: fits_within(["x"], 3),  # type: ignore[arg-type]
         lambda: fits_within("x", 1.5),  # type: ignore[arg-type]
         lambda: fits_within("x", True),
+        lambda: _core.estimate_prefix(b"bytes", 3),  # type: ignore[arg-type]
+        lambda: _core.estimate_prefix("x", 1.5),  # type: ignore[arg-type]
+        lambda: _core.estimate_prefix("x", False),
     ],
 )
 def test_non_str_text_and_non_int_limit(call: Any) -> None:
@@ -720,6 +779,8 @@ def test_non_str_text_and_non_int_limit(call: Any) -> None:
 def test_negative_limit() -> None:
     with pytest.raises(InvalidInputError, match=r"limit must be >= 0, got -1"):
         fits_within("x", -1)
+    with pytest.raises(InvalidInputError, match=r"max_tokens must be >= 0, got -2"):
+        _core.estimate_prefix("x", -2)
 
 
 def test_unknown_encoding_lists_the_valid_ones() -> None:

@@ -22,6 +22,7 @@ from memstrata import (
     prune_sliding_window,
 )
 from memstrata.exceptions import InvalidInputError
+from memstrata.layers.tool_result_digest import _fit_prefix
 from memstrata.layers.tool_results import (
     ToolResults,
     digest,
@@ -789,3 +790,91 @@ def test_a_long_running_layer_does_not_keep_every_large_result_alive(tmp_path: P
 def test_options_of_the_wrong_type_are_refused_by_name(options: dict, named: str) -> None:
     with pytest.raises(InvalidInputError, match=named):
         ToolResults(**options)
+
+
+class _SameEstimator(EstimatingCounter):
+    """The library's estimator under another type: the generic fit (a bisection with one
+    estimate per probed prefix) with the same counts, exact checks included."""
+
+    probes = 0
+
+    def count(self, text: str) -> int:
+        _SameEstimator.probes += 1
+        return super().count(text)
+
+
+def _fit_texts() -> list[str]:
+    rows = "\n".join(f"row {k}: region eu-{k % 5} latency {k * 7 % 300} ms" for k in range(900))
+    records = [
+        {"id": k, "name": f"item-{k}", "note": "naïve café 東京", "n": k * 1.5} for k in range(200)
+    ]
+    return [
+        rows,
+        json.dumps(records, indent=2, ensure_ascii=False),
+        "def fit(text: str) -> int:\n    return len(text)  # code\n\n" * 150,
+        "東京は日本の首都です。人口は多い。" * 400,
+        "한국어 문장입니다. " * 500,
+        "emoji 😀🚀 and astral \U0001d518\U0001d52b\U0001d526 \U00020000 text " * 250,
+        "word" + " " * 3000 + "\n\n\t" * 900 + "end",
+        "naïve café — déjà vu, Ελληνικά, русский текст. " * 200,
+        "x" * 5_000,
+        big_log(300),
+    ]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_fitting_a_prefix_with_the_estimator_gives_what_the_generic_bisection_gives(
+    encoding: str,
+) -> None:
+    """The one-pass fit of the library's estimator cuts every text where bisecting the
+    estimates of its prefixes (any other counter's path) cuts it, and fits exactly."""
+    ours, generic = EstimatingCounter(encoding), _SameEstimator(encoding)
+    for text in _fit_texts():
+        whole = count_tokens(text, encoding=encoding)
+        for max_tokens in (-1, 0, 1, 9, 100, 777, 2_000, whole - 1, whole):
+            for part in (text, text[:1_000], text[: max(max_tokens, 1) * 16 + 1]):
+                expected = _fit_prefix(part, max_tokens, generic)
+                assert _fit_prefix(part, max_tokens, ours) == expected, (max_tokens, part[:20])
+                assert count_tokens(part[:expected], encoding=encoding) <= max(max_tokens, 0)
+    # A lone surrogate (which no stored result holds) fits within its bytes on either path,
+    # and past them is refused on both.
+    assert _fit_prefix("a\ud800b", 5, ours) == _fit_prefix("a\ud800b", 5, generic) == 3
+    for counter in (ours, generic):
+        with pytest.raises(InvalidInputError, match="surrogate"):
+            _fit_prefix("a\ud800b" * 100, 5, counter)
+    # The generic path probes with the counter's own count.
+    _SameEstimator.probes = 0
+    _fit_prefix(_fit_texts()[0], 500, generic)
+    assert _SameEstimator.probes > 5
+
+
+def test_a_page_is_fit_in_one_pass_not_one_estimate_per_probed_prefix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Reading a page estimates no prefix on its own and counts exactly only about the page,
+    where bisecting with ``estimate_tokens`` takes ~16 estimates of prefixes of up to 32,000
+    characters for the first page of a 200 KB result, and counting the whole read, 64,000."""
+    import memstrata.tokens as tokens_module
+
+    estimated: list[int] = []
+    counted: list[int] = []
+    estimate, count = tokens_module.estimate_tokens, tokens_module.count_tokens
+
+    def counting_estimate(text: str, **kwargs: Any) -> int:
+        estimated.append(len(text))
+        return estimate(text, **kwargs)
+
+    def counting_count(text: str, **kwargs: Any) -> int:
+        counted.append(len(text))
+        return count(text, **kwargs)
+
+    text = big_log(4_000)  # ~200 KB
+    layer = ToolResults(tool_calls_dir=tmp_path)
+    layer.offload("call_big", text)
+    monkeypatch.setattr(tokens_module, "estimate_tokens", counting_estimate)
+    monkeypatch.setattr(tokens_module, "count_tokens", counting_count)
+    page = layer.read_tool_result("call_big")
+    assert len(text) > 190_000 and 5_000 < len(page["content"]) < 20_000
+    assert count(page["content"]) <= 4_000
+    assert estimated == []
+    assert sum(counted) <= 2 * len(page["content"]) + 2_000, counted

@@ -183,12 +183,13 @@ def prune_sliding_window(
             message to replace has no str ``tool_call_id`` (``.path`` names it).
     """
 
-# --- tokens (estimate_tokens, estimate_messages, count_tokens, fits_within) ---
+# --- tokens (estimate_tokens, estimate_messages, estimate_prefix, count_tokens, fits_within) ---
 
 def estimate_tokens(text: str, *, model: str | None = None) -> int: ...
 def estimate_messages(
     messages: Sequence[Mapping[str, Any]], *, model: str | None = None
 ) -> int: ...
+def estimate_prefix(text: str, max_tokens: int, *, model: str | None = None) -> int: ...
 def count_tokens(text: str, *, encoding: str = "o200k_base") -> int: ...
 def count_message_tokens(
     messages: Sequence[Mapping[str, Any]], *, encoding: str = "o200k_base"

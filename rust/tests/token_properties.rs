@@ -3,7 +3,9 @@
 //! them over in UCS-4) without panicking, and agree with their own documented invariants.
 
 use memstrata::tokens::count::prefix_exceeds;
-use memstrata::tokens::estimate::{estimate_units, features, features_of_units};
+use memstrata::tokens::estimate::{
+    estimate_prefix, estimate_prefix_units, estimate_units, features, features_of_units,
+};
 use memstrata::tokens::messages::REPLY_PRIMING;
 use memstrata::tokens::{
     count_messages, count_tokens, encoding_for_model, estimate_tokens, fits_within, ContentPart,
@@ -261,5 +263,63 @@ proptest! {
         let units: Vec<u32> = text.chars().map(u32::from).collect();
         prop_assert_eq!(features(&text, e), features_of_units(&units, e));
         prop_assert!(estimate_tokens(&text, e) >= 1);
+    }
+}
+
+/// The prefix (in code points) bisecting the estimates of the prefixes of `units` finds for
+/// `max`: the search `estimate_prefix_units` answers in one pass.
+fn bisected(units: &[u32], max: usize, e: Encoding) -> usize {
+    let (mut lo, mut hi) = (0, units.len());
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if estimate_units(&units[..mid], e) <= max {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+/// Code points of any kind (lone surrogates too), repeated past several chunks.
+fn long_ucs4() -> impl Strategy<Value = Vec<u32>> {
+    (ucs4(), 1usize..40).prop_map(|(units, n)| units.repeat(n))
+}
+
+fn prefix_config() -> ProptestConfig {
+    let mut config = ProptestConfig::with_cases(48);
+    if matches!(config.rng_seed, RngSeed::Random) {
+        config.rng_seed = RngSeed::Fixed(29);
+    }
+    config
+}
+
+proptest! {
+    #![proptest_config(prefix_config())]
+
+    #[test]
+    fn estimate_prefix_is_what_bisecting_the_estimates_of_the_prefixes_finds(
+        text in mixture(), share in 0.0f64..1.2, e in encoding()
+    ) {
+        let units: Vec<u32> = text.chars().map(u32::from).collect();
+        let max = (estimate_units(&units, e) as f64 * share) as usize;
+        let cut = estimate_prefix_units(&units, max, e);
+        prop_assert_eq!(cut, bisected(&units, max, e));
+        // The estimate of the prefix is at most the budget, and its next code point's over it.
+        prop_assert!(estimate_units(&units[..cut], e) <= max);
+        if cut < units.len() {
+            prop_assert!(estimate_units(&units[..cut + 1], e) > max);
+        }
+        let bytes = estimate_prefix(&text, max, e);
+        prop_assert!(text.is_char_boundary(bytes));
+        prop_assert_eq!(text[..bytes].chars().count(), cut);
+    }
+
+    #[test]
+    fn estimate_prefix_of_any_code_points(units in long_ucs4(), share in 0.0f64..1.2, e in encoding()) {
+        let max = (estimate_units(&units, e) as f64 * share) as usize;
+        let cut = estimate_prefix_units(&units, max, e);
+        prop_assert_eq!(cut, bisected(&units, max, e));
+        prop_assert!(estimate_units(&units[..cut], e) <= max);
     }
 }

@@ -9,8 +9,15 @@ from typing import Any
 
 import orjson
 
+from memstrata._core import estimate_prefix
 from memstrata.prompts import one_line
-from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, exact_count_over
+from memstrata.tokens import (
+    EstimatingCounter,
+    TokenCounter,
+    exact_count,
+    exact_count_over,
+    fits_within,
+)
 
 DEFAULT_SUMMARY_TOKENS = 300
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
@@ -126,17 +133,34 @@ def _describe(value: Any, *, keys: bool = False) -> str:
 
 
 def _fit_prefix(text: str, max_tokens: int, counter: TokenCounter) -> int:
-    """The length of a prefix of ``text`` within ``max_tokens`` counted exactly: the longest
-    by the counter's estimate (binary search), shortened until its exact count fits."""
-    if exact_count_over(counter, text, max_tokens, keep=False) is None:
-        return len(text)
-    lo, hi = 0, min(len(text), max(max_tokens, 1) * 16)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if counter.count(text[:mid]) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
+    """The length of a prefix of ``text`` within ``max_tokens`` counted exactly, and of at most
+    ``max_tokens * 16`` characters: the whole text if it fits, else the longest prefix by the
+    counter's estimate (a bisection of its prefixes' counts), shortened until its exact count
+    fits. With the library's own estimator the bisection is
+    :func:`~memstrata._core.estimate_prefix`, the same search in one pass over the text
+    (estimating each probed prefix on its own takes ~15 estimates of ~13 KB for a page of a
+    27 KB result), and the whole text is counted only as far as the budget reaches."""
+    if type(counter) is EstimatingCounter:
+        if max_tokens < 0:
+            return 0
+        # A BPE token covers at least a byte (as in exact_count_over); past that, the text is
+        # counted only as far as the budget reaches.
+        if (
+            len(text) <= max_tokens and len(text.encode("utf-8", "surrogatepass")) <= max_tokens
+        ) or fits_within(text, max_tokens, encoding=counter.encoding):
+            return len(text)
+        cap = max(max_tokens, 1) * 16
+        lo = estimate_prefix(text[:cap], max_tokens, model=counter.encoding)
+    else:
+        if exact_count_over(counter, text, max_tokens, keep=False) is None:
+            return len(text)
+        lo, hi = 0, min(len(text), max(max_tokens, 1) * 16)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if counter.count(text[:mid]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
     while lo > 0:
         tokens = exact_count(counter, text[:lo], keep=False)
         if tokens <= max_tokens:

@@ -167,6 +167,54 @@ fn estimate_tokens(
     Ok(estimate_units(py, &units, encoding))
 }
 
+/// The length in code points of the longest prefix of `text` whose `estimate_tokens` is at
+/// most `max_tokens` (see [`tokens::estimate::estimate_prefix_units`]), found in one pass.
+#[pyfunction]
+#[pyo3(signature = (text, max_tokens, *, model=None))]
+fn estimate_prefix(
+    py: Python<'_>,
+    text: &Bound<'_, PyAny>,
+    max_tokens: &Bound<'_, PyAny>,
+    model: Option<&str>,
+) -> PyResult<usize> {
+    let encoding = encoding_for_model(model);
+    let max_tokens = count_arg(py, "max_tokens", max_tokens)?;
+    // Both kinds of units index code points: an ASCII str's bytes are its code points.
+    Ok(match units(text, "text")? {
+        Units::Ascii(bytes) => {
+            let bytes = bytes.as_bytes();
+            detach_if_long(py, bytes.len(), || {
+                tokens::estimate::estimate_prefix_units(bytes, max_tokens, encoding)
+            })
+        }
+        Units::Ucs4(units) => detach_if_long(py, units.len() * 4, || {
+            tokens::estimate::estimate_prefix_units(units.as_slice(), max_tokens, encoding)
+        }),
+    })
+}
+
+/// A non-negative int argument named `what` (a bool is refused), saturated at `usize::MAX`.
+fn count_arg(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if value.is_instance_of::<pyo3::types::PyBool>()
+        || !value.is_instance_of::<pyo3::types::PyInt>()
+    {
+        return Err(new_error(
+            py,
+            "UnsupportedTypeError",
+            format!("{what} must be an int, got {}", type_name(value)),
+            &[],
+        ));
+    }
+    let value: i128 = value.extract()?;
+    if value < 0 {
+        return Err(CoreError::InvalidArgument(format!(
+            "{what} must be >= 0, got {value}"
+        )))
+        .into_py_result(py);
+    }
+    Ok(usize::try_from(value).unwrap_or(usize::MAX))
+}
+
 /// Exact token count of `text`.
 #[pyfunction]
 #[pyo3(signature = (text, *, encoding="o200k_base"))]
@@ -189,24 +237,7 @@ fn fits_within(
     let text = text
         .cast::<PyString>()
         .map_err(|_| unsupported(py, "text", None, text))?;
-    if limit.is_instance_of::<pyo3::types::PyBool>()
-        || !limit.is_instance_of::<pyo3::types::PyInt>()
-    {
-        return Err(new_error(
-            py,
-            "UnsupportedTypeError",
-            format!("limit must be an int, got {}", type_name(limit)),
-            &[],
-        ));
-    }
-    let limit: i128 = limit.extract()?;
-    if limit < 0 {
-        return Err(CoreError::InvalidArgument(format!(
-            "limit must be >= 0, got {limit}"
-        )))
-        .into_py_result(py);
-    }
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let limit = count_arg(py, "limit", limit)?;
     // Converting a 10 MB str to UTF-8 alone would cost more than counting a few thousand
     // tokens: read growing prefixes until one settles the answer, then the whole text.
     let chars = text.len()?;
@@ -479,6 +510,7 @@ fn count_message_tokens(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(count_message_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(fits_within, m)?)?;

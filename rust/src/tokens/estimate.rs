@@ -83,27 +83,11 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
     if units.is_empty() {
         return 0;
     }
-    let (coefficients, tables) = model(encoding);
+    let chunks = chunks(units);
     // `masks` is the buffer of the blocks' word masks, reused from chunk to chunk.
     let chunk = |&(start, end, chars): &(usize, usize, usize), masks: &mut Vec<WordMasks>| {
-        let units = &units[start..end];
-        masks.clear();
-        let f = extract_units_recording(units, &tables, Some(&mut *masks));
-        let masks = &masks[..];
-        let value: f64 = f
-            .iter()
-            .zip(coefficients.iter())
-            .map(|(&x, &c)| x as f64 * c)
-            .sum();
-        if model_is_unreliable(&f, value, chars)
-            || samples_distrust(units, masks, &f, value, chars, encoding)
-        {
-            count_units(units, encoding) as f64
-        } else {
-            value
-        }
+        chunk_value(&units[start..end], chars, encoding, masks)
     };
-    let chunks = chunks(units);
     let values: Vec<f64> = if units.len() >= PARALLEL_MIN_UNITS && rayon::current_num_threads() > 1
     {
         use rayon::prelude::*;
@@ -122,10 +106,135 @@ pub fn estimate_units<U: Unit + Sync>(units: &[U], encoding: Encoding) -> usize 
         let mut masks = Vec::with_capacity(MASKS_CAPACITY);
         chunks.iter().map(|c| chunk(c, &mut masks)).collect()
     };
-    // Added in order, whichever thread computed them, so the rounding is always the same.
-    let total: f64 = values.iter().sum();
+    rounded(&values)
+}
+
+/// The estimate of a text from the values of its chunks, in order: added in that order,
+/// whichever thread computed them, so the rounding is always the same.
+fn rounded<'a>(values: impl IntoIterator<Item = &'a f64>) -> usize {
+    let total: f64 = values.into_iter().sum();
     // `as` saturates: a negative or NaN sum becomes 0 before the max.
     (total.round() as usize).max(1)
+}
+
+/// The value the estimate gives one chunk (`units`, `chars` code points): the linear model's,
+/// or the chunk's exact count where the model cannot bound it. Never negative: the model's
+/// value is taken only where it is at least an eighth of the code points (see
+/// [`model_is_unreliable`]), which [`estimate_prefix_units`] relies on. `masks` is a buffer for
+/// the blocks' word masks, cleared here.
+fn chunk_value<U: Unit>(
+    units: &[U],
+    chars: usize,
+    encoding: Encoding,
+    masks: &mut Vec<WordMasks>,
+) -> f64 {
+    let (coefficients, tables) = model(encoding);
+    masks.clear();
+    let f = extract_units_recording(units, &tables, Some(&mut *masks));
+    let masks = &masks[..];
+    let value: f64 = f
+        .iter()
+        .zip(coefficients.iter())
+        .map(|(&x, &c)| x as f64 * c)
+        .sum();
+    if model_is_unreliable(&f, value, chars)
+        || samples_distrust(units, masks, &f, value, chars, encoding)
+    {
+        count_units(units, encoding) as f64
+    } else {
+        value
+    }
+}
+
+/// The length in bytes of a prefix of `text` whose [`estimate_tokens`] is at most
+/// `max_tokens` (see [`estimate_prefix_units`]).
+pub fn estimate_prefix(text: &str, max_tokens: usize, encoding: Encoding) -> usize {
+    estimate_prefix_units(text.as_bytes(), max_tokens, encoding)
+}
+
+/// The length in units (a code point boundary) of the prefix of `units` that bisecting the
+/// [`estimate_units`] of its prefixes by code points finds for `max_tokens`: the longest one
+/// whose estimate is at most `max_tokens` where the estimates grow with the prefix; where they
+/// wobble (a word growing by a letter can be estimated a token lower), one whose estimate is at
+/// most `max_tokens` and whose next code point's is over it.
+///
+/// One pass: a prefix's estimate is the values of its whole chunks and of the chunk it ends
+/// with (see [`chunks`]), so each whole chunk is valued once, in order, and each probe values
+/// only its last chunk. Every probe is answered with the estimate [`estimate_units`] gives that
+/// prefix, added in the same order, or, once the whole chunks before its last one add up to
+/// more than `max_tokens`, without valuing more: no chunk's value is negative (see
+/// [`chunk_value`]), so the prefix's estimate is over it too.
+pub fn estimate_prefix_units<U: Unit>(units: &[U], max_tokens: usize, encoding: Encoding) -> usize {
+    let mut masks = Vec::with_capacity(MASKS_CAPACITY);
+    prefix_within(units, max_tokens, |part, chars| {
+        chunk_value(part, chars, encoding, &mut masks)
+    })
+}
+
+/// [`estimate_prefix_units`] with `value` giving the value of a chunk (its units, its code
+/// points): the tests count the work through it.
+fn prefix_within<U: Unit>(
+    units: &[U],
+    max_tokens: usize,
+    mut value: impl FnMut(&[U], usize) -> f64,
+) -> usize {
+    let cuts = cuts(units);
+    let n = cuts[cuts.len() - 1].1;
+    // The unit a code point starts at (the end for `n`), walked from the cut before it.
+    let unit_at = |c: usize| {
+        if size_of::<U>() != 1 || c == n {
+            return if c == n { units.len() } else { c };
+        }
+        let (mut i, mut chars) = cuts[c / CHUNK_CHARS];
+        while chars < c {
+            i += 1;
+            if units[i].value() & 0xC0 != 0x80 {
+                chars += 1;
+            }
+        }
+        i
+    };
+    // The whole chunks valued so far, in order, and how many of them first added up to more
+    // than `max_tokens`, when they did.
+    let mut values: Vec<f64> = Vec::new();
+    let mut over_after: Option<usize> = None;
+    // Whether the prefix of `c` code points is estimated at most `max_tokens`.
+    let mut fits = |c: usize| {
+        if c == 0 {
+            return true;
+        }
+        // The chunks `estimate_units` cuts the prefix into: `last` whole ones, then the rest.
+        let whole = (c - 1) / CHUNK_CHARS;
+        let last = if whole >= 1 && c - whole * CHUNK_CHARS < CHUNK_CHARS / 2 {
+            whole - 1
+        } else {
+            whole
+        };
+        while values.len() < last && over_after.is_none() {
+            let m = values.len();
+            let chunk = value(&units[cuts[m].0..cuts[m + 1].0], CHUNK_CHARS);
+            debug_assert!(chunk >= 0.0, "a chunk valued {chunk}");
+            values.push(chunk);
+            if rounded(&values) > max_tokens {
+                over_after = Some(values.len());
+            }
+        }
+        if over_after.is_some_and(|m| m <= last) {
+            return false;
+        }
+        let rest = value(&units[cuts[last].0..unit_at(c)], c - last * CHUNK_CHARS);
+        rounded(values[..last].iter().chain([&rest])) <= max_tokens
+    };
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    unit_at(lo)
 }
 
 /// Whether samples of a chunk (`units`, its blocks' `masks`, `chars` code points) with
@@ -440,7 +549,19 @@ fn glued_words(f: &Features, value: f64) -> bool {
 /// `(start, end, code points)` of the chunks of `units`: [`CHUNK_CHARS`] code points each,
 /// the last one joining the one before it when it holds fewer than half as many.
 fn chunks<U: Unit>(units: &[U]) -> Vec<(usize, usize, usize)> {
-    // (unit index, code points before it) of every cut, the text's end included.
+    let mut cuts = cuts(units);
+    let last = cuts.len() - 1;
+    if last >= 2 && cuts[last].1 - cuts[last - 1].1 < CHUNK_CHARS / 2 {
+        cuts.remove(last - 1);
+    }
+    cuts.windows(2)
+        .map(|w| (w[0].0, w[1].0, w[1].1 - w[0].1))
+        .collect()
+}
+
+/// `(unit index, code points before it)` of the start of `units`, of every [`CHUNK_CHARS`]th
+/// code point after it, and of the end.
+fn cuts<U: Unit>(units: &[U]) -> Vec<(usize, usize)> {
     let mut cuts = vec![(0usize, 0usize)];
     if size_of::<U>() == 1 {
         // UTF-8: every byte but the continuation bytes starts a code point. Whole blocks are
@@ -474,13 +595,7 @@ fn chunks<U: Unit>(units: &[U]) -> Vec<(usize, usize, usize)> {
         );
         cuts.push((units.len(), units.len()));
     }
-    let last = cuts.len() - 1;
-    if last >= 2 && cuts[last].1 - cuts[last - 1].1 < CHUNK_CHARS / 2 {
-        cuts.remove(last - 1);
-    }
-    cuts.windows(2)
-        .map(|w| (w[0].0, w[1].0, w[1].1 - w[0].1))
-        .collect()
+    cuts
 }
 
 /// Texts shorter than this are counted exactly: a few words are too few for the model to
@@ -742,6 +857,140 @@ mod tests {
                     2 * estimate >= exact && estimate <= 2 * exact,
                     "{e:?} {estimate} {exact}"
                 );
+            }
+        }
+    }
+
+    /// Texts of every kind the estimate judges differently, long enough for many chunks.
+    fn prefix_texts() -> Vec<String> {
+        let json: String = (0..400)
+            .map(|k| format!("  {{\"id\": {k}, \"name\": \"item-{k}\", \"tags\": [\"a\"]}},\n"))
+            .collect();
+        vec![
+            "Memory layers let an agent keep goals, beliefs and reflections between turns. "
+                .repeat(120),
+            json,
+            "fn main() {\n    let x = vec![1, 2, 3];\n    println!(\"{x:?}\");\n}\n".repeat(150),
+            "東京は日本の首都です。人口は多い。".repeat(300),
+            "한국어 문장입니다. ".repeat(400),
+            "emoji 😀🚀 and astral 𝔘𝔫𝔦 text ".repeat(200),
+            format!(
+                "{}{}{}",
+                "word ".repeat(300),
+                " ".repeat(3000),
+                "\n\n\t".repeat(900)
+            ),
+            "naïve café — déjà vu, Ελληνικά, русский текст. ".repeat(150),
+            "x".repeat(1536),
+            "ab".repeat(300),
+        ]
+    }
+
+    /// Whether `cut` ends a prefix of `text` the estimate fits in `max` tokens, and the prefix
+    /// one code point longer (when there is one) does not fit.
+    fn is_boundary(text: &str, cut: usize, max: usize, e: Encoding) -> bool {
+        let next = text[cut..].chars().next().map(|c| cut + c.len_utf8());
+        estimate_tokens(&text[..cut], e) <= max
+            && next.is_none_or(|next| estimate_tokens(&text[..next], e) > max)
+    }
+
+    #[test]
+    fn estimate_prefix_ends_where_the_estimate_of_the_prefixes_passes_the_budget() {
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for text in prefix_texts() {
+                let total = estimate_tokens(&text, e);
+                for max in [0, 1, 7, 60, 61, 250, 999, total - 1, total, total + 5] {
+                    let cut = estimate_prefix(&text, max, e);
+                    assert!(text.is_char_boundary(cut));
+                    assert!(
+                        is_boundary(&text, cut, max, e),
+                        "{e:?} {max} {cut} {:?}",
+                        &text[..9]
+                    );
+                    let units: Vec<u32> = text.chars().map(u32::from).collect();
+                    let chars = estimate_prefix_units(&units, max, e);
+                    assert_eq!(chars, text[..cut].chars().count());
+                }
+            }
+        }
+    }
+
+    /// The longest prefix whose estimate fits, by bisecting the prefixes' estimates.
+    fn bisected(text: &str, max: usize, e: Encoding) -> usize {
+        let ends: Vec<usize> = text
+            .char_indices()
+            .map(|(i, _)| i)
+            .skip(1)
+            .chain([text.len()])
+            .collect();
+        let (mut lo, mut hi) = (0, ends.len());
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if estimate_tokens(&text[..ends[mid - 1]], e) <= max {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        if lo == 0 {
+            0
+        } else {
+            ends[lo - 1]
+        }
+    }
+
+    #[test]
+    fn estimate_prefix_agrees_with_bisecting_the_estimates_of_the_prefixes() {
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for text in prefix_texts() {
+                for max in [5, 100, 400, 1234] {
+                    assert_eq!(
+                        estimate_prefix(&text, max, e),
+                        bisected(&text, max, e),
+                        "{e:?} {max} {:?}",
+                        &text[..9]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn estimate_prefix_values_each_whole_chunk_once_and_one_last_chunk_per_probe() {
+        // A page of 4,000 tokens out of the 64,000 code points a read fetches for it: bisecting
+        // with an estimate of each probed prefix takes ~16, of up to half the text each.
+        let text = "row 17: region eu-2 latency 119 ms, status ok\n".repeat(1_400);
+        let units = text.as_bytes();
+        let e = Encoding::O200kBase;
+        let mut masks = Vec::new();
+        let (mut calls, mut valued) = (0usize, 0usize);
+        let cut = prefix_within(units, 4_000, |part: &[u8], chars| {
+            calls += 1;
+            valued += part.len();
+            chunk_value(part, chars, e, &mut masks)
+        });
+        assert_eq!(cut, bisected(&text, 4_000, e));
+        assert!(cut > 4 * CHUNK_CHARS && cut < units.len() / 2, "{cut}");
+        // The whole chunks up to the one the budget runs out in, each once, and a last chunk
+        // per probe, of at most a chunk and a half.
+        let probes = (usize::BITS - units.len().leading_zeros()) as usize;
+        assert!(calls <= cut / CHUNK_CHARS + 2 + probes, "{calls} chunks");
+        assert!(
+            valued <= cut + 2 * CHUNK_CHARS + probes * CHUNK_CHARS * 3 / 2,
+            "{valued}"
+        );
+    }
+
+    #[test]
+    fn chunk_values_are_never_negative() {
+        // estimate_prefix_units bounds a prefix's estimate from below by its whole chunks'.
+        let mut masks = Vec::new();
+        for e in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for text in prefix_texts() {
+                for (start, end, chars) in chunks(text.as_bytes()) {
+                    let v = chunk_value(&text.as_bytes()[start..end], chars, e, &mut masks);
+                    assert!(v >= 0.0, "{v}");
+                }
             }
         }
     }
