@@ -58,6 +58,7 @@ from memstrata.stores import PostgresStore, Store, erase
 AGENTS = ("X", "Y")
 MAX_GOALS = 3
 MAX_PINS = 3
+MAX_ENTRIES = 16  # goals, beliefs and reflections per mind, so the limit is met too
 MAX_VALUE_BYTES = 2_000
 TOPICS = ("the staging database", "the billing service", "the nightly backup job",
           "the search cluster")  # fmt: skip
@@ -87,6 +88,7 @@ class Belief:
     id: str
     content: str
     confidence: str
+    error: bool = False  # written by a failed run
 
 
 @dataclass
@@ -94,6 +96,7 @@ class Mind:
     goals: dict[str, Goal] = field(default_factory=dict)
     beliefs: dict[int, Belief] = field(default_factory=dict)  # by topic: one per topic
     reflections: dict[str, tuple[str, bool]] = field(default_factory=dict)  # id -> content, pin
+    failed: set[str] = field(default_factory=set)  # reflections written by a failed run
 
 
 @dataclass
@@ -108,7 +111,7 @@ class Draft:
 
 @dataclass
 class OpenRun:
-    user: str
+    user: str | None
     thread: str
     agent: str
     run: Any
@@ -127,8 +130,9 @@ def copy_mind(mind: Mind) -> Mind:
             i: Goal(g.description, g.priority, g.status, list(g.progress))
             for i, g in mind.goals.items()
         },
-        {t: Belief(b.id, b.content, b.confidence) for t, b in mind.beliefs.items()},
+        {t: Belief(b.id, b.content, b.confidence, b.error) for t, b in mind.beliefs.items()},
         dict(mind.reflections),
+        set(mind.failed),
     )
 
 
@@ -169,6 +173,7 @@ def build_machine(
             self.last_version: dict[tuple[tuple[str, ...], str], int] = {}
             self.minds: dict[str, Mind] = {a: Mind() for a in AGENTS}
             self.open_runs: list[OpenRun] = []
+            self.serial = 0  # makes every goal's description its own
 
         def _open_store(self) -> None:
             """Two servers on the one store, each with its own connection and layers."""
@@ -187,7 +192,9 @@ def build_machine(
                 scope=shared_scope,
                 max_value_bytes=MAX_VALUE_BYTES,
             )
-            mind = AgentMind(max_goals=MAX_GOALS, max_pinned_reflections=MAX_PINS)
+            mind = AgentMind(
+                max_goals=MAX_GOALS, max_pinned_reflections=MAX_PINS, max_entries=MAX_ENTRIES
+            )
             return Server(store, MemoryStack([shared, mind], store=store), shared)
 
         def run_at(self, pick: int) -> OpenRun:
@@ -200,21 +207,23 @@ def build_machine(
                 server.store.close()
             self.tmp.cleanup()
 
-        def shared_ns(self, user: str, thread: str) -> tuple[str, ...]:
-            if shared_scope == "thread":
-                return ("workflows", "user-thread", user, thread)
-            return ("workflow", "w1")
+        def shared_ns(self, user: str | None, thread: str) -> tuple[str, ...]:
+            if shared_scope == "workflow":
+                return ("workflow", "w1")
+            if user is None:  # a conversation whose runs name no user
+                return ("workflows", "thread", thread)
+            return ("workflows", "user-thread", user, thread)
 
         # Runs ---------------------------------------------------------------------------------
 
         @precondition(lambda self: len(self.open_runs) < MAX_OPEN)
         @rule(
-            user=st.sampled_from(USERS),
+            user=st.sampled_from([*USERS, None]),
             thread=st.sampled_from(THREADS),
             agent=st.sampled_from(AGENTS),
             server=SERVER,
         )
-        def open_run(self, user: str, thread: str, agent: str, server: int = 0) -> None:
+        def open_run(self, user: str | None, thread: str, agent: str, server: int = 0) -> None:
             run = (
                 self.servers[server]
                 .stack.run(thread_id=thread, resource_id=user, agent=agent)
@@ -231,24 +240,27 @@ def build_machine(
             self.open_runs.remove(entry)
             self.flush(entry)
 
-        def flush(self, entry: OpenRun) -> None:
-            """The draft committed, as docs/agent-mind.md says a clean close does."""
+        def flush(self, entry: OpenRun, *, error: bool = False) -> None:
+            """The draft committed, as docs/agent-mind.md says a clean close does; or a failed
+            run's: goal changes and unpins dropped, beliefs and reflections kept, flagged."""
             mind, draft = self.minds[entry.agent], entry.draft
-            for goal_id, patch in draft.patches.items():
-                goal = mind.goals.get(goal_id) or entry.view.goals[goal_id]
-                mind.goals[goal_id] = goal
-                if patch.description is not None:
-                    goal.description = patch.description
-                if patch.priority is not None:
-                    goal.priority = patch.priority
-                goal.progress = [*goal.progress, *patch.progress]
-            active = {i for i, g in mind.goals.items() if g.status == "active"}
-            room = MAX_GOALS - len(active)
-            for goal_id, goal in list(draft.goals.items())[: max(0, room)]:
-                mind.goals[goal_id] = goal
-            for rid in draft.unpins:
-                content, _pinned = mind.reflections.get(rid) or entry.view.reflections[rid]
-                mind.reflections[rid] = (content, False)
+            entry.draft = Draft()
+            if not error:
+                for goal_id, patch in draft.patches.items():
+                    goal = mind.goals.get(goal_id) or entry.view.goals[goal_id]
+                    mind.goals[goal_id] = goal
+                    if patch.description is not None:
+                        goal.description = patch.description
+                    if patch.priority is not None:
+                        goal.priority = patch.priority
+                    goal.progress = [*goal.progress, *patch.progress]
+                active = {i for i, g in mind.goals.items() if g.status == "active"}
+                room = MAX_GOALS - len(active)
+                for goal_id, goal in list(draft.goals.items())[: max(0, room)]:
+                    mind.goals[goal_id] = goal
+                for rid in draft.unpins:
+                    content, _pinned = mind.reflections.get(rid) or entry.view.reflections[rid]
+                    mind.reflections[rid] = (content, False)
             pinned = {i for i, (_c, p) in mind.reflections.items() if p}
             room = MAX_PINS - len(pinned)
             for rid, (content, pin) in draft.reflections.items():
@@ -256,15 +268,33 @@ def build_machine(
                     pin = room > 0
                     room -= 1
                 mind.reflections[rid] = (content, pin)
+                if error:
+                    mind.failed.add(rid)
             for topic, belief in draft.beliefs.items():
                 now = mind.beliefs.get(topic)
                 if now is None:
-                    mind.beliefs[topic] = belief
+                    mind.beliefs[topic] = Belief(
+                        belief.id, belief.content, belief.confidence, error
+                    )
                 else:  # restated, or folded into one another run committed meanwhile
+                    assert not error  # fail_run makes a failed run's beliefs new ones only
                     mind.beliefs[topic] = Belief(
                         now.id, belief.content, stronger(now.confidence, belief.confidence)
                     )
-            entry.draft = Draft()
+
+        @precondition(has_runs)
+        @rule(pick=PICK)
+        def fail_run(self, pick: int) -> None:
+            """The run ends with an exception (the model call failed). A failed run that
+            restated a stored belief records its restatement beside it under an id of its own;
+            the model leaves that case to a clean close, closing such a run cleanly instead."""
+            entry = self.run_at(pick)
+            mind = self.minds[entry.agent]
+            if entry.draft.stored_before or any(t in mind.beliefs for t in entry.draft.beliefs):
+                return self.close_run(pick)
+            entry.run.close(RuntimeError("the model call failed"))
+            self.open_runs.remove(entry)
+            self.flush(entry, error=True)
 
         @rule()
         def reopen_store(self) -> None:
@@ -277,16 +307,24 @@ def build_machine(
             self._open_store()
 
         @rule(
-            user=st.sampled_from(USERS),
+            user=st.sampled_from([*USERS, None]),
             thread=st.one_of(st.none(), st.sampled_from(THREADS)),
             server=SERVER,
         )
-        def forget(self, user: str, thread: str | None, server: int) -> None:
+        def forget(self, user: str | None, thread: str | None, server: int) -> None:
+            if user is None and thread is None:
+                return
             erased = self.servers[server].stack.forget(resource_id=user, thread_id=thread)
             gone = 0
             if shared_scope == "thread":
                 for ns in list(self.entries):
-                    if ns[2] == user and thread in (None, ns[3]):
+                    # With a user, their conversations (or that one); without, only the
+                    # conversation whose runs named no user (docs/privacy.md).
+                    if (
+                        user is not None
+                        and ns[1:3] == ("user-thread", user)
+                        and (thread in (None, ns[3]))
+                    ) or (user is None and ns[1:] == ("thread", thread)):
                         gone += len(self.entries.pop(ns))
             # The mind is the agent's, not the user's: forget leaves it (docs/privacy.md).
             assert erased == {"shared-memory": gone}, erased
@@ -398,23 +436,42 @@ def build_machine(
                 entry.seen[key] = entries[key].version if key in entries else 0
 
         @precondition(has_runs)
-        @rule(pick=PICK)
-        def memory_list(self, pick: int) -> None:
+        @rule(
+            pick=PICK,
+            kind=st.sampled_from([None, "shared", "step_result", ["shared", "input"]]),
+            prefix=st.sampled_from([None, "shared:k", "step:", "shared:k1"]),
+            sources=st.sampled_from([None, ["executor"], ["memory_write", "x"]]),
+        )
+        def memory_list(
+            self, pick: int, kind: Any, prefix: str | None, sources: list[str] | None
+        ) -> None:
             entry = self.run_at(pick)
-            result = self.call(entry, "memory_list", {})
-            entries = self.entries.get(self.shared_ns(entry.user, entry.thread), {})
-            assert [e["key"] for e in result["entries"]] == list(entries), result
+            arguments = {
+                k: v
+                for k, v in {"kind": kind, "key_prefix": prefix, "sources": sources}.items()
+                if v is not None
+            }
+            result = self.call(entry, "memory_list", arguments)
+            kinds = [kind] if isinstance(kind, str) else kind
+            entries = [
+                key
+                for key, e in self.entries.get(self.shared_ns(entry.user, entry.thread), {}).items()
+                if (kinds is None or e.kind in kinds)
+                and (prefix is None or key.startswith(prefix))
+                and (sources is None or e.source in sources)
+            ]
+            assert [e["key"] for e in result["entries"]] == entries, (result, entries)
             assert result["total"] == len(entries)
 
         @rule(
-            user=st.sampled_from(USERS),
+            user=st.sampled_from([*USERS, None]),
             thread=st.sampled_from(THREADS),
             step=st.sampled_from(["s1", "s2"]),
             value=json_values,
             server=SERVER,
         )
         def executor_writes(
-            self, user: str, thread: str, step: str, value: Any, server: int
+            self, user: str | None, thread: str, step: str, value: Any, server: int
         ) -> None:
             """A workflow's executor writes a step's result, as docs/shared-memory.md shows."""
             shared = self.servers[server].shared
@@ -446,16 +503,28 @@ def build_machine(
         @rule(pick=PICK, n=st.integers(0, 5), priority=st.sampled_from(["low", "normal", "high"]))
         def set_goal(self, pick: int, n: int, priority: str) -> None:
             entry = self.run_at(pick)
-            description = f"{marker(entry.agent)} goal {n}"
+            self.serial += 1
+            description = f"{marker(entry.agent)} goal {n} ref{self.serial}"
             result = self.call(
                 entry, "mind_set_goal", {"description": description, "priority": priority}
             )
             active = sum(1 for g in entry.view.goals.values() if g.status == "active")
+            if self.full(entry):
+                assert result["error"]["code"] == "limit_exceeded", result
+                return
             if active + len(entry.draft.goals) >= MAX_GOALS:
                 assert result["error"]["code"] == "cap_reached", result
                 return
             assert result["status"] == "ok", result
             entry.draft.goals[result["id"]] = Goal(description, priority)
+
+        def full(self, entry: OpenRun) -> bool:
+            """Whether the mind, as the run counts it, holds max_entries: what it loaded and
+            what its draft adds."""
+            view, draft = entry.view, entry.draft
+            loaded = len(view.goals) + len(view.beliefs) + len(view.reflections)
+            created = sum(1 for t in draft.beliefs if t not in draft.stored_before)
+            return loaded + created + len(draft.goals) + len(draft.reflections) >= MAX_ENTRIES
 
         def goal_ids(self, entry: OpenRun) -> list[str]:
             return sorted(
@@ -468,14 +537,20 @@ def build_machine(
             which=st.integers(0, 20),
             note=st.sampled_from([None, "step done"]),
             priority=st.sampled_from([None, "high"]),
+            rename=st.booleans(),
         )
         def update_goal(
-            self, pick: int, which: int, note: str | None, priority: str | None
+            self, pick: int, which: int, note: str | None, priority: str | None, rename: bool
         ) -> None:
             entry = self.run_at(pick)
             ids = self.goal_ids(entry)
             goal_id = ids[which % len(ids)]
             arguments: dict[str, Any] = {"id": goal_id}
+            description = None
+            if rename:
+                self.serial += 1
+                description = f"{marker(entry.agent)} goal renamed ref{self.serial}"
+                arguments["description"] = description
             if note is not None:
                 arguments["progress"] = note
             if priority is not None:
@@ -492,6 +567,8 @@ def build_machine(
             else:
                 goal = entry.draft.patches.setdefault(goal_id, Goal(None, None, "active"))  # type: ignore[arg-type]
             assert result == {"status": "ok"}, result
+            if description is not None:
+                goal.description = description
             if priority is not None:
                 goal.priority = priority
             if note is not None:
@@ -549,7 +626,6 @@ def build_machine(
             result = self.call(
                 entry, "mind_believe", {"content": content, "confidence": confidence}
             )
-            assert result["status"] == "ok", result
             draft = entry.draft
             if topic in draft.beliefs:
                 old = draft.beliefs[topic]
@@ -560,6 +636,9 @@ def build_machine(
                 assert (result["action"], result["id"]) == ("updated_store", old.id), result
                 draft.beliefs[topic] = Belief(old.id, content, stronger(old.confidence, confidence))
                 draft.stored_before.add(topic)
+            elif self.full(entry):
+                assert result["error"]["code"] == "limit_exceeded", result
+                return
             else:
                 assert result["action"] == "created", result
                 draft.beliefs[topic] = Belief(result["id"], content, confidence)
@@ -574,6 +653,9 @@ def build_machine(
                 1 for r, p in entry.view.reflections.items() if p and r not in entry.draft.unpins
             )
             pinned += sum(1 for _c, p in entry.draft.reflections.values() if p)
+            if self.full(entry):
+                assert result["error"]["code"] == "limit_exceeded", result
+                return
             if pin and pinned >= MAX_PINS:
                 assert result["error"]["code"] == "cap_reached", result
                 return
@@ -616,6 +698,20 @@ def build_machine(
             for hit in result["result"]:
                 assert hit["id"] in committed, (hit, committed)
 
+        @precondition(has_runs)
+        @rule(pick=PICK, which=st.integers(0, 20))
+        def recall_goal(self, pick: int, which: int) -> None:
+            """A goal's own words find it (docs/agent-mind.md: the model can always complete a
+            goal it sees)."""
+            entry = self.run_at(pick)
+            active = sorted(i for i, g in entry.view.goals.items() if g.status == "active")
+            if not active:
+                return
+            goal_id = active[which % len(active)]
+            query = entry.view.goals[goal_id].description
+            result = self.call(entry, "mind_recall", {"query": query, "type": "goal"})
+            assert goal_id in [hit["id"] for hit in result["result"]], (goal_id, result)
+
         # Invariants -----------------------------------------------------------------------------
 
         def _records(self) -> list[tuple[Any, ...]]:
@@ -626,7 +722,7 @@ def build_machine(
 
         def _isolated(self, entry: OpenRun, text: str) -> None:
             if shared_scope == "thread":
-                for user in USERS:
+                for user in [*USERS, None]:
                     if user != entry.user:
                         assert marker(user) not in text, (entry, text[:400])
             for agent in AGENTS:
@@ -668,9 +764,17 @@ def build_machine(
                             value["progress"],
                         )
                     elif kind == "belief":
-                        beliefs.append(Belief(id_, value["content"], value["confidence"]))
+                        beliefs.append(
+                            Belief(
+                                id_,
+                                value["content"],
+                                value["confidence"],
+                                value.get("error", False),
+                            )
+                        )
                     elif kind == "reflection":
                         reflections[id_] = (value["content"], value["pinned"])
+                        assert value.get("error", False) == (id_ in mind.failed), (agent, value)
                     else:
                         raise AssertionError(f"unexpected mind record {item.key}")
                 assert goals == mind.goals, (agent, goals, mind.goals)
@@ -681,7 +785,15 @@ def build_machine(
         @invariant()
         def prompts_are_isolated(self) -> None:
             for entry in self.open_runs:
-                self._isolated(entry, json.dumps(entry.run.prepare([]), ensure_ascii=False))
+                prompt = json.dumps(entry.run.prepare([]), ensure_ascii=False)
+                self._isolated(entry, prompt)
+                # Goals and standing rules are always shown (docs/agent-mind.md): nothing the
+                # run loaded is missing from its header.
+                view = entry.view
+                shown = [g.description for g in view.goals.values() if g.status == "active"]
+                shown += [c for c, pinned in view.reflections.values() if pinned]
+                for text in shown:
+                    assert json.dumps(text, ensure_ascii=False)[1:-1] in prompt, (text, prompt)
 
     SharedMindMachine.TestCase.settings = SETTINGS
     return SharedMindMachine

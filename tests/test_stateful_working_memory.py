@@ -347,6 +347,55 @@ def build_machine(layout: Layout, postgres_url: str | None = None) -> type[RuleB
             assert code is None and result == {"ok": True, "version": result["version"]}, result
             self.wrote(entry, layer, new)
 
+        @precondition(has_runs)
+        @rule(
+            pick=PICK,
+            patch=patches,
+            content=short_text,
+            also_call=st.booleans(),
+            tagged=st.booleans(),
+        )
+        def legacy_observe(
+            self, pick: int, patch: dict[str, Any], content: str, also_call: bool, tagged: bool
+        ) -> None:
+            """A model response carrying noetic's legacy ``updateWorkingMemory`` call, passed
+            to ``run.observe``, and maybe run through ``call_tool`` too: applied once
+            (docs/working-memory.md, legacy calls)."""
+            entry = self.run_at(pick)
+            layer = "working-memory"
+            ns = self.namespace(layer, entry.user, entry.thread)
+            base = self.current(ns, layer)
+            arguments: dict[str, Any]
+            if layer == json_layer:
+                arguments = {**patch, "name": marker(entry.user)} if tagged else patch
+                new = deep_merge(base, arguments)
+            else:
+                arguments = {"content": f"{marker(entry.user)} {content}" if tagged else content}
+                text = arguments["content"]
+                new = text if not base.strip() else f"{base.rstrip()}\n\n{text}"
+            call = {"name": "updateWorkingMemory", "arguments": json.dumps(arguments)}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_1", "type": "function", "function": call}],
+            }
+            before = self._stored_records()
+            diagnostics = entry.run.observe(message)
+            refused = (layer == json_layer and schema_problems(new)) or (
+                json_size(new) > MAX_STATE_BYTES
+            )
+            if diagnostics:
+                assert refused or json_size(new) > SURELY_FITS, (diagnostics, new)
+                assert self._stored_records() == before
+                return
+            assert not refused, (new, diagnostics)
+            self.wrote(entry, layer, new)
+            if also_call:
+                before = self._stored_records()
+                result = self.call(entry, "updateWorkingMemory", arguments)
+                assert result == {"ok": True, "version": entry.run.layer(layer).version}, result
+                assert self._stored_records() == before, "the call observe applied came again"
+
         def json_write(self, entry: OpenRun, given: Any, mode: str, how: int) -> tuple[str, Any]:
             """The call that writes ``given`` into the JSON state, in one of the ways its
             flavour takes (``how`` picks one)."""
