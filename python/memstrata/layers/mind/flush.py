@@ -20,9 +20,10 @@ import numpy.typing as npt
 
 from memstrata._core import VectorSet
 from memstrata.embedders import embed_texts
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, StorageRaceError
 from memstrata.layers.mind.conflicts import facts_disagree
 from memstrata.layers.mind.entries import (
+    ConfidenceLevel,
     MindBelief,
     MindGoal,
     MindReflection,
@@ -75,7 +76,7 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         if not stored_before:
             created.append((belief, vector, belief.id in downgrades))
         updates[entry_key(belief)] = _belief_writer(
-            belief, vector, model, stored_before, belief.id in downgrades
+            belief, vector, model, stored_before, belief.id in downgrades, draft.said.get(belief.id)
         )
     for reflection, vector in draft.reflections.values():
         reflection.error = error
@@ -95,11 +96,14 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         return 0
     folds: dict[str, str] = {}
     kept_apart: list[tuple[str, str | None]] = []
+    # Entries this run updates that were deleted since it loaded them: their updates are
+    # dropped, so a deletion (an erased memory) is never undone by a copy the run held.
+    deleted: set[str] = set()
 
     def plan(changed: list[Item]) -> dict[str, Updater]:
         folds.clear()
         kept_apart.clear()
-        planned = dict(updates)
+        planned = {key: write for key, write in updates.items() if key not in deleted}
         if restated:
             kept_apart.extend(_restated(handle, draft, restated, changed, planned))
         _set_aside_malformed(changed, planned)
@@ -121,13 +125,24 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
             folds[belief.id] = target.id
         return planned
 
-    try:
-        written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
-    except Exception:
-        # The transaction rolled back, nothing written: the draft stays for the next flush.
-        # (An interruption may come once the write is done: the draft it wrote is not kept.)
+    # Each retry follows a deletion met inside the transaction (rolled back, nothing written)
+    # and plans without what it deleted: at most one per updated entry, and one per fold.
+    for _ in range(len(updates) + len(created) + 1):
+        try:
+            written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
+            break
+        except _EntryDeleted as exc:
+            if exc.key is not None:
+                deleted.add(exc.key)
+                logger.info("%s was deleted since this run loaded it: its update dropped", exc.key)
+        except Exception:
+            # The transaction rolled back, nothing written: the draft stays for the next flush.
+            # (An interruption may come once the write is done: the draft it wrote is not kept.)
+            handle.draft = draft
+            raise
+    else:
         handle.draft = draft
-        raise
+        raise StorageRaceError(f"mind {'/'.join(handle.namespace)} kept changing during a flush")
     for created_id, target_id in folds.items():
         logger.info("belief %s duplicated %s, committed meanwhile: folded", created_id, target_id)
     for stored_id, aside_id in kept_apart:
@@ -181,7 +196,12 @@ def _restated(
         stored = now_stored.get(belief.id, handle._beliefs.get(belief.id))
         if stored is not None and stored.error:
             planned[entry_key(belief)] = _belief_writer(
-                belief, vector, model, True, belief.id in draft.downgrades
+                belief,
+                vector,
+                model,
+                True,
+                belief.id in draft.downgrades,
+                draft.said.get(belief.id),
             )
             continue
         if room <= 0:
@@ -345,6 +365,16 @@ def _duplicates_committed_since_load(
 # Store writers (run inside the flush transaction) ----------------------------------------------
 
 
+class _EntryDeleted(Exception):
+    """An entry a writer updates is no longer stored: deleted since the run loaded it (its
+    ``key``), or the target of a fold deleted since the plan (None). Raised inside the flush
+    transaction, which rolls back; the flush plans again without it."""
+
+    def __init__(self, key: str | None) -> None:
+        super().__init__(key)
+        self.key = key
+
+
 def _constant(value: Any) -> Callable[[Any], Any]:
     return lambda _current: value
 
@@ -369,8 +399,21 @@ def _belief_writer(
     model: str,
     stored_before: bool,
     allow_downgrade: bool,
+    said: tuple[ConfidenceLevel, list[str]] | None = None,
 ) -> Callable[[Any], Any]:
     def write(current: Any) -> Any:
+        if stored_before and current is None:
+            # Deleted since the run loaded it: kept as what this run said, with nothing of
+            # the deleted belief (its content, history, tags or confidence).
+            confidence, tags = said if said is not None else (belief.confidence, belief.tags)
+            fresh = msgspec.structs.replace(
+                belief,
+                confidence=confidence,
+                tags=list(tags),
+                previous=[],
+                created_at=belief.updated_at,
+            )
+            return stored_payload(fresh, vector, model)
         if stored_before and isinstance(current, dict):
             try:
                 now_stored = MindBelief.from_payload(current)
@@ -402,6 +445,8 @@ def _fold_writer(
     target, if it makes one, applied first."""
 
     def write(current: Any) -> Any:
+        if current is None:
+            raise _EntryDeleted(None)  # planned again: the belief is written as it is
         value = before(current) if before is not None else current
         base = target
         if isinstance(value, dict):
@@ -426,8 +471,10 @@ def _fold_writer(
 
 def _goal_writer(goal: MindGoal, patch: _GoalPatch, now: int) -> Callable[[Any], Any]:
     def write(current: Any) -> Any:
+        if current is None:
+            raise _EntryDeleted(entry_key(goal))
         try:
-            base = MindGoal.from_payload(current) if current is not None else copy_goal(goal)
+            base = MindGoal.from_payload(current)
         except InvalidInputError:
             base = copy_goal(goal)
         return patch.apply(base, now).to_payload()
@@ -437,6 +484,8 @@ def _goal_writer(goal: MindGoal, patch: _GoalPatch, now: int) -> Callable[[Any],
 
 def _unpin_writer(reflection: MindReflection, now: int) -> Callable[[Any], Any]:
     def write(current: Any) -> Any:
+        if current is None:
+            raise _EntryDeleted(entry_key(reflection))
         if isinstance(current, dict):
             return {**current, "pinned": False, "updatedAt": now}
         return {**reflection.to_payload(), "pinned": False, "updatedAt": now}
