@@ -2577,3 +2577,24 @@ def test_the_other_entries_of_a_flush_are_written_when_one_was_deleted(store: St
     goal = stored_entries(store, "goal")[0]
     assert goal["progress"] == ["step one"]
     assert [r["content"] for r in stored_entries(store, "reflection")] == ["A new lesson."]
+
+
+def test_a_restated_deleted_belief_folds_into_the_same_belief_stored_again_since(
+    store: Store,
+) -> None:
+    stack, ids = _seeded(store)
+    holding = stack.run(agent=AGENT).open()
+    store.delete(NS, f"belief/{ids['belief']}")
+    with stack.run(agent=AGENT) as other:  # learns it again, as a new belief
+        again = ok(other.call_tool("mind_believe", {"content": "Priya lives at 12 Elm St"}))
+    assert again["action"] == "created"
+    restated = ok(holding.call_tool("mind_believe", {"content": "Priya lives at 12 Elm St."}))
+    assert restated["action"] == "updated_store"  # the copy it loaded
+    handle = holding.layer("agent-mind")
+    holding.close()
+    (belief,) = stored_entries(store, "belief")  # one belief, not two
+    assert (belief["id"], belief["content"]) == (again["id"], "Priya lives at 12 Elm St.")
+    assert belief.get("previous") == [
+        {"content": "Priya lives at 12 Elm St", "updatedAt": belief["previous"][0]["updatedAt"]}
+    ]
+    assert handle.folded == {ids["belief"]: again["id"]}

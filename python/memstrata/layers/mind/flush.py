@@ -23,7 +23,6 @@ from memstrata.embedders import embed_texts
 from memstrata.exceptions import InvalidInputError, StorageRaceError
 from memstrata.layers.mind.conflicts import facts_disagree
 from memstrata.layers.mind.entries import (
-    ConfidenceLevel,
     MindBelief,
     MindGoal,
     MindReflection,
@@ -68,6 +67,7 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
     # Stored beliefs this failed run restated, each with the id its restatement is recorded
     # under if the stored one is good (decided in the flush transaction, see _restated).
     restated: list[tuple[MindBelief, npt.NDArray[np.float32], str]] = []
+    restatements: dict[str, tuple[MindBelief, npt.NDArray[np.float32], bool]] = {}
     for belief, vector, stored_before in draft.beliefs.values():
         belief.error = error  # a clean restatement clears a crashed run's flag
         if stored_before and error:
@@ -75,8 +75,20 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
             continue
         if not stored_before:
             created.append((belief, vector, belief.id in downgrades))
+        else:
+            # Written instead if the stored belief was deleted since the run loaded it: what
+            # this run said, as a belief of its own, with nothing of the deleted one.
+            confidence, tags = draft.said.get(belief.id, (belief.confidence, belief.tags))
+            fresh = msgspec.structs.replace(
+                belief,
+                confidence=confidence,
+                tags=list(tags),
+                previous=[],
+                created_at=belief.updated_at,
+            )
+            restatements[entry_key(belief)] = (fresh, vector, belief.id in downgrades)
         updates[entry_key(belief)] = _belief_writer(
-            belief, vector, model, stored_before, belief.id in downgrades, draft.said.get(belief.id)
+            belief, vector, model, stored_before, belief.id in downgrades
         )
     for reflection, vector in draft.reflections.values():
         reflection.error = error
@@ -104,16 +116,19 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         folds.clear()
         kept_apart.clear()
         planned = {key: write for key, write in updates.items() if key not in deleted}
+        # A restatement of a deleted belief is new: written, or folded into an equal belief
+        # committed since, as the beliefs this run created are.
+        new = [*created, *(restatements[key] for key in deleted if key in restatements)]
+        for belief, vector, allow_downgrade in new[len(created) :]:
+            planned[entry_key(belief)] = _belief_writer(
+                belief, vector, model, False, allow_downgrade
+            )
         if restated:
-            kept_apart.extend(_restated(handle, draft, restated, changed, planned))
+            kept_apart.extend(_restated(handle, draft, restated, changed, planned, deleted))
         _set_aside_malformed(changed, planned)
         _hold_caps(handle, draft, changed, planned, error=error)
-        targets = (
-            _duplicates_committed_since_load(handle, created, changed, error=error)
-            if created
-            else {}
-        )
-        for belief, vector, allow_downgrade in created:
+        targets = _duplicates_committed_since_load(handle, new, changed, error=error) if new else {}
+        for belief, vector, allow_downgrade in new:
             target = targets.get(belief.id)
             if target is None:
                 continue
@@ -127,14 +142,14 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
 
     # Each retry follows a deletion met inside the transaction (rolled back, nothing written)
     # and plans without what it deleted: at most one per updated entry, and one per fold.
-    for _ in range(len(updates) + len(created) + 1):
+    for _ in range(len(updates) + len(created) + len(restated) + 1):
         try:
             written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
             break
         except _EntryDeleted as exc:
             if exc.key is not None:
                 deleted.add(exc.key)
-                logger.info("%s was deleted since this run loaded it: its update dropped", exc.key)
+                logger.info("%s was deleted since this run loaded it", exc.key)
         except Exception:
             # The transaction rolled back, nothing written: the draft stays for the next flush.
             # (An interruption may come once the write is done: the draft it wrote is not kept.)
@@ -169,6 +184,7 @@ def _restated(
     restated: list[tuple[MindBelief, npt.NDArray[np.float32], str]],
     changed: list[Item],
     planned: dict[str, Updater],
+    deleted: set[str],
 ) -> list[tuple[str, str | None]]:
     """Plans the writes of stored beliefs a failed run restated. A good stored belief (not
     itself from a failed run) is never replaced by a failed run's word: the restatement is
@@ -194,14 +210,11 @@ def _restated(
     apart: list[tuple[str, str | None]] = []
     for belief, vector, aside_id in restated:
         stored = now_stored.get(belief.id, handle._beliefs.get(belief.id))
+        if entry_key(belief) in deleted:
+            stored = None  # deleted since the load: the restatement is recorded apart
         if stored is not None and stored.error:
             planned[entry_key(belief)] = _belief_writer(
-                belief,
-                vector,
-                model,
-                True,
-                belief.id in draft.downgrades,
-                draft.said.get(belief.id),
+                belief, vector, model, True, belief.id in draft.downgrades
             )
             continue
         if room <= 0:
@@ -399,21 +412,10 @@ def _belief_writer(
     model: str,
     stored_before: bool,
     allow_downgrade: bool,
-    said: tuple[ConfidenceLevel, list[str]] | None = None,
 ) -> Callable[[Any], Any]:
     def write(current: Any) -> Any:
         if stored_before and current is None:
-            # Deleted since the run loaded it: kept as what this run said, with nothing of
-            # the deleted belief (its content, history, tags or confidence).
-            confidence, tags = said if said is not None else (belief.confidence, belief.tags)
-            fresh = msgspec.structs.replace(
-                belief,
-                confidence=confidence,
-                tags=list(tags),
-                previous=[],
-                created_at=belief.updated_at,
-            )
-            return stored_payload(fresh, vector, model)
+            raise _EntryDeleted(entry_key(belief))  # planned again as a new belief
         if stored_before and isinstance(current, dict):
             try:
                 now_stored = MindBelief.from_payload(current)
