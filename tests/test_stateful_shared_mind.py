@@ -105,6 +105,7 @@ class Draft:
     patches: dict[str, Goal] = field(default_factory=dict)  # description/priority None: unset
     beliefs: dict[int, Belief] = field(default_factory=dict)
     stored_before: set[int] = field(default_factory=set)  # topics restating a loaded belief
+    said: dict[int, str] = field(default_factory=dict)  # the confidence this run gave each
     reflections: dict[str, tuple[str, bool]] = field(default_factory=dict)
     unpins: set[str] = field(default_factory=set)
 
@@ -245,23 +246,33 @@ def build_machine(
             run's: goal changes and unpins dropped, beliefs and reflections kept, flagged."""
             mind, draft = self.minds[entry.agent], entry.draft
             entry.draft = Draft()
+            view = entry.view
             if not error:
                 for goal_id, patch in draft.patches.items():
-                    goal = mind.goals.get(goal_id) or entry.view.goals[goal_id]
-                    mind.goals[goal_id] = goal
+                    goal = mind.goals.get(goal_id)
+                    if goal is None:
+                        continue  # erased since the run loaded it: the update is dropped
                     if patch.description is not None:
                         goal.description = patch.description
                     if patch.priority is not None:
                         goal.priority = patch.priority
                     goal.progress = [*goal.progress, *patch.progress]
+                # The caps count what the run loaded, also what was erased since (the flush
+                # reads what others wrote since, not what they deleted).
                 active = {i for i, g in mind.goals.items() if g.status == "active"}
+                active |= {i for i, g in view.goals.items() if g.status == "active"} - set(
+                    mind.goals
+                )
                 room = MAX_GOALS - len(active)
                 for goal_id, goal in list(draft.goals.items())[: max(0, room)]:
                     mind.goals[goal_id] = goal
                 for rid in draft.unpins:
-                    content, _pinned = mind.reflections.get(rid) or entry.view.reflections[rid]
-                    mind.reflections[rid] = (content, False)
+                    if rid in mind.reflections:  # else erased: the unpin is dropped
+                        mind.reflections[rid] = (mind.reflections[rid][0], False)
             pinned = {i for i, (_c, p) in mind.reflections.items() if p}
+            pinned |= {i for i, (_c, p) in view.reflections.items() if p} - set(mind.reflections)
+            if not error:
+                pinned -= draft.unpins
             room = MAX_PINS - len(pinned)
             for rid, (content, pin) in draft.reflections.items():
                 if pin:
@@ -270,16 +281,19 @@ def build_machine(
                 mind.reflections[rid] = (content, pin)
                 if error:
                     mind.failed.add(rid)
+            ids = {b.id: t for t, b in mind.beliefs.items()}
             for topic, belief in draft.beliefs.items():
                 now = mind.beliefs.get(topic)
+                confidence = belief.confidence
+                if topic in draft.stored_before and belief.id not in ids:
+                    # Erased since the run loaded it: what this run said, as a new belief.
+                    confidence = draft.said[topic]
                 if now is None:
-                    mind.beliefs[topic] = Belief(
-                        belief.id, belief.content, belief.confidence, error
-                    )
+                    mind.beliefs[topic] = Belief(belief.id, belief.content, confidence, error)
                 else:  # restated, or folded into one another run committed meanwhile
                     assert not error  # fail_run makes a failed run's beliefs new ones only
                     mind.beliefs[topic] = Belief(
-                        now.id, belief.content, stronger(now.confidence, belief.confidence)
+                        now.id, belief.content, stronger(now.confidence, confidence)
                     )
 
         @precondition(has_runs)
@@ -331,9 +345,8 @@ def build_machine(
 
         @rule(agent=st.sampled_from(AGENTS), server=SERVER)
         def erase_mind(self, agent: str, server: int) -> None:
-            """The agent's whole mind erased, as docs/privacy.md says, once its runs ended."""
-            if any(e.agent == agent for e in self.open_runs):
-                return
+            """The agent's whole mind erased, as docs/privacy.md says, maybe while runs that
+            loaded it are open: they never write an erased entry back."""
             erase(self.servers[server].store, ("mind", agent))
             self.minds[agent] = Mind()
 
@@ -589,8 +602,13 @@ def build_machine(
                 assert result["error"]["code"] == "not_found", result
                 assert self._records() == before
                 return
+            elif entry.view.goals[goal_id].status == "active" and goal_id not in mind.goals:
+                # Erased since the run loaded it: not stored again (docs/privacy.md).
+                assert result["error"]["code"] == "not_found", result
+                assert self._records() == before
+                return
             elif entry.view.goals[goal_id].status != "active" or (
-                goal_id in mind.goals and mind.goals[goal_id].status != "active"
+                mind.goals[goal_id].status != "active"
             ):
                 # Completed by this run, or by another since this one loaded (the completion
                 # reads the stored goal in its transaction).
@@ -630,10 +648,12 @@ def build_machine(
             if topic in draft.beliefs:
                 old = draft.beliefs[topic]
                 assert (result["action"], result["id"]) == ("updated_draft", old.id), result
+                draft.said[topic] = stronger(draft.said.get(topic, confidence), confidence)
                 draft.beliefs[topic] = Belief(old.id, content, stronger(old.confidence, confidence))
             elif topic in entry.view.beliefs:
                 old = entry.view.beliefs[topic]
                 assert (result["action"], result["id"]) == ("updated_store", old.id), result
+                draft.said[topic] = stronger(draft.said.get(topic, confidence), confidence)
                 draft.beliefs[topic] = Belief(old.id, content, stronger(old.confidence, confidence))
                 draft.stored_before.add(topic)
             elif self.full(entry):
@@ -789,9 +809,15 @@ def build_machine(
                 self._isolated(entry, prompt)
                 # Goals and standing rules are always shown (docs/agent-mind.md): nothing the
                 # run loaded is missing from its header.
-                view = entry.view
-                shown = [g.description for g in view.goals.values() if g.status == "active"]
-                shown += [c for c, pinned in view.reflections.values() if pinned]
+                view, mind = entry.view, self.minds[entry.agent]
+                shown = [
+                    g.description
+                    for i, g in view.goals.items()
+                    if g.status == "active" and i in mind.goals
+                ]
+                shown += [
+                    c for i, (c, p) in view.reflections.items() if p and i in mind.reflections
+                ]
                 for text in shown:
                     assert json.dumps(text, ensure_ascii=False)[1:-1] in prompt, (text, prompt)
 
