@@ -350,6 +350,28 @@ def build_machine(
             erase(self.servers[server].store, ("mind", agent))
             self.minds[agent] = Mind()
 
+        @precondition(has_runs)
+        @rule(
+            pick=PICK,
+            which=st.integers(0, 20),
+            then=st.sampled_from(["unpin", "progress", "complete", "restate"]),
+        )
+        def erase_under_a_run(self, pick: int, which: int, then: str) -> None:
+            """The mind of an open run's agent erased, then the run touches what it loaded
+            (the erasure alone rarely meets such a run at random)."""
+            entry = self.run_at(pick)
+            erase(self.store, ("mind", entry.agent))
+            self.minds[entry.agent] = Mind()
+            if then == "unpin":
+                self.unpin(pick, which)
+            elif then == "progress":
+                self.update_goal(pick, which, "step done", None, False)
+            elif then == "complete":
+                self.complete_goal(pick, which)
+            else:
+                topics = sorted(entry.view.beliefs) or [0]
+                self.believe(pick, topics[which % len(topics)], which % 2, "low")
+
         # Shared memory ------------------------------------------------------------------------
 
         def call(self, entry: OpenRun, name: str, arguments: Any) -> dict[str, Any]:

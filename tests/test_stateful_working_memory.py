@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import pathlib
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,11 @@ class OpenRun:
     run: Any
     # Per layer: the state the run holds, and the generation of the stored record it read.
     held: dict[str, tuple[Any, int]] = field(default_factory=dict)
+    # Legacy calls each path applied and the other has not seen yet, by their arguments: a
+    # call seen by both paths is applied once (docs/working-memory.md, legacy calls).
+    legacy: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"observe": Counter(), "call_tool": Counter()}
+    )
 
     def __repr__(self) -> str:  # hypothesis prints the steps with it
         return f"run({self.user}/{self.thread})"
@@ -319,33 +325,34 @@ def build_machine(layout: Layout, postgres_url: str | None = None) -> type[RuleB
 
         def outcome(
             self, entry: OpenRun, layer: str, name: str, arguments: Any, new: Any, *, whole: bool
-        ) -> None:
+        ) -> bool:
             """Makes the call and checks it against what the model predicts: ``new`` is the
             state the write leaves if accepted (None: the call is malformed)."""
             result = self.call(entry, name, arguments)
             code = result["error"]["code"] if "error" in result else None
             if new is None:
                 assert code in ("invalid_arguments", "schema_violation"), result
-                return
+                return False
             if layer == json_layer and schema_problems(new):
                 assert code == "schema_violation", (result, new)
-                return
+                return False
             size = json_size(new)
             if size > MAX_STATE_BYTES:
                 assert code in ("limit_exceeded", "budget_exceeded"), (result, size)
-                return
+                return False
             if size > SURELY_FITS:
                 assert code in (None, "budget_exceeded", "conflict"), result
                 if code == "budget_exceeded":
-                    return
+                    return False
             if whole and self.stale(entry, layer):
                 # A replace or clear from a run that never saw the stored state is refused,
                 # and the run takes the stored state (docs/working-memory.md, races).
                 assert code == "conflict", result
                 self.took_stored(entry, layer)
-                return
+                return False
             assert code is None and result == {"ok": True, "version": result["version"]}, result
             self.wrote(entry, layer, new)
+            return True
 
         @precondition(has_runs)
         @rule(
@@ -381,20 +388,46 @@ def build_machine(layout: Layout, postgres_url: str | None = None) -> type[RuleB
             }
             before = self._stored_records()
             diagnostics = entry.run.observe(message)
-            refused = (layer == json_layer and schema_problems(new)) or (
-                json_size(new) > MAX_STATE_BYTES
-            )
-            if diagnostics:
-                assert refused or json_size(new) > SURELY_FITS, (diagnostics, new)
-                assert self._stored_records() == before
-                return
-            assert not refused, (new, diagnostics)
-            self.wrote(entry, layer, new)
+            key = json.dumps(arguments, sort_keys=True)
+            if entry.legacy["call_tool"][key]:
+                # The call the run already made through call_tool, seen again: not applied.
+                entry.legacy["call_tool"][key] -= 1
+                assert diagnostics == [], diagnostics
+                assert self._stored_records() == before, "a call applied twice"
+            else:
+                refused = (layer == json_layer and schema_problems(new)) or (
+                    json_size(new) > MAX_STATE_BYTES
+                )
+                if diagnostics:
+                    assert refused or json_size(new) > SURELY_FITS, (diagnostics, new)
+                    assert self._stored_records() == before
+                    return
+                assert not refused, (new, diagnostics)
+                self.wrote(entry, layer, new)
+                entry.legacy["observe"][key] += 1
             if also_call:
+                self.legacy_call(entry, arguments, arguments)
+
+        def legacy_call(self, entry: OpenRun, arguments: dict[str, Any], sent: Any) -> None:
+            """``updateWorkingMemory`` through call_tool (``sent``: ``arguments`` as sent,
+            maybe as JSON text): applied, unless observe applied the same call already."""
+            layer = "working-memory"
+            key = json.dumps(arguments, sort_keys=True)
+            if entry.legacy["observe"][key]:
+                entry.legacy["observe"][key] -= 1
                 before = self._stored_records()
-                result = self.call(entry, "updateWorkingMemory", arguments)
+                result = self.call(entry, "updateWorkingMemory", sent)
                 assert result == {"ok": True, "version": entry.run.layer(layer).version}, result
                 assert self._stored_records() == before, "the call observe applied came again"
+                return
+            base = self.current(self.namespace(layer, entry.user, entry.thread), layer)
+            if layer == json_layer:
+                new = deep_merge(base, arguments)
+            else:
+                text = arguments["content"]
+                new = text if not base.strip() else f"{base.rstrip()}\n\n{text}"
+            if self.outcome(entry, layer, "updateWorkingMemory", sent, new, whole=False):
+                entry.legacy["call_tool"][key] += 1
 
         def json_write(self, entry: OpenRun, given: Any, mode: str, how: int) -> tuple[str, Any]:
             """The call that writes ``given`` into the JSON state, in one of the ways its
@@ -418,7 +451,10 @@ def build_machine(layout: Layout, postgres_url: str | None = None) -> type[RuleB
             # writer got there first, theirs (docs: "no update is lost").
             new = deep_merge(self.current(ns, json_layer), patch, arrays=arrays)
             name, arguments = self.json_write(entry, patch, "append", how)
-            self.outcome(entry, json_layer, name, arguments, new, whole=False)
+            if name == "updateWorkingMemory":
+                self.legacy_call(entry, patch, arguments)
+            else:
+                self.outcome(entry, json_layer, name, arguments, new, whole=False)
 
         @precondition(has_runs)
         @rule(pick=PICK, state=patches, tagged=st.booleans(), how=st.integers(0, 5))
