@@ -874,5 +874,5 @@ def test_the_machine_on_postgres(postgres_url: str) -> None:
     trips)."""
     run_state_machine_as_test(
         build_machine("thread", postgres_url),
-        settings=settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 3)),
+        settings=settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 6)),
     )

@@ -633,5 +633,5 @@ def test_the_machine_on_postgres(postgres_url: str) -> None:
     """A machine on PostgreSQL (fewer examples: each step is several round trips)."""
     run_state_machine_as_test(
         build_machine(LAYOUTS["md-noetic-thread+json-voltagent-user"], postgres_url),
-        settings=settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 3)),
+        settings=settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 6)),
     )
