@@ -53,6 +53,7 @@ from stateful_common import (
 from store_checks import empty_postgres_tables
 
 from memstrata import AgentMind, MemoryStack, SharedMemory, SQLiteStore
+from memstrata.exceptions import LimitExceededError
 from memstrata.stores import PostgresStore, Store, erase
 
 AGENTS = ("X", "Y")
@@ -60,6 +61,7 @@ MAX_GOALS = 3
 MAX_PINS = 3
 MAX_ENTRIES = 16  # goals, beliefs and reflections per mind, so the limit is met too
 MAX_VALUE_BYTES = 2_000
+MAX_SHARED_ENTRIES = 4  # of the five keys the machine writes, so the limit is met too
 TOPICS = ("the staging database", "the billing service", "the nightly backup job",
           "the search cluster")  # fmt: skip
 CONFIDENCE = ("low", "medium", "high")
@@ -192,6 +194,7 @@ def build_machine(
                 namespace=namespace,
                 scope=shared_scope,
                 max_value_bytes=MAX_VALUE_BYTES,
+                max_entries=MAX_SHARED_ENTRIES,
             )
             mind = AgentMind(
                 max_goals=MAX_GOALS, max_pinned_reflections=MAX_PINS, max_entries=MAX_ENTRIES
@@ -424,6 +427,9 @@ def build_machine(
             if len(json.dumps(stored, separators=(",", ":"), ensure_ascii=False)) > MAX_VALUE_BYTES:
                 assert result["error"]["code"] == "limit_exceeded", result
                 return
+            if old is None and len(entries) >= MAX_SHARED_ENTRIES:
+                assert result["error"]["code"] == "limit_exceeded", result
+                return
             if expected is not None and (old.version if old else 0) != expected:
                 assert result["error"]["code"] == "conflict", (result, expected, old)
                 return
@@ -514,10 +520,14 @@ def build_machine(
                 shared.for_thread(thread, resource_id=user) if shared_scope == "thread" else shared
             )
             value = {"owner": marker(user), "v": value}
-            memory.set(key=f"step:{step}", kind="step_result", value=value, source="executor")
             ns = self.shared_ns(user, thread)
             key = f"step:{step}"
             entries = self.entries.setdefault(ns, {})
+            if key not in entries and len(entries) >= MAX_SHARED_ENTRIES:
+                with pytest.raises(LimitExceededError, match="max_entries"):
+                    memory.set(key=key, kind="step_result", value=value, source="executor")
+                return
+            memory.set(key=key, kind="step_result", value=value, source="executor")
             version = self.last_version.get((ns, key), 0) + 1
             self.last_version[(ns, key)] = version
             stored = strip_unsafe_keys(value)
