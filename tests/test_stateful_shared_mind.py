@@ -702,7 +702,9 @@ def build_machine(
             content = f"{marker(entry.agent)} lesson {n}"
             result = self.call(entry, "mind_reflect", {"content": content, "pin": pin})
             pinned = sum(
-                1 for r, p in entry.view.reflections.items() if p and r not in entry.draft.unpins
+                1
+                for r, (_c, p) in entry.view.reflections.items()
+                if p and r not in entry.draft.unpins
             )
             pinned += sum(1 for _c, p in entry.draft.reflections.values() if p)
             if self.full(entry):
