@@ -2,7 +2,7 @@
 
 The default run is short and derandomized, so ``make test`` gives the same answer every run.
 ``STATEFUL_EXAMPLES`` (and ``STATEFUL_STEPS``) set a long run, which also draws new examples
-each time; ``STATEFUL_SEED`` makes such a run repeatable.
+each time (``make stateful``); a failure prints the steps and how to replay them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ SETTINGS = settings(
     max_examples=EXAMPLES,
     stateful_step_count=STEPS,
     deadline=None,
-    # A short run is the same run every time; a long one hunts (a failure prints its seed).
+    # A short run is the same run every time; a long one hunts for new sequences.
     derandomize=not LONG,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -2503,7 +2503,7 @@ def test_a_flush_over_a_malformed_entry_with_a_long_id_copies_it_aside_under_a_d
 # model-based test (tests/test_stateful_shared_mind.py).
 
 
-def _seeded(store: Store) -> tuple[MemoryStack, dict[str, str]]:
+def _mind_with_a_goal_a_rule_and_a_belief(store: Store) -> tuple[MemoryStack, dict[str, str]]:
     stack = make_stack(store)
     with stack.run(agent=AGENT) as run:
         ids = {
@@ -2527,7 +2527,7 @@ def _seeded(store: Store) -> tuple[MemoryStack, dict[str, str]]:
 def test_an_update_of_an_entry_deleted_since_the_run_loaded_it_does_not_bring_it_back(
     store: Store, tool: str, arguments: Any
 ) -> None:
-    stack, ids = _seeded(store)
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
     run = stack.run(agent=AGENT).open()
     erase(store, NS)  # the user asked: the agent's memory of her is erased
     assert run.call_tool(tool, arguments(ids)) == {"status": "ok"}  # the run cannot know yet
@@ -2536,7 +2536,7 @@ def test_an_update_of_an_entry_deleted_since_the_run_loaded_it_does_not_bring_it
 
 
 def test_completing_a_goal_deleted_since_the_run_loaded_it_is_not_found(store: Store) -> None:
-    stack, ids = _seeded(store)
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
     run = stack.run(agent=AGENT).open()
     store.delete(NS, f"goal/{ids['goal']}")
     refused = run.call_tool("mind_complete_goal", {"id": ids["goal"]})
@@ -2550,7 +2550,7 @@ def test_completing_a_goal_deleted_since_the_run_loaded_it_is_not_found(store: S
 def test_restating_a_belief_deleted_since_the_run_loaded_it_keeps_only_what_the_run_said(
     store: Store,
 ) -> None:
-    stack, ids = _seeded(store)
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
     run = stack.run(agent=AGENT).open()
     store.delete(NS, f"belief/{ids['belief']}")
     restated = ok(
@@ -2567,7 +2567,7 @@ def test_restating_a_belief_deleted_since_the_run_loaded_it_keeps_only_what_the_
 
 
 def test_the_other_entries_of_a_flush_are_written_when_one_was_deleted(store: Store) -> None:
-    stack, ids = _seeded(store)
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
     run = stack.run(agent=AGENT).open()
     store.delete(NS, f"reflection/{ids['reflection']}")
     ok(run.call_tool("mind_unpin_reflection", {"id": ids["reflection"]}))
@@ -2582,7 +2582,7 @@ def test_the_other_entries_of_a_flush_are_written_when_one_was_deleted(store: St
 def test_a_restated_deleted_belief_folds_into_the_same_belief_stored_again_since(
     store: Store,
 ) -> None:
-    stack, ids = _seeded(store)
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
     holding = stack.run(agent=AGENT).open()
     store.delete(NS, f"belief/{ids['belief']}")
     with stack.run(agent=AGENT) as other:  # learns it again, as a new belief
