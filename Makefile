@@ -11,7 +11,7 @@ WHEEL_STAMP := dist/.installed-stamp
 RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml Cargo.lock
 PY_SOURCES := $(shell find python -type f -not -path '*/__pycache__/*') pyproject.toml
 
-.PHONY: test demo wheel install bench fuzz lint fmt cargo-test pytest wheel-smoke clean
+.PHONY: test demo wheel install bench fuzz stateful lint fmt cargo-test pytest wheel-smoke clean
 
 # The virtual environment with what the tests, the benchmarks and the linters need.
 $(STAMP): pyproject.toml
@@ -88,6 +88,12 @@ bench: install
 fuzz: install
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100000} $(VPY) -m pytest -q --benchmark-disable \
 		tests/test_fuzz_tools.py -k any_call
+
+# The model-based tests of the memory (tests/test_stateful_*.py) with far more and longer
+# sequences than make test runs, each time new ones; a failure prints how to replay it.
+stateful: install
+	STATEFUL_EXAMPLES=$${STATEFUL_EXAMPLES:-2000} $(VPY) -m pytest -q --benchmark-disable \
+		tests/test_stateful_working_memory.py tests/test_stateful_shared_mind.py
 
 clean:
 	rm -rf target dist $(VENV)

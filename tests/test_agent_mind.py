@@ -23,7 +23,7 @@ from memstrata.exceptions import InvalidInputError, MemstrataError
 from memstrata.layers.mind import MindTtlDefaults, ScoreWeights
 from memstrata.layers.mind.committed import refresh
 from memstrata.layers.mind.entries import MindRecallResult, parse_due_by, parse_duration
-from memstrata.stores import ChangesSince, InMemoryStore, Store
+from memstrata.stores import ChangesSince, InMemoryStore, Store, erase
 from memstrata.stores.base import ChangeMark, Changes
 
 AGENT = "research-tracker"
@@ -2518,3 +2518,106 @@ def test_a_server_with_a_mind_per_user_keeps_only_the_recent_minds(store: Store)
         "u0 prefers short answers",
         "u0 works in Lisbon",
     ]
+
+
+# An entry deleted while a run that loaded it is open --------------------------------------------
+# docs/privacy.md: to remove a mind entry, delete its record. A run opened before the deletion
+# holds a copy; its bookkeeping on the entry must not write the deleted text back. Found by the
+# model-based test (tests/test_stateful_shared_mind.py).
+
+
+def _mind_with_a_goal_a_rule_and_a_belief(store: Store) -> tuple[MemoryStack, dict[str, str]]:
+    stack = make_stack(store)
+    with stack.run(agent=AGENT) as run:
+        ids = {
+            "goal": ok(run.call_tool("mind_set_goal", {"description": "Priya's secret goal"})),
+            "reflection": ok(
+                run.call_tool("mind_reflect", {"content": "Priya's secret rule", "pin": True})
+            ),
+            "belief": ok(run.call_tool("mind_believe", {"content": "Priya lives at 12 Elm St"})),
+        }
+    return stack, {kind: result["id"] for kind, result in ids.items()}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("mind_unpin_reflection", lambda ids: {"id": ids["reflection"]}),
+        ("mind_update_goal", lambda ids: {"id": ids["goal"], "progress": "noted"}),
+        ("mind_update_goal", lambda ids: {"id": ids["goal"], "priority": "high"}),
+    ],
+)
+def test_an_update_of_an_entry_deleted_since_the_run_loaded_it_does_not_bring_it_back(
+    store: Store, tool: str, arguments: Any
+) -> None:
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
+    run = stack.run(agent=AGENT).open()
+    erase(store, NS)  # the user asked: the agent's memory of her is erased
+    assert run.call_tool(tool, arguments(ids)) == {"status": "ok"}  # the run cannot know yet
+    run.close()
+    assert store.list(NS) == []  # before: the entry was written back whole, secret included
+
+
+def test_completing_a_goal_deleted_since_the_run_loaded_it_is_not_found(store: Store) -> None:
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
+    run = stack.run(agent=AGENT).open()
+    store.delete(NS, f"goal/{ids['goal']}")
+    refused = run.call_tool("mind_complete_goal", {"id": ids["goal"]})
+    assert refused["error"]["code"] == "not_found", refused  # before: stored again, completed
+    run.close()
+    assert [i.key for i in store.list(NS)] == sorted(
+        [f"belief/{ids['belief']}", f"reflection/{ids['reflection']}"]
+    )
+
+
+def test_restating_a_belief_deleted_since_the_run_loaded_it_keeps_only_what_the_run_said(
+    store: Store,
+) -> None:
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
+    run = stack.run(agent=AGENT).open()
+    store.delete(NS, f"belief/{ids['belief']}")
+    restated = ok(
+        run.call_tool("mind_believe", {"content": "Priya lives at 12 Elm St.", "tags": ["home"]})
+    )
+    assert restated["action"] == "updated_store"
+    run.close()
+    (belief,) = stored_entries(store, "belief")
+    # What this run said, as a belief of its own: before, "previous" held the deleted text.
+    assert belief["content"] == "Priya lives at 12 Elm St."
+    assert belief.get("previous", []) == []
+    assert belief["tags"] == ["home"]
+    assert belief["confidence"] == "medium"
+
+
+def test_the_other_entries_of_a_flush_are_written_when_one_was_deleted(store: Store) -> None:
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
+    run = stack.run(agent=AGENT).open()
+    store.delete(NS, f"reflection/{ids['reflection']}")
+    ok(run.call_tool("mind_unpin_reflection", {"id": ids["reflection"]}))
+    ok(run.call_tool("mind_update_goal", {"id": ids["goal"], "progress": "step one"}))
+    ok(run.call_tool("mind_reflect", {"content": "A new lesson."}))
+    run.close()
+    goal = stored_entries(store, "goal")[0]
+    assert goal["progress"] == ["step one"]
+    assert [r["content"] for r in stored_entries(store, "reflection")] == ["A new lesson."]
+
+
+def test_a_restated_deleted_belief_folds_into_the_same_belief_stored_again_since(
+    store: Store,
+) -> None:
+    stack, ids = _mind_with_a_goal_a_rule_and_a_belief(store)
+    holding = stack.run(agent=AGENT).open()
+    store.delete(NS, f"belief/{ids['belief']}")
+    with stack.run(agent=AGENT) as other:  # learns it again, as a new belief
+        again = ok(other.call_tool("mind_believe", {"content": "Priya lives at 12 Elm St"}))
+    assert again["action"] == "created"
+    restated = ok(holding.call_tool("mind_believe", {"content": "Priya lives at 12 Elm St."}))
+    assert restated["action"] == "updated_store"  # the copy it loaded
+    handle = holding.layer("agent-mind")
+    holding.close()
+    (belief,) = stored_entries(store, "belief")  # one belief, not two
+    assert (belief["id"], belief["content"]) == (again["id"], "Priya lives at 12 Elm St.")
+    assert belief.get("previous") == [
+        {"content": "Priya lives at 12 Elm St", "updatedAt": belief["previous"][0]["updatedAt"]}
+    ]
+    assert handle.folded == {ids["belief"]: again["id"]}

@@ -13,6 +13,7 @@ import string
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -290,6 +291,54 @@ def test_a_run_holding_a_working_memory_deleted_since_merges_into_the_new_one(ur
             assert holding.call_tool("working-memory/update", {"city": "Pune"})["ok"] is True
         state, _version = read_state(stores[0], namespace)  # type: ignore[misc]
         assert state == {"name": "Priya", "city": "Pune"}
+    finally:
+        for store in stores:
+            store.close()
+
+
+@pytest.mark.parametrize(
+    ("schema", "limits", "held", "patch", "code"),
+    [
+        # The held state plus the patch pass max_state_bytes; the stored one plus it does not.
+        ({"type": "object"}, {"max_state_bytes": 6_000}, "x" * 4_000, "y" * 4_000, "limit"),
+        # ... or the token budget.
+        ({"type": "object"}, {"budget": (0, 1_200)}, "word " * 900, "word " * 900, "budget"),
+        # ... or the schema: the held state has a field the patch may not join, which the
+        # stored one no longer has.
+        ({"type": "object", "not": {"required": ["a", "b"]}}, {}, "word", "", "schema"),
+    ],
+)
+def test_an_append_refused_against_a_state_another_writer_replaced_merges_into_theirs(
+    url: str, schema: dict[str, Any], limits: dict[str, Any], held: str, patch: str, code: str
+) -> None:
+    """A run's append is checked against the state it holds; when another server replaced
+    that state since, the append merges into theirs (docs/working-memory.md: no update is
+    lost), so it is refused only if the stored state plus the patch breaks a limit or the
+    schema. Found by the model-based test (tests/test_stateful_working_memory.py): the call
+    was refused naming a size the state would never have."""
+    namespace = ("working-memory", "resource", "user-5")
+    stores = [open_store(url), open_store(url)]
+    try:
+        one, two = (
+            MemoryStack(
+                [WorkingMemory(schema=schema, scope="resource", **limits)],
+                store=s,
+                total_budget=100_000,
+            )
+            for s in stores
+        )
+        first = {"a": held}
+        with one.run(resource_id="user-5") as run:
+            assert run.call_tool("working-memory/update", first)["ok"] is True, first
+        with one.run(resource_id="user-5") as holding:
+            with two.run(resource_id="user-5") as other:
+                replaced = other.call_tool("working-memory/replace", {"c": 1})
+                assert replaced["ok"] is True, replaced
+            change = {"b": 2} if code == "schema" else {"d": patch}
+            written = holding.call_tool("working-memory/update", change)
+            assert written == {"ok": True, "version": 3}, written  # before: refused
+            assert holding.layer("working-memory").snapshot == {"c": 1, **change}
+        assert read_state(stores[1], namespace) == ({"c": 1, **change}, 3)
     finally:
         for store in stores:
             store.close()

@@ -404,8 +404,10 @@ def test_an_entry_another_program_made_unreadable_is_skipped_not_deleted(
     path, ns = tmp_path / "wf.db", ("wf", "r")
     store = SQLiteStore(path)
     running = SharedMemory(store=store, namespace=ns)
-    running.set(key="input:a", kind="input", value=1)
-    running.set(key="input:b", kind="input", value=2)
+    assert len(running) == 0  # read before the entries were written: it catches up with them
+    writer = SharedMemory(store=store, namespace=ns)
+    writer.set(key="input:a", kind="input", value=1)
+    writer.set(key="input:b", kind="input", value=2)
     with sqlite3.connect(path) as raw:
         raw.execute("UPDATE items SET value = ? WHERE key = 'input:a'", (b'{"kind": "in',))
     with caplog.at_level(logging.WARNING):
@@ -466,6 +468,35 @@ def test_two_instances_on_one_store_see_each_others_writes(
     assert len(there) == 0 and there.tool_list({})["total"] == 0
     there.set(key="step:after", kind="step_result", value=1)
     assert keys(here.list()) == ["step:after"]
+
+
+def test_max_entries_counts_what_other_instances_stored_since_the_last_read(
+    two_connections: tuple[Store, Store],
+) -> None:
+    """A new key is counted against what is stored now, not what the instance last read:
+    each of several servers could otherwise add max_entries of its own. Found while
+    modelling the limit in tests/test_stateful_shared_mind.py; it failed before: four
+    entries were stored under max_entries=2."""
+    store, other = two_connections
+    ns = ("workflow", "run-cap")
+    here = SharedMemory(store=store, namespace=ns, max_entries=2)
+    there = SharedMemory(store=other, namespace=ns, max_entries=2)
+    assert len(there) == 0  # read once, empty
+    here.set(key="step:a", kind="step_result", value=1)
+    assert here.tool_write({"key": "b", "value": 2})["ok"] is True
+    with pytest.raises(LimitExceededError, match="max_entries"):
+        there.set(key="step:c", kind="step_result", value=3)
+    refused = MemoryStack([there], store=other).run(thread_id="t").open()
+    try:
+        answer = refused.call_tool("memory_write", {"key": "d", "value": 4})
+        assert answer["error"]["code"] == "limit_exceeded", answer
+    finally:
+        refused.close()
+    there.set(key="step:a", kind="step_result", value=5)  # an existing key: written over
+    assert sorted(i.key for i in store.list(ns)) == ["shared:b", "step:a"]
+    here.clear(key_prefix="step:")
+    there.set(key="step:e", kind="step_result", value=6)  # room again, seen as it is now
+    assert sorted(i.key for i in store.list(ns)) == ["shared:b", "step:e"]
 
 
 def test_a_write_racing_another_instance_keeps_the_stored_position(

@@ -303,6 +303,11 @@ class SharedMemory:
                 # held by none, and is set aside).
                 if self._store is None and (old.version if old else 0) != expected:
                     raise _Conflict(key, expected, old)
+            if old is None and self._store is not None:
+                # Counted with what other servers wrote or deleted since this instance last
+                # looked: its own view alone let each server add max_entries of its own.
+                self._refresh()
+                old = self._entries.get(key)
             if old is None and len(self._entries) >= self.max_entries:
                 raise LimitExceededError(
                     f"shared memory already holds {len(self._entries):,} entries, its limit "

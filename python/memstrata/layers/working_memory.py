@@ -637,21 +637,29 @@ class WorkingMemoryHandle:
 
     def _write_held(self, change: Any, whole: bool) -> None:
         """:meth:`_write`, holding the run's write lock."""
-        new, body = self._changed(self._state, change)
-        if not self.saved:
-            self._take(new, self._version, body)
-            return
-        item = self.ctx.store.put_if_version(
-            self.namespace,
-            wm_stored.STATE_KEY,
-            new,
-            expected_version=self._version,
-            validated=True,
-            encoded=body.encode() if self.layer.structured and body else None,
-        )
-        if item is not None:
-            self._take(new, item.version, body)
-            return
+        try:
+            new, body = self._changed(self._state, change)
+        except (SchemaViolationError, BudgetExceededError, LimitExceededError):
+            # Checked against the state this run holds. An append merges into the stored
+            # state, which another writer may have changed since: it is refused only against
+            # that (below), never for a size or a violation the state would not have.
+            if whole or not self.saved or self._holds_the_stored_state():
+                raise
+        else:
+            if not self.saved:
+                self._take(new, self._version, body)
+                return
+            item = self.ctx.store.put_if_version(
+                self.namespace,
+                wm_stored.STATE_KEY,
+                new,
+                expected_version=self._version,
+                validated=True,
+                encoded=body.encode() if self.layer.structured and body else None,
+            )
+            if item is not None:
+                self._take(new, item.version, body)
+                return
         if whole:
             self.load()
             raise WriteConflictError(
@@ -679,6 +687,11 @@ class WorkingMemoryHandle:
             self._take(new, item.version, body)
             return
         raise StorageRaceError(f"working memory {'/'.join(self.namespace)} kept changing")
+
+    def _holds_the_stored_state(self) -> bool:
+        """Whether the stored state is still the one this run holds (read by its version)."""
+        stamp = self.ctx.store.stamp(self.namespace, wm_stored.STATE_KEY)
+        return (stamp[0] if stamp is not None else 0) == self._version
 
     def _changed(self, state: State, change: Any) -> tuple[State, str]:
         """``change(state)`` and the body of its block, if it is within every limit."""

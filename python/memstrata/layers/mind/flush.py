@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from memstrata._core import VectorSet
 from memstrata.embedders import embed_texts
-from memstrata.exceptions import InvalidInputError
+from memstrata.exceptions import InvalidInputError, StorageRaceError
 from memstrata.layers.mind.conflicts import facts_disagree
 from memstrata.layers.mind.entries import (
     MindBelief,
@@ -67,6 +67,7 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
     # Stored beliefs this failed run restated, each with the id its restatement is recorded
     # under if the stored one is good (decided in the flush transaction, see _restated).
     restated: list[tuple[MindBelief, npt.NDArray[np.float32], str]] = []
+    restatements: dict[str, tuple[MindBelief, npt.NDArray[np.float32], bool]] = {}
     for belief, vector, stored_before in draft.beliefs.values():
         belief.error = error  # a clean restatement clears a crashed run's flag
         if stored_before and error:
@@ -74,6 +75,18 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
             continue
         if not stored_before:
             created.append((belief, vector, belief.id in downgrades))
+        else:
+            # Written instead if the stored belief was deleted since the run loaded it: what
+            # this run said, as a belief of its own, with nothing of the deleted one.
+            confidence, tags = draft.said.get(belief.id, (belief.confidence, belief.tags))
+            fresh = msgspec.structs.replace(
+                belief,
+                confidence=confidence,
+                tags=list(tags),
+                previous=[],
+                created_at=belief.updated_at,
+            )
+            restatements[entry_key(belief)] = (fresh, vector, belief.id in downgrades)
         updates[entry_key(belief)] = _belief_writer(
             belief, vector, model, stored_before, belief.id in downgrades
         )
@@ -95,21 +108,27 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         return 0
     folds: dict[str, str] = {}
     kept_apart: list[tuple[str, str | None]] = []
+    # Entries this run updates that were deleted since it loaded them: their updates are
+    # dropped, so a deletion (an erased memory) is never undone by a copy the run held.
+    deleted: set[str] = set()
 
     def plan(changed: list[Item]) -> dict[str, Updater]:
         folds.clear()
         kept_apart.clear()
-        planned = dict(updates)
+        planned = {key: write for key, write in updates.items() if key not in deleted}
+        # A restatement of a deleted belief is new: written, or folded into an equal belief
+        # committed since, as the beliefs this run created are.
+        new = [*created, *(restatements[key] for key in deleted if key in restatements)]
+        for belief, vector, allow_downgrade in new[len(created) :]:
+            planned[entry_key(belief)] = _belief_writer(
+                belief, vector, model, False, allow_downgrade
+            )
         if restated:
-            kept_apart.extend(_restated(handle, draft, restated, changed, planned))
+            kept_apart.extend(_restated(handle, draft, restated, changed, planned, deleted))
         _set_aside_malformed(changed, planned)
         _hold_caps(handle, draft, changed, planned, error=error)
-        targets = (
-            _duplicates_committed_since_load(handle, created, changed, error=error)
-            if created
-            else {}
-        )
-        for belief, vector, allow_downgrade in created:
+        targets = _duplicates_committed_since_load(handle, new, changed, error=error) if new else {}
+        for belief, vector, allow_downgrade in new:
             target = targets.get(belief.id)
             if target is None:
                 continue
@@ -121,13 +140,24 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
             folds[belief.id] = target.id
         return planned
 
-    try:
-        written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
-    except Exception:
-        # The transaction rolled back, nothing written: the draft stays for the next flush.
-        # (An interruption may come once the write is done: the draft it wrote is not kept.)
+    # Each retry follows a deletion met inside the transaction (rolled back, nothing written)
+    # and plans without what it deleted: at most one per updated entry, and one per fold.
+    for _ in range(len(updates) + len(created) + len(restated) + 1):
+        try:
+            written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
+            break
+        except _EntryDeleted as exc:
+            if exc.key is not None:
+                deleted.add(exc.key)
+                logger.info("%s was deleted since this run loaded it", exc.key)
+        except Exception:
+            # The transaction rolled back, nothing written: the draft stays for the next flush.
+            # (An interruption may come once the write is done: the draft it wrote is not kept.)
+            handle.draft = draft
+            raise
+    else:
         handle.draft = draft
-        raise
+        raise StorageRaceError(f"mind {'/'.join(handle.namespace)} kept changing during a flush")
     for created_id, target_id in folds.items():
         logger.info("belief %s duplicated %s, committed meanwhile: folded", created_id, target_id)
     for stored_id, aside_id in kept_apart:
@@ -154,6 +184,7 @@ def _restated(
     restated: list[tuple[MindBelief, npt.NDArray[np.float32], str]],
     changed: list[Item],
     planned: dict[str, Updater],
+    deleted: set[str],
 ) -> list[tuple[str, str | None]]:
     """Plans the writes of stored beliefs a failed run restated. A good stored belief (not
     itself from a failed run) is never replaced by a failed run's word: the restatement is
@@ -179,6 +210,8 @@ def _restated(
     apart: list[tuple[str, str | None]] = []
     for belief, vector, aside_id in restated:
         stored = now_stored.get(belief.id, handle._beliefs.get(belief.id))
+        if entry_key(belief) in deleted:
+            stored = None  # deleted since the load: the restatement is recorded apart
         if stored is not None and stored.error:
             planned[entry_key(belief)] = _belief_writer(
                 belief, vector, model, True, belief.id in draft.downgrades
@@ -345,6 +378,16 @@ def _duplicates_committed_since_load(
 # Store writers (run inside the flush transaction) ----------------------------------------------
 
 
+class _EntryDeleted(Exception):
+    """An entry a writer updates is no longer stored: deleted since the run loaded it (its
+    ``key``), or the target of a fold deleted since the plan (None). Raised inside the flush
+    transaction, which rolls back; the flush plans again without it."""
+
+    def __init__(self, key: str | None) -> None:
+        super().__init__(key)
+        self.key = key
+
+
 def _constant(value: Any) -> Callable[[Any], Any]:
     return lambda _current: value
 
@@ -371,6 +414,8 @@ def _belief_writer(
     allow_downgrade: bool,
 ) -> Callable[[Any], Any]:
     def write(current: Any) -> Any:
+        if stored_before and current is None:
+            raise _EntryDeleted(entry_key(belief))  # planned again as a new belief
         if stored_before and isinstance(current, dict):
             try:
                 now_stored = MindBelief.from_payload(current)
@@ -402,6 +447,8 @@ def _fold_writer(
     target, if it makes one, applied first."""
 
     def write(current: Any) -> Any:
+        if current is None:
+            raise _EntryDeleted(None)  # planned again: the belief is written as it is
         value = before(current) if before is not None else current
         base = target
         if isinstance(value, dict):
@@ -426,8 +473,10 @@ def _fold_writer(
 
 def _goal_writer(goal: MindGoal, patch: _GoalPatch, now: int) -> Callable[[Any], Any]:
     def write(current: Any) -> Any:
+        if current is None:
+            raise _EntryDeleted(entry_key(goal))
         try:
-            base = MindGoal.from_payload(current) if current is not None else copy_goal(goal)
+            base = MindGoal.from_payload(current)
         except InvalidInputError:
             base = copy_goal(goal)
         return patch.apply(base, now).to_payload()
@@ -437,6 +486,8 @@ def _goal_writer(goal: MindGoal, patch: _GoalPatch, now: int) -> Callable[[Any],
 
 def _unpin_writer(reflection: MindReflection, now: int) -> Callable[[Any], Any]:
     def write(current: Any) -> Any:
+        if current is None:
+            raise _EntryDeleted(entry_key(reflection))
         if isinstance(current, dict):
             return {**current, "pinned": False, "updatedAt": now}
         return {**reflection.to_payload(), "pinned": False, "updatedAt": now}

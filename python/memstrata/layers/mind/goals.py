@@ -121,8 +121,16 @@ def complete_goal(handle: AgentMindHandle, id: str, *, outcome: str | None) -> d
     pending = draft.goal_patches.pop(goal.id, None)
 
     def complete(current: Any) -> Any:
+        if current is None:
+            # Deleted since this run loaded it (an erased memory): completing it would store
+            # the run's copy again.
+            raise ToolError(
+                f"no goal with id {goal.id!r}: it was deleted; find ids with "
+                "mind_recall(type='goal')",
+                code="not_found",
+            )
         try:
-            stored = MindGoal.from_payload(current) if current is not None else copy_goal(goal)
+            stored = MindGoal.from_payload(current)
         except InvalidInputError:
             stored = copy_goal(goal)
         if stored.status == "completed":
