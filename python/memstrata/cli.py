@@ -569,17 +569,16 @@ def _failed(exc: BaseException, *urls: str, then: str = "") -> int:
     return 2
 
 
-# How long the first connection to a PostgreSQL store may take (libpq's connect_timeout).
+# How long the connection that looks for memstrata's tables may take (libpq's connect_timeout).
 _CONNECT_TIMEOUT = 10
 
 
 def _open(url: str, *, existing: bool = False) -> Store:
-    """``open_store(url)``; for a PostgreSQL URL, after one connection made directly, so that
-    a server that is down or refuses the login is reported at once, by libpq's own reason: the
-    store's pool would try again for 30 s, logging each try, and then time out without one.
-    ``existing``: a database without memstrata's tables is refused, not given them (as
-    :func:`_require_sqlite_file` refuses a missing file)."""
-    if url.partition("://")[0] in ("postgresql", "postgres"):
+    """``open_store(url)``. ``existing``: a database without memstrata's tables is refused, not
+    given them (as :func:`_require_sqlite_file` refuses a missing file); for a PostgreSQL URL
+    that takes one connection made directly, before the store's migration would create them.
+    A server that is down or refuses the login is reported by the store itself, at once."""
+    if existing and url.partition("://")[0] in ("postgresql", "postgres"):
         try:
             import psycopg
         except ImportError:
@@ -594,7 +593,7 @@ def _open(url: str, *, existing: bool = False) -> Store:
                 )
                 with psycopg.connect(conninfo) as conn:
                     found = conn.execute("SELECT to_regclass('memstrata_schema')").fetchone()
-                if existing and found == (None,):
+                if found == (None,):
                     raise InvalidInputError(
                         f"no memstrata store in the PostgreSQL database {redacted_url(url)}; "
                         "check the URL: this command reads an existing store and does not "
