@@ -31,6 +31,8 @@ from memstrata.tokens import (
     encoding_for,
     estimate_messages,
     estimate_tokens,
+    exact_count,
+    fits_exactly,
     fits_within,
 )
 
@@ -882,3 +884,34 @@ def test_anthropic_blocks_are_priced_by_what_they_hold() -> None:
     assert size > 1000
     for message in (anthropic_result, nested):
         assert abs(estimate_messages([message]) - estimate_messages([openai_result])) <= 10
+
+
+class _WordCounter:
+    """A caller's own counter: one token a word."""
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def count_messages(self, messages: Any) -> int:
+        return sum(self.count(str(m.get("content", ""))) for m in messages)
+
+
+@pytest.mark.parametrize(
+    "counter", [EstimatingCounter(), EstimatingCounter("cl100k_base"), _WordCounter()]
+)
+def test_fits_exactly_answers_as_the_exact_count_does(counter: Any) -> None:
+    texts = [
+        "",
+        "a",
+        "hello world " * 50,
+        "日本語のテキスト" * 40,
+        "x" * 5000,
+        "{}" * 300,
+    ]
+    for text in texts:
+        tokens = exact_count(counter, text, keep=False)
+        for limit in {-1, 0, 1, tokens - 1, tokens, tokens + 1, len(text)}:
+            assert fits_exactly(counter, text, limit) == (limit >= 0 and tokens <= limit), (
+                text[:20],
+                limit,
+            )

@@ -48,6 +48,7 @@ __all__ = [
     "estimate_tokens",
     "exact_count",
     "exact_count_over",
+    "fits_exactly",
     "fits_within",
     "json_lines",
     "same_counts",
@@ -187,6 +188,21 @@ def exact_count_over(
         return None
     tokens = exact_count(counter, text, split, keep=keep)
     return tokens if tokens > limit else None
+
+
+def fits_exactly(counter: TokenCounter, text: str, limit: int) -> bool:
+    """Whether ``text``'s exact tokens (see :func:`exact_count`) are at most ``limit``, with
+    nothing kept. With an :class:`EstimatingCounter`'s encoding the text is counted only as
+    far as ``limit`` reaches (:func:`fits_within`), so a long text that does not fit costs a
+    count of about ``limit`` tokens, not of the whole text; and a text of at most ``limit``
+    bytes fits without being counted (a BPE token covers at least one byte)."""
+    if limit < 0:
+        return False
+    if not isinstance(counter, EstimatingCounter):
+        return counter.count(text) <= limit
+    if len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= limit:
+        return True
+    return fits_within(text, limit, encoding=counter.encoding)
 
 
 def same_counts(one: TokenCounter, other: TokenCounter) -> bool:

@@ -11,13 +11,7 @@ import orjson
 
 from memstrata._core import estimate_prefix
 from memstrata.prompts import one_line
-from memstrata.tokens import (
-    EstimatingCounter,
-    TokenCounter,
-    exact_count,
-    exact_count_over,
-    fits_within,
-)
+from memstrata.tokens import EstimatingCounter, TokenCounter, exact_count, fits_exactly
 
 DEFAULT_SUMMARY_TOKENS = 300
 _LINE_CHARS = 160  # longest line the digest shows before cutting it
@@ -73,7 +67,7 @@ def digest(
         if tail:
             parts.append("tail:\n" + "\n".join(reversed(tail)))
         shown_text = "\n".join(parts)
-        if exact_count_over(counter, shown_text, max_tokens, keep=False) is None:
+        if fits_exactly(counter, shown_text, max_tokens):
             return shown_text
         if not (head or tail):
             return out
@@ -140,21 +134,15 @@ def _fit_prefix(text: str, max_tokens: int, counter: TokenCounter) -> int:
     :func:`~memstrata._core.estimate_prefix`, the same search in one pass over the text
     (estimating each probed prefix on its own takes ~15 estimates of ~13 KB for a page of a
     27 KB result), and the whole text is counted only as far as the budget reaches."""
-    if type(counter) is EstimatingCounter:
-        if max_tokens < 0:
-            return 0
-        # A BPE token covers at least a byte (as in exact_count_over); past that, the text is
-        # counted only as far as the budget reaches.
-        if (
-            len(text) <= max_tokens and len(text.encode("utf-8", "surrogatepass")) <= max_tokens
-        ) or fits_within(text, max_tokens, encoding=counter.encoding):
-            return len(text)
-        cap = max(max_tokens, 1) * 16
+    if max_tokens < 0:
+        return 0
+    if fits_exactly(counter, text, max_tokens):
+        return len(text)
+    cap = max(max_tokens, 1) * 16
+    if type(counter) is EstimatingCounter:  # a subclass may count otherwise
         lo = estimate_prefix(text[:cap], max_tokens, model=counter.encoding)
     else:
-        if exact_count_over(counter, text, max_tokens, keep=False) is None:
-            return len(text)
-        lo, hi = 0, min(len(text), max(max_tokens, 1) * 16)
+        lo, hi = 0, min(len(text), cap)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if counter.count(text[:mid]) <= max_tokens:

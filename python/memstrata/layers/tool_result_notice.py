@@ -13,7 +13,7 @@ from collections.abc import Callable
 from memstrata.layers.tool_result_digest import _fit_prefix, digest
 from memstrata.prompts import TOOL_RESULT_OFFLOADED, quote_notices
 from memstrata.redaction import redacted_for_log
-from memstrata.tokens import TokenCounter, exact_count_over
+from memstrata.tokens import TokenCounter, fits_exactly
 
 logger = logging.getLogger("memstrata.tool_results")
 
@@ -76,12 +76,12 @@ def summary(
 
 
 def _trim(text: str, summary_tokens: int, tokens: TokenCounter) -> str:
-    if exact_count_over(tokens, text, summary_tokens, keep=False) is None:
+    if fits_exactly(tokens, text, summary_tokens):
         return text
     end = _fit_prefix(text, summary_tokens - 2, tokens)
     while True:
         trimmed = text[:end].rstrip() + " …"
-        if exact_count_over(tokens, trimmed, summary_tokens, keep=False) is None:
+        if fits_exactly(tokens, trimmed, summary_tokens):
             return trimmed
         if end == 0:
             return ""
