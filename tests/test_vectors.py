@@ -268,6 +268,57 @@ def test_vector_set_ranks_by_weighted_similarity_plus_bias_exactly() -> None:
     assert dict(vs.top_k(data[0], n))["e0"] == pytest.approx(1.0)
 
 
+@st.composite
+def prefiltered_sets(draw: Any) -> tuple[Any, list[Any], Any]:
+    """Sets large enough for the prefilter (and its four-bit pass: several blocks of 256 rows),
+    with ties (repeated rows, one row throughout, biases on a grid), magnitudes from 1e-30 to
+    1e30 and extreme elements, and queries among them."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dim = draw(st.sampled_from([1, 3, 17, 64, 70, 384]))
+    n = draw(st.integers(520, 1300))
+    shape = draw(st.sampled_from(["random", "repeated", "equal"]))
+    if shape == "random":
+        data = rng.standard_normal((n, dim))
+        data *= rng.choice([1.0, 1e-30, 1e30, 1e-3, 3e3], size=(n, 1))
+        extreme = rng.random(n) < 0.1
+        data[extreme, rng.integers(0, dim, int(extreme.sum()))] = np.finfo(np.float32).max
+    elif shape == "repeated":
+        data = rng.standard_normal((5, dim))[rng.integers(0, 5, n)]
+    else:
+        data = np.repeat(rng.standard_normal((1, dim)), n, axis=0)
+    data = data.astype(np.float32)
+    data[~data.any(axis=1), 0] = 1.0
+    if draw(st.booleans()):
+        biases = np.round(rng.uniform(0.0, 0.4, n) * 10) / 10
+    else:
+        biases = rng.uniform(-0.5, 0.5, n)
+    vs = memstrata.VectorSet(dim)
+    vs.add([f"e{i}" for i in range(n)], data, biases=biases.astype(np.float32))
+    queries = [data[int(rng.integers(0, n))], rng.standard_normal(dim).astype(np.float32)]
+    return vs, [q for q in queries if q.any()], n
+
+
+@given(
+    prefiltered_sets(),
+    st.integers(1, 60),
+    st.none() | st.floats(-2, 2) | st.just(10.0),
+    st.just(0.6) | st.floats(0, 3),
+)
+def test_vector_set_prefilter_answers_as_its_exhaustive_scan(
+    case: tuple[Any, list[Any], int], k: int, threshold: float | None, weight: float
+) -> None:
+    """Below a quarter of the set, ``top_k`` takes the prefilter; for ``k`` past it, the
+    exhaustive scan. The first ``k`` of the exhaustive answer are the prefiltered answer: the
+    same ids, in the same order, with the same float32 scores."""
+    vs, queries, n = case
+    for q in queries:
+        got = vs.top_k(q, k, threshold=threshold, weight=weight)
+        exhaustive = vs.top_k(q, n, threshold=threshold, weight=weight)
+        assert got == exhaustive[:k]
+        if threshold is not None and threshold > weight + 0.5:
+            assert got == []
+
+
 def test_vector_set_refuses_bad_biases_and_weights() -> None:
     vs = memstrata.VectorSet(2)
     with pytest.raises(InvalidInputError, match="got 2 ids but 1 biases"):

@@ -1543,6 +1543,162 @@ mod tests {
     }
 
     #[test]
+    fn a_row_whose_int8_error_lies_along_the_query_is_still_found() {
+        // The query (entries 0 or ±1: exact in int8 at every level) points along one row's
+        // int8 rounding error, where the Cauchy-Schwarz bound is tight: the row's int8 score
+        // understates it by the whole residual. The other rows are exact in int8 too and
+        // biased to score just under it, so the floor sits right under its true score: a bound
+        // any tighter drops it.
+        let (dim, n, weight) = (64, 1024, 0.6_f32);
+        let signs = random((n + 1) * dim, 42);
+        let ternary = |r: usize| -> Vec<f32> {
+            let mut row: Vec<f32> = signs[r * dim..(r + 1) * dim]
+                .iter()
+                .map(|&s| {
+                    if s > 0.2 {
+                        1.0
+                    } else if s < -0.2 {
+                        -1.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            row[0] = 1.0;
+            row
+        };
+        let mut q = ternary(0);
+        q[0] = 0.0;
+        // On the int8 grid of step 2^-7 (the largest code, 127, where the query is 0), plus
+        // 0.45 of a step along the query: the codes round back to the grid.
+        let step = 1.0 / 128.0_f32;
+        let codes: Vec<f32> = random(dim, 41)
+            .iter()
+            .enumerate()
+            .map(|(j, &x)| if j == 0 { 127.0 } else { (x * 200.0).round() })
+            .collect();
+        let v: Vec<f32> = codes
+            .iter()
+            .zip(&q)
+            .map(|(&c, &d)| step * c + 0.45 * step * d)
+            .collect();
+        let cosine = |row: &[f32]| -> f64 {
+            let dot: f64 = row
+                .iter()
+                .zip(&q)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            let norm = |x: &[f32]| x.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt();
+            dot / norm(row) / norm(&q)
+        };
+        let v_norm = v.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt();
+        let q_norm = q.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt();
+        // |v - v̂| of the unit row: 0.45 of a step in every column where the query is not 0.
+        let error = 0.45 * f64::from(step) * q_norm / v_norm;
+        let target = f64::from(weight) * cosine(&v);
+        let mut data = Vec::with_capacity(n * dim);
+        let mut biases = Vec::with_capacity(n);
+        for r in 0..n {
+            let row = if r == 700 { v.clone() } else { ternary(r + 1) };
+            let bias = if r == 700 {
+                0.0
+            } else {
+                // Just under the row at 700: a tenth of its int8 error.
+                target - 0.1 * f64::from(weight) * error - f64::from(weight) * cosine(&row)
+            };
+            data.extend_from_slice(&row);
+            biases.push(bias as f32);
+        }
+        let mut set = VectorSet::new(dim).unwrap();
+        set.add_with_biases(&ids(0..n), &data, Some(&biases))
+            .unwrap();
+        let qn = unit_query(&q, dim, "query").unwrap();
+        let level = simd::float_level();
+        let exact = set.search(&qn, 1, None, weight, level, false);
+        assert_eq!(exact[0].index, 700, "the construction puts row 700 first");
+        assert_exact_weighted(&set, &qn, &[(1, None), (3, None)], weight, "aligned error");
+    }
+
+    mod exact_properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// What multiplies a row: ordinary, tiny and huge magnitudes (all finite).
+        const MAGNITUDES: [f32; 5] = [1.0, 1e-30, 1e30, 1e-3, 3e3];
+
+        /// `rows` rows of `dim` values from `seed`: random (`shape` 0), five distinct rows
+        /// repeated (1: ties), or one row throughout (2); each row scaled by one of
+        /// `MAGNITUDES`, and every seventh row given an extreme element. No row is zero.
+        fn rows_of(shape: usize, rows: usize, dim: usize, seed: u64) -> Vec<f32> {
+            let base = random(rows * dim, seed);
+            let mut data = Vec::with_capacity(rows * dim);
+            for r in 0..rows {
+                let source = match shape {
+                    0 => r,
+                    1 => r % 5,
+                    _ => 0,
+                };
+                let scale = if shape == 0 {
+                    MAGNITUDES[r % MAGNITUDES.len()]
+                } else {
+                    1.0
+                };
+                let mut row: Vec<f32> = base[source * dim..(source + 1) * dim]
+                    .iter()
+                    .map(|&x| x * scale)
+                    .collect();
+                if shape == 0 && r % 7 == 3 {
+                    row[r % dim] = if r % 2 == 0 { f32::MAX } else { -f32::MAX };
+                }
+                if row.iter().all(|&x| x == 0.0) {
+                    row[0] = 1.0;
+                }
+                data.extend_from_slice(&row);
+            }
+            data
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(24))]
+
+            /// The prefilter (every int8 level, each block staged or at full width) answers
+            /// exactly as the exhaustive search does: ids, order and f32 scores.
+            #[test]
+            fn prefilter_answers_as_the_exhaustive_search(
+                dim in prop_oneof![1usize..70, Just(384_usize)],
+                rows in 520usize..1300,
+                shape in 0usize..3,
+                seed in 0u64..1_000_000,
+                query_from_row in prop::option::of(0usize..520),
+                k in prop_oneof![1usize..40, 1300usize..1400],
+                threshold in prop_oneof![
+                    Just(None),
+                    (-2.0f64..2.0).prop_map(Some),
+                    Just(Some(10.0)),
+                ],
+                weight in prop_oneof![Just(0.6_f32), 0.0f32..3.0],
+                grid_biases in any::<bool>(),
+            ) {
+                let data = rows_of(shape, rows, dim, seed);
+                let biases: Vec<f32> = random(rows, seed + 1)
+                    .iter()
+                    .map(|&b| if grid_biases { ((b + 0.5) * 4.0).round() * 0.1 } else { b + 0.5 })
+                    .collect();
+                let mut set = VectorSet::new(dim).unwrap();
+                set.add_with_biases(&ids(0..rows), &data, Some(&biases)).unwrap();
+                let q = match query_from_row {
+                    Some(r) => data[r * dim..(r + 1) * dim].to_vec(),
+                    None => random(dim, seed + 2),
+                };
+                prop_assume!(q.iter().any(|&x| x != 0.0));
+                let qn = unit_query(&q, dim, "query").unwrap();
+                let what = format!("dim {dim} rows {rows} shape {shape} seed {seed}");
+                assert_exact_weighted(&set, &qn, &[(k, threshold)], weight, &what);
+            }
+        }
+    }
+
+    #[test]
     fn biased_search_gives_exactly_the_brute_force_answer() {
         // A composite ranking, as AgentMind's recall: biases up to 0.4 against a 0.6 weight,
         // so a row's rank depends on both; and the same rows under other weights.
