@@ -704,6 +704,26 @@ def test_a_failed_transaction_leaves_its_connection_idle(
     store.close()
 
 
+def test_a_call_block_commits_or_rolls_back_what_it_left_open(url: str) -> None:
+    """A call's connection is idle when its block ends (autocommit). One left in a transaction
+    is committed when the block ends normally and rolled back when it raises, as psycopg's own
+    ``with connection`` does, and goes back to the pool idle."""
+    assert pg._IDLE == psycopg.pq.TransactionStatus.IDLE
+    store = PostgresStore(url, max_size=1)  # one connection: every block reuses it
+    with store._connection() as conn:
+        conn.execute("BEGIN")
+        conn.execute("CREATE TEMP TABLE block_check (n int)")
+        conn.execute("INSERT INTO block_check VALUES (1)")
+    with pytest.raises(ValueError, match="block failed"), store._connection() as conn:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO block_check VALUES (2)")
+        raise ValueError("block failed")
+    with store._connection() as conn:
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert conn.execute("SELECT n FROM block_check").fetchall() == [(1,)]
+    store.close()
+
+
 def test_read_many_answers_as_the_single_calls_do(url: str) -> None:
     store = PostgresStore(url)
     store.put(NS, "a", 1)

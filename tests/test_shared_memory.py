@@ -189,6 +189,12 @@ def test_memory_write_publishes_only_under_shared() -> None:
         for bad, fragment in [("", "empty"), ("a\nb", "control"), ("x" * 300, "limit is 256")]:
             result = run.call_tool("memory_write", {"key": bad, "value": 1})
             assert fragment in result["error"]["message"]
+        # C0 controls, DEL and C1 controls are refused; the characters around them are not.
+        for bad in ["\x00", "a\x1f", "\x7f", "b\x80", "\x9fc"]:
+            result = run.call_tool("memory_write", {"key": bad, "value": 1})
+            assert "control" in result["error"]["message"], bad
+        for fine in [" ", "~", "\xa0", "\u00e9t\u00e9"]:
+            assert run.call_tool("memory_write", {"key": fine, "value": 1})["ok"] is True, fine
         assert run.call_tool("memory_write", {"value": 1})["error"]["code"] == "invalid_arguments"
     assert memory.get_value("shared:top_source") == {"url": "x"}
     assert not memory.has("task:research")

@@ -27,6 +27,10 @@ def state_checker(schema: Any) -> Any:
 
         def check_json_schema(state: Any) -> list[str]:
             try:
+                # A state that passes (nearly every one) is answered by is_valid, in about half
+                # the time iter_errors takes to find no violation.
+                if validator.is_valid(state):
+                    return []
                 return [
                     f"{json_path(err.instance_path)}: {err.message}"
                     for err in validator.iter_errors(state)

@@ -3,6 +3,7 @@ their argument schemas, and what each answers."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 LIST_CAP = 200
 MAX_SHARED_KEY_LENGTH = 256
 MEMORY_WRITE_SOURCE = "memory_write"
+# What a key may not hold: C0 controls, DEL and C1 controls (one search, not a call per
+# character).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 _KIND_FILTER = {
     "anyOf": [
@@ -139,7 +143,7 @@ def tool_write(
             f"key is {len(suffix)} characters; the limit is {MAX_SHARED_KEY_LENGTH}",
             code="invalid_arguments",
         )
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in suffix):
+    if _CONTROL.search(suffix):
         raise ToolError("key contains control characters", code="invalid_arguments")
     key = memory_keys.shared(suffix)
     expected, overwrite = args.get("expected_version"), args.get("overwrite", False)

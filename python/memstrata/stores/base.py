@@ -222,7 +222,16 @@ def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -
             f"namespace has {len(namespace)} labels; the limit is {MAX_NAMESPACE_DEPTH}"
         )
     for i, label in enumerate(namespace):
-        validate_label(label, f"namespace label {i}")
+        # The common label (a short ASCII str) passes here, without a message built for a
+        # refusal that does not come; any other is checked in full.
+        if not (
+            type(label) is str
+            and 0 < len(label) <= MAX_LABEL_LENGTH
+            and label.isascii()
+            and NAMESPACE_SEPARATOR not in label
+            and "\x00" not in label
+        ):
+            validate_label(label, f"namespace label {i}")
     return tuple(namespace)
 
 

@@ -33,6 +33,11 @@ try:
     import psycopg
     from psycopg import errors, generators, pq
     from psycopg.adapt import Transformer
+
+    # A result's status as plain ints: an enum member's lookup costs more than the comparison.
+    _COMMAND_OK = int(pq.ExecStatus.COMMAND_OK)
+    _TUPLES_OK = int(pq.ExecStatus.TUPLES_OK)
+    _FATAL_ERROR = int(pq.ExecStatus.FATAL_ERROR)
 except ImportError:  # pragma: no cover - exercised only without the postgres extra
     pass
 
@@ -126,7 +131,7 @@ def _utf8(conn: Any) -> bool:
 
 def _undefined(result: Any) -> bool:
     """Whether ``result`` says the connection has no prepared statement by that name."""
-    if result.status != pq.ExecStatus.FATAL_ERROR:
+    if result.status != _FATAL_ERROR:
         return False
     return bool(result.error_field(pq.DiagnosticField.SQLSTATE) == _UNDEFINED_PREPARED_STATEMENT)
 
@@ -136,7 +141,7 @@ def _outdated(result: Any) -> bool:
     other types than its tables now have ("cached plan must not change result type": a
     migration changed a column's type). The server refuses it before running anything; named
     by the error's code and the server function raising it, since its message is translated."""
-    if result.status != pq.ExecStatus.FATAL_ERROR:
+    if result.status != _FATAL_ERROR:
         return False
     code = result.error_field(pq.DiagnosticField.SQLSTATE) or b""
     source = result.error_field(pq.DiagnosticField.SOURCE_FUNCTION) or b""
@@ -151,31 +156,33 @@ def _answer(pgconn: Any, send: Any, *args: Any) -> Any:
     return (yield from generators.execute(pgconn))[-1]
 
 
-def _steps(pgconn: Any, statement: PreparedStatement, arguments: list[bytes | None]) -> Any:
-    """The commands of one call, each yielded as a generator for ``Connection.wait`` and sent
-    that command's result; returns the statement's result. The statement is prepared first
-    on a connection that does not have it, or has it in a form its tables' columns no longer
-    match (deallocated first).
+def _again(
+    pgconn: Any, statement: PreparedStatement, arguments: list[bytes | None], result: Any
+) -> Any:
+    """The commands that follow a first send the connection refused, each yielded as a
+    generator for ``Connection.wait`` and sent that command's result; returns the statement's
+    result. The statement is prepared on a connection that does not have it, or has it in a
+    form its tables' columns no longer match (deallocated first), and sent again; any other
+    result is the answer as it is.
 
     Each command is waited for on its own: a call interrupted (Ctrl-C, a task's cancellation)
     during one ends with that command, psycopg having cancelled it; it does not go on to
     prepare and send the statement, which would then run with nobody waiting for it."""
-    result = yield _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
     outdated = _outdated(result)
     if outdated:
         deallocated = yield _answer(pgconn, pgconn.send_query, b"DEALLOCATE " + statement.name)
-        if deallocated.status != pq.ExecStatus.COMMAND_OK:
+        if deallocated.status != _COMMAND_OK:
             return deallocated
     if outdated or _undefined(result):
         result = yield _answer(pgconn, pgconn.send_prepare, statement.name, statement.query)
-        if result.status != pq.ExecStatus.COMMAND_OK:
+        if result.status != _COMMAND_OK:
             return result
         result = yield _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
     return result
 
 
 def _rows(conn: Any, result: Any) -> list[tuple[Any, ...]]:
-    if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+    if result.status != _TUPLES_OK and result.status != _COMMAND_OK:
         raise errors.error_from_result(result, encoding=conn.info.encoding)
     loader = Transformer(conn)
     loader.set_pgresult(result)
@@ -188,18 +195,27 @@ def execute(
 ) -> list[tuple[Any, ...]]:
     """The rows of ``sql`` run with ``params`` on ``conn``, an autocommit psycopg connection
     outside any transaction or pipeline: what ``conn.execute(sql, params).fetchall()`` gives.
-    ``varying``: the text is built per call, not one of the store's fixed statements."""
+    ``varying``: the text is built per call, not one of the store's fixed statements.
+
+    The statement is sent and waited for directly; only a refusal (a connection that lacks
+    it or holds an outdated form) goes through ``_again``'s commands, each waited for on its
+    own: a generator driving every call cost the client several microseconds per statement."""
     statement = prepared(sql, varying=varying)
     if statement is None or not _utf8(conn):
         return list(conn.execute(sql, params).fetchall())
-    steps = _steps(conn.pgconn, statement, statement.arguments(params))
+    arguments = statement.arguments(params)
+    pgconn = conn.pgconn
     with conn.lock:
-        command = next(steps)
-        while True:
+        result = conn.wait(_answer(pgconn, pgconn.send_query_prepared, statement.name, arguments))
+        if result.status == _FATAL_ERROR:
+            steps = _again(pgconn, statement, arguments, result)
             try:
-                command = steps.send(conn.wait(command))
+                command = next(steps)
+                while True:
+                    command = steps.send(conn.wait(command))
             except StopIteration as done:
-                return _rows(conn, done.value)
+                result = done.value
+    return _rows(conn, result)
 
 
 async def execute_async(
@@ -209,11 +225,18 @@ async def execute_async(
     statement = prepared(sql, varying=varying)
     if statement is None or not _utf8(conn):
         return list(await (await conn.execute(sql, params)).fetchall())
-    steps = _steps(conn.pgconn, statement, statement.arguments(params))
+    arguments = statement.arguments(params)
+    pgconn = conn.pgconn
     async with conn.lock:
-        command = next(steps)
-        while True:
+        result = await conn.wait(
+            _answer(pgconn, pgconn.send_query_prepared, statement.name, arguments)
+        )
+        if result.status == _FATAL_ERROR:
+            steps = _again(pgconn, statement, arguments, result)
             try:
-                command = steps.send(await conn.wait(command))
+                command = next(steps)
+                while True:
+                    command = steps.send(await conn.wait(command))
             except StopIteration as done:
-                return _rows(conn, done.value)
+                result = done.value
+    return _rows(conn, result)

@@ -31,7 +31,6 @@ from memstrata.stores.base import (
     mark_position,
     prefix_upper_bound,
     validate_key,
-    validate_keys,
     validate_namespace,
     validate_page,
     validate_ttl,
@@ -199,11 +198,17 @@ class PostgresStatements:
     @staticmethod
     def _since_params(namespace: Namespace, since: ChangeMark) -> dict[str, Any]:
         namespace = validate_namespace(namespace)
-        ns = encode_namespace(namespace)
+        mark = PostgresStatements._mark(namespace, since)
+        return {"ns": encode_namespace(namespace), "mark": mark, "now": None}
+
+    @staticmethod
+    def _mark(namespace: Namespace, since: ChangeMark) -> str:
+        """The snapshot ``since`` holds, if it is this store's mark of ``namespace`` (a
+        checked one, as a tuple)."""
         mark = mark_position(since, _BACKEND, namespace)
         if not _is_snapshot(mark):
             raise InvalidInputError(f"since holds {mark!r}, not a PostgreSQL snapshot")
-        return {"ns": ns, "mark": mark, "now": None}
+        return mark
 
     @staticmethod
     def _changes_params(namespace: Namespace, since: ChangeMark | None) -> dict[str, Any]:
@@ -288,17 +293,22 @@ class PostgresStatements:
 
     @staticmethod
     def _read_many_statement(reads: builtins.list[Read]) -> tuple[str, dict[str, Any]]:
-        """``read_many``'s one statement (see ``read_many_sql``) and its parameters."""
+        """``read_many``'s one statement (see ``read_many_sql``) and its parameters, for reads
+        ``validate_reads`` checked: their namespaces and keys are not checked again (a mark
+        is, which only its store can read)."""
         kinds: builtins.list[str] = []
         params: dict[str, Any] = {"now": None}
         for n, read in enumerate(reads):
+            params[f"ns{n}"] = encode_namespace(read.namespace)
             if isinstance(read, GetMany):
                 kinds.append("get")
-                one = PostgresStatements._many_params(read.namespace, validate_keys(read.keys))
+                # Repeated keys are harmless in ``= ANY``; the answer takes each key once.
+                params[f"keys{n}"] = text_array(builtins.list(read.keys))
+            elif read.since is None:
+                kinds.append("everything")
             else:
-                kinds.append("everything" if read.since is None else "since")
-                one = PostgresStatements._changes_params(read.namespace, read.since)
-            params.update({f"{name}{n}": value for name, value in one.items() if name != "now"})
+                kinds.append("since")
+                params[f"mark{n}"] = PostgresStatements._mark(read.namespace, read.since)
         return read_many_sql(tuple(kinds)), params
 
     @staticmethod

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import logging
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -136,6 +137,12 @@ from memstrata.stores.pg_transactions import (
     _transaction,
 )
 from memstrata.stores.urls import redacted_url, without_secrets
+
+logger = logging.getLogger(__name__)
+
+# libpq's PQTRANS_IDLE: a connection outside any transaction (psycopg's
+# pq.TransactionStatus.IDLE, psycopg being imported only by a store that opens).
+_IDLE = 0
 
 
 def _require_psycopg() -> Any:
@@ -231,6 +238,17 @@ def _check_connection(psycopg: Any, conninfo: str, url: str) -> None:
         ) from None
 
 
+def _roll_back(conn: Any) -> None:
+    """Rolls back what a block that raised left open, as psycopg's ``with connection`` does:
+    a failure to (the connection is broken) is logged, not raised over the block's error."""
+    if conn.closed:
+        return
+    try:
+        conn.rollback()
+    except Exception as exc:
+        logger.warning("error ignored in rollback on %s: %s", conn, exc)
+
+
 def _set_up(conn: Any) -> None:
     """Sets up a connection the pool opened (``SESSION_SETUP``)."""
     conn.execute(SESSION_SETUP)
@@ -320,8 +338,16 @@ class PostgresStore(PostgresAsyncTwins):
         try:
             conn = self._live_pooled_connection()
             try:
-                with conn:  # commits, or rolls back on an exception, as the pool's own block
-                    yield conn
+                yield conn
+            except BaseException:
+                _roll_back(conn)
+                raise
+            else:
+                # Commits what a block left open, as the pool's own block does; a call's
+                # connection is idle by then (autocommit), so this costs no call a lock
+                # and a command generator.
+                if not conn.closed and conn.pgconn.transaction_status != _IDLE:
+                    conn.commit()
             finally:
                 self._pool.putconn(conn)
         except self._lock_not_available as exc:
