@@ -433,7 +433,8 @@ class ContextGate:
         # A window that slid (the conversation trimmed at its start) keeps its counts too.
         snapshot, changed, origin = compare(old, messages)
         if origin is not None:
-            old_counts = [old_counts[q] if q >= 0 else 0 for q in origin]
+            # -1 (no origin) reads the 0 put after the last count: one lookup per position, in C.
+            old_counts = list(map([*old_counts, 0].__getitem__, origin))
         if previous is not None and not changed:
             counts = old_counts if len(old_counts) == n else old_counts[:n]
         else:
