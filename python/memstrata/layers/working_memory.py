@@ -37,7 +37,7 @@ import logging
 import re
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
@@ -380,7 +380,8 @@ class WorkingMemoryHandle:
         # not kept by the layer yet: the body made for the prompt is then kept under it.
         self._body_key: str | bytes | None = None
         # Legacy calls applied this run, by their canonical JSON, per path that applied them.
-        self._legacy: dict[str, Counter[bytes]] = {"observe": Counter(), "call_tool": Counter()}
+        # Plain dicts: a Counter's construction runs Python code, at every run's start.
+        self._legacy: dict[str, dict[bytes, int]] = {"observe": {}, "call_tool": {}}
         # The run's writes one at a time: a model's parallel tool calls (a server running them
         # on threads or tasks) would otherwise each compute from the state one held and write
         # it at the version another had just written, replacing that write unseen. A TaskLock:
@@ -663,14 +664,15 @@ class WorkingMemoryHandle:
             raise
         with self._writing:
             other = self._legacy["call_tool" if source == "observe" else "observe"]
-            if other[key]:
+            if other.get(key):
                 other[key] -= 1
                 return self._version
             if self.layer.structured:
                 self.apply(arguments)
             else:
                 self.apply(arguments.get("content"), arguments.get("mode", "append"))
-            self._legacy[source][key] += 1
+            applied = self._legacy[source]
+            applied[key] = applied.get(key, 0) + 1
             return self._version
 
     def _write(self, change: Any, *, whole: bool = False) -> None:
