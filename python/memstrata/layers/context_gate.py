@@ -122,7 +122,7 @@ _TEXTS = frozenset({str, type(None)})
 _LISTS_KEPT = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class GateDecision:
     """What the gate did at one call boundary.
 
@@ -141,6 +141,23 @@ class GateDecision:
     estimated_tokens: int
     max_input_tokens: int
     pruned: int = 0
+
+    def __init__(
+        self,
+        state: GateState,
+        messages: list[Message],
+        estimated_tokens: int,
+        max_input_tokens: int,
+        pruned: int = 0,
+    ) -> None:
+        # One update of the instance's dict (see memstrata.tools.Tool): one made every call.
+        self.__dict__.update(
+            state=state,
+            messages=messages,
+            estimated_tokens=estimated_tokens,
+            max_input_tokens=max_input_tokens,
+            pruned=pruned,
+        )
 
     @property
     def fraction(self) -> float:
