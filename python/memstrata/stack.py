@@ -121,7 +121,7 @@ class Budget:
             )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunContext:
     """What a layer knows about the run it serves: its scope, the shared services, and the
     prompt tokens the stack gives each layer (``budgets``, by layer name; see
@@ -134,6 +134,28 @@ class RunContext:
     agent: str | None = None
     parent: RunContext | None = None
     budgets: Mapping[str, int] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        store: Store,
+        tokens: TokenCounter,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        agent: str | None = None,
+        parent: RunContext | None = None,
+        budgets: Mapping[str, int] | None = None,
+    ) -> None:
+        # The fields in one update of the instance's dict: the __init__ a frozen dataclass
+        # makes sets each through object.__setattr__, several times the cost, at every run.
+        self.__dict__.update(
+            store=store,
+            tokens=tokens,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            agent=agent,
+            parent=parent,
+            budgets={} if budgets is None else budgets,
+        )
 
 
 @runtime_checkable

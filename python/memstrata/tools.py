@@ -50,7 +50,7 @@ _INT_LOW, _INT_HIGH = -(2**63), 2**64
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Tool:
     """One tool a layer offers the model.
 
@@ -73,6 +73,27 @@ class Tool:
     handler: Callable[[dict[str, Any]], Any] = field(compare=False)
     validate: bool = True
     listed: bool = True
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any],
+        handler: Callable[[dict[str, Any]], Any],
+        validate: bool = True,
+        listed: bool = True,
+    ) -> None:
+        # The fields in one update of the instance's dict: the __init__ a frozen dataclass
+        # makes sets each through object.__setattr__, several times the cost, and layers make
+        # their tools afresh for every run.
+        self.__dict__.update(
+            name=name,
+            description=description,
+            parameters=parameters,
+            handler=handler,
+            validate=validate,
+            listed=listed,
+        )
 
     @property
     def wire_name(self) -> str:

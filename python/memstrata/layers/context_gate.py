@@ -122,7 +122,7 @@ _TEXTS = frozenset({str, type(None)})
 _LISTS_KEPT = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class GateDecision:
     """What the gate did at one call boundary.
 
@@ -141,6 +141,23 @@ class GateDecision:
     estimated_tokens: int
     max_input_tokens: int
     pruned: int = 0
+
+    def __init__(
+        self,
+        state: GateState,
+        messages: list[Message],
+        estimated_tokens: int,
+        max_input_tokens: int,
+        pruned: int = 0,
+    ) -> None:
+        # One update of the instance's dict (see memstrata.tools.Tool): one made every call.
+        self.__dict__.update(
+            state=state,
+            messages=messages,
+            estimated_tokens=estimated_tokens,
+            max_input_tokens=max_input_tokens,
+            pruned=pruned,
+        )
 
     @property
     def fraction(self) -> float:
@@ -433,7 +450,8 @@ class ContextGate:
         # A window that slid (the conversation trimmed at its start) keeps its counts too.
         snapshot, changed, origin = compare(old, messages)
         if origin is not None:
-            old_counts = [old_counts[q] if q >= 0 else 0 for q in origin]
+            # -1 (no origin) reads the 0 put after the last count: one lookup per position, in C.
+            old_counts = list(map([*old_counts, 0].__getitem__, origin))
         if previous is not None and not changed:
             counts = old_counts if len(old_counts) == n else old_counts[:n]
         else:

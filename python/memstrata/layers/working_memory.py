@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
@@ -90,6 +91,10 @@ MAX_WRITE_ATTEMPTS = 100
 # thread), apart from (name, "thread", thread) so that erasing a conversation that named no
 # user never takes a user's conversation of the same id.
 _USER_THREAD = "user-thread"
+# The bodies of checked states a layer keeps by content (see WorkingMemory.known_body): a few
+# users' or conversations' worth, and at most this many characters of keys and bodies together.
+_BODIES_KEPT = 256
+_BODIES_MAX_CHARS = 8 << 20
 _SCOPES = {"thread": "thread", "conversation": "thread", "resource": "resource", "user": "resource"}
 
 
@@ -168,6 +173,11 @@ class WorkingMemory:
         # Fields every state holds: the update tool takes a partial patch, so it names them.
         self.required = required_fields(schema) if schema is not None else []
         self.tool_schemas = tool_schemas(self)
+        # States this layer checked (clean, of its kind, within its schema) and the body of
+        # their block, by their content: see known_body.
+        self._bodies: OrderedDict[str | bytes, str] = OrderedDict()
+        self._bodies_chars = 0
+        self._bodies_lock = threading.Lock()
 
     @property
     def schema(self) -> Any:
@@ -196,6 +206,53 @@ class WorkingMemory:
         stack gives the layer room for them beyond ``budget.max`` (see
         :func:`~memstrata.stack.allocate_budgets`)."""
         return exact_count(tokens, f"\n{self.tool_names['guidelines']}")
+
+    def content_key(self, state: Any) -> str | bytes | None:
+        """What a state of this layer's kind is known by in :meth:`known_body`: a text as it
+        is, a structured state as its JSON text (by content: 1, 1.0 and true differ, and so do
+        two orders of the same keys). None for anything else, which is never known."""
+        if self.structured:
+            if type(state) is not dict:
+                return None
+            try:
+                return orjson.dumps(state)
+            except (TypeError, orjson.JSONEncodeError):
+                return None
+        return state if type(state) is str else None
+
+    def known_body(self, key: str | bytes | None) -> str | None:
+        """The body of the block of the state whose :meth:`content_key` is ``key``, if this
+        layer checked a state with that content and kept it: such a state is clean of unsafe
+        keys, of the layer's kind and within its schema, so a run opening it (the state the
+        last run wrote, most often) takes it as it comes and shows the body kept, neither
+        checked nor rendered again. Keyed by content, never by a store's version or an
+        object: another program's write, another store, another user's state of other
+        content, are each checked and rendered as their own."""
+        if key is None:
+            return None
+        with self._bodies_lock:
+            body = self._bodies.get(key)
+            if body is not None:
+                self._bodies.move_to_end(key)
+            return body
+
+    def _keep_body(self, key: str | bytes | None, body: str) -> None:
+        """Keeps ``body`` as the block of the checked state of content ``key``."""
+        if key is None:
+            return
+        size = len(key) + len(body)
+        if size > _BODIES_MAX_CHARS // 8:
+            return  # a huge state would push out every other for one hit
+        with self._bodies_lock:
+            bodies = self._bodies
+            if key in bodies:
+                bodies.move_to_end(key)
+                return
+            bodies[key] = body
+            self._bodies_chars += size
+            while len(bodies) > _BODIES_KEPT or self._bodies_chars > _BODIES_MAX_CHARS:
+                old, old_body = bodies.popitem(last=False)
+                self._bodies_chars -= len(old) + len(old_body)
 
     def initial_state(self) -> State:
         """The state before the first write: the ``template``, else :meth:`empty_state`."""
@@ -319,8 +376,12 @@ class WorkingMemoryHandle:
         self._state: State = layer.initial_state()
         self._version = 0
         self._body: str | None = None  # the state's text in the block, made when first needed
+        # The content key of the state, when it came checked from the store and its body is
+        # not kept by the layer yet: the body made for the prompt is then kept under it.
+        self._body_key: str | bytes | None = None
         # Legacy calls applied this run, by their canonical JSON, per path that applied them.
-        self._legacy: dict[str, Counter[bytes]] = {"observe": Counter(), "call_tool": Counter()}
+        # Plain dicts: a Counter's construction runs Python code, at every run's start.
+        self._legacy: dict[str, dict[bytes, int]] = {"observe": {}, "call_tool": {}}
         # The run's writes one at a time: a model's parallel tool calls (a server running them
         # on threads or tasks) would otherwise each compute from the state one held and write
         # it at the version another had just written, replacing that write unseen. A TaskLock:
@@ -373,6 +434,12 @@ class WorkingMemoryHandle:
                 if stored.state is None:
                     self._take(layer.initial_state(), stored.version)
                     return
+                key = None if stored.legacy else layer.content_key(stored.state)
+                body = layer.known_body(key)
+                if body is not None:
+                    # Checked when this content was last seen: see WorkingMemory.known_body.
+                    self._take(stored.state, stored.version, body, known=True)
+                    return
                 state = self._checked(stored.state)
             except (SchemaViolationError, InvalidInputError) as exc:
                 if layer.read_only:
@@ -391,6 +458,10 @@ class WorkingMemoryHandle:
                 version = wm_stored.fold_legacy_rows(store, self.namespace, stored, state)
             if version is not None:
                 self._take(state, version)
+                # Nothing stripped (the very same object back): the stored content is the
+                # checked state, and its body may be kept under its key once made.
+                if state is stored.state:
+                    self._body_key = key
                 return
         raise StorageRaceError(f"working memory {'/'.join(self.namespace)} kept changing")
 
@@ -525,6 +596,9 @@ class WorkingMemoryHandle:
     def _rendered(self) -> str:
         if self._body is None:
             self._body = self._body_of(self._state)
+            if self._body_key is not None:
+                self.layer._keep_body(self._body_key, self._body)
+                self._body_key = None
         return self._body
 
     def _tokens_over(self, block: str, limit: int) -> int | None:
@@ -590,14 +664,15 @@ class WorkingMemoryHandle:
             raise
         with self._writing:
             other = self._legacy["call_tool" if source == "observe" else "observe"]
-            if other[key]:
+            if other.get(key):
                 other[key] -= 1
                 return self._version
             if self.layer.structured:
                 self.apply(arguments)
             else:
                 self.apply(arguments.get("content"), arguments.get("mode", "append"))
-            self._legacy[source][key] += 1
+            applied = self._legacy[source]
+            applied[key] = applied.get(key, 0) + 1
             return self._version
 
     def _write(self, change: Any, *, whole: bool = False) -> None:
@@ -700,8 +775,17 @@ class WorkingMemoryHandle:
         self._checked(new, strip=False)
         return new, body
 
-    def _take(self, state: State, version: int, body: str | None = None) -> None:
+    def _take(
+        self, state: State, version: int, body: str | None = None, *, known: bool = False
+    ) -> None:
+        """Holds ``state`` at ``version``. ``body`` is its block's body when a write made it,
+        after checking the state (a write's state is clean: a merge strips what it adds): the
+        layer keeps it for the next run that reads this content, unless it is ``known``
+        there already."""
         self._state, self._version, self._body = state, version, body
+        self._body_key = None
+        if body is not None and not known:
+            self.layer._keep_body(self.layer.content_key(state), body)
 
     def _coerce(self, patch: Any) -> State:
         if self.layer.structured:
