@@ -18,8 +18,16 @@ namespace, key, seq, when, the deleted row's version), found by ``changes`` thro
 ``(namespace, seq)`` index; the highest number is the greater of the two indexes' last entries,
 so a namespace's numbers never go back. Only deletions write tombstones, and a write does not
 touch them (a key written again after its deletion is reported by that write). Pruning keeps
-each namespace's newest tombstone, so the numbering never loses its top, and records the newest
-number it dropped in ``tombstone_floor``: a mark below it is answered in full.
+the newest tombstone of each namespace that still holds rows, so the numbering never loses its
+top, and records the newest number it dropped in ``tombstone_floor``: a mark below it is
+answered in full.
+
+A namespace left with no rows and only tombstones past the retention (a user erased) is
+dropped whole, its floor too, so no row names it any more: its top number goes into the
+store-wide ``seq_high_water`` (one past the highest number so dropped), where a namespace with
+no history of its own numbers on from. Such a namespace's mark is the high-water mark, and any
+other mark is answered in full (its whole contents: none, or rows from before change tracking),
+so a mark made while the erased namespace held rows is never taken for "nothing changed".
 """
 
 from __future__ import annotations
@@ -69,7 +77,7 @@ from memstrata.stores.base import (
     validate_writes,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The migration that rebuilds the items table: a file upgraded through it is compacted after.
 _REBUILDS_ITEMS = 3
 _BACKEND = "sqlite"
@@ -163,6 +171,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # A deletion's tombstone keeps the deleted row's version: the key written again numbers on
     # from it, so a version held from before never matches the new value.
     4: ("ALTER TABLE tombstones ADD COLUMN version INTEGER NOT NULL DEFAULT 0",),
+    # Where a namespace with no history of its own numbers on from: pruning an erased
+    # namespace whole keeps its top number here, in no row that names it.
+    5: (
+        "CREATE TABLE seq_high_water (seq INTEGER NOT NULL)",
+        "INSERT INTO seq_high_water (seq) VALUES (0)",
+    ),
 }
 
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
@@ -189,9 +203,10 @@ _STAMP = f"SELECT version, created_at FROM items WHERE namespace = ? AND key = ?
 _PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
 
 
-def _last_seq(ns: str) -> str:
-    """The highest sequence number namespace ``ns`` (an SQL expression) has used: its newest
-    row's or its newest tombstone's, each the last entry of an index."""
+def _own_seq(ns: str) -> str:
+    """The highest sequence number namespace ``ns`` (an SQL expression) has used of its own:
+    its newest row's or its newest tombstone's, each the last entry of an index; 0 if it has
+    neither (or only rows from before change tracking)."""
     return f"""max(
     coalesce((SELECT seq FROM items INDEXED BY items_changes
               WHERE namespace = {ns} ORDER BY seq DESC LIMIT 1), 0),
@@ -199,10 +214,33 @@ def _last_seq(ns: str) -> str:
               WHERE namespace = {ns} ORDER BY seq DESC LIMIT 1), 0))"""
 
 
+_HIGH_WATER = "(SELECT seq FROM seq_high_water)"
+
+
+def _last_seq(ns: str) -> str:
+    """The highest sequence number namespace ``ns`` stands at: its own, or the store's
+    high-water mark if it has none (read only then: coalesce stops at its first non-NULL)."""
+    return f"coalesce(nullif({_own_seq(ns)}, 0), {_HIGH_WATER}, 0)"
+
+
 _LAST_SEQ = _last_seq(":ns")
-# Where a namespace's history stands: its last sequence number and how far its tombstones
-# were pruned, in one statement.
-_POSITION = f"SELECT {_LAST_SEQ}, (SELECT seq FROM tombstone_floor WHERE namespace = :ns)"
+# Where a namespace's history stands, in one statement: its own last sequence number, how far
+# its tombstones were pruned, and the high-water mark (see _position).
+_POSITION = f"""SELECT {_own_seq(":ns")},
+    (SELECT seq FROM tombstone_floor WHERE namespace = :ns), {_HIGH_WATER}"""
+
+
+def _position(row: tuple[int, int | None, int]) -> tuple[int, int]:
+    """A namespace's last sequence number and the lowest mark answered with its changes (one
+    below is answered in full), from a _POSITION row. A namespace with no history of its own
+    stands at the high-water mark, and only that mark is answered with its changes (none):
+    one made before, while the namespace held rows since erased, is answered in full."""
+    own, floor, high = row
+    if own == 0:
+        return high, high
+    return own, floor or 0
+
+
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
 # A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
 # expired row written over numbers on too (a new record all the same: a new created_at).
@@ -278,6 +316,20 @@ _RAISE_FLOOR = """INSERT INTO tombstone_floor (namespace, seq)
     ON CONFLICT (namespace) DO UPDATE SET seq = max(tombstone_floor.seq, excluded.seq)"""
 _PRUNE = """DELETE FROM tombstones WHERE deleted_at < :cutoff
     AND seq <= (SELECT seq FROM tombstone_floor WHERE namespace = tombstones.namespace)"""
+# A namespace with no rows left whose tombstones are all past the retention (an erased one):
+# its tombstones and floor go whole, no row naming it stays, and its top number (its newest
+# tombstone's; a floor is below it) raises the high-water mark to one past it.
+_NO_ROWS = "NOT EXISTS (SELECT 1 FROM items WHERE items.namespace = {t}.namespace)"
+_ERASED = f"""{_NO_ROWS.format(t="old")} AND NOT EXISTS (
+    SELECT 1 FROM tombstones AS young INDEXED BY tombstones_changes
+    WHERE young.namespace = old.namespace AND young.deleted_at >= :cutoff)"""
+_RAISE_HIGH_WATER = f"""UPDATE seq_high_water SET seq = max(seq, coalesce(1 + (
+    SELECT max(seq) FROM tombstones AS old INDEXED BY tombstones_deleted_at
+    WHERE deleted_at < :cutoff AND {_ERASED}), 0))"""
+_DROP_ERASED = f"""DELETE FROM tombstones AS old WHERE deleted_at < :cutoff AND {_ERASED}"""
+# A floor left with neither rows nor tombstones in its namespace (the erased ones above).
+_DROP_FLOORS = f"""DELETE FROM tombstone_floor WHERE {_NO_ROWS.format(t="tombstone_floor")}
+    AND NOT EXISTS (SELECT 1 FROM tombstones WHERE namespace = tombstone_floor.namespace)"""
 
 
 _Row = tuple[str, str, bytes, int, float, float, "float | None"]
@@ -824,16 +876,16 @@ class SQLiteStore(Store):
             # The usual answer for a namespace a long-lived layer keeps is "nothing since the
             # mark": one statement tells, with no transaction around it.
             with self._lock:
-                last, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
-            if (floor or 0) <= mark == last:
+                last, floor = _position(self._conn.execute(_POSITION, {"ns": ns}).fetchone())
+            if floor <= mark == last:
                 return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], False)
         # One read transaction: the new mark and what is read come from one snapshot.
         with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
             now = time.time()
-            last, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+            last, floor = _position(self._conn.execute(_POSITION, {"ns": ns}).fetchone())
             # A mark ahead of this namespace's history was made over other data.
-            if mark is None or mark < (floor or 0) or mark > last:
+            if mark is None or mark < floor or mark > last:
                 rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
                 deleted = None
             elif mark == last:
@@ -894,7 +946,7 @@ class SQLiteStore(Store):
         block ends: rows read inside come from the snapshot the mark stands at."""
         with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
-            last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+            last, _floor = _position(self._conn.execute(_POSITION, {"ns": ns}).fetchone())
             yield str(last)
             self._conn.execute("COMMIT")
 
@@ -948,6 +1000,9 @@ class SQLiteStore(Store):
             conn.execute(_BURY_PURGED, {"now": now})
             purged = conn.execute(_PURGE, (now,)).rowcount
             cutoff = {"cutoff": now - self.tombstone_retention}
+            conn.execute(_RAISE_HIGH_WATER, cutoff)
+            conn.execute(_DROP_ERASED, cutoff)
+            conn.execute(_DROP_FLOORS)
             conn.execute(_RAISE_FLOOR, cutoff)
             conn.execute(_PRUNE, cutoff)
             return purged
