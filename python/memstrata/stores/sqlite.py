@@ -227,7 +227,7 @@ _LAST_SEQ = _last_seq(":ns")
 # Where a namespace's history stands, in one statement: its own last sequence number, how far
 # its tombstones were pruned, and the high-water mark (see _position).
 _POSITION = f"""SELECT {_own_seq(":ns")},
-    (SELECT seq FROM tombstone_floor WHERE namespace = :ns), {_HIGH_WATER}"""
+    (SELECT seq FROM tombstone_floor WHERE namespace = :ns), coalesce({_HIGH_WATER}, 0)"""
 
 
 def _position(row: tuple[int, int | None, int]) -> tuple[int, int]:
