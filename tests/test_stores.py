@@ -881,6 +881,8 @@ def test_a_namespace_erased_and_pruned_answers_every_reader_and_numbers_on(
     store.put(erased, "c", 3)
     for mark in (early, held.mark, late, caught_up.mark):
         assert [i.key for i in store.changes(erased, mark).items] == ["c"]
+    for mark in (early, held.mark):  # made while a and b were there: read whole
+        assert store.changes(erased, mark).complete
 
 
 def test_tombstones_inside_the_retention_are_kept(store: Store) -> None:

@@ -230,6 +230,15 @@ _POSITION = f"""SELECT {_own_seq(":ns")},
     (SELECT seq FROM tombstone_floor WHERE namespace = :ns), coalesce({_HIGH_WATER}, 0)"""
 
 
+# The lowest sequence number of the namespace's history, rows and tombstones (the first entry
+# of each index): a mark below it may predate an erasure of the namespace (see changes).
+_FIRST_SEQ = """SELECT min(
+    coalesce((SELECT seq FROM items INDEXED BY items_changes
+              WHERE namespace = :ns ORDER BY seq LIMIT 1), :mark + 1),
+    coalesce((SELECT seq FROM tombstones INDEXED BY tombstones_changes
+              WHERE namespace = :ns ORDER BY seq LIMIT 1), :mark + 1))"""
+
+
 def _position(row: tuple[int, int | None, int]) -> tuple[int, int]:
     """A namespace's last sequence number and the lowest mark answered with its changes (one
     below is answered in full), from a _POSITION row. A namespace with no history of its own
@@ -883,9 +892,15 @@ class SQLiteStore(Store):
         with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
             now = time.time()
-            last, floor = _position(self._conn.execute(_POSITION, {"ns": ns}).fetchone())
+            position = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+            last, floor = _position(position)
             # A mark ahead of this namespace's history was made over other data.
-            if mark is None or mark < floor or mark > last:
+            if (
+                mark is None
+                or mark < floor
+                or mark > last
+                or self._erased_since(ns, mark, position)
+            ):
                 rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
                 deleted = None
             elif mark == last:
@@ -905,6 +920,18 @@ class SQLiteStore(Store):
         removed.extend(key for (key,) in deleted if key not in written)
         removed.sort()
         return Changes(new_mark, [self._item(row) for row in items], removed, False)
+
+    def _erased_since(self, ns: str, mark: int, position: tuple[int, int | None, int]) -> bool:
+        """Whether the namespace may have been erased whole after ``mark`` and written again:
+        its history then starts past the mark, above the high-water mark the erasure raised
+        (so a mark at or past that mark is never asked about). A namespace whose every row
+        was written since the mark, and whose tombstones are all since it too, answers so as
+        well: read whole, it reads the rows it would have read as changes."""
+        own, _floor, high = position
+        if not mark < high or own == 0 or mark >= own:
+            return False
+        (first,) = self._conn.execute(_FIRST_SEQ, {"ns": ns, "mark": mark}).fetchone()
+        return bool(first > mark)
 
     def changes_each(
         self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]
