@@ -175,6 +175,10 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(tmp_path: pathlib.
         buried = plan(sq._BURY_PURGED, {"now": time.time()})
         floor = plan(sq._RAISE_FLOOR, {"cutoff": time.time()})
         prune = plan(sq._PRUNE, {"cutoff": time.time()})
+        position = plan(sq._POSITION, {"ns": lo})  # on every changes()
+        first_seq = plan(sq._FIRST_SEQ, {"ns": lo, "mark": 7})
+        high_water = plan(sq._RAISE_HIGH_WATER, {"cutoff": time.time()})
+        erased = plan(sq._DROP_ERASED, {"cutoff": time.time()})
     assert "INDEX sqlite_autoindex_items_1 (namespace>? AND namespace<?)" in listing, listing
     assert "INDEX items_expires_at" in purge and "expires_at<?" in purge, purge
     assert "USING INDEX items_changes (namespace=? AND seq>?)" in changes, changes
@@ -189,6 +193,18 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(tmp_path: pathlib.
     assert "INDEX items_expires_at" in buried and "SCAN items" not in buried, buried
     assert "INDEX tombstones_deleted_at" in floor, floor
     assert "INDEX tombstones_deleted_at" in prune, prune
+    # Where a namespace stands, and where its history starts: seeks, no sort.
+    for seeks in (position, first_seq):
+        assert "USING COVERING INDEX items_changes (namespace=?)" in seeks, seeks
+        assert "USING COVERING INDEX tombstones_changes (namespace=?)" in seeks, seeks
+        assert "TEMP B-TREE" not in seeks, seeks
+    # An erased namespace is found from the old tombstones, each checked by seeks: no scan of
+    # the tombstones, and none of a namespace's tombstones per tombstone.
+    for found in (high_water, erased):
+        assert "INDEX tombstones_deleted_at (deleted_at<?)" in found, found
+        assert "SEARCH items USING COVERING INDEX items_changes (namespace=?)" in found, found
+        assert "SEARCH newest USING INDEX tombstones_changes (namespace=?)" in found, found
+        assert "SCAN" not in found.replace("SCAN seq_high_water", ""), found
 
 
 def test_a_write_in_flight_when_changes_reads_is_reported_next_time(
