@@ -197,8 +197,19 @@ _NAMESPACE_ENCODED = (
 _STREAM_BATCH = 256
 _CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
     WHERE namespace = ? AND seq > ? ORDER BY key"""
+# The keys deleted since the mark; and a NULL key if the namespace may have been erased whole
+# since and written again: its history, rows and tombstones, then starts past the mark, under
+# the high-water mark the erasure raised past it (so a mark at or past that mark is never
+# asked about: it costs a one-row read). A namespace whose every row and tombstone is since
+# the mark answers so as well: read whole, it reads the rows it would read as changes.
 _DELETED = """SELECT key FROM tombstones INDEXED BY tombstones_changes
-    WHERE namespace = ? AND seq > ?"""
+    WHERE namespace = :ns AND seq > :mark
+    UNION ALL
+    SELECT NULL WHERE :mark < (SELECT seq FROM seq_high_water)
+        AND NOT EXISTS (SELECT 1 FROM items INDEXED BY items_changes
+                        WHERE namespace = :ns AND seq <= :mark)
+        AND NOT EXISTS (SELECT 1 FROM tombstones INDEXED BY tombstones_changes
+                        WHERE namespace = :ns AND seq <= :mark)"""
 _STAMP = f"SELECT version, created_at FROM items WHERE namespace = ? AND key = ? AND {_LIVE}"
 _PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
 
@@ -224,32 +235,11 @@ def _last_seq(ns: str) -> str:
 
 
 _LAST_SEQ = _last_seq(":ns")
-# Where a namespace's history stands, in one statement: its own last sequence number, how far
-# its tombstones were pruned, and the high-water mark (see _position).
+# Where a namespace's history stands, in one statement: its own last sequence number (0: it
+# has none) and how far its tombstones were pruned (see SQLiteStore._position).
 _POSITION = f"""SELECT {_own_seq(":ns")},
-    (SELECT seq FROM tombstone_floor WHERE namespace = :ns), coalesce({_HIGH_WATER}, 0)"""
-
-
-# The lowest sequence number of the namespace's history, rows and tombstones (the first entry
-# of each index): a mark below it may predate an erasure of the namespace (see changes).
-_FIRST_SEQ = """SELECT min(
-    coalesce((SELECT seq FROM items INDEXED BY items_changes
-              WHERE namespace = :ns ORDER BY seq LIMIT 1), :mark + 1),
-    coalesce((SELECT seq FROM tombstones INDEXED BY tombstones_changes
-              WHERE namespace = :ns ORDER BY seq LIMIT 1), :mark + 1))"""
-
-
-def _position(row: tuple[int, int | None, int]) -> tuple[int, int]:
-    """A namespace's last sequence number and the lowest mark answered with its changes (one
-    below is answered in full), from a _POSITION row. A namespace with no history of its own
-    stands at the high-water mark, and only that mark is answered with its changes (none):
-    one made before, while the namespace held rows since erased, is answered in full."""
-    own, floor, high = row
-    if own == 0:
-        return high, high
-    return own, floor or 0
-
-
+    (SELECT seq FROM tombstone_floor WHERE namespace = :ns)"""
+_HIGH_WATER_MARK = f"SELECT coalesce({_HIGH_WATER}, 0)"
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
 # A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
 # expired row written over numbers on too (a new record all the same: a new created_at).
@@ -889,31 +879,30 @@ class SQLiteStore(Store):
             # The usual answer for a namespace a long-lived layer keeps is "nothing since the
             # mark": one statement tells, with no transaction around it.
             with self._lock:
-                last, floor = _position(self._conn.execute(_POSITION, {"ns": ns}).fetchone())
+                last, floor = self._position(ns)
             if floor <= mark == last:
                 return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], False)
         # One read transaction: the new mark and what is read come from one snapshot.
         with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
             now = time.time()
-            position = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
-            last, floor = _position(position)
+            last, floor = self._position(ns)
+            rows: builtins.list[_Row] = []
+            deleted: builtins.list[tuple[str]] | None = None  # None: read whole
             # A mark ahead of this namespace's history was made over other data.
-            if (
-                mark is None
-                or mark < floor
-                or mark > last
-                or self._erased_since(ns, mark, position)
-            ):
-                rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
-                deleted = None
+            if mark is None or mark < floor or mark > last:
+                pass
             elif mark == last:
                 # Numbers never go back, tombstones included: nothing since the mark (the
                 # usual answer for a namespace a long-lived layer keeps).
-                rows, deleted = [], []
+                deleted = []
             else:
-                rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
-                deleted = self._conn.execute(_DELETED, (ns, mark)).fetchall()
+                found = self._conn.execute(_DELETED, {"ns": ns, "mark": mark}).fetchall()
+                if (None,) not in found:  # else erased since the mark, maybe: read whole
+                    deleted = found
+                    rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
+            if deleted is None:
+                rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
             self._conn.execute("COMMIT")
         new_mark = ChangeMark(_BACKEND, namespace, str(last))
         if deleted is None:
@@ -925,17 +914,16 @@ class SQLiteStore(Store):
         removed.sort()
         return Changes(new_mark, [self._item(row) for row in items], removed, False)
 
-    def _erased_since(self, ns: str, mark: int, position: tuple[int, int | None, int]) -> bool:
-        """Whether the namespace may have been erased whole after ``mark`` and written again:
-        its history then starts past the mark, above the high-water mark the erasure raised
-        (so a mark at or past that mark is never asked about). A namespace whose every row
-        was written since the mark, and whose tombstones are all since it too, answers so as
-        well: read whole, it reads the rows it would have read as changes."""
-        own, _floor, high = position
-        if not mark < high or own == 0 or mark >= own:
-            return False
-        (first,) = self._conn.execute(_FIRST_SEQ, {"ns": ns, "mark": mark}).fetchone()
-        return bool(first > mark)
+    def _position(self, ns: str) -> tuple[int, int]:
+        """A namespace's last sequence number and the lowest mark answered with its changes
+        (one below is answered in full). A namespace with no history of its own stands at the
+        high-water mark, and only that mark is answered with its changes (none): one made
+        before, while the namespace held rows since erased, is answered in full."""
+        own, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+        if own == 0:
+            (high,) = self._conn.execute(_HIGH_WATER_MARK).fetchone()
+            return high, high
+        return own, floor or 0
 
     def changes_each(
         self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]
@@ -977,7 +965,7 @@ class SQLiteStore(Store):
         block ends: rows read inside come from the snapshot the mark stands at."""
         with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
-            last, _floor = _position(self._conn.execute(_POSITION, {"ns": ns}).fetchone())
+            last, _floor = self._position(ns)
             yield str(last)
             self._conn.execute("COMMIT")
 
