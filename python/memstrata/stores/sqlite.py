@@ -27,7 +27,9 @@ dropped whole, its floor too, so no row names it any more: its top number goes i
 store-wide ``seq_high_water`` (one past the highest number so dropped), where a namespace with
 no history of its own numbers on from. Such a namespace's mark is the high-water mark, and any
 other mark is answered in full (its whole contents: none, or rows from before change tracking),
-so a mark made while the erased namespace held rows is never taken for "nothing changed".
+so a mark made while the erased namespace held rows is never taken for "nothing changed". Written
+again, the namespace's whole history is past such a mark, which is below the high-water mark:
+``changes`` looks for that with the deletions since the mark, and answers in full.
 """
 
 from __future__ import annotations
