@@ -26,7 +26,7 @@ def changed_keys(store: Store, namespace: Namespace, since: ChangeMark) -> list[
 
 
 # Every table a PostgresStore keeps; the schema table last, so dropping it means "migrate again".
-POSTGRES_DATA_TABLES = "memstrata_items, memstrata_tombstones, memstrata_tombstone_floor"
+POSTGRES_DATA_TABLES = "memstrata_items, memstrata_tombstones, memstrata_tombstones_pruned"
 
 
 def fresh_store(kind: str, request: Any, tmp_path: Any) -> Store:

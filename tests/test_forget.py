@@ -135,6 +135,57 @@ def test_forgets_a_user_with_every_conversation_that_named_them(store: Store) ->
         assert run.layer("notes").snapshot == {"thread": "t1"}
 
 
+def rows_holding(store: Store, text: str) -> list[str]:
+    """Every row of every table of the store's database (the store's whole state, for the
+    in-memory store) holding ``text``, as text."""
+    if isinstance(store, InMemoryStore):
+        return [repr(vars(store))] if text in repr(vars(store)) else []
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            rows = [
+                repr(row)
+                for (name,) in names.fetchall()
+                for row in conn.execute(f'SELECT * FROM "{name}"')
+            ]
+        return [row for row in rows if text in row]
+    import psycopg
+
+    assert isinstance(store, PostgresStore)
+    with psycopg.connect(store.url) as conn:
+        names = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        rows = [
+            row
+            for (name,) in names.fetchall()
+            for (row,) in conn.execute(f'SELECT t::text FROM "{name}" AS t')
+        ]
+    return [row for row in rows if text in row]
+
+
+def test_a_forgotten_user_leaves_no_trace_once_the_retention_passed(store: Store) -> None:
+    """Past the tombstones' retention, no row of any table names a forgotten user: their
+    namespaces are gone whole, and how far their numbering went is kept in no row naming
+    them. Another user's rows stay; the forgotten user's conversation, come back, starts
+    empty and is read by a server that held it before."""
+    stack = make_stack(store)
+    turn(stack, "priya-4c1e", "chat-9b2d")
+    turn(stack, "ravi-77aa", "chat-9b2d")
+    other_server = make_stack(store)
+    with other_server.run(thread_id="chat-9b2d", resource_id="priya-4c1e") as run:
+        assert run.layer("notes").snapshot == {"thread": "chat-9b2d"}
+    store.tombstone_retention = 0.0
+    stack.forget(resource_id="priya-4c1e")
+    time.sleep(0.01)
+    store.purge_expired()
+    assert rows_holding(store, "priya-4c1e") == []
+    assert rows_holding(store, "ravi-77aa")  # the scan finds what is there
+    with other_server.run(thread_id="chat-9b2d", resource_id="priya-4c1e") as run:
+        assert run.layer("notes").snapshot == {}
+        run.layer("notes").update({"thread": "again"})
+    with stack.run(thread_id="chat-9b2d", resource_id="priya-4c1e") as run:
+        assert run.layer("notes").snapshot == {"thread": "again"}
+
+
 def test_a_conversation_prepared_again_after_forget_stores_its_results_again(
     store: Store,
 ) -> None:

@@ -61,7 +61,7 @@ def test_servers_starting_together_migrate_once(url: str) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", _OPEN, url]) for _ in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     PostgresStore(url).close()  # and once more, later: nothing to do
-    assert schema_versions(url) == [1, 2, 3]
+    assert schema_versions(url) == [1, 2, 3, 4]
 
 
 def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
@@ -76,7 +76,7 @@ def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
             (encode_namespace(NS),),
         )
     with PostgresStore(url) as store:
-        assert schema_versions(url) == [1, 2, 3]
+        assert schema_versions(url) == [1, 2, 3, 4]
         old = store.get(NS, "old")
         assert old is not None and (old.value, old.version) == ({"kept": True}, 3)
         mark = store.change_mark(NS)
@@ -88,6 +88,87 @@ def test_a_version_1_database_is_upgraded_in_place(url: str) -> None:
         # Tombstones keep the deleted row's version (migration 3): written again, the key
         # numbers on from it.
         assert store.put(NS, "old", "again").version == 4
+
+
+def rows_naming(url: str, text: str) -> list[tuple[str, str]]:
+    """Every row of every table of the database's public schema holding ``text`` in any
+    column, as (table, the row as text)."""
+    with psycopg.connect(url) as conn:
+        tables = [
+            t
+            for (t,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"
+            )
+        ]
+        found = []
+        for table in tables:
+            for (row,) in conn.execute(f'SELECT t::text FROM "{table}" AS t'):
+                if text in row:
+                    found.append((table, row))
+    return found
+
+
+def test_an_erased_namespace_leaves_no_row_and_its_readers_are_answered(url: str) -> None:
+    """Erased and its tombstones pruned, a namespace is named by no row of any table (how far
+    tombstones were pruned is one transaction id for the store), and a server holding its
+    rows from before is answered with the whole namespace: none."""
+    store = PostgresStore(url)
+    erased = ("wm", "user-priya", "thread-1")
+    store.put(("wm", "user-ravi", "thread-1"), "k", 1)
+    for key in ("a", "b"):
+        store.put(erased, key, key)
+    reader = store.changes(erased)
+    store.delete(erased, "a")
+    store.delete(erased, "b")
+    store.tombstone_retention = 0.0
+    time.sleep(0.01)
+    store.purge_expired()
+    assert rows_naming(url, "priya") == []
+    assert rows_naming(url, "ravi")  # the scan finds what is there
+    caught_up = store.changes(erased, reader.mark)
+    assert caught_up.complete and caught_up.items == []
+    unchanged = store.changes(erased, caught_up.mark)
+    assert not unchanged.complete and unchanged.items == [] and unchanged.removed == []
+    store.put(erased, "c", "again")
+    for mark in (reader.mark, caught_up.mark):
+        assert "c" in [item.key for item in store.changes(erased, mark).items]
+    store.close()
+
+
+def test_a_version_3_database_keeps_its_newest_floor_as_the_stores(url: str) -> None:
+    """A database of schema version 3 kept how far tombstones were pruned in a row per
+    namespace: upgraded, the newest becomes the store's, so a mark from before it is still
+    answered in full, and no row names a namespace."""
+    with psycopg.connect(url) as conn:
+        for version in (1, 2, 3):
+            for statement in pg._MIGRATIONS[version]:
+                conn.execute(statement)
+        conn.execute("CREATE TABLE memstrata_schema (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO memstrata_schema VALUES (1), (2), (3)")
+        conn.execute(
+            "INSERT INTO memstrata_items (namespace, key, value, version, created_at,"
+            " updated_at) VALUES (%s, 'x', '1', 1, 1.0, 1.0)",
+            (encode_namespace(NS),),
+        )
+        (xid,) = conn.execute("SELECT pg_current_xact_id()").fetchone()
+        conn.execute(
+            "INSERT INTO memstrata_tombstone_floor VALUES (%s, '3'), (%s, %s)",
+            (encode_namespace(("wm", "user-priya")), encode_namespace(NS), str(xid)),
+        )
+    with psycopg.connect(url) as conn:
+        (snapshot,) = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+    with PostgresStore(url) as store:
+        assert schema_versions(url) == [1, 2, 3, 4]
+        assert rows_naming(url, "priya") == []
+        with psycopg.connect(url) as conn:
+            assert conn.execute(
+                "SELECT pruned_to::text FROM memstrata_tombstones_pruned"
+            ).fetchall() == [(str(xid),)]
+        other = ("wm", "user-ravi")
+        old = ChangeMark("postgres", other, f"{int(xid) - 1}:{int(xid) - 1}:")
+        assert store.changes(other, old).complete  # from before the newest pruned id
+        after = ChangeMark("postgres", other, snapshot)
+        assert not store.changes(other, after).complete
 
 
 def test_a_newer_schema_is_refused(url: str) -> None:

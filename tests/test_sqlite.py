@@ -16,7 +16,7 @@ from store_checks import changed_keys
 from memstrata.exceptions import InvalidJSONError, StoreVersionError
 from memstrata.stores import SQLiteStore
 from memstrata.stores import sqlite as sq
-from memstrata.stores.base import encode_namespace, prefix_upper_bound
+from memstrata.stores.base import ChangeMark, encode_namespace, prefix_upper_bound
 
 NS = ("agents", "alice")
 
@@ -30,7 +30,7 @@ def test_migrations_run_once_and_are_recorded(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.db"
     for _ in range(3):
         SQLiteStore(path).close()
-    assert schema_versions(path) == [1, 2, 3, 4]
+    assert schema_versions(path) == [1, 2, 3, 4, 5]
     with sqlite3.connect(path) as conn:
         (items,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'items'").fetchone()
         indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
@@ -50,7 +50,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
             (encode_namespace(NS), b'{"kept": true}'),
         )
     with SQLiteStore(path) as store:
-        assert schema_versions(path) == [1, 2, 3, 4]
+        assert schema_versions(path) == [1, 2, 3, 4, 5]
         old = store.get(NS, "old")
         assert old is not None and (old.value, old.version) == ({"kept": True}, 3)
         mark = store.change_mark(NS)
@@ -81,7 +81,7 @@ def test_a_version_2_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
             ],
         )
     with SQLiteStore(path) as store:
-        assert schema_versions(path) == [1, 2, 3, 4]
+        assert schema_versions(path) == [1, 2, 3, 4, 5]
         # The old table's pages went back to the file system, and the log is empty again.
         assert store._conn.execute("PRAGMA freelist_count").fetchone() == (0,)
         assert pathlib.Path(f"{path}-wal").stat().st_size == 0
@@ -169,12 +169,15 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(tmp_path: pathlib.
         listing = plan(sq._LIST, (lo, prefix_upper_bound(lo), time.time(), 100, 0))
         purge = plan(sq._PURGE, (time.time(),))
         changes = plan(sq._CHANGES, (lo, 7))
-        deleted = plan(sq._DELETED, (lo, 7))
+        deleted = plan(sq._DELETED, {"ns": lo, "mark": 7})
         everything = plan(sq._NAMESPACE, (lo, time.time()))
         last_seq = plan(f"SELECT {sq._LAST_SEQ}", {"ns": lo})  # on every write
         buried = plan(sq._BURY_PURGED, {"now": time.time()})
         floor = plan(sq._RAISE_FLOOR, {"cutoff": time.time()})
         prune = plan(sq._PRUNE, {"cutoff": time.time()})
+        position = plan(sq._POSITION, {"ns": lo})  # on every changes()
+        high_water = plan(sq._RAISE_HIGH_WATER, {"cutoff": time.time()})
+        erased = plan(sq._DROP_ERASED, {"cutoff": time.time()})
     assert "INDEX sqlite_autoindex_items_1 (namespace>? AND namespace<?)" in listing, listing
     assert "INDEX items_expires_at" in purge and "expires_at<?" in purge, purge
     assert "USING INDEX items_changes (namespace=? AND seq>?)" in changes, changes
@@ -189,6 +192,20 @@ def test_indexes_serve_prefix_listing_ttl_purging_and_changes(tmp_path: pathlib.
     assert "INDEX items_expires_at" in buried and "SCAN items" not in buried, buried
     assert "INDEX tombstones_deleted_at" in floor, floor
     assert "INDEX tombstones_deleted_at" in prune, prune
+    # Where a namespace stands: seeks, no sort.
+    assert "USING COVERING INDEX items_changes (namespace=?)" in position, position
+    assert "USING COVERING INDEX tombstones_changes (namespace=?)" in position, position
+    assert "TEMP B-TREE" not in position, position
+    # Whether the namespace was erased since the mark: seeks, under the deletions' own.
+    assert "USING COVERING INDEX items_changes (namespace=? AND seq<?)" in deleted, deleted
+    assert "USING COVERING INDEX tombstones_changes (namespace=? AND seq<?)" in deleted, deleted
+    # An erased namespace is found from the old tombstones, each checked by seeks: no scan of
+    # the tombstones, and none of a namespace's tombstones per tombstone.
+    for found in (high_water, erased):
+        assert "INDEX tombstones_deleted_at (deleted_at<?)" in found, found
+        assert "SEARCH items USING COVERING INDEX items_changes (namespace=?)" in found, found
+        assert "SEARCH newest USING INDEX tombstones_changes (namespace=?)" in found, found
+        assert "SCAN" not in found.replace("SCAN seq_high_water", ""), found
 
 
 def test_a_write_in_flight_when_changes_reads_is_reported_next_time(
@@ -227,9 +244,12 @@ def test_a_mark_made_over_another_file_gets_the_whole_namespace(tmp_path: pathli
     fresh.close()
 
 
-def test_pruning_keeps_each_namespaces_newest_tombstone(tmp_path: pathlib.Path) -> None:
-    """The newest tombstone holds the namespace's top number once its rows are deleted."""
+def test_pruning_keeps_the_newest_tombstone_of_a_namespace_with_rows(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The newest tombstone holds the namespace's top number above its rows."""
     store = SQLiteStore(tmp_path / "prune.db")
+    store.put(NS, "live", 1)
     for key in ("a", "b", "c"):
         store.put(NS, key, 1)
         store.delete(NS, key)
@@ -243,6 +263,109 @@ def test_pruning_keeps_each_namespaces_newest_tombstone(tmp_path: pathlib.Path) 
     assert kept == [("c", top)] and floor == top - 2
     assert int(store.change_mark(NS).position) == top
     store.close()
+
+
+def table_rows(path: pathlib.Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the file."""
+    with sqlite3.connect(path) as conn:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: conn.execute(f'SELECT * FROM "{t}"').fetchall() for t in tables}
+
+
+def naming(rows: dict[str, list[tuple[Any, ...]]], text: str) -> list[tuple[str, Any]]:
+    """The rows holding ``text`` in any column, as text or bytes."""
+    found = []
+    for table, table_rows_ in rows.items():
+        for row in table_rows_:
+            for value in row:
+                if (isinstance(value, str) and text in value) or (
+                    isinstance(value, bytes) and text.encode() in value
+                ):
+                    found.append((table, row))
+    return found
+
+
+def test_an_erased_namespace_leaves_no_row_and_its_numbers_never_go_back(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Erased whole and pruned, a namespace is named by no row (its top number is kept by the
+    store-wide high-water mark), a mark made while it held rows is answered in full, and
+    writing to it again numbers on past every mark made of it."""
+    path = tmp_path / "erase.db"
+    store = SQLiteStore(path)
+    erased = ("wm", "user-priya", "thread-1")
+    other = ("wm", "user-ravi", "thread-1")
+    store.put(other, "k", 1)
+    for key in ("a", "b", "c"):
+        store.put(erased, key, key)
+    store.delete(erased, "a")
+    reader = store.changes(erased)  # another server holding b and c
+    store.delete(erased, "b")
+    store.delete(erased, "c")
+    top = int(store.change_mark(erased).position)
+    store.tombstone_retention = 0.0
+    time.sleep(0.01)
+    store.purge_expired()
+    assert naming(table_rows(path), "priya") == []
+    assert naming(table_rows(path), "ravi")  # the scan finds what is there
+    # The reader learns that b and c are gone: its namespace is read whole (empty).
+    caught_up = store.changes(erased, reader.mark)
+    assert caught_up.complete and caught_up.items == []
+    assert int(caught_up.mark.position) > top
+    unchanged = store.changes(erased, caught_up.mark)
+    assert not unchanged.complete and unchanged.items == [] and unchanged.removed == []
+    old_top = ChangeMark("sqlite", erased, str(top))
+    assert store.changes(erased, old_top).complete  # not taken for "nothing changed"
+    # Written again: its numbers go on past every mark made of it, so every reader sees it.
+    store.put(erased, "d", "again")
+    assert int(store.change_mark(erased).position) > top
+    for mark in (reader.mark, old_top):
+        # Made while it held what was erased: read whole, so b and c are known gone.
+        again = store.changes(erased, mark)
+        assert again.complete and [item.key for item in again.items] == ["d"]
+    assert changed_keys(store, erased, caught_up.mark) == ["d"]
+    assert not store.changes(erased, caught_up.mark).complete
+    # A namespace never written stands at the high-water mark, unchanged until written.
+    fresh = store.changes(("wm", "nobody"))
+    assert store.changes(("wm", "nobody"), fresh.mark).complete is False
+    store.close()
+
+
+def test_a_version_4_file_drops_its_erased_namespaces_at_the_next_purge(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A file of schema version 4 kept each namespace's newest tombstone and its floor for
+    good: opened, it is upgraded in place, its marks still answer, and the next purge drops
+    the erased namespace's rows."""
+    path = tmp_path / "v4.db"
+    erased = encode_namespace(("wm", "user-priya", "t"))
+    kept = encode_namespace(NS)
+    with sqlite3.connect(path) as conn:
+        for version in (1, 2, 3, 4):
+            for statement in sq._MIGRATIONS[version]:
+                conn.execute(statement)
+        conn.execute("CREATE TABLE memstrata_schema (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO memstrata_schema VALUES (1), (2), (3), (4)")
+        conn.execute("INSERT INTO items VALUES (?, 'x', '1', 1, 1.0, 1.0, NULL, 3)", (kept,))
+        conn.executemany(
+            "INSERT INTO tombstones VALUES (?, ?, ?, 1.0, 1)",
+            [(erased, "c", 9), (kept, "gone", 4)],
+        )
+        conn.executemany("INSERT INTO tombstone_floor VALUES (?, ?)", [(erased, 7), (kept, 2)])
+    with SQLiteStore(path) as store:
+        assert schema_versions(path) == [1, 2, 3, 4, 5]
+        ns = ("wm", "user-priya", "t")
+        assert store.change_mark(ns).position == "9"
+        assert store.changes(ns, ChangeMark("sqlite", ns, "9")).complete is False
+        assert store.changes(ns, ChangeMark("sqlite", ns, "6")).complete  # below its floor
+        store.purge_expired()
+        assert naming(table_rows(path), "priya") == []
+        assert int(store.change_mark(ns).position) > 9
+        assert store.changes(ns, ChangeMark("sqlite", ns, "9")).complete
+        # The namespace with rows keeps its newest tombstone and floor, as before.
+        assert table_rows(path)["tombstones"] == [(kept, "gone", 4, 1.0, 1)]
+        assert table_rows(path)["tombstone_floor"] == [(kept, 2)]
+        assert store.change_mark(NS).position == "4"
 
 
 def test_an_interruption_just_before_the_commit_leaves_no_transaction_open(

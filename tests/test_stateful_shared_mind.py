@@ -249,7 +249,6 @@ def build_machine(
             run's: goal changes and unpins dropped, beliefs and reflections kept, flagged."""
             mind, draft = self.minds[entry.agent], entry.draft
             entry.draft = Draft()
-            view = entry.view
             if not error:
                 for goal_id, patch in draft.patches.items():
                     goal = mind.goals.get(goal_id)
@@ -260,12 +259,9 @@ def build_machine(
                     if patch.priority is not None:
                         goal.priority = patch.priority
                     goal.progress = [*goal.progress, *patch.progress]
-                # The caps count what the run loaded, also what was erased since (the flush
-                # reads what others wrote since, not what they deleted).
+                # The caps count what is committed now: what was erased since the run
+                # loaded it counts for nothing.
                 active = {i for i, g in mind.goals.items() if g.status == "active"}
-                active |= {i for i, g in view.goals.items() if g.status == "active"} - set(
-                    mind.goals
-                )
                 room = MAX_GOALS - len(active)
                 for goal_id, goal in list(draft.goals.items())[: max(0, room)]:
                     mind.goals[goal_id] = goal
@@ -273,7 +269,6 @@ def build_machine(
                     if rid in mind.reflections:  # else erased: the unpin is dropped
                         mind.reflections[rid] = (mind.reflections[rid][0], False)
             pinned = {i for i, (_c, p) in mind.reflections.items() if p}
-            pinned |= {i for i, (_c, p) in view.reflections.items() if p} - set(mind.reflections)
             if not error:
                 pinned -= draft.unpins
             room = MAX_PINS - len(pinned)

@@ -853,6 +853,38 @@ def test_a_mark_older_than_the_tombstones_kept_gets_the_whole_namespace(store: S
     assert [i.key for i in store.changes(NS, later.mark).items] == ["e"]
 
 
+def test_a_namespace_erased_and_pruned_answers_every_reader_and_numbers_on(
+    store: Store,
+) -> None:
+    """Every record of a namespace deleted and its tombstones pruned (a user erased): a server
+    that held its records learns they are gone, and a write to it afterwards is a change for
+    every mark made of it, before or after. The in-memory store keeps the namespace nowhere
+    (each backend's own tests scan its tables)."""
+    erased = ("wm", "user-priya", "t1")
+    store.put(erased, "a", 1)
+    store.put(erased, "b", 2)
+    early = store.change_mark(erased)
+    held = store.changes(erased)
+    store.delete(erased, "a")
+    store.delete(erased, "b")
+    late = store.change_mark(erased)
+    store.tombstone_retention = 0.0
+    time.sleep(0.01)
+    store.purge_expired()
+    for mark in (early, held.mark, late):
+        caught_up = store.changes(erased, mark)
+        assert caught_up.items == [] and (caught_up.complete or caught_up.removed == [])
+    caught_up = store.changes(erased, held.mark)
+    assert caught_up.complete  # the deletions it missed are pruned: read whole
+    if isinstance(store, InMemoryStore):
+        assert "priya" not in repr(vars(store))
+    store.put(erased, "c", 3)
+    for mark in (early, held.mark, late, caught_up.mark):
+        assert [i.key for i in store.changes(erased, mark).items] == ["c"]
+    for mark in (early, held.mark):  # made while a and b were there: read whole
+        assert store.changes(erased, mark).complete
+
+
 def test_tombstones_inside_the_retention_are_kept(store: Store) -> None:
     store.put(NS, "a", 1)
     mark = store.change_mark(NS)

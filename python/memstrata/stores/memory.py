@@ -72,8 +72,9 @@ class InMemoryStore(Store):
         # Per namespace: key -> (sequence number, time, the deleted row's version) of its
         # deletion, in deletion order.
         self._tombstones: dict[Namespace, dict[str, tuple[int, float, int]]] = {}
-        # Per namespace: the newest sequence number among its pruned tombstones.
-        self._pruned_to: dict[Namespace, int] = {}
+        # The newest sequence number among the pruned tombstones, one for the store (numbers
+        # are store-wide, tombstones pruned by age), so an erased namespace stays in no map.
+        self._pruned_to = 0
 
     def _item(
         self,
@@ -329,7 +330,7 @@ class InMemoryStore(Store):
             now = time.time()
             new_mark = ChangeMark(_BACKEND, namespace, str(self._sequence))
             # A mark ahead of this store's history was made by another store: answer in full.
-            if mark is None or mark < self._pruned_to.get(namespace, 0) or mark > self._sequence:
+            if mark is None or mark < self._pruned_to or mark > self._sequence:
                 live = sorted(
                     (key, row)
                     for (ns, key), row in self._rows.items()
@@ -411,10 +412,10 @@ class InMemoryStore(Store):
 
     def _prune_tombstones(self, cutoff: float) -> None:
         """Drops tombstones made before ``cutoff``, remembering the newest number dropped."""
-        for namespace, log in self._tombstones.items():
+        for log in self._tombstones.values():
             old = [key for key, (_seq, at, _version) in log.items() if at < cutoff]
             for key in old:
                 seq, _at, _version = log.pop(key)
-                self._pruned_to[namespace] = max(self._pruned_to.get(namespace, 0), seq)
+                self._pruned_to = max(self._pruned_to, seq)
         for namespace in [ns for ns, log in self._tombstones.items() if not log]:
             del self._tombstones[namespace]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _MIGRATION_LOCK = 0x6D656D73  # "mems": one advisory lock id for every memstrata migration
 _NAMESPACE_LOCK_CLASS = 0x6D656D6E  # "memn": first key of the two-key namespace locks
 
@@ -55,6 +55,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         "ALTER TABLE memstrata_tombstones ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL"
         " DEFAULT 0",
+    ),
+    # How far tombstones were pruned, one transaction id for the whole store instead of one
+    # per namespace: a row naming a namespace stayed for good, so an erased user's id did.
+    # Transaction ids are store-wide and the prune goes by age, so the one id answers in full
+    # only marks about as old as the retention, as the per-namespace ones did.
+    4: (
+        """CREATE TABLE IF NOT EXISTS memstrata_tombstones_pruned (
+            one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+            pruned_to xid8 NOT NULL
+        )""",
+        """INSERT INTO memstrata_tombstones_pruned (pruned_to)
+            SELECT pruned_to FROM memstrata_tombstone_floor ORDER BY pruned_to DESC LIMIT 1
+        ON CONFLICT (one) DO NOTHING""",
+        "DROP TABLE memstrata_tombstone_floor",
     ),
 }
 
@@ -147,15 +161,14 @@ _PURGE = f"""WITH gone AS (
         DELETE FROM memstrata_items WHERE expires_at IS NOT NULL AND expires_at <= {_NOW}
         RETURNING namespace, key, version), {_BURY}
     SELECT count(*) FROM gone"""
-# Tombstones older than the retention go; each namespace's floor keeps the newest id pruned.
+# Tombstones older than the retention go; the store's one floor keeps the newest id pruned
+# (in no row naming a namespace, so an erased namespace leaves none behind).
 _PRUNE = f"""WITH pruned AS (
         DELETE FROM memstrata_tombstones WHERE deleted_at < {_NOW} - %(retention)s::float8
-        RETURNING namespace, deleted_by)
-    INSERT INTO memstrata_tombstone_floor AS kept (namespace, pruned_to)
-        SELECT DISTINCT ON (namespace) namespace, deleted_by FROM pruned
-        ORDER BY namespace, deleted_by DESC
-    ON CONFLICT (namespace) DO UPDATE
-        SET pruned_to = greatest(kept.pruned_to, excluded.pruned_to)"""
+        RETURNING deleted_by)
+    INSERT INTO memstrata_tombstones_pruned AS kept (pruned_to)
+        SELECT deleted_by FROM pruned ORDER BY deleted_by DESC LIMIT 1
+    ON CONFLICT (one) DO UPDATE SET pruned_to = greatest(kept.pruned_to, excluded.pruned_to)"""
 # put_if_version in one autocommit statement. The record's advisory lock is taken first (the
 # CTE feeds the write its only row), so a put_if_version waits for an update() holding that
 # lock and then writes over the latest committed row only: an UPDATE rechecks its WHERE against
@@ -248,8 +261,8 @@ _SINCE = f"""{_MARK_ROW}
     SELECT 'stale', NULL, NULL, NULL, NULL, NULL, NULL
         WHERE pg_snapshot_xmax(%(mark)s::pg_snapshot)
                 > pg_snapshot_xmax(pg_current_snapshot())
-            OR EXISTS (SELECT FROM memstrata_tombstone_floor WHERE namespace = %(ns)s
-                       AND pruned_to >= pg_snapshot_xmin(%(mark)s::pg_snapshot))
+            OR EXISTS (SELECT FROM memstrata_tombstones_pruned
+                       WHERE pruned_to >= pg_snapshot_xmin(%(mark)s::pg_snapshot))
     UNION ALL
     SELECT CASE WHEN {_LIVE} THEN 'item' ELSE 'expired' END, key,
             CASE WHEN {_LIVE} THEN value::text END, version, created_at, updated_at, expires_at

@@ -58,8 +58,11 @@ psycopg 3 with a connection pool (``psycopg_pool``), opened by
   ``(namespace, deleted_by)`` index. ``changes`` reads the new mark (``pg_current_snapshot()``)
   in the statement that reads the changes: under READ COMMITTED that is the statement's own
   snapshot, so the mark is exactly what was read. Pruning old tombstones records the newest
-  pruned transaction id per namespace (``memstrata_tombstone_floor``); a mark whose oldest
-  running transaction is not past it is answered in full.
+  pruned transaction id, one for the store (``memstrata_tombstones_pruned``, in no row naming
+  a namespace: an erased namespace leaves nothing behind); a mark whose oldest running
+  transaction is not past it is answered in full. Tombstones are pruned by age and
+  transaction ids are store-wide, so that is a mark made about the retention ago or earlier
+  (or while a transaction that old was still running).
 """
 
 from __future__ import annotations

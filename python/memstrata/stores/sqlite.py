@@ -18,8 +18,18 @@ namespace, key, seq, when, the deleted row's version), found by ``changes`` thro
 ``(namespace, seq)`` index; the highest number is the greater of the two indexes' last entries,
 so a namespace's numbers never go back. Only deletions write tombstones, and a write does not
 touch them (a key written again after its deletion is reported by that write). Pruning keeps
-each namespace's newest tombstone, so the numbering never loses its top, and records the newest
-number it dropped in ``tombstone_floor``: a mark below it is answered in full.
+the newest tombstone of each namespace that still holds rows, so the numbering never loses its
+top, and records the newest number it dropped in ``tombstone_floor``: a mark below it is
+answered in full.
+
+A namespace left with no rows and only tombstones past the retention (a user erased) is
+dropped whole, its floor too, so no row names it any more: its top number goes into the
+store-wide ``seq_high_water`` (one past the highest number so dropped), where a namespace with
+no history of its own numbers on from. Such a namespace's mark is the high-water mark, and any
+other mark is answered in full (its whole contents: none, or rows from before change tracking),
+so a mark made while the erased namespace held rows is never taken for "nothing changed". Written
+again, the namespace's whole history is past such a mark, which is below the high-water mark:
+``changes`` looks for that with the deletions since the mark, and answers in full.
 """
 
 from __future__ import annotations
@@ -69,7 +79,7 @@ from memstrata.stores.base import (
     validate_writes,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The migration that rebuilds the items table: a file upgraded through it is compacted after.
 _REBUILDS_ITEMS = 3
 _BACKEND = "sqlite"
@@ -163,6 +173,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # A deletion's tombstone keeps the deleted row's version: the key written again numbers on
     # from it, so a version held from before never matches the new value.
     4: ("ALTER TABLE tombstones ADD COLUMN version INTEGER NOT NULL DEFAULT 0",),
+    # Where a namespace with no history of its own numbers on from: pruning an erased
+    # namespace whole keeps its top number here, in no row that names it.
+    5: (
+        "CREATE TABLE seq_high_water (seq INTEGER NOT NULL)",
+        "INSERT INTO seq_high_water (seq) VALUES (0)",
+    ),
 }
 
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
@@ -183,15 +199,27 @@ _NAMESPACE_ENCODED = (
 _STREAM_BATCH = 256
 _CHANGES = f"""SELECT {_COLUMNS} FROM items INDEXED BY items_changes
     WHERE namespace = ? AND seq > ? ORDER BY key"""
+# The keys deleted since the mark; and a NULL key if the namespace may have been erased whole
+# since and written again: its history, rows and tombstones, then starts past the mark, under
+# the high-water mark the erasure raised past it (so a mark at or past that mark is never
+# asked about: it costs a one-row read). A namespace whose every row and tombstone is since
+# the mark answers so as well: read whole, it reads the rows it would read as changes.
 _DELETED = """SELECT key FROM tombstones INDEXED BY tombstones_changes
-    WHERE namespace = ? AND seq > ?"""
+    WHERE namespace = :ns AND seq > :mark
+    UNION ALL
+    SELECT NULL WHERE :mark < (SELECT seq FROM seq_high_water)
+        AND NOT EXISTS (SELECT 1 FROM items INDEXED BY items_changes
+                        WHERE namespace = :ns AND seq <= :mark)
+        AND NOT EXISTS (SELECT 1 FROM tombstones INDEXED BY tombstones_changes
+                        WHERE namespace = :ns AND seq <= :mark)"""
 _STAMP = f"SELECT version, created_at FROM items WHERE namespace = ? AND key = ? AND {_LIVE}"
 _PURGE = "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?"
 
 
-def _last_seq(ns: str) -> str:
-    """The highest sequence number namespace ``ns`` (an SQL expression) has used: its newest
-    row's or its newest tombstone's, each the last entry of an index."""
+def _own_seq(ns: str) -> str:
+    """The highest sequence number namespace ``ns`` (an SQL expression) has used of its own:
+    its newest row's or its newest tombstone's, each the last entry of an index; 0 if it has
+    neither (or only rows from before change tracking)."""
     return f"""max(
     coalesce((SELECT seq FROM items INDEXED BY items_changes
               WHERE namespace = {ns} ORDER BY seq DESC LIMIT 1), 0),
@@ -199,10 +227,21 @@ def _last_seq(ns: str) -> str:
               WHERE namespace = {ns} ORDER BY seq DESC LIMIT 1), 0))"""
 
 
+_HIGH_WATER = "(SELECT seq FROM seq_high_water)"
+
+
+def _last_seq(ns: str) -> str:
+    """The highest sequence number namespace ``ns`` stands at: its own, or the store's
+    high-water mark if it has none (read only then: coalesce stops at its first non-NULL)."""
+    return f"coalesce(nullif({_own_seq(ns)}, 0), {_HIGH_WATER}, 0)"
+
+
 _LAST_SEQ = _last_seq(":ns")
-# Where a namespace's history stands: its last sequence number and how far its tombstones
-# were pruned, in one statement.
-_POSITION = f"SELECT {_LAST_SEQ}, (SELECT seq FROM tombstone_floor WHERE namespace = :ns)"
+# Where a namespace's history stands, in one statement: its own last sequence number (0: it
+# has none) and how far its tombstones were pruned (see SQLiteStore._position).
+_POSITION = f"""SELECT {_own_seq(":ns")},
+    (SELECT seq FROM tombstone_floor WHERE namespace = :ns)"""
+_HIGH_WATER_MARK = f"SELECT coalesce({_HIGH_WATER}, 0)"
 _LIVE_OLD = "(items.expires_at IS NULL OR items.expires_at > :now)"
 # A new row's version: one past its key's deleted row's, if a tombstone remembers one. An
 # expired row written over numbers on too (a new record all the same: a new created_at).
@@ -278,6 +317,24 @@ _RAISE_FLOOR = """INSERT INTO tombstone_floor (namespace, seq)
     ON CONFLICT (namespace) DO UPDATE SET seq = max(tombstone_floor.seq, excluded.seq)"""
 _PRUNE = """DELETE FROM tombstones WHERE deleted_at < :cutoff
     AND seq <= (SELECT seq FROM tombstone_floor WHERE namespace = tombstones.namespace)"""
+# A namespace with no rows left whose tombstones are all past the retention (an erased one):
+# its tombstones and floor go whole, no row naming it stays, and its top number (its newest
+# tombstone's; a floor is below it) raises the high-water mark to one past it.
+_NO_ROWS = "NOT EXISTS (SELECT 1 FROM items WHERE items.namespace = {t}.namespace)"
+# Its newest tombstone stands for all (the last entry of an index, where scanning the
+# namespace's tombstones for a young one would make the purge quadratic in them): within a
+# namespace, deletion times follow sequence numbers, but for processes' clocks disagreeing,
+# which at worst drops the namespace that much early, its marks then answered in full.
+_ERASED = f"""{_NO_ROWS.format(t="old")} AND (
+    SELECT deleted_at FROM tombstones AS newest INDEXED BY tombstones_changes
+    WHERE newest.namespace = old.namespace ORDER BY seq DESC LIMIT 1) < :cutoff"""
+_RAISE_HIGH_WATER = f"""UPDATE seq_high_water SET seq = max(seq, coalesce(1 + (
+    SELECT max(seq) FROM tombstones AS old INDEXED BY tombstones_deleted_at
+    WHERE deleted_at < :cutoff AND {_ERASED}), 0))"""
+_DROP_ERASED = f"""DELETE FROM tombstones AS old WHERE deleted_at < :cutoff AND {_ERASED}"""
+# A floor left with neither rows nor tombstones in its namespace (the erased ones above).
+_DROP_FLOORS = f"""DELETE FROM tombstone_floor WHERE {_NO_ROWS.format(t="tombstone_floor")}
+    AND NOT EXISTS (SELECT 1 FROM tombstones WHERE namespace = tombstone_floor.namespace)"""
 
 
 _Row = tuple[str, str, bytes, int, float, float, "float | None"]
@@ -824,25 +881,30 @@ class SQLiteStore(Store):
             # The usual answer for a namespace a long-lived layer keeps is "nothing since the
             # mark": one statement tells, with no transaction around it.
             with self._lock:
-                last, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
-            if (floor or 0) <= mark == last:
+                last, floor = self._position(ns)
+            if floor <= mark == last:
                 return Changes(ChangeMark(_BACKEND, namespace, str(last)), [], [], False)
         # One read transaction: the new mark and what is read come from one snapshot.
         with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
             now = time.time()
-            last, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+            last, floor = self._position(ns)
+            rows: builtins.list[_Row] = []
+            deleted: builtins.list[tuple[str]] | None = None  # None: read whole
             # A mark ahead of this namespace's history was made over other data.
-            if mark is None or mark < (floor or 0) or mark > last:
-                rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
-                deleted = None
+            if mark is None or mark < floor or mark > last:
+                pass
             elif mark == last:
                 # Numbers never go back, tombstones included: nothing since the mark (the
                 # usual answer for a namespace a long-lived layer keeps).
-                rows, deleted = [], []
+                deleted = []
             else:
-                rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
-                deleted = self._conn.execute(_DELETED, (ns, mark)).fetchall()
+                found = self._conn.execute(_DELETED, {"ns": ns, "mark": mark}).fetchall()
+                if (None,) not in found:  # else erased since the mark, maybe: read whole
+                    deleted = found
+                    rows = self._conn.execute(_CHANGES, (ns, mark)).fetchall()
+            if deleted is None:
+                rows = self._conn.execute(_NAMESPACE, (ns, now)).fetchall()
             self._conn.execute("COMMIT")
         new_mark = ChangeMark(_BACKEND, namespace, str(last))
         if deleted is None:
@@ -853,6 +915,17 @@ class SQLiteStore(Store):
         removed.extend(key for (key,) in deleted if key not in written)
         removed.sort()
         return Changes(new_mark, [self._item(row) for row in items], removed, False)
+
+    def _position(self, ns: str) -> tuple[int, int]:
+        """A namespace's last sequence number and the lowest mark answered with its changes
+        (one below is answered in full). A namespace with no history of its own stands at the
+        high-water mark, and only that mark is answered with its changes (none): one made
+        before, while the namespace held rows since erased, is answered in full."""
+        own, floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+        if own == 0:
+            (high,) = self._conn.execute(_HIGH_WATER_MARK).fetchone()
+            return high, high
+        return own, floor or 0
 
     def changes_each(
         self, namespace: Namespace, since: ChangeMark | None, each: Callable[[Item], None]
@@ -894,7 +967,7 @@ class SQLiteStore(Store):
         block ends: rows read inside come from the snapshot the mark stands at."""
         with self._lock, self._conn:  # see _TRANSACTION_END
             self._conn.execute("BEGIN")
-            last, _floor = self._conn.execute(_POSITION, {"ns": ns}).fetchone()
+            last, _floor = self._position(ns)
             yield str(last)
             self._conn.execute("COMMIT")
 
@@ -948,6 +1021,9 @@ class SQLiteStore(Store):
             conn.execute(_BURY_PURGED, {"now": now})
             purged = conn.execute(_PURGE, (now,)).rowcount
             cutoff = {"cutoff": now - self.tombstone_retention}
+            conn.execute(_RAISE_HIGH_WATER, cutoff)
+            conn.execute(_DROP_ERASED, cutoff)
+            conn.execute(_DROP_FLOORS)
             conn.execute(_RAISE_FLOOR, cutoff)
             conn.execute(_PRUNE, cutoff)
             return purged

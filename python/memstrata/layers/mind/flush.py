@@ -111,6 +111,9 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
     # Entries this run updates that were deleted since it loaded them: their updates are
     # dropped, so a deletion (an erased memory) is never undone by a copy the run held.
     deleted: set[str] = set()
+    # The keys of every entry deleted (or expired) since the load, read from the store only
+    # once the caps would drop a goal or unpin a reflection (see _DeletionsUnknown).
+    gone: set[str] | None = None
 
     def plan(changed: list[Item]) -> dict[str, Updater]:
         folds.clear()
@@ -126,7 +129,7 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         if restated:
             kept_apart.extend(_restated(handle, draft, restated, changed, planned, deleted))
         _set_aside_malformed(changed, planned)
-        _hold_caps(handle, draft, changed, planned, error=error)
+        _hold_caps(handle, draft, changed, planned, deleted, gone, error=error)
         targets = _duplicates_committed_since_load(handle, new, changed, error=error) if new else {}
         for belief, vector, allow_downgrade in new:
             target = targets.get(belief.id)
@@ -141,8 +144,9 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
         return planned
 
     # Each retry follows a deletion met inside the transaction (rolled back, nothing written)
-    # and plans without what it deleted: at most one per updated entry, and one per fold.
-    for _ in range(len(updates) + len(created) + len(restated) + 1):
+    # and plans without what it deleted: at most one per updated entry, one per fold, and one
+    # to read what was deleted when the caps bite.
+    for _ in range(len(updates) + len(created) + len(restated) + 2):
         try:
             written = handle.store.update_many_since(handle.namespace, handle._mark, plan)
             break
@@ -150,6 +154,12 @@ def flush(handle: AgentMindHandle, *, error: bool) -> int:
             if exc.key is not None:
                 deleted.add(exc.key)
                 logger.info("%s was deleted since this run loaded it", exc.key)
+        except _DeletionsUnknown:
+            try:
+                gone = _deleted_since_load(handle)
+            except Exception:
+                handle.draft = draft
+                raise
         except Exception:
             # The transaction rolled back, nothing written: the draft stays for the next flush.
             # (An interruption may come once the write is done: the draft it wrote is not kept.)
@@ -261,22 +271,49 @@ def _set_aside_malformed(changed: list[Item], planned: dict[str, Updater]) -> No
             )
 
 
+def _deleted_since_load(handle: AgentMindHandle) -> set[str]:
+    """The keys of the entries this run loaded that were deleted or expired since, read
+    outside the flush transaction (a deletion after it is counted, as before, until the next
+    run: the safe side of a cap). A key written again since is in the transaction's changes,
+    which count it as it is now."""
+    since = handle.store.changes(handle.namespace, handle._mark)
+    if not since.complete:
+        return set(since.removed)
+    # The mark is older than the deletions the store keeps: what is no longer there is gone.
+    present = {item.key for item in since.items}
+    loaded = {entry_key(goal) for goal in handle._goals.values()}
+    loaded.update(entry_key(reflection) for reflection in handle._reflections.values())
+    return loaded - present
+
+
 def _hold_caps(
     handle: AgentMindHandle,
     draft: _Draft,
     changed: list[Item],
     planned: dict[str, Updater],
+    deleted: set[str],
+    gone: set[str] | None,
     *,
     error: bool,
 ) -> None:
     """Keeps the caps on active goals and pinned reflections against what is committed now
     (runs that overlap each checked them against what they loaded): a goal past the cap is
-    dropped, a reflection past it is written unpinned, both logged. Runs inside the flush
-    transaction; an error flush drops this run's unpins, so its pins can pass the cap too."""
+    dropped, a reflection past it is written unpinned, both logged. What was deleted since
+    the load (an erased entry) counts for nothing: ``deleted``, met by this flush's writes,
+    and ``gone``, every deletion, once read; a cap that would bite before it is read raises
+    _DeletionsUnknown. Runs inside the flush transaction; an error flush drops this run's
+    unpins, so its pins can pass the cap too."""
     layer = handle.layer
     now = now_ms()
-    active = {i for i, g in handle._goals.items() if g.status == "active"}
-    pinned = {i for i, r in handle._reflections.items() if r.pinned and not r.expired(now)}
+    erased = deleted if gone is None else deleted | gone
+    active = {
+        i for i, g in handle._goals.items() if g.status == "active" and entry_key(g) not in erased
+    }
+    pinned = {
+        i
+        for i, r in handle._reflections.items()
+        if r.pinned and not r.expired(now) and entry_key(r) not in erased
+    }
     for item in changed:
         id_ = item.key.partition("/")[2]
         try:
@@ -291,6 +328,8 @@ def _hold_caps(
     if not error:
         pinned -= draft.unpins
         room = layer.max_goals - len(active - set(draft.goals))
+        if gone is None and len(draft.goals) > max(0, room):
+            raise _DeletionsUnknown
         for goal in list(draft.goals.values())[max(0, room) :]:
             del planned[entry_key(goal)]
             logger.warning(
@@ -301,6 +340,8 @@ def _hold_caps(
     model = layer.embedder.model
     room = layer.max_pinned_reflections - len(pinned - set(draft.reflections))
     pins = [(r, v) for r, v in draft.reflections.values() if r.pinned]
+    if gone is None and len(pins) > max(0, room):
+        raise _DeletionsUnknown
     for reflection, vector in pins[max(0, room) :]:
         unpinned = msgspec.structs.replace(reflection, pinned=False)
         planned[entry_key(reflection)] = _constant(stored_payload(unpinned, vector, model))
@@ -386,6 +427,12 @@ class _EntryDeleted(Exception):
     def __init__(self, key: str | None) -> None:
         super().__init__(key)
         self.key = key
+
+
+class _DeletionsUnknown(Exception):
+    """A cap would drop a goal or unpin a reflection, counting entries the run loaded that may
+    have been deleted since: raised inside the flush transaction, which rolls back; the flush
+    reads what was deleted since the load and plans again."""
 
 
 def _constant(value: Any) -> Callable[[Any], Any]:
