@@ -527,3 +527,31 @@ def test_a_store_dropped_without_close_leaves_no_file_descriptor_open(
         del store
     gc.collect()
     assert open_on_index() == 0
+
+
+def test_a_namespace_erased_across_a_clock_step_back_answers_a_mark_between_its_deletions(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The system clock stepped back between two deletions of a namespace's last rows: the
+    newer deletion is past the retention, the older one (stamped ahead) is not. A reader's
+    mark made between the two deletions must still learn of the second one."""
+    with SQLiteStore(tmp_path / "skew.db") as store:
+        store.put(NS, "a", 1)
+        store.put(NS, "b", 2)
+        store.delete(NS, "a")
+        mark = store.changes(NS, store.change_mark(NS)).mark  # after "a" went, "b" still held
+        store.delete(NS, "b")
+        now = time.time()
+        # "a"'s tombstone stamped by a clock running ahead, "b"'s long after by the clock set
+        # right: the newest tombstone is the one past the retention.
+        store._conn.execute("UPDATE tombstones SET deleted_at = ? WHERE key = 'a'", (now + 3600,))
+        store._conn.execute(
+            "UPDATE tombstones SET deleted_at = ? WHERE key = 'b'",
+            (now - store.tombstone_retention - 60,),
+        )
+        store.purge_expired()
+        changes = store.changes(NS, mark)
+        assert changes.complete or changes.removed == ["b"], changes
+        store.put(NS, "c", 3)  # written again: the deletion of "b" still counts
+        changes = store.changes(NS, mark)
+        assert changes.complete or changes.removed == ["b"], changes

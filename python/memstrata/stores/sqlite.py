@@ -331,7 +331,12 @@ _ERASED = f"""{_NO_ROWS.format(t="old")} AND (
 _RAISE_HIGH_WATER = f"""UPDATE seq_high_water SET seq = max(seq, coalesce(1 + (
     SELECT max(seq) FROM tombstones AS old INDEXED BY tombstones_deleted_at
     WHERE deleted_at < :cutoff AND {_ERASED}), 0))"""
-_DROP_ERASED = f"""DELETE FROM tombstones AS old WHERE deleted_at < :cutoff AND {_ERASED}"""
+# Every tombstone of an erased namespace, whatever its own age: one stamped by a clock that ran
+# ahead is younger than the newest, and left alone it would stand as the namespace's last
+# number, under the deletions dropped after it (the high-water mark above covers them all).
+_DROP_ERASED = f"""DELETE FROM tombstones WHERE namespace IN (
+    SELECT old.namespace FROM tombstones AS old INDEXED BY tombstones_deleted_at
+    WHERE deleted_at < :cutoff AND {_ERASED})"""
 # A floor left with neither rows nor tombstones in its namespace (the erased ones above).
 _DROP_FLOORS = f"""DELETE FROM tombstone_floor WHERE {_NO_ROWS.format(t="tombstone_floor")}
     AND NOT EXISTS (SELECT 1 FROM tombstones WHERE namespace = tombstone_floor.namespace)"""
