@@ -11,7 +11,7 @@ import random
 import sqlite3
 import string
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -2602,55 +2602,58 @@ def test_the_other_entries_of_a_flush_are_written_when_one_was_deleted(store: St
     assert [r["content"] for r in stored_entries(store, "reflection")] == ["A new lesson."]
 
 
+def _an_open_run_adds_a_goal_and_a_rule_to_full_caps(
+    store: Store, meanwhile: Callable[[], None]
+) -> tuple[list[str], dict[str, bool]]:
+    """Caps of 3: an open run loaded a goal and a standing rule; ``meanwhile`` runs, then
+    another run sets two goals and pins two rules, then the open run sets a goal and pins a
+    rule and closes. The stored goals' descriptions (sorted) and each rule's pinned flag."""
+    stack = make_stack(store, max_goals=3, max_pinned_reflections=3)
+    with stack.run(agent=AGENT) as run:
+        ok(run.call_tool("mind_set_goal", {"description": "Loaded goal"}))
+        ok(run.call_tool("mind_reflect", {"content": "Loaded rule", "pin": True}))
+    open_run = stack.run(agent=AGENT).open()
+    meanwhile()
+    with stack.run(agent=AGENT) as run:
+        for n in (1, 2):
+            ok(run.call_tool("mind_set_goal", {"description": f"Other goal {n}"}))
+            ok(run.call_tool("mind_reflect", {"content": f"Other rule {n}", "pin": True}))
+    ok(open_run.call_tool("mind_set_goal", {"description": "Open run's goal"}))
+    ok(open_run.call_tool("mind_reflect", {"content": "Open run's rule", "pin": True}))
+    open_run.close()
+    goals = sorted(g["description"] for g in stored_entries(store, "goal"))
+    return goals, {r["content"]: r["pinned"] for r in stored_entries(store, "reflection")}
+
+
 @pytest.mark.parametrize("pruned", [False, True])
 def test_entries_erased_under_an_open_run_do_not_count_against_the_caps_at_its_flush(
     shared_store: Store, pruned: bool
 ) -> None:
-    """An open run loaded a goal and a standing rule; the mind is erased and another run
-    sets goals and pins rules up to one short of each cap; the open run's goal and rule
-    fit, and are kept, also when the erasure's tombstones were pruned before the flush (what
-    the run loaded and the store no longer holds is gone). Before, the flush counted the
-    erased entries too: the goal was dropped and the rule written unpinned."""
-    stack = make_stack(shared_store, max_goals=3, max_pinned_reflections=3)
-    with stack.run(agent=AGENT) as run:
-        ok(run.call_tool("mind_set_goal", {"description": "Loaded goal"}))
-        ok(run.call_tool("mind_reflect", {"content": "Loaded rule", "pin": True}))
-    open_run = stack.run(agent=AGENT).open()
-    erase(shared_store, NS)
-    if pruned:
-        shared_store.tombstone_retention = 0.0
-        time.sleep(0.01)
-        shared_store.purge_expired()
-    with stack.run(agent=AGENT) as run:
-        for n in (1, 2):
-            ok(run.call_tool("mind_set_goal", {"description": f"Other goal {n}"}))
-            ok(run.call_tool("mind_reflect", {"content": f"Other rule {n}", "pin": True}))
-    ok(open_run.call_tool("mind_set_goal", {"description": "Open run's goal"}))
-    ok(open_run.call_tool("mind_reflect", {"content": "Open run's rule", "pin": True}))
-    open_run.close()
-    goals = sorted(g["description"] for g in stored_entries(shared_store, "goal"))
+    """The mind is erased while a run that loaded a goal and a standing rule is open: its new
+    goal and rule fit the caps, and are kept, also when the erasure's tombstones were pruned
+    before the flush (what the run loaded and the store no longer holds is gone). Before, the
+    flush counted the erased entries too: the goal was dropped and the rule written unpinned."""
+
+    def erased() -> None:
+        erase(shared_store, NS)
+        if pruned:
+            shared_store.tombstone_retention = 0.0
+            time.sleep(0.01)
+            shared_store.purge_expired()
+
+    goals, pinned = _an_open_run_adds_a_goal_and_a_rule_to_full_caps(shared_store, erased)
     assert goals == ["Open run's goal", "Other goal 1", "Other goal 2"]
-    rules = sorted(r["content"] for r in stored_entries(shared_store, "reflection") if r["pinned"])
-    assert rules == ["Open run's rule", "Other rule 1", "Other rule 2"]
+    assert sorted(rule for rule, pin in pinned.items() if pin) == [
+        "Open run's rule",
+        "Other rule 1",
+        "Other rule 2",
+    ]
 
 
 def test_the_caps_still_hold_at_the_flush_when_nothing_was_erased(shared_store: Store) -> None:
-    stack = make_stack(shared_store, max_goals=3, max_pinned_reflections=3)
-    with stack.run(agent=AGENT) as run:
-        ok(run.call_tool("mind_set_goal", {"description": "Loaded goal"}))
-        ok(run.call_tool("mind_reflect", {"content": "Loaded rule", "pin": True}))
-    open_run = stack.run(agent=AGENT).open()
-    with stack.run(agent=AGENT) as run:
-        for n in (1, 2):
-            ok(run.call_tool("mind_set_goal", {"description": f"Other goal {n}"}))
-            ok(run.call_tool("mind_reflect", {"content": f"Other rule {n}", "pin": True}))
-    ok(open_run.call_tool("mind_set_goal", {"description": "Open run's goal"}))
-    ok(open_run.call_tool("mind_reflect", {"content": "Open run's rule", "pin": True}))
-    open_run.close()
-    goals = sorted(g["description"] for g in stored_entries(shared_store, "goal"))
+    goals, pinned = _an_open_run_adds_a_goal_and_a_rule_to_full_caps(shared_store, lambda: None)
     assert goals == ["Loaded goal", "Other goal 1", "Other goal 2"]
-    stored = {r["content"]: r["pinned"] for r in stored_entries(shared_store, "reflection")}
-    assert stored["Open run's rule"] is False and sum(stored.values()) == 3
+    assert pinned["Open run's rule"] is False and sum(pinned.values()) == 3
 
 
 def test_a_restated_deleted_belief_folds_into_the_same_belief_stored_again_since(
